@@ -1,0 +1,41 @@
+# Two commands: `make run` and `make test`. Both create .venv and install what they need.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+
+.PHONY: run test lint typecheck bench clean
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Chorus needs Python 3.11 or newer; run: make PYTHON=python3.11 ...")'
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed-all: pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) --upgrade pip
+	$(PIP) -c constraints.txt -e '.[all]'
+	@touch $@
+
+$(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) --upgrade pip
+	$(PIP) -c constraints.txt -e '.[dev]'
+	@touch $@ $(VENV)/.installed-all
+
+run: $(VENV)/.installed-all
+	$(BIN)/chorus run
+
+test: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

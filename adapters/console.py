@@ -1,0 +1,212 @@
+"""The console adapter: chat with Chorus in a terminal, or script it through a pipe.
+
+On a TTY it is an interactive prompt. When stdin is not a TTY it reads one message per line and
+writes exactly one answer per line to stdout, in order, then exits after the last answer, so
+``printf 'hi\\nwhat did I say?\\n' | chorus chat`` is a scriptable conversation. Logs go to
+stderr. A line that cannot be a message (empty, not UTF-8, over the read cap) gets a one-line
+``[chorus] ...`` notice in its place, so input and output lines still pair up.
+
+The console is a direct conversation per console user (``--user``), like a DM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from typing import BinaryIO, TextIO, TypeVar
+
+from bot.bus import EventBus
+from bot.events import Author, ChatMessage, ConversationKey, Reply, Role
+from bot.router import INBOUND, outbound_topic
+
+log = logging.getLogger("chorus.console")
+
+PLATFORM = "console"
+READ_CAP_BYTES = 1024 * 1024
+T = TypeVar("T")
+
+
+def read_line(stream: BinaryIO, cap: int = READ_CAP_BYTES) -> tuple[bytes, bool] | None:
+    """One line without its ending, and whether it was cut at ``cap``; None at end of input.
+
+    The rest of an over-long line is read and thrown away so it cannot exhaust memory.
+    """
+    line = stream.readline(cap + 1)
+    if not line:
+        return None
+    if line.endswith(b"\n"):
+        return line.rstrip(b"\r\n"), False
+    if len(line) <= cap:
+        return line.rstrip(b"\r"), False  # last line without a newline
+    while True:
+        rest = stream.readline(64 * 1024)
+        if not rest or rest.endswith(b"\n"):
+            break
+    return line[:cap], True
+
+
+def decode_line(raw: bytes, number: int) -> tuple[str | None, str | None]:
+    """(text, None) for a usable line or (None, notice) saying why the line is skipped."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, (
+            f"line {number} is not valid UTF-8 (byte 0x{raw[exc.start]:02x} at "
+            f"position {exc.start}); skipped"
+        )
+    if not text.strip():
+        return None, f"line {number} is empty; nothing to answer"
+    return text, None
+
+
+def _in_daemon_thread(fn: Callable[[BinaryIO], T], arg: BinaryIO) -> asyncio.Future[T]:
+    """Run a blocking read in a daemon thread.
+
+    ``asyncio.to_thread`` would use the default executor, which ``asyncio.run`` joins on exit:
+    after Ctrl-C the process would hang until the user pressed Enter.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def work() -> None:
+        try:
+            result = fn(arg)
+        except BaseException as exc:  # delivered to the awaiting coroutine
+            loop.call_soon_threadsafe(_settle, future, None, exc)
+        else:
+            loop.call_soon_threadsafe(_settle, future, result, None)
+
+    threading.Thread(target=work, name="console-stdin", daemon=True).start()
+    return future
+
+
+def _settle(future: asyncio.Future[T], result: T | None, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)  # type: ignore[arg-type]
+
+
+class ConsoleAdapter:
+    """Reads stdin, publishes ChatMessages, prints the Reply to each, one at a time."""
+
+    def __init__(
+        self,
+        bus: EventBus,
+        *,
+        stdin: BinaryIO,
+        stdout: TextIO,
+        user: str = "you",
+        interactive: bool = False,
+        bot_name: str = "Chorus",
+        reply_timeout: float = 600.0,
+        json_output: bool = False,
+    ) -> None:
+        self.bus = bus
+        self.stdin = stdin
+        self.stdout = stdout
+        self.user = user
+        self.interactive = interactive
+        self.bot_name = bot_name
+        self.reply_timeout = reply_timeout
+        self.json_output = json_output
+        self.conversation = ConversationKey(platform=PLATFORM, channel=user)
+        self.author = Author(id=user, display_name=user, roles=frozenset({Role.OWNER}))
+        self._pending: dict[str, asyncio.Future[Reply]] = {}
+        self._listener: asyncio.Task[None] | None = None
+
+    async def run(self) -> int:
+        """Chat until end of input. Returns a process exit code."""
+        self._listener = asyncio.create_task(self._listen(), name="console-listener")
+        try:
+            number = 0
+            while True:
+                if self.interactive:
+                    self._write_prompt()
+                item = await _in_daemon_thread(read_line, self.stdin)
+                if item is None:
+                    break
+                number += 1
+                raw, cut = item
+                if cut:
+                    self._emit(
+                        number,
+                        f"line {number} is over {READ_CAP_BYTES:,} bytes; skipped",
+                        notice=True,
+                    )
+                    continue
+                text, notice = decode_line(raw, number)
+                if text is None:
+                    if not (self.interactive and raw.strip() == b""):
+                        self._emit(number, notice or "", notice=True)
+                    continue
+                reply = await self._ask(text)
+                if reply is None:
+                    self._emit(number, f"no answer within {self.reply_timeout:.0f} s", notice=True)
+                else:
+                    self._emit(number, reply.text, error=reply.is_error)
+            return 0
+        finally:
+            self._listener.cancel()
+            await asyncio.gather(self._listener, return_exceptions=True)
+
+    async def _ask(self, text: str) -> Reply | None:
+        message = ChatMessage(
+            platform=PLATFORM,
+            id=uuid.uuid4().hex,
+            conversation=self.conversation,
+            author=self.author,
+            text=text,
+            is_direct=True,
+        )
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._pending[message.id] = future
+        try:
+            await self.bus.publish(INBOUND, message)
+            return await asyncio.wait_for(future, self.reply_timeout)
+        except TimeoutError:
+            log.error(
+                "no reply in time",
+                extra={"message_id": message.id, "timeout_s": self.reply_timeout},
+            )
+            return None
+        finally:
+            self._pending.pop(message.id, None)
+
+    async def _listen(self) -> None:
+        async for delivery in self.bus.consume(outbound_topic(PLATFORM), Reply, group="console"):
+            reply = delivery.event
+            future = self._pending.get(reply.reply_to_id or "")
+            if reply.conversation != self.conversation or future is None:
+                log.warning(
+                    "reply for an unknown console message dropped",
+                    extra={"reply_to_id": reply.reply_to_id},
+                )
+            elif not future.done():
+                future.set_result(reply)
+            await delivery.ack()
+
+    def _write_prompt(self) -> None:
+        self.stdout.write(f"{self.user}> ")
+        self.stdout.flush()
+
+    def _emit(self, number: int, text: str, *, notice: bool = False, error: bool = False) -> None:
+        if self.json_output:
+            line = json.dumps(
+                {"line": number, "text": text, "notice": notice, "error": error or notice},
+                ensure_ascii=False,
+            )
+        elif notice:
+            line = f"[chorus] {text}"
+        elif self.interactive:
+            line = f"{self.bot_name}> {text}"
+        else:
+            line = text
+        self.stdout.write(line + "\n")
+        self.stdout.flush()

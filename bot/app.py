@@ -1,0 +1,120 @@
+"""The runtime: builds the core from settings, runs the router, closes everything it created.
+
+This is the core's half of the composition root. It never imports an adapter: ``bot/cli.py``
+creates the adapters (lazily, so each platform SDK stays optional) and attaches them to the bus.
+Components can also be injected (a scripted provider, a shared bus) for tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from types import TracebackType
+
+from redis.asyncio import Redis
+
+import prompts
+from bot import store
+from bot.agent import Agent
+from bot.bus import EventBus, InProcessBus
+from bot.commands import Commands
+from bot.config import Settings
+from bot.history import HistoryStore
+from bot.llm.base import Provider
+from bot.llm.registry import build_provider
+from bot.prompting import PromptAssembler
+from bot.router import Router, RouterLimits
+
+log = logging.getLogger("chorus.app")
+
+
+class Chorus:
+    """One running bot. Use ``async with Chorus.from_settings(settings) as app:``."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        provider: Provider,
+        model: str,
+        redis: Redis,
+        bus: EventBus,
+        owns: tuple[object, ...] = (),
+    ) -> None:
+        self.settings = settings
+        self.provider = provider
+        self.redis = redis
+        self.bus = bus
+        self.history = HistoryStore(
+            redis,
+            max_messages=settings.history_max_messages,
+            ttl_seconds=settings.history_ttl_seconds,
+        )
+        self.assembler = PromptAssembler(
+            model=model,
+            system_prompt=prompts.render("system", bot_name=settings.bot_name),
+            max_tokens=settings.max_output_tokens,
+        )
+        self.router = Router(
+            bus=bus,
+            redis=redis,
+            history=self.history,
+            assembler=self.assembler,
+            agent=Agent(provider),
+            commands=Commands(self.history),
+            limits=RouterLimits(max_message_chars=settings.max_message_chars),
+        )
+        self._owns = owns
+        self._router_task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def from_settings(
+        cls, settings: Settings, *, provider: Provider | None = None, bus: EventBus | None = None
+    ) -> Chorus:
+        """Build every component the settings describe; what is built here is closed here."""
+        spec = settings.model_spec()
+        owned: list[object] = []
+        if provider is None:
+            provider = build_provider(spec, settings)
+            owned.append(provider)
+        redis = await store.connect(settings.redis_url)
+        owned.append(redis)
+        if bus is None:
+            bus = InProcessBus()
+            owned.append(bus)
+        return cls(
+            settings=settings,
+            provider=provider,
+            model=spec.model,
+            redis=redis,
+            bus=bus,
+            owns=tuple(owned),
+        )
+
+    async def start(self) -> None:
+        self._router_task = asyncio.create_task(self.router.run(), name="router")
+
+    async def aclose(self) -> None:
+        if self._router_task is not None:
+            self._router_task.cancel()
+            await asyncio.gather(self._router_task, return_exceptions=True)
+            await self.router.close()
+        for thing in reversed(self._owns):
+            close = getattr(thing, "aclose", None) or getattr(thing, "close", None)
+            try:
+                if close is not None:
+                    await close()
+            except Exception:
+                log.warning("error while closing %s", type(thing).__name__, exc_info=True)
+
+    async def __aenter__(self) -> Chorus:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,144 @@
+"""The ``chorus`` command: the composition root that wires settings, core and adapters.
+
+Adapters are imported here, lazily, so the core never depends on a platform SDK. Every
+configuration problem ends the process with exit code 2 and one clear message on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import logging
+import sys
+from collections.abc import Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from bot.config import KEY_ENV, PROVIDERS, ConfigError, Settings, load_settings
+from bot.logs import setup_logging
+
+log = logging.getLogger("chorus.cli")
+
+EXIT_CONFIG = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="chorus", description="Chorus: one AI agent, many chats.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser(
+        "run", help="start the bot on every configured platform (the console when none is)"
+    )
+    chat = sub.add_parser("chat", help="chat in the terminal; pipe lines in to script it")
+    chat.add_argument("--user", default=None, help="speak as this console user (default: $USER)")
+    chat.add_argument("--json", action="store_true", help="write one JSON object per answer")
+    sub.add_parser("config", help="show what is configured and what is missing (secrets masked)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        print(f"chorus: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    setup_logging(settings.log_level, settings.log_format, settings.secret_values())
+    if args.command == "config":
+        print(describe_config(settings))
+        return 0
+    try:
+        settings.model_spec()
+        if args.command == "run":
+            return asyncio.run(_run(settings))
+        return asyncio.run(_chat(settings, user=args.user, json_output=args.json))
+    except ConfigError as exc:
+        print(f"chorus: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _run(settings: Settings) -> int:
+    log.info("no platform credentials configured; starting the console adapter")
+    return await _chat(settings, user=None, json_output=False)
+
+
+async def _chat(settings: Settings, *, user: str | None, json_output: bool) -> int:
+    from adapters.console import ConsoleAdapter
+    from bot.app import Chorus
+
+    app = await Chorus.from_settings(settings)
+    async with app:
+        adapter = ConsoleAdapter(
+            app.bus,
+            stdin=sys.stdin.buffer,
+            stdout=sys.stdout,
+            user=user or _default_user(),
+            interactive=sys.stdin.isatty(),
+            bot_name=settings.bot_name,
+            reply_timeout=settings.llm_timeout * (settings.llm_max_retries + 2) + 30,
+            json_output=json_output,
+        )
+        return await adapter.run()
+
+
+def _default_user() -> str:
+    try:
+        return getpass.getuser() or "you"
+    except (KeyError, OSError):
+        return "you"
+
+
+def _mask(value: str | None) -> str:
+    if not value:
+        return "(not set)"
+    return f"set, ****{value[-4:]}" if len(value) >= 12 else "set, ****"
+
+
+def _mask_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = f"{parts.username or ''}:****@{parts.hostname or ''}"
+        if parts.port:
+            netloc += f":{parts.port}"
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+def describe_config(settings: Settings) -> str:
+    """A human summary of the settings: values, masked secrets, and what is missing."""
+    lines = ["Chorus configuration", ""]
+    try:
+        spec = settings.model_spec()
+        lines.append(
+            f"  model            {spec}  (CHORUS_MODEL{'' if settings.model else ', inferred'})"
+        )
+        problem = None
+    except ConfigError as exc:
+        lines.append("  model            MISSING")
+        problem = str(exc)
+    for provider in PROVIDERS:
+        key = settings.api_key(provider)
+        base = settings.base_url(provider) or "(vendor default)"
+        lines.append(f"  {provider:<16} {KEY_ENV[provider]}: {_mask(key)}; base URL: {base}")
+    store = (
+        "embedded in-process store" if settings.redis_url.startswith("memory") else "Redis server"
+    )
+    lines.append(f"  state            {_mask_url(settings.redis_url)}  ({store})")
+    lines.append(
+        f"  history          last {settings.history_max_messages} messages, "
+        f"kept {settings.history_ttl_seconds}s after the last activity"
+    )
+    lines.append(
+        f"  llm calls        timeout {settings.llm_timeout:g}s, "
+        f"up to {settings.llm_max_retries} retries"
+    )
+    lines.append("  platforms        console (no platform credentials configured)")
+    lines.append(f"  logging          {settings.log_level} as {settings.log_format} on stderr")
+    if problem:
+        lines += ["", "Missing:", *("  " + line for line in problem.splitlines())]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""Text commands (``/help``, ``/reset``) answered without calling the model.
+
+Commands are parsed from the message text so every platform gets them for free; native slash
+commands of Discord and Slack map onto the same handlers. A command never reaches the LLM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from bot.events import ChatMessage
+from bot.history import HistoryStore
+
+Handler = Callable[[ChatMessage, str], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    summary: str
+    handler: Handler
+
+
+def parse(text: str) -> tuple[str, str] | None:
+    """``"/reset now"`` -> ``("reset", "now")``; anything not starting with ``/`` -> None."""
+    stripped = text.strip()
+    if not stripped.startswith("/") or len(stripped) < 2 or stripped[1].isspace():
+        return None
+    name, _, args = stripped[1:].partition(" ")
+    return name.lower(), args.strip()
+
+
+class Commands:
+    """The command table of one deployment."""
+
+    def __init__(self, history: HistoryStore) -> None:
+        self._history = history
+        self._table: dict[str, Command] = {}
+        self.add(Command("help", "list the commands", self._help))
+        self.add(Command("reset", "forget this conversation's history", self._reset))
+
+    def add(self, command: Command) -> None:
+        self._table[command.name] = command
+
+    def names(self) -> list[str]:
+        return sorted(self._table)
+
+    async def handle(self, message: ChatMessage) -> str | None:
+        """The command's answer, or None when the message is not a known command."""
+        parsed = parse(message.text)
+        if parsed is None:
+            return None
+        name, args = parsed
+        command = self._table.get(name)
+        if command is None:
+            return None
+        return await command.handler(message, args)
+
+    async def _help(self, message: ChatMessage, args: str) -> str:
+        lines = [
+            f"/{c.name} - {c.summary}" for c in sorted(self._table.values(), key=lambda c: c.name)
+        ]
+        return "Commands:\n" + "\n".join(lines)
+
+    async def _reset(self, message: ChatMessage, args: str) -> str:
+        await self._history.clear(message.conversation)
+        return "Done: I have forgotten this conversation's history."

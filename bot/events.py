@@ -1,0 +1,140 @@
+"""The core event types every adapter produces and consumes.
+
+These models cross process boundaries (the event bus may be Redis Streams), so each one is a
+frozen pydantic model that round-trips through JSON unchanged. Identity is always the platform's
+user *id*: display names can be changed by their owner to impersonate someone else.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+
+def _require_aware(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("timestamps must be timezone-aware (UTC)")
+    return value.astimezone(UTC)
+
+
+AwareDatetime = Annotated[datetime, AfterValidator(_require_aware)]
+
+
+def utcnow() -> datetime:
+    """Now, as an aware UTC datetime (the only kind the models accept)."""
+    return datetime.now(UTC)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Role(StrEnum):
+    """What a user is in the place they wrote from; used for permissions, never for identity."""
+
+    OWNER = "owner"
+    MODERATOR = "moderator"
+    SUBSCRIBER = "subscriber"
+    MEMBER = "member"
+
+
+def escape_key_part(part: str) -> str:
+    """Escape one part of a colon-separated key (the one rule for every Redis key)."""
+    # ':' separates the parts of the string form; '%' escapes itself so the form is reversible.
+    return part.replace("%", "%25").replace(":", "%3A")
+
+
+def _unescape(part: str) -> str:
+    return part.replace("%3A", ":").replace("%25", "%")
+
+
+class ConversationKey(_Frozen):
+    """Where a conversation lives: platform + channel + optional thread.
+
+    A Discord thread or a Slack thread is its own conversation, so it has its own history.
+    """
+
+    platform: str = Field(min_length=1, max_length=32, pattern=r"^[a-z0-9_]+$")
+    channel: str = Field(min_length=1, max_length=256)
+    thread: str | None = Field(default=None, min_length=1, max_length=256)
+
+    def __str__(self) -> str:
+        parts = [self.platform, escape_key_part(self.channel)]
+        if self.thread is not None:
+            parts.append(escape_key_part(self.thread))
+        return ":".join(parts)
+
+    @classmethod
+    def parse(cls, text: str) -> ConversationKey:
+        """Inverse of ``str(key)``."""
+        parts = text.split(":")
+        if not 2 <= len(parts) <= 3:
+            raise ValueError(f"not a conversation key: {text!r}")
+        thread = _unescape(parts[2]) if len(parts) == 3 else None
+        return cls(platform=parts[0], channel=_unescape(parts[1]), thread=thread)
+
+
+class Author(_Frozen):
+    """Who wrote a message. ``id`` is the platform's stable user id."""
+
+    id: str = Field(min_length=1, max_length=256)
+    display_name: str = Field(default="", max_length=256)
+    roles: frozenset[Role] = frozenset()
+    is_bot: bool = False
+
+    @property
+    def is_moderator(self) -> bool:
+        return bool(self.roles & {Role.OWNER, Role.MODERATOR})
+
+
+class AttachmentKind(StrEnum):
+    IMAGE = "image"
+    FILE = "file"
+    AUDIO = "audio"
+    VIDEO = "video"
+
+
+class Attachment(_Frozen):
+    """A file a user attached. ``data`` is filled only when the adapter downloaded it."""
+
+    kind: AttachmentKind
+    url: str | None = None
+    mime: str | None = None
+    filename: str | None = None
+    size: int | None = Field(default=None, ge=0)
+    data: bytes | None = None
+
+
+class ChatMessage(_Frozen):
+    """One inbound message, normalised from any platform."""
+
+    platform: str = Field(min_length=1, max_length=32, pattern=r"^[a-z0-9_]+$")
+    id: str = Field(min_length=1, max_length=256, description="the platform's own message id")
+    conversation: ConversationKey
+    author: Author
+    text: str
+    mentions_bot: bool = False
+    is_direct: bool = False
+    reply_to_id: str | None = None
+    reply_to_bot: bool = False
+    attachments: tuple[Attachment, ...] = ()
+    sent_at: AwareDatetime = Field(default_factory=utcnow)
+
+    @property
+    def addressed(self) -> bool:
+        """True when the bot was spoken to directly: a DM, a mention or a reply to it."""
+        return self.is_direct or self.mentions_bot or self.reply_to_bot
+
+
+class Reply(_Frozen):
+    """One outbound answer, before the platform's own formatting and splitting."""
+
+    conversation: ConversationKey
+    text: str
+    reply_to_id: str | None = None
+    addressed_user_ids: tuple[str, ...] = ()
+    in_reply_to_platform: str | None = None
+    is_error: bool = False

@@ -1,0 +1,136 @@
+"""Conversation history: one capped Redis list per conversation, at most one round trip per use.
+
+The reply path reads history once (``LRANGE``) and writes it once (``RPUSH`` + ``LTRIM`` +
+``EXPIRE`` in one ``MULTI``/``EXEC``), which keeps a message within the budget of three Redis
+round trips. The list is capped so memory stays bounded, and its TTL is refreshed on every append
+so a quiet conversation is forgotten after CHORUS_HISTORY_TTL.
+
+Deletions (a Discord/Twitch message deleted, a user asking to be forgotten) are rarer and must
+not race an append, so they run as ``WATCH`` + ``LREM`` of the exact stored values inside
+``MULTI``: if the list changed meanwhile, the transaction is retried. No Lua is needed, so the
+embedded store works without the ``lupa`` package.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Literal, cast
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from redis.asyncio import Redis
+from redis.exceptions import WatchError
+
+from bot import keys
+from bot.events import AwareDatetime, ChatMessage, ConversationKey, utcnow
+
+log = logging.getLogger("chorus.history")
+
+_WATCH_RETRIES = 8
+
+
+class HistoryEntry(BaseModel):
+    """One stored message. Unknown fields are ignored so older readers survive newer writers."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    role: Literal["user", "assistant"]
+    text: str
+    message_id: str | None = None
+    author_id: str | None = None
+    author_name: str = ""
+    at: AwareDatetime = Field(default_factory=utcnow)
+
+    @classmethod
+    def from_message(cls, message: ChatMessage) -> HistoryEntry:
+        """The user entry for an inbound message (display name falls back to the user id)."""
+        return cls(
+            role="user",
+            text=message.text,
+            message_id=message.id,
+            author_id=message.author.id,
+            author_name=message.author.display_name or message.author.id,
+            at=message.sent_at,
+        )
+
+
+class HistoryStore:
+    """Per-conversation history over any Redis client (real or ``memory://``)."""
+
+    def __init__(self, redis: Redis, *, max_messages: int, ttl_seconds: int) -> None:
+        if max_messages < 1:
+            raise ValueError("max_messages must be at least 1")
+        if ttl_seconds < 1:
+            raise ValueError("ttl_seconds must be at least 1")
+        self._redis = redis
+        self.max_messages = max_messages
+        self.ttl_seconds = ttl_seconds
+
+    async def append(self, conv: ConversationKey, *entries: HistoryEntry) -> None:
+        """Add entries (oldest first), keep the newest ``max_messages``, refresh the TTL."""
+        if not entries:
+            return
+        key = keys.history(conv)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(key, *(entry.model_dump_json() for entry in entries))
+            pipe.ltrim(key, -self.max_messages, -1)
+            pipe.expire(key, self.ttl_seconds)
+            await pipe.execute()
+
+    async def load(self, conv: ConversationKey, limit: int | None = None) -> list[HistoryEntry]:
+        """The most recent ``limit`` entries (default ``max_messages``), oldest first."""
+        count = self.max_messages if limit is None else limit
+        if count <= 0:
+            return []
+        key = keys.history(conv)
+        raw = await self._redis.lrange(key, -count, -1)
+        entries = []
+        for index, value in enumerate(raw):
+            try:
+                entries.append(HistoryEntry.model_validate_json(value))
+            except ValidationError:
+                log.warning(
+                    "skipping unreadable history entry",
+                    extra={"key": key, "index": index},
+                    exc_info=True,
+                )
+        return entries
+
+    async def clear(self, conv: ConversationKey) -> None:
+        """Forget the whole conversation (``/reset``)."""
+        await self._redis.delete(keys.history(conv))
+
+    async def delete_message(self, conv: ConversationKey, message_id: str) -> int:
+        """Remove the entries of one platform message; returns how many were removed."""
+        return await self._remove(conv, lambda entry: entry.message_id == message_id)
+
+    async def forget_author(self, conv: ConversationKey, author_id: str) -> int:
+        """Remove every entry written by one user; returns how many were removed."""
+        return await self._remove(conv, lambda entry: entry.author_id == author_id)
+
+    async def _remove(self, conv: ConversationKey, match: Callable[[HistoryEntry], bool]) -> int:
+        key = keys.history(conv)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for _ in range(_WATCH_RETRIES):
+                try:
+                    await pipe.watch(key)
+                    raw = cast("list[str]", await pipe.lrange(key, 0, -1))  # decoded by connect
+                    doomed = {value for value in raw if (entry := _parse(value)) and match(entry)}
+                    if not doomed:
+                        await pipe.unwatch()  # type: ignore[no-untyped-call]
+                        return 0
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    for value in doomed:
+                        pipe.lrem(key, 0, value)
+                    removed: list[int] = await pipe.execute()
+                    return sum(removed)
+                except WatchError:
+                    continue  # the list changed between LRANGE and EXEC: read it again
+        raise RuntimeError(f"history {key} kept changing; gave up after {_WATCH_RETRIES} tries")
+
+
+def _parse(value: str) -> HistoryEntry | None:
+    try:
+        return HistoryEntry.model_validate_json(value)
+    except ValidationError:
+        return None

@@ -1,0 +1,403 @@
+"""Anthropic Messages API provider: neutral types <-> the ``anthropic`` SDK (2.x).
+
+Why it is built this way:
+
+- The SDK client is injected (tests point it at ``tests/loopback``); ``from_settings`` builds one
+  with the SDK's own retries off (``max_retries=0``) so ``bot.llm.retry`` is the only policy, and
+  passes the key and URL explicitly: an explicit ``api_key`` stops the SDK from reading
+  ANTHROPIC_API_KEY / ANTHROPIC_AUTH_TOKEN / credential profiles from the environment, and an
+  explicit ``base_url`` stops it reading ANTHROPIC_BASE_URL behind the settings' back.
+- Prompt caching: a ``CachePoint`` puts ``cache_control`` on the block before it in prompt order
+  (tools -> system -> messages); ``cache_tools`` marks the last tool. The API rejects a request
+  with more than 4 breakpoints (HTTP 400), so only the LAST four are kept: a cache read matches
+  the longest cached prefix, and every later breakpoint's prefix contains the earlier ones, so
+  dropping the earliest markers costs the least (at worst a separate write of a short prefix).
+- Consecutive same-role messages are merged into one wire message. The API would combine them
+  anyway, so the rendered prompt (and its cache) is identical, and merging keeps ``tool_result``
+  blocks inside the user turn that directly follows the ``tool_use`` turn, as the API requires.
+- SDK 2.12 dropped ``temperature`` from ``messages.create``'s signature; the API still takes it,
+  so it travels in ``extra_body`` (only when set).
+- Streaming reads the raw SSE events (``messages.create(stream=True)``) instead of the
+  ``messages.stream()`` helper, so tool-input JSON, usage and a mid-stream ``error`` event are
+  each handled explicitly; a stream that ends before ``message_stop`` raises (it was cut off).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
+
+import anthropic
+import httpx2
+from anthropic.types import Message as WireMessage
+from anthropic.types import TextBlock, ToolUseBlock
+
+from bot.config import KEY_ENV, KEY_URL, ConfigError, Settings
+from bot.llm.base import SDKProvider
+from bot.llm.retry import Failure, RetryPolicy, Sleep, parse_retry_after
+from bot.llm.types import (
+    CachePoint,
+    ImagePart,
+    LLMRequest,
+    LLMResponse,
+    Part,
+    StopReason,
+    StreamEvent,
+    TextDelta,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+)
+
+log = logging.getLogger("chorus.llm.anthropic")
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+MAX_CACHE_MARKERS = 4  # the API's limit of cache_control breakpoints per request
+
+_STOP_REASONS: dict[str, StopReason] = {
+    "end_turn": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "model_context_window_exceeded": "max_tokens",
+    "refusal": "refusal",
+    "stop_sequence": "stop_sequence",
+}
+_RETRY_STATUSES = frozenset({408, 409, 429})
+# Error types the API also sends inside a 200 SSE stream (`event: error`), where the HTTP status
+# says nothing; see https://docs.anthropic.com/en/api/errors
+_RETRY_ERROR_TYPES = frozenset(
+    {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+)
+
+
+class _StreamCut(Exception):
+    """The SSE stream ended before ``message_stop``: the answer was cut off in transit."""
+
+
+class AnthropicProvider(SDKProvider):
+    name: ClassVar[str] = "anthropic"
+    key_env: ClassVar[str] = KEY_ENV["anthropic"]
+    key_url: ClassVar[str] = KEY_URL["anthropic"]
+
+    def __init__(
+        self,
+        client: anthropic.AsyncAnthropic,
+        *,
+        base_url: str | None,
+        retry: RetryPolicy | None = None,
+        sleep: Sleep | None = None,
+    ) -> None:
+        # The guard checks where requests really go: default to the client's own URL.
+        super().__init__(
+            base_url=base_url if base_url is not None else str(client.base_url),
+            retry=retry,
+            sleep=sleep,
+        )
+        self.client = client
+        self._owns_client = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, retry: RetryPolicy | None = None) -> Self:
+        """A provider with its own client (closed by ``aclose``), configured only by ``settings``."""
+        key = settings.api_key(cls.name)
+        if key is None:
+            settings.require_credentials(cls.name)  # raises ConfigError naming the variable
+            raise ConfigError(f"{cls.key_env} is not set; get a key at {cls.key_url}")
+        base_url = settings.base_url(cls.name) or DEFAULT_BASE_URL
+        client = anthropic.AsyncAnthropic(
+            api_key=key, base_url=base_url, timeout=settings.llm_timeout, max_retries=0
+        )
+        provider = cls(
+            client,
+            base_url=base_url,
+            retry=retry or RetryPolicy(max_retries=settings.llm_max_retries),
+        )
+        provider._owns_client = True
+        return provider
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self.client.close()
+
+    # -- calls -----------------------------------------------------------------------------
+    async def _complete(self, request: LLMRequest) -> LLMResponse:
+        message = await self.client.messages.create(**build_params(request))
+        return parse_message(message)
+
+    async def _stream(self, request: LLMRequest) -> AsyncIterator[StreamEvent]:
+        stream = await self.client.messages.create(**build_params(request), stream=True)
+        state = _StreamState(model=request.model)
+        try:
+            async for event in stream:
+                delta = state.feed(event)
+                if delta:
+                    yield TextDelta(text=delta)
+        finally:
+            await stream.close()
+        if not state.stopped:
+            raise _StreamCut("the anthropic stream ended before message_stop")
+        yield state.response()
+
+    def _classify(self, exc: BaseException) -> Failure:
+        if isinstance(exc, anthropic.APIStatusError):
+            return _classify_status(exc)
+        if isinstance(exc, anthropic.APITimeoutError):
+            return Failure(retryable=True, reason="request timed out")
+        if isinstance(exc, anthropic.APIConnectionError):
+            return Failure(retryable=True, reason=f"connection error: {exc.__cause__ or exc}")
+        if isinstance(exc, httpx2.TransportError | _StreamCut):
+            return Failure(retryable=True, reason=f"{type(exc).__name__}: {exc}")
+        return Failure(retryable=False, reason=f"{type(exc).__name__}: {exc}")
+
+
+def _classify_status(exc: anthropic.APIStatusError) -> Failure:
+    status = exc.status_code
+    # An `event: error` inside a stream arrives on a 200 response: only its type means anything.
+    http_status = status if status >= 400 else None
+    message = exc.api_message or exc.message
+    reason = f"{exc.type}: {message}" if exc.type else message
+    if status in (401, 403):
+        return Failure(retryable=False, status=status, reason=reason)
+    retryable = status in _RETRY_STATUSES or status >= 500 or exc.type in _RETRY_ERROR_TYPES
+    # The API says explicitly when a retry can (not) help; the SDK honours it, so do we.
+    should_retry = exc.response.headers.get("x-should-retry")
+    if should_retry in ("true", "false"):
+        retryable = should_retry == "true"
+    if not retryable:
+        return Failure(retryable=False, status=http_status, reason=reason)
+    return Failure(
+        retryable=True,
+        status=http_status,
+        retry_after=parse_retry_after(exc.response.headers),
+        reason=reason,
+    )
+
+
+# -- neutral request -> wire -----------------------------------------------------------------
+def build_params(request: LLMRequest) -> dict[str, Any]:
+    """The keyword arguments of ``messages.create`` for ``request`` (without ``stream``)."""
+    marked: list[dict[str, Any]] = []  # blocks asked to carry cache_control, in prompt order
+    last: dict[str, Any] | None = None  # the block a CachePoint would mark
+
+    def mark() -> None:
+        if last is not None and all(block is not last for block in marked):
+            marked.append(last)
+
+    tools: list[dict[str, Any]] = [
+        {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+        for t in request.tools
+    ]
+    if tools:
+        last = tools[-1]
+        if request.cache_tools:
+            mark()
+
+    system: list[dict[str, Any]] = []
+    for part in request.system:
+        if isinstance(part, CachePoint):
+            mark()
+        elif part.text:  # the API rejects empty text blocks
+            last = {"type": "text", "text": part.text}
+            system.append(last)
+
+    messages: list[dict[str, Any]] = []
+    for message in request.messages:
+        blocks: list[dict[str, Any]] = []
+        for item in message.parts:
+            if isinstance(item, CachePoint):
+                mark()
+                continue
+            block = _block(item)
+            if block is not None:
+                blocks.append(block)
+                last = block
+        if not blocks:
+            continue
+        if messages and messages[-1]["role"] == message.role:
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": message.role, "content": blocks})
+
+    if len(marked) > MAX_CACHE_MARKERS:
+        log.debug(
+            "dropping %d early cache breakpoints over the API limit of %d",
+            len(marked) - MAX_CACHE_MARKERS,
+            MAX_CACHE_MARKERS,
+        )
+    for block in marked[-MAX_CACHE_MARKERS:]:
+        block["cache_control"] = {"type": "ephemeral"}
+
+    params: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": messages,
+    }
+    if system:
+        params["system"] = system
+    if tools:
+        params["tools"] = tools
+    if request.temperature is not None:
+        params["extra_body"] = {"temperature": request.temperature}
+    return params
+
+
+def _block(part: Part) -> dict[str, Any] | None:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text} if part.text else None
+    if isinstance(part, ImagePart):
+        return {"type": "image", "source": _image_source(part)}
+    if isinstance(part, ToolCallPart):
+        return {"type": "tool_use", "id": part.id, "name": part.name, "input": dict(part.arguments)}
+    if isinstance(part, ToolResultPart):
+        return {
+            "type": "tool_result",
+            "tool_use_id": part.call_id,
+            "content": part.content,
+            "is_error": part.is_error,
+        }
+    return None
+
+
+def _image_source(part: ImagePart) -> dict[str, Any]:
+    if part.data is not None:
+        data = base64.b64encode(part.data).decode("ascii")
+        return {"type": "base64", "media_type": part.mime, "data": data}
+    if part.url:
+        return {"type": "url", "url": part.url}
+    raise ValueError("an ImagePart needs data or a url")
+
+
+# -- wire -> neutral response ----------------------------------------------------------------
+def parse_message(message: WireMessage) -> LLMResponse:
+    parts: list[Part] = []
+    for block in message.content:
+        if isinstance(block, TextBlock) and block.text:
+            parts.append(TextPart(text=block.text))
+        elif isinstance(block, ToolUseBlock):
+            parts.append(ToolCallPart(id=block.id, name=block.name, arguments=_args(block.input)))
+    usage = message.usage
+    return LLMResponse(
+        parts=tuple(parts),
+        stop_reason=_stop_reason(message.stop_reason),
+        usage=_usage(
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
+        ),
+        model=message.model,
+        raw_stop_reason=message.stop_reason,
+    )
+
+
+def _stop_reason(raw: str | None) -> StopReason:
+    return _STOP_REASONS.get(raw or "", "other")
+
+
+def _usage(
+    input_tokens: int | None, output_tokens: int | None, write: int | None, read: int | None
+) -> Usage:
+    return Usage(
+        input_tokens=input_tokens or 0,
+        output_tokens=output_tokens or 0,
+        cache_write_tokens=write or 0,
+        cache_read_tokens=read or 0,
+    )
+
+
+def _args(value: object) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return {str(k): v for k, v in value.items()}
+    return {"_raw": value if isinstance(value, str) else json.dumps(value)}
+
+
+@dataclass
+class _Block:
+    kind: str
+    text: list[str] = field(default_factory=list)
+    id: str = ""
+    name: str = ""
+    json: list[str] = field(default_factory=list)
+
+    def part(self) -> Part | None:
+        if self.kind == "text":
+            text = "".join(self.text)
+            return TextPart(text=text) if text else None
+        if self.kind == "tool_use":
+            raw = "".join(self.json)
+            try:
+                arguments: object = json.loads(raw) if raw.strip() else {}
+            except ValueError:
+                arguments = raw
+            return ToolCallPart(id=self.id, name=self.name, arguments=_args(arguments))
+        return None
+
+
+@dataclass
+class _StreamState:
+    """Folds raw stream events into the final response; ``feed`` returns new text, if any."""
+
+    model: str
+    blocks: dict[int, _Block] = field(default_factory=dict)
+    usage: dict[str, int | None] = field(default_factory=dict)
+    raw_stop: str | None = None
+    stopped: bool = False
+
+    def feed(self, event: Any) -> str:
+        kind = event.type
+        if kind == "message_start":
+            self.model = event.message.model or self.model
+            self._take_usage(event.message.usage)
+        elif kind == "content_block_start":
+            block = event.content_block
+            self.blocks[event.index] = _Block(
+                kind=block.type, id=getattr(block, "id", ""), name=getattr(block, "name", "")
+            )
+            if isinstance(block, TextBlock) and block.text:
+                self.blocks[event.index].text.append(block.text)
+                return block.text
+        elif kind == "content_block_delta":
+            current = self.blocks.setdefault(event.index, _Block(kind="text"))
+            delta = event.delta
+            if delta.type == "text_delta":
+                current.text.append(delta.text)
+                return str(delta.text)
+            if delta.type == "input_json_delta":
+                current.json.append(delta.partial_json)
+        elif kind == "message_delta":
+            self.raw_stop = event.delta.stop_reason or self.raw_stop
+            self._take_usage(event.usage)  # cumulative counts: later values win
+        elif kind == "message_stop":
+            self.stopped = True
+        return ""
+
+    def _take_usage(self, usage: Any) -> None:
+        for name in (
+            "input_tokens",
+            "output_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+        ):
+            value = getattr(usage, name, None)
+            if value is not None:
+                self.usage[name] = value
+
+    def response(self) -> LLMResponse:
+        parts = [p for _, b in sorted(self.blocks.items()) if (p := b.part()) is not None]
+        return LLMResponse(
+            parts=tuple(parts),
+            stop_reason=_stop_reason(self.raw_stop),
+            usage=_usage(
+                self.usage.get("input_tokens"),
+                self.usage.get("output_tokens"),
+                self.usage.get("cache_creation_input_tokens"),
+                self.usage.get("cache_read_input_tokens"),
+            ),
+            model=self.model,
+            raw_stop_reason=self.raw_stop,
+        )

@@ -1,0 +1,41 @@
+"""Errors a provider raises, each one specific enough for the operator to act on."""
+
+from __future__ import annotations
+
+
+class LLMError(Exception):
+    """Base class of every provider error."""
+
+    def __init__(self, message: str, *, provider: str = "", status: int | None = None) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.status = status
+
+
+class ProviderAuthError(LLMError):
+    """401/403: the key is missing, wrong, or lacks access. Never retried."""
+
+    def __init__(self, provider: str, status: int | None, key_env: str, key_url: str) -> None:
+        super().__init__(
+            f"{provider} rejected the credentials (HTTP {status}). "
+            f"Check {key_env}; you can create or copy a key at {key_url}.",
+            provider=provider,
+            status=status,
+        )
+        self.key_env = key_env
+
+
+class ProviderRequestError(LLMError):
+    """The vendor refused the request itself (400, 404, 422): retrying cannot help."""
+
+
+class ProviderUnavailable(LLMError):
+    """Rate limited, overloaded, failing or unreachable, and every retry was used up."""
+
+    def __init__(self, message: str, *, provider: str, status: int | None, attempts: int) -> None:
+        super().__init__(message, provider=provider, status=status)
+        self.attempts = attempts
+
+
+class RealVendorCallBlocked(RuntimeError):
+    """Raised when a test would reach a real LLM vendor instead of a loopback server."""

@@ -1,0 +1,405 @@
+"""OpenAI Chat Completions provider: neutral types <-> the ``openai`` SDK (3.x).
+
+Chat Completions (not the Responses API) because every OpenAI-compatible local server speaks it:
+Ollama, vLLM, llama.cpp and LM Studio work by setting OPENAI_BASE_URL, and need no key (the SDK
+insists on one, so ``from_settings`` passes a placeholder).
+
+Why it is built this way:
+
+- The client is injected; ``from_settings`` builds one with ``max_retries=0`` (``bot.llm.retry``
+  governs) and an explicit key and URL, so the SDK never falls back to OPENAI_API_KEY /
+  OPENAI_BASE_URL from the environment behind the settings' back.
+- Caching is automatic on OpenAI (a stable prefix is cached), so ``CachePoint`` is ignored;
+  ``cache_key`` becomes ``prompt_cache_key``, which routes one conversation to one cache.
+- The output limit is ``max_completion_tokens`` on OpenAI's own hosts (``max_tokens`` is
+  deprecated there and rejected by reasoning models) and ``max_tokens`` elsewhere, because that is
+  the field every local server has always understood.
+- The wire has no error flag on tool results, so an error result is prefixed ``ERROR: ``.
+  Tool results must directly follow the assistant's ``tool_calls``, so a user message's tool
+  results are emitted as ``tool`` messages before the rest of its content.
+- A non-empty ``message.refusal`` is a refusal: its text becomes the response text so the user
+  sees why, and ``stop_reason`` is ``refusal``. Some local servers report ``stop`` for a turn that
+  called tools; tool calls win.
+- ``usage.prompt_tokens`` includes cached tokens; ``Usage.input_tokens`` is uncached only.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
+from urllib.parse import urlsplit
+
+import httpx2
+import openai
+from openai.types import CompletionUsage
+from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
+
+from bot.config import KEY_ENV, KEY_URL, ConfigError, Settings
+from bot.llm.base import SDKProvider
+from bot.llm.retry import Failure, RetryPolicy, Sleep, parse_retry_after
+from bot.llm.types import (
+    ImagePart,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    Part,
+    StopReason,
+    StreamEvent,
+    TextDelta,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+)
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Local OpenAI-compatible servers ignore the key, but the SDK refuses to start without one.
+NO_KEY_PLACEHOLDER = "not-needed"
+
+_RETRY_STATUSES = frozenset({408, 409, 429})
+# `type`/`code` values of an error sent inside a stream (`data: {"error": ...}`), where no
+# HTTP status tells us whether a retry could help.
+_RETRY_ERROR_KINDS = frozenset(
+    {"server_error", "rate_limit_exceeded", "rate_limit_error", "overloaded_error", "timeout"}
+)
+
+
+class _StreamCut(Exception):
+    """The stream ended without a ``finish_reason``: the answer was cut off in transit."""
+
+
+class OpenAIProvider(SDKProvider):
+    name: ClassVar[str] = "openai"
+    key_env: ClassVar[str] = KEY_ENV["openai"]
+    key_url: ClassVar[str] = KEY_URL["openai"]
+
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI,
+        *,
+        base_url: str | None,
+        retry: RetryPolicy | None = None,
+        sleep: Sleep | None = None,
+    ) -> None:
+        # The guard checks where requests really go: default to the client's own URL.
+        super().__init__(
+            base_url=base_url if base_url is not None else str(client.base_url),
+            retry=retry,
+            sleep=sleep,
+        )
+        self.client = client
+        self._owns_client = False
+        self._limit_field = (
+            "max_completion_tokens" if _is_openai_host(str(client.base_url)) else "max_tokens"
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, retry: RetryPolicy | None = None) -> Self:
+        """A provider with its own client (closed by ``aclose``), configured only by ``settings``."""
+        base_url = settings.base_url(cls.name)
+        key = settings.api_key(cls.name)
+        if key is None:
+            if not base_url:
+                settings.require_credentials(cls.name)  # raises ConfigError naming the variable
+                raise ConfigError(f"{cls.key_env} is not set; get a key at {cls.key_url}")
+            key = NO_KEY_PLACEHOLDER
+        base_url = base_url or DEFAULT_BASE_URL
+        client = openai.AsyncOpenAI(
+            api_key=key, base_url=base_url, timeout=settings.llm_timeout, max_retries=0
+        )
+        provider = cls(
+            client,
+            base_url=base_url,
+            retry=retry or RetryPolicy(max_retries=settings.llm_max_retries),
+        )
+        provider._owns_client = True
+        return provider
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self.client.close()
+
+    # -- calls -----------------------------------------------------------------------------
+    def _params(self, request: LLMRequest) -> dict[str, Any]:
+        params = build_params(request)
+        params[self._limit_field] = request.max_tokens
+        return params
+
+    async def _complete(self, request: LLMRequest) -> LLMResponse:
+        completion = await self.client.chat.completions.create(**self._params(request))
+        return parse_completion(completion, request.model)
+
+    async def _stream(self, request: LLMRequest) -> AsyncIterator[StreamEvent]:
+        stream = await self.client.chat.completions.create(
+            **self._params(request), stream=True, stream_options={"include_usage": True}
+        )
+        state = _StreamState(model=request.model)
+        try:
+            async for chunk in stream:
+                delta = state.feed(chunk)
+                if delta:
+                    yield TextDelta(text=delta)
+        finally:
+            await stream.close()
+        if state.finish is None:
+            raise _StreamCut("the openai stream ended without a finish_reason")
+        yield state.response()
+
+    def _classify(self, exc: BaseException) -> Failure:
+        if isinstance(exc, openai.APIStatusError):
+            return _classify_status(exc)
+        if isinstance(exc, openai.APITimeoutError):
+            return Failure(retryable=True, reason="request timed out")
+        if isinstance(exc, openai.APIConnectionError):
+            return Failure(retryable=True, reason=f"connection error: {exc.__cause__ or exc}")
+        if isinstance(exc, openai.APIError):  # an error event inside a stream
+            kinds = {str(exc.type), str(exc.code)}
+            return Failure(retryable=bool(kinds & _RETRY_ERROR_KINDS), reason=exc.message)
+        if isinstance(exc, httpx2.TransportError | _StreamCut):
+            return Failure(retryable=True, reason=f"{type(exc).__name__}: {exc}")
+        return Failure(retryable=False, reason=f"{type(exc).__name__}: {exc}")
+
+
+def _classify_status(exc: openai.APIStatusError) -> Failure:
+    status = exc.status_code
+    body = exc.body if isinstance(exc.body, dict) else {}
+    reason = str(body.get("message") or exc.message)
+    if status in (401, 403):
+        return Failure(retryable=False, status=status, reason=reason)
+    retryable = status in _RETRY_STATUSES or status >= 500
+    # The API says explicitly when a retry can (not) help; the SDK honours it, so do we.
+    should_retry = exc.response.headers.get("x-should-retry")
+    if should_retry in ("true", "false"):
+        retryable = should_retry == "true"
+    if not retryable:
+        return Failure(retryable=False, status=status, reason=reason)
+    return Failure(
+        retryable=True,
+        status=status,
+        retry_after=parse_retry_after(exc.response.headers),
+        reason=reason,
+    )
+
+
+def _is_openai_host(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    return host == "openai.com" or host.endswith((".openai.com", ".openai.azure.com"))
+
+
+# -- neutral request -> wire -----------------------------------------------------------------
+def build_params(request: LLMRequest) -> dict[str, Any]:
+    """``chat.completions.create`` arguments, without the output limit (it depends on the host)."""
+    messages: list[dict[str, Any]] = []
+    system = "\n\n".join(p.text for p in request.system if isinstance(p, TextPart) and p.text)
+    if system:
+        messages.append({"role": "system", "content": system})
+    for message in request.messages:
+        if message.role == "assistant":
+            messages.extend(_assistant(message))
+        else:
+            messages.extend(_user(message))
+    params: dict[str, Any] = {"model": request.model, "messages": messages}
+    if request.tools:
+        params["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": dict(t.parameters),
+                },
+            }
+            for t in request.tools
+        ]
+    if request.temperature is not None:
+        params["temperature"] = request.temperature
+    if request.cache_key:
+        params["prompt_cache_key"] = request.cache_key
+    return params
+
+
+def _assistant(message: Message) -> list[dict[str, Any]]:
+    text = "".join(p.text for p in message.parts if isinstance(p, TextPart))
+    calls = [
+        {
+            "id": p.id,
+            "type": "function",
+            "function": {"name": p.name, "arguments": json.dumps(p.arguments)},
+        }
+        for p in message.parts
+        if isinstance(p, ToolCallPart)
+    ]
+    if not text and not calls:
+        return []
+    wire: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        wire["tool_calls"] = calls
+    return [wire]
+
+
+def _user(message: Message) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
+        {
+            "role": "tool",
+            "tool_call_id": p.call_id,
+            "content": f"ERROR: {p.content}" if p.is_error else p.content,
+        }
+        for p in message.parts
+        if isinstance(p, ToolResultPart)
+    ]
+    content: list[dict[str, Any]] = []
+    for part in message.parts:
+        if isinstance(part, TextPart) and part.text:
+            content.append({"type": "text", "text": part.text})
+        elif isinstance(part, ImagePart):
+            content.append({"type": "image_url", "image_url": {"url": _image_url(part)}})
+    if len(content) == 1 and content[0]["type"] == "text":
+        out.append({"role": "user", "content": content[0]["text"]})
+    elif content:
+        out.append({"role": "user", "content": content})
+    return out
+
+
+def _image_url(part: ImagePart) -> str:
+    if part.data is not None:
+        return f"data:{part.mime};base64,{base64.b64encode(part.data).decode('ascii')}"
+    if part.url:
+        return part.url
+    raise ValueError("an ImagePart needs data or a url")
+
+
+# -- wire -> neutral response ----------------------------------------------------------------
+def parse_completion(completion: ChatCompletion, model: str = "") -> LLMResponse:
+    usage = _usage(completion.usage)
+    if not completion.choices:
+        return LLMResponse(parts=(), stop_reason="other", usage=usage, model=completion.model)
+    choice = completion.choices[0]
+    message = choice.message
+    parts: list[Part] = []
+    text = (message.content or "") + (message.refusal or "")
+    if text:
+        parts.append(TextPart(text=text))
+    for i, call in enumerate(message.tool_calls or []):
+        if isinstance(call, ChatCompletionMessageFunctionToolCall):
+            parts.append(
+                ToolCallPart(
+                    id=call.id or f"call_{i}",
+                    name=call.function.name,
+                    arguments=_arguments(call.function.arguments),
+                )
+            )
+    return LLMResponse(
+        parts=tuple(parts),
+        stop_reason=_stop_reason(
+            choice.finish_reason,
+            bool(message.refusal),
+            any(isinstance(p, ToolCallPart) for p in parts),
+        ),
+        usage=usage,
+        model=completion.model or model,
+        raw_stop_reason=choice.finish_reason,
+    )
+
+
+def _stop_reason(finish: str | None, refused: bool, called_tools: bool) -> StopReason:
+    if refused or finish == "content_filter":
+        return "refusal"
+    if finish in ("tool_calls", "function_call") or (called_tools and finish == "stop"):
+        return "tool_use"
+    if finish == "length":
+        return "max_tokens"
+    if finish == "stop":
+        return "end_turn"
+    return "other"
+
+
+def _usage(usage: CompletionUsage | None) -> Usage:
+    if usage is None:  # some local servers send none
+        return Usage()
+    details = usage.prompt_tokens_details
+    cached = (details.cached_tokens if details else None) or 0
+    return Usage(
+        input_tokens=max(0, (usage.prompt_tokens or 0) - cached),
+        output_tokens=usage.completion_tokens or 0,
+        cache_read_tokens=cached,
+    )
+
+
+def _arguments(raw: str | None) -> dict[str, Any]:
+    """Decode tool-call arguments; the model may emit broken JSON, which is kept, not fatal."""
+    if not raw or not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {"_raw": raw}
+    return value if isinstance(value, dict) else {"_raw": raw}
+
+
+@dataclass
+class _Call:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _StreamState:
+    """Folds chunks into the final response; ``feed`` returns new text, if any."""
+
+    model: str
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, _Call] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+    finish: str | None = None
+    refused: bool = False
+
+    def feed(self, chunk: Any) -> str:
+        if chunk.usage is not None:
+            self.usage = _usage(chunk.usage)
+        self.model = chunk.model or self.model
+        new: list[str] = []
+        for choice in chunk.choices:
+            if choice.index != 0:
+                continue
+            delta = choice.delta
+            for piece in (delta.content, delta.refusal):
+                if piece:
+                    new.append(piece)
+            self.refused = self.refused or bool(delta.refusal)
+            for call in delta.tool_calls or ():
+                index = getattr(call, "index", None)
+                slot = self.calls.setdefault(len(self.calls) if index is None else index, _Call())
+                slot.id = call.id or slot.id
+                if call.function is not None:
+                    slot.name = call.function.name or slot.name
+                    if call.function.arguments:
+                        slot.arguments.append(call.function.arguments)
+            if choice.finish_reason:
+                self.finish = choice.finish_reason
+        self.text.extend(new)
+        return "".join(new)
+
+    def response(self) -> LLMResponse:
+        parts: list[Part] = []
+        text = "".join(self.text)
+        if text:
+            parts.append(TextPart(text=text))
+        for index, call in sorted(self.calls.items()):
+            parts.append(
+                ToolCallPart(
+                    id=call.id or f"call_{index}",
+                    name=call.name,
+                    arguments=_arguments("".join(call.arguments)),
+                )
+            )
+        return LLMResponse(
+            parts=tuple(parts),
+            stop_reason=_stop_reason(self.finish, self.refused, bool(self.calls)),
+            usage=self.usage,
+            model=self.model,
+            raw_stop_reason=self.finish,
+        )

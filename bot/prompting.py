@@ -1,0 +1,92 @@
+"""Turn a conversation into an ``LLMRequest`` whose prefix the provider's cache can reuse.
+
+Order matters for caching: the static system text first (then a cache point), then the history
+(every earlier turn is rendered from stored entries the same way each time, so it is
+byte-identical from one request to the next), and only then the new message. Anything that
+changes per request (the new message, later the user's pins and the local time) comes last.
+
+Text that users wrote is wrapped in ``<user_message>`` data blocks; the system prompt tells the
+model those blocks are data, not instructions, and ``_quote`` keeps a user from closing the block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bot.events import ChatMessage
+from bot.history import HistoryEntry
+from bot.llm.types import CachePoint, LLMRequest, Message, SystemPart, TextPart
+
+_TAG = "user_message"
+
+
+def _quote(text: str) -> str:
+    # A user must not be able to end the data block and speak as the system.
+    return text.replace(f"</{_TAG}", f"&lt;/{_TAG}").replace(f"<{_TAG}", f"&lt;{_TAG}")
+
+
+def _attr(value: str) -> str:
+    return (
+        value.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;").replace("\n", " ")
+    )
+
+
+def render_user_text(author_name: str, text: str) -> str:
+    """How one user's message appears to the model: a data block naming its author."""
+    return f'<{_TAG} from="{_attr(author_name)}">\n{_quote(text)}\n</{_TAG}>'
+
+
+@dataclass(frozen=True)
+class PromptAssembler:
+    """Builds requests for one deployment: model, static system text and output limit."""
+
+    model: str
+    system_prompt: str
+    max_tokens: int = 1024
+
+    @property
+    def system(self) -> tuple[SystemPart, ...]:
+        return (TextPart(text=self.system_prompt), CachePoint())
+
+    def history_messages(self, history: Sequence[HistoryEntry]) -> list[Message]:
+        """Stored entries as alternating messages (consecutive same-role entries are merged)."""
+        messages: list[Message] = []
+        for entry in history:
+            text = (
+                render_user_text(entry.author_name or "user", entry.text)
+                if entry.role == "user"
+                else entry.text
+            )
+            part = TextPart(text=text)
+            if messages and messages[-1].role == entry.role:
+                last = messages.pop()
+                messages.append(Message(role=last.role, parts=(*last.parts, part)))
+            else:
+                messages.append(Message(role=entry.role, parts=(part,)))
+        # A conversation must start with the user; drop a leading assistant line left by a cap.
+        while messages and messages[0].role != "user":
+            messages.pop(0)
+        return messages
+
+    def build(self, message: ChatMessage, history: Sequence[HistoryEntry]) -> LLMRequest:
+        messages = self.history_messages(history)
+        new = TextPart(
+            text=render_user_text(message.author.display_name or message.author.id, message.text)
+        )
+        if messages and messages[-1].role == "user":
+            last = messages.pop()
+            messages.append(Message(role="user", parts=(*last.parts, new)))
+        else:
+            if messages:
+                # Cache the conversation so far: the next request reads it from the cache.
+                last = messages.pop()
+                messages.append(Message(role=last.role, parts=(*last.parts, CachePoint())))
+            messages.append(Message(role="user", parts=(new,)))
+        return LLMRequest(
+            model=self.model,
+            system=self.system,
+            messages=tuple(messages),
+            max_tokens=self.max_tokens,
+            cache_key=str(message.conversation),
+        )

@@ -1,0 +1,196 @@
+"""The router: inbound message -> dedupe -> command or agent turn -> reply -> history.
+
+Messages of one conversation are handled strictly in order by one worker task per active
+conversation; different conversations run concurrently up to a limit. The router keeps a
+reference to every task it spawns and cancels them on ``close``.
+
+Delivery is at-least-once, so each message is claimed in Redis with ``SET NX`` before work
+starts and marked done in the same pipeline that appends the history: a redelivered message that
+was already answered is skipped, never answered twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from bot import keys
+from bot.agent import Agent
+from bot.bus import Delivery, EventBus
+from bot.commands import Commands
+from bot.events import ChatMessage, ConversationKey, Reply, utcnow
+from bot.history import HistoryEntry, HistoryStore
+from bot.llm.errors import LLMError
+from bot.prompting import PromptAssembler
+
+log = logging.getLogger("chorus.router")
+
+INBOUND = "inbound"
+APOLOGY = "Sorry, I couldn't reach the language model just now. Please try again in a moment."
+CRASH_APOLOGY = "Sorry, something went wrong while answering. Please try again."
+
+
+def outbound_topic(platform: str) -> str:
+    return f"outbound:{platform}"
+
+
+@dataclass(frozen=True)
+class RouterLimits:
+    max_message_chars: int = 8000
+    concurrency: int = 32
+    claim_seconds: int = 600
+    done_seconds: int = 3 * 24 * 3600
+
+
+class Router:
+    def __init__(
+        self,
+        *,
+        bus: EventBus,
+        redis: Redis,
+        history: HistoryStore,
+        assembler: PromptAssembler,
+        agent: Agent,
+        commands: Commands,
+        limits: RouterLimits | None = None,
+    ) -> None:
+        self.bus = bus
+        self.redis = redis
+        self.history = history
+        self.assembler = assembler
+        self.agent = agent
+        self.commands = commands
+        self.limits = limits or RouterLimits()
+        self._queues: dict[ConversationKey, deque[Delivery[ChatMessage]]] = {}
+        self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
+        self._slots = asyncio.Semaphore(self.limits.concurrency)
+
+    async def run(self) -> None:
+        """Consume the inbound topic until the bus closes."""
+        async for delivery in self.bus.consume(INBOUND, ChatMessage, group="agent"):
+            self._dispatch(delivery)
+        await self.join()
+
+    async def join(self) -> None:
+        while self._workers:
+            await asyncio.gather(*list(self._workers.values()), return_exceptions=True)
+
+    async def close(self) -> None:
+        for task in list(self._workers.values()):
+            task.cancel()
+        await asyncio.gather(*list(self._workers.values()), return_exceptions=True)
+
+    def _dispatch(self, delivery: Delivery[ChatMessage]) -> None:
+        conv = delivery.event.conversation
+        self._queues.setdefault(conv, deque()).append(delivery)
+        if conv not in self._workers:
+            self._workers[conv] = asyncio.create_task(self._drain(conv), name=f"conv:{conv}")
+
+    async def _drain(self, conv: ConversationKey) -> None:
+        queue = self._queues[conv]
+        try:
+            while queue:
+                delivery = queue.popleft()
+                async with self._slots:
+                    await self._handle(delivery)
+        finally:
+            self._workers.pop(conv, None)
+            if not queue:
+                self._queues.pop(conv, None)
+
+    async def _handle(self, delivery: Delivery[ChatMessage]) -> None:
+        message = delivery.event
+        done_key = keys.dedupe(message.platform, message.id)
+        try:
+            claimed = await self.redis.set(
+                done_key, "claimed", nx=True, ex=self.limits.claim_seconds
+            )
+            if not claimed:
+                log.info(
+                    "duplicate message skipped",
+                    extra={"platform": message.platform, "message_id": message.id},
+                )
+                return
+            await self._answer(message, done_key)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(
+                "failed to handle message",
+                extra={"platform": message.platform, "message_id": message.id},
+            )
+            await self._send(message, CRASH_APOLOGY, is_error=True)
+        finally:
+            await delivery.ack()
+
+    async def _answer(self, message: ChatMessage, done_key: str) -> None:
+        if len(message.text) > self.limits.max_message_chars:
+            await self._send(
+                message,
+                f"That message is {len(message.text):,} characters long; I can read at most "
+                f"{self.limits.max_message_chars:,}. Please shorten it.",
+                is_error=True,
+            )
+            await self.redis.set(done_key, "done", ex=self.limits.done_seconds)
+            return
+        command_reply = await self.commands.handle(message)
+        if command_reply is not None:
+            await self._send(message, command_reply)
+            await self.redis.set(done_key, "done", ex=self.limits.done_seconds)
+            return
+
+        history = await self.history.load(message.conversation)
+        request = self.assembler.build(message, history)
+        try:
+            result = await self.agent.run(request)
+        except LLMError as exc:
+            log.error(
+                "no answer from the model",
+                extra={
+                    "platform": message.platform,
+                    "message_id": message.id,
+                    "error": str(exc),
+                    "error_type": type(exc).__name__,
+                },
+            )
+            # Release the claim so a redelivery may try again.
+            await self.redis.delete(done_key)
+            await self._send(message, APOLOGY, is_error=True)
+            return
+        await self._send(message, result.text)
+        now = utcnow()
+        await self.history.append(
+            message.conversation,
+            HistoryEntry(
+                role="user",
+                text=message.text,
+                message_id=message.id,
+                author_id=message.author.id,
+                author_name=message.author.display_name or message.author.id,
+                at=message.sent_at,
+            ),
+            HistoryEntry(
+                role="assistant",
+                text=result.text,
+                message_id=None,
+                author_id=None,
+                author_name="",
+                at=now,
+            ),
+        )
+        await self.redis.set(done_key, "done", ex=self.limits.done_seconds)
+
+    async def _send(self, message: ChatMessage, text: str, *, is_error: bool = False) -> None:
+        reply = Reply(
+            conversation=message.conversation,
+            text=text,
+            reply_to_id=message.id,
+            addressed_user_ids=(message.author.id,),
+            in_reply_to_platform=message.platform,
+            is_error=is_error,
+        )
+        await self.bus.publish(outbound_topic(message.platform), reply)

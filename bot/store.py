@@ -1,0 +1,133 @@
+"""Redis connections from one URL (CHORUS_REDIS_URL), real or embedded.
+
+``memory://`` needs no server: it is fakeredis, a Redis-compatible store inside the process, so
+``make run`` works out of the box and tests run the same code as production. ``memory://NAME``
+names one store per process: every client connected to the same name sees the same data (the
+router and the insights worker of one process share state), different names are isolated, and
+the data lives as long as the process. Bare ``memory://`` is the process's default store; an
+optional ``/N`` path selects database N, as for Redis.
+
+``redis://``, ``rediss://`` and ``unix://`` go to redis-py's ``from_url``. Both kinds decode
+responses to ``str``. ``connect`` pings once, so a wrong host fails at startup with a message
+naming CHORUS_REDIS_URL (password masked), not at the first message with a traceback.
+
+Whoever calls ``connect`` owns the client and closes it: ``await client.aclose()`` (or
+``async with client:``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import threading
+from urllib.parse import urlsplit, urlunsplit
+
+import fakeredis
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import RedisError
+
+from bot.config import ConfigError, check_redis_url
+
+log = logging.getLogger("chorus.store")
+
+VARIABLE = "CHORUS_REDIS_URL"
+EXAMPLE = "memory:// (embedded) or redis://127.0.0.1:6379/0"
+
+# A few quick retries ride over a blip (failover, restart); longer outages surface as errors the
+# caller handles instead of stalling every message for seconds.
+_RETRIES = 3
+_PING_TIMEOUT = 2.0
+
+_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&#]*")
+
+_memory_servers: dict[str, fakeredis.FakeServer] = {}
+_memory_lock = threading.Lock()
+
+
+class StoreUnavailable(ConfigError):
+    """The URL is well-formed but the Redis there did not answer (or refused us)."""
+
+
+async def connect(url: str, *, connect_timeout: float = 5.0) -> Redis:
+    """A connected client for ``url``; raises ``ConfigError`` if it is malformed or unreachable.
+
+    ``connect_timeout`` bounds the TCP connect and the first PING, so a black-holed host fails
+    at startup instead of hanging it.
+    """
+    try:
+        check_redis_url(url)
+    except ValueError as exc:
+        raise ConfigError(
+            f"{VARIABLE}={mask_url(url)!r} is invalid: {exc}; use {EXAMPLE}"
+        ) from None
+    parts = urlsplit(url)
+    if parts.scheme == "memory":
+        return _memory_client(parts.netloc, parts.path)
+    try:
+        client = Redis.from_url(
+            url,
+            decode_responses=True,
+            socket_connect_timeout=connect_timeout,
+            retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), _RETRIES),
+        )
+    except (ValueError, TypeError) as exc:  # bad query-string options, e.g. ?db=x
+        message = _scrub(str(exc), parts.password)
+        raise ConfigError(f"{VARIABLE}={mask_url(url)!r} is invalid: {message}") from None
+    try:
+        async with asyncio.timeout(connect_timeout):
+            await client.ping()
+    except (RedisError, OSError, TimeoutError) as exc:
+        await client.aclose()
+        reason = (
+            f"no answer within {connect_timeout:g}s" if isinstance(exc, TimeoutError) else str(exc)
+        )
+        reason = _scrub(reason.rstrip(". ") or type(exc).__name__, parts.password)
+        raise StoreUnavailable(
+            f"cannot use the Redis at {VARIABLE}={mask_url(url)}: {reason}; start Redis there, "
+            "fix the URL (host, port, password), or use memory:// for the embedded store"
+        ) from None
+    return client
+
+
+async def ping(client: Redis) -> bool:
+    """Health check: True when the store answers within a couple of seconds."""
+    try:
+        async with asyncio.timeout(_PING_TIMEOUT):
+            return bool(await client.ping())
+    except (RedisError, OSError, TimeoutError):
+        log.debug("redis ping failed", exc_info=True)
+        return False
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password (in the userinfo or a ``password=`` option) replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "(unparsable URL)"
+    if password:
+        userinfo, _, hostinfo = parts.netloc.rpartition("@")
+        url = urlunsplit(parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{hostinfo}"))
+    return _QUERY_PASSWORD.sub(r"\1***", url)
+
+
+def _memory_client(name: str, path: str) -> Redis:
+    db_text = path.strip("/")
+    if db_text and not db_text.isdigit():
+        raise ConfigError(
+            f"{VARIABLE}=memory://{name}{path}: the path must be a database number "
+            "(memory://NAME/0) or empty"
+        )
+    with _memory_lock:
+        server = _memory_servers.get(name)
+        if server is None:
+            server = _memory_servers[name] = fakeredis.FakeServer()
+    return fakeredis.FakeAsyncRedis(server=server, db=int(db_text or 0), decode_responses=True)
+
+
+def _scrub(text: str, password: str | None) -> str:
+    return text.replace(password, "***") if password else text

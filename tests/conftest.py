@@ -1,0 +1,216 @@
+"""Shared fixtures: no real LLM, no leaked developer settings, and a guaranteed real Redis.
+
+* Real vendor calls are blocked for this process and every subprocess it starts.
+* Settings-shaped variables from the developer's shell (vendor keys, base URLs, ``CHORUS_*``,
+  platform tokens) are removed at import and restored at exit; each test also runs in its own
+  empty working directory, so nobody's ``.env`` is read. Tests that need a file of the repository
+  locate it from ``__file__``, never from the working directory.
+* ``redis_url`` runs a test twice, marked ``redis``: against the embedded store
+  (``memory://test-<tag>``) and a real Redis server (``-k real`` / ``-k memory`` pick one). The real one is ``CHORUS_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/15``);
+  if nothing answers there, a private ``redis-server`` is started for the session. With neither,
+  the real half is skipped with a banner at the end of the run, and under ``CI=true`` it fails.
+* Tests sharing a real server are isolated by ``key_tag``: put it in every conversation or id
+  you create; afterwards every key containing it is deleted. Nothing is flushed, so two test
+  runs (or a developer's data in another key) can share the server safely.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from redis.asyncio import Redis
+
+os.environ["CHORUS_BLOCK_REAL_LLM"] = "1"
+
+from bot import store  # (imported after the guard's variable is set)
+from bot.llm import guard
+
+guard.block_real_calls()
+
+_KEEP = {"CHORUS_BLOCK_REAL_LLM", "CHORUS_TEST_REDIS_URL"}
+_LEAKY = re.compile(
+    r"^(CHORUS_|ANTHROPIC_|OPENAI_|GEMINI_|GOOGLE_API_KEY$|GOOGLE_GEMINI_|GOOGLE_GENAI_"
+    r"|DISCORD_|SLACK_|TWITCH_|YOUTUBE_)|_BASE_URL$"
+)
+
+
+def _leaky_names() -> list[str]:
+    return [name for name in os.environ if _LEAKY.search(name) and name not in _KEEP]
+
+
+_TEST_REDIS_URL = os.environ.get("CHORUS_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+_saved_env = {name: os.environ.pop(name) for name in _leaky_names()}
+_real_redis_problem: list[str] = []
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    os.environ.update(_saved_env)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test: an empty cwd (no stray ``.env``) and no settings leaked by an earlier test."""
+    monkeypatch.chdir(tmp_path)
+    for name in _leaky_names():
+        monkeypatch.delenv(name)
+
+
+# -- real Redis ---------------------------------------------------------------------------------
+def _answers(url: str) -> bool:
+    client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1, retry=None)
+    try:
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+    finally:
+        client.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _start_redis_server(binary: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a throwaway server and wait for its "Ready" log line (not a sleep loop)."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert proc.stdout is not None
+    output = b""
+    deadline = time.monotonic() + 15
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while b"Ready to accept connections" not in output:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not selector.select(timeout=remaining):
+                break
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:  # the server exited
+                break
+            output += chunk
+        else:
+            url = f"redis://127.0.0.1:{port}/15"
+            with redis.Redis.from_url(url) as client:
+                client.config_set("loglevel", "warning")  # keep the unread pipe quiet
+            return proc, url
+    _stop(proc)
+    raise RuntimeError("redis-server did not start:\n" + output.decode(errors="replace")[-2000:])
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+
+
+@pytest.fixture(scope="session")
+def real_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a real Redis server for this session (skips or, in CI, fails without one)."""
+    if _answers(_TEST_REDIS_URL):
+        yield _TEST_REDIS_URL
+        return
+    binary = shutil.which("redis-server")
+    problem = f"no Redis answered at {store.mask_url(_TEST_REDIS_URL)} (CHORUS_TEST_REDIS_URL)"
+    if binary:
+        try:
+            proc, url = _start_redis_server(binary, tmp_path_factory.mktemp("redis"))
+        except RuntimeError as exc:
+            problem += f" and starting {binary} failed: {exc}"
+        else:
+            try:
+                yield url
+            finally:
+                _stop(proc)
+            return
+    else:
+        problem += " and redis-server is not installed"
+    _real_redis_problem.append(problem)
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true requires a real Redis: {problem}", pytrace=False)
+    pytest.skip(f"real Redis unavailable: {problem}")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _real_redis_problem:
+        return
+    outcome = "FAILED (CI=true)" if os.environ.get("CI", "").lower() == "true" else "SKIPPED"
+    terminalreporter.section("REAL REDIS TESTS NOT RUN", sep="!", red=True, bold=True)
+    terminalreporter.write_line(
+        f"The real-Redis half of every @pytest.mark.redis test was {outcome}: "
+        f"{_real_redis_problem[0]}.",
+        red=True,
+        bold=True,
+    )
+    terminalreporter.write_line(
+        "Start Redis on 127.0.0.1:6379, install redis-server, or set CHORUS_TEST_REDIS_URL.",
+        red=True,
+    )
+
+
+@pytest.fixture
+def key_tag() -> str:
+    """A tag unique to this test; put it in the conversations and ids the test writes."""
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("memory", id="memory", marks=pytest.mark.redis),
+        pytest.param("real", id="real", marks=pytest.mark.redis),
+    ]
+)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """A store URL, once embedded and once a real server; real keys with ``key_tag`` are removed."""
+    if request.param == "memory":
+        yield f"memory://test-{key_tag}"
+        return
+    url: str = request.getfixturevalue("real_redis_url")
+    yield url
+    client = redis.Redis.from_url(url)
+    try:
+        doomed = list(client.scan_iter(match=f"*{key_tag}*", count=1000))
+        if doomed:
+            client.delete(*doomed)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
+    client = await store.connect(redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()

@@ -1,0 +1,104 @@
+"""A small aiohttp server base for loopback stand-ins of vendor and platform APIs.
+
+Each vendor server records every request (path, headers, JSON body) and answers from a script:
+queued failures first (status, body, headers), then queued reply texts, then ``default_reply``.
+The real SDKs are pointed at ``server.url`` so their own request and parsing code runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class ScriptedFailure:
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _default_reply(body: Any) -> str:
+    return "ok"
+
+
+class LoopbackServer:
+    """Subclasses add routes in ``routes()``; ``start()`` binds 127.0.0.1 on a free port."""
+
+    def __init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self.failures: deque[ScriptedFailure] = deque()
+        self.replies: deque[Any] = deque()
+        self.default_reply: Callable[[Any], Any] = _default_reply
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    def routes(self) -> list[web.RouteDef]:
+        raise NotImplementedError
+
+    async def start(self) -> LoopbackServer:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.add_routes(self.routes())
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        sockets = site._server.sockets  # type: ignore[union-attr]
+        port = sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> LoopbackServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- helpers for subclasses -------------------------------------------------------------
+    async def record(self, request: web.Request) -> Recorded:
+        raw = await request.read()
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode("utf-8", "replace")
+        rec = Recorded(
+            method=request.method,
+            path=request.path,
+            query=dict(request.query),
+            headers={k.lower(): v for k, v in request.headers.items()},
+            body=body,
+        )
+        self.requests.append(rec)
+        return rec
+
+    def next_failure(self) -> web.Response | None:
+        if not self.failures:
+            return None
+        failure = self.failures.popleft()
+        return web.json_response(failure.body, status=failure.status, headers=failure.headers)
+
+    def next_reply(self, body: Any) -> Any:
+        return self.replies.popleft() if self.replies else self.default_reply(body)
+
+    @property
+    def bodies(self) -> list[Any]:
+        return [r.body for r in self.requests]

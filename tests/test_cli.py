@@ -1,0 +1,59 @@
+"""The ``chorus`` command's configuration errors and ``chorus config``, as a real process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bot.config import NO_LLM_MESSAGE
+from tests.test_chat_e2e import base_env, run_chorus
+
+
+async def test_run_without_an_llm_exits_nonzero_with_one_clear_message(tmp_path: Path) -> None:
+    code, out, err = await run_chorus(["run"], base_env(tmp_path), tmp_path)
+    assert code == 2
+    assert out == ""
+    assert err.strip() == f"chorus: {NO_LLM_MESSAGE}"
+
+
+async def test_unknown_provider_is_named(tmp_path: Path) -> None:
+    env = base_env(tmp_path) | {"CHORUS_MODEL": "mistral:large"}
+    code, _, err = await run_chorus(["chat"], env, tmp_path, b"hi\n")
+    assert code == 2
+    assert "unknown provider 'mistral'" in err and "Traceback" not in err
+
+
+async def test_malformed_redis_url_is_named(tmp_path: Path) -> None:
+    env = base_env(tmp_path) | {
+        "CHORUS_MODEL": "openai:gpt-test",
+        "OPENAI_API_KEY": "k",
+        "CHORUS_REDIS_URL": "redis//nope",
+    }
+    code, _, err = await run_chorus(["chat"], env, tmp_path, b"hi\n")
+    assert code == 2
+    assert "CHORUS_REDIS_URL" in err and "Traceback" not in err
+
+
+async def test_unreachable_redis_is_reported_without_the_password(tmp_path: Path) -> None:
+    env = base_env(tmp_path) | {
+        "CHORUS_MODEL": "openai:gpt-test",
+        "OPENAI_API_KEY": "k",
+        "CHORUS_REDIS_URL": "redis://:pw-s3cret-xyz@127.0.0.1:1/0",
+    }
+    code, _, err = await run_chorus(["chat"], env, tmp_path, b"hi\n")
+    assert code == 2
+    assert "CHORUS_REDIS_URL" in err and "pw-s3cret-xyz" not in err and "Traceback" not in err
+
+
+async def test_config_masks_secrets_and_lists_what_is_missing(tmp_path: Path) -> None:
+    env = base_env(tmp_path) | {
+        "ANTHROPIC_API_KEY": "sk-ant-supersecret-abcd1234",
+        "CHORUS_REDIS_URL": "redis://:redispass99@127.0.0.1:6379/0",
+    }
+    code, out, err = await run_chorus(["config"], env, tmp_path)
+    assert code == 0, err
+    assert "supersecret" not in out and "redispass99" not in out
+    assert "****1234" in out
+    assert "anthropic:claude-sonnet-4-5" in out  # inferred from the one configured vendor
+    code, out, _ = await run_chorus(["config"], base_env(tmp_path), tmp_path)
+    assert code == 0
+    assert "Missing:" in out and "CHORUS_MODEL" in out
