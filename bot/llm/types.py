@@ -102,6 +102,15 @@ class LLMRequest(BaseModel):
     cache_key: str | None = Field(
         default=None, description="OpenAI prompt_cache_key: routes one conversation to one cache"
     )
+    response_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="a JSON schema the answer's text must match (structured output); each "
+        "provider maps it to its vendor's native structured-output option",
+    )
+    reasoning: Literal["off", "low", "medium", "high"] = Field(
+        default="off",
+        description="extended thinking (Anthropic budget) or reasoning effort (OpenAI, Gemini)",
+    )
 
 
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal", "stop_sequence", "other"]

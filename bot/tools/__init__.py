@@ -1,0 +1,1 @@
+"""Tools the agent can call: Python functions, built-ins and MCP servers."""
