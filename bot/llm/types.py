@@ -35,6 +35,21 @@ class ToolCallPart(_Part):
     id: str
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+    signature: str | None = Field(
+        default=None, description="an opaque vendor token to send back with the call (Gemini)"
+    )
+
+
+class ThinkingPart(_Part):
+    """A model's reasoning block. Kept only to be sent back unchanged within one tool loop
+    (Anthropic requires the signed block before the tool results); never shown to users and
+    never stored in history."""
+
+    type: Literal["thinking"] = "thinking"
+    text: str = ""
+    signature: str | None = None
+    redacted: bool = False
+    vendor: str = ""
 
 
 class ToolResultPart(_Part):
@@ -52,7 +67,7 @@ class CachePoint(_Part):
 
 
 Part = Annotated[
-    TextPart | ImagePart | ToolCallPart | ToolResultPart | CachePoint,
+    TextPart | ImagePart | ToolCallPart | ToolResultPart | CachePoint | ThinkingPart,
     Field(discriminator="type"),
 ]
 SystemPart = Annotated[TextPart | CachePoint, Field(discriminator="type")]
