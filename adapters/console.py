@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Callable
-from typing import BinaryIO, TextIO, TypeVar
+from typing import Protocol, TextIO, TypeVar
 
 from bot.bus import EventBus
 from bot.events import Author, ChatMessage, ConversationKey, Reply, Role
@@ -30,7 +31,11 @@ READ_CAP_BYTES = 1024 * 1024
 T = TypeVar("T")
 
 
-def read_line(stream: BinaryIO, cap: int = READ_CAP_BYTES) -> tuple[bytes, bool] | None:
+class LineSource(Protocol):
+    def readline(self, limit: int = -1, /) -> bytes: ...
+
+
+def read_line(stream: LineSource, cap: int = READ_CAP_BYTES) -> tuple[bytes, bool] | None:
     """One line without its ending, and whether it was cut at ``cap``; None at end of input.
 
     The rest of an over-long line is read and thrown away so it cannot exhaust memory.
@@ -49,6 +54,38 @@ def read_line(stream: BinaryIO, cap: int = READ_CAP_BYTES) -> tuple[bytes, bool]
     return line[:cap], True
 
 
+class FdLineReader:
+    """``readline(limit)`` straight from a file descriptor with ``os.read``.
+
+    ``sys.stdin.buffer`` takes a lock while a read blocks; a daemon thread parked in it when the
+    user presses Ctrl-C makes the interpreter abort at shutdown ("could not acquire lock for
+    <stdin>"). ``os.read`` holds no Python lock, so the blocked thread is simply abandoned.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buffer = b""
+        self._eof = False
+
+    def readline(self, limit: int = -1) -> bytes:
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0 and (limit < 0 or end < limit):
+                line, self._buffer = self._buffer[: end + 1], self._buffer[end + 1 :]
+                return line
+            if limit >= 0 and len(self._buffer) >= limit:
+                line, self._buffer = self._buffer[:limit], self._buffer[limit:]
+                return line
+            if self._eof:
+                line, self._buffer = self._buffer, b""
+                return line
+            chunk = os.read(self.fd, 65536)
+            if chunk:
+                self._buffer += chunk
+            else:
+                self._eof = True
+
+
 def decode_line(raw: bytes, number: int) -> tuple[str | None, str | None]:
     """(text, None) for a usable line or (None, notice) saying why the line is skipped."""
     try:
@@ -63,7 +100,7 @@ def decode_line(raw: bytes, number: int) -> tuple[str | None, str | None]:
     return text, None
 
 
-def _in_daemon_thread(fn: Callable[[BinaryIO], T], arg: BinaryIO) -> asyncio.Future[T]:
+def _in_daemon_thread(fn: Callable[[LineSource], T], arg: LineSource) -> asyncio.Future[T]:
     """Run a blocking read in a daemon thread.
 
     ``asyncio.to_thread`` would use the default executor, which ``asyncio.run`` joins on exit:
@@ -100,7 +137,7 @@ class ConsoleAdapter:
         self,
         bus: EventBus,
         *,
-        stdin: BinaryIO,
+        stdin: LineSource,
         stdout: TextIO,
         user: str = "you",
         interactive: bool = False,

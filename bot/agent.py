@@ -1,20 +1,46 @@
-"""The agent: one model turn over a Provider, shaped so the bounded tool loop slots in.
+"""The agent: a bounded, total, Claude-style tool loop over any Provider.
 
-``run`` takes a fully assembled ``LLMRequest`` and returns an ``AgentResult`` that always has a
-reason for how the turn ended. Today a turn is one model call; the tool loop extends ``run``
-with iterations (tool calls -> tool results -> next call) without changing its signature.
+The semantics follow Anthropic's own tool runner: call the model; if it asked for tools, run
+every call of that response concurrently, send the results back, and call again; stop on a
+final answer, a refusal, the iteration cap (``CHORUS_MAX_TOOL_ITERATIONS``) or the turn's
+wall-clock budget (``CHORUS_TURN_BUDGET``). Nothing a tool does can crash the loop (the Toolbox
+turns unknown, raising and timed-out tools into ``is_error`` results), every exit is logged with
+its reason, and usage is summed over the turn.
+
+Caching within a loop: each iteration moves one cache point to the end of the newest tool
+results, so iteration N+1 reads everything iteration N sent from the cache. The other points
+(tools, system text, end of history) come from the request and stay where they are; together
+that is at most four, Anthropic's limit. The new message and its volatile context sit after the
+history's cache point, so the cross-turn prefix never contains them; within one turn they are
+constant and are cached along with the loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from bot.llm.base import Provider
-from bot.llm.types import LLMRequest, StopReason, Usage
+from bot.llm.caching import cache_missed
+from bot.llm.types import (
+    CachePoint,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    Part,
+    StopReason,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+)
+from bot.tools.base import ToolContext
 
 log = logging.getLogger("chorus.agent")
 
@@ -24,6 +50,8 @@ class ExitReason(StrEnum):
     REFUSED = "refused"
     MAX_TOKENS = "max_tokens"
     EMPTY = "empty"
+    MAX_ITERATIONS = "max_iterations"
+    BUDGET = "budget"
 
 
 class AgentResult(BaseModel):
@@ -31,53 +59,186 @@ class AgentResult(BaseModel):
 
     text: str
     exit_reason: ExitReason
-    stop_reason: StopReason
+    stop_reason: StopReason | None
     usage: Usage
     iterations: int
     llm_seconds: float
+    tool_calls: int = 0
+    tool_errors: int = 0
+
+
+class ToolRunner(Protocol):
+    """What the loop needs of a Toolbox."""
+
+    async def execute_all(
+        self, calls: Sequence[ToolCallPart], ctx: ToolContext
+    ) -> list[ToolResultPart]: ...
+
+
+@dataclass(frozen=True)
+class LoopLimits:
+    max_iterations: int = 24
+    budget_seconds: float = 120.0
 
 
 REFUSAL_FALLBACK = "Sorry, I can't help with that."
 EMPTY_FALLBACK = "Sorry, I don't have an answer to that."
+ITERATIONS_FALLBACK = (
+    "Sorry, that needed more steps than I'm allowed to take for one message. "
+    "Could you break it into smaller questions?"
+)
+BUDGET_FALLBACK = "Sorry, that's taking me too long. Please try again, or ask something smaller."
 
 
 class Agent:
-    def __init__(self, provider: Provider) -> None:
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        tools: ToolRunner | None = None,
+        limits: LoopLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.provider = provider
+        self.tools = tools
+        self.limits = limits or LoopLimits()
+        self._clock = clock
 
-    async def run(self, request: LLMRequest) -> AgentResult:
-        started = time.perf_counter()
-        response = await self.provider.complete(request)
-        elapsed = time.perf_counter() - started
-        text = response.text.strip()
-        if response.stop_reason == "refusal":
-            reason, text = ExitReason.REFUSED, text or REFUSAL_FALLBACK
-        elif not text:
-            reason, text = ExitReason.EMPTY, EMPTY_FALLBACK
-        elif response.stop_reason == "max_tokens":
-            reason = ExitReason.MAX_TOKENS
-        else:
-            reason = ExitReason.ANSWERED
-        usage = response.usage
+    async def run(self, request: LLMRequest, ctx: ToolContext | None = None) -> AgentResult:
+        """One turn: model calls and tool calls until an exit rule fires. Never raises for a
+        tool's sake; provider errors (after the provider's own retries) propagate."""
+        deadline = self._clock() + self.limits.budget_seconds
+        messages = list(request.messages)
+        usage = Usage()
+        llm_seconds = 0.0
+        calls_made = errors = 0
+        last_text = ""
+        response: LLMResponse | None = None
+        iteration = 0
+        reason: ExitReason
+        while True:
+            if iteration >= self.limits.max_iterations:
+                reason = ExitReason.MAX_ITERATIONS
+                break
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                reason = ExitReason.BUDGET
+                break
+            iteration += 1
+            call = request.model_copy(update={"messages": tuple(messages)})
+            started = time.perf_counter()
+            try:
+                async with asyncio.timeout(remaining):
+                    response = await self.provider.complete(call)
+            except TimeoutError:
+                llm_seconds += time.perf_counter() - started
+                reason = ExitReason.BUDGET
+                break
+            llm_seconds += time.perf_counter() - started
+            usage += response.usage
+            self._report_cache(request.model, response.usage, iteration)
+            last_text = response.text.strip() or last_text
+            if response.stop_reason == "refusal":
+                reason = ExitReason.REFUSED
+                break
+            tool_calls = response.tool_calls
+            if not tool_calls or self.tools is None or ctx is None:
+                reason = _final_reason(response)
+                break
+            results = await self._run_tools(tool_calls, ctx, deadline)
+            if results is None:
+                reason = ExitReason.BUDGET
+                break
+            calls_made += len(results)
+            errors += sum(r.is_error for r in results)
+            messages = _without_loop_cache_point(messages, len(request.messages))
+            messages.append(response.as_message())
+            messages.append(Message(role="user", parts=(*results, CachePoint())))
+
+        text = _final_text(reason, response, last_text)
+        result = AgentResult(
+            text=text,
+            exit_reason=reason,
+            stop_reason=response.stop_reason if response else None,
+            usage=usage,
+            iterations=iteration,
+            llm_seconds=llm_seconds,
+            tool_calls=calls_made,
+            tool_errors=errors,
+        )
+        self._log_exit(request.model, result)
+        return result
+
+    async def _run_tools(
+        self, calls: Sequence[ToolCallPart], ctx: ToolContext, deadline: float
+    ) -> list[ToolResultPart] | None:
+        assert self.tools is not None
+        try:
+            async with asyncio.timeout(max(0.0, deadline - self._clock())):
+                return await self.tools.execute_all(calls, ctx)
+        except TimeoutError:
+            return None
+
+    def _report_cache(self, model: str, usage: Usage, iteration: int) -> None:
+        provider = getattr(self.provider, "name", "")
+        if cache_missed(provider, model, usage, iteration=iteration):
+            log.warning(
+                "prompt cache not used: a cacheable request reported no cache read or write; "
+                "check that nothing volatile sits before a cache point",
+                extra={
+                    "provider": provider,
+                    "model": model,
+                    "iteration": iteration,
+                    "input_tokens": usage.total_input_tokens,
+                },
+            )
+
+    def _log_exit(self, model: str, result: AgentResult) -> None:
+        usage = result.usage
         log.info(
             "turn finished",
             extra={
-                "exit": reason.value,
-                "stop_reason": response.stop_reason,
-                "iterations": 1,
-                "model": request.model,
+                "exit": result.exit_reason.value,
+                "stop_reason": result.stop_reason,
+                "iterations": result.iterations,
+                "tool_calls": result.tool_calls,
+                "tool_errors": result.tool_errors,
+                "model": model,
                 "input_tokens": usage.input_tokens,
                 "output_tokens": usage.output_tokens,
                 "cache_read_tokens": usage.cache_read_tokens,
                 "cache_write_tokens": usage.cache_write_tokens,
-                "llm_ms": round(elapsed * 1000, 1),
+                "cache_read_share": round(usage.cache_read_share, 3),
+                "llm_ms": round(result.llm_seconds * 1000, 1),
             },
         )
-        return AgentResult(
-            text=text,
-            exit_reason=reason,
-            stop_reason=response.stop_reason,
-            usage=usage,
-            iterations=1,
-            llm_seconds=elapsed,
-        )
+
+
+def _final_reason(response: LLMResponse) -> ExitReason:
+    if not response.text.strip():
+        return ExitReason.EMPTY
+    if response.stop_reason == "max_tokens":
+        return ExitReason.MAX_TOKENS
+    return ExitReason.ANSWERED
+
+
+def _final_text(reason: ExitReason, response: LLMResponse | None, last_text: str) -> str:
+    current = response.text.strip() if response else ""
+    if reason is ExitReason.REFUSED:
+        return current or REFUSAL_FALLBACK
+    if reason is ExitReason.EMPTY:
+        return EMPTY_FALLBACK
+    if reason is ExitReason.MAX_ITERATIONS:
+        return ITERATIONS_FALLBACK
+    if reason is ExitReason.BUDGET:
+        return BUDGET_FALLBACK
+    return current or last_text
+
+
+def _without_loop_cache_point(messages: list[Message], fixed: int) -> list[Message]:
+    """Drop the cache point an earlier iteration added; the request's own points stay."""
+    out = messages[:fixed]
+    for message in messages[fixed:]:
+        parts: tuple[Part, ...] = tuple(p for p in message.parts if not isinstance(p, CachePoint))
+        out.append(Message(role=message.role, parts=parts))
+    return out

@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 
 import prompts
 from bot import store
-from bot.agent import Agent
+from bot.agent import Agent, LoopLimits
 from bot.bus import EventBus, InProcessBus
 from bot.commands import Commands
 from bot.config import Settings
@@ -24,6 +24,7 @@ from bot.llm.base import Provider
 from bot.llm.registry import build_provider
 from bot.prompting import PromptAssembler
 from bot.router import Router, RouterLimits
+from bot.tools.toolbox import Toolbox
 
 log = logging.getLogger("chorus.app")
 
@@ -39,6 +40,7 @@ class Chorus:
         model: str,
         redis: Redis,
         bus: EventBus,
+        tools: Toolbox | None = None,
         owns: tuple[object, ...] = (),
     ) -> None:
         self.settings = settings
@@ -55,14 +57,28 @@ class Chorus:
             system_prompt=prompts.render("system", bot_name=settings.bot_name),
             max_tokens=settings.max_output_tokens,
         )
+        self.tools = tools if tools is not None else Toolbox.from_settings()
+        self.agent = Agent(
+            provider,
+            tools=self.tools,
+            limits=LoopLimits(
+                max_iterations=settings.max_tool_iterations,
+                budget_seconds=settings.turn_budget_seconds,
+            ),
+        )
         self.router = Router(
             bus=bus,
             redis=redis,
             history=self.history,
             assembler=self.assembler,
-            agent=Agent(provider),
+            agent=self.agent,
             commands=Commands(self.history),
-            limits=RouterLimits(max_message_chars=settings.max_message_chars),
+            tools=self.tools,
+            limits=RouterLimits(
+                max_message_chars=settings.max_message_chars,
+                reasoning=settings.reasoning,
+                reasoning_max=settings.reasoning_max,
+            ),
         )
         self._owns = owns
         self._router_task: asyncio.Task[None] | None = None

@@ -64,14 +64,14 @@ async def _run(settings: Settings) -> int:
 
 
 async def _chat(settings: Settings, *, user: str | None, json_output: bool) -> int:
-    from adapters.console import ConsoleAdapter
+    from adapters.console import ConsoleAdapter, FdLineReader
     from bot.app import Chorus
 
     app = await Chorus.from_settings(settings)
     async with app:
         adapter = ConsoleAdapter(
             app.bus,
-            stdin=sys.stdin.buffer,
+            stdin=FdLineReader(sys.stdin.fileno()),
             stdout=sys.stdout,
             user=user or _default_user(),
             interactive=sys.stdin.isatty(),

@@ -98,6 +98,17 @@ class Settings(BaseSettings):
     llm_max_retries: int = Field(default=4, ge=0, le=10, validation_alias="CHORUS_LLM_MAX_RETRIES")
     max_output_tokens: int = Field(default=1024, ge=1, validation_alias="CHORUS_MAX_OUTPUT_TOKENS")
 
+    max_tool_iterations: int = Field(
+        default=24, ge=1, le=100, validation_alias="CHORUS_MAX_TOOL_ITERATIONS"
+    )
+    turn_budget_seconds: float = Field(default=120.0, gt=0, validation_alias="CHORUS_TURN_BUDGET")
+    reasoning: Literal["auto", "off", "low", "medium", "high"] = Field(
+        default="auto", validation_alias="CHORUS_REASONING"
+    )
+    reasoning_max: Literal["low", "medium", "high"] = Field(
+        default="medium", validation_alias="CHORUS_REASONING_MAX"
+    )
+
     redis_url: str = Field(default="memory://", validation_alias="CHORUS_REDIS_URL")
     history_max_messages: int = Field(default=40, ge=2, validation_alias="CHORUS_HISTORY_MAX")
     history_ttl_seconds: int = Field(

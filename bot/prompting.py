@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from bot.events import ChatMessage
 from bot.history import HistoryEntry
-from bot.llm.types import CachePoint, LLMRequest, Message, SystemPart, TextPart
+from bot.llm.types import CachePoint, LLMRequest, Message, SystemPart, TextPart, ToolSpec
+from bot.reasoning import Level
 
 _TAG = "user_message"
 
@@ -69,24 +70,43 @@ class PromptAssembler:
             messages.pop(0)
         return messages
 
-    def build(self, message: ChatMessage, history: Sequence[HistoryEntry]) -> LLMRequest:
+    def build(
+        self,
+        message: ChatMessage,
+        history: Sequence[HistoryEntry],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        context: str = "",
+        reasoning: Level = "off",
+    ) -> LLMRequest:
+        """The request for ``message``: [tools][system] | [history] | [new message][context].
+
+        ``|`` marks a cache point. ``context`` is the volatile tail (the user's pins, the
+        platform, local time); it always comes after the last cross-turn cache point.
+        """
         messages = self.history_messages(history)
-        new = TextPart(
-            text=render_user_text(message.author.display_name or message.author.id, message.text)
-        )
-        if messages and messages[-1].role == "user":
+        author = message.author.display_name or message.author.id
+        new: tuple[TextPart, ...] = (TextPart(text=render_user_text(author, message.text)),)
+        if context:
+            new += (TextPart(text=context),)
+        if messages:
+            # Cache the conversation so far: the next request reads it from the cache. When
+            # history ends with unanswered user lines the new message joins that user turn.
             last = messages.pop()
-            messages.append(Message(role="user", parts=(*last.parts, new)))
-        else:
-            if messages:
-                # Cache the conversation so far: the next request reads it from the cache.
-                last = messages.pop()
+            if last.role == "user":
+                messages.append(Message(role="user", parts=(*last.parts, CachePoint(), *new)))
+            else:
                 messages.append(Message(role=last.role, parts=(*last.parts, CachePoint())))
-            messages.append(Message(role="user", parts=(new,)))
+                messages.append(Message(role="user", parts=new))
+        else:
+            messages.append(Message(role="user", parts=new))
         return LLMRequest(
             model=self.model,
             system=self.system,
             messages=tuple(messages),
+            tools=tuple(tools),
+            cache_tools=bool(tools),
             max_tokens=self.max_tokens,
             cache_key=str(message.conversation),
+            reasoning=reasoning,
         )

@@ -26,6 +26,9 @@ from bot.events import ChatMessage, ConversationKey, Reply, utcnow
 from bot.history import HistoryEntry, HistoryStore
 from bot.llm.errors import LLMError
 from bot.prompting import PromptAssembler
+from bot.reasoning import Level, decide
+from bot.tools.base import ToolContext
+from bot.tools.toolbox import Toolbox
 
 log = logging.getLogger("chorus.router")
 
@@ -41,6 +44,8 @@ def outbound_topic(platform: str) -> str:
 @dataclass(frozen=True)
 class RouterLimits:
     max_message_chars: int = 8000
+    reasoning: str = "auto"
+    reasoning_max: Level = "medium"
     concurrency: int = 32
     claim_seconds: int = 600
     done_seconds: int = 3 * 24 * 3600
@@ -56,6 +61,7 @@ class Router:
         assembler: PromptAssembler,
         agent: Agent,
         commands: Commands,
+        tools: Toolbox | None = None,
         limits: RouterLimits | None = None,
     ) -> None:
         self.bus = bus
@@ -64,6 +70,7 @@ class Router:
         self.assembler = assembler
         self.agent = agent
         self.commands = commands
+        self.tools = tools
         self.limits = limits or RouterLimits()
         self._queues: dict[ConversationKey, deque[Delivery[ChatMessage]]] = {}
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
@@ -144,9 +151,15 @@ class Router:
             return
 
         history = await self.history.load(message.conversation)
-        request = self.assembler.build(message, history)
+        ctx = ToolContext(message=message)
+        request = self.assembler.build(
+            message,
+            history,
+            tools=self.tools.specs_for(ctx) if self.tools else (),
+            reasoning=decide(message.text, self.limits.reasoning, self.limits.reasoning_max),
+        )
         try:
-            result = await self.agent.run(request)
+            result = await self.agent.run(request, ctx)
         except LLMError as exc:
             log.error(
                 "no answer from the model",

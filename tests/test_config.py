@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic_settings import BaseSettings
 
 from bot.config import (
     NO_LLM_MESSAGE,
@@ -15,6 +16,7 @@ from bot.config import (
     load_settings,
     parse_model_spec,
 )
+from bot.tools.toolbox import ToolSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -141,10 +143,11 @@ def test_secret_values_include_the_redis_password() -> None:
     assert "hunter2-pw" in settings.secret_values()
 
 
-def test_env_example_documents_every_setting() -> None:
+@pytest.mark.parametrize("settings_class", [Settings, ToolSettings])
+def test_env_example_documents_every_setting(settings_class: type[BaseSettings]) -> None:
     example = (ROOT / ".env.example").read_text()
     documented = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", example, re.MULTILINE))
-    for name, field in Settings.model_fields.items():
+    for name, field in settings_class.model_fields.items():
         alias = field.validation_alias
         names = [alias] if isinstance(alias, str) else list(alias.choices)  # type: ignore[union-attr]
         assert any(str(n) in documented or str(n) in example for n in names), (

@@ -36,3 +36,21 @@ def test_invalid_utf8_names_the_line_and_byte() -> None:
 def test_blank_lines_are_not_messages() -> None:
     assert decode_line(b"   ", 2) == (None, "line 2 is empty; nothing to answer")
     assert decode_line("héllo".encode(), 1) == ("héllo", None)
+
+
+def test_fd_reader_splits_lines_and_honours_the_cap() -> None:
+    import os
+
+    from adapters.console import FdLineReader
+
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b"first\r\n" + b"z" * 30 + b"\nlast-no-newline")
+    os.close(write_fd)
+    reader = FdLineReader(read_fd)
+    try:
+        assert read_line(reader, cap=10) == (b"first", False)
+        assert read_line(reader, cap=10) == (b"z" * 10, True)
+        assert read_line(reader, cap=10) == (b"last-no-newline"[:10], True)
+        assert read_line(reader, cap=10) is None
+    finally:
+        os.close(read_fd)

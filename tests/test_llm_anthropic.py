@@ -12,7 +12,7 @@ import pytest
 
 from bot.config import ConfigError, Settings
 from bot.llm import guard
-from bot.llm.anthropic import MAX_CACHE_MARKERS, AnthropicProvider
+from bot.llm.anthropic import MAX_CACHE_MARKERS, THINKING_BUDGETS, AnthropicProvider
 from bot.llm.errors import (
     ProviderAuthError,
     ProviderRequestError,
@@ -29,6 +29,7 @@ from bot.llm.types import (
     StreamEvent,
     TextDelta,
     TextPart,
+    ThinkingPart,
     ToolResultPart,
     ToolSpec,
     Usage,
@@ -612,3 +613,224 @@ def test_from_settings_without_a_key_names_the_variable() -> None:
     settings = Settings(_env_file=None, ANTHROPIC_API_KEY="")  # type: ignore[call-arg]
     with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY"):
         AnthropicProvider.from_settings(settings)
+
+
+# -- reasoning, thinking blocks and structured output ---------------------------------------
+SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}, "score": {"type": "integer", "minimum": 0}},
+    "required": ["answer", "score"],
+}
+
+
+@pytest.mark.parametrize(("level", "budget"), [("low", 1024), ("medium", 4096), ("high", 16384)])
+async def test_reasoning_levels_map_to_thinking_budgets_on_top_of_max_tokens(
+    provider: AnthropicProvider,
+    server: AnthropicServer,
+    level: Literal["low", "medium", "high"],
+    budget: int,
+) -> None:
+    # temperature is dropped: the (loopback) API refuses it with thinking, like the real one
+    response = await provider.complete(
+        ask(reasoning=level, max_tokens=500, temperature=0.3, tools=(TOOL,))
+    )
+    assert response.text == "ok"
+    assert THINKING_BUDGETS[level] == budget
+    body = server.bodies[0]
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": budget}
+    assert body["max_tokens"] == 500 + budget
+    assert "temperature" not in body
+
+
+async def test_reasoning_off_sends_no_thinking_and_keeps_temperature(
+    provider: AnthropicProvider, server: AnthropicServer
+) -> None:
+    await provider.complete(ask(max_tokens=500, temperature=0.3))
+    body = server.bodies[0]
+    assert "thinking" not in body
+    assert (body["max_tokens"], body["temperature"]) == (500, 0.3)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_thinking_blocks_become_thinking_parts_and_never_text(
+    provider: AnthropicProvider, server: AnthropicServer, streaming: bool
+) -> None:
+    server.replies.append(
+        {"thinking": "The user greets me. I greet back.", "signature": "sig-A", "text": "Hi!"}
+    )
+    request = ask(reasoning="low")
+    if streaming:
+        deltas, response = await collect(provider, request)
+        assert "".join(deltas) == "Hi!"  # the thinking was never streamed as text
+    else:
+        response = await provider.complete(request)
+    assert response.parts == (
+        ThinkingPart(
+            text="The user greets me. I greet back.", signature="sig-A", vendor="anthropic"
+        ),
+        TextPart(text="Hi!"),
+    )
+    assert response.text == "Hi!"
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_redacted_thinking_keeps_its_data_and_goes_back_unchanged(
+    provider: AnthropicProvider, server: AnthropicServer, streaming: bool
+) -> None:
+    server.replies.append(
+        {
+            "redacted": "EmwKAhgBEgy3va3pzix/LafPsn4a",
+            "tool_calls": [{"id": "toolu_r", "name": "lookup", "arguments": {"q": "x"}}],
+        }
+    )
+    request = ask(reasoning="medium", tools=(TOOL,))
+    response = (
+        (await collect(provider, request))[1] if streaming else (await provider.complete(request))
+    )
+    thinking = response.parts[0]
+    assert thinking == ThinkingPart(
+        signature="EmwKAhgBEgy3va3pzix/LafPsn4a", redacted=True, vendor="anthropic"
+    )
+    assert response.text == ""
+
+    await provider.complete(next_turn(request, response, "toolu_r"))
+    assert server.bodies[1]["messages"][1]["content"][0] == {
+        "type": "redacted_thinking",
+        "data": "EmwKAhgBEgy3va3pzix/LafPsn4a",
+    }
+
+
+def next_turn(request: LLMRequest, response: LLMResponse, call_id: str) -> LLMRequest:
+    """The tool loop's next request: the answer's parts, then the tool's result."""
+    result = Message(
+        role="user", parts=(ToolResultPart(call_id=call_id, name="lookup", content="found"),)
+    )
+    messages = (*request.messages, response.as_message(), result)
+    return request.model_copy(update={"messages": messages})
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_tool_loop_replays_the_signed_thinking_block_and_the_api_accepts_it(
+    provider: AnthropicProvider, server: AnthropicServer, streaming: bool
+) -> None:
+    server.replies.append(
+        {
+            "thinking": "I need the definition first.",
+            "signature": "sig-loop",
+            "text": "Let me look.",
+            "tool_calls": [{"id": "toolu_1", "name": "lookup", "arguments": {"q": "chorus"}}],
+        }
+    )
+    server.replies.append("A group singing together.")
+    first = ask("define chorus", reasoning="high", tools=(TOOL,))
+    response = (
+        (await collect(provider, first))[1] if streaming else (await provider.complete(first))
+    )
+    assert response.text == "Let me look."
+
+    final = await provider.complete(next_turn(first, response, "toolu_1"))
+
+    assert final.text == "A group singing together."
+    assert len(server.requests) == 2  # accepted first time, nothing retried
+    assert server.bodies[1]["messages"][1]["content"] == [
+        {"type": "thinking", "thinking": "I need the definition first.", "signature": "sig-loop"},
+        {"type": "text", "text": "Let me look."},
+        {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "chorus"}},
+    ]
+
+
+async def test_a_tool_turn_replayed_without_its_thinking_block_is_refused(
+    provider: AnthropicProvider, server: AnthropicServer, sleep: RecordingSleep
+) -> None:
+    """The loopback API validates like the real one, so the replay test above means something."""
+    server.replies.append(
+        {"thinking": "hm", "tool_calls": [{"id": "toolu_1", "name": "lookup", "arguments": {}}]}
+    )
+    first = ask(reasoning="low", tools=(TOOL,))
+    response = await provider.complete(first)
+    stripped = response.model_copy(
+        update={"parts": tuple(p for p in response.parts if not isinstance(p, ThinkingPart))}
+    )
+    with pytest.raises(ProviderRequestError, match="must start with a thinking block") as info:
+        await provider.complete(next_turn(first, stripped, "toolu_1"))
+    assert info.value.status == 400
+    assert sleep.delays == []  # a 400 is not retried
+
+
+async def test_a_tampered_thinking_block_is_refused(
+    provider: AnthropicProvider, server: AnthropicServer
+) -> None:
+    server.replies.append(
+        {"thinking": "hm", "tool_calls": [{"id": "toolu_1", "name": "lookup", "arguments": {}}]}
+    )
+    first = ask(reasoning="low", tools=(TOOL,))
+    response = await provider.complete(first)
+    thinking = response.parts[0]
+    assert isinstance(thinking, ThinkingPart)
+    forged = response.model_copy(
+        update={"parts": (thinking.model_copy(update={"text": "edited"}), *response.parts[1:])}
+    )
+    with pytest.raises(ProviderRequestError, match="Invalid `signature`"):
+        await provider.complete(next_turn(first, forged, "toolu_1"))
+
+
+async def test_other_vendors_and_unsigned_thinking_are_not_sent(
+    provider: AnthropicProvider, server: AnthropicServer
+) -> None:
+    turn = Message(
+        role="assistant",
+        parts=(
+            ThinkingPart(text="gemini thought", signature="c2ln", vendor="gemini"),
+            ThinkingPart(text="no signature", vendor="anthropic"),
+            TextPart(text="earlier answer"),
+        ),
+    )
+    request = LLMRequest(model=MODEL, messages=(Message.user("a"), turn, Message.user("b")))
+    await provider.complete(request)
+    assert server.bodies[0]["messages"][1]["content"] == [
+        {"type": "text", "text": "earlier answer"}
+    ]
+
+
+async def test_a_thinking_block_never_carries_cache_control(
+    provider: AnthropicProvider, server: AnthropicServer
+) -> None:
+    server.replies.append(
+        {"thinking": "hm", "tool_calls": [{"id": "toolu_1", "name": "lookup", "arguments": {}}]}
+    )
+    first = LLMRequest(
+        model=MODEL,
+        system=(TextPart(text="static"),),
+        messages=(Message.user("go"),),
+        tools=(TOOL,),
+        reasoning="low",
+    )
+    response = await provider.complete(first)
+    # a CachePoint straight after the thinking block marks the block before it instead
+    turn = Message(role="assistant", parts=(response.parts[0], CachePoint(), *response.parts[1:]))
+    request = next_turn(first, response, "toolu_1")
+    request = request.model_copy(
+        update={"messages": (request.messages[0], turn, request.messages[2])}
+    )
+    await provider.complete(request)
+    assert cache_marked(server.bodies[1]) == ["user:go"]
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_structured_output_sends_a_json_schema_format_and_returns_the_json(
+    provider: AnthropicProvider, server: AnthropicServer, streaming: bool
+) -> None:
+    answer = '{"answer": "a group of singers", "score": 9}'
+    server.replies.append(answer)
+    request = ask("define chorus", response_schema=SCHEMA)
+    response = (
+        (await collect(provider, request))[1] if streaming else (await provider.complete(request))
+    )
+    assert response.text == answer
+    sent = server.bodies[0]["output_config"]
+    assert sent == {"format": {"type": "json_schema", "schema": anthropic.transform_schema(SCHEMA)}}
+    schema = sent["format"]["schema"]
+    assert schema["additionalProperties"] is False  # the API requires closed objects
+    assert schema["required"] == ["answer", "score"]
+    assert "minimum" not in schema["properties"]["score"]  # unsupported: moved to the description
+    assert SCHEMA["properties"]["score"]["minimum"] == 0  # type: ignore[index]  # input untouched

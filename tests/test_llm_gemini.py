@@ -35,6 +35,7 @@ from bot.llm.types import (
     StreamEvent,
     TextDelta,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolResultPart,
     ToolSpec,
@@ -600,3 +601,166 @@ def test_from_settings_without_a_key_names_both_variables(monkeypatch: pytest.Mo
 
     with pytest.raises(ConfigError, match="GEMINI_API_KEY.*GOOGLE_API_KEY"):
         GeminiProvider.from_settings(settings)
+
+
+# -- reasoning, thought signatures and structured output -------------------------------------
+SIG = base64.b64encode(b"\x12\x34opaque-signature\xff").decode()
+SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}, "score": {"type": "integer", "minimum": 0}},
+    "required": ["answer"],
+}
+
+
+async def _answer(provider: GeminiProvider, request: LLMRequest, streaming: bool) -> LLMResponse:
+    if not streaming:
+        return await provider.complete(request)
+    *deltas, final = await _collect(provider, request)
+    assert isinstance(final, LLMResponse)
+    assert "".join(d.text for d in deltas if isinstance(d, TextDelta)) == final.text
+    return final
+
+
+def _next_turn(request: LLMRequest, response: LLMResponse) -> LLMRequest:
+    results = Message(
+        role="user",
+        parts=tuple(
+            ToolResultPart(call_id=c.id, name=c.name, content="ok") for c in response.tool_calls
+        ),
+    )
+    messages = (*request.messages, response.as_message(), results)
+    return request.model_copy(update={"messages": messages})
+
+
+@pytest.mark.parametrize(("level", "budget"), [("low", 1024), ("medium", 4096), ("high", 16384)])
+async def test_reasoning_levels_map_to_a_thinking_budget_on_top_of_the_output_limit(
+    provider: GeminiProvider, server: GeminiServer, level: str, budget: int
+) -> None:
+    await provider.complete(_request(reasoning=level, max_tokens=500))
+    config = server.requests[0].body["generationConfig"]
+    assert _field(config["thinkingConfig"], "thinkingBudget") == budget
+    assert "thinkingLevel" not in config["thinkingConfig"]
+    assert "thinking_level" not in config["thinkingConfig"]
+    assert config["maxOutputTokens"] == 500 + budget
+
+
+async def test_reasoning_off_leaves_the_models_default(
+    provider: GeminiProvider, server: GeminiServer
+) -> None:
+    await provider.complete(_request(max_tokens=500))
+    assert server.requests[0].body["generationConfig"] == {"maxOutputTokens": 500}
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_a_call_signature_is_kept_and_sent_back_and_the_api_accepts_it(
+    provider: GeminiProvider, server: GeminiServer, streaming: bool
+) -> None:
+    server.replies.append(
+        {
+            "text": "Let me check.",
+            "signature": SIG,
+            "tool_calls": [
+                {"name": "lookup", "arguments": {"q": "a"}},
+                {"name": "lookup", "arguments": {"q": "b"}},
+            ],
+        }
+    )
+    server.replies.append("Both found.")
+    first = _request("look up a and b", reasoning="low")
+    response = await _answer(provider, first, streaming)
+    # Gemini signs only the first call of a turn; the second has no signature of its own.
+    assert [c.signature for c in response.tool_calls] == [SIG, None]
+    assert response.text == "Let me check."
+
+    final = await provider.complete(_next_turn(first, response))
+
+    assert final.text == "Both found."
+    assert len(server.requests) == 2  # accepted: nothing retried or refused
+    parts = server.requests[1].body["contents"][1]["parts"]
+    assert parts[0] == {"text": "Let me check."}
+    # the real one, not the placeholder (re-encoded by the SDK as URL-safe base64)
+    assert base64.urlsafe_b64decode(parts[1]["thoughtSignature"]) == base64.b64decode(SIG)
+    assert "thoughtSignature" not in parts[2]
+
+
+@pytest.mark.parametrize("signature", [None, "%%not-base64%%"])
+async def test_a_replayed_call_without_its_signature_is_refused(
+    provider: GeminiProvider, server: GeminiServer, sleep: RecordingSleep, signature: str | None
+) -> None:
+    """The loopback API checks signatures like Gemini 3, so the round trip above means something."""
+    server.replies.append(
+        {"signature": SIG, "tool_calls": [{"name": "lookup", "arguments": {"q": "a"}}]}
+    )
+    first = _request("look up a")
+    response = await provider.complete(first)
+    (call,) = response.tool_calls
+    unsigned = response.model_copy(
+        update={"parts": (call.model_copy(update={"signature": signature}),)}
+    )
+    request = _next_turn(first, unsigned)
+    with pytest.raises(ProviderRequestError, match="thought.signature") as info:
+        await provider.complete(request)
+    assert info.value.status == 400
+    assert sleep.delays == []
+    # what was sent in its place: the placeholder, which only satisfies turns nobody signed
+    sent = server.requests[1].body["contents"][1]["parts"][0]["thoughtSignature"]
+    assert base64.urlsafe_b64decode(sent) == b"skip_thought_signature_validator"
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_thoughts_and_text_signatures_become_thinking_parts_not_text(
+    provider: GeminiProvider, server: GeminiServer, streaming: bool
+) -> None:
+    server.replies.append(
+        {"thinking": "The user says hi.", "text": "Hello there friend.", "signature": SIG}
+    )
+    first = _request("hi", reasoning="medium")
+    response = await _answer(provider, first, streaming)
+
+    assert response.text == "Hello there friend."
+    assert response.parts == (
+        ThinkingPart(text="The user says hi.", vendor="gemini"),
+        TextPart(text="Hello there friend."),
+        ThinkingPart(signature=SIG, vendor="gemini"),
+    )
+
+    follow_up = first.model_copy(
+        update={"messages": (*first.messages, response.as_message(), Message.user("again"))}
+    )
+    await provider.complete(follow_up)
+    # the thought goes back as a thought, the signature on the text part it came with
+    thought, text = server.requests[1].body["contents"][1]["parts"]
+    assert thought == {"text": "The user says hi.", "thought": True}
+    assert text["text"] == "Hello there friend."
+    assert base64.urlsafe_b64decode(text["thoughtSignature"]) == base64.b64decode(SIG)
+
+
+async def test_other_vendors_thinking_is_not_sent(
+    provider: GeminiProvider, server: GeminiServer
+) -> None:
+    turn = Message(
+        role="assistant",
+        parts=(
+            ThinkingPart(text="claude thought", signature="sig-A", vendor="anthropic"),
+            TextPart(text="earlier answer"),
+            ThinkingPart(signature="c2ln", vendor="anthropic"),
+        ),
+    )
+    await provider.complete(
+        LLMRequest(model=MODEL, messages=(Message.user("a"), turn, Message.user("b")))
+    )
+    assert server.requests[0].body["contents"][1]["parts"] == [{"text": "earlier answer"}]
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_structured_output_sets_json_mime_type_and_schema(
+    provider: GeminiProvider, server: GeminiServer, streaming: bool
+) -> None:
+    answer = '{"answer": "a group of singers", "score": 9}'
+    server.replies.append(answer)
+    response = await _answer(provider, _request("define chorus", response_schema=SCHEMA), streaming)
+    assert response.text == answer
+    config = server.requests[0].body["generationConfig"]
+    assert config["responseMimeType"] == "application/json"
+    assert config["responseJsonSchema"] == SCHEMA  # full JSON Schema, passed unchanged
+    assert "responseSchema" not in config

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import AsyncIterator, Iterator
+from typing import Literal
 
 import httpx2
 import openai
@@ -18,7 +20,12 @@ from bot.llm.errors import (
     ProviderUnavailable,
     RealVendorCallBlocked,
 )
-from bot.llm.openai import NO_KEY_PLACEHOLDER, OpenAIProvider
+from bot.llm.openai import (
+    NO_KEY_PLACEHOLDER,
+    REASONING_HEADROOM,
+    REASONING_MODELS,
+    OpenAIProvider,
+)
 from bot.llm.retry import RetryPolicy
 from bot.llm.types import (
     CachePoint,
@@ -590,3 +597,168 @@ async def test_aclose_leaves_an_injected_client_open(provider: OpenAIProvider) -
     await provider.aclose()
     assert not provider.client.is_closed()
     assert (await provider.complete(ask())).text == "ok"
+
+
+# -- reasoning and structured output ---------------------------------------------------------
+SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}, "score": {"type": "integer"}},
+    "required": ["answer"],
+}
+
+
+def with_client(
+    server: OpenAIServer, reasoning_models: str | None = None
+) -> tuple[openai.AsyncOpenAI, OpenAIProvider]:
+    client = openai.AsyncOpenAI(api_key="k", base_url=server.base_url, max_retries=0)
+    provider = OpenAIProvider(
+        client, base_url=server.base_url, retry=RETRY, reasoning_models=reasoning_models
+    )
+    return client, provider
+
+
+@pytest.mark.parametrize(
+    ("name", "reasons"),
+    [
+        ("o1", True),
+        ("o3", True),
+        ("o3-mini", True),
+        ("o4-mini", True),
+        ("gpt-5", True),
+        ("gpt-5-mini", True),
+        ("gpt-5.1", True),
+        ("openai/gpt-5-nano", True),
+        ("gpt-5-chat-latest", False),
+        ("gpt-4.1", False),
+        ("gpt-4o", False),
+        ("gpt-50", False),
+        ("llama3.1:8b", False),
+    ],
+)
+def test_reasoning_models_are_recognised_by_name(name: str, reasons: bool) -> None:
+    assert bool(REASONING_MODELS.search(name)) is reasons
+
+
+@pytest.mark.parametrize("model", ["o3", "o4-mini", "gpt-5", "gpt-5.1-mini"])
+@pytest.mark.parametrize("level", ["low", "medium", "high"])
+async def test_reasoning_effort_goes_to_reasoning_models_with_output_headroom(
+    provider: OpenAIProvider,
+    server: OpenAIServer,
+    model: str,
+    level: Literal["low", "medium", "high"],
+) -> None:
+    request = LLMRequest(
+        model=model,
+        messages=(Message.user("think"),),
+        reasoning=level,
+        max_tokens=500,
+        temperature=0.3,  # refused by reasoning models (the loopback API checks): not sent
+    )
+    response = await provider.complete(request)
+    assert response.text == "ok"
+    body = server.bodies[0]
+    assert body["reasoning_effort"] == level
+    assert body["max_tokens"] == 500 + REASONING_HEADROOM[level]
+    assert REASONING_HEADROOM == {"low": 1024, "medium": 4096, "high": 16384}
+    assert "temperature" not in body
+
+
+async def test_reasoning_off_on_a_reasoning_model_sends_no_effort(
+    provider: OpenAIProvider, server: OpenAIServer
+) -> None:
+    request = LLMRequest(model="o3", messages=(Message.user("hi"),), max_tokens=500)
+    await provider.complete(request)
+    body = server.bodies[0]
+    assert "reasoning_effort" not in body
+    assert body["max_tokens"] == 500
+
+
+@pytest.mark.parametrize("model", ["gpt-4.1", "gpt-test", "llama3.1:8b"])
+async def test_reasoning_effort_is_omitted_for_other_models_and_logged_once(
+    provider: OpenAIProvider,
+    server: OpenAIServer,
+    caplog: pytest.LogCaptureFixture,
+    model: str,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="chorus.llm.openai")
+    request = LLMRequest(
+        model=model,
+        messages=(Message.user("hi"),),
+        reasoning="high",
+        max_tokens=500,
+        temperature=0.3,
+    )
+    await provider.complete(request)
+    await provider.complete(request)
+    for body in server.bodies:
+        assert "reasoning_effort" not in body
+        assert (body["max_tokens"], body["temperature"]) == (500, 0.3)
+    notes = [r for r in caplog.records if "reasoning_effort" in r.getMessage()]
+    assert len(notes) == 1 and model in notes[0].getMessage()
+
+
+async def test_the_reasoning_model_pattern_is_configurable(server: OpenAIServer) -> None:
+    request = LLMRequest(model="o9-local", messages=(Message.user("hi"),), reasoning="low")
+    client, default = with_client(server)
+    _, custom = with_client(server, reasoning_models=r"^o9-")
+    try:
+        await default.complete(request)
+        await custom.complete(request)
+    finally:
+        await client.close()
+        await custom.client.close()
+    assert "reasoning_effort" not in server.bodies[0]
+    assert server.bodies[1]["reasoning_effort"] == "low"
+
+
+async def test_the_loopback_api_refuses_reasoning_effort_for_a_non_reasoning_model(
+    server: OpenAIServer,
+) -> None:
+    """What the omission above protects against (so that test means something)."""
+    client, provider = with_client(server, reasoning_models=r".")
+    request = LLMRequest(model="gpt-4.1", messages=(Message.user("hi"),), reasoning="low")
+    try:
+        with pytest.raises(ProviderRequestError, match="reasoning_effort") as info:
+            await provider.complete(request)
+    finally:
+        await client.close()
+    assert info.value.status == 400
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_reasoning_tokens_are_already_part_of_output_tokens(
+    provider: OpenAIProvider, server: OpenAIServer, streaming: bool
+) -> None:
+    server.replies.append(
+        {"text": "42", "usage": {"input_tokens": 10, "output_tokens": 2, "reasoning_tokens": 300}}
+    )
+    request = LLMRequest(model="o3", messages=(Message.user("q"),), reasoning="medium")
+    response = (
+        (await collect(provider, request))[1] if streaming else (await provider.complete(request))
+    )
+    assert response.text == "42"
+    assert response.usage == Usage(input_tokens=10, output_tokens=302)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_structured_output_sends_a_json_schema_response_format(
+    provider: OpenAIProvider, server: OpenAIServer, streaming: bool
+) -> None:
+    answer = '{"answer": "a group of singers", "score": 9}'
+    server.replies.append(answer)
+    request = ask("define chorus", response_schema=SCHEMA)
+    response = (
+        (await collect(provider, request))[1] if streaming else (await provider.complete(request))
+    )
+    assert response.text == answer
+    assert json.loads(response.text) == {"answer": "a group of singers", "score": 9}
+    assert server.bodies[0]["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "response", "schema": SCHEMA, "strict": False},
+    }
+
+
+async def test_no_schema_no_response_format(provider: OpenAIProvider, server: OpenAIServer) -> None:
+    await provider.complete(ask())
+    assert "response_format" not in server.bodies[0]
+    assert "reasoning_effort" not in server.bodies[0]

@@ -20,6 +20,20 @@ Why it is built this way:
 - Streaming reads the raw SSE events (``messages.create(stream=True)``) instead of the
   ``messages.stream()`` helper, so tool-input JSON, usage and a mid-stream ``error`` event are
   each handled explicitly; a stream that ends before ``message_stop`` raises (it was cut off).
+- Reasoning is extended thinking with a token budget (``THINKING_BUDGETS``). ``budget_tokens``
+  counts inside ``max_tokens`` and must be below it, so the budget is added on top of
+  ``request.max_tokens`` (which stays the answer's own allowance); the API refuses a
+  ``temperature`` other than 1 with thinking, so it is dropped. An injected client with the SDK's
+  default timeout refuses a non-streaming call whose ``max_tokens`` could take over 10 minutes
+  (about 21k tokens); ``from_settings`` sets a timeout, which lifts that check.
+- ``thinking`` / ``redacted_thinking`` blocks become ``ThinkingPart(vendor="anthropic")`` (the
+  redacted block's opaque ``data`` travels in ``signature``) and go back byte-for-byte: with
+  thinking on, the API rejects a final assistant turn with ``tool_use`` that does not start with
+  its signed thinking block. Other vendors' thinking is dropped, and a thinking block never ends
+  a cache prefix (the API rejects ``cache_control`` on one). Thinking never reaches the text.
+- Structured output is ``output_config.format`` (``json_schema``); the schema goes through the
+  SDK's own ``transform_schema`` (as ``messages.parse`` does), which sets
+  ``additionalProperties: false`` and moves keywords the API does not enforce into descriptions.
 """
 
 from __future__ import annotations
@@ -34,12 +48,13 @@ from typing import Any, ClassVar, Self
 import anthropic
 import httpx2
 from anthropic.types import Message as WireMessage
-from anthropic.types import TextBlock, ToolUseBlock
+from anthropic.types import RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
 
 from bot.config import KEY_ENV, KEY_URL, ConfigError, Settings
 from bot.llm.base import SDKProvider
 from bot.llm.retry import Failure, RetryPolicy, Sleep, parse_retry_after
 from bot.llm.types import (
+    REASONING_BUDGETS,
     CachePoint,
     ImagePart,
     LLMRequest,
@@ -49,6 +64,7 @@ from bot.llm.types import (
     StreamEvent,
     TextDelta,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolResultPart,
     Usage,
@@ -58,6 +74,9 @@ log = logging.getLogger("chorus.llm.anthropic")
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 MAX_CACHE_MARKERS = 4  # the API's limit of cache_control breakpoints per request
+# Extended-thinking budget per reasoning level; the API's minimum is 1024.
+THINKING_BUDGETS = REASONING_BUDGETS
+_THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
 _STOP_REASONS: dict[str, StopReason] = {
     "end_turn": "end_turn",
@@ -215,7 +234,8 @@ def build_params(request: LLMRequest) -> dict[str, Any]:
             block = _block(item)
             if block is not None:
                 blocks.append(block)
-                last = block
+                if block["type"] not in _THINKING_BLOCKS:
+                    last = block
         if not blocks:
             continue
         if messages and messages[-1]["role"] == message.role:
@@ -241,8 +261,19 @@ def build_params(request: LLMRequest) -> dict[str, Any]:
         params["system"] = system
     if tools:
         params["tools"] = tools
-    if request.temperature is not None:
-        params["extra_body"] = {"temperature": request.temperature}
+    temperature = request.temperature
+    if request.reasoning != "off":
+        budget = THINKING_BUDGETS[request.reasoning]
+        params["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        params["max_tokens"] = request.max_tokens + budget
+        if temperature is not None:
+            log.debug("not sending temperature=%s: the API refuses it with thinking", temperature)
+            temperature = None
+    if temperature is not None:
+        params["extra_body"] = {"temperature": temperature}
+    if request.response_schema is not None:
+        schema = anthropic.transform_schema(request.response_schema)
+        params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     return params
 
 
@@ -260,7 +291,18 @@ def _block(part: Part) -> dict[str, Any] | None:
             "content": part.content,
             "is_error": part.is_error,
         }
+    if isinstance(part, ThinkingPart):
+        return _thinking_block(part)
     return None
+
+
+def _thinking_block(part: ThinkingPart) -> dict[str, Any] | None:
+    """The wire block of our own thinking; anything the API could not verify is dropped."""
+    if part.vendor != "anthropic" or part.signature is None:
+        return None
+    if part.redacted:
+        return {"type": "redacted_thinking", "data": part.signature}
+    return {"type": "thinking", "thinking": part.text, "signature": part.signature}
 
 
 def _image_source(part: ImagePart) -> dict[str, Any]:
@@ -280,6 +322,10 @@ def parse_message(message: WireMessage) -> LLMResponse:
             parts.append(TextPart(text=block.text))
         elif isinstance(block, ToolUseBlock):
             parts.append(ToolCallPart(id=block.id, name=block.name, arguments=_args(block.input)))
+        elif isinstance(block, ThinkingBlock):
+            parts.append(_thinking(block.thinking, block.signature))
+        elif isinstance(block, RedactedThinkingBlock):
+            parts.append(_thinking("", block.data, redacted=True))
     usage = message.usage
     return LLMResponse(
         parts=tuple(parts),
@@ -310,6 +356,12 @@ def _usage(
     )
 
 
+def _thinking(text: str, signature: str, *, redacted: bool = False) -> ThinkingPart:
+    return ThinkingPart(
+        text=text, signature=signature or None, redacted=redacted, vendor="anthropic"
+    )
+
+
 def _args(value: object) -> dict[str, Any]:
     if isinstance(value, dict):
         return {str(k): v for k, v in value.items()}
@@ -323,11 +375,15 @@ class _Block:
     id: str = ""
     name: str = ""
     json: list[str] = field(default_factory=list)
+    signature: list[str] = field(default_factory=list)  # or a redacted block's data
 
     def part(self) -> Part | None:
         if self.kind == "text":
             text = "".join(self.text)
             return TextPart(text=text) if text else None
+        if self.kind in _THINKING_BLOCKS:
+            redacted = self.kind == "redacted_thinking"
+            return _thinking("".join(self.text), "".join(self.signature), redacted=redacted)
         if self.kind == "tool_use":
             raw = "".join(self.json)
             try:
@@ -361,6 +417,11 @@ class _StreamState:
             if isinstance(block, TextBlock) and block.text:
                 self.blocks[event.index].text.append(block.text)
                 return block.text
+            if isinstance(block, ThinkingBlock):  # text and signature usually follow as deltas
+                self.blocks[event.index].text.append(block.thinking)
+                self.blocks[event.index].signature.append(block.signature)
+            elif isinstance(block, RedactedThinkingBlock):
+                self.blocks[event.index].signature.append(block.data)
         elif kind == "content_block_delta":
             current = self.blocks.setdefault(event.index, _Block(kind="text"))
             delta = event.delta
@@ -369,6 +430,10 @@ class _StreamState:
                 return str(delta.text)
             if delta.type == "input_json_delta":
                 current.json.append(delta.partial_json)
+            elif delta.type == "thinking_delta":  # kept for the replay, never shown
+                current.text.append(delta.thinking)
+            elif delta.type == "signature_delta":
+                current.signature.append(delta.signature)
         elif kind == "message_delta":
             self.raw_stop = event.delta.stop_reason or self.raw_stop
             self._take_usage(event.usage)  # cumulative counts: later values win

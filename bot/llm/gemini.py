@@ -18,13 +18,27 @@ Only translation lives here; guarding and retries are ``SDKProvider``'s. Quirks 
   A 429 may say how long to wait in a ``google.rpc.RetryInfo`` detail (``"retryDelay": "7s"``).
 - **Caching is implicit**: Gemini 2.5+ caches a repeated prompt prefix by itself, so
   ``CachePoint`` is ignored; ``usageMetadata.promptTokenCount`` includes the cached part.
-- **Thought signatures**: Gemini 3 rejects a replayed function call without a
-  ``thoughtSignature``. ``ToolCallPart`` has nowhere to keep the real one, so the first call of
-  each model turn carries Google's documented placeholder ``skip_thought_signature_validator``.
+- **Reasoning** is ``thinking_config.thinking_budget`` (``THINKING_BUDGETS``), not
+  ``thinking_level``: the Developer API accepts a budget on Gemini 2.5 and 3 alike, a level only
+  on 3, and refuses both at once. Thinking tokens count against ``max_output_tokens``, so the
+  budget is added to ``request.max_tokens`` (the answer's own allowance). ``off`` leaves the
+  model's default. Thought summaries (``include_thoughts``) are not asked for.
+- **Thought signatures** (https://ai.google.dev/gemini-api/docs/thought-signatures): Gemini 3
+  rejects a replayed function call whose signature is missing; the signature sits on the first
+  call of a turn. It is kept (base64, as on the wire) in ``ToolCallPart.signature`` and sent back
+  on that call; a model turn whose first call has none (older models, other vendors, history)
+  gets Google's documented placeholder ``skip_thought_signature_validator`` there instead. A
+  thought part (text and signature) becomes a ``ThinkingPart(vendor="gemini")`` and goes back as
+  a thought part; a signature on a text part (not validated, but it helps the model) becomes a
+  text-less ``ThinkingPart`` after that text and goes back on the text part before it.
+- **Structured output** is ``response_mime_type="application/json"`` plus
+  ``response_json_schema`` (full JSON Schema, unlike the OpenAPI subset of ``response_schema``).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import importlib
 import re
@@ -40,6 +54,7 @@ from bot.llm.base import SDKProvider
 from bot.llm.errors import ProviderAuthError
 from bot.llm.retry import Failure, RetryPolicy, Sleep, parse_retry_after
 from bot.llm.types import (
+    REASONING_BUDGETS,
     ImagePart,
     LLMRequest,
     LLMResponse,
@@ -49,6 +64,7 @@ from bot.llm.types import (
     StreamEvent,
     TextDelta,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolResultPart,
     Usage,
@@ -57,6 +73,8 @@ from bot.llm.types import (
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/"
 # https://ai.google.dev/gemini-api/docs/thought-signatures (FAQ: dummy signatures)
 _PLACEHOLDER_SIGNATURE = b"skip_thought_signature_validator"
+# Thinking budget per reasoning level (tokens), the same as Anthropic's.
+THINKING_BUDGETS = REASONING_BUDGETS
 
 _REFUSALS = frozenset(
     {
@@ -197,11 +215,21 @@ def _config(request: LLMRequest) -> types.GenerateContentConfig:
             for t in request.tools
         ]
         tools = [types.Tool(function_declarations=declarations)]
+    thinking: types.ThinkingConfig | None = None
+    limit = request.max_tokens
+    if request.reasoning != "off":
+        budget = THINKING_BUDGETS[request.reasoning]
+        thinking = types.ThinkingConfig(thinking_budget=budget)
+        limit += budget
+    structured = request.response_schema is not None
     return types.GenerateContentConfig(
         system_instruction=types.Content(parts=system) if system else None,
         tools=tools,
-        max_output_tokens=request.max_tokens,
+        max_output_tokens=limit,
         temperature=request.temperature,
+        thinking_config=thinking,
+        response_mime_type="application/json" if structured else None,
+        response_json_schema=request.response_schema,
         automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
         automatic_continuation=False,
     )
@@ -218,20 +246,26 @@ def _contents(messages: Iterable[Message]) -> list[types.Content]:
 
 
 def _parts(parts: Iterable[Part], *, signed: bool) -> list[types.Part]:
+    """Wire parts of one message; ``signed``: a model turn, whose signatures go back."""
     out: list[types.Part] = []
     for part in parts:
         if isinstance(part, TextPart):
             out.append(types.Part(text=part.text))
         elif isinstance(part, ToolCallPart):
-            first_call = signed and not any(p.function_call for p in out)
+            signature = _signature(part.signature) if signed else None
+            if signed and signature is None and not any(p.function_call for p in out):
+                signature = _PLACEHOLDER_SIGNATURE  # the first call of a turn must be signed
             out.append(
                 types.Part(
                     function_call=types.FunctionCall(
                         id=part.id, name=part.name, args=dict(part.arguments)
                     ),
-                    thought_signature=_PLACEHOLDER_SIGNATURE if first_call else None,
+                    thought_signature=signature,
                 )
             )
+        elif isinstance(part, ThinkingPart):
+            if signed and part.vendor == "gemini":
+                _add_thought(out, part)
         elif isinstance(part, ToolResultPart):
             key = "error" if part.is_error else "result"
             out.append(
@@ -247,6 +281,36 @@ def _parts(parts: Iterable[Part], *, signed: bool) -> list[types.Part]:
     return out
 
 
+def _add_thought(out: list[types.Part], part: ThinkingPart) -> None:
+    """A thought part goes back as sent; a bare signature returns to the text part before it."""
+    signature = _signature(part.signature)
+    if part.text:
+        out.append(types.Part(text=part.text, thought=True, thought_signature=signature))
+    elif signature is not None:
+        previous = out[-1] if out else None
+        if previous is not None and previous.text is not None and not previous.thought_signature:
+            out[-1] = previous.model_copy(update={"thought_signature": signature})
+        else:
+            out.append(types.Part(text="", thought_signature=signature))
+
+
+def _signature(value: str | None) -> bytes | None:
+    """The bytes of a signature kept as base64 (the wire's own spelling); None if unusable.
+
+    The SDK re-encodes bytes as URL-safe base64 on the way out; Google's JSON parser takes either.
+    """
+    if not value:
+        return None
+    try:
+        return base64.b64decode(value.replace("-", "+").replace("_", "/"), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _signature_text(value: bytes | None) -> str | None:
+    return base64.b64encode(value).decode("ascii") if value else None
+
+
 def _image(part: ImagePart) -> types.Part:
     if part.data is not None:
         return types.Part(inline_data=types.Blob(mime_type=part.mime, data=part.data))
@@ -260,14 +324,15 @@ def _image(part: ImagePart) -> types.Part:
 class _Builder:
     """Folds one response, or the chunks of a stream, into an ``LLMResponse``.
 
-    Adjacent text is merged, thought parts are dropped, calls get deterministic ids. In a stream
-    each chunk's usage is a running total and ``promptFeedback`` comes only in the first chunk,
-    so the latest usage and finish reason win and a block reason is kept once seen.
+    Adjacent text is merged, thoughts and text-part signatures become ``ThinkingPart``s (never
+    text), calls get deterministic ids and keep their signature. In a stream each chunk's usage
+    is a running total and ``promptFeedback`` comes only in the first chunk, so the latest usage
+    and finish reason win and a block reason is kept once seen.
     """
 
     def __init__(self, model: str) -> None:
         self.model = model
-        self.parts: list[TextPart | ToolCallPart] = []
+        self.parts: list[TextPart | ToolCallPart | ThinkingPart] = []
         self.calls = 0
         self.finish_reason: str | None = None
         self.block_reason: str | None = None
@@ -293,16 +358,29 @@ class _Builder:
             call_id = call.id or f"call_{self.calls}"
             self.calls += 1
             self.parts.append(
-                ToolCallPart(id=call_id, name=call.name or "", arguments=dict(call.args or {}))
+                ToolCallPart(
+                    id=call_id,
+                    name=call.name or "",
+                    arguments=dict(call.args or {}),
+                    signature=_signature_text(part.thought_signature),
+                )
             )
             return ""
-        if part.thought or not part.text:
+        signature = _signature_text(part.thought_signature)
+        if part.thought:
+            if part.text or signature:
+                self.parts.append(
+                    ThinkingPart(text=part.text or "", signature=signature, vendor="gemini")
+                )
             return ""
-        if self.parts and isinstance(self.parts[-1], TextPart):
-            self.parts[-1] = TextPart(text=self.parts[-1].text + part.text)
-        else:
-            self.parts.append(TextPart(text=part.text))
-        return part.text
+        if part.text:
+            if self.parts and isinstance(self.parts[-1], TextPart):
+                self.parts[-1] = TextPart(text=self.parts[-1].text + part.text)
+            else:
+                self.parts.append(TextPart(text=part.text))
+        if signature:
+            self.parts.append(ThinkingPart(signature=signature, vendor="gemini"))
+        return part.text or ""
 
     def finish(self) -> LLMResponse:
         stop, raw = self._stop_reason()

@@ -21,12 +21,26 @@ Why it is built this way:
   sees why, and ``stop_reason`` is ``refusal``. Some local servers report ``stop`` for a turn that
   called tools; tool calls win.
 - ``usage.prompt_tokens`` includes cached tokens; ``Usage.input_tokens`` is uncached only.
+  ``completion_tokens`` already includes the hidden reasoning tokens
+  (``completion_tokens_details.reasoning_tokens`` is a breakdown, not an addition), so
+  ``Usage.output_tokens`` is what is billed as output.
+- Reasoning is ``reasoning_effort`` (low/medium/high), sent only to models that reason (o1, o3,
+  o4-*, gpt-5*; ``REASONING_MODELS``, replaceable per provider): other models, local servers
+  included, answer it with HTTP 400. Reasoning tokens count against the output limit, so the
+  same budget Anthropic gets for thinking (``REASONING_HEADROOM``) is added to it, keeping
+  ``request.max_tokens`` the answer's own allowance. Reasoning models accept only the default
+  ``temperature``, so it is not sent to them. Chat Completions returns no reasoning text.
+- Structured output is ``response_format: json_schema`` with ``strict: false``: strict mode
+  demands ``additionalProperties: false`` and every property required, which a caller's schema
+  need not satisfy; the answer's text is the JSON.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
@@ -41,6 +55,7 @@ from bot.config import KEY_ENV, KEY_URL, ConfigError, Settings
 from bot.llm.base import SDKProvider
 from bot.llm.retry import Failure, RetryPolicy, Sleep, parse_retry_after
 from bot.llm.types import (
+    REASONING_BUDGETS,
     ImagePart,
     LLMRequest,
     LLMResponse,
@@ -55,7 +70,14 @@ from bot.llm.types import (
     Usage,
 )
 
+log = logging.getLogger("chorus.llm.openai")
+
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Models that take `reasoning_effort` (and refuse a non-default temperature). An optional
+# `vendor/` prefix covers routers; gpt-5 "chat" variants are not reasoning models.
+REASONING_MODELS = re.compile(r"^(?:[\w.-]+/)?(?:o[134]|gpt-5(?![\w.]*-chat))(?:$|[-.])", re.I)
+# Extra output allowance per reasoning level (the same budgets Anthropic thinks with).
+REASONING_HEADROOM = REASONING_BUDGETS
 # Local OpenAI-compatible servers ignore the key, but the SDK refuses to start without one.
 NO_KEY_PLACEHOLDER = "not-needed"
 
@@ -83,7 +105,9 @@ class OpenAIProvider(SDKProvider):
         base_url: str | None,
         retry: RetryPolicy | None = None,
         sleep: Sleep | None = None,
+        reasoning_models: re.Pattern[str] | str | None = None,
     ) -> None:
+        """``reasoning_models`` (searched in the model name) replaces ``REASONING_MODELS``."""
         # The guard checks where requests really go: default to the client's own URL.
         super().__init__(
             base_url=base_url if base_url is not None else str(client.base_url),
@@ -92,6 +116,8 @@ class OpenAIProvider(SDKProvider):
         )
         self.client = client
         self._owns_client = False
+        self.reasoning_models = re.compile(reasoning_models or REASONING_MODELS)
+        self._told: set[tuple[str, str]] = set()  # (model, what) already logged at debug
         self._limit_field = (
             "max_completion_tokens" if _is_openai_host(str(client.base_url)) else "max_tokens"
         )
@@ -125,8 +151,23 @@ class OpenAIProvider(SDKProvider):
     # -- calls -----------------------------------------------------------------------------
     def _params(self, request: LLMRequest) -> dict[str, Any]:
         params = build_params(request)
-        params[self._limit_field] = request.max_tokens
+        limit = request.max_tokens
+        if self.reasoning_models.search(request.model):
+            if request.reasoning != "off":
+                params["reasoning_effort"] = request.reasoning
+                limit += REASONING_HEADROOM[request.reasoning]
+            if params.pop("temperature", None) is not None:
+                self._tell(request.model, "temperature", "reasoning models take no temperature")
+        elif request.reasoning != "off":
+            self._tell(request.model, "reasoning", "not a reasoning model: reasoning_effort off")
+        params[self._limit_field] = limit
         return params
+
+    def _tell(self, model: str, what: str, message: str) -> None:
+        """Log a dropped option once per model, not on every call."""
+        if (model, what) not in self._told:
+            self._told.add((model, what))
+            log.debug("%s: %s", model, message)
 
     async def _complete(self, request: LLMRequest) -> LLMResponse:
         completion = await self.client.chat.completions.create(**self._params(request))
@@ -218,6 +259,11 @@ def build_params(request: LLMRequest) -> dict[str, Any]:
         params["temperature"] = request.temperature
     if request.cache_key:
         params["prompt_cache_key"] = request.cache_key
+    if request.response_schema is not None:
+        params["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "response", "schema": request.response_schema, "strict": False},
+        }
     return params
 
 

@@ -128,6 +128,11 @@ class LLMRequest(BaseModel):
     )
 
 
+# Tokens of thinking per reasoning level: Anthropic's and Gemini's thinking budget, and the
+# output headroom added for OpenAI's reasoning tokens (all count against the output limit).
+REASONING_BUDGETS: dict[str, int] = {"low": 1024, "medium": 4096, "high": 16384}
+
+
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal", "stop_sequence", "other"]
 
 

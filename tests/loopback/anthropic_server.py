@@ -11,6 +11,8 @@ Anthropic's error shape), then ``replies``, then ``default_reply(body)``. A repl
 - a ``dict`` in a vendor-neutral form, every key optional::
 
       {"text": "...",
+       "thinking": "Let me think...", "signature": "sig-1",   # a signed thinking block first
+       "redacted": "opaque-data",                            # a redacted_thinking block
        "tool_calls": [{"id": "toolu_1", "name": "lookup", "arguments": {"q": "x"}}],
        "stop": "end_turn" | "tool_use" | "max_tokens" | "refusal" | "stop_sequence" | <wire value>,
        "usage": {"input_tokens": 5, "output_tokens": 7,
@@ -20,7 +22,15 @@ Anthropic's error shape), then ``replies``, then ``default_reply(body)``. A repl
 
   ``stop`` defaults to ``tool_use`` when there are tool calls. ``stream_error`` (streaming only)
   sends an ``event: error`` after the content blocks instead of ``message_delta``/``message_stop``;
-  ``stream_cut`` just ends the stream there, like a dropped connection.
+  ``stream_cut`` just ends the stream there, like a dropped connection. ``signature`` defaults
+  to a fresh ``sig_loopback<n>``; a streamed thinking block arrives as ``thinking_delta`` pieces
+  and one ``signature_delta``, as the real API sends it.
+
+Validation, like the real API (each a 400 ``invalid_request_error``): with ``thinking`` enabled,
+``budget_tokens`` must be >= 1024 and below ``max_tokens``, ``temperature`` may not be sent (other
+than 1), and the final assistant turn, when it holds a ``tool_use``, must start with a thinking
+block; any replayed thinking block must carry a signature this server issued for that very text
+(``redacted_thinking`` data likewise); ``output_config.format`` must be a ``json_schema`` format.
 
 Usage is deterministic: input tokens ~= len(json of system + tools + messages) // 4.
 """
@@ -48,7 +58,22 @@ _ERROR_TYPES = {
 }
 
 
+_THINKING_REQUIRED = (
+    "messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+    "`{found}`. When `thinking` is enabled, a final `assistant` message must start with a "
+    "thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We "
+    "recommend you include thinking blocks from previous turns. To avoid this requirement, "
+    "disable `thinking`. Please consult our documentation at "
+    "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+)
+
+
 class AnthropicServer(LoopbackServer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.signatures: dict[str, str] = {}  # issued signature -> the thinking text it signs
+        self.redacted: set[str] = set()  # issued redacted_thinking data
+
     def routes(self) -> list[web.RouteDef]:
         return [web.post("/v1/messages", self._messages)]
 
@@ -66,12 +91,7 @@ class AnthropicServer(LoopbackServer):
         headers: dict[str, str] | None = None,
     ) -> None:
         """Queue one error answer in the API's shape (``{"type": "error", "error": {...}}``)."""
-        kind = error_type or _ERROR_TYPES.get(status, "api_error")
-        body = {
-            "type": "error",
-            "error": {"type": kind, "message": message},
-            "request_id": f"req_loopback{len(self.failures):04d}",
-        }
+        body = _error(status, message, error_type, len(self.failures))
         self.failures.append(ScriptedFailure(status, body, dict(headers or {})))
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
@@ -80,8 +100,15 @@ class AnthropicServer(LoopbackServer):
         if failure is not None:
             return failure
         body: dict[str, Any] = rec.body if isinstance(rec.body, dict) else {}
-        reply = _normalise(self.next_reply(body), body)
+        problem = self._invalid(body)
+        if problem is not None:
+            return web.json_response(_error(400, problem, None, len(self.requests)), status=400)
         number = len(self.requests)
+        reply = _normalise(self.next_reply(body), body, number)
+        if reply["thinking"] is not None:
+            self.signatures[reply["signature"]] = reply["thinking"]
+        if reply["redacted"] is not None:
+            self.redacted.add(reply["redacted"])
         if body.get("stream"):
             return await self._stream(request, body, reply, number)
         message = _message(body, number)
@@ -89,6 +116,46 @@ class AnthropicServer(LoopbackServer):
         message["stop_reason"] = reply["stop"]
         message["usage"] = _usage(reply, final=True)
         return web.json_response(message, headers={"request-id": f"req_loopback{number:04d}"})
+
+    def _invalid(self, body: dict[str, Any]) -> str | None:
+        """What the real API would refuse in this request, or None."""
+        output_format = (body.get("output_config") or {}).get("format")
+        if output_format is not None and (
+            output_format.get("type") != "json_schema"
+            or not isinstance(output_format.get("schema"), dict)
+        ):
+            return "output_config.format: expected a json_schema format with a schema"
+        messages = body.get("messages") or []
+        for i, message in enumerate(messages):
+            for j, block in enumerate(message.get("content") or []):
+                if not isinstance(block, dict):
+                    continue
+                if block.get("type") == "thinking" and (
+                    self.signatures.get(block.get("signature", "")) != block.get("thinking")
+                ):
+                    return f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+                if block.get("type") == "redacted_thinking" and block.get("data") not in (
+                    self.redacted
+                ):
+                    return f"messages.{i}.content.{j}: Invalid `data` in `redacted_thinking` block"
+        thinking = body.get("thinking") or {}
+        if thinking.get("type") != "enabled":
+            return None
+        budget = thinking.get("budget_tokens", 0)
+        if budget < 1024:
+            return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+        if body.get("max_tokens", 0) <= budget:
+            return "`max_tokens` must be greater than `thinking.budget_tokens`"
+        if body.get("temperature", 1) != 1:
+            return "`temperature` may only be set to 1 when thinking is enabled"
+        assistant = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+        if assistant:
+            index = assistant[-1]
+            content = messages[index].get("content") or []
+            types = [b.get("type") for b in content if isinstance(b, dict)]
+            if "tool_use" in types and types[0] not in ("thinking", "redacted_thinking"):
+                return _THINKING_REQUIRED.format(index=index, found=types[0])
+        return None
 
     async def _stream(
         self, request: web.Request, body: dict[str, Any], reply: dict[str, Any], number: int
@@ -110,43 +177,17 @@ class AnthropicServer(LoopbackServer):
         start.update(content=[], stop_reason=None, usage=_usage(reply, final=False))
         await send("message_start", {"type": "message_start", "message": start})
         await send("ping", {"type": "ping"})
-        index = 0
-        if reply["text"]:
-            await send(
-                "content_block_start",
-                {
-                    "type": "content_block_start",
-                    "index": index,
-                    "content_block": {"type": "text", "text": ""},
-                },
-            )
-            for piece in _pieces(reply["text"]):
-                delta = {"type": "text_delta", "text": piece}
-                await send(
-                    "content_block_delta",
-                    {"type": "content_block_delta", "index": index, "delta": delta},
-                )
-            await send("content_block_stop", {"type": "content_block_stop", "index": index})
-            index += 1
-        for call in reply["tool_calls"]:
-            block = {"type": "tool_use", "id": call["id"], "name": call["name"], "input": {}}
+        for index, (block, deltas) in enumerate(_stream_blocks(reply)):
             await send(
                 "content_block_start",
                 {"type": "content_block_start", "index": index, "content_block": block},
             )
-            raw = (
-                call["arguments"]
-                if isinstance(call["arguments"], str)
-                else json.dumps(call["arguments"])
-            )
-            for piece in ["", raw[: len(raw) // 2], raw[len(raw) // 2 :]]:
-                delta = {"type": "input_json_delta", "partial_json": piece}
+            for delta in deltas:
                 await send(
                     "content_block_delta",
                     {"type": "content_block_delta", "index": index, "delta": delta},
                 )
             await send("content_block_stop", {"type": "content_block_stop", "index": index})
-            index += 1
         if reply["stream_error"] is not None:
             await send("error", {"type": "error", "error": reply["stream_error"]})
         elif not reply["stream_cut"]:
@@ -163,9 +204,18 @@ class AnthropicServer(LoopbackServer):
         return response
 
 
-def _normalise(reply: Any, body: dict[str, Any]) -> dict[str, Any]:
+def _error(status: int, message: str, error_type: str | None, number: int) -> dict[str, Any]:
+    return {
+        "type": "error",
+        "error": {"type": error_type or _ERROR_TYPES.get(status, "api_error"), "message": message},
+        "request_id": f"req_loopback{number:04d}",
+    }
+
+
+def _normalise(reply: Any, body: dict[str, Any], number: int) -> dict[str, Any]:
     spec: dict[str, Any] = {"text": reply} if isinstance(reply, str) else dict(reply)
     text = str(spec.get("text") or "")
+    thinking = spec.get("thinking")
     calls = [
         {
             "id": c.get("id") or f"toolu_loopback{i:04d}",
@@ -176,7 +226,7 @@ def _normalise(reply: Any, body: dict[str, Any]) -> dict[str, Any]:
     ]
     stop = spec.get("stop") or ("tool_use" if calls else "end_turn")
     prompt = json.dumps([body.get("system"), body.get("tools"), body.get("messages")])
-    output = text + "".join(json.dumps(c["arguments"]) for c in calls)
+    output = (thinking or "") + text + "".join(json.dumps(c["arguments"]) for c in calls)
     usage = {
         "input_tokens": max(1, len(prompt) // 4),
         "output_tokens": max(1, len(output) // 4),
@@ -186,6 +236,9 @@ def _normalise(reply: Any, body: dict[str, Any]) -> dict[str, Any]:
     usage.update(spec.get("usage") or {})
     return {
         "text": text,
+        "thinking": thinking,
+        "signature": spec.get("signature") or f"sig_loopback{number:04d}",
+        "redacted": spec.get("redacted"),
         "tool_calls": calls,
         "stop": stop,
         "usage": usage,
@@ -209,12 +262,40 @@ def _message(body: dict[str, Any], number: int) -> dict[str, Any]:
 
 def _content(reply: dict[str, Any]) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
+    if reply["thinking"] is not None:
+        blocks.append(
+            {"type": "thinking", "thinking": reply["thinking"], "signature": reply["signature"]}
+        )
+    if reply["redacted"] is not None:
+        blocks.append({"type": "redacted_thinking", "data": reply["redacted"]})
     if reply["text"]:
         blocks.append({"type": "text", "text": reply["text"]})
     for call in reply["tool_calls"]:
         blocks.append(
             {"type": "tool_use", "id": call["id"], "name": call["name"], "input": call["arguments"]}
         )
+    return blocks
+
+
+def _stream_blocks(reply: dict[str, Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Each content block as its ``content_block_start`` payload and the deltas that fill it."""
+    blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    if reply["thinking"] is not None:
+        deltas = [{"type": "thinking_delta", "thinking": p} for p in _pieces(reply["thinking"])]
+        deltas.append({"type": "signature_delta", "signature": reply["signature"]})
+        blocks.append(({"type": "thinking", "thinking": "", "signature": ""}, deltas))
+    if reply["redacted"] is not None:
+        blocks.append(({"type": "redacted_thinking", "data": reply["redacted"]}, []))
+    if reply["text"]:
+        deltas = [{"type": "text_delta", "text": p} for p in _pieces(reply["text"])]
+        blocks.append(({"type": "text", "text": ""}, deltas))
+    for call in reply["tool_calls"]:
+        args = call["arguments"]
+        raw = args if isinstance(args, str) else json.dumps(args)
+        pieces = ["", raw[: len(raw) // 2], raw[len(raw) // 2 :]]
+        deltas = [{"type": "input_json_delta", "partial_json": p} for p in pieces]
+        block = {"type": "tool_use", "id": call["id"], "name": call["name"], "input": {}}
+        blocks.append((block, deltas))
     return blocks
 
 

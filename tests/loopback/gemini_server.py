@@ -10,7 +10,10 @@ A scripted reply is a ``str`` (the answer text) or a ``dict``::
 
     {
         "text": "...",                 # answer text (optional)
-        "thought": "...",              # a thought-summary part sent before the text (optional)
+        "thought": "...",              # a thought-summary part sent before the text (optional;
+                                       # "thinking" is the same)
+        "signature": "c2lnLTE=",       # a thoughtSignature (base64): on the first function
+                                       # call, else on the last text part, as Gemini puts it
         "tool_calls": [{"name": "lookup", "arguments": {...}, "id": "fc_1"}],  # id optional
         "finish": "STOP",              # finishReason (default STOP)
         "usage": {"cachedContentTokenCount": 100, ...},  # overrides of usageMetadata
@@ -18,12 +21,19 @@ A scripted reply is a ``str`` (the answer text) or a ``dict``::
         "stream_error": 503,           # streaming only: an in-band error event after the text
     }
 
+Validation, like the real API (HTTP 400 ``INVALID_ARGUMENT``): a replayed ``functionCall`` that
+this server issued with a signature must carry that very ``thoughtSignature``; ``thinkingConfig``
+may not set both a budget and a level; ``responseJsonSchema`` needs ``responseMimeType:
+application/json``. (The SDK sends nested config keys in snake_case, which Google's JSON parser
+accepts too, so both spellings are read.)
+
 Usage numbers are deterministic: ``promptTokenCount`` is a quarter of the JSON length of the
 request's contents, system instruction and tools; ``candidatesTokenCount`` a quarter of the text.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -92,6 +102,7 @@ class GeminiServer(LoopbackServer):
     def __init__(self, *, api_key: str | None = None) -> None:
         super().__init__()
         self.api_key = api_key
+        self.signatures: dict[str, str] = {}  # issued function call -> its thoughtSignature
 
     @property
     def base_url(self) -> str:
@@ -127,11 +138,47 @@ class GeminiServer(LoopbackServer):
         if failure is not None:
             return failure
         body = rec.body if isinstance(rec.body, dict) else {}
+        problem = self._invalid(body)
+        if problem is not None:
+            return web.json_response(error_body(400, problem), status=400)
         reply = _as_reply(self.next_reply(body))
+        if reply.get("signature") and reply.get("tool_calls"):
+            self.signatures[_call_key(_call_parts(reply)[0]["functionCall"])] = reply["signature"]
         response_id = f"resp-{len(self.requests)}"
         if action == "generateContent":
             return web.json_response(_response(reply, body, model, response_id))
         return await self._stream(request, _chunks(reply, body, model, response_id))
+
+    def _invalid(self, body: dict[str, Any]) -> str | None:
+        """What the real API would refuse in this request, or None."""
+        for i, content in enumerate(body.get("contents") or []):
+            if content.get("role") != "model":
+                continue
+            for j, part in enumerate(content.get("parts") or []):
+                call = part.get("functionCall")
+                issued = self.signatures.get(_call_key(call)) if call else None
+                sent = _get(part, "thoughtSignature")
+                if issued is None or (sent is not None and _bytes(sent) == _bytes(issued)):
+                    continue
+                if sent is None:
+                    return (
+                        "Function call is missing a thought_signature in functionCall parts. "
+                        "This is required for tools to work correctly, and missing "
+                        "thought_signature may lead to degraded model performance. Additional "
+                        f"data, function call `default_api:{call['name']}` , position {j + 1}. "
+                        "Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures "
+                        "for more details."
+                    )
+                return f"Corrupted thought signature (contents[{i}].parts[{j}])."
+        config = body.get("generationConfig") or {}
+        thinking = _get(config, "thinkingConfig") or {}
+        if _get(thinking, "thinkingBudget") is not None and _get(thinking, "thinkingLevel"):
+            return "You can only set only one of thinking budget and thinking level."
+        if _get(config, "responseJsonSchema") is not None and (
+            _get(config, "responseMimeType") != "application/json"
+        ):
+            return "responseJsonSchema requires responseMimeType to be application/json."
+        return None
 
     async def _stream(
         self, request: web.Request, chunks: list[dict[str, Any]]
@@ -144,11 +191,30 @@ class GeminiServer(LoopbackServer):
         return response
 
 
+def _get(obj: dict[str, Any], camel: str) -> Any:
+    """A field by its JSON name or its proto (snake_case) name: the API takes both."""
+    snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
+    return obj.get(camel, obj.get(snake))
+
+
+def _bytes(value: str) -> bytes:
+    """Proto JSON ``bytes``: standard or URL-safe base64 (the SDK sends the URL-safe kind)."""
+    return base64.b64decode(value.replace("-", "+").replace("_", "/"))
+
+
+def _call_key(call: dict[str, Any]) -> str:
+    """Name and arguments: a replayed call may carry an id the client made up."""
+    return f"{call.get('name')}:{json.dumps(call.get('args') or {}, sort_keys=True)}"
+
+
 def _as_reply(reply: Any) -> dict[str, Any]:
     if isinstance(reply, str):
         return {"text": reply}
     if isinstance(reply, dict):
-        return reply
+        spec: dict[str, Any] = dict(reply)
+        if "thinking" in spec:
+            spec.setdefault("thought", spec.pop("thinking"))
+        return spec
     raise TypeError(f"a Gemini loopback reply is a str or a dict, not {type(reply).__name__}")
 
 
@@ -174,13 +240,23 @@ def _usage(reply: dict[str, Any], body: dict[str, Any], *, final: bool = True) -
 
 
 def _call_parts(reply: dict[str, Any]) -> list[dict[str, Any]]:
-    parts = []
+    """Function-call parts; the first carries the reply's signature (Gemini signs only it)."""
+    parts: list[dict[str, Any]] = []
     for call in reply.get("tool_calls", []):
         function_call: dict[str, Any] = {"name": call["name"], "args": call.get("arguments", {})}
         if call.get("id"):
             function_call["id"] = call["id"]
         parts.append({"functionCall": function_call})
+    if parts and reply.get("signature"):
+        parts[0]["thoughtSignature"] = reply["signature"]
     return parts
+
+
+def _text_signature(reply: dict[str, Any]) -> dict[str, Any]:
+    """Without calls, the signature rides on the last text part."""
+    if reply.get("signature") and not reply.get("tool_calls"):
+        return {"thoughtSignature": reply["signature"]}
+    return {}
 
 
 def _envelope(
@@ -219,7 +295,7 @@ def _response(reply: dict[str, Any], body: dict[str, Any], model: str, rid: str)
     if reply.get("thought"):
         parts.append({"text": reply["thought"], "thought": True})
     if reply.get("text"):
-        parts.append({"text": reply["text"]})
+        parts.append({"text": reply["text"], **_text_signature(reply)})
     parts += _call_parts(reply)
     return _envelope(parts, reply.get("finish", "STOP"), _usage(reply, body), model, rid)
 
@@ -242,7 +318,7 @@ def _chunks(
         return [*chunks, error_body(int(reply["stream_error"]), "The stream was interrupted.")]
     tail = _call_parts(reply)
     if pieces and not tail:
-        tail = [{"text": pieces.pop()}]
+        tail = [{"text": pieces.pop(), **_text_signature(reply)}]
     chunks += [_envelope([{"text": p}], None, running, model, rid) for p in pieces]
     chunks.append(_envelope(tail, reply.get("finish", "STOP"), _usage(reply, body), model, rid))
     return chunks

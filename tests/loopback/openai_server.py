@@ -15,7 +15,8 @@ OpenAI's error shape), then ``replies``, then ``default_reply(body)``. A reply i
        "tool_calls": [{"id": "call_1", "name": "lookup", "arguments": {"q": "x"}}],
        "refusal": "I can't help with that.",
        "stop": "end_turn" | "tool_use" | "max_tokens" | "refusal" | <wire finish_reason>,
-       "usage": {"input_tokens": 5, "output_tokens": 7, "cache_read_tokens": 900},
+       "usage": {"input_tokens": 5, "output_tokens": 7, "cache_read_tokens": 900,
+                 "reasoning_tokens": 300},
        "stream_error": {"type": "server_error", "message": "boom"},
        "stream_cut": True}
 
@@ -23,7 +24,13 @@ OpenAI's error shape), then ``replies``, then ``default_reply(body)``. A reply i
   UNCACHED part: ``prompt_tokens`` = input + cache_read, ``cached_tokens`` = cache_read.
   ``stream_error`` (streaming only) sends ``data: {"error": ...}`` after the content and ends the
   stream without a finish chunk or ``[DONE]``; ``stream_cut`` ends it there without the error,
-  like a dropped connection.
+  like a dropped connection. ``reasoning_tokens`` are hidden output: ``completion_tokens`` =
+  output + reasoning, with the reasoning part in ``completion_tokens_details``, as OpenAI counts.
+
+Validation, like the real API (HTTP 400 ``invalid_request_error``): ``reasoning_effort`` is
+refused by a model that does not reason and a non-default ``temperature`` by one that does
+(``REASONING_MODEL``: o-series and gpt-5 names); a ``json_schema`` ``response_format`` needs a
+valid ``name`` and a ``schema`` object.
 
 Usage is deterministic: prompt tokens ~= len(json of messages + tools) // 4.
 """
@@ -31,6 +38,7 @@ Usage is deterministic: prompt tokens ~= len(json of messages + tools) // 4.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from aiohttp import web
@@ -53,6 +61,38 @@ _ERRORS: dict[int, tuple[str, str | None]] = {
     404: ("invalid_request_error", "model_not_found"),
     429: ("requests", "rate_limit_exceeded"),
 }
+
+
+# Which models the loopback API treats as reasoning models (deliberately not the provider's own
+# pattern, so the tests compare two independent rules).
+REASONING_MODEL = re.compile(r"^(o\d|gpt-5)")
+_FORMAT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def _invalid(body: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(message, param, code) of what the real API would refuse in this request, or None."""
+    reasoning = bool(REASONING_MODEL.match(str(body.get("model", ""))))
+    if "reasoning_effort" in body and not reasoning:
+        message = "Unsupported parameter: 'reasoning_effort' is not supported with this model."
+        return message, "reasoning_effort", "unsupported_parameter"
+    if reasoning and body.get("temperature", 1) != 1:
+        message = (
+            f"Unsupported value: 'temperature' does not support {body['temperature']} with this "
+            "model. Only the default (1) value is supported."
+        )
+        return message, "temperature", "unsupported_value"
+    response_format = body.get("response_format") or {}
+    if response_format.get("type") == "json_schema":
+        spec = response_format.get("json_schema") or {}
+        if not _FORMAT_NAME.match(str(spec.get("name", ""))):
+            return "Invalid 'response_format.json_schema.name'.", "response_format", "invalid_value"
+        if not isinstance(spec.get("schema"), dict):
+            return (
+                "Invalid 'response_format.json_schema.schema'.",
+                "response_format",
+                "invalid_value",
+            )
+    return None
 
 
 class OpenAIServer(LoopbackServer):
@@ -89,6 +129,11 @@ class OpenAIServer(LoopbackServer):
         if failure is not None:
             return failure
         body: dict[str, Any] = rec.body if isinstance(rec.body, dict) else {}
+        problem = _invalid(body)
+        if problem is not None:
+            text, param, code = problem
+            error = {"message": text, "type": "invalid_request_error", "param": param}
+            return web.json_response({"error": {**error, "code": code}}, status=400)
         reply = _normalise(self.next_reply(body), body)
         number = len(self.requests)
         headers = {"x-request-id": f"req_loopback{number:04d}"}
@@ -197,6 +242,7 @@ def _normalise(reply: Any, body: dict[str, Any]) -> dict[str, Any]:
         "input_tokens": max(1, len(prompt) // 4),
         "output_tokens": max(1, len(output) // 4),
         "cache_read_tokens": 0,
+        "reasoning_tokens": 0,
     }
     usage.update(spec.get("usage") or {})
     return {
@@ -224,13 +270,14 @@ def _envelope(body: dict[str, Any], number: int, obj: str) -> dict[str, Any]:
 def _usage(reply: dict[str, Any]) -> dict[str, Any]:
     usage = reply["usage"]
     prompt = usage["input_tokens"] + usage["cache_read_tokens"]
+    completion = usage["output_tokens"] + usage["reasoning_tokens"]
     return {
         "prompt_tokens": prompt,
-        "completion_tokens": usage["output_tokens"],
-        "total_tokens": prompt + usage["output_tokens"],
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": usage["cache_read_tokens"], "audio_tokens": 0},
         "completion_tokens_details": {
-            "reasoning_tokens": 0,
+            "reasoning_tokens": usage["reasoning_tokens"],
             "audio_tokens": 0,
             "accepted_prediction_tokens": 0,
             "rejected_prediction_tokens": 0,

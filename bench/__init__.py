@@ -1,0 +1,1 @@
+"""``make bench``: measured figures for BENCHMARKS.md (run ``python -m bench``)."""

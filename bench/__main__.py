@@ -1,0 +1,26 @@
+"""Run every benchmark and print a Markdown report (the figures recorded in BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import sys
+
+from bot.llm.guard import block_real_calls
+
+
+async def _main() -> None:
+    from bench import cache
+
+    sections = [await cache.main()]
+    print(f"# Chorus benchmarks\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}; command: make bench\n")
+    for lines in sections:
+        print("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    block_real_calls()  # the benchmark talks to loopback servers only
+    sys.path.insert(0, os.getcwd())
+    asyncio.run(_main())

@@ -1,0 +1,240 @@
+"""SSRF protection for tools that fetch URLs chosen by a model (and so, indirectly, by any user).
+
+A chat user can ask the bot to "summarise http://169.254.169.254/latest/meta-data/" or a name
+that resolves to an internal service. ``NetGuard.vet`` resolves the host (every A and AAAA
+record) and refuses it when *any* address is loopback, private, link-local (including the cloud
+metadata address), unspecified, multicast, reserved, CGNAT or otherwise not globally routable,
+including IPv4-mapped / NAT64 / 6to4 IPv6 forms of those, and refuses well-known metadata host
+names outright. ``CHORUS_FETCH_ALLOW`` lists exceptions: host names, IP addresses, CIDR blocks,
+and ``host:port`` / ``ip:port`` / ``[v6]:port`` entries that permit a single port.
+
+DNS rebinding: checking a name and then letting the HTTP client resolve it again would allow a
+hostile DNS server to answer "8.8.8.8" to the check and "127.0.0.1" to the connection. So the
+vetted addresses are *pinned*: ``PinnedResolver`` is the aiohttp resolver for the session and
+answers only with the addresses that passed the check (and refuses any host it was not told
+about), so the socket connects to exactly what was checked. IP-literal URLs never reach a
+resolver; they are checked directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+
+from aiohttp.abc import AbstractResolver, ResolveResult
+from yarl import URL
+
+from bot.tools.base import ToolError
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+Resolve = Callable[[str, int], Awaitable[list[str]]]
+"""``(host, port) -> IP address strings``; injectable so tests can fake DNS."""
+
+ALLOW_VARIABLE = "CHORUS_FETCH_ALLOW"
+
+METADATA_HOSTS = frozenset(
+    {
+        "metadata",
+        "metadata.google.internal",
+        "metadata.goog",
+        "metadata.azure.internal",
+        "instance-data",
+        "instance-data.ec2.internal",
+        "metadata.tencentyun.com",
+        "metadata.packet.net",
+    }
+)
+
+_CGNAT = ipaddress.ip_network("100.64.0.0/10")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def normalise_host(host: str) -> str:
+    """Lower case, without brackets or the trailing dot of a fully qualified name."""
+    return host.strip().strip("[]").rstrip(".").lower()
+
+
+def classify(address: IPAddress) -> str | None:
+    """Why an address must not be fetched (``"a private address"``...), or None if it is public."""
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = address.ipv4_mapped or address.sixtofour
+        if embedded is None and address in _NAT64:
+            embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        if embedded is not None:
+            reason = classify(embedded)
+            return f"{reason} (embedded in an IPv6 address)" if reason else None
+    checks = (
+        (address.is_unspecified, "an unspecified address"),
+        (address.is_loopback, "a loopback address"),
+        (address.is_link_local, "a link-local address (cloud metadata lives here)"),
+        (address in _CGNAT, "a carrier-grade NAT (shared) address"),
+        (address.is_multicast, "a multicast address"),
+        (address.is_private, "a private address"),
+        (address.is_reserved, "a reserved address"),
+        (not address.is_global, "not a globally routable address"),
+    )
+    return next((reason for hit, reason in checks if hit), None)
+
+
+@dataclass(frozen=True)
+class Allowlist:
+    """Exceptions to the private-address block. Parse with ``Allowlist.parse``."""
+
+    hosts: frozenset[tuple[str, int | None]] = frozenset()
+    networks: tuple[tuple[IPNetwork, int | None], ...] = ()
+
+    @classmethod
+    def parse(cls, entries: Iterable[str]) -> Allowlist:
+        """Entries: ``name``, ``name:port``, ``1.2.3.4``, ``1.2.3.4:port``, ``10.0.0.0/8``,
+        ``::1``, ``[::1]:port``, ``fd00::/8``. A bad entry raises ``ValueError`` naming it."""
+        hosts: set[tuple[str, int | None]] = set()
+        networks: list[tuple[IPNetwork, int | None]] = []
+        for raw in entries:
+            entry = raw.strip()
+            if not entry:
+                continue
+            host, port = _split_port(entry)
+            try:
+                networks.append((ipaddress.ip_network(host, strict=False), port))
+            except ValueError:
+                if "/" in host or not host or any(c in host for c in " @?#"):
+                    raise ValueError(
+                        f"{ALLOW_VARIABLE}: {raw!r} is not a host, host:port, IP or CIDR block"
+                    ) from None
+                hosts.add((normalise_host(host), port))
+        return cls(frozenset(hosts), tuple(networks))
+
+    def allows_host(self, host: str, port: int) -> bool:
+        name = normalise_host(host)
+        return (name, None) in self.hosts or (name, port) in self.hosts
+
+    def allows_address(self, address: IPAddress, port: int) -> bool:
+        candidates = [address]
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+            candidates.append(address.ipv4_mapped)
+        return any(
+            ip.version == net.version and ip in net and allowed in (None, port)
+            for ip in candidates
+            for net, allowed in self.networks
+        )
+
+
+def _split_port(entry: str) -> tuple[str, int | None]:
+    if entry.startswith("["):
+        host, _, rest = entry[1:].partition("]")
+        return host, _port(rest.removeprefix(":"), entry) if rest else None
+    if entry.count(":") == 1:  # name:port or v4:port (a bare IPv6 address has several colons)
+        host, _, port = entry.partition(":")
+        return host, _port(port, entry)
+    return entry, None
+
+
+def _port(text: str, entry: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise ValueError(f"{ALLOW_VARIABLE}: {entry!r} has an invalid port")
+    return int(text)
+
+
+async def system_resolve(host: str, port: int) -> list[str]:
+    """Every address (A and AAAA) the system resolver returns for ``host``, in its order."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+@dataclass
+class NetGuard:
+    """Decides whether a URL may be fetched and which addresses the connection may use."""
+
+    allow: Allowlist = field(default_factory=Allowlist)
+    resolve: Resolve = system_resolve
+
+    async def vet(self, url: URL) -> list[str]:
+        """The addresses to connect to for ``url``; raises ``ToolError`` explaining a refusal."""
+        if url.scheme not in ("http", "https"):
+            raise ToolError(
+                f"only http and https URLs can be fetched, not {url.scheme or 'none'!r}"
+            )
+        raw = url.raw_host
+        port = url.port
+        if not raw or port is None:
+            raise ToolError(f"{url} has no host")
+        host = normalise_host(raw)
+        trusted_name = self.allow.allows_host(host, port)
+        literal = _parse_ip(host)
+        if literal is not None:
+            self._check_address(host, literal, port, trusted_name, literal=True)
+            return [str(literal)]
+        if host in METADATA_HOSTS and not trusted_name:
+            raise ToolError(
+                f"refused: {host} is a cloud metadata service (set {ALLOW_VARIABLE} to permit it)"
+            )
+        try:
+            found = await self.resolve(host, port)
+        except OSError as exc:
+            raise ToolError(f"could not resolve {host}: {exc.strerror or exc}") from None
+        addresses = [a for a in (_parse_ip(text) for text in found) if a is not None]
+        if not addresses:
+            raise ToolError(f"could not resolve {host}: no addresses")
+        for address in addresses:
+            self._check_address(host, address, port, trusted_name, literal=False)
+        return [str(a) for a in addresses]
+
+    def _check_address(
+        self, host: str, address: IPAddress, port: int, trusted_name: bool, *, literal: bool
+    ) -> None:
+        reason = classify(address)
+        if reason is None or trusted_name or self.allow.allows_address(address, port):
+            return
+        subject = f"{host} is" if literal else f"{host} resolves to {address},"
+        raise ToolError(f"refused: {subject} {reason} (set {ALLOW_VARIABLE} to permit it)")
+
+
+def _parse_ip(text: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+class PinnedResolver(AbstractResolver):
+    """An aiohttp resolver that only knows the addresses ``NetGuard`` vetted (see module doc)."""
+
+    def __init__(self) -> None:
+        self._pinned: dict[str, list[str]] = {}
+
+    def pin(self, host: str, addresses: list[str]) -> None:
+        self._pinned[normalise_host(host)] = list(addresses)
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_UNSPEC
+    ) -> list[ResolveResult]:
+        addresses = self._pinned.get(normalise_host(host))
+        if not addresses:
+            raise OSError(f"{host} was not vetted by the network guard")
+        results: list[ResolveResult] = []
+        for text in addresses:
+            ip = ipaddress.ip_address(text)
+            fam = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+            if family not in (socket.AF_UNSPEC, fam):
+                continue
+            results.append(
+                ResolveResult(
+                    hostname=host,
+                    host=text,
+                    port=port,
+                    family=fam,
+                    proto=0,
+                    flags=socket.AI_NUMERICHOST | socket.AI_NUMERICSERV,
+                )
+            )
+        if not results:
+            raise OSError(f"{host} has no vetted address of family {family!r}")
+        return results
+
+    async def close(self) -> None:
+        self._pinned.clear()

@@ -1,0 +1,313 @@
+"""The Toolbox: which tools a channel sees, and running the model's tool calls safely.
+
+Two properties matter to the rest of the bot:
+
+* ``specs_for`` is deterministic: tools sorted by name, and the same list for everybody in a
+  channel (a member and a moderator see the same tools; a permission is enforced when the tool
+  is *called*). The tool list sits at the start of the cached prompt prefix, so any per-user
+  or unordered variation would throw the cache away.
+* ``execute`` is total: an unknown or disabled tool, a permission refusal, a ``ToolError``, any
+  other exception and a timeout all become an ``is_error`` tool result the model can read and
+  react to. Only cancellation propagates.
+
+Enabling is layered: the deployment's enable/disable lists are a ceiling; a channel override
+(``CHORUS_TOOLS_CHANNELS``) can narrow it further but never re-enable a tool the deployment
+turned off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from bot.config import ConfigError
+from bot.llm.types import ToolCallPart, ToolResultPart, ToolSpec
+from bot.tools.base import Permission, Tool, ToolContext, ToolError
+from bot.tools.builtin import builtin_tools
+from bot.tools.netguard import Allowlist
+
+log = logging.getLogger("chorus.tools")
+
+DEFAULT_MAX_RESULT_CHARS = 16_000
+_WHO = {Permission.MODERATOR: "moderators", Permission.OWNER: "the owner"}
+
+CommaList = Annotated[frozenset[str], NoDecode]
+
+
+class ChannelToolConfig(BaseModel):
+    """Per-channel narrowing of the deployment's tools (``None`` enabled = all of them)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Typed as abstract sets so callers may pass a set; pydantic stores a frozenset.
+    enabled: AbstractSet[str] | None = None
+    disabled: AbstractSet[str] = frozenset()
+
+    def allows(self, name: str) -> bool:
+        return (self.enabled is None or name in self.enabled) and name not in self.disabled
+
+
+class Toolbox:
+    def __init__(
+        self,
+        tools: Iterable[Tool],
+        *,
+        enabled: AbstractSet[str] | None = None,
+        disabled: AbstractSet[str] = frozenset(),
+        channel_overrides: Mapping[str, ChannelToolConfig] | None = None,
+        max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+    ) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            name = tool.spec.name
+            if name in self._tools:
+                raise ValueError(
+                    f"two tools are named {name!r}: {self._tools[name]!r} and {tool!r}"
+                )
+            self._tools[name] = tool
+        if max_result_chars < 100:
+            raise ValueError("max_result_chars must be at least 100")
+        self._deployment = ChannelToolConfig(
+            enabled=frozenset(enabled) if enabled is not None else None,
+            disabled=frozenset(disabled),
+        )
+        self._overrides = dict(channel_overrides or {})
+        self.max_result_chars = max_result_chars
+        self._sorted = tuple(sorted(self._tools))
+        self._specs_cache: dict[str | None, tuple[ToolSpec, ...]] = {}
+        self._warn_unknown_names()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every registered tool's name, sorted (before any enable/disable)."""
+        return self._sorted
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def _warn_unknown_names(self) -> None:
+        configs = [("deployment", self._deployment), *self._overrides.items()]
+        for where, config in configs:
+            mentioned = (config.enabled or frozenset()) | config.disabled
+            for name in sorted(mentioned - self._tools.keys()):
+                log.warning(
+                    "tool setting names an unknown tool",
+                    extra={"tool": name, "scope": where, "known": ",".join(self._sorted)},
+                )
+
+    # -- what a channel sees -------------------------------------------------------------------
+    def _available(self, name: str, channel_key: str) -> bool:
+        override = self._overrides.get(channel_key)
+        return (
+            name in self._tools
+            and self._deployment.allows(name)
+            and (override is None or override.allows(name))
+        )
+
+    def specs_for(self, ctx: ToolContext) -> tuple[ToolSpec, ...]:
+        """The tools offered in ``ctx``'s channel, sorted by name; the same for every user."""
+        key = ctx.channel_key if ctx.channel_key in self._overrides else None
+        cached = self._specs_cache.get(key)
+        if cached is None:
+            cached = tuple(
+                self._tools[name].spec
+                for name in self._sorted
+                if self._available(name, ctx.channel_key)
+            )
+            self._specs_cache[key] = cached
+        return cached
+
+    # -- running calls ----------------------------------------------------------------------------
+    async def execute(self, call: ToolCallPart, ctx: ToolContext) -> ToolResultPart:
+        """Run one call; every failure is an ``is_error`` result (only cancellation raises)."""
+        started = time.perf_counter()
+        content, is_error, outcome = await self._run(call, ctx)
+        if len(content) > self.max_result_chars:
+            marker = f"\n[... truncated: result was {len(content)} characters]"
+            content = content[: self.max_result_chars - len(marker)] + marker
+        log.info(
+            "tool call",
+            extra={
+                "tool": call.name,
+                "outcome": outcome,
+                "ms": round((time.perf_counter() - started) * 1000, 1),
+                "channel": ctx.channel_key,
+                "user_id": ctx.message.author.id,
+            },
+        )
+        return ToolResultPart(call_id=call.id, name=call.name, content=content, is_error=is_error)
+
+    async def _run(self, call: ToolCallPart, ctx: ToolContext) -> tuple[str, bool, str]:
+        """``(content, is_error, outcome)`` for one call."""
+        name = call.name
+        tool = self._tools.get(name)
+        if tool is None or not self._available(name, ctx.channel_key):
+            available = ", ".join(s.name for s in self.specs_for(ctx)) or "none"
+            return f"unknown tool {name}; available: {available}", True, "unknown"
+        if not tool.permission.allows(ctx.message.author.roles):
+            return f"{name} may only be used by {_WHO[tool.permission]}", True, "denied"
+        log.debug("tool arguments", extra={"tool": name, "arguments": call.arguments})
+        try:
+            async with asyncio.timeout(tool.timeout) as deadline:
+                text = await tool.call(dict(call.arguments), ctx)
+        except ToolError as exc:
+            return str(exc) or f"{name} failed", True, "tool_error"
+        except TimeoutError as exc:
+            if deadline.expired():
+                return f"{name} timed out after {tool.timeout:g} s", True, "timeout"
+            log.exception("tool raised", extra={"tool": name})
+            return f"{name} failed: {type(exc).__name__}: {exc}", True, "exception"
+        except Exception as exc:
+            log.exception("tool raised", extra={"tool": name})
+            return f"{name} failed: {type(exc).__name__}: {exc}", True, "exception"
+        if not isinstance(text, str):
+            return f"{name} failed: it returned {type(text).__name__}, not text", True, "exception"
+        return text, False, "ok"
+
+    async def execute_all(
+        self, calls: Sequence[ToolCallPart], ctx: ToolContext
+    ) -> list[ToolResultPart]:
+        """Run several calls concurrently; results come back in the order of ``calls``."""
+        if len(calls) == 1:
+            return [await self.execute(calls[0], ctx)]
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(self.execute(call, ctx)) for call in calls]
+        return [task.result() for task in tasks]
+
+    # -- construction from settings ---------------------------------------------------------------
+    @classmethod
+    def from_settings(
+        cls, settings: ToolSettings | None = None, extra_tools: Iterable[Tool] = ()
+    ) -> Toolbox:
+        """The built-in tools (clock, fetch, and news when feeds are configured) plus ``extra_tools``,
+        with the enable/disable lists and channel overrides from ``settings``."""
+        settings = settings or load_tool_settings()
+        return cls(
+            [*builtin_tools(settings), *extra_tools],
+            enabled=settings.tools_enabled,
+            disabled=settings.tools_disabled,
+            channel_overrides=settings.channel_overrides(),
+        )
+
+
+class ToolSettings(BaseSettings):
+    """Tool settings (``CHORUS_TOOLS_*``, ``CHORUS_FETCH_*``, ``CHORUS_FEEDS``)."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
+    )
+
+    tools_enabled: Annotated[frozenset[str] | None, NoDecode] = Field(
+        default=None, validation_alias="CHORUS_TOOLS_ENABLED"
+    )
+    tools_disabled: CommaList = Field(default=frozenset(), validation_alias="CHORUS_TOOLS_DISABLED")
+    tools_channels: Path | None = Field(default=None, validation_alias="CHORUS_TOOLS_CHANNELS")
+    tool_timeout: float = Field(default=10.0, gt=0, le=600, validation_alias="CHORUS_TOOL_TIMEOUT")
+    fetch_allow: CommaList = Field(default=frozenset(), validation_alias="CHORUS_FETCH_ALLOW")
+    fetch_max_bytes: int = Field(
+        default=2_000_000, ge=1024, validation_alias="CHORUS_FETCH_MAX_BYTES"
+    )
+    fetch_timeout: float = Field(
+        default=10.0, gt=0, le=120, validation_alias="CHORUS_FETCH_TIMEOUT"
+    )
+    feeds: Annotated[tuple[str, ...], NoDecode] = Field(default=(), validation_alias="CHORUS_FEEDS")
+
+    @field_validator("tools_enabled", mode="before")
+    @classmethod
+    def _split_enabled(cls, value: Any) -> Any:
+        if isinstance(value, str):  # an empty CHORUS_TOOLS_ENABLED means "all", like unset
+            return _comma_set(value) or None
+        return value
+
+    @field_validator("tools_disabled", "fetch_allow", mode="before")
+    @classmethod
+    def _split_set(cls, value: Any) -> Any:
+        return _comma_set(value) if isinstance(value, str) else value
+
+    @field_validator("tools_channels", mode="before")
+    @classmethod
+    def _empty_path(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("fetch_allow")
+    @classmethod
+    def _check_allow(cls, value: frozenset[str]) -> frozenset[str]:
+        Allowlist.parse(value)  # raises ValueError naming a bad entry
+        return value
+
+    @field_validator("feeds", mode="before")
+    @classmethod
+    def _split_feeds(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(dict.fromkeys(item.strip() for item in value.split(",") if item.strip()))
+        return value
+
+    @field_validator("feeds")
+    @classmethod
+    def _check_feeds(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is not an http(s) URL")
+        return value
+
+    def channel_overrides(self) -> dict[str, ChannelToolConfig]:
+        """Parse the ``CHORUS_TOOLS_CHANNELS`` JSON file (``{}`` when unset)."""
+        if self.tools_channels is None:
+            return {}
+        path = self.tools_channels
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(
+                f"CHORUS_TOOLS_CHANNELS: cannot read {path}: {exc.strerror}"
+            ) from None
+        except ValueError as exc:
+            raise ConfigError(f"CHORUS_TOOLS_CHANNELS: {path} is not valid JSON: {exc}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(
+                f"CHORUS_TOOLS_CHANNELS: {path} must hold an object like "
+                f'{{"discord:123": {{"disabled": ["fetch_page"]}}}}'
+            )
+        overrides = {}
+        for key, value in raw.items():
+            if ":" not in key:
+                raise ConfigError(
+                    f"CHORUS_TOOLS_CHANNELS: {key!r} in {path} is not platform:channel"
+                )
+            try:
+                overrides[key] = ChannelToolConfig.model_validate(value)
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors()
+                )
+                raise ConfigError(f"CHORUS_TOOLS_CHANNELS: {key!r} in {path}: {problems}") from None
+        return overrides
+
+
+def _comma_set(value: str) -> frozenset[str]:
+    return frozenset(item.strip() for item in value.split(",") if item.strip())
+
+
+def load_tool_settings(**overrides: Any) -> ToolSettings:
+    """Read ``ToolSettings``; errors become one ``ConfigError`` naming each variable."""
+    try:
+        return ToolSettings(**overrides)
+    except ValidationError as exc:
+        lines = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else ""
+            info = ToolSettings.model_fields.get(field)
+            name = (
+                info.validation_alias if info and isinstance(info.validation_alias, str) else field
+            )
+            lines.append(f"{name}: {str(error['msg']).removeprefix('Value error, ')}")
+        raise ConfigError("invalid tool settings:\n  " + "\n  ".join(lines)) from None
