@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 
@@ -18,13 +20,17 @@ from bot import store
 from bot.agent import Agent, LoopLimits
 from bot.bus import EventBus, InProcessBus
 from bot.commands import Commands
-from bot.config import Settings
+from bot.config import ConfigError, Settings
 from bot.history import HistoryStore
 from bot.llm.base import Provider
 from bot.llm.registry import build_provider
 from bot.prompting import PromptAssembler
 from bot.router import Router, RouterLimits
-from bot.tools.toolbox import Toolbox
+from bot.tools.mcp_config import config_from_env
+from bot.tools.toolbox import Toolbox, load_tool_settings
+
+if TYPE_CHECKING:
+    from bot.tools.mcp import MCPManager
 
 log = logging.getLogger("chorus.app")
 
@@ -90,24 +96,37 @@ class Chorus:
         """Build every component the settings describe; what is built here is closed here."""
         spec = settings.model_spec()
         owned: list[object] = []
-        if provider is None:
-            provider = build_provider(spec, settings)
-            owned.append(provider)
-        redis = await store.connect(settings.redis_url)
-        owned.append(redis)
-        if bus is None:
-            bus = InProcessBus()
-            owned.append(bus)
+        try:
+            tool_settings = load_tool_settings()  # settings errors surface before anything starts
+            mcp = await _start_mcp()
+            if mcp is not None:
+                owned.append(mcp)
+            tools = Toolbox.from_settings(tool_settings, extra_tools=mcp.tools() if mcp else ())
+            if provider is None:
+                provider = build_provider(spec, settings)
+                owned.append(provider)
+            redis = await store.connect(settings.redis_url)
+            owned.append(redis)
+            if bus is None:
+                bus = InProcessBus()
+                owned.append(bus)
+        except BaseException:
+            await _close_all(owned)  # nothing half-started outlives a failed start
+            raise
         return cls(
             settings=settings,
             provider=provider,
             model=spec.model,
             redis=redis,
             bus=bus,
+            tools=tools,
             owns=tuple(owned),
         )
 
     async def start(self) -> None:
+        """Start the router (a no-op when it already runs)."""
+        if self._router_task is not None:
+            return
         self._router_task = asyncio.create_task(self.router.run(), name="router")
 
     async def aclose(self) -> None:
@@ -115,13 +134,7 @@ class Chorus:
             self._router_task.cancel()
             await asyncio.gather(self._router_task, return_exceptions=True)
             await self.router.close()
-        for thing in reversed(self._owns):
-            close = getattr(thing, "aclose", None) or getattr(thing, "close", None)
-            try:
-                if close is not None:
-                    await close()
-            except Exception:
-                log.warning("error while closing %s", type(thing).__name__, exc_info=True)
+        await _close_all(self._owns)
 
     async def __aenter__(self) -> Chorus:
         await self.start()
@@ -134,3 +147,34 @@ class Chorus:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+async def _start_mcp() -> MCPManager | None:
+    """The MCP servers of ``CHORUS_MCP_CONFIG``, started; None when none are configured."""
+    config = config_from_env()
+    if config is None:
+        return None
+    try:
+        from bot.tools.mcp import MCPManager
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in {"mcp", "mcp_types"}:
+            raise ConfigError(
+                "CHORUS_MCP_CONFIG is set but the MCP SDK is not installed; "
+                "run: pip install 'chorus-bot[mcp]'"
+            ) from None
+        raise
+    manager = MCPManager(config)
+    await manager.start()
+    log.info("mcp servers started", extra={"servers": manager.status()})
+    return manager
+
+
+async def _close_all(things: Sequence[object]) -> None:
+    """Close what we created, newest first; one failure does not stop the rest."""
+    for thing in reversed(things):
+        close = getattr(thing, "aclose", None) or getattr(thing, "close", None)
+        try:
+            if close is not None:
+                await close()
+        except Exception:
+            log.warning("error while closing %s", type(thing).__name__, exc_info=True)

@@ -14,11 +14,12 @@ embedded store works without the ``lupa`` package.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import WatchError
 
 from bot import keys
@@ -70,20 +71,33 @@ class HistoryStore:
         """Add entries (oldest first), keep the newest ``max_messages``, refresh the TTL."""
         if not entries:
             return
-        key = keys.history(conv)
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.rpush(key, *(entry.model_dump_json() for entry in entries))
-            pipe.ltrim(key, -self.max_messages, -1)
-            pipe.expire(key, self.ttl_seconds)
+            self.queue_append(pipe, conv, *entries)
             await pipe.execute()
+
+    def queue_append(self, pipe: Pipeline, conv: ConversationKey, *entries: HistoryEntry) -> None:
+        """``append`` as commands on the caller's pipeline (3 results), so the router can fold
+        the history write into its one write round trip per answered message."""
+        key = keys.history(conv)
+        pipe.rpush(key, *(entry.model_dump_json() for entry in entries))
+        pipe.ltrim(key, -self.max_messages, -1)
+        pipe.expire(key, self.ttl_seconds)
 
     async def load(self, conv: ConversationKey, limit: int | None = None) -> list[HistoryEntry]:
         """The most recent ``limit`` entries (default ``max_messages``), oldest first."""
         count = self.max_messages if limit is None else limit
         if count <= 0:
             return []
+        raw = await self._redis.lrange(keys.history(conv), -count, -1)
+        return self.parse_load(conv, cast("list[str]", raw))  # decoded by connect
+
+    def queue_load(self, pipe: Pipeline, conv: ConversationKey) -> None:
+        """``load`` as one command (1 result) on the caller's pipeline; see ``parse_load``."""
+        pipe.lrange(keys.history(conv), -self.max_messages, -1)
+
+    def parse_load(self, conv: ConversationKey, raw: Sequence[str]) -> list[HistoryEntry]:
+        """Entries from an LRANGE result; unreadable ones are logged with their key and skipped."""
         key = keys.history(conv)
-        raw = await self._redis.lrange(key, -count, -1)
         entries = []
         for index, value in enumerate(raw):
             try:

@@ -71,3 +71,31 @@ async def test_fetch_tool_refuses_the_host_network_end_to_end(tmp_path: Path) ->
         code, out, err = await run_chorus(["chat"], env, tmp_path, line.encode())
         assert code == 0, err
         assert out.startswith("Tool failed: ") and "169.254.169.254" in out and "refused" in out
+
+
+async def test_console_calls_a_tool_of_an_mcp_server(tmp_path: Path) -> None:
+    """A stdio MCP server written with the ``mcp`` package is discovered at start and its tool
+    is called inside the loop, all from ``chorus chat``."""
+    import sys
+
+    server_script = Path(__file__).parent / "mcp_servers" / "echo_server.py"
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {
+        "echo": {"command": sys.executable, "args": [str(server_script)]},
+        "broken": {"command": "/nonexistent/mcp-server"},
+    }}))
+    server_cls, model, key_env, url_env = CHAT_VENDORS["openai"]
+    async with server_cls() as server:
+        server.default_reply = tool_playing_model("openai")
+        env = base_env(tmp_path) | {
+            "CHORUS_MODEL": model, key_env: "k", url_env: server.base_url,
+            "CHORUS_MCP_CONFIG": str(config),
+        }
+        code, out, err = await run_chorus(
+            ["chat"], env, tmp_path, b'please call tool echo__add with {"a": 2, "b": 40}\n'
+        )
+        assert code == 0, err
+        assert out.strip() == "Tool said: 42"
+        tools = [t["function"]["name"] for t in server.bodies[0]["tools"]]
+        assert "echo__add" in tools and "current_time" in tools
+        assert "broken" in err  # the server that failed to start is reported, not fatal
