@@ -138,3 +138,16 @@ class Reply(_Frozen):
     addressed_user_ids: tuple[str, ...] = ()
     in_reply_to_platform: str | None = None
     is_error: bool = False
+
+
+class MessageDeleted(_Frozen):
+    """A platform removed a message, or all of one user's messages in a conversation.
+
+    Adapters publish it (Discord deletions, Slack ``message_deleted``, Twitch
+    ``channel.chat.message_delete`` and ``clear_user_messages``, YouTube deletions and bans) so
+    the removed text leaves the bot's stored context too.
+    """
+
+    conversation: ConversationKey
+    message_id: str | None = None
+    author_id: str | None = None

@@ -22,7 +22,7 @@ from bot import keys
 from bot.agent import Agent
 from bot.bus import Delivery, EventBus
 from bot.commands import Commands
-from bot.events import ChatMessage, ConversationKey, Reply, utcnow
+from bot.events import ChatMessage, ConversationKey, MessageDeleted, Reply, utcnow
 from bot.history import HistoryEntry, HistoryStore
 from bot.llm.errors import LLMError
 from bot.prompting import PromptAssembler
@@ -33,6 +33,7 @@ from bot.tools.toolbox import Toolbox
 log = logging.getLogger("chorus.router")
 
 INBOUND = "inbound"
+DELETIONS = "deletions"
 APOLOGY = "Sorry, I couldn't reach the language model just now. Please try again in a moment."
 CRASH_APOLOGY = "Sorry, something went wrong while answering. Please try again."
 
@@ -77,10 +78,43 @@ class Router:
         self._slots = asyncio.Semaphore(self.limits.concurrency)
 
     async def run(self) -> None:
-        """Consume the inbound topic until the bus closes."""
+        """Consume the inbound and deletion topics until the bus closes."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._consume_inbound())
+            group.create_task(self._consume_deletions())
+        await self.join()
+
+    async def _consume_inbound(self) -> None:
         async for delivery in self.bus.consume(INBOUND, ChatMessage, group="agent"):
             self._dispatch(delivery)
-        await self.join()
+
+    async def _consume_deletions(self) -> None:
+        async for delivery in self.bus.consume(DELETIONS, MessageDeleted, group="agent"):
+            event = delivery.event
+            try:
+                if event.message_id is not None:
+                    removed = await self.history.delete_message(
+                        event.conversation, event.message_id
+                    )
+                elif event.author_id is not None:
+                    removed = await self.history.forget_author(event.conversation, event.author_id)
+                else:
+                    removed = 0
+                log.info(
+                    "deleted from history",
+                    extra={
+                        "conversation": str(event.conversation),
+                        "message_id": event.message_id,
+                        "author_id": event.author_id,
+                        "removed": removed,
+                    },
+                )
+            except Exception:
+                log.exception(
+                    "could not apply a deletion", extra={"conversation": str(event.conversation)}
+                )
+            finally:
+                await delivery.ack()
 
     async def join(self) -> None:
         while self._workers:

@@ -233,3 +233,19 @@ def test_user_text_cannot_close_its_data_block() -> None:
     assert rendered.count("</user_message>") == 1 and rendered.endswith("</user_message>")
     assert 'from="Eve&quot; role=&quot;system"' in rendered
     assert isinstance(TextPart(text=rendered), TextPart)
+
+
+@pytest.mark.redis
+async def test_deleted_messages_and_purged_users_leave_the_history(rig: Rig) -> None:
+    from bot.events import MessageDeleted
+    from bot.router import DELETIONS
+
+    await rig.say("keep me", "m1")
+    await rig.say("delete me", "m2")
+    await rig.say("from eve", "m3", user="eve")
+    await rig.bus.drain(timeout=10)
+    await rig.bus.publish(DELETIONS, MessageDeleted(conversation=rig.conv, message_id=f"m2-{rig.tag}"))
+    await rig.bus.publish(DELETIONS, MessageDeleted(conversation=rig.conv, author_id="eve"))
+    await rig.bus.drain(timeout=10)
+    texts = [e.text for e in await rig.history.load(rig.conv) if e.role == "user"]
+    assert texts == ["keep me"]
