@@ -22,7 +22,7 @@ from typing import Protocol, TextIO, TypeVar
 
 from bot.bus import EventBus
 from bot.events import Author, ChatMessage, ConversationKey, Reply, Role
-from bot.router import INBOUND, outbound_topic
+from bot.topics import INBOUND, outbound_topic
 
 log = logging.getLogger("chorus.console")
 

@@ -31,8 +31,9 @@ from bot.history import HistoryStore
 from bot.llm.registry import build_provider
 from bot.llm.types import SystemPart, TextPart
 from bot.prompting import PromptAssembler
-from bot.router import INBOUND, Router, outbound_topic
+from bot.router import Router
 from bot.tools.toolbox import Toolbox, load_tool_settings
+from bot.topics import INBOUND, outbound_topic
 from tests.agent_rig import tool_results
 from tests.loopback.anthropic_caching import CachingAnthropicServer
 from tests.loopback.cache_sim import PromptCacheSim

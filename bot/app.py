@@ -62,6 +62,7 @@ class Chorus:
             model=model,
             system_prompt=prompts.render("system", bot_name=settings.bot_name),
             max_tokens=settings.max_output_tokens,
+            vision=settings.vision,
         )
         self.tools = tools if tools is not None else Toolbox.from_settings()
         self.agent = Agent(

@@ -116,6 +116,7 @@ class Settings(BaseSettings):
     )
     max_message_chars: int = Field(default=8000, ge=1, validation_alias="CHORUS_MAX_MESSAGE_CHARS")
     bot_name: str = Field(default="Chorus", min_length=1, validation_alias="CHORUS_BOT_NAME")
+    vision: bool = Field(default=True, validation_alias="CHORUS_VISION")
 
     log_level: str = Field(default="INFO", validation_alias="CHORUS_LOG_LEVEL")
     log_format: Literal["text", "json"] = Field(

@@ -29,7 +29,10 @@ def utcnow() -> datetime:
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Attachment bytes travel base64-encoded, so any event survives a JSON bus (Redis Streams).
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64"
+    )
 
 
 class Role(StrEnum):
@@ -122,6 +125,11 @@ class ChatMessage(_Frozen):
     reply_to_bot: bool = False
     attachments: tuple[Attachment, ...] = ()
     sent_at: AwareDatetime = Field(default_factory=utcnow)
+    ambient: bool = Field(
+        default=False,
+        description="not addressed to the bot, from a channel where the engagement policy "
+        "decides whether to speak; everything else the adapter publishes is answered",
+    )
 
     @property
     def addressed(self) -> bool:

@@ -14,9 +14,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bot.events import ChatMessage
+from bot.events import Attachment, AttachmentKind, ChatMessage
 from bot.history import HistoryEntry
-from bot.llm.types import CachePoint, LLMRequest, Message, SystemPart, TextPart, ToolSpec
+from bot.llm.types import (
+    CachePoint,
+    ImagePart,
+    LLMRequest,
+    Message,
+    Part,
+    SystemPart,
+    TextPart,
+    ToolSpec,
+)
 from bot.reasoning import Level
 
 _TAG = "user_message"
@@ -33,6 +42,12 @@ def _attr(value: str) -> str:
     )
 
 
+def _size(size: int | None) -> str:
+    if size is None:
+        return ""
+    return f"{size / 1024:.0f} KB" if size < 1024 * 1024 else f"{size / 1024 / 1024:.1f} MB"
+
+
 def render_user_text(author_name: str, text: str) -> str:
     """How one user's message appears to the model: a data block naming its author."""
     return f'<{_TAG} from="{_attr(author_name)}">\n{_quote(text)}\n</{_TAG}>'
@@ -45,6 +60,7 @@ class PromptAssembler:
     model: str
     system_prompt: str
     max_tokens: int = 1024
+    vision: bool = True
 
     @property
     def system(self) -> tuple[SystemPart, ...]:
@@ -70,6 +86,26 @@ class PromptAssembler:
             messages.pop(0)
         return messages
 
+    def _attachments(self, attachments: Sequence[Attachment]) -> tuple[Part, ...]:
+        """Images go to the model as images (when ``vision`` is on); other files are named."""
+        parts: list[Part] = []
+        for item in attachments:
+            if self.vision and item.kind is AttachmentKind.IMAGE and (item.data or item.url):
+                parts.append(
+                    ImagePart(
+                        mime=item.mime or "image/png",
+                        data=item.data,
+                        url=None if item.data else item.url,
+                    )
+                )
+            else:
+                details = ", ".join(x for x in (item.mime, _size(item.size)) if x)
+                name = _attr(item.filename or item.kind.value)
+                parts.append(
+                    TextPart(text=f"[attachment: {name}{f' ({details})' if details else ''}]")
+                )
+        return tuple(parts)
+
     def build(
         self,
         message: ChatMessage,
@@ -86,7 +122,8 @@ class PromptAssembler:
         """
         messages = self.history_messages(history)
         author = message.author.display_name or message.author.id
-        new: tuple[TextPart, ...] = (TextPart(text=render_user_text(author, message.text)),)
+        new: tuple[Part, ...] = (TextPart(text=render_user_text(author, message.text)),)
+        new += self._attachments(message.attachments)
         if context:
             new += (TextPart(text=context),)
         if messages:

@@ -29,17 +29,12 @@ from bot.prompting import PromptAssembler
 from bot.reasoning import Level, decide
 from bot.tools.base import ToolContext
 from bot.tools.toolbox import Toolbox
+from bot.topics import DELETIONS, INBOUND, outbound_topic
 
 log = logging.getLogger("chorus.router")
 
-INBOUND = "inbound"
-DELETIONS = "deletions"
 APOLOGY = "Sorry, I couldn't reach the language model just now. Please try again in a moment."
 CRASH_APOLOGY = "Sorry, something went wrong while answering. Please try again."
-
-
-def outbound_topic(platform: str) -> str:
-    return f"outbound:{platform}"
 
 
 @dataclass(frozen=True)

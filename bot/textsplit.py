@@ -75,8 +75,5 @@ def _open_fence(chunk: str, fence: str | None) -> str | None:
         match = _FENCE.match(line)
         if not match:
             continue
-        if current is None:
-            current = line.strip()
-        else:
-            current = None
+        current = line.strip() if current is None else None  # opens, or closes the open one
     return current

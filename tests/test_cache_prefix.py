@@ -29,9 +29,10 @@ from bot.commands import Commands
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.history import HistoryStore
 from bot.prompting import PromptAssembler
-from bot.router import INBOUND, Router, outbound_topic
+from bot.router import Router
 from bot.tools.function import tool
 from bot.tools.toolbox import Toolbox
+from bot.topics import INBOUND, outbound_topic
 from tests.agent_rig import VENDORS, tool_results, vendor_rig
 from tests.loopback.cache_sim import PromptCacheSim, prompt_blocks
 

@@ -20,7 +20,8 @@ from bot.llm.errors import ProviderUnavailable
 from bot.llm.scripted import ScriptedProvider
 from bot.llm.types import LLMRequest, TextPart
 from bot.prompting import PromptAssembler
-from bot.router import APOLOGY, INBOUND, Router, RouterLimits, outbound_topic
+from bot.router import APOLOGY, Router, RouterLimits
+from bot.topics import INBOUND, outbound_topic
 
 
 @dataclass
@@ -238,7 +239,7 @@ def test_user_text_cannot_close_its_data_block() -> None:
 @pytest.mark.redis
 async def test_deleted_messages_and_purged_users_leave_the_history(rig: Rig) -> None:
     from bot.events import MessageDeleted
-    from bot.router import DELETIONS
+    from bot.topics import DELETIONS
 
     await rig.say("keep me", "m1")
     await rig.say("delete me", "m2")

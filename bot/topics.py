@@ -1,0 +1,15 @@
+"""The bus topics every component agrees on (events are JSON pydantic models, see events.py).
+
+- ``inbound``: ``ChatMessage`` from every adapter, consumed by the router (agent workers);
+- ``deletions``: ``MessageDeleted`` from adapters, applied to stored history by the router;
+- ``outbound:<platform>``: ``Reply`` from the router, consumed by that platform's adapter.
+"""
+
+from __future__ import annotations
+
+INBOUND = "inbound"
+DELETIONS = "deletions"
+
+
+def outbound_topic(platform: str) -> str:
+    return f"outbound:{platform}"
