@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from redis.asyncio import Redis
 
 import prompts
-from bot import store
+from bot import memory_commands, store
 from bot.agent import Agent, LoopLimits
 from bot.bus import EventBus, InProcessBus
 from bot.commands import Commands
@@ -24,6 +24,7 @@ from bot.config import ConfigError, Settings
 from bot.history import HistoryStore
 from bot.llm.base import Provider
 from bot.llm.registry import build_provider
+from bot.memory import MemorySettings, MemoryStore, load_memory_settings
 from bot.prompting import PromptAssembler
 from bot.router import Router, RouterLimits
 from bot.tools.mcp_config import config_from_env
@@ -47,6 +48,7 @@ class Chorus:
         redis: Redis,
         bus: EventBus,
         tools: Toolbox | None = None,
+        memory_settings: MemorySettings | None = None,
         owns: tuple[object, ...] = (),
     ) -> None:
         self.settings = settings
@@ -73,14 +75,19 @@ class Chorus:
                 budget_seconds=settings.turn_budget_seconds,
             ),
         )
+        self.memory_settings = memory_settings or load_memory_settings()
+        self.memory = MemoryStore(redis, self.memory_settings)
+        commands = Commands(self.history)
+        memory_commands.register(commands, self.memory, self.history)
         self.router = Router(
             bus=bus,
             redis=redis,
             history=self.history,
             assembler=self.assembler,
             agent=self.agent,
-            commands=Commands(self.history),
+            commands=commands,
             tools=self.tools,
+            memory=self.memory,
             limits=RouterLimits(
                 max_message_chars=settings.max_message_chars,
                 reasoning=settings.reasoning,
@@ -98,7 +105,9 @@ class Chorus:
         spec = settings.model_spec()
         owned: list[object] = []
         try:
-            tool_settings = load_tool_settings()  # settings errors surface before anything starts
+            # Settings errors surface before anything starts.
+            tool_settings = load_tool_settings()
+            memory_settings = load_memory_settings()
             mcp = await _start_mcp()
             if mcp is not None:
                 owned.append(mcp)
@@ -121,6 +130,7 @@ class Chorus:
             redis=redis,
             bus=bus,
             tools=tools,
+            memory_settings=memory_settings,
             owns=tuple(owned),
         )
 

@@ -10,12 +10,24 @@ import argparse
 import asyncio
 import getpass
 import logging
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from bot.config import KEY_ENV, PROVIDERS, ConfigError, Settings, load_settings
+from bot.events import utcnow
+from bot.llm.base import Provider
 from bot.logs import setup_logging
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from bot.app import Chorus
+    from insights.worker import InsightsWorker
 
 log = logging.getLogger("chorus.cli")
 
@@ -31,6 +43,14 @@ def _parser() -> argparse.ArgumentParser:
     chat = sub.add_parser("chat", help="chat in the terminal; pipe lines in to script it")
     chat.add_argument("--user", default=None, help="speak as this console user (default: $USER)")
     chat.add_argument("--json", action="store_true", help="write one JSON object per answer")
+    insights = sub.add_parser(
+        "insights", help="run the background insights worker as its own process"
+    )
+    insights.add_argument(
+        "--drain",
+        action="store_true",
+        help="analyse every queued job now (ignoring the debounce) and exit",
+    )
     sub.add_parser("config", help="show what is configured and what is missing (secrets masked)")
     return parser
 
@@ -50,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.model_spec()
         if args.command == "run":
             return asyncio.run(_run(settings))
+        if args.command == "insights":
+            return asyncio.run(_insights(settings, drain=args.drain))
         return asyncio.run(_chat(settings, user=args.user, json_output=args.json))
     except ConfigError as exc:
         print(f"chorus: {exc}", file=sys.stderr)
@@ -68,7 +90,7 @@ async def _chat(settings: Settings, *, user: str | None, json_output: bool) -> i
     from bot.app import Chorus
 
     app = await Chorus.from_settings(settings)
-    async with app:
+    async with app, _insights_in_process(app):
         adapter = ConsoleAdapter(
             app.bus,
             stdin=FdLineReader(sys.stdin.fileno()),
@@ -80,6 +102,82 @@ async def _chat(settings: Settings, *, user: str | None, json_output: bool) -> i
             json_output=json_output,
         )
         return await adapter.run()
+
+
+@asynccontextmanager
+async def _insights_in_process(app: Chorus) -> AsyncIterator[None]:
+    """The insights worker as a task of this process (the default), stopped on exit."""
+    memory = app.memory_settings
+    if not (memory.insights_enabled and memory.insights_in_process):
+        yield
+        return
+    worker, provider = _insights_worker(app.settings, app.redis, app.provider)
+    task = asyncio.create_task(worker.run(), name="insights")
+    try:
+        yield
+    finally:
+        await worker.aclose()
+        await asyncio.gather(task, return_exceptions=True)
+        if provider is not app.provider:
+            await provider.aclose()
+
+
+def _insights_worker(
+    settings: Settings, redis: Redis, chat_provider: Provider | None
+) -> tuple[InsightsWorker, Provider]:
+    from bot.history import HistoryStore
+    from bot.llm.registry import build_provider
+    from bot.memory import MemoryStore, load_memory_settings
+    from insights.worker import InsightsWorker
+
+    memory = load_memory_settings()
+    chat = settings.model_spec()
+    spec = memory.insights_model(chat, base_url=settings.base_url(chat.provider))
+    provider = (
+        chat_provider
+        if chat_provider is not None and spec.provider == chat.provider
+        else build_provider(spec, settings)
+    )
+    history = HistoryStore(
+        redis, max_messages=settings.history_max_messages, ttl_seconds=settings.history_ttl_seconds
+    )
+    worker = InsightsWorker(
+        redis, provider, spec.model, history, MemoryStore(redis, memory), memory
+    )
+    log.info("insights worker ready", extra={"model": str(spec)})
+    return worker, provider
+
+
+async def _insights(settings: Settings, *, drain: bool) -> int:
+    """``chorus insights``: the worker alone (scale it separately from the chat workers)."""
+    from bot import store
+
+    redis = await store.connect(settings.redis_url)
+    try:
+        worker, provider = _insights_worker(settings, redis, None)
+        try:
+            if drain:
+                later = utcnow() + timedelta(seconds=worker.settings.insights_max_delay + 1)
+                done = await worker.run_once(later)
+                while done:
+                    done = await worker.run_once(later)
+                return 0
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            running = asyncio.create_task(worker.run(), name="insights")
+            stopping = asyncio.create_task(stop.wait(), name="insights-stop")
+            await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            await worker.aclose()
+            await asyncio.gather(running, stopping, return_exceptions=True)
+            return 0
+        finally:
+            await worker.aclose()
+            await provider.aclose()
+    finally:
+        await redis.aclose()
 
 
 def _default_user() -> str:

@@ -16,6 +16,28 @@ Keys (``{platform}`` is ``[a-z0-9_]+``; every other ``{...}`` part is escaped):
     Written by its owner (e.g. the insights worker).
 ``chorus:v1:dedupe:{platform}:{message_id}`` -- string ``claimed`` then ``done``
     TTL: claim 10 minutes, done 3 days (``RouterLimits``). Written by the router.
+``chorus:v1:user:{platform}:{user_id}:memory`` -- string, compact JSON ``UserBuffer`` (pins,
+    recommendations, timezone); <= 4 KB. TTL CHORUS_MEMORY_TTL (30 days), set by every write
+    and refreshed by every answered turn. Written by ``MemoryStore`` (bot/memory.py).
+``chorus:v1:user:{platform}:{user_id}:convs`` -- zset, conversation key -> last activity (epoch
+    seconds); the conversations whose history holds this user's lines, for ``/forget``. Pruned
+    and TTL'd to the longer of CHORUS_MEMORY_TTL and CHORUS_HISTORY_TTL. ``MemoryStore``.
+``chorus:v1:user:{platform}:{user_id}:forgot`` -- string, epoch ms of the user's last
+    ``/forget``; TTL 1 day. An insights analysis that started earlier must not write back.
+``chorus:v1:insights:{queue}:due`` / ``chorus:v1:insights:{queue}:deadline`` -- zsets of
+    pending insights jobs, member ``{platform}:{user_id}`` (``insights_member``), score = epoch
+    ms when due (debounce) / the latest it may wait (first pending turn +
+    CHORUS_INSIGHTS_MAX_DELAY). ``queue`` is ``[a-z0-9_]+``, ``main`` unless a deployment (or a
+    test) wants its own. Shared by the queue's users, no TTL: members are removed when their
+    job completes. Written by bot/insight_jobs.py and insights/jobs.py.
+``chorus:v1:insights:{queue}:job:{platform}:{user_id}`` -- hash of one user's pending job:
+    ``rev`` (turn counter), ``attempts``, ``name``, ``c:{conversation}`` -> JSON of the last
+    turn there. TTL ``insight_jobs.JOB_TTL_SECONDS`` (2 days), refreshed per turn and retry.
+``chorus:v1:insights:{queue}:lease:{platform}:{user_id}`` -- string, the token of the worker
+    analysing that user (``SET NX PX``), so two workers never analyse one user at once.
+``chorus:v1:budget:user:{platform}:{user_id}:{yyyymmdd}`` and
+``chorus:v1:budget:chan:{platform}:{channel}:{yyyymmdd}`` -- integer insights tokens used that
+    UTC day (``INCRBY``); expire at the end of that day (+1 hour). Written by insights/budget.py.
 
 A history list holds JSON ``HistoryEntry`` values, oldest first, capped by CHORUS_HISTORY_MAX.
 A user key belongs to a person, so it must always carry a TTL: whoever writes one sets it in the
@@ -66,3 +88,81 @@ def _check_token(name: str, value: str) -> None:
 def _check_id(name: str, value: str) -> None:
     if not value:
         raise ValueError(f"{name} must not be empty")
+
+
+# -- per-user memory and the insights agent ------------------------------------------------------
+def memory(platform: str, user_id: str) -> str:
+    """One user's buffer: pins, recommendations and timezone in one compact JSON string."""
+    return user(platform, user_id, "memory")
+
+
+def user_conversations(platform: str, user_id: str) -> str:
+    """The zset of conversations a user spoke in (for ``/forget``)."""
+    return user(platform, user_id, "convs")
+
+
+def forgotten(platform: str, user_id: str) -> str:
+    """When the user last said ``/forget`` (blocks the write-back of an older analysis)."""
+    return user(platform, user_id, "forgot")
+
+
+def insights_due(queue: str = "main") -> str:
+    """Zset of pending insights jobs by debounced due time (epoch ms)."""
+    _check_token("queue", queue)
+    return f"{PREFIX}:insights:{queue}:due"
+
+
+def insights_deadline(queue: str = "main") -> str:
+    """Zset of pending insights jobs by the latest time they may wait (epoch ms)."""
+    _check_token("queue", queue)
+    return f"{PREFIX}:insights:{queue}:deadline"
+
+
+def insights_member(platform: str, user_id: str) -> str:
+    """The deterministic job id of one user: at most one pending job per user."""
+    _check_token("platform", platform)
+    _check_id("user_id", user_id)
+    return f"{platform}:{_escape_part(user_id)}"
+
+
+def parse_insights_member(member: str) -> tuple[str, str]:
+    """Inverse of ``insights_member``: ``(platform, user_id)``."""
+    platform, sep, escaped = member.partition(":")
+    if not sep or ":" in escaped or not escaped:
+        raise ValueError(f"not an insights job id: {member!r}")
+    _check_token("platform", platform)
+    return platform, escaped.replace("%3A", ":").replace("%25", "%")
+
+
+def insights_job(platform: str, user_id: str, queue: str = "main") -> str:
+    """The hash holding one user's pending insights job."""
+    _check_token("queue", queue)
+    return f"{PREFIX}:insights:{queue}:job:{insights_member(platform, user_id)}"
+
+
+def insights_lease(platform: str, user_id: str, queue: str = "main") -> str:
+    """The ``SET NX PX`` lease of the worker analysing one user."""
+    _check_token("queue", queue)
+    return f"{PREFIX}:insights:{queue}:lease:{insights_member(platform, user_id)}"
+
+
+def budget_user(platform: str, user_id: str, day: str) -> str:
+    """Insights tokens one user used on one UTC day (``day`` is ``YYYYMMDD``)."""
+    _check_day(day)
+    return f"{PREFIX}:budget:user:{insights_member(platform, user_id)}:{day}"
+
+
+def budget_channel(platform: str, channel: str, day: str) -> str:
+    """Insights tokens one channel (all its threads) used on one UTC day."""
+    _check_token("platform", platform)
+    _check_id("channel", channel)
+    _check_day(day)
+    return f"{PREFIX}:budget:chan:{platform}:{_escape_part(channel)}:{day}"
+
+
+_DAY = re.compile(r"^[0-9]{8}$")
+
+
+def _check_day(day: str) -> None:
+    if not _DAY.match(day):
+        raise ValueError(f"day must be YYYYMMDD, got {day!r}")

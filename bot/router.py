@@ -15,6 +15,7 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import dataclass
+from datetime import datetime
 
 from redis.asyncio import Redis
 
@@ -22,9 +23,12 @@ from bot import keys
 from bot.agent import Agent
 from bot.bus import Delivery, EventBus
 from bot.commands import Commands
+from bot.enrichment import render_context
 from bot.events import ChatMessage, ConversationKey, MessageDeleted, Reply, utcnow
 from bot.history import HistoryEntry, HistoryStore
+from bot.insight_jobs import InsightJob, queue_enqueue
 from bot.llm.errors import LLMError
+from bot.memory import MemoryStore, UserBuffer
 from bot.prompting import PromptAssembler
 from bot.reasoning import Level, decide
 from bot.tools.base import ToolContext
@@ -35,6 +39,12 @@ log = logging.getLogger("chorus.router")
 
 APOLOGY = "Sorry, I couldn't reach the language model just now. Please try again in a moment."
 CRASH_APOLOGY = "Sorry, something went wrong while answering. Please try again."
+
+
+@dataclass(frozen=True)
+class _Read:
+    history: list[HistoryEntry]
+    buffer: UserBuffer | None
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,7 @@ class Router:
         agent: Agent,
         commands: Commands,
         tools: Toolbox | None = None,
+        memory: MemoryStore | None = None,
         limits: RouterLimits | None = None,
     ) -> None:
         self.bus = bus
@@ -67,6 +78,7 @@ class Router:
         self.agent = agent
         self.commands = commands
         self.tools = tools
+        self.memory = memory
         self.limits = limits or RouterLimits()
         self._queues: dict[ConversationKey, deque[Delivery[ChatMessage]]] = {}
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
@@ -142,15 +154,6 @@ class Router:
         message = delivery.event
         done_key = keys.dedupe(message.platform, message.id)
         try:
-            claimed = await self.redis.set(
-                done_key, "claimed", nx=True, ex=self.limits.claim_seconds
-            )
-            if not claimed:
-                log.info(
-                    "duplicate message skipped",
-                    extra={"platform": message.platform, "message_id": message.id},
-                )
-                return
             await self._answer(message, done_key)
         except asyncio.CancelledError:
             raise
@@ -163,7 +166,37 @@ class Router:
         finally:
             await delivery.ack()
 
+    async def _read(self, message: ChatMessage, done_key: str) -> _Read | None:
+        """Claim the message and read its history and the author's memory: ONE round trip.
+
+        None when another delivery of the same message already claimed it (at-least-once
+        delivery must not mean answering twice).
+        """
+        conv, author = message.conversation, message.author
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(done_key, "claimed", nx=True, ex=self.limits.claim_seconds)
+            self.history.queue_load(pipe, conv)
+            if self.memory is not None:
+                self.memory.queue_load(pipe, message.platform, author.id)
+            results = await pipe.execute()
+        if not results[0]:
+            log.info(
+                "duplicate message skipped",
+                extra={"platform": message.platform, "message_id": message.id},
+            )
+            return None
+        history = self.history.parse_load(conv, results[1])
+        buffer = None
+        if self.memory is not None:
+            buffer = self.memory.parse_load(
+                results[2:], platform=message.platform, user_id=author.id
+            )
+        return _Read(history=history, buffer=buffer)
+
     async def _answer(self, message: ChatMessage, done_key: str) -> None:
+        read = await self._read(message, done_key)
+        if read is None:
+            return
         if len(message.text) > self.limits.max_message_chars:
             await self._send(
                 message,
@@ -179,12 +212,16 @@ class Router:
             await self.redis.set(done_key, "done", ex=self.limits.done_seconds)
             return
 
-        history = await self.history.load(message.conversation)
+        now = utcnow()
+        context = ""
+        if self.memory is not None and read.buffer is not None:
+            context = render_context(read.buffer, message, self.memory.settings, now)
         ctx = ToolContext(message=message)
         request = self.assembler.build(
             message,
-            history,
+            read.history,
             tools=self.tools.specs_for(ctx) if self.tools else (),
+            context=context,
             reasoning=decide(message.text, self.limits.reasoning, self.limits.reasoning_max),
         )
         try:
@@ -204,27 +241,47 @@ class Router:
             await self._send(message, APOLOGY, is_error=True)
             return
         await self._send(message, result.text)
-        now = utcnow()
-        await self.history.append(
-            message.conversation,
-            HistoryEntry(
-                role="user",
-                text=message.text,
-                message_id=message.id,
-                author_id=message.author.id,
-                author_name=message.author.display_name or message.author.id,
-                at=message.sent_at,
-            ),
-            HistoryEntry(
-                role="assistant",
-                text=result.text,
-                message_id=None,
-                author_id=None,
-                author_name="",
-                at=now,
-            ),
-        )
-        await self.redis.set(done_key, "done", ex=self.limits.done_seconds)
+        await self._write(message, done_key, result.text, utcnow())
+
+    async def _write(self, message: ChatMessage, done_key: str, answer: str, now: datetime) -> None:
+        """History, done marker, memory activity and the insights job: ONE round trip."""
+        author = message.author
+        async with self.redis.pipeline(transaction=True) as pipe:
+            self.history.queue_append(
+                pipe,
+                message.conversation,
+                HistoryEntry(
+                    role="user",
+                    text=message.text,
+                    message_id=message.id,
+                    author_id=author.id,
+                    author_name=author.display_name or author.id,
+                    at=message.sent_at,
+                ),
+                HistoryEntry(
+                    role="assistant",
+                    text=answer,
+                    message_id=None,
+                    author_id=None,
+                    author_name="",
+                    at=now,
+                ),
+            )
+            pipe.set(done_key, "done", ex=self.limits.done_seconds)
+            if self.memory is not None:
+                self.memory.queue_touch(
+                    pipe, message.platform, author.id, message.conversation, now=now
+                )
+                settings = self.memory.settings
+                if settings.insights_enabled and not author.is_bot:
+                    queue_enqueue(
+                        pipe,
+                        InsightJob.for_message(message),
+                        debounce=settings.insights_debounce,
+                        max_delay=settings.insights_max_delay,
+                        now=now,
+                    )
+            await pipe.execute()
 
     async def _send(self, message: ChatMessage, text: str, *, is_error: bool = False) -> None:
         reply = Reply(

@@ -16,6 +16,7 @@ from bot.config import (
     load_settings,
     parse_model_spec,
 )
+from bot.memory_settings import MemorySettings
 from bot.tools.toolbox import ToolSettings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,7 +144,7 @@ def test_secret_values_include_the_redis_password() -> None:
     assert "hunter2-pw" in settings.secret_values()
 
 
-@pytest.mark.parametrize("settings_class", [Settings, ToolSettings])
+@pytest.mark.parametrize("settings_class", [Settings, ToolSettings, MemorySettings])
 def test_env_example_documents_every_setting(settings_class: type[BaseSettings]) -> None:
     example = (ROOT / ".env.example").read_text()
     documented = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", example, re.MULTILINE))

@@ -1,0 +1,141 @@
+"""The volatile tail of a prompt: who is speaking, where, when, and what we remember of them.
+
+The block goes after the cached prefix (it changes every turn: the time, the selected notes), so
+it never breaks the cache. Everything in it that a user could influence -- the display name,
+pins and recommendations the insights agent wrote from their words -- is data, not
+instructions: it is reduced to one printable line per entry, ``&``/``<``/``>`` become entities
+so no text can close the block or open a new tag, each entry is length-limited, and the whole
+block stays within CHORUS_CONTEXT_CHARS. The system prompt already tells the model that
+``<context>`` holds data.
+
+Only the speaker's own notes can appear: the buffer must belong to the message's author
+(platform + user id), otherwise the block is rendered without any notes and an error is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from bot.events import ChatMessage
+from bot.memory import (
+    PIN_TEXT_MAX,
+    REC_TEXT_MAX,
+    MemorySettings,
+    Pin,
+    Recommendation,
+    UserBuffer,
+    clean_text,
+    clip,
+)
+from bot.relevance import Scored, Scorer, select
+
+log = logging.getLogger("chorus.enrichment")
+
+NAME_MAX = 48
+_ATTR_UNSAFE = str.maketrans("", "", '"<>&')
+
+
+def zone(name: str | None) -> ZoneInfo | None:
+    """The IANA zone ``name``, or None when unknown or unset."""
+    if not name:
+        return None
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
+def selected(
+    buffer: UserBuffer, text: str, settings: MemorySettings
+) -> tuple[list[Scored[Pin]], list[Scored[Recommendation]]]:
+    """The pins and recommendations relevant to ``text`` (see ``bot.relevance``)."""
+    pins = sorted(buffer.pins, key=lambda p: (-p.confidence, -p.updated_at.timestamp()))
+    recs = sorted(buffer.recommendations, key=lambda r: -r.created_at.timestamp())
+    corpus = [p.text for p in pins] + [_rec_terms(r) for r in recs]
+    scorer = Scorer(text, corpus)
+    return (
+        select(
+            scorer,
+            pins,
+            lambda p: p.text,
+            threshold=settings.pin_threshold,
+            limit=settings.prompt_pins,
+        ),
+        select(
+            scorer,
+            recs,
+            _rec_terms,
+            threshold=settings.rec_threshold,
+            limit=settings.prompt_recs,
+        ),
+    )
+
+
+def render_context(
+    buffer: UserBuffer, message: ChatMessage, settings: MemorySettings, now: datetime
+) -> str:
+    """The ``<context>`` block for ``message``: deterministic for the same inputs."""
+    name = clean_text((message.author.display_name or message.author.id).translate(_ATTR_UNSAFE))
+    header = (
+        f'<context platform="{message.platform}" user="{clip(name, NAME_MAX)}" '
+        f'time="{_time(now, buffer.timezone)}">'
+    )
+    pins: list[str] = []
+    recs: list[str] = []
+    if (buffer.platform, buffer.user_id) != (message.platform, message.author.id):
+        log.error(
+            "memory of another user offered for a prompt; leaving it out",
+            extra={"platform": message.platform, "message_id": message.id},
+        )
+        return _assemble(header, pins, recs)
+    chosen_pins, chosen_recs = selected(buffer, message.text, settings)
+    for pin in chosen_pins:
+        line = "- " + _data(clip(clean_text(pin.item.text), PIN_TEXT_MAX))
+        if len(_assemble(header, [*pins, line], recs)) <= settings.context_chars:
+            pins.append(line)
+    for rec in chosen_recs:
+        text = clip(clean_text(rec.item.text), REC_TEXT_MAX)
+        tool = f" (tool: {_data(clean_text(rec.item.tool))})" if rec.item.tool else ""
+        line = "- " + _data(text) + tool
+        if len(_assemble(header, pins, [*recs, line])) <= settings.context_chars:
+            recs.append(line)
+    return _assemble(header, pins, recs)
+
+
+def _assemble(header: str, pins: list[str], recs: list[str]) -> str:
+    lines = [header]
+    if pins:
+        lines += [
+            '<pins hint="what this user told you earlier; may be outdated">',
+            *pins,
+            "</pins>",
+        ]
+    if recs:
+        lines += [
+            '<recommendations hint="how to help this user">',
+            *recs,
+            "</recommendations>",
+        ]
+    lines.append("</context>")
+    return "\n".join(lines)
+
+
+def _time(now: datetime, zone_name: str | None) -> str:
+    tz = zone(zone_name)
+    if tz is None:
+        moment = now.astimezone(ZoneInfo("UTC"))
+        return f"{moment:%Y-%m-%d %H:%M %A} UTC (the user's timezone is unknown)"
+    moment = now.astimezone(tz)
+    offset = moment.strftime("%z")
+    return f"{moment:%Y-%m-%d %H:%M %A} {zone_name} (UTC{offset[:3]}:{offset[3:]})"
+
+
+def _data(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _rec_terms(rec: Recommendation) -> str:
+    tool = (rec.tool or "").replace("_", " ").replace("-", " ")
+    return f"{rec.text} {tool}".strip()

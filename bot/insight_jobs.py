@@ -1,0 +1,105 @@
+"""Enqueueing insights jobs from the reply path: the core's half of the insights queue.
+
+After each answered turn the router asks for an analysis of the speaker. The core must never
+import the ``insights`` package, yet the enqueue has to ride in the router's single write
+pipeline, so the job model and the write-only ``queue_enqueue`` live here; ``insights/jobs.py``
+claims, completes and reschedules.
+
+Debounce without Lua: one job per user (deterministic id ``keys.insights_member``), kept in two
+sorted sets. ``due`` holds "last turn + CHORUS_INSIGHTS_DEBOUNCE" and is pushed later by every
+turn (``ZADD GT``), so a burst of turns collapses into one analysis after the burst; ``deadline``
+holds "first pending turn + CHORUS_INSIGHTS_MAX_DELAY" (``ZADD NX``), so a conversation that never
+pauses is still analysed. A job is due when either score has passed. The job's hash remembers
+the conversations it covers and a turn counter (``rev``) that tells the worker whether turns
+arrived while it was busy.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+from redis.asyncio.client import Pipeline
+
+from bot import keys
+from bot.events import AwareDatetime, ChatMessage, ConversationKey, utcnow
+
+DEFAULT_QUEUE = "main"  # a deployment or a test may use its own queue name
+JOB_TTL_SECONDS = 2 * 24 * 3600
+ENQUEUE_COMMANDS = 5
+CANCEL_COMMANDS = 3
+CONVERSATION_FIELD = "c:"
+
+
+class TurnRef(BaseModel):
+    """The last turn of a user in one conversation, as stored in the job hash."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    message_id: str
+    at: AwareDatetime
+
+
+class InsightJob(BaseModel):
+    """A request to analyse one user after one answered turn."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    platform: str = Field(min_length=1, max_length=32, pattern=r"^[a-z0-9_]+$")
+    user_id: str = Field(min_length=1, max_length=256)
+    display_name: str = Field(default="", max_length=256)
+    conversation: ConversationKey
+    message_id: str = Field(min_length=1, max_length=256)
+    at: AwareDatetime = Field(default_factory=utcnow)
+
+    @classmethod
+    def for_message(cls, message: ChatMessage) -> InsightJob:
+        return cls(
+            platform=message.platform,
+            user_id=message.author.id,
+            display_name=message.author.display_name,
+            conversation=message.conversation,
+            message_id=message.id,
+            at=message.sent_at,
+        )
+
+
+def queue_enqueue(
+    pipe: Pipeline,
+    job: InsightJob,
+    *,
+    debounce: float,
+    max_delay: float,
+    now: datetime | None = None,
+    queue: str = DEFAULT_QUEUE,
+) -> None:
+    """Queue the write-only enqueue of ``job`` (``ENQUEUE_COMMANDS`` = 5 commands)."""
+    now_ms = _ms(now or utcnow())
+    member = keys.insights_member(job.platform, job.user_id)
+    key = keys.insights_job(job.platform, job.user_id, queue)
+    ref = TurnRef(message_id=job.message_id, at=job.at)
+    pipe.hincrby(key, "rev", 1)
+    pipe.hset(
+        key,
+        mapping={
+            "name": job.display_name,
+            CONVERSATION_FIELD + str(job.conversation): ref.model_dump_json(),
+        },
+    )
+    pipe.expire(key, JOB_TTL_SECONDS)
+    pipe.zadd(keys.insights_due(queue), {member: now_ms + round(debounce * 1000)}, gt=True)
+    pipe.zadd(keys.insights_deadline(queue), {member: now_ms + round(max_delay * 1000)}, nx=True)
+
+
+def queue_cancel(
+    pipe: Pipeline, platform: str, user_id: str, *, queue: str = DEFAULT_QUEUE
+) -> None:
+    """Queue the removal of a user's pending job (``CANCEL_COMMANDS`` = 3), e.g. on /forget."""
+    member = keys.insights_member(platform, user_id)
+    pipe.delete(keys.insights_job(platform, user_id, queue))
+    pipe.zrem(keys.insights_due(queue), member)
+    pipe.zrem(keys.insights_deadline(queue), member)
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)

@@ -1,0 +1,412 @@
+"""Per-user memory: pins (what a user told us about themselves) and recommendations (how to
+help them best), kept in Redis for CHORUS_MEMORY_TTL after their last activity.
+
+A user is ``platform`` + the platform's user id, never a display name. Everything a user has
+lives in one compact JSON string (``keys.memory``) so the reply path reads it with one ``GET``
+inside the router's read pipeline, and so it stays small: at the default caps (20 pins, 10
+recommendations) and the longest entries allowed, the value is about 3.5 KB and ``MEMORY
+USAGE`` stays under 4 KB. Entry lengths are bounded for that reason (``bot.memory_settings``),
+and ``fit`` evicts the weakest entries if multi-byte text would push a buffer past its byte
+budget anyway.
+
+Writes are read-modify-write under ``WATCH`` (the insights worker, ``/remember`` and
+``/timezone`` may race), so no update is lost and no Lua is needed; the edits themselves are the
+pure functions of ``bot.memory_edit``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import unicodedata
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Annotated, Any, cast
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.exceptions import WatchError
+
+from bot import keys
+from bot.events import AwareDatetime, ConversationKey, utcnow
+from bot.memory_settings import (
+    INSIGHTS_MODELS,
+    PIN_TEXT_MAX,
+    REC_TEXT_MAX,
+    SOURCE_MAX,
+    TIMEZONE_MAX,
+    TOOL_MAX,
+    MemorySettings,
+    load_memory_settings,
+)
+
+__all__ = [
+    "INSIGHTS_MODELS",
+    "PIN_TEXT_MAX",
+    "REC_TEXT_MAX",
+    "SOURCE_MAX",
+    "TIMEZONE_MAX",
+    "TOOL_MAX",
+    "MemorySettings",
+    "MemoryStore",
+    "Pin",
+    "Recommendation",
+    "UserBuffer",
+    "load_memory_settings",
+]
+
+log = logging.getLogger("chorus.memory")
+
+# Two notes whose term sets overlap this much say the same thing; the newer wording wins.
+DUPLICATE_SIMILARITY = 0.8
+FORGET_TOMBSTONE_SECONDS = 24 * 3600
+CONVERSATIONS_MAX = 1000
+_WATCH_RETRIES = 8
+
+
+# -- text hygiene ------------------------------------------------------------------------------
+def clean_text(text: str) -> str:
+    """One line of printable text: control, format and private-use characters removed (they
+    could hide instructions or reorder text), whitespace collapsed."""
+    kept = [
+        " " if ch.isspace() else ch
+        for ch in text
+        if ch.isspace() or ch == "\u200d" or unicodedata.category(ch) not in _HIDDEN
+    ]
+    return " ".join("".join(kept).split())
+
+
+# Control, format (bidi overrides, tag characters), surrogate and private-use characters.
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co"})
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, at a word boundary when one is near, with ``…``."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit // 2:
+        cut = cut[:space]
+    return cut.rstrip() + "…"
+
+
+def source_ref(message_id: str) -> str:
+    """A message id as stored in a pin: itself when short, else a stable 20-character digest.
+
+    Long ids (YouTube's are ~100 characters) would eat the 4 KB budget; a digest still lets a
+    deleted message's pins be found (``Pin.came_from``).
+    """
+    plain = message_id.isascii() and message_id.isprintable() and not message_id.startswith("~")
+    if plain and len(message_id) <= SOURCE_MAX and not set(message_id) & set('"\\'):
+        return message_id
+    digest = hashlib.blake2b(message_id.encode(), digest_size=14).digest()
+    return "~" + base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def whole_seconds(value: datetime) -> datetime:
+    return value.replace(microsecond=0)
+
+
+Timestamp = Annotated[AwareDatetime, AfterValidator(whole_seconds)]
+Confidence = Annotated[float, Field(ge=0, le=1), AfterValidator(lambda value: round(value, 2))]
+
+
+# -- models ------------------------------------------------------------------------------------
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Pin(_Frozen):
+    """A fact about a user, learnt from one of that user's own messages."""
+
+    text: str = Field(min_length=1, max_length=PIN_TEXT_MAX)
+    source: str = Field(max_length=SOURCE_MAX, description="source_ref of the message")
+    confidence: Confidence
+    created_at: Timestamp
+    updated_at: Timestamp
+
+    def came_from(self, message_id: str) -> bool:
+        return self.source == source_ref(message_id)
+
+
+class Recommendation(_Frozen):
+    """Advice to the assistant on how to help this user (optionally about one tool)."""
+
+    text: str = Field(min_length=1, max_length=REC_TEXT_MAX)
+    tool: str | None = Field(default=None, min_length=1, max_length=TOOL_MAX)
+    created_at: Timestamp
+
+
+class UserBuffer(_Frozen):
+    """Everything remembered about one user."""
+
+    platform: str
+    user_id: str
+    pins: tuple[Pin, ...] = ()
+    recommendations: tuple[Recommendation, ...] = ()
+    timezone: str | None = Field(default=None, max_length=TIMEZONE_MAX)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.pins and not self.recommendations and self.timezone is None
+
+
+# -- caps ------------------------------------------------------------------------------------
+def fit(buffer: UserBuffer, settings: MemorySettings) -> UserBuffer:
+    """``buffer`` within the caps and the byte budget, evicting the weakest entries."""
+    buffer = cap(buffer, settings.pins_max, settings.recs_max)
+    while len(encode(buffer).encode()) > settings.max_bytes and not buffer.is_empty:
+        pins, recs = len(buffer.pins), len(buffer.recommendations)
+        # Keep the two lists in proportion to their caps: evict from the fuller one.
+        if recs and recs * settings.pins_max >= pins * max(settings.recs_max, 1):
+            buffer = buffer.model_copy(update={"recommendations": buffer.recommendations[1:]})
+        elif pins:
+            buffer = cap(buffer, len(buffer.pins) - 1, None)
+        else:
+            buffer = buffer.model_copy(update={"timezone": None})
+    return buffer
+
+
+def cap(buffer: UserBuffer, max_pins: int | None, max_recs: int | None) -> UserBuffer:
+    """Evict beyond the caps: the weakest pins (lowest confidence, then least recently
+    updated) and the oldest recommendations. ``None`` leaves that list alone."""
+    pins = list(buffer.pins)
+    while max_pins is not None and len(pins) > max_pins:
+        weakest = min(
+            range(len(pins)),
+            key=lambda i: (pins[i].confidence, pins[i].updated_at, pins[i].created_at),
+        )
+        del pins[weakest]
+    recs = buffer.recommendations
+    if max_recs is not None and len(recs) > max_recs:
+        recs = recs[len(recs) - max_recs :] if max_recs else ()
+    return buffer.model_copy(update={"pins": tuple(pins), "recommendations": recs})
+
+
+# -- encoding ----------------------------------------------------------------------------------
+def encode(buffer: UserBuffer) -> str:
+    """Compact JSON: rows instead of objects, epoch seconds, confidence in percent."""
+    data: dict[str, Any] = {"v": 1}
+    if buffer.timezone:
+        data["z"] = buffer.timezone
+    data["p"] = [
+        [
+            p.text,
+            p.source,
+            round(p.confidence * 100),
+            int(p.created_at.timestamp()),
+            int(p.updated_at.timestamp()),
+        ]
+        for p in buffer.pins
+    ]
+    data["r"] = [[r.text, r.tool, int(r.created_at.timestamp())] for r in buffer.recommendations]
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def decode(raw: str | None, *, platform: str, user_id: str) -> UserBuffer:
+    """The buffer stored as ``raw``; unreadable rows are skipped and logged, never fatal."""
+    empty = UserBuffer(platform=platform, user_id=user_id)
+    if not raw:
+        return empty
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict) or data.get("v") != 1:
+            raise ValueError(f"unknown buffer format {str(raw)[:20]!r}")
+    except ValueError:
+        log.warning("unreadable memory buffer ignored", extra={"platform": platform}, exc_info=True)
+        return empty
+    pins, recs = [], []
+    for row in _rows(data, "p"):
+        try:
+            text, source, percent, created, updated = row
+            pins.append(
+                Pin(
+                    text=text,
+                    source=source,
+                    confidence=percent / 100,
+                    created_at=_from_epoch(created),
+                    updated_at=_from_epoch(updated),
+                )
+            )
+        except (ValueError, TypeError):
+            log.warning("skipping unreadable pin", extra={"platform": platform}, exc_info=True)
+    for row in _rows(data, "r"):
+        try:
+            text, tool, created = row
+            recs.append(Recommendation(text=text, tool=tool, created_at=_from_epoch(created)))
+        except (ValueError, TypeError):
+            log.warning(
+                "skipping unreadable recommendation", extra={"platform": platform}, exc_info=True
+            )
+    zone = data.get("z")
+    return UserBuffer(
+        platform=platform,
+        user_id=user_id,
+        pins=tuple(pins),
+        recommendations=tuple(recs),
+        timezone=zone if isinstance(zone, str) and len(zone) <= TIMEZONE_MAX else None,
+    )
+
+
+def _rows(data: dict[str, Any], name: str) -> list[Any]:
+    rows = data.get(name, [])
+    return rows if isinstance(rows, list) else []
+
+
+def _from_epoch(seconds: int) -> datetime:
+    return datetime.fromtimestamp(int(seconds), UTC)
+
+
+# -- the store ---------------------------------------------------------------------------------
+class MemoryStore:
+    """User buffers over any Redis client (real or ``memory://``).
+
+    Pipeline-composable: ``queue_load`` queues ``LOAD_COMMANDS`` (1) command and
+    ``queue_touch`` queues ``TOUCH_COMMANDS`` (5), so the router folds them into the single
+    read and single write pipeline of an answered message.
+    """
+
+    LOAD_COMMANDS = 1
+    TOUCH_COMMANDS = 5
+    FORGET_COMMANDS = 3
+
+    def __init__(self, redis: Redis, settings: MemorySettings | None = None) -> None:
+        self.redis = redis
+        self.settings = settings or MemorySettings()
+
+    # reading
+    def queue_load(self, pipe: Pipeline, platform: str, user_id: str) -> None:
+        """Queue the read of one buffer (1 command); parse its result with ``parse_load``."""
+        pipe.get(keys.memory(platform, user_id))
+
+    def parse_load(self, results: Sequence[object], *, platform: str, user_id: str) -> UserBuffer:
+        """The buffer from the ``LOAD_COMMANDS`` results ``queue_load`` produced."""
+        if len(results) != self.LOAD_COMMANDS:
+            raise ValueError(f"expected {self.LOAD_COMMANDS} result, got {len(results)}")
+        return decode(cast("str | None", results[0]), platform=platform, user_id=user_id)
+
+    async def load(self, platform: str, user_id: str) -> UserBuffer:
+        """One user's buffer, in one round trip."""
+        raw = await self.redis.get(keys.memory(platform, user_id))
+        return decode(cast("str | None", raw), platform=platform, user_id=user_id)
+
+    async def conversations(self, platform: str, user_id: str) -> list[ConversationKey]:
+        """The conversations the user spoke in lately (most recent first)."""
+        raw = await self.redis.zrevrange(keys.user_conversations(platform, user_id), 0, -1)
+        found = []
+        for text in raw:
+            try:
+                found.append(ConversationKey.parse(str(text)))
+            except ValueError:
+                log.warning("skipping unreadable conversation key", exc_info=True)
+        return found
+
+    # writing
+    async def save(self, buffer: UserBuffer) -> UserBuffer:
+        """Store ``buffer`` (fitted to the caps) in one round trip; returns what was stored.
+        Unconditional: use ``update`` when another writer may be at work."""
+        fitted = fit(buffer, self.settings)
+        key = keys.memory(buffer.platform, buffer.user_id)
+        if fitted.is_empty:
+            await self.redis.delete(key)
+        else:
+            await self.redis.set(key, encode(fitted), ex=self.settings.ttl_seconds)
+        return fitted
+
+    async def update(
+        self,
+        platform: str,
+        user_id: str,
+        change: Callable[[UserBuffer], UserBuffer | None],
+        *,
+        unless_forgotten_since: datetime | None = None,
+    ) -> UserBuffer | None:
+        """Apply ``change`` to the stored buffer atomically (``WATCH``, retried on a race).
+
+        ``change`` returns the new buffer, or None to leave it alone. With
+        ``unless_forgotten_since``, nothing is written when the user said ``/forget`` after
+        that moment, and None is returned: an analysis of forgotten lines never writes back.
+        """
+        key = keys.memory(platform, user_id)
+        tomb = keys.forgotten(platform, user_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for _ in range(_WATCH_RETRIES):
+                try:
+                    await pipe.watch(key, tomb)
+                    raw, forgot = await pipe.mget(key, tomb)
+                    if _forgotten_since(forgot, unless_forgotten_since):
+                        await pipe.unwatch()  # type: ignore[no-untyped-call]
+                        return None
+                    current = decode(cast("str | None", raw), platform=platform, user_id=user_id)
+                    changed = change(current)
+                    if changed is None or changed == current:
+                        await pipe.unwatch()  # type: ignore[no-untyped-call]
+                        return current
+                    if (changed.platform, changed.user_id) != (platform, user_id):
+                        raise ValueError("a change must not move a buffer to another user")
+                    fitted = fit(changed, self.settings)
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    if fitted.is_empty:
+                        pipe.delete(key)
+                    else:
+                        pipe.set(key, encode(fitted), ex=self.settings.ttl_seconds)
+                    await pipe.execute()
+                    return fitted
+                except WatchError:
+                    continue
+        raise RuntimeError(f"memory {key} kept changing; gave up after {_WATCH_RETRIES} tries")
+
+    def queue_touch(
+        self,
+        pipe: Pipeline,
+        platform: str,
+        user_id: str,
+        conversation: ConversationKey,
+        *,
+        now: datetime | None = None,
+    ) -> None:
+        """Queue activity (5 commands): refresh the buffer's TTL (never creating it) and record
+        ``conversation`` in the user's conversation set, pruned to its window and capped."""
+        moment = int((now or utcnow()).timestamp())
+        window = self.settings.conversation_window
+        convs = keys.user_conversations(platform, user_id)
+        pipe.expire(keys.memory(platform, user_id), self.settings.ttl_seconds)
+        pipe.zadd(convs, {str(conversation): moment})
+        pipe.zremrangebyscore(convs, "-inf", moment - window)
+        pipe.zremrangebyrank(convs, 0, -(CONVERSATIONS_MAX + 1))
+        pipe.expire(convs, window)
+
+    async def touch(
+        self,
+        platform: str,
+        user_id: str,
+        conversation: ConversationKey,
+        *,
+        now: datetime | None = None,
+    ) -> None:
+        async with self.redis.pipeline(transaction=True) as pipe:
+            self.queue_touch(pipe, platform, user_id, conversation, now=now)
+            await pipe.execute()
+
+    def queue_forget(
+        self, pipe: Pipeline, platform: str, user_id: str, *, now: datetime | None = None
+    ) -> None:
+        """Queue the deletion of the buffer and the conversation set (3 commands), leaving a
+        day-long tombstone so an analysis already under way cannot write the buffer back."""
+        pipe.delete(keys.memory(platform, user_id))
+        pipe.delete(keys.user_conversations(platform, user_id))
+        pipe.set(
+            keys.forgotten(platform, user_id), _ms(now or utcnow()), ex=FORGET_TOMBSTONE_SECONDS
+        )
+
+
+def _forgotten_since(tombstone: object, since: datetime | None) -> bool:
+    return since is not None and tombstone is not None and int(str(tombstone)) >= _ms(since)
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)

@@ -1,0 +1,169 @@
+"""Editing a user's buffer: pure functions shared by every writer.
+
+``/remember``, ``/timezone`` and the insights merge all change buffers through these, so the
+rules hold whoever writes: text is cleaned and bounded, a near-duplicate refreshes the pin it
+restates (the newer wording wins) instead of adding a copy, a replacement is validated before
+the pin it replaces is dropped, and the caps evict the weakest entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+
+from bot.memory import (
+    DUPLICATE_SIMILARITY,
+    PIN_TEXT_MAX,
+    REC_TEXT_MAX,
+    TOOL_MAX,
+    Pin,
+    Recommendation,
+    UserBuffer,
+    cap,
+    clean_text,
+    source_ref,
+    whole_seconds,
+)
+from bot.relevance import jaccard, terms
+
+
+class Outcome(StrEnum):
+    ADDED = "added"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+
+
+def find_duplicate(pins: Sequence[Pin], text: str) -> int | None:
+    """The index of a pin saying (nearly) the same as ``text``, if any."""
+    wanted = _normal(text)
+    wanted_terms = terms(text)
+    for index, pin in enumerate(pins):
+        if _normal(pin.text) == wanted:
+            return index
+        pin_terms = terms(pin.text)
+        if wanted_terms and pin_terms and jaccard(wanted_terms, pin_terms) >= DUPLICATE_SIMILARITY:
+            return index
+    return None
+
+
+def add_pin(
+    buffer: UserBuffer,
+    text: str,
+    *,
+    source_message_id: str,
+    confidence: float,
+    now: datetime,
+    max_pins: int,
+) -> tuple[UserBuffer, Outcome]:
+    """Add a pin, or refresh the near-duplicate it restates (the newer wording wins)."""
+    text = _checked(text, PIN_TEXT_MAX, "pin")
+    pins = list(buffer.pins)
+    index = find_duplicate(pins, text)
+    if index is not None:
+        old = pins[index]
+        if _normal(old.text) == _normal(text) and confidence <= old.confidence:
+            return buffer, Outcome.UNCHANGED
+        same = _normal(old.text) == _normal(text)
+        pins[index] = old.model_copy(
+            update={
+                "text": text,
+                "source": source_ref(source_message_id),
+                "confidence": max(confidence, old.confidence) if same else confidence,
+                "updated_at": whole_seconds(now),
+            }
+        )
+        return buffer.model_copy(update={"pins": tuple(pins)}), Outcome.UPDATED
+    pins.append(
+        Pin(
+            text=text,
+            source=source_ref(source_message_id),
+            confidence=confidence,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    return cap(buffer.model_copy(update={"pins": tuple(pins)}), max_pins, None), Outcome.ADDED
+
+
+def update_pin(
+    buffer: UserBuffer,
+    index: int,
+    text: str,
+    *,
+    source_message_id: str,
+    confidence: float,
+    now: datetime,
+) -> UserBuffer:
+    """Refine pin ``index`` in place (it keeps its creation time)."""
+    text = _checked(text, PIN_TEXT_MAX, "pin")
+    pins = list(buffer.pins)
+    pins[index] = pins[index].model_copy(
+        update={
+            "text": text,
+            "source": source_ref(source_message_id),
+            "confidence": confidence,
+            "updated_at": whole_seconds(now),
+        }
+    )
+    return buffer.model_copy(update={"pins": tuple(pins)})
+
+
+def replace_pin(
+    buffer: UserBuffer,
+    index: int,
+    text: str,
+    *,
+    source_message_id: str,
+    confidence: float,
+    now: datetime,
+    max_pins: int,
+) -> UserBuffer:
+    """A contradiction: pin ``index`` gives way to a new pin. The new text is checked first,
+    so a bad replacement leaves the old pin alone: both are never lost."""
+    text = _checked(text, PIN_TEXT_MAX, "pin")
+    pins = buffer.pins[:index] + buffer.pins[index + 1 :]
+    rest = buffer.model_copy(update={"pins": pins})
+    replaced, _ = add_pin(
+        rest,
+        text,
+        source_message_id=source_message_id,
+        confidence=confidence,
+        now=now,
+        max_pins=max_pins,
+    )
+    return replaced
+
+
+def add_recommendation(
+    buffer: UserBuffer, text: str, *, tool: str | None, now: datetime, max_recs: int
+) -> tuple[UserBuffer, Outcome]:
+    """Add a recommendation; a near-duplicate (same tool) is refreshed instead."""
+    text = _checked(text, REC_TEXT_MAX, "recommendation")
+    if tool is not None and not 0 < len(tool) <= TOOL_MAX:
+        tool = None
+    recs = list(buffer.recommendations)
+    for index, rec in enumerate(recs):
+        if rec.tool == tool and (
+            _normal(rec.text) == _normal(text)
+            or jaccard(terms(rec.text), terms(text)) >= DUPLICATE_SIMILARITY
+        ):
+            del recs[index]
+            recs.append(Recommendation(text=text, tool=tool, created_at=now))
+            return buffer.model_copy(update={"recommendations": tuple(recs)}), Outcome.UPDATED
+    recs.append(Recommendation(text=text, tool=tool, created_at=now))
+    capped = cap(buffer.model_copy(update={"recommendations": tuple(recs)}), None, max_recs)
+    return capped, Outcome.ADDED
+
+
+def _checked(text: str, limit: int, what: str) -> str:
+    text = clean_text(text)
+    if not text:
+        raise ValueError(f"a {what} needs some text")
+    if len(text) > limit:
+        raise ValueError(f"a {what} is at most {limit} characters, got {len(text)}")
+    return text
+
+
+def _normal(text: str) -> str:
+    return " ".join("".join(ch for ch in text.casefold() if ch.isalnum() or ch.isspace()).split())

@@ -1,0 +1,123 @@
+"""Settings of per-user memory, prompt enrichment and the insights agent.
+
+They live apart from ``bot.config.Settings`` so the memory feature is one self-contained piece
+the composition root opts into; both read the same environment and ``.env``. The entry bounds
+are constants, not settings: they are what keeps a buffer within 4 KB of Redis memory at the
+default caps (``MemorySettings.max_bytes`` computes the budget from them).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from bot.config import ConfigError, ModelSpec, parse_model_spec
+
+# Entry bounds, chosen so the default caps fit in 4 KB of Redis memory.
+PIN_TEXT_MAX = 64
+REC_TEXT_MAX = 56
+TOOL_MAX = 32
+SOURCE_MAX = 20
+TIMEZONE_MAX = 64
+EPOCH_DIGITS = 10  # seconds since 1970, until the year 2286
+
+# Cheap models per vendor for the insights agent (CHORUS_INSIGHTS_MODEL overrides).
+INSIGHTS_MODELS = {
+    "anthropic": "claude-haiku-4-5",
+    "openai": "gpt-4.1-nano",
+    "gemini": "gemini-2.5-flash-lite",
+}
+
+
+class MemorySettings(BaseSettings):
+    """Memory, relevance and insights settings (``.env.example`` documents each variable)."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
+    )
+
+    pins_max: int = Field(default=20, ge=1, le=100, validation_alias="CHORUS_PINS_MAX")
+    recs_max: int = Field(default=10, ge=0, le=100, validation_alias="CHORUS_RECS_MAX")
+    ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60, validation_alias="CHORUS_MEMORY_TTL")
+    history_ttl_seconds: int = Field(
+        default=7 * 24 * 3600, ge=60, validation_alias="CHORUS_HISTORY_TTL"
+    )
+    prompt_pins: int = Field(default=2, ge=0, le=20, validation_alias="CHORUS_PROMPT_PINS")
+    prompt_recs: int = Field(default=1, ge=0, le=20, validation_alias="CHORUS_PROMPT_RECS")
+    pin_threshold: float = Field(default=0.1, ge=0, validation_alias="CHORUS_PIN_THRESHOLD")
+    rec_threshold: float = Field(default=0.05, ge=0, validation_alias="CHORUS_REC_THRESHOLD")
+    context_chars: int = Field(
+        default=800, ge=300, le=20_000, validation_alias="CHORUS_CONTEXT_CHARS"
+    )
+
+    insights_enabled: bool = Field(default=True, validation_alias="CHORUS_INSIGHTS_ENABLED")
+    # False when dedicated ``chorus insights`` processes do the work; the bot still enqueues.
+    insights_in_process: bool = Field(default=True, validation_alias="CHORUS_INSIGHTS_IN_PROCESS")
+    insights_model_name: str | None = Field(default=None, validation_alias="CHORUS_INSIGHTS_MODEL")
+    insights_debounce: float = Field(
+        default=20.0, ge=0, validation_alias="CHORUS_INSIGHTS_DEBOUNCE"
+    )
+    insights_max_delay: float = Field(
+        default=120.0, ge=0, validation_alias="CHORUS_INSIGHTS_MAX_DELAY"
+    )
+    insights_user_daily_tokens: int = Field(
+        default=30_000, ge=0, validation_alias="CHORUS_INSIGHTS_USER_DAILY_TOKENS"
+    )
+    insights_channel_daily_tokens: int = Field(
+        default=300_000, ge=0, validation_alias="CHORUS_INSIGHTS_CHANNEL_DAILY_TOKENS"
+    )
+    insights_poll_seconds: float = Field(
+        default=2.0, gt=0, le=60, validation_alias="CHORUS_INSIGHTS_POLL"
+    )
+    insights_history_lines: int = Field(
+        default=30, ge=2, le=200, validation_alias="CHORUS_INSIGHTS_HISTORY"
+    )
+
+    @model_validator(mode="after")
+    def _check_delays(self) -> MemorySettings:
+        if self.insights_max_delay < self.insights_debounce:
+            raise ValueError(
+                "CHORUS_INSIGHTS_MAX_DELAY must be at least CHORUS_INSIGHTS_DEBOUNCE "
+                f"({self.insights_max_delay:g} < {self.insights_debounce:g})"
+            )
+        return self
+
+    @property
+    def max_bytes(self) -> int:
+        """The byte budget of one stored buffer: its size at the caps with the longest entries."""
+        pin_row = len('["","",100,,],') + PIN_TEXT_MAX + SOURCE_MAX + 2 * EPOCH_DIGITS
+        rec_row = len('["","",],') + REC_TEXT_MAX + TOOL_MAX + EPOCH_DIGITS
+        envelope = len('{"v":1,"z":"","p":[],"r":[]}') + TIMEZONE_MAX
+        return envelope + self.pins_max * pin_row + self.recs_max * rec_row
+
+    @property
+    def conversation_window(self) -> int:
+        """How long a conversation stays in a user's set: as long as its history may live."""
+        return max(self.ttl_seconds, self.history_ttl_seconds)
+
+    def insights_model(self, chat_spec: ModelSpec, *, base_url: str | None = None) -> ModelSpec:
+        """CHORUS_INSIGHTS_MODEL, or a cheap model of the chat model's vendor.
+
+        An OpenAI-compatible local server (``base_url`` set) serves only its own models, so
+        there the chat model itself is used.
+        """
+        if self.insights_model_name and self.insights_model_name.strip():
+            return parse_model_spec(self.insights_model_name, "CHORUS_INSIGHTS_MODEL")
+        if chat_spec.provider == "openai" and base_url:
+            return chat_spec
+        return ModelSpec(chat_spec.provider, INSIGHTS_MODELS[chat_spec.provider])
+
+
+def load_memory_settings(**overrides: object) -> MemorySettings:
+    """Read the settings; pydantic's errors become one ConfigError naming each variable."""
+    try:
+        return MemorySettings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        lines = []
+        for error in exc.errors():
+            # From the environment, pydantic reports the alias; from keywords, the field name.
+            where = str(error["loc"][0]) if error["loc"] else "settings"
+            info = MemorySettings.model_fields.get(where)
+            name = str(info.validation_alias) if info and info.validation_alias else where
+            lines.append(f"{name}: {str(error['msg']).removeprefix('Value error, ')}")
+        raise ConfigError("invalid memory settings:\n  " + "\n  ".join(lines)) from None

@@ -1,0 +1,269 @@
+"""The insights worker: claim due jobs, analyse each user, merge the result into their buffer.
+
+It runs as an in-process task by default or as its own process (``chorus insights``); several
+may run against one Redis, since a user is only ever leased to one of them. The reply path never
+waits for it: the router only enqueues (``bot.insight_jobs``).
+
+Per job: budget check (skip and log when today's tokens are spent) -> load the conversations'
+recent history and the user's buffer -> one model call with structured output (one retry if the
+answer is invalid, then drop) -> charge the tokens -> keep only proposals sourced from the
+user's own lines -> merge under ``WATCH`` (unless the user said ``/forget`` since the analysis
+began) -> complete. A provider outage keeps the job and retries it later with jittered
+exponential backoff, up to ``max_attempts``; any other failure is logged with its traceback and
+dropped, so one bad job never stalls the queue.
+
+``run_once(now)`` does one pass and is what tests drive; ``run`` loops over it and waits only
+for the next due time (or the poll interval, since other processes enqueue too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable
+from datetime import datetime
+from enum import StrEnum
+
+from redis.asyncio import Redis
+
+from bot.events import utcnow
+from bot.history import HistoryStore
+from bot.insight_jobs import DEFAULT_QUEUE
+from bot.llm.base import Provider
+from bot.llm.errors import LLMError, ProviderUnavailable
+from bot.memory import MemorySettings, MemoryStore, UserBuffer
+from insights.analyse import analyse, build_request, check_provenance, label_lines
+from insights.budget import Budget
+from insights.jobs import ClaimedJob, JobQueue
+from insights.merge import MergeReport, merge
+
+log = logging.getLogger("chorus.insights")
+
+Clock = Callable[[], datetime]
+
+
+class JobOutcome(StrEnum):
+    MERGED = "merged"  # the buffer was written
+    UNCHANGED = "unchanged"  # nothing new to remember
+    SKIPPED_BUDGET = "skipped_budget"
+    NOTHING_TO_READ = "nothing_to_read"  # no line of the user's in the history
+    INVALID = "invalid"  # invalid answer twice: dropped
+    FORGOTTEN = "forgotten"  # /forget since the analysis began: not written
+    RETRY = "retry"  # provider outage: rescheduled
+    DROPPED = "dropped"  # a non-retryable error, or too many attempts
+
+
+class InsightsWorker:
+    def __init__(
+        self,
+        redis: Redis,
+        provider: Provider,
+        model: str,
+        history: HistoryStore,
+        memory: MemoryStore,
+        settings: MemorySettings,
+        *,
+        clock: Clock = utcnow,
+        batch: int = 8,
+        lease_seconds: float = 300.0,
+        max_attempts: int = 8,
+        backoff_base: float = 30.0,
+        backoff_cap: float = 3600.0,
+        rng: random.Random | None = None,
+        queue: str = DEFAULT_QUEUE,
+    ) -> None:
+        self.provider = provider
+        self.model = model
+        self.history = history
+        self.memory = memory
+        self.settings = settings
+        self.queue = JobQueue(
+            redis, max_delay=settings.insights_max_delay, lease_seconds=lease_seconds, queue=queue
+        )
+        self.budget = Budget(
+            redis,
+            user_daily=settings.insights_user_daily_tokens,
+            channel_daily=settings.insights_channel_daily_tokens,
+        )
+        self.batch = batch
+        self.max_attempts = max_attempts
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._stop = asyncio.Event()
+        self._running: asyncio.Task[None] | None = None
+
+    # -- loop ----------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Work until ``aclose``: a pass, then a wait for the next due job or the poll tick."""
+        self._running = asyncio.current_task()
+        log.info("insights worker started", extra={"model": self.model})
+        try:
+            while not self._stop.is_set():
+                try:
+                    done = await self.run_once()
+                    wait = 0.0 if len(done) >= self.batch else await self._idle_wait()
+                except Exception:
+                    log.exception("insights pass failed; trying again shortly")
+                    wait = self.settings.insights_poll_seconds
+                if wait > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stop.wait(), timeout=wait)
+        finally:
+            self._running = None
+            log.info("insights worker stopped")
+
+    async def aclose(self, grace: float = 10.0) -> None:
+        """Stop ``run`` after the job in hand (cancelling it after ``grace`` seconds; a
+        cancelled job's lease expires and another pass picks it up)."""
+        self._stop.set()
+        task = self._running
+        if task is None or task is asyncio.current_task():
+            return
+        done, _ = await asyncio.wait({task}, timeout=grace)
+        if not done:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _idle_wait(self) -> float:
+        poll = self.settings.insights_poll_seconds
+        due = await self.queue.next_due()
+        if due is None:
+            return poll
+        ahead = (due - self._clock()).total_seconds()
+        return poll if ahead <= 0 else min(poll, ahead)  # past due: leased elsewhere
+
+    # -- one pass ------------------------------------------------------------------------------
+    async def run_once(self, now: datetime | None = None) -> list[tuple[str, JobOutcome]]:
+        """Claim and process the jobs due at ``now``; returns ``(job id, outcome)`` pairs."""
+        now = now or self._clock()
+        results = []
+        for job in await self.queue.claim_due(now, self.batch):
+            outcome = await self._process(job, now)
+            log.info(
+                "insights job done",
+                extra={"platform": job.platform, "job": job.member, "outcome": str(outcome)},
+            )
+            results.append((job.member, outcome))
+        return results
+
+    async def _process(self, job: ClaimedJob, now: datetime) -> JobOutcome:
+        try:
+            return await self._analyse(job, now)
+        except ProviderUnavailable:
+            return await self._retry(job, now)
+        except TimeoutError:
+            log.warning("insights analysis outlived its lease", exc_info=True)
+            return await self._retry(job, now)
+        except LLMError:
+            log.error(
+                "insights model refused the request; job dropped",
+                extra={"platform": job.platform, "job": job.member},
+                exc_info=True,
+            )
+        except Exception:
+            log.exception(
+                "insights job failed; dropped", extra={"platform": job.platform, "job": job.member}
+            )
+        await self.queue.complete(job, now)
+        return JobOutcome.DROPPED
+
+    async def _analyse(self, job: ClaimedJob, now: datetime) -> JobOutcome:
+        conversations = [conv for conv, _ in job.conversations]
+        spent = await self.budget.exhausted(job.platform, job.user_id, conversations, now)
+        if spent is not None:
+            log.warning(
+                "insights budget spent for today; analysis skipped",
+                extra={
+                    "platform": job.platform,
+                    "job": job.member,
+                    "scope": spent.scope,
+                    "used": spent.used,
+                    "limit": spent.limit,
+                },
+            )
+            await self.queue.complete(job, now)
+            return JobOutcome.SKIPPED_BUDGET
+        started = self._clock()
+        histories = [
+            (conv, await self.history.load(conv, limit=self.settings.insights_history_lines))
+            for conv in conversations
+        ]
+        lines = label_lines(job.platform, job.user_id, histories)
+        if not any(line.own for line in lines):
+            await self.queue.complete(job, now)
+            return JobOutcome.NOTHING_TO_READ
+        buffer = await self.memory.load(job.platform, job.user_id)
+        request = build_request(
+            self.model,
+            platform=job.platform,
+            display_name=job.display_name,
+            buffer=buffer,
+            lines=lines,
+        )
+        async with asyncio.timeout(self.queue.lease_seconds * 0.8):
+            result = await analyse(self.provider, request)
+        tokens = result.usage.total_input_tokens + result.usage.output_tokens
+        await self.budget.charge(job.platform, job.user_id, conversations, tokens, now)
+        if result.analysis is None:
+            await self.queue.complete(job, now)
+            return JobOutcome.INVALID
+        pins, recs, _ = check_provenance(result.analysis, lines)
+        report_holder: list[MergeReport] = []
+
+        def change(current: UserBuffer) -> UserBuffer:
+            merged, report = merge(
+                current, pins, recs, shown=buffer.pins, now=now, settings=self.settings
+            )
+            report_holder[:] = [report]
+            return merged
+
+        stored = await self.memory.update(
+            job.platform, job.user_id, change, unless_forgotten_since=started
+        )
+        await self.queue.complete(job, now)
+        if stored is None:
+            return JobOutcome.FORGOTTEN
+        report = report_holder[0]
+        log.info(
+            "insights merged",
+            extra={
+                "platform": job.platform,
+                "job": job.member,
+                "added": report.added,
+                "updated": report.updated,
+                "replaced": report.replaced,
+                "recommendations": report.recommendations,
+                "dropped": report.dropped,
+                "tokens": tokens,
+            },
+        )
+        return JobOutcome.MERGED if report.changed else JobOutcome.UNCHANGED
+
+    async def _retry(self, job: ClaimedJob, now: datetime) -> JobOutcome:
+        attempts = job.attempts + 1
+        if attempts >= self.max_attempts:
+            log.error(
+                "insights model unavailable too many times; job dropped",
+                extra={"platform": job.platform, "job": job.member, "attempts": attempts},
+                exc_info=True,
+            )
+            await self.queue.complete(job, now)
+            return JobOutcome.DROPPED
+        delay = self.backoff(attempts)
+        log.warning(
+            "insights model unavailable; retrying later",
+            extra={"platform": job.platform, "job": job.member, "delay": round(delay, 1)},
+            exc_info=True,
+        )
+        await self.queue.retry_later(job, now, delay)
+        return JobOutcome.RETRY
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds before retry ``attempt`` (1-based): exponential, capped, +-20% jitter so
+        jobs delayed by one outage do not all return at once."""
+        base = min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1))
+        return float(base * self._rng.uniform(0.8, 1.2))

@@ -1,0 +1,520 @@
+"""The user buffer store against the embedded store and a real Redis: identity, caps, dedupe,
+TTLs, round trips, atomic updates, the /forget tombstone and the 4 KB memory budget."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
+
+from bot import keys, store
+from bot.config import ConfigError, parse_model_spec
+from bot.events import ConversationKey
+from bot.memory import (
+    PIN_TEXT_MAX,
+    REC_TEXT_MAX,
+    SOURCE_MAX,
+    TOOL_MAX,
+    MemorySettings,
+    MemoryStore,
+    Pin,
+    Recommendation,
+    UserBuffer,
+    encode,
+    fit,
+    load_memory_settings,
+    source_ref,
+)
+from bot.memory_edit import Outcome, add_pin, add_recommendation
+
+T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+class RoundTrips:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.writes)
+
+
+@pytest.fixture
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[RoundTrips]:
+    """Counts writes to the connection: one per command or per whole pipeline."""
+    counter = RoundTrips()
+    original = AbstractConnection.send_packed_command
+
+    async def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
+        chunks = [command] if isinstance(command, bytes | str) else list(command)
+        packed = b"".join(c.encode() if isinstance(c, str) else c for c in chunks)
+        counter.writes.append(packed)
+        await original(self, packed, check_health)
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
+    yield counter
+
+
+@pytest.fixture
+def memory(redis_client: Redis) -> MemoryStore:
+    return MemoryStore(redis_client, MemorySettings())
+
+
+def pin(text: str, *, confidence: float = 0.9, at: datetime = T0, source: str = "m1") -> Pin:
+    return Pin(text=text, source=source, confidence=confidence, created_at=at, updated_at=at)
+
+
+def buffer(user: str, *pins: Pin, platform: str = "discord", **extra: Any) -> UserBuffer:
+    return UserBuffer(platform=platform, user_id=user, pins=pins, **extra)
+
+
+async def test_save_then_load(memory: MemoryStore, key_tag: str) -> None:
+    saved = buffer(
+        f"ada-{key_tag}",
+        pin("Is vegan", confidence=0.87),
+        pin("Lives in Lyon", at=T0 + timedelta(seconds=1)),
+        recommendations=(Recommendation(text="Answer in French", tool=None, created_at=T0),),
+        timezone="Europe/Paris",
+    )
+    assert await memory.save(saved) == saved
+    assert await memory.load("discord", f"ada-{key_tag}") == saved
+
+
+async def test_unknown_user_has_an_empty_buffer(memory: MemoryStore, key_tag: str) -> None:
+    loaded = await memory.load("slack", f"nobody-{key_tag}")
+    assert loaded == UserBuffer(platform="slack", user_id=f"nobody-{key_tag}")
+    assert loaded.is_empty
+
+
+async def test_identity_is_platform_and_user_id(memory: MemoryStore, key_tag: str) -> None:
+    user = f"42:{key_tag}"  # a colon in an id must not merge two users
+    await memory.save(buffer(user, pin("Is vegan")))
+    assert (await memory.load("slack", user)).is_empty
+    assert (await memory.load("discord", f"42%3A{key_tag}")).is_empty
+    assert [p.text for p in (await memory.load("discord", user)).pins] == ["Is vegan"]
+
+
+async def test_one_round_trip_to_load_and_one_to_save(
+    memory: MemoryStore, key_tag: str, round_trips: RoundTrips
+) -> None:
+    user = f"ada-{key_tag}"
+    await memory.load("discord", user)  # warm the connection (the first use sends HELLO/SELECT)
+    before = round_trips.count
+    await memory.save(buffer(user, pin("Is vegan")))
+    assert round_trips.count - before == 1
+    before = round_trips.count
+    await memory.load("discord", user)
+    assert round_trips.count - before == 1
+
+
+async def test_load_folds_into_a_shared_read_pipeline(
+    memory: MemoryStore, redis_client: Redis, key_tag: str, round_trips: RoundTrips
+) -> None:
+    conv = ConversationKey(platform="discord", channel=f"c-{key_tag}")
+    user = f"ada-{key_tag}"
+    await memory.save(buffer(user, pin("Is vegan")))
+    before = round_trips.count
+    async with redis_client.pipeline(transaction=False) as pipe:
+        pipe.lrange(keys.history(conv), -40, -1)
+        memory.queue_load(pipe, "discord", user)
+        results = await pipe.execute()
+    assert round_trips.count - before == 1
+    loaded = memory.parse_load(
+        results[1 : 1 + MemoryStore.LOAD_COMMANDS], platform="discord", user_id=user
+    )
+    assert [p.text for p in loaded.pins] == ["Is vegan"]
+
+
+async def test_touch_folds_into_a_shared_write_pipeline(
+    memory: MemoryStore, redis_client: Redis, key_tag: str, round_trips: RoundTrips
+) -> None:
+    conv = ConversationKey(platform="discord", channel=f"c-{key_tag}")
+    await redis_client.ping()
+    before = round_trips.count
+    async with redis_client.pipeline(transaction=True) as pipe:
+        pipe.rpush(keys.history(conv), "x")
+        memory.queue_touch(pipe, "discord", f"ada-{key_tag}", conv, now=T0)
+        results = await pipe.execute()
+    assert round_trips.count - before == 1
+    assert len(results) == 1 + MemoryStore.TOUCH_COMMANDS
+
+
+async def test_ttl_is_set_by_writes_and_refreshed_by_activity(
+    memory: MemoryStore, redis_client: Redis, key_tag: str
+) -> None:
+    user = f"ada-{key_tag}"
+    key = keys.memory("discord", user)
+    conv = ConversationKey(platform="discord", channel=f"c-{key_tag}")
+    ttl = memory.settings.ttl_seconds
+    await memory.save(buffer(user, pin("Is vegan")))
+    assert ttl - 60 < await redis_client.ttl(key) <= ttl
+    await redis_client.expire(key, 10)
+    await memory.load("discord", user)
+    assert await redis_client.ttl(key) <= 10, "reading is not activity"
+    await memory.touch("discord", user, conv, now=T0)
+    assert await redis_client.ttl(key) > ttl - 60
+
+
+async def test_touch_never_creates_a_buffer(
+    memory: MemoryStore, redis_client: Redis, key_tag: str
+) -> None:
+    user = f"ada-{key_tag}"
+    conv = ConversationKey(platform="discord", channel=f"c-{key_tag}")
+    await memory.touch("discord", user, conv, now=T0)
+    assert not await redis_client.exists(keys.memory("discord", user))
+
+
+async def test_conversations_are_recorded_with_a_ttl_and_pruned(
+    redis_client: Redis, key_tag: str
+) -> None:
+    settings = MemorySettings(ttl_seconds=3600, history_ttl_seconds=600)
+    memory = MemoryStore(redis_client, settings)
+    user = f"ada-{key_tag}"
+    old = ConversationKey(platform="discord", channel=f"old-{key_tag}")
+    new = ConversationKey(platform="discord", channel=f"new-{key_tag}", thread="t:1")
+    await memory.touch("discord", user, old, now=T0)
+    await memory.touch("discord", user, new, now=T0 + timedelta(seconds=60))
+    assert await memory.conversations("discord", user) == [new, old]
+    convs = keys.user_conversations("discord", user)
+    assert 3000 < await redis_client.ttl(convs) <= 3600  # the longer of the two TTLs
+    await memory.touch("discord", user, new, now=T0 + timedelta(seconds=3601))
+    assert await memory.conversations("discord", user) == [new]
+
+
+async def test_caps_evict_the_weakest_pin_and_the_oldest_recommendation(
+    redis_client: Redis, key_tag: str
+) -> None:
+    memory = MemoryStore(redis_client, MemorySettings(pins_max=3, recs_max=2))
+    user = f"ada-{key_tag}"
+    pins = [
+        pin("Is vegan", confidence=0.9, at=T0),
+        pin("Lives in Lyon", confidence=0.6, at=T0 + timedelta(seconds=1)),
+        pin("Plays chess", confidence=0.6, at=T0 + timedelta(seconds=2)),
+        pin("Learning Rust", confidence=0.8, at=T0 + timedelta(seconds=3)),
+    ]
+    recs = tuple(
+        Recommendation(text=f"Tip number {word}", created_at=T0 + timedelta(seconds=n))
+        for n, word in enumerate(["alpha", "beta", "gamma"])
+    )
+    stored = await memory.save(buffer(user, *pins, recommendations=recs))
+    # the least confident, least recently updated pin goes first
+    assert [p.text for p in stored.pins] == ["Is vegan", "Plays chess", "Learning Rust"]
+    assert [r.text for r in stored.recommendations] == ["Tip number beta", "Tip number gamma"]
+    assert await memory.load("discord", user) == stored
+
+
+def test_add_pin_evicts_at_the_cap_but_keeps_explicit_pins() -> None:
+    state = buffer("ada", pin("Remembered on request", confidence=1.0))
+    for n, word in enumerate(["chess", "rust", "lyon", "piano"]):
+        state, outcome = add_pin(
+            state,
+            f"Likes {word}",
+            source_message_id=f"m{n}",
+            confidence=0.7,
+            now=T0 + timedelta(seconds=n),
+            max_pins=3,
+        )
+        assert outcome is Outcome.ADDED
+    assert [p.text for p in state.pins] == ["Remembered on request", "Likes lyon", "Likes piano"]
+
+
+@pytest.mark.parametrize(
+    "restated",
+    ["is vegan", "Is vegan!", "The user is a vegan", "  IS   VEGAN  ", "Is a vegan"],
+)
+def test_near_duplicates_collapse_into_one_pin(restated: str) -> None:
+    state = buffer("ada", pin("Is vegan", confidence=0.7))
+    state, outcome = add_pin(
+        state,
+        restated,
+        source_message_id="m9",
+        confidence=0.9,
+        now=T0 + timedelta(hours=1),
+        max_pins=20,
+    )
+    assert outcome is Outcome.UPDATED
+    assert len(state.pins) == 1
+    assert state.pins[0].text == " ".join(restated.split())  # the newer wording wins
+    assert state.pins[0].created_at == T0
+    assert state.pins[0].updated_at == T0 + timedelta(hours=1)
+    assert state.pins[0].came_from("m9")
+
+
+@pytest.mark.parametrize("other", ["Lives in Paris", "Is vegetarian", "Likes vegan food trucks"])
+def test_different_facts_are_not_duplicates(other: str) -> None:
+    state = buffer("ada", pin("Lives in Lyon"), pin("Is vegan"))
+    state, outcome = add_pin(
+        state, other, source_message_id="m2", confidence=0.9, now=T0, max_pins=20
+    )
+    assert outcome is Outcome.ADDED
+    assert len(state.pins) == 3
+
+
+def test_restating_an_identical_pin_with_less_confidence_changes_nothing() -> None:
+    state = buffer("ada", pin("Is vegan", confidence=0.9))
+    same, outcome = add_pin(
+        state, "is vegan", source_message_id="m2", confidence=0.6, now=T0, max_pins=20
+    )
+    assert outcome is Outcome.UNCHANGED
+    assert same == state
+
+
+def test_recommendations_dedupe_per_tool() -> None:
+    state = buffer("ada")
+    for text, tool in [
+        ("Use web search for prices", "web_search"),
+        ("use web search for prices!", "web_search"),
+        ("Use web search for prices", None),
+    ]:
+        state, _ = add_recommendation(state, text, tool=tool, now=T0, max_recs=10)
+    assert [(r.text, r.tool) for r in state.recommendations] == [
+        ("use web search for prices!", "web_search"),
+        ("Use web search for prices", None),
+    ]
+
+
+def test_entries_are_cleaned_and_bounded() -> None:
+    state, _ = add_pin(
+        buffer("ada"),
+        "Is\x00 vegan\u202e\n\n and  proud",
+        source_message_id="m1",
+        confidence=0.9,
+        now=T0,
+        max_pins=20,
+    )
+    assert state.pins[0].text == "Is vegan and proud"
+    with pytest.raises(ValueError, match="at most"):
+        add_pin(
+            state,
+            "x" * (PIN_TEXT_MAX + 1),
+            source_message_id="m",
+            confidence=1,
+            now=T0,
+            max_pins=20,
+        )
+    with pytest.raises(ValueError, match="needs some text"):
+        add_pin(state, " \x07 ", source_message_id="m", confidence=1, now=T0, max_pins=20)
+
+
+def test_long_message_ids_are_stored_as_a_stable_digest() -> None:
+    youtube = "LCC." + "Cjg" * 40
+    ref = source_ref(youtube)
+    assert len(ref) == SOURCE_MAX and ref.startswith("~")
+    assert ref == source_ref(youtube) != source_ref(youtube + "x")
+    assert source_ref("1234567890123456789") == "1234567890123456789"  # a Discord snowflake
+    assert pin("Is vegan", source=ref).came_from(youtube)
+
+
+async def test_update_is_atomic_under_concurrent_writers(memory: MemoryStore, key_tag: str) -> None:
+    user = f"ada-{key_tag}"
+    words = ["chess", "rust", "lyon", "piano", "tennis", "jazz", "sushi", "hiking"]
+
+    def adding(n: int, word: str) -> Any:
+        def change(state: UserBuffer) -> UserBuffer:
+            return add_pin(
+                state,
+                f"Likes {word}",
+                source_message_id=f"m{n}",
+                confidence=0.8,
+                now=T0,
+                max_pins=20,
+            )[0]
+
+        return change
+
+    await asyncio.gather(
+        *(memory.update("discord", user, adding(n, w)) for n, w in enumerate(words))
+    )
+    stored = await memory.load("discord", user)
+    assert sorted(p.text for p in stored.pins) == sorted(f"Likes {w}" for w in words)
+
+
+async def test_update_returning_none_or_the_same_buffer_writes_nothing(
+    memory: MemoryStore, redis_client: Redis, key_tag: str
+) -> None:
+    user = f"ada-{key_tag}"
+    assert await memory.update("discord", user, lambda b: None) == buffer(user)
+    assert await memory.update("discord", user, lambda b: b) == buffer(user)
+    assert not await redis_client.exists(keys.memory("discord", user))
+
+
+async def test_an_emptied_buffer_is_deleted(
+    memory: MemoryStore, redis_client: Redis, key_tag: str
+) -> None:
+    user = f"ada-{key_tag}"
+    await memory.save(buffer(user, pin("Is vegan")))
+    await memory.update("discord", user, lambda b: b.model_copy(update={"pins": ()}))
+    assert not await redis_client.exists(keys.memory("discord", user))
+
+
+async def test_an_update_cannot_move_a_buffer_to_another_user(
+    memory: MemoryStore, key_tag: str
+) -> None:
+    with pytest.raises(ValueError, match="another user"):
+        await memory.update(
+            "discord", f"ada-{key_tag}", lambda b: buffer(f"bob-{key_tag}", pin("Is vegan"))
+        )
+
+
+async def test_the_forget_tombstone_blocks_older_writers_only(
+    memory: MemoryStore, redis_client: Redis, key_tag: str
+) -> None:
+    user = f"ada-{key_tag}"
+    await memory.save(buffer(user, pin("Is vegan")))
+    async with redis_client.pipeline(transaction=True) as pipe:
+        memory.queue_forget(pipe, "discord", user, now=T0 + timedelta(seconds=10))
+        results = await pipe.execute()
+    assert len(results) == MemoryStore.FORGET_COMMANDS
+    assert (await memory.load("discord", user)).is_empty
+    assert 0 < await redis_client.ttl(keys.forgotten("discord", user)) <= 24 * 3600
+
+    def readd(state: UserBuffer) -> UserBuffer:
+        return state.model_copy(update={"pins": (pin("Is vegan"),)})
+
+    assert await memory.update("discord", user, readd, unless_forgotten_since=T0) is None
+    assert (await memory.load("discord", user)).is_empty
+    later = T0 + timedelta(seconds=11)
+    assert await memory.update("discord", user, readd, unless_forgotten_since=later) is not None
+    assert [p.text for p in (await memory.load("discord", user)).pins] == ["Is vegan"]
+
+
+async def test_an_unreadable_buffer_is_ignored_and_logged(
+    memory: MemoryStore, redis_client: Redis, key_tag: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    user = f"ada-{key_tag}"
+    await redis_client.set(keys.memory("discord", user), "{not json")
+    with caplog.at_level(logging.WARNING, logger="chorus.memory"):
+        assert (await memory.load("discord", user)).is_empty
+    assert "unreadable memory buffer" in caplog.text
+    good = encode(buffer(user, pin("Is vegan")))
+    await redis_client.set(keys.memory("discord", user), good.replace('"p":[', '"p":[[1,2],'))
+    with caplog.at_level(logging.WARNING, logger="chorus.memory"):
+        assert [p.text for p in (await memory.load("discord", user)).pins] == ["Is vegan"]
+    assert "skipping unreadable pin" in caplog.text
+
+
+def _full_buffer(user: str, char: str) -> UserBuffer:
+    def text(limit: int, salt: int) -> str:
+        return (f"{salt:02d}" + char * limit)[:limit]
+
+    return UserBuffer(
+        platform="discord",
+        user_id=user,
+        timezone="America/Argentina/ComodRivadavia",
+        pins=tuple(
+            Pin(
+                text=text(PIN_TEXT_MAX, n),
+                source=source_ref(f"LCC.{'x' * 90}{n}"),
+                confidence=1.0,
+                created_at=T0,
+                updated_at=T0,
+            )
+            for n in range(20)
+        ),
+        recommendations=tuple(
+            Recommendation(text=text(REC_TEXT_MAX, n), tool="t" * TOOL_MAX, created_at=T0)
+            for n in range(10)
+        ),
+    )
+
+
+@pytest.fixture
+async def real_redis(real_redis_url: str, key_tag: str) -> AsyncIterator[Redis]:
+    client = await store.connect(real_redis_url)
+    try:
+        yield client
+    finally:
+        doomed = [k async for k in client.scan_iter(match=f"*{key_tag}*")]
+        if doomed:
+            await client.delete(*doomed)
+        await client.aclose()
+
+
+@pytest.mark.parametrize("char", ["a", "é", "語", "😀"], ids=["ascii", "latin", "cjk", "emoji"])
+async def test_memory_usage_at_the_default_caps_is_at_most_4kb(
+    real_redis: Redis, key_tag: str, char: str
+) -> None:
+    """Measured on a real server: 20 max-length pins + 10 max-length recommendations."""
+    memory = MemoryStore(real_redis, MemorySettings())
+    user = f"1234567890123456789-{key_tag}"
+    full = _full_buffer(user, char)
+    stored = await memory.save(full)
+    if char == "a":
+        assert stored == full, "at the default caps, ASCII entries of maximal length all fit"
+    else:
+        # multi-byte text may evict entries, from both lists in proportion to their caps
+        assert len(stored.pins) >= 8 and len(stored.recommendations) >= 3
+    usage = await real_redis.memory_usage(keys.memory("discord", user))
+    assert usage is not None and usage <= 4096, usage
+
+
+def test_fit_keeps_any_buffer_within_the_byte_budget() -> None:
+    settings = MemorySettings()
+    fitted = fit(_full_buffer("ada", "😀"), settings)
+    assert len(encode(fitted).encode()) <= settings.max_bytes
+    assert len(encode(_full_buffer("ada", "a")).encode()) <= settings.max_bytes
+
+
+# -- settings ----------------------------------------------------------------------------------
+def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    defaults = MemorySettings()
+    assert (defaults.pins_max, defaults.recs_max, defaults.ttl_seconds) == (20, 10, 30 * 86400)
+    assert (defaults.prompt_pins, defaults.prompt_recs, defaults.context_chars) == (2, 1, 800)
+    assert (defaults.pin_threshold, defaults.rec_threshold) == (0.1, 0.05)
+    assert defaults.insights_enabled and defaults.insights_in_process
+    assert defaults.max_bytes <= 3550
+    for name, value in {
+        "CHORUS_PINS_MAX": "5",
+        "CHORUS_MEMORY_TTL": "3600",
+        "CHORUS_CONTEXT_CHARS": "400",
+        "CHORUS_INSIGHTS_ENABLED": "false",
+        "CHORUS_INSIGHTS_IN_PROCESS": "0",
+        "CHORUS_INSIGHTS_DEBOUNCE": "5",
+        "CHORUS_INSIGHTS_MAX_DELAY": "30",
+    }.items():
+        monkeypatch.setenv(name, value)
+    loaded = load_memory_settings()
+    assert (loaded.pins_max, loaded.ttl_seconds, loaded.context_chars) == (5, 3600, 400)
+    assert not loaded.insights_enabled and not loaded.insights_in_process
+    assert (loaded.insights_debounce, loaded.insights_max_delay) == (5, 30)
+
+
+def test_bad_settings_name_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHORUS_INSIGHTS_DEBOUNCE", "60")
+    monkeypatch.setenv("CHORUS_INSIGHTS_MAX_DELAY", "10")
+    with pytest.raises(ConfigError, match="CHORUS_INSIGHTS_MAX_DELAY must be at least"):
+        load_memory_settings()
+    monkeypatch.setenv("CHORUS_INSIGHTS_MAX_DELAY", "100")
+    monkeypatch.setenv("CHORUS_PINS_MAX", "zero")
+    with pytest.raises(ConfigError, match="CHORUS_PINS_MAX"):
+        load_memory_settings()
+
+
+@pytest.mark.parametrize(
+    ("chat", "base_url", "override", "expected"),
+    [
+        ("anthropic:claude-sonnet-4-5", None, None, "anthropic:claude-haiku-4-5"),
+        ("openai:gpt-4.1-mini", None, None, "openai:gpt-4.1-nano"),
+        ("gemini:gemini-2.5-flash", None, None, "gemini:gemini-2.5-flash-lite"),
+        ("openai:llama3.2", "http://localhost:11434/v1", None, "openai:llama3.2"),
+        ("anthropic:claude-sonnet-4-5", None, "openai:gpt-4.1-mini", "openai:gpt-4.1-mini"),
+    ],
+)
+def test_the_insights_model(
+    chat: str, base_url: str | None, override: str | None, expected: str
+) -> None:
+    settings = MemorySettings(insights_model_name=override)
+    spec = settings.insights_model(parse_model_spec(chat), base_url=base_url)
+    assert str(spec) == expected
+
+
+def test_a_bad_insights_model_names_its_variable() -> None:
+    settings = MemorySettings(insights_model_name="haiku")
+    with pytest.raises(ConfigError, match="CHORUS_INSIGHTS_MODEL"):
+        settings.insights_model(parse_model_spec("anthropic:claude-sonnet-4-5"))
