@@ -11,9 +11,9 @@ from bot.llm.guard import block_real_calls
 
 
 async def _main() -> None:
-    from bench import cache
+    from bench import cache, memory
 
-    sections = [await cache.main()]
+    sections = [await cache.main(), await memory.main()]
     print(f"# Chorus benchmarks\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}; command: make bench\n")
     for lines in sections:

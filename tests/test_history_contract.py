@@ -10,16 +10,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
 import pytest
 from pydantic import ValidationError
 from redis.asyncio import Redis
-from redis.asyncio.connection import AbstractConnection
 
 from bot import keys
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.history import HistoryEntry, HistoryStore
+from tests.roundtrips import RoundTrips, counting_round_trips
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -51,28 +51,10 @@ def history(redis_client: Redis) -> HistoryStore:
     return HistoryStore(redis_client, max_messages=5, ttl_seconds=3600)
 
 
-class RoundTrips:
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-
-    @property
-    def count(self) -> int:
-        return len(self.writes)
-
-
 @pytest.fixture
-def round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[RoundTrips]:
-    counter = RoundTrips()
-    original = AbstractConnection.send_packed_command
-
-    async def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
-        chunks = [command] if isinstance(command, bytes | str) else list(command)
-        packed = b"".join(c.encode() if isinstance(c, str) else c for c in chunks)
-        counter.writes.append(packed)
-        await original(self, packed, check_health)
-
-    monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
-    yield counter
+def round_trips() -> Iterator[RoundTrips]:
+    with counting_round_trips() as counter:
+        yield counter
 
 
 async def test_append_then_load_keeps_order(history: HistoryStore, conv: ConversationKey) -> None:

@@ -142,3 +142,30 @@ async def test_a_users_fact_becomes_their_pin_and_only_theirs(
         await run_insights(console)  # leaves no queued job behind in a shared Redis
     finally:
         await stop(console, listener)
+
+
+@pytest.mark.redis
+async def test_an_answered_message_costs_two_redis_round_trips(
+    redis_url: str, key_tag: str, server: AnthropicServer
+) -> None:
+    """GUIDE §6: <= 3 round trips per answered message, none added per tool-loop iteration.
+    Chorus needs two: claim + history + memory read in one pipeline, then history + done +
+    memory activity + insights job in one transaction."""
+    from tests.roundtrips import counting_round_trips
+
+    console, listener = await start(redis_url, server, key_tag)
+    try:
+        await console.say("ada", "warm-up")  # connections are made outside the measurement
+        with counting_round_trips() as trips:
+            await console.say("ada", "I am vegan and I live in Lisbon.")
+        assert trips.count == 2, [w[:80] for w in trips.writes]
+        server.replies.extend([
+            {"tool_calls": [{"id": "t1", "name": "current_time", "arguments": {}}]},
+            {"tool_calls": [{"id": "t2", "name": "current_time", "arguments": {"timezone": "Asia/Tokyo"}}]},
+            "It is late.",
+        ])
+        with counting_round_trips() as trips:
+            await console.say("ada", "What time is it, twice?")
+        assert trips.count == 2  # three model calls, still two round trips
+    finally:
+        await stop(console, listener)

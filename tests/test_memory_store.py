@@ -11,16 +11,13 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.connection import AbstractConnection
 
 from bot import keys, store
 from bot.config import ConfigError, parse_model_spec
 from bot.events import ConversationKey
 from bot.memory import (
     PIN_TEXT_MAX,
-    REC_TEXT_MAX,
     SOURCE_MAX,
-    TOOL_MAX,
     MemorySettings,
     MemoryStore,
     Pin,
@@ -32,33 +29,16 @@ from bot.memory import (
     source_ref,
 )
 from bot.memory_edit import Outcome, add_pin, add_recommendation
+from tests.memory_samples import full_buffer
+from tests.roundtrips import RoundTrips, counting_round_trips
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
-class RoundTrips:
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-
-    @property
-    def count(self) -> int:
-        return len(self.writes)
-
-
 @pytest.fixture
-def round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[RoundTrips]:
-    """Counts writes to the connection: one per command or per whole pipeline."""
-    counter = RoundTrips()
-    original = AbstractConnection.send_packed_command
-
-    async def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
-        chunks = [command] if isinstance(command, bytes | str) else list(command)
-        packed = b"".join(c.encode() if isinstance(c, str) else c for c in chunks)
-        counter.writes.append(packed)
-        await original(self, packed, check_health)
-
-    monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
-    yield counter
+def round_trips() -> Iterator[RoundTrips]:
+    with counting_round_trips() as counter:
+        yield counter
 
 
 @pytest.fixture
@@ -399,31 +379,6 @@ async def test_an_unreadable_buffer_is_ignored_and_logged(
     assert "skipping unreadable pin" in caplog.text
 
 
-def _full_buffer(user: str, char: str) -> UserBuffer:
-    def text(limit: int, salt: int) -> str:
-        return (f"{salt:02d}" + char * limit)[:limit]
-
-    return UserBuffer(
-        platform="discord",
-        user_id=user,
-        timezone="America/Argentina/ComodRivadavia",
-        pins=tuple(
-            Pin(
-                text=text(PIN_TEXT_MAX, n),
-                source=source_ref(f"LCC.{'x' * 90}{n}"),
-                confidence=1.0,
-                created_at=T0,
-                updated_at=T0,
-            )
-            for n in range(20)
-        ),
-        recommendations=tuple(
-            Recommendation(text=text(REC_TEXT_MAX, n), tool="t" * TOOL_MAX, created_at=T0)
-            for n in range(10)
-        ),
-    )
-
-
 @pytest.fixture
 async def real_redis(real_redis_url: str, key_tag: str) -> AsyncIterator[Redis]:
     client = await store.connect(real_redis_url)
@@ -443,7 +398,7 @@ async def test_memory_usage_at_the_default_caps_is_at_most_4kb(
     """Measured on a real server: 20 max-length pins + 10 max-length recommendations."""
     memory = MemoryStore(real_redis, MemorySettings())
     user = f"1234567890123456789-{key_tag}"
-    full = _full_buffer(user, char)
+    full = full_buffer(user, char)
     stored = await memory.save(full)
     if char == "a":
         assert stored == full, "at the default caps, ASCII entries of maximal length all fit"
@@ -456,9 +411,9 @@ async def test_memory_usage_at_the_default_caps_is_at_most_4kb(
 
 def test_fit_keeps_any_buffer_within_the_byte_budget() -> None:
     settings = MemorySettings()
-    fitted = fit(_full_buffer("ada", "😀"), settings)
+    fitted = fit(full_buffer("ada", "😀"), settings)
     assert len(encode(fitted).encode()) <= settings.max_bytes
-    assert len(encode(_full_buffer("ada", "a")).encode()) <= settings.max_bytes
+    assert len(encode(full_buffer("ada", "a")).encode()) <= settings.max_bytes
 
 
 # -- settings ----------------------------------------------------------------------------------

@@ -1,0 +1,39 @@
+"""Counting Redis round trips where they happen.
+
+Every write of one command, or of a whole pipeline, to a connection goes through
+``AbstractConnection.send_packed_command``, for redis-py and fakeredis alike; one write is one
+round trip. Used by the store tests, the router test and the benchmark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
+from redis.asyncio.connection import AbstractConnection
+
+
+class RoundTrips:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.writes)
+
+
+@contextmanager
+def counting_round_trips() -> Iterator[RoundTrips]:
+    counter = RoundTrips()
+    original = AbstractConnection.send_packed_command
+
+    async def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
+        chunks = [command] if isinstance(command, bytes | str) else list(command)
+        packed = b"".join(c.encode() if isinstance(c, str) else c for c in chunks)
+        counter.writes.append(packed)
+        await original(self, packed, check_health)
+
+    with mock.patch.object(AbstractConnection, "send_packed_command", counting):
+        yield counter
