@@ -8,8 +8,9 @@ Components can also be injected (a scripted provider, a shared bus) for tests an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ import prompts
 from bot import memory_commands, store
 from bot.agent import Agent, LoopLimits
 from bot.bus import EventBus, InProcessBus
+from bot.claims import default_worker_id
 from bot.commands import Commands
 from bot.config import ConfigError, Settings
 from bot.history import HistoryStore
@@ -118,7 +120,7 @@ class Chorus:
             redis = await store.connect(settings.redis_url)
             owned.append(redis)
             if bus is None:
-                bus = InProcessBus()
+                bus = _make_bus(settings, redis)
                 owned.append(bus)
         except BaseException:
             await _close_all(owned)  # nothing half-started outlives a failed start
@@ -139,6 +141,14 @@ class Chorus:
         if self._router_task is not None:
             return
         self._router_task = asyncio.create_task(self.router.run(), name="router")
+
+    @contextlib.asynccontextmanager
+    async def bus_only(self) -> AsyncIterator[Chorus]:
+        """The gateway role: the bus and state without the router; closed on exit."""
+        try:
+            yield self
+        finally:
+            await self.aclose()
 
     async def aclose(self) -> None:
         if self._router_task is not None:
@@ -189,3 +199,21 @@ async def _close_all(things: Sequence[object]) -> None:
                 await close()
         except Exception:
             log.warning("error while closing %s", type(thing).__name__, exc_info=True)
+
+
+def _make_bus(settings: Settings, redis: Redis) -> EventBus:
+    """In-process by default; Redis Streams (``CHORUS_BUS=redis``) to scale out over processes.
+    The Streams bus shares the state store's connection so a reply and its record commit in one
+    transaction."""
+    if settings.bus == "redis":
+        from bot.bus_redis import RedisStreamsBus
+
+        if settings.redis_url.startswith("memory"):
+            log.warning(
+                "CHORUS_BUS=redis with the embedded store connects no other process; "
+                "set CHORUS_REDIS_URL=redis://... to scale out"
+            )
+        return RedisStreamsBus(
+            redis, consumer=default_worker_id(), namespace=settings.bus_namespace
+        )
+    return InProcessBus()

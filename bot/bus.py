@@ -20,9 +20,12 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
+
+if TYPE_CHECKING:
+    from redis.asyncio.client import Pipeline
 
 log = logging.getLogger("chorus.bus")
 
@@ -103,6 +106,14 @@ class _Topic:
     def __post_init__(self) -> None:
         self.not_empty = asyncio.Condition(self.lock)
         self.not_full = asyncio.Condition(self.lock)
+
+
+@runtime_checkable
+class TransactionalBus(Protocol):
+    """A bus that can publish inside the caller's Redis transaction (Redis Streams: an XADD in
+    the MULTI), so a reply and the record that it was sent commit together."""
+
+    def queue_publish(self, pipe: Pipeline, topic: str, event: BaseModel) -> None: ...
 
 
 class InProcessBus:

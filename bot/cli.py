@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import getpass
 import logging
 import signal
@@ -22,6 +23,7 @@ from bot.config import KEY_ENV, PROVIDERS, ConfigError, Settings, load_settings
 from bot.events import utcnow
 from bot.llm.base import Provider
 from bot.logs import setup_logging
+from bot.platform import PlatformAdapter
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -37,8 +39,15 @@ EXIT_CONFIG = 2
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chorus", description="Chorus: one AI agent, many chats.")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser(
+    run = sub.add_parser(
         "run", help="start the bot on every configured platform (the console when none is)"
+    )
+    run.add_argument(
+        "--role",
+        choices=("all", "gateway", "worker"),
+        default="all",
+        help="all: everything in one process (default); gateway: the platform connections "
+        "only; worker: the agent only (scale out with CHORUS_BUS=redis)",
     )
     chat = sub.add_parser("chat", help="chat in the terminal; pipe lines in to script it")
     chat.add_argument("--user", default=None, help="speak as this console user (default: $USER)")
@@ -69,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings.model_spec()
         if args.command == "run":
-            return asyncio.run(_run(settings))
+            return asyncio.run(_run(settings, role=args.role))
         if args.command == "insights":
             return asyncio.run(_insights(settings, drain=args.drain))
         return asyncio.run(_chat(settings, user=args.user, json_output=args.json))
@@ -80,9 +89,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-async def _run(settings: Settings) -> int:
-    log.info("no platform credentials configured; starting the console adapter")
-    return await _chat(settings, user=None, json_output=False)
+async def _run(settings: Settings, *, role: str = "all") -> int:
+    from adapters.registry import build_adapters, configured_platforms
+    from bot.app import Chorus
+
+    if role == "all" and not configured_platforms():
+        log.info("no platform credentials configured; starting the console adapter")
+        return await _chat(settings, user=None, json_output=False)
+    if role != "all" and settings.bus != "redis":
+        raise ConfigError(
+            f"--role {role} needs the Redis Streams bus between processes: set CHORUS_BUS=redis "
+            "and CHORUS_REDIS_URL=redis://... (the same for every process)"
+        )
+    app = await Chorus.from_settings(settings)
+    adapters = [] if role == "worker" else build_adapters(app.bus, app.redis)
+    if role == "gateway" and not adapters:
+        await app.aclose()
+        raise ConfigError(
+            "--role gateway found no platform to connect: set DISCORD_TOKEN, "
+            "SLACK_BOT_TOKEN, TWITCH_CLIENT_ID or YOUTUBE_REFRESH_TOKEN"
+        )
+    if role == "gateway":
+        async with app.bus_only():
+            return await _serve(adapters)
+    async with app, _insights_in_process(app):
+        return await _serve(adapters)
+
+
+async def _serve(adapters: Sequence[PlatformAdapter]) -> int:
+    """Run the adapters (or, for a worker, nothing but the app) until SIGINT/SIGTERM; a
+    configuration error raised by an adapter (a bad token) stops the process with it."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(a.run(), name=f"adapter:{a.platform}") for a in adapters]
+    stopping = asyncio.create_task(stop.wait(), name="stop")
+    log.info("running", extra={"platforms": ",".join(a.platform for a in adapters) or "none"})
+    try:
+        done, _ = await asyncio.wait({*tasks, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not stopping and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        return 0
+    finally:
+        for adapter in adapters:
+            with contextlib.suppress(Exception):
+                await adapter.aclose()
+        for task in (*tasks, stopping):
+            task.cancel()
+        await asyncio.gather(*tasks, stopping, return_exceptions=True)
 
 
 async def _chat(settings: Settings, *, user: str | None, json_output: bool) -> int:

@@ -110,6 +110,10 @@ class Settings(BaseSettings):
     )
 
     redis_url: str = Field(default="memory://", validation_alias="CHORUS_REDIS_URL")
+    bus: Literal["memory", "redis"] = Field(default="memory", validation_alias="CHORUS_BUS")
+    bus_namespace: str = Field(
+        default="main", pattern=r"^[a-z0-9_]+$", validation_alias="CHORUS_BUS_NAMESPACE"
+    )
     history_max_messages: int = Field(default=40, ge=2, validation_alias="CHORUS_HISTORY_MAX")
     history_ttl_seconds: int = Field(
         default=7 * 24 * 3600, ge=60, validation_alias="CHORUS_HISTORY_TTL"

@@ -38,11 +38,29 @@ Keys (``{platform}`` is ``[a-z0-9_]+``; every other ``{...}`` part is escaped):
 ``chorus:v1:budget:user:{platform}:{user_id}:{yyyymmdd}`` and
 ``chorus:v1:budget:chan:{platform}:{channel}:{yyyymmdd}`` -- integer insights tokens used that
     UTC day (``INCRBY``); expire at the end of that day (+1 hour). Written by insights/budget.py.
+``chorus:v1:bus:{ns}:stream:{topic}:{partition}`` -- Redis stream, one partition of a bus topic
+    (``topic`` is ``[a-z0-9_]+`` parts joined by ``:``, e.g. ``outbound:discord``; the partition
+    number is always the last part). Entries hold one field ``e`` (the event's JSON). Capped by
+    ``XADD MAXLEN ~``, no TTL. ``ns`` is ``[a-z0-9_]+``, ``main`` unless a deployment (or a
+    test) wants its own. Written by ``RedisStreamsBus`` (bot/bus_redis.py).
+``chorus:v1:bus:{ns}:members:{group}:{topic}`` -- zset, consumer token -> heartbeat deadline
+    (epoch ms) of the live consumers of one group; TTL 3 leases, refreshed by every heartbeat.
+``chorus:v1:bus:{ns}:lease:{group}:{topic}:{partition}`` -- string, the token of the consumer
+    that reads that partition (``SET NX PX``, renewed by compare-and-set); lapses when it dies.
 
 A history list holds JSON ``HistoryEntry`` values, oldest first, capped by CHORUS_HISTORY_MAX.
 A user key belongs to a person, so it must always carry a TTL: whoever writes one sets it in the
 same pipeline as the write. A dedupe key is ``SET NX`` by the router when it claims a message
 (value ``claimed``) and overwritten with ``done`` after the answer, each with its own expiry.
+``chorus:v1:tokens:{platform}:{app_id}`` -- string, JSON of the bot account's OAuth tokens
+    (Twitch); no TTL: the bot's own credential, not a user's data. adapters/twitch/tokens.py.
+``chorus:v1:ratelimit:{platform}:{bucket}`` -- zset, one member per granted send scored by its
+    epoch time; PEXPIRE one window (+1 s). ``...:{bucket}:pause`` -- string, epoch seconds until
+    which sends wait; PX = the pause. Shared by every process of a deployment so they stay
+    under one platform budget. adapters/twitch/ratelimit.py.
+``chorus:v1:quota:{platform}:{project}:{yyyymmdd}`` -- hash ``units``, ``inserts``: the API quota
+    spent that quota day (YouTube: Pacific time); expires an hour after the day's reset.
+    adapters/youtube/api.py.
 """
 
 from __future__ import annotations
@@ -166,3 +184,63 @@ _DAY = re.compile(r"^[0-9]{8}$")
 def _check_day(day: str) -> None:
     if not _DAY.match(day):
         raise ValueError(f"day must be YYYYMMDD, got {day!r}")
+
+
+# -- the Redis Streams event bus -----------------------------------------------------------------
+_TOPIC = re.compile(r"^[a-z0-9_]+(:[a-z0-9_]+)*$")
+
+
+def bus_stream(topic: str, partition: int, namespace: str = "main") -> str:
+    """One partition of a bus topic's stream (events of one conversation share a partition)."""
+    return f"{_bus(namespace)}:stream:{_bus_topic(topic)}:{_partition(partition)}"
+
+
+def bus_members(topic: str, group: str, namespace: str = "main") -> str:
+    """The heartbeat zset of the live consumers of ``group`` on ``topic``."""
+    _check_token("group", group)
+    return f"{_bus(namespace)}:members:{group}:{_bus_topic(topic)}"
+
+
+def bus_lease(topic: str, group: str, partition: int, namespace: str = "main") -> str:
+    """The lease naming the one consumer of ``group`` that reads a partition of ``topic``."""
+    _check_token("group", group)
+    return f"{_bus(namespace)}:lease:{group}:{_bus_topic(topic)}:{_partition(partition)}"
+
+
+def _bus(namespace: str) -> str:
+    _check_token("namespace", namespace)
+    return f"{PREFIX}:bus:{namespace}"
+
+
+def _bus_topic(topic: str) -> str:
+    if not _TOPIC.match(topic):
+        raise ValueError(f"topic must be [a-z0-9_]+ parts joined by ':', got {topic!r}")
+    return topic
+
+
+def _partition(partition: int) -> int:
+    if partition < 0:
+        raise ValueError(f"partition must be >= 0, got {partition}")
+    return partition
+
+
+def platform_tokens(platform: str, app_id: str) -> str:
+    """The bot account's stored OAuth tokens for one platform application."""
+    _check_token("platform", platform)
+    _check_id("app_id", app_id)
+    return f"{PREFIX}:tokens:{platform}:{_escape_part(app_id)}"
+
+
+def ratelimit(platform: str, bucket: str) -> str:
+    """A send budget shared by every process (sliding window of granted sends)."""
+    _check_token("platform", platform)
+    _check_id("bucket", bucket)
+    return f"{PREFIX}:ratelimit:{platform}:{_escape_part(bucket)}"
+
+
+def quota(platform: str, project: str, day: str) -> str:
+    """The API quota a platform project spent on one quota day (``yyyymmdd``)."""
+    _check_token("platform", platform)
+    _check_id("project", project)
+    _check_token("day", day)
+    return f"{PREFIX}:quota:{platform}:{_escape_part(project)}:{day}"

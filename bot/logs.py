@@ -30,6 +30,7 @@ _TOKEN_PATTERNS = (
     re.compile(r"AIza[0-9A-Za-z_\-]{20,}"),
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{12,}"),
     re.compile(r"(?<=://)([^:/@\s]*):([^@/\s]+)@"),
+    re.compile(r"(?i)((?:client_secret|refresh_token|access_token|token|api_key|key)=)[^&\s\"']+"),
 )
 MASK = "***"
 
@@ -58,7 +59,7 @@ class Redactor:
 def _mask_match(match: re.Match[str]) -> str:
     if match.re.pattern.startswith("(?<=://)"):
         return f"{match.group(1)}:{MASK}@"
-    if match.re.pattern.startswith("(?i)(bearer"):
+    if match.re.pattern.startswith(("(?i)(bearer", "(?i)((?:client_secret")):
         return f"{match.group(1)}{MASK}"
     return MASK
 
@@ -101,6 +102,11 @@ class StructuredFormatter(logging.Formatter):
 
 
 _redactor = Redactor()
+
+
+def add_secrets(secrets: Iterable[str]) -> None:
+    """Mask more values from now on (adapter tokens, a refreshed OAuth token)."""
+    _redactor.add(secrets)
 
 
 def setup_logging(

@@ -12,16 +12,18 @@ was already answered is skipped, never answered twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
-from bot import keys
 from bot.agent import Agent
-from bot.bus import Delivery, EventBus
+from bot.bus import Delivery, EventBus, TransactionalBus
+from bot.claims import Claim, Claims, default_worker_id
 from bot.commands import Commands
 from bot.enrichment import render_context
 from bot.events import ChatMessage, ConversationKey, MessageDeleted, Reply, utcnow
@@ -53,7 +55,7 @@ class RouterLimits:
     reasoning: str = "auto"
     reasoning_max: Level = "medium"
     concurrency: int = 32
-    claim_seconds: int = 600
+    claim_lease_ms: int = 60_000
     done_seconds: int = 3 * 24 * 3600
 
 
@@ -70,6 +72,7 @@ class Router:
         tools: Toolbox | None = None,
         memory: MemoryStore | None = None,
         limits: RouterLimits | None = None,
+        worker_id: str | None = None,
     ) -> None:
         self.bus = bus
         self.redis = redis
@@ -80,6 +83,12 @@ class Router:
         self.tools = tools
         self.memory = memory
         self.limits = limits or RouterLimits()
+        self.claims = Claims(
+            redis,
+            worker_id=worker_id or default_worker_id(),
+            lease_ms=self.limits.claim_lease_ms,
+            done_seconds=self.limits.done_seconds,
+        )
         self._queues: dict[ConversationKey, deque[Delivery[ChatMessage]]] = {}
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(self.limits.concurrency)
@@ -152,9 +161,17 @@ class Router:
 
     async def _handle(self, delivery: Delivery[ChatMessage]) -> None:
         message = delivery.event
-        done_key = keys.dedupe(message.platform, message.id)
+        claim = self.claims.new(message.platform, message.id)
         try:
-            await self._answer(message, done_key)
+            read = await self._read(message, claim)
+            if read is None:
+                log.info(
+                    "duplicate message skipped",
+                    extra={"platform": message.platform, "message_id": message.id},
+                )
+                return
+            async with claim.renewing():
+                await self._answer(message, claim, read)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -162,60 +179,56 @@ class Router:
                 "failed to handle message",
                 extra={"platform": message.platform, "message_id": message.id},
             )
+            with contextlib.suppress(Exception):
+                await claim.release()
             await self._send(message, CRASH_APOLOGY, is_error=True)
         finally:
             await delivery.ack()
 
-    async def _read(self, message: ChatMessage, done_key: str) -> _Read | None:
+    async def _read(self, message: ChatMessage, claim: Claim | None) -> _Read | None:
         """Claim the message and read its history and the author's memory: ONE round trip.
 
-        None when another delivery of the same message already claimed it (at-least-once
-        delivery must not mean answering twice).
+        None when the message was answered already (at-least-once delivery must not mean
+        answering twice). If another worker holds the claim, wait for it, then read again.
         """
         conv, author = message.conversation, message.author
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.set(done_key, "claimed", nx=True, ex=self.limits.claim_seconds)
+            if claim is not None:
+                claim.queue_take(pipe)
             self.history.queue_load(pipe, conv)
             if self.memory is not None:
                 self.memory.queue_load(pipe, message.platform, author.id)
             results = await pipe.execute()
-        if not results[0]:
-            log.info(
-                "duplicate message skipped",
-                extra={"platform": message.platform, "message_id": message.id},
-            )
-            return None
-        history = self.history.parse_load(conv, results[1])
+        if claim is not None:
+            outcome = claim.taken(results.pop(0))
+            if outcome is None:
+                return await self._read(message, None) if await claim.wait_and_take() else None
+            if not outcome:
+                return None
+        history = self.history.parse_load(conv, results[0])
         buffer = None
         if self.memory is not None:
             buffer = self.memory.parse_load(
-                results[2:], platform=message.platform, user_id=author.id
+                results[1:], platform=message.platform, user_id=author.id
             )
         return _Read(history=history, buffer=buffer)
 
-    async def _answer(self, message: ChatMessage, done_key: str) -> None:
-        read = await self._read(message, done_key)
-        if read is None:
-            return
+    async def _answer(self, message: ChatMessage, claim: Claim, read: _Read) -> None:
         if len(message.text) > self.limits.max_message_chars:
-            await self._send(
-                message,
+            text = (
                 f"That message is {len(message.text):,} characters long; I can read at most "
-                f"{self.limits.max_message_chars:,}. Please shorten it.",
-                is_error=True,
+                f"{self.limits.max_message_chars:,}. Please shorten it."
             )
-            await self.redis.set(done_key, "done", ex=self.limits.done_seconds)
+            await self._finish(message, claim, text, is_error=True)
             return
         command_reply = await self.commands.handle(message)
         if command_reply is not None:
-            await self._send(message, command_reply)
-            await self.redis.set(done_key, "done", ex=self.limits.done_seconds)
+            await self._finish(message, claim, command_reply)
             return
 
-        now = utcnow()
         context = ""
         if self.memory is not None and read.buffer is not None:
-            context = render_context(read.buffer, message, self.memory.settings, now)
+            context = render_context(read.buffer, message, self.memory.settings, utcnow())
         ctx = ToolContext(message=message)
         request = self.assembler.build(
             message,
@@ -236,55 +249,75 @@ class Router:
                     "error_type": type(exc).__name__,
                 },
             )
-            # Release the claim so a redelivery may try again.
-            await self.redis.delete(done_key)
+            await claim.release()  # a later delivery of the same message may try again
             await self._send(message, APOLOGY, is_error=True)
             return
-        await self._send(message, result.text)
-        await self._write(message, done_key, result.text, utcnow())
-
-    async def _write(self, message: ChatMessage, done_key: str, answer: str, now: datetime) -> None:
-        """History, done marker, memory activity and the insights job: ONE round trip."""
+        now = utcnow()
         author = message.author
-        async with self.redis.pipeline(transaction=True) as pipe:
-            self.history.queue_append(
-                pipe,
-                message.conversation,
-                HistoryEntry(
-                    role="user",
-                    text=message.text,
-                    message_id=message.id,
-                    author_id=author.id,
-                    author_name=author.display_name or author.id,
-                    at=message.sent_at,
-                ),
-                HistoryEntry(
-                    role="assistant",
-                    text=answer,
-                    message_id=None,
-                    author_id=None,
-                    author_name="",
-                    at=now,
-                ),
-            )
-            pipe.set(done_key, "done", ex=self.limits.done_seconds)
-            if self.memory is not None:
-                self.memory.queue_touch(
-                    pipe, message.platform, author.id, message.conversation, now=now
-                )
-                settings = self.memory.settings
-                if settings.insights_enabled and not author.is_bot:
-                    queue_enqueue(
-                        pipe,
-                        InsightJob.for_message(message),
-                        debounce=settings.insights_debounce,
-                        max_delay=settings.insights_max_delay,
-                        now=now,
-                    )
-            await pipe.execute()
+        entries = (
+            HistoryEntry(
+                role="user",
+                text=message.text,
+                message_id=message.id,
+                author_id=author.id,
+                author_name=author.display_name or author.id,
+                at=message.sent_at,
+            ),
+            HistoryEntry(
+                role="assistant",
+                text=result.text,
+                message_id=None,
+                author_id=None,
+                author_name="",
+                at=now,
+            ),
+        )
+        await self._finish(message, claim, result.text, entries=entries, activity=now)
 
-    async def _send(self, message: ChatMessage, text: str, *, is_error: bool = False) -> None:
-        reply = Reply(
+    async def _finish(
+        self,
+        message: ChatMessage,
+        claim: Claim,
+        text: str,
+        *,
+        is_error: bool = False,
+        entries: tuple[HistoryEntry, ...] = (),
+        activity: datetime | None = None,
+    ) -> None:
+        """The reply and its record (history, done marker, memory activity, the insights job)
+        in ONE transaction; the reply rides inside it when the bus is transactional."""
+        reply = self._reply(message, text, is_error=is_error)
+        topic = outbound_topic(message.platform)
+        transactional = self.bus if isinstance(self.bus, TransactionalBus) else None
+        if transactional is None:
+            await self.bus.publish(topic, reply)
+
+        def fill(pipe: Pipeline) -> None:
+            if transactional is not None:
+                transactional.queue_publish(pipe, topic, reply)
+            if entries:
+                self.history.queue_append(pipe, message.conversation, *entries)
+            if activity is not None and self.memory is not None:
+                self._queue_activity(pipe, message, activity)
+
+        await claim.commit(fill)
+
+    def _queue_activity(self, pipe: Pipeline, message: ChatMessage, now: datetime) -> None:
+        assert self.memory is not None
+        author = message.author
+        self.memory.queue_touch(pipe, message.platform, author.id, message.conversation, now=now)
+        settings = self.memory.settings
+        if settings.insights_enabled and not author.is_bot:
+            queue_enqueue(
+                pipe,
+                InsightJob.for_message(message),
+                debounce=settings.insights_debounce,
+                max_delay=settings.insights_max_delay,
+                now=now,
+            )
+
+    def _reply(self, message: ChatMessage, text: str, *, is_error: bool) -> Reply:
+        return Reply(
             conversation=message.conversation,
             text=text,
             reply_to_id=message.id,
@@ -292,4 +325,8 @@ class Router:
             in_reply_to_platform=message.platform,
             is_error=is_error,
         )
+
+    async def _send(self, message: ChatMessage, text: str, *, is_error: bool = False) -> None:
+        """A reply outside any transaction (apologies after a failure)."""
+        reply = self._reply(message, text, is_error=is_error)
         await self.bus.publish(outbound_topic(message.platform), reply)

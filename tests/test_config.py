@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic_settings import BaseSettings
 
+from adapters.discord.settings import DiscordSettings
+from adapters.slack.settings import SlackSettings
+from adapters.twitch.settings import TwitchSettings
 from bot.config import (
     NO_LLM_MESSAGE,
     ConfigError,
@@ -144,7 +147,10 @@ def test_secret_values_include_the_redis_password() -> None:
     assert "hunter2-pw" in settings.secret_values()
 
 
-@pytest.mark.parametrize("settings_class", [Settings, ToolSettings, MemorySettings])
+@pytest.mark.parametrize(
+    "settings_class",
+    [Settings, ToolSettings, MemorySettings, DiscordSettings, SlackSettings, TwitchSettings],
+)
 def test_env_example_documents_every_setting(settings_class: type[BaseSettings]) -> None:
     example = (ROOT / ".env.example").read_text()
     documented = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", example, re.MULTILINE))

@@ -61,3 +61,16 @@ def test_token_shaped_strings_are_masked_without_configuration() -> None:
         assert leaked not in masked
     assert "redis://user:***@host:6379/0" in masked
     assert "Bearer ***" in masked
+
+
+def test_secrets_in_query_strings_and_added_later_are_masked() -> None:
+    from bot.logs import add_secrets
+
+    stream, log = _capture("text", [])
+    add_secrets(["late-added-secret-42"])
+    log.error("refresh failed: POST https://id.example/oauth2/token?client_secret=abc123&"
+              "refresh_token=zzz999&grant_type=refresh_token with late-added-secret-42")
+    output = stream.getvalue()
+    for leaked in ("abc123", "zzz999", "late-added-secret-42"):
+        assert leaked not in output
+    assert "grant_type=refresh_token" in output

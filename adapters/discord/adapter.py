@@ -1,0 +1,331 @@
+"""The Discord adapter: discord.py's gateway client in, ``Reply`` events out.
+
+discord.py owns the connection: IDENTIFY, heartbeats, RESUME on a drop and reconnect with
+backoff (``connect(reconnect=True)``), and the REST rate limits. This module only wires it to
+the bus: messages the bot should see become ``ChatMessage`` on ``inbound`` (``convert.py``
+decides which), deletions become ``MessageDeleted`` on ``deletions``, ``/chorus`` slash
+commands become text commands answered ephemerally, and each ``Reply`` on
+``outbound:discord`` is sent through the one chokepoint (``sender.py``).
+
+Without the privileged Message Content intent Discord sends empty ``content`` for guild
+messages that do not mention the bot, so only mentions, replies to the bot and DMs carry text;
+the adapter says so once at start. Discord cannot be asked whether the intent is granted before
+connecting; asking for it without the grant closes the gateway with code 4014, which becomes
+one clear error naming ``DISCORD_MESSAGE_CONTENT_INTENT`` and the Developer Portal toggle.
+
+discord.py reads its endpoints from class attributes only (``discord.http.Route.BASE`` and
+``discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY``, a ``yarl.URL``); ``run`` sets them from
+``DISCORD_API_BASE_URL`` / ``DISCORD_GATEWAY_URL`` just before connecting and ``aclose``
+restores them. After READY it reconnects to READY's ``resume_gateway_url``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import discord
+import yarl
+from discord import app_commands
+from discord.gateway import DiscordWebSocket
+from discord.http import Route
+from pydantic import BaseModel
+
+from adapters.discord import convert
+from adapters.discord.commands import build_group
+from adapters.discord.sender import DiscordSender, Sleep, TypingIndicators
+from adapters.discord.settings import PORTAL_URL, DiscordSettings, load_discord_settings
+from bot.bus import BusClosed, Delivery, EventBus
+from bot.config import ConfigError
+from bot.events import Reply
+from bot.topics import DELETIONS, INBOUND, outbound_topic
+
+log = logging.getLogger("chorus.discord")
+
+PLATFORM = convert.PLATFORM
+MAX_CONCURRENT_SENDS = 32
+
+BAD_TOKEN = (
+    "Discord rejected DISCORD_TOKEN (401 Unauthorized). Copy the bot token from the Discord "
+    f"Developer Portal ({PORTAL_URL} -> your application -> Bot -> Reset Token) into "
+    "DISCORD_TOKEN (the token only, without a 'Bot ' prefix)."
+)
+INTENT_REFUSED = (
+    "Discord closed the gateway with 4014 (disallowed intents): DISCORD_MESSAGE_CONTENT_INTENT=true "
+    "asks for the privileged Message Content intent, which this bot has not been granted. Turn on "
+    f"'Message Content Intent' in the Developer Portal ({PORTAL_URL} -> your application -> Bot "
+    "-> Privileged Gateway Intents), or unset DISCORD_MESSAGE_CONTENT_INTENT."
+)
+NO_CONTENT_INTENT = (
+    "DISCORD_MESSAGE_CONTENT_INTENT is off: Discord sends the text of DMs, mentions of the bot "
+    "and replies to it, but not of other channel messages, so ambient and always-answer "
+    "channels see empty messages. Enable the Message Content intent in the Developer Portal and "
+    "set DISCORD_MESSAGE_CONTENT_INTENT=true to read them."
+)
+NO_ANSWER_IN_TIME = "Sorry, I could not answer that in time."
+
+
+class _ChorusClient(discord.Client):
+    """discord.py's client with its events routed to the adapter (no name-based magic)."""
+
+    def __init__(self, adapter: DiscordAdapter, **options: Any) -> None:
+        super().__init__(**options)
+        self._adapter = adapter
+        self.tree: app_commands.CommandTree[_ChorusClient] = app_commands.CommandTree(self)
+
+    async def setup_hook(self) -> None:
+        await self._adapter._setup()
+
+    async def on_message(self, message: discord.Message) -> None:
+        await self._adapter._on_message(message)
+
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        await self._adapter._on_deleted(payload.channel_id, payload.guild_id, [payload.message_id])
+
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        await self._adapter._on_deleted(payload.channel_id, payload.guild_id, payload.message_ids)
+
+
+class DiscordAdapter:
+    """``PlatformAdapter`` for Discord. ``run`` until ``aclose``."""
+
+    platform = PLATFORM
+
+    def __init__(
+        self,
+        bus: EventBus,
+        settings: DiscordSettings,
+        *,
+        sender: DiscordSender | None = None,
+        sleep: Sleep = asyncio.sleep,
+        client_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not settings.token_value():
+            raise ConfigError(f"DISCORD_TOKEN is not set; get it at {PORTAL_URL} -> Bot")
+        self.bus = bus
+        self.settings = settings
+        self.sender = sender or DiscordSender(sleep=sleep)
+        intents = discord.Intents.default()
+        intents.message_content = settings.message_content_intent
+        options: dict[str, Any] = {
+            "intents": intents,
+            "allowed_mentions": discord.AllowedMentions.none(),
+            "max_ratelimit_timeout": 30.0,  # longer waits surface as RateLimited to the sender
+            "http_trace": self.sender.trace_config(),
+            "chunk_guilds_at_startup": False,
+        }
+        options.update(client_options or {})
+        self.client = _ChorusClient(self, **options)
+        self.policy: convert.Policy | None = None
+        self.typing = TypingIndicators(
+            self.sender, self.client.http.send_typing, timeout=settings.typing_timeout
+        )
+        self._interactions: dict[str, asyncio.Future[Reply]] = {}
+        self._outbound: asyncio.Task[None] | None = None
+        self._sends: set[asyncio.Task[None]] = set()
+        self._send_slots = asyncio.Semaphore(MAX_CONCURRENT_SENDS)
+        self._saved_endpoints: tuple[str, yarl.URL] | None = None
+
+    @classmethod
+    def from_env(cls, bus: EventBus) -> DiscordAdapter | None:
+        """The adapter when ``DISCORD_TOKEN`` is set, else None; ``ConfigError`` if invalid."""
+        settings = load_discord_settings()
+        if not settings.token_value():
+            return None
+        return cls(bus, settings)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def run(self) -> None:
+        self._apply_endpoints()
+        if not self.settings.message_content_intent:
+            log.warning(NO_CONTENT_INTENT)
+        try:
+            await self.client.login(self.settings.token_value())
+        except discord.LoginFailure:
+            await self.aclose()
+            raise ConfigError(BAD_TOKEN) from None
+        except BaseException:
+            await self.aclose()
+            raise
+        self._outbound = asyncio.create_task(self._consume_outbound(), name="discord-outbound")
+        try:
+            await self.client.connect(reconnect=True)
+        except discord.PrivilegedIntentsRequired:
+            log.error(INTENT_REFUSED)
+            raise ConfigError(INTENT_REFUSED) from None
+        finally:
+            await self.client.close()
+            await self._stop_tasks()
+
+    async def aclose(self) -> None:
+        await self.client.close()
+        await self._stop_tasks()
+        self._restore_endpoints()
+
+    def _apply_endpoints(self) -> None:
+        if self._saved_endpoints is None:
+            self._saved_endpoints = (Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY)
+        if self.settings.api_base_url:
+            Route.BASE = self.settings.api_base_url
+        if self.settings.gateway_url:
+            DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(self.settings.gateway_url)
+
+    def _restore_endpoints(self) -> None:
+        if self._saved_endpoints is not None:
+            Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY = self._saved_endpoints
+            self._saved_endpoints = None
+
+    async def _stop_tasks(self) -> None:
+        tasks = [t for t in (self._outbound, *self._sends) if t is not None]
+        self._outbound = None
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.typing.aclose()
+        for future in self._interactions.values():
+            future.cancel()
+
+    async def _setup(self) -> None:
+        """After login, before the gateway: the bot's id, and the slash commands."""
+        user = self.client.user
+        assert user is not None  # login() has set it
+        settings = self.settings
+        self.policy = convert.Policy(
+            bot_id=user.id,
+            answer_bots=settings.answer_bots,
+            allowed_channels=settings.allowed_channels,
+            always_answer_channels=settings.always_answer_channels,
+            ambient_channels=settings.ambient_channels,
+        )
+        self.client.tree.add_command(build_group(self._on_command))
+        if settings.sync_commands:
+            try:
+                await self.sender.call("commands", self.client.tree.sync, what="sync commands")
+            except discord.HTTPException:
+                log.warning(
+                    "could not register the /chorus slash commands; text commands still work",
+                    exc_info=True,
+                )
+
+    # -- inbound --------------------------------------------------------------------------------
+    async def _on_message(self, message: discord.Message) -> None:
+        if self.policy is None:
+            return
+        try:
+            chat = convert.message_to_chat(message, self.policy)
+        except Exception:
+            log.exception(
+                "dropping a Discord message that could not be converted",
+                extra={"message_id": message.id, "channel_id": message.channel.id},
+            )
+            return
+        if chat is None:
+            return
+        if not chat.ambient:
+            self.typing.start(chat.id, message.channel.id)
+        await self._publish(INBOUND, chat)
+
+    async def _on_deleted(
+        self, channel_id: int, guild_id: int | None, message_ids: set[int] | list[int]
+    ) -> None:
+        channel = self.client.get_channel(channel_id)
+        parent_id = channel.parent_id if isinstance(channel, discord.Thread) else None
+        allowed = self.settings.allowed_channels
+        if guild_id is not None and allowed and not {channel_id, parent_id} & allowed:
+            return
+        for event in convert.deletions(channel_id, parent_id, message_ids):
+            self.typing.stop(event.message_id)
+            await self._publish(DELETIONS, event)
+
+    async def _on_command(self, interaction: discord.Interaction, name: str) -> None:
+        """Defer privately, publish ``/<name>``, answer with the matching Reply."""
+        key = f"interaction:{interaction.id}"
+        await self.sender.call(
+            key, lambda: interaction.response.defer(ephemeral=True, thinking=True), what="defer"
+        )
+        message = convert.command_to_chat(interaction, name)
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._interactions[message.id] = future
+        try:
+            await self._publish(INBOUND, message)
+            async with asyncio.timeout(self.settings.command_timeout):
+                text = (await future).text
+        except TimeoutError:
+            log.warning("no answer to a slash command in time", extra={"interaction_id": key})
+            text = NO_ANSWER_IN_TIME
+        finally:
+            self._interactions.pop(message.id, None)
+        for piece in convert.followup_pieces(text) or [NO_ANSWER_IN_TIME]:
+            await self.sender.call(
+                key,
+                lambda p=piece: interaction.followup.send(  # type: ignore[misc]
+                    p, ephemeral=True, allowed_mentions=discord.AllowedMentions.none()
+                ),
+                what="followup",
+            )
+
+    async def _publish(self, topic: str, event: BaseModel) -> None:
+        try:
+            await self.bus.publish(topic, event)
+        except BusClosed:
+            log.warning("bus closed; Discord event dropped", extra={"topic": topic})
+
+    # -- outbound -------------------------------------------------------------------------------
+    async def _consume_outbound(self) -> None:
+        async for delivery in self.bus.consume(
+            outbound_topic(PLATFORM), Reply, group="outbound", consumer="discord"
+        ):
+            await self._send_slots.acquire()
+            task = asyncio.create_task(self._deliver(delivery), name="discord-send")
+            self._sends.add(task)
+            task.add_done_callback(self._send_done)
+
+    def _send_done(self, task: asyncio.Task[None]) -> None:
+        self._sends.discard(task)
+        self._send_slots.release()
+
+    async def _deliver(self, delivery: Delivery[Reply]) -> None:
+        reply = delivery.event
+        self.typing.stop(reply.reply_to_id)
+        pending = self._interactions.get(reply.reply_to_id or "")
+        try:
+            if pending is not None:
+                if not pending.done():
+                    pending.set_result(reply)
+            else:
+                await self._send_reply(reply)
+        except Exception:  # a send that failed for good; never stop the outbound loop
+            log.exception(
+                "could not send a reply to Discord; dropped",
+                extra={"reply_to_id": reply.reply_to_id, "conversation": str(reply.conversation)},
+            )
+        await delivery.ack()
+
+    async def _send_reply(self, reply: Reply) -> None:
+        pieces = convert.reply_to_outgoing(reply)
+        if not pieces:
+            log.warning("empty reply not sent", extra={"reply_to_id": reply.reply_to_id})
+            return
+        key = f"channel:{pieces[0].channel_id}"
+        async with self.sender.lock(key):
+            for piece in pieces:
+                await self.sender.call_locked(lambda p=piece: self._post(p), what="send", key=key)  # type: ignore[misc]
+
+    async def _post(self, piece: convert.Outgoing) -> discord.Message:
+        channel = self.client.get_partial_messageable(piece.channel_id)
+        reference = (
+            discord.MessageReference(
+                message_id=piece.reply_to, channel_id=piece.channel_id, fail_if_not_exists=False
+            )
+            if piece.reply_to is not None
+            else None
+        )
+        extra: dict[str, Any] = {} if piece.nonce is None else {"nonce": piece.nonce}
+        return await channel.send(
+            content=piece.content,
+            reference=reference,  # type: ignore[arg-type]
+            allowed_mentions=convert.allowed_mentions(piece.mention_user_ids),
+            **extra,
+        )

@@ -1,0 +1,48 @@
+"""The native ``/chorus`` slash-command group, mapped onto Chorus's text commands.
+
+Discord shows native commands in its command picker and lets the bot answer them privately
+(ephemeral). The router already answers ``/help``, ``/pins``, ``/forget`` and ``/reset`` as
+text, so each subcommand only forwards its name; the adapter publishes it as a ChatMessage and
+answers the interaction with the Reply. Nothing about a command's behaviour lives here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import discord
+from discord import app_commands
+
+GROUP_NAME = "chorus"
+
+# name -> description shown in Discord's picker (at most 100 characters each).
+SUBCOMMANDS: dict[str, str] = {
+    "help": "List what Chorus can do",
+    "pins": "Show what Chorus remembers about you",
+    "forget": "Delete everything Chorus stores about you",
+    "reset": "Forget this conversation's history",
+}
+
+OnCommand = Callable[[discord.Interaction, str], Awaitable[None]]
+
+
+def build_group(on_command: OnCommand) -> app_commands.Group:
+    """``/chorus help|pins|forget|reset``, each calling ``on_command(interaction, name)``."""
+    group = app_commands.Group(name=GROUP_NAME, description="Chorus, the chat assistant")
+    for name, description in SUBCOMMANDS.items():
+        group.add_command(
+            app_commands.Command(
+                name=name, description=description, callback=_forward(on_command, name)
+            )
+        )
+    return group
+
+
+def _forward(
+    on_command: OnCommand, name: str
+) -> Callable[[discord.Interaction], Coroutine[Any, Any, None]]:
+    async def callback(interaction: discord.Interaction) -> None:
+        await on_command(interaction, name)
+
+    return callback

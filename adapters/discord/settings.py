@@ -1,0 +1,111 @@
+"""Discord settings, read from the environment and ``.env`` (pydantic-settings).
+
+``DISCORD_TOKEN`` switches the adapter on. Channel lists are comma-separated channel ids (copy
+them with Developer Mode on: right-click a channel, "Copy Channel ID"). The two URL overrides
+exist for loopback tests and proxies: discord.py exposes its endpoints only as class attributes
+(``discord.http.Route.BASE``, ``discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY``), so the
+adapter sets them just before it connects, never at import. Problems surface as ``ConfigError``
+naming the variable and where to find its value.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from bot.config import ConfigError
+
+PORTAL_URL = "https://discord.com/developers/applications"
+ChannelSet = Annotated[frozenset[int], NoDecode]
+_API_PATH = re.compile(r"/api/v\d+$")
+
+
+class DiscordSettings(BaseSettings):
+    """Every variable the Discord adapter reads (documented in ``.env.example``)."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
+    )
+
+    token: SecretStr | None = Field(default=None, validation_alias="DISCORD_TOKEN")
+    message_content_intent: bool = Field(
+        default=False, validation_alias="DISCORD_MESSAGE_CONTENT_INTENT"
+    )
+    answer_bots: bool = Field(default=False, validation_alias="DISCORD_ANSWER_BOTS")
+    allowed_channels: ChannelSet = Field(
+        default=frozenset(), validation_alias="DISCORD_ALLOWED_CHANNELS"
+    )
+    always_answer_channels: ChannelSet = Field(
+        default=frozenset(), validation_alias="DISCORD_ALWAYS_ANSWER_CHANNELS"
+    )
+    ambient_channels: ChannelSet = Field(
+        default=frozenset(), validation_alias="DISCORD_AMBIENT_CHANNELS"
+    )
+    sync_commands: bool = Field(default=True, validation_alias="DISCORD_SYNC_COMMANDS")
+    api_base_url: str | None = Field(default=None, validation_alias="DISCORD_API_BASE_URL")
+    gateway_url: str | None = Field(default=None, validation_alias="DISCORD_GATEWAY_URL")
+    typing_timeout: float = Field(default=90.0, gt=0, validation_alias="DISCORD_TYPING_TIMEOUT")
+    command_timeout: float = Field(
+        default=600.0, gt=0, le=900, validation_alias="DISCORD_COMMAND_TIMEOUT"
+    )
+
+    @field_validator(
+        "allowed_channels", "always_answer_channels", "ambient_channels", mode="before"
+    )
+    @classmethod
+    def _split_channels(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return frozenset(int(part) for part in value.replace(" ", "").split(",") if part)
+        return value
+
+    @field_validator("api_base_url")
+    @classmethod
+    def _check_api_base(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip().rstrip("/")
+        if not value.startswith(("http://", "https://")) or not _API_PATH.search(value):
+            raise ValueError("must be an http(s) URL ending in the API version, like /api/v10")
+        return value
+
+    @field_validator("gateway_url")
+    @classmethod
+    def _check_gateway(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        if not value.startswith(("ws://", "wss://")):
+            raise ValueError("must be a ws:// or wss:// URL")
+        return value
+
+    def token_value(self) -> str:
+        return self.token.get_secret_value().strip() if self.token is not None else ""
+
+    def secret_values(self) -> list[str]:
+        """Values a log formatter must mask."""
+        token = self.token_value()
+        return [token] if token else []
+
+
+def load_discord_settings(**overrides: Any) -> DiscordSettings:
+    """Settings from the environment (and ``overrides``), errors as ``ConfigError``."""
+    try:
+        return DiscordSettings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else "?"
+            variable = _variable_for(field)
+            problems.append(f"{variable}: {error['msg']}")
+        raise ConfigError(
+            "invalid Discord settings: " + "; ".join(problems) + " (see .env.example)"
+        ) from None
+
+
+def _variable_for(field: str) -> str:
+    info = DiscordSettings.model_fields.get(field)
+    alias = info.validation_alias if info is not None else None
+    return alias if isinstance(alias, str) else field

@@ -1,0 +1,383 @@
+"""The Slack adapter: bolt in (Socket Mode or the HTTP Events API), the sender chokepoint out.
+
+Inbound, bolt verifies the request signature (HTTP), answers ``url_verification`` and
+``ssl_check``, drops the bot's own events and authorises from the ``auth.test`` done at start.
+Then our middleware drops Slack's retries of an ``event_id`` already seen, and the listeners
+acknowledge at once and hand the work (user lookup, image download, publish) to a task the
+adapter keeps a reference to. Slack wants the ack within 3 seconds; nothing on the ack path
+waits for I/O. bolt runs with ``process_before_response=True`` so the ack is sent after the
+listener *returned* (it only spawns a task), instead of bolt's default of an untracked
+``ensure_future`` plus a 10 ms polling loop for the ack.
+
+Outbound, replies are consumed from ``outbound:slack`` and sent in per-channel lanes (order is
+kept within a channel; a rate-limited channel does not hold up the others) through
+``SlackSender``, which owns every wait and retry. A slash command's answer goes to its
+``response_url`` as an ephemeral message; everything else is posted in the conversation's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any
+
+from aiohttp import web
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.authorization.async_authorize import AsyncAuthorize
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.response import BoltResponse
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack.convert import (
+    PLATFORM,
+    BotIdentity,
+    ChannelPolicy,
+    author_from_user,
+    command_message,
+    command_response,
+    deletions_from_event,
+    message_from_event,
+    reply_to_posts,
+    thread_root,
+)
+from adapters.slack.sender import SlackSender, SlackSendError, file_hosts, host_allowed
+from adapters.slack.settings import APPS_URL, SlackMode, SlackSettings, load_slack_settings
+from adapters.slack.state import SeenSet, TTLCache
+from adapters.slack.transport import AUTH_ERRORS, connect_socket, serve_http
+from bot.bus import Delivery, EventBus
+from bot.config import ConfigError
+from bot.events import Attachment, AttachmentKind, Author, Reply
+from bot.topics import DELETIONS, INBOUND, outbound_topic
+
+log = logging.getLogger("chorus.slack")
+
+MAX_IN_FLIGHT_REPLIES = 256
+
+
+class _StaticAuthorize(AsyncAuthorize):
+    """One workspace, authorised once at start from ``auth.test`` (bolt would call it again)."""
+
+    def __init__(self, result: AuthorizeResult) -> None:
+        self.result = result
+
+    async def __call__(self, **_: Any) -> AuthorizeResult:
+        return self.result
+
+
+def build_client(settings: SlackSettings) -> AsyncWebClient:
+    """The bot's Web API client. No SDK retry handlers: ``SlackSender`` owns every retry."""
+    return AsyncWebClient(
+        token=settings.bot_token_value(), base_url=settings.api_base_url, retry_handlers=[]
+    )
+
+
+class SlackAdapter:
+    """``PlatformAdapter`` for Slack; see the module docstring for the flow."""
+
+    platform = PLATFORM
+
+    def __init__(
+        self,
+        bus: EventBus,
+        settings: SlackSettings,
+        *,
+        client: AsyncWebClient | None = None,
+        sender: SlackSender | None = None,
+        socket_ping_interval: float = 10.0,
+    ) -> None:
+        self.bus = bus
+        self.settings = settings
+        self.client = client or build_client(settings)
+        self.sender = sender or SlackSender(self.client)
+        self.channels = ChannelPolicy(
+            ambient=settings.ambient_channels, always_answer=settings.always_answer_channels
+        )
+        self.identity: BotIdentity | None = None
+        self.http_url: str | None = None
+        self.socket_ping_interval = socket_ping_interval
+        self._file_hosts = file_hosts(settings.api_base_url)
+        self._events = SeenSet(ttl=3 * 3600, maxsize=50_000)  # Slack retries for about an hour
+        self._threads = SeenSet(ttl=7 * 24 * 3600, maxsize=20_000)
+        self._users: TTLCache[str, Author] = TTLCache(ttl=3600, maxsize=10_000)
+        self._commands: TTLCache[str, tuple[str, str]] = TTLCache(ttl=30 * 60, maxsize=10_000)
+        self._inbound: set[asyncio.Task[None]] = set()
+        self._lanes: dict[str, deque[Delivery[Reply]]] = {}
+        self._lane_tasks: dict[str, asyncio.Task[None]] = {}
+        self._capacity: asyncio.Semaphore | None = None
+        self._outbound: asyncio.Task[None] | None = None
+        self._socket: AsyncSocketModeHandler | None = None
+        self._runner: web.AppRunner | None = None
+        self.app: AsyncApp | None = None
+
+    @classmethod
+    def from_env(cls, bus: EventBus) -> SlackAdapter | None:
+        """The adapter, or None when ``SLACK_BOT_TOKEN`` is unset; ``ConfigError`` if incomplete."""
+        settings = load_slack_settings()
+        return None if settings is None else cls(bus, settings)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Check the tokens, start listening (socket or HTTP) and sending; then return."""
+        if self._outbound is not None:
+            raise RuntimeError("the Slack adapter is already started")
+        result = await self._authenticate()
+        self.app = self._build_app(result)
+        if self.settings.mode is SlackMode.SOCKET:
+            self._socket = await connect_socket(
+                self.app,
+                self.sender,
+                self.settings.app_token_value(),
+                ping_interval=self.socket_ping_interval,
+            )
+        else:
+            self._runner, self.http_url = await serve_http(
+                self.app, self.settings.http_host, self.settings.http_port
+            )
+        self._capacity = asyncio.Semaphore(MAX_IN_FLIGHT_REPLIES)
+        self._outbound = asyncio.create_task(self._send_loop(), name="slack-outbound")
+
+    async def run(self) -> None:
+        """Start, then send replies until the bus closes or ``aclose`` is called."""
+        await self.start()
+        assert self._outbound is not None
+        await asyncio.wait({self._outbound})
+
+    async def idle(self) -> None:
+        """Wait until every inbound event received so far is converted and published."""
+        while self._inbound:
+            await asyncio.gather(*list(self._inbound), return_exceptions=True)
+
+    async def aclose(self) -> None:
+        if self._socket is not None:
+            await self._socket.close_async()  # type: ignore[no-untyped-call]
+            self._socket = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        tasks = [*self._inbound, *self._lane_tasks.values()]
+        if self._outbound is not None:
+            tasks.append(self._outbound)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.sender.aclose()
+
+    async def _authenticate(self) -> AuthorizeResult:
+        try:
+            response = await self.sender.request(self.client.auth_test, what="auth.test")
+        except SlackSendError as exc:
+            if exc.error in AUTH_ERRORS:
+                raise ConfigError(
+                    f"SLACK_BOT_TOKEN was rejected by Slack ({exc.error}); copy the Bot User "
+                    f"OAuth Token (xoxb-...) from OAuth & Permissions of your app at {APPS_URL} "
+                    "(reinstall the app to the workspace if the token was revoked)"
+                ) from None
+            raise
+        self.identity = BotIdentity(
+            user_id=str(response["user_id"]),
+            bot_id=response.get("bot_id"),
+            team_id=response.get("team_id"),
+        )
+        log.info(
+            "connected to slack",
+            extra={"team": response.get("team"), "bot_user_id": self.identity.user_id},
+        )
+        return AuthorizeResult(
+            enterprise_id=response.get("enterprise_id"),
+            team_id=self.identity.team_id,
+            team=response.get("team"),
+            url=response.get("url"),
+            bot_user_id=self.identity.user_id,
+            bot_id=self.identity.bot_id,
+            bot_token=self.settings.bot_token_value(),
+        )
+
+    def _build_app(self, result: AuthorizeResult) -> AsyncApp:
+        http = self.settings.mode is SlackMode.HTTP
+        app = AsyncApp(
+            name="chorus",
+            logger=logging.getLogger("chorus.slack.bolt"),
+            # bolt's per-request clients are never used to send; ours is the chokepoint.
+            client=AsyncWebClient(base_url=self.settings.api_base_url, retry_handlers=[]),
+            authorize=_StaticAuthorize(result),
+            signing_secret=self.settings.signing_secret_value(),
+            request_verification_enabled=http,
+            process_before_response=True,
+        )
+        app.middleware(self._dedupe)
+        app.event("app_mention")(self._on_event)
+        app.event("message")(self._on_event)
+        app.command("/chorus")(self._on_command)
+        return app
+
+    # -- inbound -----------------------------------------------------------------------------
+    async def _dedupe(
+        self, body: dict[str, Any], next_: Callable[[], Awaitable[BoltResponse]]
+    ) -> BoltResponse:
+        """Slack retries unacknowledged events with the same ``event_id``: handle each once."""
+        event_id = body.get("event_id")
+        if isinstance(event_id, str) and not self._events.first(event_id):
+            log.info("duplicate slack event dropped", extra={"event_id": event_id})
+            return BoltResponse(status=200, body="")
+        return await next_()
+
+    async def _on_event(self, event: dict[str, Any]) -> None:
+        self._spawn(self._ingest(event), f"slack-event-{event.get('ts')}")
+
+    async def _on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
+        await ack()
+        self._spawn(self._ingest_command(command), f"slack-command-{command.get('trigger_id')}")
+
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(work, name=name)
+        self._inbound.add(task)
+        task.add_done_callback(self._inbound.discard)
+
+    async def _ingest(self, event: Mapping[str, Any]) -> None:
+        assert self.identity is not None
+        try:
+            deletions = deletions_from_event(event, channels=self.channels)
+            for deletion in deletions:
+                await self.bus.publish(DELETIONS, deletion)
+            if deletions:
+                return
+            channel, root = event.get("channel"), thread_root(event)
+            message = message_from_event(
+                event,
+                bot=self.identity,
+                channels=self.channels,
+                in_bot_thread=root is not None and f"{channel}:{root}" in self._threads,
+            )
+            if message is None:
+                return
+            conv = message.conversation
+            if message.mentions_bot and not message.is_direct and conv.thread:
+                self._threads.add(f"{conv.channel}:{conv.thread}")
+            message = message.model_copy(
+                update={
+                    "author": await self._author(message.author.id),
+                    "attachments": await self._download(message.attachments),
+                }
+            )
+            await self.bus.publish(INBOUND, message)
+        except Exception:
+            log.exception(
+                "could not handle a slack event",
+                extra={"channel": event.get("channel"), "ts": event.get("ts")},
+            )
+
+    async def _ingest_command(self, command: Mapping[str, Any]) -> None:
+        try:
+            author = await self._author(str(command["user_id"]))
+            message = command_message(command, author=author)
+            self._commands.put(
+                message.id, (str(command["response_url"]), message.conversation.channel)
+            )
+            await self.bus.publish(INBOUND, message)
+        except Exception:
+            log.exception(
+                "could not handle a slash command", extra={"trigger_id": command.get("trigger_id")}
+            )
+
+    async def _author(self, user_id: str) -> Author:
+        cached = self._users.get(user_id)
+        if cached is not None:
+            return cached
+        try:
+            author = author_from_user(user_id, await self.sender.user_info(user_id))
+        except Exception:
+            log.warning(
+                "users.info failed; using the bare user id (is users:read granted?)",
+                extra={"user_id": user_id},
+                exc_info=True,
+            )
+            author = Author(id=user_id)
+        self._users.put(user_id, author)
+        return author
+
+    async def _download(self, attachments: tuple[Attachment, ...]) -> tuple[Attachment, ...]:
+        """Images' bytes for the model, with the bot token, only from Slack's own hosts."""
+        cap = self.settings.max_file_bytes
+        out = []
+        for item in attachments:
+            wanted = (
+                item.kind is AttachmentKind.IMAGE
+                and item.url is not None
+                and (item.size is None or item.size <= cap)
+                and host_allowed(item.url, self._file_hosts)
+            )
+            if wanted and item.url is not None:
+                try:
+                    data, ctype = await self.sender.download(
+                        item.url, token=self.settings.bot_token_value(), cap=cap
+                    )
+                except Exception:
+                    log.warning(
+                        "could not download a slack image",
+                        extra={"file": item.filename, "size": item.size},
+                        exc_info=True,
+                    )
+                else:
+                    item = item.model_copy(update={"data": data, "mime": item.mime or ctype})
+            out.append(item)
+        return tuple(out)
+
+    # -- outbound ----------------------------------------------------------------------------
+    async def _send_loop(self) -> None:
+        assert self._capacity is not None
+        async for delivery in self.bus.consume(outbound_topic(PLATFORM), Reply, group="outbound"):
+            await self._capacity.acquire()  # bounds what is pulled off the bus but not yet sent
+            channel = delivery.event.conversation.channel
+            self._lanes.setdefault(channel, deque()).append(delivery)
+            if channel not in self._lane_tasks:
+                self._lane_tasks[channel] = asyncio.create_task(
+                    self._drain_lane(channel), name=f"slack-lane-{channel}"
+                )
+
+    async def _drain_lane(self, channel: str) -> None:
+        lane = self._lanes[channel]
+        try:
+            while lane:
+                await self._deliver(lane.popleft())
+        finally:
+            self._lane_tasks.pop(channel, None)
+            if not lane:
+                self._lanes.pop(channel, None)
+
+    async def _deliver(self, delivery: Delivery[Reply]) -> None:
+        assert self._capacity is not None
+        reply = delivery.event
+        try:
+            await self._send(reply)
+        except asyncio.CancelledError:
+            raise  # not acked: a durable bus delivers it again after a restart
+        except Exception:
+            log.error(
+                "could not send a slack reply; dropped",
+                extra={"reply_to_id": reply.reply_to_id, "channel": reply.conversation.channel},
+                exc_info=True,
+            )
+            await delivery.ack()
+        else:
+            await delivery.ack()
+        finally:
+            self._capacity.release()
+
+    async def _send(self, reply: Reply) -> None:
+        command = self._commands.get(reply.reply_to_id) if reply.reply_to_id else None
+        if command is not None:
+            response_url, channel = command
+            for body in command_response(reply):
+                await self.sender.respond(response_url, body, channel=channel)
+            return
+        posts = reply_to_posts(reply)
+        if not posts:
+            log.warning("empty slack reply not sent", extra={"reply_to_id": reply.reply_to_id})
+        for post in posts:
+            await self.sender.post_message(post)
+            if post.thread_ts:
+                self._threads.add(f"{post.channel}:{post.thread_ts}")

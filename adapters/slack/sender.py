@@ -1,0 +1,294 @@
+"""The one chokepoint for every call Chorus makes to Slack (GUIDE §4.10).
+
+Every Web API call, every ``response_url`` answer and every file download goes through
+``SlackSender``, so rate limits, retries and backoff live in one place and call sites are
+one-liners:
+
+- **per channel, about one message per second** (Slack's documented posting limit): each
+  channel has a next free slot; a send waits for its slot, so bursts are smoothed, not refused.
+- **429 is retried after ``Retry-After``**. slack-sdk's ``AsyncWebClient`` retries only
+  connection errors by default (no ``AsyncRateLimitErrorRetryHandler``), and its handlers sleep
+  with ``asyncio.sleep``; doing it here lets tests inject ``sleep`` and assert the waits. A 429
+  also pushes that channel's next slot back, so queued sends to it wait too.
+- 5xx, ``internal_error``/``fatal_error`` and network errors are retried with jittered backoff
+  (``RetryPolicy.backoff``); anything else (``channel_not_found``, ``not_in_channel``,
+  ``invalid_auth``...) raises at once: retrying cannot fix it.
+
+The sender sleeps only in the outbound worker that called it; bolt's event handlers never
+wait on it for anything but a one-shot lookup with no retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+from slack_sdk.webhook.async_client import AsyncWebhookClient
+
+from adapters.slack.convert import PostArgs
+from bot.llm.retry import RetryPolicy, parse_retry_after
+
+log = logging.getLogger("chorus.slack.sender")
+
+T = TypeVar("T")
+Sleep = Callable[[float], Awaitable[None]]
+
+SEND_INTERVAL = 1.0
+_RETRYABLE_ERRORS = frozenset(
+    {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+)
+_MAX_CHANNEL_SLOTS = 10_000
+
+
+class SlackSendError(Exception):
+    """A Slack call failed for good (not retryable, or retries exhausted)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        error: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = error
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    retryable: bool
+    status: int | None
+    error: str | None
+    retry_after: float | None = None
+
+
+class SlackSender:
+    """Rate-limited, retrying access to the Slack Web API for one bot token."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        *,
+        interval: float = SEND_INTERVAL,
+        policy: RetryPolicy | None = None,
+        sleep: Sleep = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        http: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.client = client
+        self.interval = interval
+        self.policy = policy or RetryPolicy(max_retries=4, base_delay=1.0, max_retry_after=120.0)
+        self._sleep = sleep
+        self._clock = clock
+        self._next_slot: dict[str, float] = {}
+        self._http = http
+        self._owns_http = http is None
+
+    # -- call sites (one-liners) ------------------------------------------------------------
+    async def post_message(self, post: PostArgs) -> AsyncSlackResponse:
+        return await self.request(
+            lambda: self.client.chat_postMessage(**post.as_kwargs()),
+            channel=post.channel,
+            what="chat.postMessage",
+        )
+
+    async def respond(self, response_url: str, body: dict[str, Any], *, channel: str) -> None:
+        """POST one slash-command answer to its ``response_url`` (valid 30 min, 5 uses)."""
+        webhook = AsyncWebhookClient(response_url, timeout=self.client.timeout, retry_handlers=[])
+
+        async def send() -> None:
+            response = await webhook.send_dict(body)
+            if response.status_code != 200:
+                raise SlackSendError(
+                    f"response_url answered HTTP {response.status_code}: {response.body[:200]}",
+                    status=response.status_code,
+                    error=response.body[:100] or None,
+                    retry_after=parse_retry_after(dict(response.headers or {})),
+                )
+
+        await self.request(send, channel=channel, what="response_url")
+
+    async def user_info(self, user: str) -> Mapping[str, Any]:
+        """``users.info`` once, no retries: it runs on the inbound path, where waiting is wrong."""
+        response = await self.request(
+            lambda: self.client.users_info(user=user), what="users.info", retries=0
+        )
+        found = response.get("user")
+        return found if isinstance(found, Mapping) else {}
+
+    async def download(self, url: str, *, token: str, cap: int) -> tuple[bytes, str | None]:
+        """A private file's bytes (at most ``cap``) and its content type.
+
+        Slack serves ``url_private`` only with ``Authorization: Bearer <bot token>``; without
+        the ``files:read`` scope it answers 200 with an HTML sign-in page, hence the type check.
+        """
+        session = await self._session()
+        headers = {"Authorization": f"Bearer {token}"}
+        async with session.get(url, headers=headers, allow_redirects=True) as response:
+            if response.status != 200:
+                raise SlackSendError(
+                    f"file download answered HTTP {response.status}", status=response.status
+                )
+            ctype = response.content_type or None
+            if ctype == "text/html":
+                raise SlackSendError(
+                    "file download returned an HTML page; the app probably lacks the files:read "
+                    "scope (reinstall it after adding the scope)"
+                )
+            if response.content_length is not None and response.content_length > cap:
+                raise SlackSendError(f"file is {response.content_length} bytes, over {cap}")
+            data = bytearray()
+            async for chunk in response.content.iter_chunked(64 * 1024):
+                data += chunk
+                if len(data) > cap:
+                    raise SlackSendError(f"file is over {cap} bytes")
+            return bytes(data), ctype
+
+    async def aclose(self) -> None:
+        if self._http is not None and self._owns_http:
+            await self._http.close()
+        self._http = None
+
+    # -- the chokepoint ----------------------------------------------------------------------
+    async def request(
+        self,
+        op: Callable[[], Awaitable[T]],
+        *,
+        what: str,
+        channel: str | None = None,
+        retries: int | None = None,
+    ) -> T:
+        """Run ``op`` in ``channel``'s turn; retry what Slack or the network says is transient."""
+        max_retries = self.policy.max_retries if retries is None else retries
+        attempt = 0
+        while True:
+            if channel is not None:
+                await self._wait_for_slot(channel)
+            try:
+                return await op()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                verdict = _classify(exc)
+                if not verdict.retryable:
+                    raise _as_send_error(exc, what, verdict) from exc
+                attempt += 1
+                if attempt > max_retries:
+                    raise SlackSendError(
+                        f"{what} failed after {attempt} attempts ({verdict.error or verdict.status})",
+                        status=verdict.status,
+                        error=verdict.error,
+                    ) from exc
+                delay = (
+                    verdict.retry_after
+                    if verdict.retry_after is not None
+                    else self.policy.backoff(attempt)
+                )
+                if delay > self.policy.max_retry_after:
+                    raise SlackSendError(
+                        f"{what}: Slack asked to wait {delay:.0f} s, more than "
+                        f"{self.policy.max_retry_after:.0f} s; giving up",
+                        status=verdict.status,
+                        error=verdict.error,
+                        retry_after=delay,
+                    ) from exc
+                if channel is not None:
+                    self._next_slot[channel] = max(
+                        self._next_slot.get(channel, 0.0), self._clock() + delay
+                    )
+                log.warning(
+                    "slack call failed; retrying",
+                    extra={
+                        "call": what,
+                        "channel": channel,
+                        "status": verdict.status,
+                        "error": verdict.error,
+                        "attempt": attempt,
+                        "delay_s": round(delay, 3),
+                    },
+                )
+                if channel is None:
+                    await self._sleep(delay)
+                # with a channel, the next _wait_for_slot does the waiting
+
+    async def _wait_for_slot(self, channel: str) -> None:
+        now = self._clock()
+        slot = max(now, self._next_slot.get(channel, 0.0))
+        self._next_slot[channel] = slot + self.interval
+        if len(self._next_slot) > _MAX_CHANNEL_SLOTS:
+            self._next_slot = {c: t for c, t in self._next_slot.items() if t > now}
+        if slot > now:
+            await self._sleep(slot - now)
+
+    async def _session(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+        return self._http
+
+
+def _classify(exc: BaseException) -> _Verdict:
+    if isinstance(exc, SlackApiError):
+        response = exc.response
+        status = getattr(response, "status_code", None)
+        error = response.get("error") if hasattr(response, "get") else None
+        retry_after = parse_retry_after(dict(getattr(response, "headers", None) or {}))
+        retryable = status == 429 or (status is not None and status >= 500)
+        return _Verdict(retryable or error in _RETRYABLE_ERRORS, status, error, retry_after)
+    if isinstance(exc, SlackSendError):
+        status = exc.status
+        retryable = status is not None and (status == 429 or status >= 500)
+        return _Verdict(retryable, status, exc.error, exc.retry_after)
+    if isinstance(exc, aiohttp.ClientError | TimeoutError | ConnectionError):
+        return _Verdict(True, None, type(exc).__name__)
+    return _Verdict(False, None, type(exc).__name__)
+
+
+def _as_send_error(exc: BaseException, what: str, verdict: _Verdict) -> SlackSendError:
+    if isinstance(exc, SlackSendError):
+        return exc
+    return SlackSendError(
+        f"{what} failed: {verdict.error or verdict.status or type(exc).__name__}",
+        status=verdict.status,
+        error=verdict.error,
+    )
+
+
+def host_allowed(url: str, allowed_suffixes: tuple[str, ...]) -> bool:
+    """Whether the bot token may be sent to ``url`` (a Slack file host, never anything else)."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if parts.scheme not in ("https", "http") or not host:
+        return False
+    if parts.scheme == "http" and host not in ("127.0.0.1", "localhost", "::1"):
+        return False
+    return any(host == s or host.endswith("." + s) for s in allowed_suffixes)
+
+
+def file_hosts(api_base_url: str) -> tuple[str, ...]:
+    """Hosts the bot token may be sent to for downloads: the API's domain and its subdomains.
+
+    ``https://slack.com/api/`` -> ``slack.com`` (so ``files.slack.com``); GovSlack's
+    ``https://slack-gov.com/api/`` -> ``slack-gov.com``; a loopback test server -> itself.
+    """
+    host = (urlsplit(api_base_url).hostname or "").lower()
+    try:
+        ipaddress.ip_address(host)
+        return (host,)
+    except ValueError:
+        pass
+    labels = host.split(".")
+    parent = ".".join(labels[1:]) if len(labels) > 2 else host
+    return tuple(dict.fromkeys((host, parent)))

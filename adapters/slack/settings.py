@@ -1,0 +1,140 @@
+"""Slack settings, read from the environment and ``.env`` (pydantic-settings).
+
+The variable names are Slack's own (``SLACK_BOT_TOKEN``, ``SLACK_APP_TOKEN``,
+``SLACK_SIGNING_SECRET``), the ones every Slack tutorial and bolt itself use. Which transport runs
+follows from what is set: an app-level token selects Socket Mode (no public URL needed); a
+signing secret alone selects the HTTP Events API. Problems surface as ``ConfigError`` naming the
+variable and where in the Slack app settings to find its value.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from bot.config import ConfigError
+
+APPS_URL = "https://api.slack.com/apps"
+DEFAULT_API_BASE_URL = "https://slack.com/api/"
+
+ChannelSet = Annotated[frozenset[str], NoDecode]
+
+
+class SlackMode(StrEnum):
+    SOCKET = "socket"
+    HTTP = "http"
+
+
+class SlackSettings(BaseSettings):
+    """Every variable the Slack adapter reads (documented in ``.env.example``)."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
+    )
+
+    bot_token: SecretStr | None = Field(default=None, validation_alias="SLACK_BOT_TOKEN")
+    app_token: SecretStr | None = Field(default=None, validation_alias="SLACK_APP_TOKEN")
+    signing_secret: SecretStr | None = Field(default=None, validation_alias="SLACK_SIGNING_SECRET")
+    http_host: str = Field(default="0.0.0.0", validation_alias="SLACK_HTTP_HOST")
+    http_port: int = Field(default=3000, ge=0, le=65535, validation_alias="SLACK_HTTP_PORT")
+    api_base_url: str = Field(default=DEFAULT_API_BASE_URL, validation_alias="SLACK_API_BASE_URL")
+    ambient_channels: ChannelSet = Field(
+        default=frozenset(), validation_alias="SLACK_AMBIENT_CHANNELS"
+    )
+    always_answer_channels: ChannelSet = Field(
+        default=frozenset(), validation_alias="SLACK_ALWAYS_ANSWER_CHANNELS"
+    )
+    max_file_bytes: int = Field(
+        default=5 * 1024 * 1024, ge=0, validation_alias="SLACK_MAX_FILE_BYTES"
+    )
+
+    @field_validator("ambient_channels", "always_answer_channels", mode="before")
+    @classmethod
+    def _split_channels(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return frozenset(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("api_base_url")
+    @classmethod
+    def _normalise_base_url(cls, value: str) -> str:
+        return normalise_base_url(value)
+
+    # -- derived ---------------------------------------------------------------------------
+    @property
+    def mode(self) -> SlackMode:
+        return SlackMode.SOCKET if _secret(self.app_token) else SlackMode.HTTP
+
+    def bot_token_value(self) -> str:
+        return _secret(self.bot_token)
+
+    def app_token_value(self) -> str:
+        return _secret(self.app_token)
+
+    def signing_secret_value(self) -> str:
+        return _secret(self.signing_secret)
+
+    def secret_values(self) -> list[str]:
+        """Every secret's value, for the log redactor."""
+        values = (self.bot_token_value(), self.app_token_value(), self.signing_secret_value())
+        return [v for v in values if v]
+
+    def check(self) -> None:
+        """Raise ``ConfigError`` naming the variable when the configuration cannot work."""
+        bot = self.bot_token_value()
+        if not bot.startswith("xoxb-"):
+            raise ConfigError(
+                "SLACK_BOT_TOKEN must be the bot token (it starts with xoxb-); copy the "
+                f"'Bot User OAuth Token' from OAuth & Permissions of your app at {APPS_URL}"
+            )
+        app = self.app_token_value()
+        if app and not app.startswith("xapp-"):
+            raise ConfigError(
+                "SLACK_APP_TOKEN must be an app-level token (it starts with xapp-); create one "
+                f"with the connections:write scope under Basic Information of your app at {APPS_URL}"
+            )
+        if not app and not self.signing_secret_value():
+            raise ConfigError(
+                "Slack needs a transport: set SLACK_APP_TOKEN (xapp-..., Socket Mode, no public "
+                "URL needed; Basic Information > App-Level Tokens) or SLACK_SIGNING_SECRET "
+                "(HTTP Events API on SLACK_HTTP_PORT; Basic Information > Signing Secret) "
+                f"of your app at {APPS_URL}"
+            )
+
+
+def normalise_base_url(value: str) -> str:
+    """``https://slack-gov.com/api`` -> ``https://slack-gov.com/api/``.
+
+    slack-sdk joins the method name onto the base URL with ``urljoin``, which drops the last
+    path segment unless the base ends in ``/`` (``.../api`` + ``chat.postMessage`` would become
+    ``.../chat.postMessage``).
+    """
+    value = value.strip()
+    if not value.startswith(("http://", "https://")):
+        raise ValueError(f"{value!r} is not an http(s) URL, e.g. https://slack.com/api/")
+    return value if value.endswith("/") else value + "/"
+
+
+def _secret(value: SecretStr | None) -> str:
+    return value.get_secret_value().strip() if value is not None else ""
+
+
+def load_slack_settings(**overrides: Any) -> SlackSettings | None:
+    """The Slack settings, or None when ``SLACK_BOT_TOKEN`` is unset (Slack not enabled)."""
+    try:
+        settings = SlackSettings(**overrides)
+    except ValidationError as exc:
+        lines = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else ""
+            info = SlackSettings.model_fields.get(field)
+            name = info.validation_alias if info and info.validation_alias else field
+            lines.append(f"{name}: {str(error['msg']).removeprefix('Value error, ')}")
+        raise ConfigError("invalid Slack settings:\n  " + "\n  ".join(lines)) from None
+    if not settings.bot_token_value():
+        return None
+    settings.check()
+    return settings

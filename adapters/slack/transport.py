@@ -1,0 +1,89 @@
+"""How Slack's events reach bolt: an HTTP endpoint, or a Socket Mode websocket.
+
+HTTP (``SLACK_SIGNING_SECRET``): an aiohttp server on ``SLACK_HTTP_PORT`` with bolt's own
+request/response conversion on ``POST /slack/events`` (events and slash commands) and a
+``GET /healthz`` for probes. Socket Mode (``SLACK_APP_TOKEN``): slack-sdk's aiohttp client. The
+app token is checked first with one ``apps.connections.open`` through the sender, because the
+SDK's ``connect()`` retries a rejected token forever with nothing but a log line; the URL that
+call returns is then used for the first connection. After that the SDK reconnects by itself:
+on a server CLOSE or a ``disconnect`` message at once with a new URL, and after a failed
+attempt or a stale ping every ``ping_interval`` seconds (a fixed interval, not exponential).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.app.async_app import AsyncApp
+
+from adapters.slack.sender import SlackSender, SlackSendError
+from adapters.slack.settings import APPS_URL
+from bot.config import ConfigError
+
+log = logging.getLogger("chorus.slack")
+
+EVENTS_PATH = "/slack/events"
+AUTH_ERRORS = frozenset(
+    {
+        "invalid_auth",
+        "not_authed",
+        "account_inactive",
+        "token_revoked",
+        "token_expired",
+        "not_allowed_token_type",
+    }
+)
+
+
+async def serve_http(app: AsyncApp, host: str, port: int) -> tuple[web.AppRunner, str]:
+    """Start the Events API endpoint; returns its runner (to clean up) and its URL."""
+
+    async def events(request: web.Request) -> web.Response:
+        response = await app.async_dispatch(await to_bolt_request(request))
+        return await to_aiohttp_response(response)
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    web_app = web.Application(client_max_size=4 * 1024 * 1024)
+    web_app.add_routes([web.post(EVENTS_PATH, events), web.get("/healthz", health)])
+    runner = web.AppRunner(web_app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    bound_host, bound_port = runner.addresses[0][:2]
+    url = f"http://{bound_host}:{bound_port}{EVENTS_PATH}"
+    log.info("slack events api listening", extra={"url": url})
+    return runner, url
+
+
+async def connect_socket(
+    app: AsyncApp, sender: SlackSender, app_token: str, *, ping_interval: float
+) -> AsyncSocketModeHandler:
+    """Open a Socket Mode connection; ``ConfigError`` naming SLACK_APP_TOKEN if it is refused."""
+    try:
+        opened = await sender.request(
+            lambda: sender.client.apps_connections_open(app_token=app_token),
+            what="apps.connections.open",
+        )
+    except SlackSendError as exc:
+        if exc.error in AUTH_ERRORS:
+            raise ConfigError(
+                f"SLACK_APP_TOKEN was rejected by Slack ({exc.error}); create an app-level "
+                "token with the connections:write scope under Basic Information of your app "
+                f"at {APPS_URL}, and enable Socket Mode"
+            ) from None
+        raise
+    handler = AsyncSocketModeHandler(
+        app,
+        app_token=app_token,
+        web_client=sender.client,
+        logger=logging.getLogger("chorus.slack.socket"),
+        ping_interval=ping_interval,
+    )
+    handler.client.wss_uri = str(opened["url"])  # the SDK opens a new URL on each reconnect
+    await handler.connect_async()  # type: ignore[no-untyped-call]
+    log.info("slack socket mode connected")
+    return handler

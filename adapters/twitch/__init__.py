@@ -1,0 +1,8 @@
+"""Twitch: EventSub websocket chat in, Send Chat Message API out (twitchio 3, not IRC)."""
+
+from __future__ import annotations
+
+from adapters.twitch.adapter import TwitchAdapter
+from adapters.twitch.settings import TwitchSettings
+
+__all__ = ["TwitchAdapter", "TwitchSettings"]

@@ -1,0 +1,453 @@
+"""The Twitch adapter: EventSub websocket in, Send Chat Message out, through twitchio 3.
+
+Chorus reads chat as the bot user: one ``channel.chat.message`` subscription per configured
+channel (plus ``message_delete`` and ``clear_user_messages`` so removed text leaves the stored
+history too), over twitchio's EventSub websocket. twitchio follows ``session_reconnect`` by
+itself (Twitch moves the subscriptions to the new connection; nothing is re-subscribed). It
+refreshes the bot's token when Helix answers 401 "Invalid OAuth token" and in a background
+validation loop; every new pair is written to the operator's ``TokenStore``.
+
+Sending has one chokepoint, ``send``: the Redis-shared window (20 messages per 30 s, 100 where
+the bot moderates) is awaited before every call, server errors and 429s are retried with
+jittered backoff, and a message Twitch refuses (``is_sent: false``) is logged with its
+``drop_reason``, counted in ``dropped``, and on ``msg_ratelimit`` the whole bucket pauses
+(every process) and the message is retried.
+
+twitchio quirks handled here (3.3.2): it writes ``.tio.tokens.json`` into the working directory
+unless ``login(load_tokens=False, save_tokens=False)`` (and the hooks below make the file
+impossible); its endpoints are class/module globals (``Route.BASE``, ``Route.ID_BASE``,
+``websockets.WSS``), so ``configure_endpoints`` sets them for the process; when a reconnect keeps
+the session id (Twitch keeps it) twitchio drops the new socket from its registry and
+``Client.close`` would leave it running, so ``_Sockets`` remembers every socket to close it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter, OrderedDict
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import twitchio
+import twitchio.eventsub.websockets as twitch_ws
+from redis.asyncio import Redis
+from twitchio.eventsub import (
+    ChatClearUserMessagesSubscription,
+    ChatMessageDeleteSubscription,
+    ChatMessageSubscription,
+)
+from twitchio.eventsub.websockets import Websocket
+from twitchio.http import Route
+
+from adapters.twitch import convert
+from adapters.twitch.convert import BotIdentity, SendArgs
+from adapters.twitch.ratelimit import MODERATOR_LIMIT, USER_LIMIT, SharedRateLimiter
+from adapters.twitch.settings import CONSOLE_URL, TOKEN_HELP, TwitchSettings, load_settings
+from adapters.twitch.tokens import StoredTokens, TokenStore, choose, open_token_store
+from bot.bus import EventBus
+from bot.config import ConfigError
+from bot.events import Reply
+from bot.llm.retry import RetryPolicy
+from bot.topics import DELETIONS, INBOUND, outbound_topic
+
+log = logging.getLogger("chorus.twitch")
+
+PLATFORM = convert.PLATFORM
+T = TypeVar("T")
+_LOGIN_CACHE = 5000
+
+
+class TwitchAPIError(Exception):
+    """A failed Helix/OAuth call, without twitchio's message (its URL may carry secrets)."""
+
+    def __init__(self, exc: twitchio.HTTPException) -> None:
+        path = exc.route.path if exc.route is not None else "?"
+        super().__init__(f"HTTP {exc.status} from {path}: {exc.extra.get('message', '')}")
+        self.status = exc.status
+
+
+async def _api(call: Awaitable[T]) -> T:
+    """Await a twitchio call; an ``HTTPException`` becomes a ``TwitchAPIError``.
+
+    twitchio's message includes the request URL, and the OAuth refresh URL carries the client
+    secret and the refresh token in its query string: a traceback of it must never be logged.
+    """
+    try:
+        return await call
+    except twitchio.HTTPException as exc:
+        raise TwitchAPIError(exc) from None
+
+
+def configure_endpoints(settings: TwitchSettings) -> None:
+    """Point twitchio at ``settings``' endpoints (process-wide: twitchio keeps them global)."""
+    Route.BASE = settings.api_base_url
+    Route.ID_BASE = settings.auth_base_url
+    twitch_ws.WSS = settings.eventsub_ws_url
+
+
+class _Seen(dict[str, Websocket]):
+    def __init__(self, seen: set[Websocket], *args: Any) -> None:
+        super().__init__(*args)
+        self._seen = seen
+        seen.update(self.values())
+
+    def __setitem__(self, key: str, value: Websocket) -> None:
+        super().__setitem__(key, value)
+        self._seen.add(value)
+
+
+class _Sockets(dict[str, dict[str, Websocket]]):
+    """twitchio's ``Client._websockets`` that also remembers every socket ever registered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[Websocket] = set()
+
+    def __missing__(self, key: str) -> dict[str, Websocket]:
+        value = self[key] = _Seen(self.seen)
+        return value
+
+    def __setitem__(self, key: str, value: dict[str, Websocket]) -> None:
+        super().__setitem__(key, value if isinstance(value, _Seen) else _Seen(self.seen, value))
+
+
+class ChorusTwitchClient(twitchio.Client):
+    """A twitchio ``Client`` that never touches ``.tio.tokens.json`` and tracks its sockets."""
+
+    def __init__(self, *, client_id: str, client_secret: str) -> None:
+        super().__init__(client_id=client_id, client_secret=client_secret, fetch_client_user=False)
+        self._websockets = _Sockets()
+
+    async def load_tokens(self, path: str | None = None, /) -> None:
+        """Tokens come from the adapter's ``TokenStore``, never from a file in the cwd."""
+
+    async def save_tokens(self, path: str | None = None, /) -> None:
+        """Tokens go to the adapter's ``TokenStore``, never to a file in the cwd."""
+
+    async def close_all_sockets(self) -> None:
+        sockets: _Sockets = self._websockets  # type: ignore[assignment]
+        for socket in list(sockets.seen):
+            await socket.close()
+        sockets.seen.clear()
+
+
+class TwitchAdapter:
+    platform = PLATFORM
+
+    def __init__(
+        self,
+        bus: EventBus,
+        settings: TwitchSettings,
+        *,
+        client: ChorusTwitchClient,
+        tokens: TokenStore,
+        limiter: SharedRateLimiter,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.bus = bus
+        self.settings = settings
+        self.client = client
+        self.tokens = tokens
+        self.limiter = limiter
+        self.retry = retry or RetryPolicy(max_retries=3, base_delay=2.0, max_delay=30.0)
+        self.bot: BotIdentity | None = None
+        self.channels: dict[str, str] = {}  # broadcaster id -> login (or id)
+        self.sent = 0
+        self.dropped: Counter[str] = Counter()  # by drop_reason.code, for metrics
+        self.failed = 0
+        self._moderator: dict[str, bool] = {}
+        self._logins: OrderedDict[str, str] = OrderedDict()  # user id -> login, for mentions
+        self._stored: StoredTokens | None = None
+        self._token_lock = asyncio.Lock()
+        self._outbound: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
+
+    @classmethod
+    def from_env(cls, bus: EventBus, redis: Redis) -> TwitchAdapter | None:
+        """The adapter from ``TWITCH_*``; None when ``TWITCH_CLIENT_ID`` is unset."""
+        settings = load_settings()
+        if not settings.configured:
+            return None
+        settings.require_complete()
+        configure_endpoints(settings)
+        client_id = (settings.client_id or "").strip()
+        client = ChorusTwitchClient(
+            client_id=client_id, client_secret=settings.secret("client_secret")
+        )
+        store = open_token_store(settings.token_store, redis=redis, client_id=client_id)
+        return cls(bus, settings, client=client, tokens=store, limiter=SharedRateLimiter(redis))
+
+    @property
+    def drops_total(self) -> int:
+        return sum(self.dropped.values())
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        await self.start()
+        await self._stopped.wait()
+
+    async def start(self) -> None:
+        """Log in, load the tokens, resolve channels, subscribe and start sending."""
+        client = self.client
+        client.add_listener(self._on_message, event="event_message")
+        client.add_listener(self._on_delete, event="event_message_delete")
+        client.add_listener(self._on_clear_user, event="event_chat_clear_user")
+        client.add_listener(self._on_token_refreshed, event="event_token_refreshed")
+        try:  # an app token (client credentials) for the calls that need no user
+            await _api(client.login(load_tokens=False, save_tokens=False))
+        except TwitchAPIError as exc:
+            if exc.status >= 500:
+                raise
+            raise ConfigError(
+                f"Twitch refused TWITCH_CLIENT_ID/TWITCH_CLIENT_SECRET ({exc}); copy both from "
+                f"your application at {CONSOLE_URL}"
+            ) from None
+        await self._add_bot_token()
+        await self._resolve_channels()
+        await self._subscribe()
+        self._outbound = asyncio.create_task(self._consume(), name="twitch-outbound")
+
+    async def aclose(self) -> None:
+        self._stopped.set()
+        if self._outbound is not None:
+            self._outbound.cancel()
+            await asyncio.gather(self._outbound, return_exceptions=True)
+            self._outbound = None
+        await self.client.close(save_tokens=False)
+        await self.client.close_all_sockets()
+
+    async def _add_bot_token(self) -> None:
+        stored = await self.tokens.load()
+        pair = choose(
+            stored, self.settings.secret("access_token"), self.settings.secret("refresh_token")
+        )
+        try:
+            valid = await _api(self.client.add_token(pair.access_token, pair.refresh_token))
+        except TwitchAPIError as exc:
+            raise ConfigError(
+                f"Twitch refused the bot's tokens (HTTP {exc.status}); set new "
+                f"TWITCH_ACCESS_TOKEN and TWITCH_REFRESH_TOKEN: {TOKEN_HELP}"
+            ) from None
+        if not valid.user_id or not valid.login:
+            raise ConfigError(
+                "TWITCH_ACCESS_TOKEN is an app token; it must be the bot account's user token: "
+                + TOKEN_HELP
+            )
+        wanted = (self.settings.bot_id or "").strip()
+        if wanted and wanted != valid.user_id:
+            raise ConfigError(
+                f"TWITCH_ACCESS_TOKEN belongs to {valid.login} (id {valid.user_id}), not to "
+                f"TWITCH_BOT_ID={wanted}; authorise the bot account or fix TWITCH_BOT_ID"
+            )
+        self.bot = BotIdentity(id=valid.user_id, login=valid.login.lower())
+        self._stored = pair if pair.user_id else pair.model_copy(update={"user_id": valid.user_id})
+        await self._persist_tokens(force=stored is None or stored != self._stored)
+
+    async def _resolve_channels(self) -> None:
+        assert self.bot is not None
+        self.channels = {cid: cid for cid in self.settings.channel_ids()}
+        logins = self.settings.channel_logins()
+        if logins:
+            users = await _api(self.client.fetch_users(logins=logins))
+            found = {(u.name or "").lower(): u.id for u in users}
+            missing = [login for login in logins if login not in found]
+            if missing:
+                raise ConfigError(
+                    f"TWITCH_CHANNELS names {', '.join(missing)}, which Twitch does not know; "
+                    "check the spelling (the login, as in twitch.tv/<login>)"
+                )
+            self.channels.update({found[login]: login for login in logins})
+        for channel in self.channels:
+            is_mod = self.settings.bot_is_mod
+            self._moderator[channel] = channel == self.bot.id if is_mod is None else is_mod
+
+    async def _subscribe(self) -> None:
+        assert self.bot is not None
+        bot_id = self.bot.id
+        listening = 0
+        for channel, name in self.channels.items():
+            condition = {"broadcaster_user_id": channel, "user_id": bot_id}
+            payloads = (
+                ChatMessageSubscription(**condition),
+                ChatMessageDeleteSubscription(**condition),
+                ChatClearUserMessagesSubscription(**condition),
+            )
+            for payload in payloads:
+                try:
+                    await _api(self.client.subscribe_websocket(payload, token_for=bot_id))
+                except TwitchAPIError as exc:
+                    log.error(
+                        "twitch subscription refused; the bot needs user:read:chat and the "
+                        "channel's channel:bot grant or moderator status",
+                        extra={"channel": name, "type": payload.type, "status": exc.status},
+                        exc_info=True,
+                    )
+                    continue
+                listening += payload.type == ChatMessageSubscription.type
+        if not listening:
+            raise ConfigError(
+                "Twitch refused every channel.chat.message subscription; give the bot token the "
+                "user:read:chat scope and check TWITCH_CHANNELS"
+            )
+        log.info(
+            "twitch connected",
+            extra={"bot": self.bot.login, "channels": sorted(self.channels.values())},
+        )
+
+    # -- inbound -----------------------------------------------------------------------------
+    async def _on_message(self, event: twitchio.ChatMessage) -> None:
+        bot = self.bot
+        if bot is None:
+            return
+        try:
+            if convert.is_own(event, bot):
+                self._learn_moderation(event)
+                return
+            self._remember_login(event.chatter.id, event.chatter.name)
+            message = convert.chat_message(event, bot=bot, ambient=self.settings.ambient)
+            if message is not None:
+                await self.bus.publish(INBOUND, message)
+        except Exception:
+            log.exception("twitch message dropped", extra={"message_id": event.id})
+
+    async def _on_delete(self, event: twitchio.ChatMessageDelete) -> None:
+        try:
+            await self.bus.publish(DELETIONS, convert.message_deleted(event))
+        except Exception:
+            log.exception("twitch deletion dropped", extra={"message_id": event.message_id})
+
+    async def _on_clear_user(self, event: twitchio.ChannelChatClearUserMessages) -> None:
+        try:
+            await self.bus.publish(DELETIONS, convert.user_cleared(event))
+        except Exception:
+            log.exception("twitch clear-user dropped", extra={"user_id": event.user.id})
+
+    async def _on_token_refreshed(self, payload: Any) -> None:
+        await self._persist_tokens()
+
+    def _learn_moderation(self, event: twitchio.ChatMessage) -> None:
+        if self.settings.bot_is_mod is not None:
+            return
+        channel = event.broadcaster.id
+        is_mod = convert.is_moderator_badge(event)
+        if self._moderator.get(channel) != is_mod:
+            log.info("twitch send limit changed", extra={"channel": channel, "moderator": is_mod})
+            self._moderator[channel] = is_mod
+
+    def _remember_login(self, user_id: str, login: str | None) -> None:
+        if not login:
+            return
+        self._logins[user_id] = login
+        self._logins.move_to_end(user_id)
+        while len(self._logins) > _LOGIN_CACHE:
+            self._logins.popitem(last=False)
+
+    async def _persist_tokens(self, *, force: bool = False) -> None:
+        """Store the bot's current pair if twitchio refreshed it (or when ``force``)."""
+        if self.bot is None or self._stored is None:
+            return
+        async with self._token_lock:
+            current = self.client.tokens.get(self.bot.id)
+            pair = self._stored
+            if current is not None and current["token"] != pair.access_token:
+                pair = pair.model_copy(
+                    update={"access_token": current["token"], "refresh_token": current["refresh"]}
+                )
+            elif not force:
+                return
+            try:
+                await self.tokens.save(pair)
+            except Exception:
+                log.exception("storing the refreshed twitch tokens failed")
+                return
+            self._stored = pair
+            log.info("twitch tokens stored", extra={"user_id": self.bot.id})
+
+    # -- outbound ----------------------------------------------------------------------------
+    async def _consume(self) -> None:
+        topic = outbound_topic(PLATFORM)
+        async for delivery in self.bus.consume(topic, Reply, group="outbound", consumer="twitch"):
+            reply = delivery.event
+            try:
+                await self.deliver(reply)
+            except Exception:
+                self.failed += 1
+                log.exception(
+                    "twitch reply not sent",
+                    extra={"channel": reply.conversation.channel, "reply_to_id": reply.reply_to_id},
+                )
+            await delivery.ack()
+
+    async def deliver(self, reply: Reply) -> list[str]:
+        """Send ``reply`` (at most ``max_pieces`` messages); returns the sent message ids."""
+        pieces = convert.reply_to_sends(
+            reply, logins=self._logins, max_pieces=self.settings.max_pieces
+        )
+        sent = []
+        for args in pieces:
+            message_id = await self.send(args)
+            if message_id is None:
+                break  # a dropped first half makes the second half meaningless
+            sent.append(message_id)
+        return sent
+
+    def budget(self, channel: str) -> tuple[str, int]:
+        """The limiter bucket and limit for sending in ``channel``."""
+        assert self.bot is not None
+        if self._moderator.get(channel, False):
+            return f"{self.bot.id}:{channel}", MODERATOR_LIMIT
+        return self.bot.id, USER_LIMIT
+
+    async def send(self, args: SendArgs) -> str | None:
+        """The chokepoint: rate limit, retries, drop handling. Message id, or None if dropped."""
+        assert self.bot is not None
+        attempt = 0
+        while True:
+            attempt += 1
+            bucket, limit = self.budget(args.broadcaster_id)
+            await self.limiter.acquire(bucket, limit)
+            try:
+                answer = await _api(
+                    self.client.http.post_chat_message(
+                        broadcaster_id=args.broadcaster_id,
+                        sender_id=self.bot.id,
+                        message=args.message,
+                        reply_to_message_id=args.reply_parent_message_id,
+                        token_for=self.bot.id,
+                    )
+                )
+            except TwitchAPIError as exc:
+                if not (exc.status == 429 or exc.status >= 500) or attempt > self.retry.max_retries:
+                    raise
+                delay = self.retry.backoff(attempt)
+                log.warning(
+                    "twitch send failed; retrying",
+                    extra={"status": exc.status, "attempt": attempt, "delay_s": round(delay, 3)},
+                )
+                await self.limiter.pause(bucket, delay)
+                continue
+            finally:
+                await self._persist_tokens()
+            result = answer["data"][0]
+            if result.get("is_sent"):
+                self.sent += 1
+                return str(result["message_id"])
+            drop = result.get("drop_reason") or {}
+            code = str(drop.get("code") or "unknown")
+            self.dropped[code] += 1
+            retry = code == "msg_ratelimit" and attempt <= self.retry.max_retries
+            delay = self.retry.backoff(attempt) if retry else 0.0
+            log.warning(
+                "twitch dropped a chat message",
+                extra={
+                    "channel": args.broadcaster_id,
+                    "drop_code": code,
+                    "drop_message": drop.get("message", ""),
+                    "attempt": attempt,
+                    "retry_in_s": round(delay, 3) if retry else None,
+                },
+            )
+            if not retry:
+                return None
+            await self.limiter.pause(bucket, delay)

@@ -1,0 +1,121 @@
+"""A send-rate limit shared through Redis, so every process of a deployment stays in one budget.
+
+Twitch allows a chat user 20 messages per 30 seconds, or 100 in channels where it is a moderator
+or the broadcaster; going over gets messages dropped (``drop_reason.code: msg_ratelimit``) and
+repeated abuse gets the account locked out of chat for a while. Several Chorus processes may
+send as the same bot, so the budget lives in Redis, not in memory.
+
+The window is a sliding log: a sorted set per bucket, one member per granted send, scored by its
+time. Without Lua (the embedded fakeredis store has none) a check-then-add would race between
+processes, so each attempt *adds first* and counts after, in one ``MULTI``/``EXEC``:
+
+    trim entries older than the window; ZADD me; ZCARD; oldest; PEXPIRE
+
+If the count (including me) is within the limit, the send is granted. Otherwise my entry is
+removed again and I wait until the oldest entry leaves the window. Two racing attempts can at
+worst both be refused for a moment (each saw the other's entry), never both granted past the
+limit: every granted entry was counted together with every earlier entry still in the window.
+
+``pause`` sets a shared cool-down (after Twitch says ``msg_ratelimit``) that every process's
+``acquire`` honours. Times come from an injected ``clock`` (epoch seconds, comparable across
+processes), waits go through an injected ``sleep``: tests run without real waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+from redis.asyncio import Redis
+
+from bot import keys
+
+log = logging.getLogger("chorus.twitch.ratelimit")
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+WINDOW_SECONDS = 30.0
+# An entry is stamped just before its HTTP call and Twitch counts arrivals, so the window we keep
+# is a little longer than Twitch's: a slow request cannot make two windows overlap.
+LATENCY_MARGIN = 1.0
+USER_LIMIT = 20
+MODERATOR_LIMIT = 100
+_MIN_WAIT = 0.05  # never spin: a refused attempt waits at least this long
+
+
+def bucket_key(bucket: str) -> str:
+    """The shared window of one send bucket (``bot.keys.ratelimit`` documents it)."""
+    return keys.ratelimit("twitch", bucket)
+
+
+class SharedRateLimiter:
+    """At most ``limit`` grants per ``window`` seconds per bucket, across processes."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        window: float = WINDOW_SECONDS + LATENCY_MARGIN,
+        clock: Clock = time.time,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        if window <= 0:
+            raise ValueError("window must be positive")
+        self.redis = redis
+        self.window = window
+        self.clock = clock
+        self.sleep = sleep
+
+    async def try_acquire(self, bucket: str, limit: int) -> float:
+        """0.0 when a send is granted now, else the seconds to wait before trying again."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        key = bucket_key(bucket)
+        now = self.clock()
+        member = f"{now:.6f}:{uuid.uuid4().hex}"
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.get(f"{key}:pause")
+            pipe.zremrangebyscore(key, "-inf", now - self.window)
+            pipe.zadd(key, {member: now})
+            pipe.zcard(key)
+            pipe.zrange(key, 0, 0, withscores=True)
+            pipe.pexpire(key, math.ceil(self.window * 1000) + 1000)
+            paused, _, _, count, oldest, _ = await pipe.execute()
+        paused_until = float(paused) if paused else 0.0
+        if paused_until <= now and count <= limit:
+            return 0.0
+        await self.redis.zrem(key, member)
+        wait = paused_until - now
+        if count > limit and oldest:
+            wait = max(wait, float(oldest[0][1]) + self.window - now)
+        return max(wait, _MIN_WAIT)
+
+    async def acquire(self, bucket: str, limit: int) -> float:
+        """Wait (never exceed) until a send is granted; returns the seconds waited."""
+        waited = 0.0
+        while True:
+            wait = await self.try_acquire(bucket, limit)
+            if wait <= 0:
+                return waited
+            log.info(
+                "twitch send waits for the shared rate limit",
+                extra={"bucket": bucket, "limit": limit, "wait_s": round(wait, 3)},
+            )
+            await self.sleep(wait)
+            waited += wait
+
+    async def pause(self, bucket: str, seconds: float) -> None:
+        """Hold every process's sends in ``bucket`` for ``seconds`` (extends, never shortens)."""
+        if seconds <= 0:
+            return
+        key = f"{bucket_key(bucket)}:pause"
+        until = self.clock() + seconds
+        current = await self.redis.get(key)
+        if current is not None and float(current) >= until:
+            return
+        await self.redis.set(key, f"{until:.6f}", px=math.ceil(seconds * 1000))

@@ -1,0 +1,141 @@
+"""Twitch settings, read from the environment and ``.env`` (pydantic-settings).
+
+Chorus talks to Twitch as one bot *user* (EventSub ``channel.chat.message`` and the Send Chat
+Message API both act as a user), so besides the application's client id and secret it needs that
+user's access and refresh tokens. The refreshed pair is stored where ``TWITCH_TOKEN_STORE`` says
+(Redis by default, or a file), never in the working directory. Problems surface as
+``ConfigError`` naming the variable and where to get its value.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from bot.config import ConfigError
+
+CONSOLE_URL = "https://dev.twitch.tv/console/apps"
+TOKEN_HELP = (
+    "authorise the bot account with the scopes user:read:chat user:write:chat user:bot "
+    "(e.g. `twitch token -u -s 'user:read:chat user:write:chat user:bot'` with the Twitch CLI)"
+)
+DEFAULT_API_BASE_URL = "https://api.twitch.tv/helix/"
+DEFAULT_AUTH_BASE_URL = "https://id.twitch.tv/"
+DEFAULT_EVENTSUB_WS_URL = "wss://eventsub.wss.twitch.tv/ws"
+
+_LOGIN = re.compile(r"^[a-z0-9_]{1,25}$")
+Channels = Annotated[tuple[str, ...], NoDecode]
+
+
+class TwitchSettings(BaseSettings):
+    """Every variable the Twitch adapter reads (documented in ``.env.example``)."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
+    )
+
+    client_id: str | None = Field(default=None, validation_alias="TWITCH_CLIENT_ID")
+    client_secret: SecretStr | None = Field(default=None, validation_alias="TWITCH_CLIENT_SECRET")
+    access_token: SecretStr | None = Field(default=None, validation_alias="TWITCH_ACCESS_TOKEN")
+    refresh_token: SecretStr | None = Field(default=None, validation_alias="TWITCH_REFRESH_TOKEN")
+    bot_id: str | None = Field(default=None, validation_alias="TWITCH_BOT_ID")
+    channels: Channels = Field(default=(), validation_alias="TWITCH_CHANNELS")
+    ambient: bool = Field(default=True, validation_alias="TWITCH_AMBIENT")
+    bot_is_mod: bool | None = Field(default=None, validation_alias="TWITCH_BOT_IS_MOD")
+    token_store: str = Field(default="redis", validation_alias="TWITCH_TOKEN_STORE")
+    api_base_url: str = Field(default=DEFAULT_API_BASE_URL, validation_alias="TWITCH_API_BASE_URL")
+    auth_base_url: str = Field(
+        default=DEFAULT_AUTH_BASE_URL, validation_alias="TWITCH_AUTH_BASE_URL"
+    )
+    eventsub_ws_url: str = Field(
+        default=DEFAULT_EVENTSUB_WS_URL, validation_alias="TWITCH_EVENTSUB_WS_URL"
+    )
+    max_pieces: int = Field(default=2, ge=1, le=5, validation_alias="TWITCH_MAX_PIECES")
+
+    @field_validator("channels", mode="before")
+    @classmethod
+    def _split_channels(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            parts = (p.strip().lstrip("#").lower() for p in value.split(","))
+            return tuple(dict.fromkeys(p for p in parts if p))
+        return value
+
+    @field_validator("api_base_url", "auth_base_url")
+    @classmethod
+    def _slash(cls, value: str) -> str:
+        # twitchio joins Route.BASE + path without a separator.
+        return value.rstrip("/") + "/"
+
+    @field_validator("token_store")
+    @classmethod
+    def _check_store(cls, value: str) -> str:
+        value = value.strip()
+        if value != "redis" and not (value.startswith("file:") and len(value) > len("file:")):
+            raise ValueError("use 'redis' or 'file:/path/to/tokens.json'")
+        return value
+
+    # -- derived ---------------------------------------------------------------------------
+    @property
+    def configured(self) -> bool:
+        return bool((self.client_id or "").strip())
+
+    def secret(self, name: str) -> str:
+        value: SecretStr | None = getattr(self, name)
+        return value.get_secret_value().strip() if value else ""
+
+    def channel_ids(self) -> list[str]:
+        return [c for c in self.channels if c.isdigit()]
+
+    def channel_logins(self) -> list[str]:
+        return [c for c in self.channels if not c.isdigit()]
+
+    def secret_values(self) -> list[str]:
+        """Every secret's value, so the log formatter can mask any that leak."""
+        names = ("client_secret", "access_token", "refresh_token")
+        return [v for v in (self.secret(n) for n in names) if v]
+
+    def require_complete(self) -> None:
+        """Raise ``ConfigError`` naming the first missing or invalid variable."""
+        if not self.secret("client_secret"):
+            raise ConfigError(
+                "TWITCH_CLIENT_ID is set but TWITCH_CLIENT_SECRET is not; create a secret for "
+                f"the application at {CONSOLE_URL} (Manage -> New Secret)"
+            )
+        if not self.secret("access_token") or not self.secret("refresh_token"):
+            raise ConfigError(
+                "TWITCH_ACCESS_TOKEN and TWITCH_REFRESH_TOKEN must both be set to the bot "
+                f"account's user tokens: {TOKEN_HELP}"
+            )
+        if not self.channels:
+            raise ConfigError(
+                "TWITCH_CHANNELS is empty; set it to the channels to join, as comma-separated "
+                "logins or user ids (e.g. TWITCH_CHANNELS=mychannel,otherchannel)"
+            )
+        bad = [c for c in self.channel_logins() if not _LOGIN.match(c)]
+        if bad:
+            raise ConfigError(
+                f"TWITCH_CHANNELS has {bad[0]!r}, which is neither a Twitch login "
+                "(letters, digits, underscore; at most 25) nor a numeric user id"
+            )
+        if self.bot_id is not None and not self.bot_id.strip().isdigit():
+            raise ConfigError(
+                f"TWITCH_BOT_ID={self.bot_id!r} must be the bot account's numeric user id "
+                "(leave it unset to read it from the access token)"
+            )
+
+
+def load_settings(**overrides: Any) -> TwitchSettings:
+    """Settings from the environment, with pydantic errors turned into ``ConfigError``."""
+    try:
+        return TwitchSettings(**overrides)
+    except ValidationError as exc:
+        lines = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else ""
+            info = TwitchSettings.model_fields.get(field)
+            name = info.validation_alias if info and info.validation_alias else field
+            lines.append(f"{name}: {str(error['msg']).removeprefix('Value error, ')}")
+        raise ConfigError("invalid Twitch settings:\n  " + "\n  ".join(lines)) from None

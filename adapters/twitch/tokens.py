@@ -1,0 +1,130 @@
+"""Where the bot user's refreshed Twitch tokens live between restarts.
+
+A Twitch user access token lasts about four hours; twitchio refreshes it and, by default, writes
+every token it manages to ``.tio.tokens.json`` in the working directory. Chorus switches that
+off (``login(load_tokens=False, save_tokens=False)`` and no-op token hooks, see adapter.py) and
+stores the pair where the operator says instead:
+
+- ``TWITCH_TOKEN_STORE=redis`` (default): one JSON string at ``token_key(client_id)`` in the
+  app's state store, so every process of a deployment shares the newest pair;
+- ``TWITCH_TOKEN_STORE=file:/path/tokens.json``: a file written atomically with mode 0600.
+
+The stored pair remembers a fingerprint of the ``TWITCH_REFRESH_TOKEN`` it descends from. When
+the operator puts a *new* pair in the environment (e.g. re-authorised with more scopes) the
+stored one is stale and the environment wins; otherwise the stored (newer) pair wins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from redis.asyncio import Redis
+
+from bot import keys
+
+log = logging.getLogger("chorus.twitch.tokens")
+
+
+def token_key(client_id: str) -> str:
+    """The Redis key of the bot's Twitch tokens for the application ``client_id``."""
+    return keys.platform_tokens("twitch", client_id)
+
+
+def fingerprint(refresh_token: str) -> str:
+    """A short one-way tag of a refresh token (never the token itself)."""
+    return hashlib.sha256(refresh_token.encode()).hexdigest()[:16]
+
+
+class StoredTokens(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    access_token: str
+    refresh_token: str
+    user_id: str | None = None
+    seed: str = ""  # fingerprint of the TWITCH_REFRESH_TOKEN this pair descends from
+
+    def __repr__(self) -> str:  # never show the tokens
+        return f"StoredTokens(user_id={self.user_id!r}, seed={self.seed!r})"
+
+    __str__ = __repr__
+
+
+class TokenStore(Protocol):
+    async def load(self) -> StoredTokens | None: ...
+
+    async def save(self, tokens: StoredTokens) -> None: ...
+
+
+def choose(stored: StoredTokens | None, access: str, refresh: str) -> StoredTokens:
+    """The pair to start with: the stored one unless the environment's pair is newer."""
+    seed = fingerprint(refresh)
+    if stored is not None and stored.seed == seed:
+        return stored
+    if stored is not None:
+        log.info("TWITCH_REFRESH_TOKEN changed since the stored tokens; using the environment's")
+    return StoredTokens(access_token=access, refresh_token=refresh, seed=seed)
+
+
+def _parse(raw: str | bytes | None, where: str) -> StoredTokens | None:
+    if not raw:
+        return None
+    try:
+        return StoredTokens.model_validate_json(raw)
+    except ValidationError:
+        log.warning("ignoring unreadable stored Twitch tokens", extra={"where": where})
+        return None
+
+
+class RedisTokenStore:
+    def __init__(self, redis: Redis, key: str) -> None:
+        self.redis = redis
+        self.key = key
+
+    async def load(self) -> StoredTokens | None:
+        raw: str | bytes | None = await self.redis.get(self.key)
+        return _parse(raw, self.key)
+
+    async def save(self, tokens: StoredTokens) -> None:
+        await self.redis.set(self.key, tokens.model_dump_json())
+
+
+class FileTokenStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    async def load(self) -> StoredTokens | None:
+        try:
+            raw = await asyncio.to_thread(self.path.read_text, encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        return _parse(raw, str(self.path))
+
+    async def save(self, tokens: StoredTokens) -> None:
+        await asyncio.to_thread(self._write, tokens.model_dump_json())
+
+    def _write(self, text: str) -> None:
+        # Write-then-rename: a crash mid-write never leaves half a token file behind.
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tokens-", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def open_token_store(spec: str, *, redis: Redis, client_id: str) -> TokenStore:
+    """The store ``TWITCH_TOKEN_STORE`` names: ``redis`` or ``file:/path``."""
+    if spec.startswith("file:"):
+        return FileTokenStore(Path(spec.removeprefix("file:")).expanduser())
+    return RedisTokenStore(redis, token_key(client_id))

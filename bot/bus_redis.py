@@ -1,0 +1,484 @@
+"""The event bus over Redis Streams: the scale-out twin of ``InProcessBus``.
+
+Why Streams: an entry stays in the stream after it is read, and a consumer group remembers who
+holds which unacknowledged entry (the pending entries list), so a worker that dies mid-turn
+loses nothing: its entries are claimed by a live worker and handled again. Delivery is
+at-least-once; the router makes *replies* exactly-once with a claim and one ``MULTI``/``EXEC``
+that publishes the reply (``queue_publish``), appends the history and marks the message done.
+
+Layout (keys in bot/keys.py): each topic is split into ``partitions`` streams; an event goes to
+the partition of its conversation (a stable CRC32 hash), so every message of a conversation is
+in one stream, in publish order. Each partition is read by one consumer of a group at a time
+(``bus_redis_leases``), which is what keeps a conversation in order across workers. Entries
+are added with ``XADD ... MAXLEN ~ maxlen`` (memory stays bounded; a group lagging by more than
+``maxlen`` loses the oldest entries, which are logged when reclaimed) and read with
+``XREADGROUP ... BLOCK``; ``Delivery.ack`` is ``XACK``, after the side effect. ``attempt`` is the
+entry's delivery count. A payload that does not fit the model is logged with its id and acked.
+
+A group created by ``consume`` starts at the beginning of the retained stream (``start_id``
+``0``), so events published before the first consumer started are delivered, as in-process.
+
+Outages: every Redis call of ``publish``, ``consume`` and ``ack`` rides over connection errors
+(logged with the traceback, then retried after an exponential backoff with jitter); work
+queued in Redis resumes when it is back. A publish retried after a lost reply may add the entry
+twice: consumers dedupe by message id (at-least-once).
+
+The client must decode responses (``store.connect`` does). Whoever created it closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+import uuid
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+from pydantic import BaseModel, ValidationError
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from bot import keys
+from bot.bus import BusClosed, Delivery
+from bot.bus_redis_leases import PartitionLeases
+from bot.bus_redis_ops import autoclaim, backoff, unacked, wait_event
+
+log = logging.getLogger("chorus.bus")
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+FIELD = "e"  # the one field of an entry: the event's JSON
+TRANSIENT: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
+_DRAIN_RECHECK = 0.05  # acks from other processes are seen by re-reading the groups this often
+
+Entry = tuple[int, str, dict[str, str] | None, int]  # partition, entry id, fields, attempt
+
+
+def conversation_of(event: BaseModel) -> str | None:
+    """The default partition key: the event's ``conversation`` (ChatMessage, Reply, ...)."""
+    conversation = getattr(event, "conversation", None)
+    return None if conversation is None else str(conversation)
+
+
+@dataclass(eq=False)
+class _Consumer:
+    topic: str
+    group: str
+    name: str
+    leases: PartitionLeases = field(init=False)
+    inflight: dict[int, set[str]] = field(default_factory=dict)
+    reading: set[int] = field(default_factory=set)
+    recover: dict[int, int] = field(default_factory=dict)  # partition -> min idle ms
+    next_stale_check: float = 0.0
+    room: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    def is_idle(self, partition: int) -> bool:
+        return partition not in self.reading and not self.inflight.get(partition)
+
+    @property
+    def inflight_count(self) -> int:
+        return sum(len(ids) for ids in self.inflight.values())
+
+
+class RedisStreamsBus:
+    """``EventBus`` over Redis Streams; one instance per process, named by ``consumer``."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        consumer: str,
+        maxlen: int = 100_000,
+        block_ms: int = 1000,
+        claim_idle_ms: int = 60_000,
+        partitions: int = 16,
+        lease_ms: int = 10_000,
+        namespace: str = "main",
+        batch: int = 64,
+        max_inflight: int = 256,
+        start_id: str = "0",
+        partition_key: Callable[[BaseModel], str | None] = conversation_of,
+        backoff_cap: float = 5.0,
+    ) -> None:
+        if not consumer:
+            raise ValueError("consumer must name this process (e.g. its hostname and pid)")
+        if min(maxlen, block_ms, claim_idle_ms, partitions, lease_ms, batch, max_inflight) < 1:
+            raise ValueError("sizes and durations must be positive")
+        if block_ms * 2 > lease_ms:
+            raise ValueError("lease_ms must be at least twice block_ms")
+        keys.bus_stream("inbound", 0, namespace)  # validates the namespace early
+        self._redis = redis
+        self.consumer = consumer
+        self.maxlen = maxlen
+        self.block_ms = block_ms
+        self.claim_idle_ms = claim_idle_ms
+        self.partitions = partitions
+        self.lease_ms = lease_ms
+        self.namespace = namespace
+        self.batch = batch
+        self.max_inflight = max_inflight
+        self.start_id = start_id
+        self._partition_key = partition_key
+        self._backoff_cap = backoff_cap
+        self._spread = itertools.count()
+        self._touched: dict[str, str] = {}  # stream key -> topic, published through this bus
+        self._consumers: set[_Consumer] = set()
+        self._progress = asyncio.Event()  # an ack or publish happened here (drain re-checks)
+        self._closed_event = asyncio.Event()
+        self._closed = False
+
+    # -- publishing ------------------------------------------------------------------------------
+    def stream(self, topic: str, partition: int) -> str:
+        return keys.bus_stream(topic, partition, self.namespace)
+
+    def partition_of(self, event: BaseModel) -> int:
+        """The partition of ``event``: by its conversation, round robin when it has none."""
+        key = self._partition_key(event)
+        if key is None:
+            return next(self._spread) % self.partitions
+        return zlib.crc32(key.encode()) % self.partitions
+
+    async def publish(self, topic: str, event: BaseModel) -> str:
+        self._check_open(topic)
+        name, payload, partition = self._prepare(topic, event)
+        entry_id = str(
+            await self._retrying(
+                f"publish to {topic}",
+                lambda: self._redis.xadd(
+                    name, {FIELD: payload}, maxlen=self.maxlen, approximate=True
+                ),
+            )
+        )
+        self._progress.set()
+        return f"{partition}:{entry_id}"
+
+    def queue_publish(self, pipe: Pipeline, topic: str, event: BaseModel) -> None:
+        """``publish`` as one ``XADD`` on the caller's pipeline (1 result: the entry id), so a
+        reply goes out in the same ``MULTI``/``EXEC`` as the rest of its side effect."""
+        self._check_open(topic)
+        name, payload, _ = self._prepare(topic, event)
+        pipe.xadd(name, {FIELD: payload}, maxlen=self.maxlen, approximate=True)
+
+    def _prepare(self, topic: str, event: BaseModel) -> tuple[str, str, int]:
+        payload = event.model_dump_json()  # fails here, not in a consumer, if it cannot cross
+        partition = self.partition_of(event)
+        name = self.stream(topic, partition)
+        self._touched[name] = topic  # before the write, so drain never misses it
+        return name, payload, partition
+
+    # -- consuming -------------------------------------------------------------------------------
+    async def consume(
+        self, topic: str, model: type[M], *, group: str = "default", consumer: str = ""
+    ) -> AsyncIterator[Delivery[M]]:
+        if self._closed:
+            return
+        name = consumer or self.consumer
+        token = f"{name}:{uuid.uuid4().hex[:8]}"
+        state = _Consumer(topic=topic, group=group, name=name)
+        state.leases = PartitionLeases(
+            self._redis,
+            lease_key=lambda p: keys.bus_lease(topic, group, p, self.namespace),
+            members_key=keys.bus_members(topic, group, self.namespace),
+            partitions=self.partitions,
+            token=token,
+            lease_ms=self.lease_ms,
+            is_idle=state.is_idle,
+        )
+        state.room.set()
+        state.next_stale_check = time.monotonic() + self.claim_idle_ms / 1000
+        self._consumers.add(state)
+        try:
+            if not await self._until_closed(self._ensure_groups(topic, group)):
+                return
+            state.task = asyncio.create_task(self._keep_leases(state), name=f"leases:{token}")
+            while not self._closed:
+                entries = await self._until_closed(self._fetch(state))
+                if entries is None:
+                    return
+                for partition, entry_id, fields, attempt in entries:
+                    delivery = await self._delivery(
+                        state, model, partition, entry_id, fields, attempt
+                    )
+                    if delivery is not None:
+                        yield delivery
+        finally:
+            await self._stop_consumer(state)
+
+    async def _delivery(
+        self,
+        state: _Consumer,
+        model: type[M],
+        partition: int,
+        entry_id: str,
+        fields: dict[str, str] | None,
+        attempt: int,
+    ) -> Delivery[M] | None:
+        ack = self._acker(state, partition, entry_id)
+        delivery_id = f"{partition}:{entry_id}"
+        if fields is None:
+            log.error(
+                "a pending entry was trimmed before it was handled (the group lagged by more "
+                "than maxlen entries); it is lost",
+                extra={"topic": state.topic, "event_id": delivery_id, "group": state.group},
+            )
+            await ack()
+            return None
+        try:
+            event = model.model_validate_json(fields.get(FIELD, ""))
+        except ValidationError:
+            log.warning(
+                "dropping an event that does not fit its model",
+                extra={
+                    "topic": state.topic,
+                    "event_id": delivery_id,
+                    "model": model.__name__,
+                    "consumer": state.name,
+                },
+                exc_info=True,
+            )
+            await ack()
+            return None
+        return Delivery(id=delivery_id, topic=state.topic, event=event, attempt=attempt, on_ack=ack)
+
+    def _acker(
+        self, state: _Consumer, partition: int, entry_id: str
+    ) -> Callable[[], Awaitable[None]]:
+        name = self.stream(state.topic, partition)
+
+        async def ack() -> None:
+            try:
+                await self._retrying(
+                    f"ack on {state.topic}", lambda: self._redis.xack(name, state.group, entry_id)
+                )
+            finally:
+                state.inflight.get(partition, set()).discard(entry_id)
+                state.room.set()
+                self._progress.set()
+
+        return ack
+
+    async def _fetch(self, state: _Consumer) -> list[Entry]:
+        """The next entries for ``state``: reclaimed ones first, then new ones."""
+        failures = 0
+        while not self._closed:  # (also ends a fetch whose cancellation a library swallowed)
+            try:
+                entries = await self._recover(state)
+                if not entries:
+                    entries = await self._read_new(state)
+            except ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                log.warning("consumer group vanished; recreating it", extra={"topic": state.topic})
+                await self._ensure_groups(state.topic, state.group)
+                continue
+            except TRANSIENT:
+                failures += 1
+                delay = backoff(failures, self._backoff_cap)
+                log.warning(
+                    "redis unavailable while consuming; retrying",
+                    extra={"topic": state.topic, "retry_in": round(delay, 3)},
+                    exc_info=True,
+                )
+                await asyncio.sleep(delay)
+                continue
+            if entries:
+                for partition, entry_id, _, _ in entries:
+                    state.inflight.setdefault(partition, set()).add(entry_id)
+                return entries
+        return []
+
+    async def _read_new(self, state: _Consumer) -> list[Entry]:
+        while state.inflight_count >= self.max_inflight:
+            state.room.clear()
+            await state.room.wait()
+        readable = state.leases.readable
+        if not readable:
+            state.leases.changed.clear()
+            await wait_event(state.leases.changed, self.block_ms / 1000)
+            return []
+        streams = {self.stream(state.topic, p): ">" for p in readable}
+        state.reading.update(readable)
+        try:
+            response = await self._redis.xreadgroup(
+                state.group,
+                state.name,
+                streams,  # type: ignore[arg-type]
+                count=min(self.batch, self.max_inflight - state.inflight_count),
+                block=self.block_ms,
+            )
+        finally:
+            state.reading.clear()
+        rows = cast("list[tuple[str, list[tuple[str, dict[str, str]]]]]", response or [])
+        return [
+            (self._partition_of_stream(stream), entry_id, fields, 1)
+            for stream, stream_entries in rows
+            for entry_id, fields in stream_entries
+        ]
+
+    async def _recover(self, state: _Consumer) -> list[Entry]:
+        """Pending entries of partitions just taken over (all) or stale ones (idle too long)."""
+        for partition in state.leases.take_acquired():
+            state.recover[partition] = 0
+        if time.monotonic() >= state.next_stale_check:
+            state.next_stale_check = time.monotonic() + self.claim_idle_ms / 1000
+            for partition in state.leases.readable:
+                state.recover.setdefault(partition, self.claim_idle_ms)
+        while state.recover:
+            partition, min_idle = next(iter(state.recover.items()))
+            if partition not in state.leases.owned:
+                del state.recover[partition]
+                continue
+            state.reading.add(partition)
+            try:
+                entries = await autoclaim(
+                    self._redis,
+                    self.stream(state.topic, partition),
+                    state.group,
+                    state.name,
+                    min_idle=min_idle,
+                    skip=state.inflight.get(partition, set()),
+                    batch=self.batch,
+                )
+            finally:
+                state.reading.discard(partition)
+            del state.recover[partition]
+            if entries:
+                log.info(
+                    "reclaimed pending entries",
+                    extra={"topic": state.topic, "partition": partition, "count": len(entries)},
+                )
+                return [(partition, i, f, n) for i, f, n in entries]
+        return []
+
+    async def _keep_leases(self, state: _Consumer) -> None:
+        failures = 0
+        while not self._closed:
+            try:
+                await state.leases.tick()
+                failures = 0
+                delay = self.lease_ms / 3000
+            except TRANSIENT:
+                failures += 1
+                delay = min(backoff(failures, self._backoff_cap), self.lease_ms / 3000)
+                log.warning(
+                    "redis unavailable while renewing partition leases",
+                    extra={"topic": state.topic},
+                    exc_info=True,
+                )
+            except Exception:
+                log.exception("partition lease upkeep failed", extra={"topic": state.topic})
+                delay = self.lease_ms / 3000
+            await asyncio.sleep(delay)
+
+    async def _stop_consumer(self, state: _Consumer) -> None:
+        self._consumers.discard(state)
+        task, state.task = state.task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            try:
+                async with asyncio.timeout(2):
+                    await state.leases.release_all()
+            except (TimeoutError, RedisConnectionError, RedisTimeoutError, OSError):
+                log.warning("could not release partition leases; they will lapse", exc_info=True)
+
+    async def _ensure_groups(self, topic: str, group: str) -> bool:
+        async def create() -> list[Any]:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for p in range(self.partitions):
+                    pipe.xgroup_create(
+                        self.stream(topic, p), group, id=self.start_id, mkstream=True
+                    )
+                results: list[Any] = await pipe.execute(raise_on_error=False)
+                return results
+
+        for result in await self._retrying(f"create group {group} on {topic}", create):
+            if isinstance(result, Exception) and "BUSYGROUP" not in str(result):
+                raise result
+        return True
+
+    def _partition_of_stream(self, stream: str) -> int:
+        return int(stream.rpartition(":")[2])
+
+    # -- drain and close -------------------------------------------------------------------------
+    async def drain(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (the contract)
+        """Wait until every entry of every stream this bus published to is acked by each of its
+        groups (a stream nobody consumes never drains). Other processes' acks are seen by
+        re-reading the groups every 50 ms; this is for tests and clean shutdowns."""
+        busy: dict[str, int] = {}
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    self._progress.clear()
+                    busy = await self._retrying("drain", self._unacked)
+                    if not busy:
+                        return
+                    await wait_event(self._progress, _DRAIN_RECHECK)
+        except TimeoutError:
+            listed = ", ".join(f"{topic}={count}" for topic, count in sorted(busy.items()))
+            raise TimeoutError(
+                f"the bus did not drain within {timeout}s; events not yet acked: {listed}"
+            ) from None
+
+    async def _unacked(self) -> dict[str, int]:
+        streams = dict(self._touched)
+        busy = await unacked(self._redis, streams)
+        if not busy and len(self._touched) != len(streams):
+            return {"(new streams)": 1}  # a follow-up went to a stream we did not look at: again
+        return busy
+
+    async def close(self) -> None:
+        """Consumers' iterators end (giving their partitions back), later publishes raise
+        ``BusClosed``. Does not close the Redis client (its creator does)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._closed_event.set()
+        await asyncio.gather(
+            *(self._stop_consumer(state) for state in list(self._consumers)),
+            return_exceptions=True,
+        )
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _check_open(self, topic: str) -> None:
+        if self._closed:
+            raise BusClosed(f"the event bus is closed; cannot publish to {topic!r}")
+
+    async def _until_closed(self, work: Coroutine[Any, Any, T]) -> T | None:
+        """``work``'s result, or None as soon as the bus closes (``work`` is cancelled)."""
+        task = asyncio.ensure_future(work)
+        closed = asyncio.ensure_future(self._closed_event.wait())
+        try:
+            await asyncio.wait({task, closed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closed.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        return task.result() if task.done() and not task.cancelled() else None
+
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        failures = 0
+        while True:
+            try:
+                return await call()
+            except TRANSIENT:
+                failures += 1
+                if self._closed:
+                    raise BusClosed(f"the event bus closed while Redis was down ({what})") from None
+                delay = backoff(failures, self._backoff_cap)
+                log.warning(
+                    "redis unavailable; retrying",
+                    extra={"operation": what, "attempt": failures, "retry_in": round(delay, 3)},
+                    exc_info=True,
+                )
+                await asyncio.sleep(delay)

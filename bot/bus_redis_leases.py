@@ -1,0 +1,170 @@
+"""Partition leases: which consumer of a group reads which partition of a bus topic.
+
+Why: a Redis consumer group hands each entry of a stream to whichever consumer asks first, so
+two workers reading one stream would interleave the messages of one conversation and could
+answer them out of order. The Redis Streams bus therefore hashes every event's conversation to
+one of P partition streams, and each partition is read by exactly one consumer of the group at a
+time: the holder of its lease (``SET NX PX``, value = the consumer's token). One worker reads a
+partition's entries in stream order; the router keeps them in order per conversation.
+
+Fair share: live consumers heartbeat in a zset; each aims at ``ceil(P / live)`` partitions. A
+consumer holding more *drains* the extras (stops reading them) and releases each one only once
+its in-flight entries are acked, so the next holder continues exactly where it stopped. A dead
+consumer's leases lapse after ``lease_ms``; whoever takes a partition over first reclaims its
+pending entries (``XAUTOCLAIM``, in id order) and only then reads new ones, so order survives a
+crash too. A consumer that was merely paused past its lease (a "zombie") can briefly overlap
+with the new holder: the router's claim protocol keeps replies exactly-once even then; only the
+relative order of that one overlap is not guaranteed.
+
+There is no Lua here (the embedded ``memory://`` store has no Lua engine), so renewing and
+releasing are ``WATCH`` + ``MGET`` + ``MULTI``/``EXEC`` compare-and-set operations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from collections.abc import Callable
+
+from redis.asyncio import Redis
+from redis.exceptions import WatchError
+
+log = logging.getLogger("chorus.bus")
+
+
+class PartitionLeases:
+    """The lease bookkeeping of one consumer; ``tick`` runs every ``lease_ms / 3``."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        lease_key: Callable[[int], str],
+        members_key: str,
+        partitions: int,
+        token: str,
+        lease_ms: int,
+        is_idle: Callable[[int], bool],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._redis = redis
+        self._lease_key = lease_key
+        self._members_key = members_key
+        self.partitions = partitions
+        self.token = token
+        self.lease_ms = lease_ms
+        self._is_idle = is_idle
+        self._clock = clock
+        self._offset = zlib.crc32(token.encode()) % partitions  # spread first choices
+        self.owned: set[int] = set()  # leases we hold
+        self.draining: set[int] = set()  # held, no longer read, released once idle
+        self.changed = asyncio.Event()  # set whenever ``readable`` may have changed
+        self._acquired: list[int] = []  # taken over since the last ``take_acquired``
+
+    @property
+    def readable(self) -> list[int]:
+        """The partitions to read new entries from."""
+        return sorted(self.owned - self.draining)
+
+    def take_acquired(self) -> list[int]:
+        """Partitions acquired since the last call: reclaim their pending entries first."""
+        acquired, self._acquired = self._acquired, []
+        return [p for p in acquired if p in self.owned]
+
+    async def tick(self) -> None:
+        """Heartbeat, notice lost leases, shed or take partitions, renew the rest."""
+        now_ms = int(self._clock() * 1000)
+        lease_keys = [self._lease_key(p) for p in range(self.partitions)]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(self._members_key, {self.token: now_ms + self.lease_ms})
+            pipe.zremrangebyscore(self._members_key, "-inf", now_ms)
+            pipe.zcard(self._members_key)
+            pipe.pexpire(self._members_key, self.lease_ms * 3)
+            pipe.mget(lease_keys)
+            _, _, live, _, holders = await pipe.execute()
+        self._forget_lost({p for p, holder in enumerate(holders) if holder == self.token})
+        target = -(-self.partitions // max(int(live), 1))
+        self._rebalance(target)
+        await self._renew_and_release()
+        await self._acquire(target, holders)
+
+    async def release_all(self) -> None:
+        """Give every lease back (clean shutdown), so others need not wait for them to lapse."""
+        self.draining = set(self.owned)
+        await self._renew_and_release(force=True)
+        await self._redis.zrem(self._members_key, self.token)
+
+    # -- internals ------------------------------------------------------------------------------
+    def _preference(self, partition: int) -> int:
+        return (partition - self._offset) % self.partitions
+
+    def _forget_lost(self, held: set[int]) -> None:
+        lost = self.owned - held
+        if lost:
+            log.warning(
+                "lost partition leases (they lapsed and another consumer took them)",
+                extra={"partitions": sorted(lost), "token": self.token},
+            )
+            self.owned -= lost
+            self.draining -= lost
+            self.changed.set()
+
+    def _rebalance(self, target: int) -> None:
+        active = sorted(self.owned - self.draining, key=self._preference)
+        if len(active) > target:
+            self.draining.update(active[target:])
+            self.changed.set()
+        elif len(active) < target and self.draining:
+            back = sorted(self.draining, key=self._preference)[: target - len(active)]
+            self.draining.difference_update(back)
+            self.changed.set()
+
+    async def _renew_and_release(self, *, force: bool = False) -> None:
+        if not self.owned:
+            return
+        release = {p for p in self.draining if force or self._is_idle(p)}
+        held = sorted(self.owned)
+        names = [self._lease_key(p) for p in held]
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                await pipe.watch(*names)
+                values = await pipe.mget(names)
+                mine = {p for p, value in zip(held, values, strict=True) if value == self.token}
+                pipe.multi()  # type: ignore[no-untyped-call]
+                for p, name in zip(held, names, strict=True):
+                    if p not in mine:
+                        continue
+                    if p in release:
+                        pipe.delete(name)
+                    else:
+                        pipe.pexpire(name, self.lease_ms)
+                await pipe.execute()
+        except WatchError:  # a lease changed under us: the next tick sees who holds what
+            log.info("partition lease changed during renewal", extra={"token": self.token})
+            return
+        gone = (set(held) - mine) | (release & mine)
+        if gone:
+            self.owned -= gone
+            self.draining -= gone
+            self.changed.set()
+
+    async def _acquire(self, target: int, holders: list[str | None]) -> None:
+        need = target - len(self.owned - self.draining)
+        if need <= 0:
+            return
+        free = [p for p in range(self.partitions) if holders[p] is None and p not in self.owned]
+        candidates = sorted(free, key=self._preference)[:need]
+        if not candidates:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for p in candidates:
+                pipe.set(self._lease_key(p), self.token, nx=True, px=self.lease_ms)
+            results = await pipe.execute()
+        won = [p for p, ok in zip(candidates, results, strict=True) if ok]
+        if won:
+            self.owned.update(won)
+            self._acquired.extend(won)
+            self.changed.set()
+            log.debug("acquired partitions", extra={"partitions": won, "token": self.token})

@@ -1,0 +1,154 @@
+"""Claims: the protocol that makes every inbound message answered exactly once.
+
+Delivery is at-least-once (a Redis Streams entry is redelivered when its worker dies before
+``XACK``), so each message is claimed in Redis before any work:
+
+- **claim**: ``SET chorus:v1:dedupe:{platform}:{id} claimed:{worker}:{nonce} NX PX lease GET``,
+  queued in the router's read pipeline, so it costs no extra round trip. An empty answer means
+  ours; ``done`` means it was answered already (skip, ack); another worker's value means it is
+  being worked on: wait for that worker to finish (``done``) or die (the lease expires) and try
+  again. Nobody deletes another worker's claim: takeover happens only through expiry.
+- **renewal**: while a turn runs longer than a third of the lease, a background task extends it
+  (``WATCH``/``GET`` must still be our token, then ``PEXPIRE``).
+- **commit**: the reply (when the bus can publish inside a transaction), the history, the
+  ``done`` marker and the rest of the side effect go out in one ``MULTI``/``EXEC``. A worker killed
+  before it is answered is redone by another; killed after, the redelivery finds ``done``. While
+  the claim is known to be fresh (taken or renewed less than half a lease ago) nobody can have
+  taken it over, so the commit needs no extra ``WATCH`` round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.exceptions import WatchError
+
+from bot import keys
+
+log = logging.getLogger("chorus.claims")
+
+DONE = "done"
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass
+class Claims:
+    redis: Redis
+    worker_id: str = field(default_factory=default_worker_id)
+    lease_ms: int = 60_000
+    done_seconds: int = 3 * 24 * 3600
+    clock: Callable[[], float] = time.monotonic
+
+    def new(self, platform: str, message_id: str) -> Claim:
+        token = f"claimed:{self.worker_id}:{uuid.uuid4().hex[:12]}"
+        return Claim(self, keys.dedupe(platform, message_id), token)
+
+
+@dataclass
+class Claim:
+    owner: Claims
+    key: str
+    token: str
+    since: float | None = None  # when we last knew the claim was ours (monotonic)
+
+    # -- taking it -------------------------------------------------------------------------
+    def queue_take(self, pipe: Pipeline) -> None:
+        """Queue the claim (1 result) on the caller's read pipeline; see ``taken``."""
+        pipe.set(self.key, self.token, nx=True, px=self.owner.lease_ms, get=True)
+
+    def taken(self, previous: object) -> bool | None:
+        """True: ours now. False: already answered. None: another worker holds it."""
+        if previous is None:
+            self.since = self.owner.clock()
+            return True
+        return False if previous == DONE else None
+
+    async def wait_and_take(self) -> bool:
+        """Wait out another worker's claim: True once ours, False once it is answered."""
+        redis, lease = self.owner.redis, self.owner.lease_ms
+        while True:
+            previous = await redis.set(self.key, self.token, nx=True, px=lease, get=True)
+            outcome = self.taken(previous)
+            if outcome is not None:
+                return outcome
+            ttl_ms = await redis.pttl(self.key)
+            log.info(
+                "message claimed by another worker; waiting",
+                extra={"key": self.key, "holder": str(previous), "ttl_ms": ttl_ms},
+            )
+            await asyncio.sleep(min(max(ttl_ms, 20), lease) / 1000)
+
+    # -- holding it ------------------------------------------------------------------------
+    def fresh(self) -> bool:
+        return self.since is not None and (
+            self.owner.clock() - self.since < self.owner.lease_ms / 2000
+        )
+
+    @contextlib.asynccontextmanager
+    async def renewing(self) -> AsyncIterator[None]:
+        """Keep the lease alive while the body runs (a long model call or tool loop)."""
+        task = asyncio.create_task(self._renew(), name=f"renew:{self.key}")
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(self.owner.lease_ms / 3000)
+            if not await self._if_ours(lambda pipe: pipe.pexpire(self.key, self.owner.lease_ms)):
+                log.warning("lost the claim while working", extra={"key": self.key})
+                return
+            self.since = self.owner.clock()
+
+    # -- finishing -------------------------------------------------------------------------
+    async def commit(self, fill: Callable[[Pipeline], None]) -> bool:
+        """Run ``fill``'s commands and mark the message done, atomically, if still ours."""
+
+        def effect(pipe: Pipeline) -> None:
+            fill(pipe)
+            pipe.set(self.key, DONE, ex=self.owner.done_seconds)
+
+        if self.fresh():
+            async with self.owner.redis.pipeline(transaction=True) as pipe:
+                effect(pipe)
+                await pipe.execute()
+            return True
+        if await self._if_ours(effect):
+            return True
+        log.warning("lost the claim; the answer is not recorded", extra={"key": self.key})
+        return False
+
+    async def release(self) -> None:
+        """Give the claim up (after a failure) so a later delivery may try again."""
+        await self._if_ours(lambda pipe: pipe.delete(self.key))
+
+    async def _if_ours(self, queue: Callable[[Pipeline], object]) -> bool:
+        async with self.owner.redis.pipeline(transaction=True) as pipe:
+            for _ in range(5):
+                try:
+                    await pipe.watch(self.key)
+                    if await pipe.get(self.key) != self.token:
+                        await pipe.unwatch()  # type: ignore[no-untyped-call]
+                        return False
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    queue(pipe)
+                    await pipe.execute()
+                    return True
+                except WatchError:
+                    continue
+        return False

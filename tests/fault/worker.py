@@ -1,0 +1,85 @@
+"""A Chorus worker process for the exactly-once fault test: the real ``Router`` over the Redis
+Streams bus, with a scripted model whose every turn awaits a fixed bit of simulated work, so
+turns are in flight when the test kills a worker.
+
+Usage: ``python tests/fault/worker.py REDIS_URL NAMESPACE WORKER_NAME [WORK_MS]``; prints
+``ready`` once consuming, exits cleanly on SIGTERM.
+
+The router is the production one: its claims (``bot/claims.py``) and its transactional reply
+over the Streams bus are what the test proves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from bot import store
+from bot.agent import Agent
+from bot.bus_redis import RedisStreamsBus
+from bot.commands import Commands
+from bot.history import HistoryStore
+from bot.llm.scripted import ScriptedProvider
+from bot.llm.types import LLMRequest, LLMResponse
+from bot.prompting import PromptAssembler
+from bot.router import Router, RouterLimits
+
+log = logging.getLogger("chorus.router")
+
+CLAIM_LEASE_MS = 2000  # short for the test; production: ~60 s, renewed every lease / 3
+
+
+class SlowScripted(ScriptedProvider):
+    """Echoes the last message after ``work_ms`` of simulated (awaited) model time."""
+
+    def __init__(self, worker: str, work_ms: int) -> None:
+        super().__init__(responder=lambda r: f"{worker}: {r.messages[-1].text[-40:]}")
+        self.work = work_ms / 1000
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        await asyncio.sleep(self.work)
+        return await super().complete(request)
+
+
+async def main(url: str, namespace: str, name: str, work_ms: int) -> None:
+    redis = await store.connect(url)
+    bus = RedisStreamsBus(
+        redis,
+        consumer=name,
+        namespace=namespace,
+        partitions=8,
+        block_ms=100,
+        lease_ms=1500,
+        claim_idle_ms=5000,
+        batch=16,
+        max_inflight=64,
+    )
+    history = HistoryStore(redis, max_messages=10, ttl_seconds=600)
+    router = Router(
+        worker_id=name,
+        bus=bus,
+        redis=redis,
+        history=history,
+        assembler=PromptAssembler(model="scripted", system_prompt="SYSTEM"),
+        agent=Agent(SlowScripted(name, work_ms)),  # type: ignore[arg-type]
+        commands=Commands(history),
+        limits=RouterLimits(claim_lease_ms=CLAIM_LEASE_MS),
+    )
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    running = asyncio.create_task(router.run())
+    print("ready", flush=True)
+    await stop.wait()
+    await bus.close()
+    await asyncio.gather(running, return_exceptions=True)
+    await router.close()
+    await redis.aclose()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    asyncio.run(
+        main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4:5] and sys.argv[4] or 20))
+    )

@@ -1,0 +1,397 @@
+"""A loopback stand-in for Discord: the gateway websocket and the REST endpoints the adapter uses.
+
+The real discord.py client talks to it unchanged once ``DISCORD_API_BASE_URL`` points at
+``{url}/api/v10`` and ``DISCORD_GATEWAY_URL`` at ``{ws_url}``. It speaks just enough of the
+protocol (https://discord.com/developers/docs/events/gateway):
+
+* gateway: HELLO on connect, HEARTBEAT_ACK for heartbeats, READY (+ GUILD_CREATE for the
+  configured guilds) for IDENTIFY, RESUMED for RESUME; ``dispatch`` pushes any event; ``drop``
+  closes the socket with 4000 so the client resumes on READY's ``resume_gateway_url`` (this
+  server); ``identify_close_code`` closes at IDENTIFY instead (4014: disallowed intents);
+* REST: ``/users/@me`` (401 when ``reject_token``), ``/oauth2/applications/@me``, command sync,
+  message create, typing, interaction callback and webhook follow-ups; queued ``failures``
+  answer message creates first. 429s carry ``Via: 1.1 google``: discord.py treats a 429
+  without ``Via`` as a Cloudflare ban and does not retry.
+
+Responses use ``Content-Type: application/json`` exactly (discord.py decodes nothing else).
+Every request and gateway frame is recorded; tests ``await wait_for(...)`` instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from tests.loopback.base import LoopbackServer, Recorded, ScriptedFailure
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "discord"
+
+
+def load_fixture(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
+    return data
+
+
+def json_response(
+    body: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    """JSON with ``Content-Type: application/json`` exactly (aiohttp would add a charset)."""
+    return web.Response(
+        body=json.dumps(body).encode(),
+        status=status,
+        headers={**(headers or {}), "Content-Type": "application/json"},
+    )
+
+
+@dataclass
+class GatewayFrame:
+    connection: int
+    op: int
+    data: Any
+
+
+class DiscordServer(LoopbackServer):
+    """REST under ``/api/v10`` and the gateway at ``/gateway``."""
+
+    def __init__(self, ready: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.ready = ready or load_fixture("discord_ready_docs_user")
+        self.bot_user: dict[str, Any] = self.ready["d"]["user"]
+        self.guilds: list[dict[str, Any]] = []
+        self.reject_token = False
+        self.identify_close_code: int | None = None
+        self.frames: list[GatewayFrame] = []
+        self.connections = 0
+        self.created: list[dict[str, Any]] = []  # messages that were actually created
+        self._ws: web.WebSocketResponse | None = None
+        self._seq = itertools.count(2)
+        self._ids = itertools.count(900_000_000_000_000_001)
+        self._changed = asyncio.Condition()
+
+    @property
+    def api_url(self) -> str:
+        return f"{self.url}/api/v10"
+
+    @property
+    def ws_url(self) -> str:
+        return self.url.replace("http://", "ws://") + "/gateway"
+
+    def routes(self) -> list[web.RouteDef]:
+        api = "/api/v10"
+        return [
+            web.get("/gateway", self._gateway),
+            web.get(f"{api}/users/@me", self._me),
+            web.get(f"{api}/oauth2/applications/@me", self._application),
+            web.put(f"{api}/applications/{{app}}/commands", self._sync_commands),
+            web.post(f"{api}/channels/{{channel}}/messages", self._create_message),
+            web.post(f"{api}/channels/{{channel}}/typing", self._typing),
+            web.post(f"{api}/interactions/{{id}}/{{token}}/callback", self._callback),
+            web.post(f"{api}/webhooks/{{app}}/{{token}}", self._followup),
+        ]
+
+    # -- waiting ---------------------------------------------------------------------------------
+    async def wait_for(self, predicate: Callable[[], bool], limit: float = 10.0) -> None:
+        """Return once ``predicate()`` holds (checked after each request and gateway frame)."""
+        async with asyncio.timeout(limit), self._changed:
+            await self._changed.wait_for(predicate)
+
+    async def wait_request(self, method: str, path: str, count: int = 1) -> list[Recorded]:
+        await self.wait_for(lambda: len(self.requests_to(method, path)) >= count)
+        return self.requests_to(method, path)
+
+    async def wait_op(self, op: int, count: int = 1) -> list[GatewayFrame]:
+        await self.wait_for(lambda: len(self.ops(op)) >= count)
+        return self.ops(op)
+
+    def requests_to(self, method: str, path: str) -> list[Recorded]:
+        full = f"/api/v10{path}"
+        return [r for r in self.requests if r.method == method and r.path == full]
+
+    def ops(self, op: int) -> list[GatewayFrame]:
+        return [f for f in self.frames if f.op == op]
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def _record(self, request: web.Request) -> Recorded:
+        recorded = await self.record(request)
+        await self._notify()
+        return recorded
+
+    # -- gateway ---------------------------------------------------------------------------------
+    async def dispatch(self, event: str, data: dict[str, Any]) -> None:
+        """Send a DISPATCH (op 0) on the current connection."""
+        assert self._ws is not None, "no gateway connection"
+        await self._ws.send_str(json.dumps({"op": 0, "t": event, "s": next(self._seq), "d": data}))
+
+    async def drop(self, code: int = 4000) -> None:
+        """Close the current connection the way a gateway hiccup does (resumable code)."""
+        assert self._ws is not None, "no gateway connection"
+        ws, self._ws = self._ws, None
+        await ws.close(code=code, message=b"loopback drop")
+
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self.connections += 1
+        connection = self.connections
+        self._ws = ws
+        await ws.send_str(json.dumps(load_fixture("discord_hello")))
+        async for msg in ws:
+            if msg.type is not WSMsgType.TEXT:
+                continue
+            frame = json.loads(msg.data)
+            self.frames.append(GatewayFrame(connection, frame["op"], frame.get("d")))
+            await self._on_frame(ws, frame)  # (READY is out before a waiter sees the IDENTIFY)
+            await self._notify()
+        return ws
+
+    async def _on_frame(self, ws: web.WebSocketResponse, frame: dict[str, Any]) -> None:
+        op = frame["op"]
+        if op == 1:  # HEARTBEAT
+            await ws.send_str(json.dumps({"op": 11}))
+        elif op == 2:  # IDENTIFY
+            if self.identify_close_code is not None:
+                await ws.close(code=self.identify_close_code, message=b"Disallowed intent(s).")
+                return
+            ready = copy.deepcopy(self.ready)
+            ready["d"]["resume_gateway_url"] = self.ws_url
+            ready["s"] = next(self._seq)
+            await ws.send_str(json.dumps(ready))
+            for guild in self.guilds:
+                await self.dispatch("GUILD_CREATE", guild)
+        elif op == 6:  # RESUME
+            await self.dispatch("RESUMED", {})
+
+    # -- REST --------------------------------------------------------------------------------------
+    async def _me(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        if self.reject_token:
+            return json_response({"message": "401: Unauthorized", "code": 0}, status=401)
+        return json_response(self.bot_user)
+
+    async def _application(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        return json_response(
+            {
+                "id": self.ready["d"]["application"]["id"],
+                "name": self.bot_user["username"],
+                "description": "",
+                "icon": None,
+                "bot_public": True,
+                "bot_require_code_grant": False,
+                "owner": self.bot_user,
+                "verify_key": "0" * 64,
+                "flags": 0,
+            }
+        )
+
+    async def _sync_commands(self, request: web.Request) -> web.Response:
+        rec = await self._record(request)
+        app = request.match_info["app"]
+        synced = [
+            {**command, "id": str(next(self._ids)), "application_id": app, "version": "1"}
+            for command in rec.body or []
+        ]
+        return json_response(synced)
+
+    async def _create_message(self, request: web.Request) -> web.Response:
+        rec = await self._record(request)
+        failure = self.next_failure()
+        if failure is not None:
+            return failure
+        created = self.message_payload(request.match_info["channel"], rec.body)
+        self.created.append(created)
+        return json_response(created)
+
+    async def _typing(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        return web.Response(status=204)
+
+    async def _callback(self, request: web.Request) -> web.Response:
+        rec = await self._record(request)
+        body = rec.body or {}
+        flags = (body.get("data") or {}).get("flags", 0)
+        return json_response(
+            {
+                "interaction": {
+                    "id": request.match_info["id"],
+                    "type": 2,
+                    "response_message_loading": body.get("type") == 5,
+                    "response_message_ephemeral": bool(flags & 64),
+                },
+                "resource": {"type": body.get("type", 5)},
+            }
+        )
+
+    async def _followup(self, request: web.Request) -> web.Response:
+        rec = await self._record(request)
+        return json_response(self.message_payload("0", rec.body))
+
+    def next_failure(self) -> web.Response | None:
+        if not self.failures:
+            return None
+        failure = self.failures.popleft()
+        return json_response(failure.body, status=failure.status, headers=failure.headers)
+
+    def message_payload(self, channel_id: str, body: Any) -> dict[str, Any]:
+        body = body if isinstance(body, dict) else {}
+        return {
+            "id": str(next(self._ids)),
+            "channel_id": channel_id,
+            "author": self.bot_user,
+            "content": body.get("content", ""),
+            "timestamp": "2024-01-01T00:00:00.000000+00:00",
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": [],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 19 if body.get("message_reference") else 0,
+            "flags": body.get("flags", 0),
+        }
+
+
+def rate_limited(retry_after: float, *, is_global: bool = False) -> ScriptedFailure:
+    """A 429 as Discord sends it (``Via`` included, see the module docstring)."""
+    return ScriptedFailure(
+        status=429,
+        body={
+            "message": "You are being rate limited.",
+            "retry_after": retry_after,
+            "global": is_global,
+        },
+        headers={
+            "Via": "1.1 google",
+            "Retry-After": str(retry_after),
+            "X-RateLimit-Scope": "global" if is_global else "user",
+        },
+    )
+
+
+# -- payload builders shared by the convert and end-to-end tests ---------------------------------
+GUILD_ID = 290926798999357249  # the guild of discord_message_create_reply.json
+CHANNEL_ID = 290926798999357250
+THREAD_ID = 290926798999357300
+BOT_ID = 80351110224678912  # discord_ready_docs_user.json
+HUMAN_ID = 53908099506183680  # "Mason", the author in the docs examples
+MOD_ROLE_ID = 290926798999357260
+MANAGE_MESSAGES = 1 << 13
+
+
+def guild_create(*, owner_id: int = 1, threads: dict[int, int] | None = None) -> dict[str, Any]:
+    """A GUILD_CREATE ``d`` for the fixture guild: one text channel, threads, a moderator role."""
+    roles = [
+        {"id": str(GUILD_ID), "name": "@everyone", "permissions": "0", "position": 0},
+        {
+            "id": str(MOD_ROLE_ID),
+            "name": "mods",
+            "permissions": str(MANAGE_MESSAGES),
+            "position": 1,
+        },
+    ]
+    return {
+        "id": str(GUILD_ID),
+        "name": "loopback guild",
+        "owner_id": str(owner_id),
+        "member_count": 2,
+        "roles": [
+            {"color": 0, "hoist": False, "managed": False, "mentionable": False, **r} for r in roles
+        ],
+        "channels": [
+            {
+                "id": str(CHANNEL_ID),
+                "type": 0,
+                "name": "general",
+                "position": 0,
+                "guild_id": str(GUILD_ID),
+                "permission_overwrites": [],
+            },
+        ],
+        "threads": [
+            {
+                "id": str(thread_id),
+                "guild_id": str(GUILD_ID),
+                "parent_id": str(parent_id),
+                "owner_id": str(HUMAN_ID),
+                "name": "a thread",
+                "type": 11,
+                "message_count": 1,
+                "member_count": 1,
+                "thread_metadata": {
+                    "archived": False,
+                    "auto_archive_duration": 1440,
+                    "archive_timestamp": "2024-01-01T00:00:00.000000+00:00",
+                    "locked": False,
+                },
+            }
+            for thread_id, parent_id in (threads or {THREAD_ID: CHANNEL_ID}).items()
+        ],
+        "members": [],
+        "emojis": [],
+        "stickers": [],
+        "stage_instances": [],
+        "guild_scheduled_events": [],
+        "features": [],
+    }
+
+
+def message_create(**changes: Any) -> dict[str, Any]:
+    """A MESSAGE_CREATE ``d``: the composed reply fixture (a human mentioning and replying to
+    the bot in the fixture guild) with ``changes`` applied; ``None`` values delete a key."""
+    data: dict[str, Any] = load_fixture("discord_message_create_reply")["d"]
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key, None)  # (the fixture's keys are all optional in discord.py)
+        else:
+            data[key] = value
+    return data
+
+
+def plain_message(
+    message_id: int,
+    content: str,
+    *,
+    channel_id: int = CHANNEL_ID,
+    author: dict[str, Any] | None = None,
+    roles: list[str] | None = None,
+    mentions: list[dict[str, Any]] | None = None,
+    guild: bool = True,
+) -> dict[str, Any]:
+    """A default-type message with no reference and no attachment."""
+    changes: dict[str, Any] = {
+        "id": str(message_id),
+        "content": content,
+        "channel_id": str(channel_id),
+        "type": 0,
+        "message_reference": None,
+        "referenced_message": None,
+        "attachments": [],
+        "mentions": mentions or [],
+    }
+    if author is not None:
+        changes["author"] = author
+    if guild:
+        member = load_fixture("discord_message_create_reply")["d"]["member"]
+        changes["member"] = {**member, "roles": roles or []}
+    else:
+        changes.update(guild_id=None, member=None, channel_type=None)
+    return message_create(**changes)
+
+
+def bot_mention() -> dict[str, Any]:
+    """The ``mentions`` entry for the bot, as in the reply fixture."""
+    mention: dict[str, Any] = load_fixture("discord_message_create_reply")["d"]["mentions"][0]
+    return mention

@@ -1,0 +1,240 @@
+"""A loopback stand-in for Slack: the Web API, private files, response_url and Socket Mode.
+
+Point the real ``slack_sdk.AsyncWebClient`` at ``server.api_url`` (the value for
+``SLACK_API_BASE_URL``, ending in ``/api/``). Shapes follow the Web API reference
+(https://docs.slack.dev/reference/methods): every answer is HTTP 200 ``{"ok": true, ...}``, an
+error is HTTP 200 ``{"ok": false, "error": "invalid_auth"}``, and rate limiting is HTTP 429 with
+``Retry-After`` and ``{"ok": false, "error": "ratelimited"}``.
+
+- ``POST /api/auth.test`` -> the bot's identity for a token in ``bot_tokens``, else
+  ``invalid_auth``;
+- ``POST /api/chat.postMessage`` -> recorded, answered with a fresh ``ts``; queued
+  ``failures`` (``server.rate_limit(seconds)``) are answered first;
+- ``GET|POST /api/users.info`` -> ``users[user]`` or a plain member;
+- ``POST /api/apps.connections.open`` -> a ``ws://`` URL of this server for an app token in
+  ``app_tokens``, else ``invalid_auth``;
+- ``GET /files/<name>`` -> ``files[name]`` with ``Authorization: Bearer <bot token>``, 403
+  without it;
+- ``POST /response/<id>`` -> recorded (a slash command's ``response_url``);
+- ``GET /socket`` -> a Socket Mode websocket: ``hello`` on connect, then the envelopes pushed
+  with ``send_envelope``; acks are recorded. ``drop_socket()`` closes it from the server side.
+
+Tests await ``wait_for(predicate)`` (a condition notified on every request), never sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qsl
+
+from aiohttp import WSMsgType, web
+
+from tests.loopback.base import LoopbackServer, Recorded, ScriptedFailure
+
+BOT_USER_ID = "UBOT0001"
+BOT_ID = "BBOT0001"
+TEAM_ID = "T111"
+WAIT_LIMIT = 5.0
+
+
+class SlackServer(LoopbackServer):
+    def __init__(self, *, bot_token: str = "xoxb-test-token", app_token: str = "xapp-test") -> None:
+        super().__init__()
+        self.bot_tokens = {bot_token}
+        self.app_tokens = {app_token}
+        self.users: dict[str, dict[str, Any]] = {}
+        self.files: dict[str, tuple[bytes, str]] = {}
+        self.acks: list[dict[str, Any]] = []
+        self.socket_connections = 0
+        self._ts = itertools.count(1)
+        self._changed: asyncio.Condition | None = None
+        self._sockets: list[web.WebSocketResponse] = []
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/api/auth.test", self._auth_test),
+            web.post("/api/chat.postMessage", self._post_message),
+            web.route("*", "/api/users.info", self._users_info),
+            web.post("/api/apps.connections.open", self._connections_open),
+            web.get("/files/{name}", self._file),
+            web.post("/response/{id}", self._response),
+            web.get("/socket", self._socket),
+        ]
+
+    # -- helpers for tests ------------------------------------------------------------------
+    @property
+    def api_url(self) -> str:
+        return f"{self.url}/api/"
+
+    def file_url(self, name: str) -> str:
+        return f"{self.url}/files/{name}"
+
+    def response_url(self, name: str = "") -> str:
+        return f"{self.url}/response/{name or uuid.uuid4().hex}"
+
+    def rate_limit(self, seconds: int) -> None:
+        self.failures.append(
+            ScriptedFailure(
+                429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(seconds)}
+            )
+        )
+
+    def calls(self, path: str) -> list[Recorded]:
+        return [r for r in self.requests if r.path == path]
+
+    @property
+    def posts(self) -> list[dict[str, Any]]:
+        return [r.body for r in self.calls("/api/chat.postMessage")]
+
+    @property
+    def responses(self) -> list[dict[str, Any]]:
+        return [r.body for r in self.requests if r.path.startswith("/response/")]
+
+    async def wait_for(self, predicate: Callable[[], bool]) -> None:
+        """Until ``predicate()`` holds after some request (bounded by ``WAIT_LIMIT`` seconds)."""
+        changed = self._condition()
+        async with asyncio.timeout(WAIT_LIMIT), changed:
+            await changed.wait_for(predicate)
+
+    async def wait_acked(self, envelope_id: str) -> None:
+        await self.wait_for(lambda: any(a.get("envelope_id") == envelope_id for a in self.acks))
+
+    async def send_envelope(self, kind: str, payload: dict[str, Any]) -> str:
+        """Push one Socket Mode envelope (``events_api``, ``slash_commands``) to the client."""
+        envelope_id = uuid.uuid4().hex
+        socket = self._sockets[-1]
+        await socket.send_json(
+            {
+                "envelope_id": envelope_id,
+                "type": kind,
+                "payload": payload,
+                "accepts_response_payload": kind != "events_api",
+                "retry_attempt": 0,
+                "retry_reason": "",
+            }
+        )
+        return envelope_id
+
+    async def drop_socket(self) -> None:
+        """Close the live websocket from the server side, as Slack does on a refresh."""
+        for socket in list(self._sockets):
+            await socket.close()
+
+    # -- handlers ---------------------------------------------------------------------------
+    def _condition(self) -> asyncio.Condition:
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        return self._changed
+
+    async def _notify(self) -> None:
+        changed = self._condition()
+        async with changed:
+            changed.notify_all()
+
+    async def _record(self, request: web.Request) -> Recorded:
+        rec = await self.record(request)
+        if isinstance(rec.body, str) and "=" in rec.body:
+            rec.body = dict(parse_qsl(rec.body))  # form-encoded Web API arguments
+        return rec
+
+    def _token(self, request: web.Request) -> str:
+        return request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+
+    async def _auth_test(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        await self._notify()
+        if self._token(request) not in self.bot_tokens:
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        return web.json_response(
+            {
+                "ok": True,
+                "url": "https://chorus-test.slack.com/",
+                "team": "Chorus Test",
+                "user": "chorus",
+                "team_id": TEAM_ID,
+                "user_id": BOT_USER_ID,
+                "bot_id": BOT_ID,
+                "is_enterprise_install": False,
+            }
+        )
+
+    async def _post_message(self, request: web.Request) -> web.Response:
+        rec = await self._record(request)
+        try:
+            failure = self.next_failure()
+            if failure is not None:
+                return failure
+            if self._token(request) not in self.bot_tokens:
+                return web.json_response({"ok": False, "error": "invalid_auth"})
+            body = rec.body or {}
+            ts = f"1700000000.{next(self._ts):06d}"
+            return web.json_response(
+                {
+                    "ok": True,
+                    "channel": body.get("channel"),
+                    "ts": ts,
+                    "message": {"text": body.get("text"), "user": BOT_USER_ID, "ts": ts},
+                }
+            )
+        finally:
+            await self._notify()
+
+    async def _users_info(self, request: web.Request) -> web.Response:
+        rec = await self._record(request)
+        await self._notify()
+        user = request.query.get("user") or (rec.body or {}).get("user", "")
+        info = self.users.get(user, {"id": user, "name": user.lower(), "profile": {}})
+        return web.json_response({"ok": True, "user": info})
+
+    async def _connections_open(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        await self._notify()
+        if self._token(request) not in self.app_tokens:
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        ws_url = self.url.replace("http://", "ws://") + "/socket"
+        return web.json_response({"ok": True, "url": ws_url})
+
+    async def _file(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        await self._notify()
+        if self._token(request) not in self.bot_tokens:
+            return web.Response(status=403, text="forbidden")
+        found = self.files.get(request.match_info["name"])
+        if found is None:
+            return web.Response(status=404)
+        data, mime = found
+        return web.Response(body=data, content_type=mime)
+
+    async def _response(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        try:
+            failure = self.next_failure()
+            if failure is not None:
+                return failure
+            return web.Response(text="ok")
+        finally:
+            await self._notify()
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        self._sockets.append(socket)
+        self.socket_connections += 1
+        await socket.send_json(
+            {"type": "hello", "num_connections": 1, "connection_info": {"app_id": "A111"}}
+        )
+        await self._notify()
+        try:
+            async for message in socket:
+                if message.type == WSMsgType.TEXT:
+                    self.acks.append(json.loads(message.data))
+                    await self._notify()
+        finally:
+            self._sockets.remove(socket)
+            await self._notify()
+        return socket

@@ -1,0 +1,151 @@
+"""``chorus run`` as a real process, with a platform configured: the Discord adapter (real
+discord.py against the loopback gateway and REST), the router, the agent and the Anthropic SDK
+(against its loopback server), all wired by the composition root."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+
+from tests.loopback.anthropic_server import AnthropicServer
+from tests.loopback.discord_server import (
+    BOT_ID,
+    CHANNEL_ID,
+    DiscordServer,
+    bot_mention,
+    plain_message,
+)
+from tests.test_chat_e2e import ROOT, base_env
+
+
+async def test_chorus_run_answers_a_discord_mention_end_to_end(tmp_path: Path) -> None:
+    async with AnthropicServer() as model, DiscordServer() as discord:
+        model.replies.append("Hello from the model, @everyone!")
+        env = base_env(tmp_path) | {
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "k",
+            "ANTHROPIC_BASE_URL": model.base_url,
+            "DISCORD_TOKEN": "loopback-token-not-secret",
+            "DISCORD_API_BASE_URL": discord.api_url,
+            "DISCORD_GATEWAY_URL": discord.ws_url,
+            "PYTHONPATH": str(ROOT),
+        }
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bot.cli",
+            "run",
+            env=env,
+            cwd=tmp_path,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            await discord.wait_for(
+                lambda: bool(discord.ops(2)), limit=90
+            )  # IDENTIFY: the gateway is up
+            await discord.dispatch(
+                "MESSAGE_CREATE",
+                plain_message(4242, f"<@{BOT_ID}> what is up?", mentions=[bot_mention()]),
+            )
+            path = f"/channels/{CHANNEL_ID}/messages"
+            await discord.wait_for(lambda: bool(discord.requests_to("POST", path)), limit=90)
+            (post,) = discord.requests_to("POST", path)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()[-3000:]
+        body = post.body
+        assert body["content"].startswith("Hello from the model, @\u200beveryone")
+        assert body["allowed_mentions"]["parse"] == []
+        assert "what is up?" in json.dumps(model.bodies[-1]["messages"])
+        assert b"loopback-token-not-secret" not in err
+
+
+async def test_gateway_and_worker_processes_over_redis_streams(
+    tmp_path: Path, real_redis_url: str, key_tag: str
+) -> None:
+    """Scale-out: ``--role gateway`` holds the Discord connection, ``--role worker`` runs the
+    agent; the Redis Streams bus on a real Redis carries the message and the reply between."""
+    async with AnthropicServer() as model, DiscordServer() as discord:
+        model.replies.append("Answered by the worker.")
+        common = base_env(tmp_path) | {
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "k",
+            "ANTHROPIC_BASE_URL": model.base_url,
+            "CHORUS_REDIS_URL": real_redis_url,
+            "CHORUS_BUS": "redis",
+            "CHORUS_BUS_NAMESPACE": key_tag,
+            "CHORUS_INSIGHTS_ENABLED": "false",
+            "PYTHONPATH": str(ROOT),
+        }
+        gateway_env = common | {
+            "DISCORD_TOKEN": "loopback-token-not-secret",
+            "DISCORD_API_BASE_URL": discord.api_url,
+            "DISCORD_GATEWAY_URL": discord.ws_url,
+        }
+        procs = [
+            await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "bot.cli",
+                "run",
+                "--role",
+                role,
+                env=env,
+                cwd=tmp_path,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            for role, env in (("gateway", gateway_env), ("worker", common))
+        ]
+        message_id = int(key_tag[1:], 16)  # unique per run: the real Redis remembers ids
+        try:
+            await discord.wait_for(lambda: bool(discord.ops(2)), limit=90)
+            await discord.dispatch(
+                "MESSAGE_CREATE",
+                plain_message(message_id, f"<@{BOT_ID}> who answers?", mentions=[bot_mention()]),
+            )
+            path = f"/channels/{CHANNEL_ID}/messages"
+            await discord.wait_for(lambda: bool(discord.requests_to("POST", path)), limit=90)
+            (post,) = discord.requests_to("POST", path)
+        finally:
+            outputs = []
+            for proc in procs:
+                proc.send_signal(signal.SIGTERM)
+                outputs.append(await asyncio.wait_for(proc.communicate(), 60))
+            await _forget(real_redis_url, key_tag, message_id)
+        for proc, (_, err) in zip(procs, outputs, strict=True):
+            assert proc.returncode == 0, err.decode()[-3000:]
+        assert post.body["content"] == "Answered by the worker."
+        assert len(model.requests) == 1
+
+
+async def _forget(url: str, tag: str, message_id: int) -> None:
+    """Remove what the run left in the shared test database."""
+    from bot import keys, store
+    from bot.events import ConversationKey
+
+    redis = await store.connect(url)
+    try:
+        doomed = [k async for k in redis.scan_iter(match=f"*{tag}*")]
+        doomed += [
+            keys.dedupe("discord", str(message_id)),
+            keys.history(ConversationKey(platform="discord", channel=str(CHANNEL_ID))),
+        ]
+        await redis.delete(*doomed)
+    finally:
+        await redis.aclose()
+
+
+async def test_a_role_needs_the_redis_bus(tmp_path: Path) -> None:
+    from tests.test_chat_e2e import run_chorus
+
+    env = base_env(tmp_path) | {"CHORUS_MODEL": "openai:m", "OPENAI_API_KEY": "k"}
+    code, _, err = await run_chorus(["run", "--role", "worker"], env, tmp_path)
+    assert code == 2 and "CHORUS_BUS=redis" in err
