@@ -28,6 +28,8 @@ _TOKEN_PATTERNS = (
     re.compile(r"xox[abposr]-[A-Za-z0-9\-]{10,}"),
     re.compile(r"xapp-[A-Za-z0-9\-]{10,}"),
     re.compile(r"AIza[0-9A-Za-z_\-]{20,}"),
+    re.compile(r"ya29\.[A-Za-z0-9_\-]{20,}"),  # Google OAuth access tokens
+    re.compile(r"1//[A-Za-z0-9_\-]{20,}"),  # Google OAuth refresh tokens
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{12,}"),
     re.compile(r"(?<=://)([^:/@\s]*):([^@/\s]+)@"),
     re.compile(r"(?i)((?:client_secret|refresh_token|access_token|token|api_key|key)=)[^&\s\"']+"),

@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings
 from adapters.discord.settings import DiscordSettings
 from adapters.slack.settings import SlackSettings
 from adapters.twitch.settings import TwitchSettings
+from adapters.youtube.settings import YouTubeSettings
 from bot.config import (
     NO_LLM_MESSAGE,
     ConfigError,
@@ -149,7 +150,15 @@ def test_secret_values_include_the_redis_password() -> None:
 
 @pytest.mark.parametrize(
     "settings_class",
-    [Settings, ToolSettings, MemorySettings, DiscordSettings, SlackSettings, TwitchSettings],
+    [
+        Settings,
+        ToolSettings,
+        MemorySettings,
+        DiscordSettings,
+        SlackSettings,
+        TwitchSettings,
+        YouTubeSettings,
+    ],
 )
 def test_env_example_documents_every_setting(settings_class: type[BaseSettings]) -> None:
     example = (ROOT / ".env.example").read_text()

@@ -1,0 +1,409 @@
+"""The YouTube live chat adapter: find the chat, poll it on a quota plan, send replies.
+
+Two tasks: the *poller* finds the live chat (``YOUTUBE_VIDEO_ID``'s, or the authorised
+channel's active broadcast), skips the backlog (the first page: old messages are not answered),
+then polls ``liveChatMessages.list`` with the page token, sleeping what ``quota.plan_poll``
+says between polls; the *sender* consumes ``outbound:youtube`` and inserts each reply. All
+calls go through ``YouTubeAPI`` (api.py), the one chokepoint for OAuth, retries and quota.
+
+When the chat ends (``liveChatEnded``/``liveChatNotFound``/``liveChatDisabled``/``forbidden``, a
+``chatEndedEvent`` or ``offlineAt``) the poller stops following it. With ``YOUTUBE_VIDEO_ID`` the
+adapter is then done; for a channel it looks for the next broadcast every
+``YOUTUBE_BROADCAST_CHECK_SECONDS``. ``quotaExceeded`` pauses everything until the quota day
+resets (midnight Pacific). ``quota_status`` exposes the day's spend for metrics, and a log line
+reports it every five minutes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis
+
+from adapters.youtube import convert
+from adapters.youtube.api import (
+    ChatUnavailable,
+    Clock,
+    Credentials,
+    QuotaExceeded,
+    QuotaLedger,
+    Sleep,
+    YouTubeAPI,
+    YouTubeAuthError,
+    YouTubeError,
+    YouTubeUnavailable,
+)
+from adapters.youtube.quota import RESET_SLACK, PollPlan, next_reset, plan_poll, quota_day
+from adapters.youtube.settings import YouTubeSettings, load_youtube_settings
+from bot.bus import EventBus
+from bot.events import ChatMessage, MessageDeleted, Reply
+from bot.topics import DELETIONS, INBOUND, outbound_topic
+
+log = logging.getLogger("chorus.youtube")
+
+PLATFORM = convert.PLATFORM
+_QUOTA_LOG_EVERY = timedelta(minutes=5)
+_DEFAULT_POLL_S = 5.0
+_RETRY_LATER_S = 60.0
+_KNOWN_NAMES = 5000
+T = TypeVar("T")
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class QuotaStatus:
+    """The day's quota, for metrics (``units_remaining`` includes the reserve for sends)."""
+
+    day: str
+    units_spent: int
+    units_remaining: int
+    inserts: int
+    poll_interval_s: float | None
+    limited_by: str | None
+    resets_at: datetime
+
+
+@dataclass(frozen=True)
+class _Chat:
+    live_chat_id: str
+    started_at: datetime
+
+
+class YouTubeAdapter:
+    platform = PLATFORM
+
+    def __init__(
+        self,
+        bus: EventBus,
+        settings: YouTubeSettings,
+        api: YouTubeAPI,
+        *,
+        clock: Clock = _utcnow,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.bus = bus
+        self.settings = settings
+        self.api = api
+        self._clock = clock
+        self._sleep = sleep
+        self._bot_channel_id = ""
+        self._bot_names: tuple[str, ...] = ()
+        self._names: OrderedDict[str, str] = OrderedDict()  # channel id -> display name
+        self._sent_ids: deque[str] = deque(maxlen=200)
+        self._plan: PollPlan | None = None
+        self._quota_logged_at: datetime | None = None
+        self._poller: asyncio.Task[None] | None = None
+        self._sender: asyncio.Task[None] | None = None
+        self._closing = False
+
+    @classmethod
+    def from_env(cls, bus: EventBus, redis: Redis) -> YouTubeAdapter | None:
+        """None when ``YOUTUBE_REFRESH_TOKEN`` is unset; ``ConfigError`` when incomplete."""
+        settings = load_youtube_settings()
+        if not settings.enabled:
+            return None
+        return cls.from_settings(bus, redis, settings)
+
+    @classmethod
+    def from_settings(
+        cls,
+        bus: EventBus,
+        redis: Redis,
+        settings: YouTubeSettings,
+        *,
+        clock: Clock = _utcnow,
+        sleep: Sleep = asyncio.sleep,
+    ) -> YouTubeAdapter:
+        settings.check()
+        assert settings.client_id and settings.client_secret and settings.refresh_token
+        credentials = Credentials(
+            client_id=settings.client_id.strip(),
+            client_secret=settings.client_secret.get_secret_value().strip(),
+            refresh_token=settings.refresh_token.get_secret_value().strip(),
+        )
+        ledger = QuotaLedger(redis, settings.quota(), project=credentials.client_id, clock=clock)
+        api = YouTubeAPI(
+            credentials,
+            ledger,
+            base_url=settings.api_base_url,
+            token_url=settings.token_url,
+            clock=clock,
+            sleep=sleep,
+            timeout=settings.http_timeout,
+        )
+        return cls(bus, settings, api, clock=clock, sleep=sleep)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Follow live chats until ``aclose`` (or until a configured video's chat is over)."""
+        self._poller = asyncio.create_task(self._watch(), name="youtube-poller")
+        self._sender = asyncio.create_task(self._send_loop(), name="youtube-sender")
+        try:
+            await self._poller
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise
+        finally:
+            await _cancel(self._sender)
+
+    async def aclose(self) -> None:
+        self._closing = True
+        await _cancel(self._poller)
+        await _cancel(self._sender)
+        await self.api.aclose()
+
+    @property
+    def quota_status(self) -> QuotaStatus:
+        now = self._clock()
+        usage = self.api.ledger.usage
+        return QuotaStatus(
+            day=quota_day(now),
+            units_spent=usage.units,
+            units_remaining=max(0, self.api.ledger.config.daily_units - usage.units),
+            inserts=usage.inserts,
+            poll_interval_s=round(self._plan.delay, 3) if self._plan else None,
+            limited_by=self._plan.limited_by if self._plan else None,
+            resets_at=next_reset(now),
+        )
+
+    # -- finding the chat -----------------------------------------------------------------------
+    async def _watch(self) -> None:
+        await self.api.ledger.load()
+        try:
+            await self._retrying(self._identify)
+            while True:
+                chat = await self._retrying(self._find_chat)
+                if chat is not None:
+                    await self._follow(chat)
+                    if self.settings.video_id:
+                        log.info(
+                            "the configured video's live chat is over; youtube adapter done",
+                            extra={"video_id": self.settings.video_id},
+                        )
+                        return
+                else:
+                    log.info(
+                        "no active youtube live chat; looking again later",
+                        extra={
+                            "video_id": self.settings.video_id,
+                            "check_s": self.settings.broadcast_check_seconds,
+                        },
+                    )
+                await self._sleep(self.settings.broadcast_check_seconds)
+        except YouTubeAuthError as exc:
+            log.error("youtube adapter stopped: %s", exc)
+            raise
+
+    async def _identify(self) -> None:
+        channel = await self.api.my_channel()
+        if channel is None:
+            raise YouTubeAuthError(
+                "the Google account of YOUTUBE_REFRESH_TOKEN has no YouTube channel; "
+                "authorise with the account (or brand account) of the bot's channel"
+            )
+        snippet = channel.get("snippet") or {}
+        self._bot_channel_id = str(channel["id"])
+        names = [self.settings.bot_name, snippet.get("title"), snippet.get("customUrl")]
+        self._bot_names = tuple(str(n) for n in names if n)
+        log.info(
+            "youtube bot identity",
+            extra={"channel_id": self._bot_channel_id, "names": list(self._bot_names)},
+        )
+
+    async def _find_chat(self) -> _Chat | None:
+        if self.settings.video_id:
+            video = await self.api.video(self.settings.video_id)
+            details = (video or {}).get("liveStreamingDetails") or {}
+            chat_id, started = details.get("activeLiveChatId"), details.get("actualStartTime")
+        else:
+            broadcast = await self.api.active_broadcast()
+            snippet = (broadcast or {}).get("snippet") or {}
+            chat_id, started = snippet.get("liveChatId"), snippet.get("actualStartTime")
+        if not chat_id:
+            return None
+        return _Chat(str(chat_id), convert.parse_time(started) or self._clock())
+
+    async def _retrying(self, lookup: Callable[[], Awaitable[T]]) -> T:
+        """Run a lookup until it answers: waiting out a spent quota or an outage."""
+        while True:
+            try:
+                return await lookup()
+            except QuotaExceeded:
+                await self._wait_for_reset()
+            except YouTubeAuthError:
+                raise
+            except (YouTubeUnavailable, ChatUnavailable):
+                log.warning("youtube lookup failed; retrying later", exc_info=True)
+                await self._sleep(self.settings.broadcast_check_seconds)
+            except YouTubeError:
+                log.error("youtube lookup refused; retrying later", exc_info=True)
+                await self._sleep(self.settings.broadcast_check_seconds)
+
+    async def _wait_for_reset(self) -> None:
+        now = self._clock()
+        resets_at = next_reset(now)
+        log.error(
+            "youtube quota exhausted: polling paused until the daily reset (midnight Pacific)",
+            extra={"resets_at": resets_at.isoformat(), **self._quota_fields()},
+        )
+        await self._sleep((resets_at - now + RESET_SLACK).total_seconds())
+
+    # -- polling --------------------------------------------------------------------------------
+    async def _follow(self, chat: _Chat) -> None:
+        """Poll one chat until it is over."""
+        ctx = convert.ChatContext(
+            live_chat_id=chat.live_chat_id,
+            bot_channel_id=self._bot_channel_id,
+            bot_names=self._bot_names,
+            unaddressed=self.settings.unaddressed,
+        )
+        log.info("following youtube live chat", extra={"live_chat_id": chat.live_chat_id})
+        page_token: str | None = None
+        backlog = True
+        while True:
+            try:
+                page = await self.api.list_messages(chat.live_chat_id, page_token)
+            except QuotaExceeded:
+                await self._wait_for_reset()
+                continue
+            except ChatUnavailable as exc:
+                log.warning(
+                    "youtube live chat is over or unavailable; stopped following it",
+                    extra={"live_chat_id": chat.live_chat_id, "reason": exc.reason},
+                )
+                return
+            except YouTubeUnavailable:
+                log.warning("youtube chat poll failed; retrying", exc_info=True)
+                await self._sleep(_RETRY_LATER_S)
+                continue
+            except YouTubeError:
+                log.error("youtube chat poll refused; stopped following", exc_info=True)
+                return
+            page_token = page.get("nextPageToken") or page_token
+            items = page.get("items") or []
+            ended = await self._publish(items, ctx, backlog=backlog)
+            if backlog:
+                log.info("skipped the chat backlog", extra={"messages": len(items)})
+                backlog = False
+            if ended or page.get("offlineAt"):
+                log.info(
+                    "youtube live chat ended",
+                    extra={"live_chat_id": chat.live_chat_id, "offline_at": page.get("offlineAt")},
+                )
+                return
+            await self._sleep(self._next_delay(page, chat))
+
+    def _next_delay(self, page: Mapping[str, Any], chat: _Chat) -> float:
+        server = page.get("pollingIntervalMillis")
+        plan = self._plan = plan_poll(
+            self.api.ledger.config,
+            self.api.ledger.usage,
+            now=self._clock(),
+            stream_started=chat.started_at,
+            server_interval=float(server) / 1000 if server else _DEFAULT_POLL_S,
+        )
+        now = self._clock()
+        if plan.limited_by == "exhausted":
+            log.error(
+                "youtube quota for reading the chat is spent (the rest is kept for replies); "
+                "polling paused until the daily reset (midnight Pacific)",
+                extra=self._quota_fields(),
+            )
+        elif self._quota_logged_at is None or now - self._quota_logged_at >= _QUOTA_LOG_EVERY:
+            self._quota_logged_at = now
+            log.info("youtube quota", extra=self._quota_fields())
+        return plan.delay
+
+    def _quota_fields(self) -> dict[str, object]:
+        status = self.quota_status
+        return {
+            "quota_day": status.day,
+            "units_spent": status.units_spent,
+            "units_remaining": status.units_remaining,
+            "inserts": status.inserts,
+            "poll_interval_s": status.poll_interval_s,
+            "limited_by": status.limited_by,
+        }
+
+    async def _publish(
+        self, items: list[Mapping[str, Any]], ctx: convert.ChatContext, *, backlog: bool
+    ) -> bool:
+        """Publish a page's events (not the backlog's); True when the chat ended."""
+        ended = False
+        for item in items:
+            if convert.is_chat_end(item):
+                ended = True
+                continue
+            if backlog or item.get("id") in self._sent_ids:
+                continue
+            try:
+                event = convert.to_event(item, ctx)
+            except (KeyError, TypeError, ValueError):
+                log.warning(
+                    "dropping a malformed youtube chat item",
+                    extra={"message_id": item.get("id")},
+                    exc_info=True,
+                )
+                continue
+            if isinstance(event, ChatMessage):
+                self._remember(event.author.id, event.author.display_name)
+                await self.bus.publish(INBOUND, event)
+            elif isinstance(event, MessageDeleted):
+                await self.bus.publish(DELETIONS, event)
+        return ended
+
+    def _remember(self, channel_id: str, name: str) -> None:
+        if name:
+            self._names[channel_id] = name
+            self._names.move_to_end(channel_id)
+            while len(self._names) > _KNOWN_NAMES:
+                self._names.popitem(last=False)
+
+    # -- sending --------------------------------------------------------------------------------
+    async def _send_loop(self) -> None:
+        topic = outbound_topic(PLATFORM)
+        async for delivery in self.bus.consume(topic, Reply, group="outbound"):
+            try:
+                await self._send(delivery.event)
+            except asyncio.CancelledError:
+                raise
+            except QuotaExceeded:
+                log.error(
+                    "youtube reply dropped: the quota is spent",
+                    extra={"reply_to_id": delivery.event.reply_to_id, **self._quota_fields()},
+                )
+            except ChatUnavailable as exc:
+                log.warning(
+                    "youtube reply dropped: the chat is unavailable",
+                    extra={"reply_to_id": delivery.event.reply_to_id, "reason": exc.reason},
+                )
+            except Exception:
+                log.exception(
+                    "youtube reply failed", extra={"reply_to_id": delivery.event.reply_to_id}
+                )
+            await delivery.ack()
+
+    async def _send(self, reply: Reply) -> None:
+        pieces = convert.reply_texts(reply, names=self._names, max_pieces=self.settings.max_pieces)
+        for text in pieces:
+            sent = await self.api.insert_message(reply.conversation.channel, text)
+            if sent.get("id"):
+                self._sent_ids.append(str(sent["id"]))
+
+
+async def _cancel(task: asyncio.Task[None] | None) -> None:
+    if task is None:
+        return
+    task.cancel()
+    await asyncio.wait([task])
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("youtube task failed while stopping", exc_info=task.exception())

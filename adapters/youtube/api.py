@@ -1,0 +1,394 @@
+"""The one chokepoint for every YouTube Data API call: OAuth, quota accounting, retries.
+
+Every request goes through ``YouTubeAPI._call``, which
+
+1. refuses a call today's budget cannot pay for (``QuotaExceeded`` without asking Google);
+2. gets a fresh access token (refresh-token grant, renewed a minute before expiry, and once
+   more on a 401);
+3. charges the call's cost to the day's ledger *before* sending -- Google charges failed calls
+   too -- in Redis, so a restart (or a second replica with the same OAuth client) does not
+   forget what was spent;
+4. maps Google's error ``reason`` to what the caller must do: ``quotaExceeded`` -> stop until
+   the reset; ``liveChatEnded``/``liveChatNotFound``/``liveChatDisabled``/``forbidden`` -> this
+   chat is gone; ``rateLimitExceeded``, 429 and 5xx -> retried here with jittered backoff
+   (honouring ``Retry-After``) through the injected ``sleep``; anything else -> a request error.
+
+Why not the official client or ``streamList``: ``google-api-python-client`` is synchronous
+(httplib2) and would block the event loop; ``liveChatMessages.streamList`` (the server-streaming
+alternative to polling) is a gRPC method whose ``stream_list.proto`` Google only publishes in a
+guide for users to compile themselves -- no maintained package ships the stubs -- and each
+(re)connection still costs 5 units. So the REST API is called with aiohttp and polled on a
+quota-planned cadence (see quota.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import aiohttp
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from adapters.youtube import convert
+from adapters.youtube.quota import QuotaConfig, Usage, may_spend, next_reset, quota_day
+from bot import keys
+from bot.llm.retry import RetryPolicy, parse_retry_after
+
+log = logging.getLogger("chorus.youtube.api")
+
+Clock = Callable[[], datetime]
+Sleep = Callable[[float], Awaitable[None]]
+
+_REFRESH_EARLY = timedelta(seconds=60)
+_CHAT_GONE = frozenset({"liveChatEnded", "liveChatNotFound", "liveChatDisabled", "forbidden"})
+_QUOTA = frozenset({"quotaExceeded", "dailyLimitExceeded"})
+_RETRY_REASONS = frozenset({"rateLimitExceeded", "userRateLimitExceeded", "backendError"})
+_RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class YouTubeError(Exception):
+    """A Data API call failed; ``reason`` is Google's ``errors[0].reason`` when there is one."""
+
+    def __init__(self, message: str, *, status: int | None = None, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class QuotaExceeded(YouTubeError):
+    """Today's quota is spent (Google said so, or the ledger knows it would be)."""
+
+
+class ChatUnavailable(YouTubeError):
+    """The live chat ended, was not found, is disabled, or this account may not use it."""
+
+
+class YouTubeAuthError(YouTubeError):
+    """The OAuth client or refresh token was rejected; the message names the variable to fix."""
+
+
+class YouTubeUnavailable(YouTubeError):
+    """Retries ran out (rate limit, 5xx or network)."""
+
+
+def quota_key(project: str, day: str) -> str:
+    """The day's quota ledger (``bot.keys.quota``). The quota belongs to the Google Cloud
+    project, which the OAuth client id identifies; ``day`` is the Pacific-time quota day."""
+    return keys.quota("youtube", project, day)
+
+
+class QuotaLedger:
+    """The day's spend, kept in Redis; counts on in memory (and says so) if Redis fails."""
+
+    def __init__(self, redis: Redis, config: QuotaConfig, *, project: str, clock: Clock) -> None:
+        self._redis = redis
+        self.config = config
+        self._project = project
+        self._clock = clock
+        self._day = ""
+        self._usage = Usage()
+
+    @property
+    def usage(self) -> Usage:
+        """Today's usage as last seen (a new quota day starts at zero)."""
+        return self._usage if self._day == quota_day(self._clock()) else Usage()
+
+    async def load(self) -> Usage:
+        day = quota_day(self._clock())
+        try:
+            raw = await self._redis.hgetall(quota_key(self._project, day))
+        except RedisError:
+            log.warning("could not read the youtube quota ledger", exc_info=True)
+            raw = {}
+        self._day = day
+        self._usage = Usage(int(raw.get("units", 0)), int(raw.get("inserts", 0)))
+        return self._usage
+
+    async def charge(self, units: int, *, insert: bool = False) -> Usage:
+        now = self._clock()
+        day = quota_day(now)
+        before = self.usage
+        key = quota_key(self._project, day)
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hincrby(key, "units", units)
+                pipe.hincrby(key, "inserts", int(insert))
+                # relative, so Redis's clock and ours need not agree
+                pipe.expire(key, next_reset(now) + timedelta(hours=1) - now)
+                total, inserts, _ = await pipe.execute()
+            usage = Usage(int(total), int(inserts))
+        except RedisError:
+            log.warning("youtube quota not persisted; counting in memory", exc_info=True)
+            usage = Usage(before.units + units, before.inserts + int(insert))
+        self._day, self._usage = day, usage
+        return usage
+
+    async def exhaust(self) -> None:
+        """Google says the quota is spent: record it so a restart does not ask again today."""
+        missing = self.config.daily_units - self.usage.units
+        if missing > 0:
+            await self.charge(missing)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    client_id: str
+    client_secret: str
+    refresh_token: str = ""
+
+
+@dataclass
+class _Token:
+    value: str
+    expires_at: datetime
+
+
+class YouTubeAPI:
+    """The Data API endpoints the adapter uses, each a one-liner over ``_call``."""
+
+    def __init__(
+        self,
+        credentials: Credentials,
+        ledger: QuotaLedger,
+        *,
+        base_url: str,
+        token_url: str,
+        clock: Clock,
+        sleep: Sleep = asyncio.sleep,
+        policy: RetryPolicy | None = None,
+        timeout: float = 30.0,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        # Created on first use (inside the running loop) unless injected; closed by aclose
+        # only when created here.
+        self._session = session
+        self._owns_session = session is None
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._credentials = credentials
+        self.ledger = ledger
+        self._base = base_url.rstrip("/")
+        self._token_url = token_url
+        self._clock = clock
+        self._sleep = sleep
+        self._policy = policy or RetryPolicy(
+            max_retries=4, base_delay=2.0, max_delay=60.0, max_retry_after=300.0
+        )
+        self._token: _Token | None = None
+        self._token_lock = asyncio.Lock()
+
+    async def aclose(self) -> None:
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+        self._session = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        return self._session
+
+    # -- endpoints ------------------------------------------------------------------------------
+    async def my_channel(self) -> Mapping[str, Any] | None:
+        """``channels.list?mine=true``: the bot's own channel (id, title, handle)."""
+        page = await self._call(
+            "channels.list", "GET", "/channels", {"part": "snippet", "mine": "true"}
+        )
+        return _first(page)
+
+    async def active_broadcast(self) -> Mapping[str, Any] | None:
+        """The authorised channel's live broadcast, if one is on air (``liveBroadcasts.list``)."""
+        # broadcastStatus is one of the three mutually exclusive filters (id, mine,
+        # broadcastStatus) and already means "the authorised user's"; broadcastType=all also
+        # returns persistent (always-on) broadcasts, which the default "event" would not.
+        params = {"part": "snippet", "broadcastStatus": "active", "broadcastType": "all"}
+        page = await self._call("liveBroadcasts.list", "GET", "/liveBroadcasts", params)
+        for item in page.get("items") or []:
+            if (item.get("snippet") or {}).get("liveChatId"):
+                return dict(item)
+        return None
+
+    async def video(self, video_id: str) -> Mapping[str, Any] | None:
+        """``videos.list`` with ``liveStreamingDetails`` (``activeLiveChatId``, start time)."""
+        params = {"part": "liveStreamingDetails", "id": video_id}
+        return _first(await self._call("videos.list", "GET", "/videos", params))
+
+    async def list_messages(self, live_chat_id: str, page_token: str | None) -> Mapping[str, Any]:
+        params = {"liveChatId": live_chat_id, "part": "snippet,authorDetails", "maxResults": "2000"}
+        if page_token:
+            params["pageToken"] = page_token
+        cost = self.ledger.config.list_cost
+        return await self._call(
+            "liveChatMessages.list", "GET", "/liveChat/messages", params, cost=cost
+        )
+
+    async def insert_message(self, live_chat_id: str, text: str) -> Mapping[str, Any]:
+        body = convert.insert_body(live_chat_id, text)
+        cost = self.ledger.config.insert_cost
+        return await self._call(
+            "liveChatMessages.insert",
+            "POST",
+            "/liveChat/messages",
+            {"part": "snippet"},
+            body=body,
+            cost=cost,
+            insert=True,
+        )
+
+    # -- the chokepoint -------------------------------------------------------------------------
+    async def _call(
+        self,
+        name: str,
+        method: str,
+        path: str,
+        params: Mapping[str, str],
+        *,
+        body: Mapping[str, Any] | None = None,
+        cost: int | None = None,
+        insert: bool = False,
+    ) -> Mapping[str, Any]:
+        cost = self.ledger.config.other_cost if cost is None else cost
+        attempt = 0
+        reauthorised = False
+        while True:
+            if not may_spend(self.ledger.config, self.ledger.usage, cost):
+                raise QuotaExceeded(
+                    f"{name}: today's YouTube quota is spent", reason="quotaExceeded"
+                )
+            token = await self._access_token()
+            await self.ledger.charge(cost, insert=insert)
+            headers = {"Authorization": f"Bearer {token}"}
+            try:
+                async with self._http().request(
+                    method, self._base + path, params=params, json=body, headers=headers
+                ) as resp:
+                    if resp.status < 300:
+                        return await _json(resp)
+                    status: int | None = resp.status
+                    retry_after = parse_retry_after(dict(resp.headers))
+                    reason, message = _error(await _json(resp))
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                status, retry_after = None, None
+                reason, message = type(exc).__name__, str(exc) or type(exc).__name__
+            if status == 401 and not reauthorised:
+                reauthorised = True
+                self._token = None  # expired or revoked early: refresh once and try again
+                continue
+            if reason in _QUOTA:
+                await self.ledger.exhaust()
+                raise QuotaExceeded(f"{name}: {message}", status=status, reason=reason)
+            if reason in _CHAT_GONE:
+                raise ChatUnavailable(f"{name}: {message}", status=status, reason=reason)
+            if not (status is None or status in _RETRY_STATUS or reason in _RETRY_REASONS):
+                raise YouTubeError(
+                    f"{name}: HTTP {status} {reason}: {message}", status=status, reason=reason
+                )
+            attempt += 1
+            if attempt > self._policy.max_retries:
+                raise YouTubeUnavailable(
+                    f"{name}: gave up after {attempt} attempts ({reason or status})",
+                    status=status,
+                    reason=reason,
+                )
+            await self._backoff(name, attempt, status, reason, retry_after)
+
+    async def _backoff(
+        self, name: str, attempt: int, status: int | None, reason: str, retry_after: float | None
+    ) -> None:
+        delay = self._policy.backoff(attempt)
+        if retry_after is not None:
+            delay = min(max(delay, retry_after), self._policy.max_retry_after)
+        log.warning(
+            "youtube call failed; retrying",
+            extra={
+                "call": name,
+                "status": status,
+                "reason": reason,
+                "attempt": attempt,
+                "delay_s": round(delay, 3),
+            },
+        )
+        await self._sleep(delay)
+
+    # -- OAuth ----------------------------------------------------------------------------------
+    async def _access_token(self) -> str:
+        async with self._token_lock:
+            token = self._token
+            if token is None or self._clock() >= token.expires_at - _REFRESH_EARLY:
+                token = self._token = await self._refresh()
+            return token.value
+
+    async def _refresh(self) -> _Token:
+        """The refresh-token grant (RFC 6749 §6) against ``GOOGLE_OAUTH_TOKEN_URL``."""
+        form = {
+            "client_id": self._credentials.client_id,
+            "client_secret": self._credentials.client_secret,
+            "refresh_token": self._credentials.refresh_token,
+            "grant_type": "refresh_token",
+        }
+        attempt = 0
+        while True:
+            try:
+                async with self._http().post(self._token_url, data=form) as resp:
+                    status = resp.status
+                    retry_after = parse_retry_after(dict(resp.headers))
+                    payload = await _json(resp)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                status, retry_after, payload = None, None, {"error": type(exc).__name__}
+            if status is not None and status < 300 and payload.get("access_token"):
+                lifetime = float(payload.get("expires_in") or 3600)
+                log.info("youtube access token refreshed", extra={"expires_in_s": lifetime})
+                return _Token(
+                    str(payload["access_token"]), self._clock() + timedelta(seconds=lifetime)
+                )
+            error = str(payload.get("error") or "")
+            if status is not None and status < 500 and status != 429:
+                raise YouTubeAuthError(_auth_message(error, payload), status=status, reason=error)
+            attempt += 1
+            if attempt > self._policy.max_retries:
+                raise YouTubeUnavailable(
+                    f"the Google token endpoint is unavailable ({error or status})"
+                )
+            await self._backoff("oauth2.token", attempt, status, error, retry_after)
+
+
+def _auth_message(error: str, payload: Mapping[str, Any]) -> str:
+    detail = str(payload.get("error_description") or error or "rejected")
+    if error == "invalid_grant":
+        return (
+            f"YOUTUBE_REFRESH_TOKEN was rejected ({detail}): it was revoked, or it expired "
+            "(an OAuth app left in 'Testing' gets 7-day refresh tokens); get a new one (README)"
+        )
+    if error in ("invalid_client", "unauthorized_client"):
+        return (
+            f"YOUTUBE_CLIENT_ID / YOUTUBE_CLIENT_SECRET were rejected ({detail}); copy them "
+            "from https://console.cloud.google.com/apis/credentials"
+        )
+    return f"the Google token endpoint refused the refresh token ({detail})"
+
+
+async def _json(resp: aiohttp.ClientResponse) -> dict[str, Any]:
+    try:
+        data = await resp.json(content_type=None)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _error(payload: Mapping[str, Any]) -> tuple[str, str]:
+    """Google's ``(reason, message)`` from ``{"error": {"errors": [{"reason": ...}], ...}}``."""
+    error = payload.get("error")
+    if not isinstance(error, dict):
+        return "", str(error or "no error body")
+    details = error.get("errors") or [{}]
+    first = details[0] if isinstance(details[0], dict) else {}
+    reason = str(first.get("reason") or error.get("status") or "")
+    return reason, str(error.get("message") or first.get("message") or reason)
+
+
+def _first(page: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    items = page.get("items") or []
+    return dict(items[0]) if items else None

@@ -1,0 +1,221 @@
+"""YouTube Data API v3 live chat payloads <-> Chorus events (pure: no I/O, no clock).
+
+Inbound, one ``liveChatMessage`` resource (an item of ``liveChatMessages.list``) becomes:
+
+- ``textMessageEvent`` (and the comment of a ``superChatEvent`` or ``memberMilestoneChatEvent``)
+  -> ``ChatMessage``; identity is the author's channel id (display names are not unique);
+- ``messageDeletedEvent`` -> ``MessageDeleted(message_id=...)``;
+- ``userBannedEvent`` -> ``MessageDeleted(author_id=...)``: a banned user's lines leave the
+  bot's context too;
+- everything else (new members, stickers, polls, gifting, mode changes) -> None.
+
+The conversation is the live chat (``channel`` = ``liveChatId``), which is also what a send
+needs. YouTube has no replies or DMs, so a message is addressed only by an ``@Name`` mention of
+the bot's channel; the rest are published as ambient (or answered, or dropped, per settings).
+
+Outbound, a ``Reply`` becomes at most two plain-text pieces of at most 200 characters (the
+``liveChatMessages.insert`` limit; a live chat scrolls fast, so long answers are cut with an
+ellipsis rather than flooding it). Markdown is flattened, and an ``@`` that would mention
+someone the reply is not addressed to is defused with a word joiner.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from bot.events import Author, ChatMessage, ConversationKey, MessageDeleted, Reply, Role
+from bot.textsplit import split_text
+
+PLATFORM = "youtube"
+MESSAGE_LIMIT = 200
+_WORD_JOINER = "\u2060"
+_ELLIPSIS = "…"
+
+Unaddressed = Literal["ambient", "answer", "ignore"]
+
+
+@dataclass(frozen=True)
+class ChatContext:
+    """What converting one chat's items needs to know about the bot and the chat."""
+
+    live_chat_id: str
+    bot_channel_id: str
+    bot_names: tuple[str, ...]  # display name, handle (``@`` optional)
+    unaddressed: Unaddressed = "ambient"
+
+    @property
+    def conversation(self) -> ConversationKey:
+        return ConversationKey(platform=PLATFORM, channel=self.live_chat_id)
+
+
+def to_event(item: Mapping[str, Any], ctx: ChatContext) -> ChatMessage | MessageDeleted | None:
+    """The event for one ``liveChatMessage`` resource; None for what the bot ignores.
+
+    Raises ``ValueError`` (or ``KeyError``/``TypeError``) for an item missing required fields;
+    the adapter logs it with its id and drops it.
+    """
+    snippet: Mapping[str, Any] = item["snippet"]
+    kind = snippet.get("type")
+    if kind == "messageDeletedEvent":
+        deleted = snippet["messageDeletedDetails"]["deletedMessageId"]
+        return MessageDeleted(conversation=ctx.conversation, message_id=str(deleted))
+    if kind == "userBannedEvent":
+        banned = snippet["userBannedDetails"]["bannedUserDetails"]["channelId"]
+        return MessageDeleted(conversation=ctx.conversation, author_id=str(banned))
+    text = _message_text(kind, snippet)
+    if text is None or not text.strip():
+        return None
+    details: Mapping[str, Any] = item.get("authorDetails") or {}
+    author_id = str(details.get("channelId") or snippet["authorChannelId"])
+    if author_id == ctx.bot_channel_id:
+        return None  # our own message, echoed back by the next page
+    mentioned = mentions(text, ctx.bot_names)
+    if not mentioned and ctx.unaddressed == "ignore":
+        return None
+    return ChatMessage(
+        platform=PLATFORM,
+        id=str(item["id"]),
+        conversation=ctx.conversation,
+        author=Author(
+            id=author_id,
+            display_name=str(details.get("displayName") or "")[:256],
+            roles=_roles(details),
+        ),
+        text=text,
+        mentions_bot=mentioned,
+        sent_at=_published_at(snippet),
+        ambient=not mentioned and ctx.unaddressed == "ambient",
+    )
+
+
+def is_chat_end(item: Mapping[str, Any]) -> bool:
+    """A ``chatEndedEvent``: the chat is over, stop polling it."""
+    return bool((item.get("snippet") or {}).get("type") == "chatEndedEvent")
+
+
+def _message_text(kind: object, snippet: Mapping[str, Any]) -> str | None:
+    if kind == "textMessageEvent":
+        details = snippet.get("textMessageDetails") or {}
+        return str(details.get("messageText") or snippet.get("displayMessage") or "")
+    if kind == "superChatEvent":
+        return (snippet.get("superChatDetails") or {}).get("userComment")
+    if kind == "memberMilestoneChatEvent":
+        return (snippet.get("memberMilestoneChatDetails") or {}).get("userComment")
+    return None
+
+
+def _roles(details: Mapping[str, Any]) -> frozenset[Role]:
+    roles = set()
+    if details.get("isChatOwner"):
+        roles.add(Role.OWNER)
+    if details.get("isChatModerator"):
+        roles.add(Role.MODERATOR)
+    if details.get("isChatSponsor"):
+        roles.add(Role.SUBSCRIBER)  # a channel member ("sponsor" in the API)
+    return frozenset(roles)
+
+
+def _published_at(snippet: Mapping[str, Any]) -> datetime:
+    parsed = parse_time(snippet["publishedAt"])
+    if parsed is None:
+        raise ValueError(f"publishedAt is not an aware timestamp: {snippet['publishedAt']!r}")
+    return parsed
+
+
+def parse_time(value: object) -> datetime | None:
+    """An RFC 3339 timestamp of the API (``...Z``) as an aware datetime; None if it is not one."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def _name_pattern(names: Iterable[str]) -> re.Pattern[str] | None:
+    cleaned = sorted({n.strip().lstrip("@") for n in names if n.strip().lstrip("@")}, key=len)
+    if not cleaned:
+        return None
+    alternatives = "|".join(re.escape(n) for n in reversed(cleaned))  # longest first
+    # "@" at a word start, the name, then not a name character (so @Chorus != @Chorusbot).
+    return re.compile(rf"(?<![\w@])@(?:{alternatives})(?![\w-])", re.IGNORECASE)
+
+
+def mentions(text: str, names: Iterable[str]) -> bool:
+    """Whether ``text`` mentions one of ``names`` as ``@Name`` (case-insensitive)."""
+    pattern = _name_pattern(names)
+    return bool(pattern and pattern.search(text))
+
+
+# -- outbound -------------------------------------------------------------------------------------
+_FENCE_LINE = re.compile(r"^\s*(```|~~~).*$", re.MULTILINE)
+_LINK = re.compile(r"!?\[([^\]\n]+)\]\((\S+?)\)")
+_EMPHASIS = re.compile(r"(\*\*|__|\*|`)(?=\S)(.+?)(?<=\S)\1")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+", re.MULTILINE)
+_QUOTE = re.compile(r"^\s*>\s?", re.MULTILINE)
+_SPACE = re.compile(r"\s+")
+_MENTION_AT = re.compile(r"(?<![\w@])@(?=\w)")
+
+
+def plain_text(markdown: str) -> str:
+    """One line of plain text: live chat shows no markdown and no line breaks."""
+    text = _FENCE_LINE.sub("", markdown)
+    text = _LINK.sub(lambda m: m.group(1) if m.group(1) == m.group(2) else f"{m[1]} ({m[2]})", text)
+    text = _EMPHASIS.sub(r"\2", text)
+    text = _HEADING.sub("", text)
+    text = _QUOTE.sub("", text)
+    return _SPACE.sub(" ", text).strip()
+
+
+def _defuse_mentions(text: str, allowed: Iterable[str]) -> str:
+    pattern = _name_pattern(allowed)
+
+    def fix(match: re.Match[str]) -> str:
+        if pattern is not None and pattern.match(text, match.start()):
+            return "@"
+        return "@" + _WORD_JOINER
+
+    return _MENTION_AT.sub(fix, text)
+
+
+def reply_texts(
+    reply: Reply,
+    *,
+    names: Mapping[str, str],
+    limit: int = MESSAGE_LIMIT,
+    max_pieces: int = 2,
+) -> list[str]:
+    """The messages to insert for ``reply``: at most ``max_pieces`` of at most ``limit`` chars.
+
+    ``names`` maps channel ids to display names seen in the chat; the first addressed user with
+    a known name is mentioned at the start (live chat has no replies, so that is how a viewer
+    sees the answer is theirs). No one else can be mentioned.
+    """
+    addressed = [names[uid] for uid in reply.addressed_user_ids if names.get(uid)]
+    text = _defuse_mentions(plain_text(reply.text), addressed)
+    if not text:
+        return []
+    if addressed and not mentions(text, addressed[:1]):
+        text = f"@{addressed[0].lstrip('@')} {text}"
+    pieces = split_text(text, limit)
+    if len(pieces) > max_pieces:
+        pieces = pieces[:max_pieces]
+        last = pieces[-1][: limit - len(_ELLIPSIS)].rstrip(" ,;:.-")
+        pieces[-1] = last + _ELLIPSIS
+    return pieces
+
+
+def insert_body(live_chat_id: str, text: str) -> dict[str, Any]:
+    """The ``liveChatMessages.insert`` request body (``part=snippet``) for one text message."""
+    return {
+        "snippet": {
+            "liveChatId": live_chat_id,
+            "type": "textMessageEvent",
+            "textMessageDetails": {"messageText": text},
+        }
+    }

@@ -1,0 +1,550 @@
+"""The engagement policy: when the bot speaks in a busy live chat, and to whom.
+
+A Twitch or YouTube chat can run at dozens of messages a second; answering each one would flood
+the chat, burn the platform's send budget and the model budget, and read as spam. So the policy
+answers what is addressed to the bot at once (a mention, a reply to it, a DM), lets ordinary
+chatter accumulate in a per-channel *ledger*, and now and then speaks once to up to two chatters
+by name - questions first, then whoever was answered least recently or waited longest - the way a
+streamer glances at chat (after the "when to speak" rules of a streaming agent: mentions at once,
+accumulated chatter after N unanswered messages and T seconds since the bot last spoke).
+
+Everything here is pure and synchronous: no I/O, no asyncio, no clock. Time is passed in as
+``now``, float seconds on any monotonic scale (``time.monotonic()`` in the router, simulated
+seconds in ``bot/replay.py``), so the rules are table-tested and a long trace replays in
+milliseconds. ``ChannelState`` is mutable on purpose: the ingest budget (>= 20,000 msg/s per
+process) rules out copying state per message, so ``observe`` mutates it in O(1) (dict lookups,
+bounded deques, an LRU of users) and never walks the ledger; only ``due`` walks it, the ledger
+is capped at ``max_pending_chatters`` entries, and ``due`` returns early unless a batch is likely.
+
+Call protocol (one ``ChannelState`` per conversation; ``Engagement`` keeps them):
+
+- ``observe(state, message, now)`` per inbound message -> ``Decision``: ANSWER_NOW (run a turn
+  for this message now; ``decision.covered`` are the same user's queued messages it answers too),
+  QUEUE (kept in the ledger), IGNORE (with a reason) or COMMAND (pause/resume applied; ack it).
+- ``due(state, now)`` from a timer, about once a second per channel -> a ``Batch`` of at most
+  ``max_batch_chatters`` chatters to answer in one message, already marked answered.
+- ``idle_due(state, now)`` from the same timer -> True at most once per quiet period.
+- ``mark_spoke(state, now)`` after every message the bot sends in the channel.
+
+Rules in brief: addressed messages skip the spam filters (only the per-user cooldown applies:
+a second mention inside it is queued and answered when the cooldown ends); ``!chorus pause``
+from the owner or a moderator silences the channel completely and empties its ledger until
+``!chorus resume`` (from anyone else both are ignored); repeats, floods and walls of text are
+ignored with a reason, and a flooder's queued lines are dropped so a spammer is never named.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, OrderedDict, deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from bot.events import ChatMessage, ConversationKey
+
+NEVER = -math.inf
+
+
+class PolicyConfig(BaseModel):
+    """Every threshold of the policy. One default, overridable per platform or per channel."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # A chatter batch needs this many unanswered messages and this long since the bot spoke.
+    min_pending: int = Field(default=8, ge=1)
+    min_gap_seconds: float = Field(default=45.0, ge=0)
+    # Chatters named in one batched message.
+    max_batch_chatters: int = Field(default=2, ge=1, le=10)
+    # Since the bot last spoke, before an unprompted message (chatter batch, idle line).
+    channel_cooldown_seconds: float = Field(default=5.0, ge=0)
+    # Between two answers to one user (spam protection); a mention inside it is queued.
+    user_cooldown_seconds: float = Field(default=10.0, ge=0)
+    # Unaddressed spam: same user + same normalised text within the window; more than
+    # flood_max_messages from one user within flood_window_seconds; over wall_max_chars.
+    repeat_window_seconds: float = Field(default=60.0, ge=0)
+    flood_max_messages: int = Field(default=6, ge=1)
+    flood_window_seconds: float = Field(default=15.0, gt=0)
+    wall_max_chars: int = Field(default=400, ge=20)
+    # Pending messages older than this are dropped, never answered.
+    stale_after_seconds: float = Field(default=180.0, gt=0)
+    # A chatter waiting this long ranks with the questions, so nobody starves.
+    promote_after_seconds: float = Field(default=90.0, ge=0)
+    # Ledger bounds: chatters (oldest dropped), newest messages kept per chatter, users tracked
+    # for cooldowns and flood (least recently active forgotten).
+    max_pending_chatters: int = Field(default=64, ge=1)
+    max_pending_per_chatter: int = Field(default=3, ge=1)
+    max_tracked_users: int = Field(default=5000, ge=1)
+    # Other unanswered lines handed to the model with a batch, for context.
+    context_messages: int = Field(default=6, ge=0)
+    # Quiet seconds before one self-prompted line; None = never.
+    idle_prompt_after_seconds: float | None = Field(default=None, gt=0)
+    # "<prefix> pause" / "<prefix> resume", from the channel owner or a moderator.
+    command_prefix: str = Field(default="!chorus", min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PolicyConfig:
+        if self.stale_after_seconds <= self.user_cooldown_seconds:
+            raise ValueError(
+                "stale_after_seconds must exceed user_cooldown_seconds, or a mention "
+                "queued behind the cooldown would go stale before it is answered"
+            )
+        return self
+
+
+class Action(StrEnum):
+    ANSWER_NOW = "answer_now"
+    QUEUE = "queue"
+    IGNORE = "ignore"
+    COMMAND = "command"
+
+
+class Reason(StrEnum):
+    ADDRESSED = "addressed"
+    USER_COOLDOWN = "user_cooldown"  # addressed, but the user was answered moments ago: queued
+    QUESTION = "question"
+    CHATTER = "chatter"
+    PAUSE = "pause"
+    RESUME = "resume"
+    PAUSED = "paused"
+    NOT_PERMITTED = "command_not_permitted"
+    UNKNOWN_COMMAND = "unknown_command"
+    DUPLICATE = "duplicate"
+    BOT_AUTHOR = "bot_author"
+    EMPTY = "empty"
+    WALL = "wall_of_text"
+    FLOOD = "flood"
+    REPEAT = "repeat"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingMessage:
+    """One unanswered message in the ledger."""
+
+    message: ChatMessage
+    at: float
+    question: bool
+    addressed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    reason: Reason
+    covered: tuple[PendingMessage, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BatchChatter:
+    user_id: str
+    user_name: str
+    messages: tuple[PendingMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Chatters to answer together in one message; ``context`` is other recent, unanswered chat
+    (shown to the model for colour, not marked answered)."""
+
+    reason: Reason  # ADDRESSED: a mention queued behind a cooldown; CHATTER: thresholds met
+    chatters: tuple[BatchChatter, ...]
+    context: tuple[PendingMessage, ...] = ()
+
+    @property
+    def message_ids(self) -> tuple[str, ...]:
+        return tuple(p.message.id for c in self.chatters for p in c.messages)
+
+    @property
+    def user_ids(self) -> tuple[str, ...]:
+        return tuple(c.user_id for c in self.chatters)
+
+
+@dataclass(slots=True)
+class _User:
+    last_answered: float = NEVER
+    times: deque[float] = field(default_factory=deque)  # maxlen set on creation
+    recent: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=4))
+
+
+@dataclass(slots=True)
+class _Chatter:
+    """A user's pending messages (newest ``max_pending_per_chatter`` kept).
+
+    ``since`` is when the user started waiting: it stays put while newer messages supersede
+    older ones, so a steady chatter's wait keeps growing until they are answered.
+    """
+
+    messages: deque[PendingMessage]
+    since: float
+    addressed: int = 0
+    questions: int = 0
+
+
+@dataclass(slots=True)
+class ChannelState:
+    """The mutable ledger of one conversation. Create with ``ChannelState(config)``."""
+
+    config: PolicyConfig
+    paused: bool = False
+    last_spoke: float = NEVER
+    last_activity: float | None = None
+    idle_fired: bool = False
+    pending: OrderedDict[str, _Chatter] = field(default_factory=OrderedDict)
+    pending_messages: int = 0
+    addressed_pending: int = 0
+    addressed_ready_at: float = math.inf
+    users: OrderedDict[str, _User] = field(default_factory=OrderedDict)
+    seen: set[str] = field(default_factory=set)
+    seen_order: deque[str] = field(default_factory=deque)
+    dropped: Counter[str] = field(default_factory=Counter)  # stale|overflow|superseded|paused|flood
+
+
+_SEEN_CAP = 4096
+_QUESTION_WORDS = frozenset(
+    ("what", "why", "how", "when", "where", "who", "whom", "whose", "which", "can", "could")
+    + ("would", "should", "will", "shall", "is", "are", "am", "do", "does", "did", "anyone")
+)
+_PUNCT = str.maketrans("", "", "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+def is_question(text: str) -> bool:
+    """A ``?`` anywhere, or a question word first ("how do I...", "anyone know...")."""
+    if "?" in text:
+        return True
+    first = text.lstrip()[:12].split(maxsplit=1)
+    return bool(first) and first[0].lower().strip(",.!:") in _QUESTION_WORDS
+
+
+def is_wall(text: str, max_chars: int) -> bool:
+    """Over ``max_chars``, or mostly one repeated character or one repeated word (emote spam)."""
+    if len(text) > max_chars:
+        return True
+    squeezed = "".join(text.split())
+    if len(squeezed) >= 16 and max(map(squeezed.count, set(squeezed))) >= 0.6 * len(squeezed):
+        return True
+    words = text.split()
+    return len(words) >= 6 and len(set(words)) * 3 <= len(words)
+
+
+def _normalised_hash(text: str) -> int:
+    return hash(" ".join(text.casefold().translate(_PUNCT).split()))
+
+
+def _parse_command(text: str, prefix: str) -> str | None:
+    head = text.lstrip()
+    if not head.startswith(prefix[0]):
+        return None
+    parts = head.lower().split()
+    if len(parts) < 2 or parts[0] != prefix.lower():
+        return None
+    return parts[1]
+
+
+_DECISIONS = {reason: Decision(Action.IGNORE, reason) for reason in Reason}
+_DECISIONS[Reason.PAUSE] = Decision(Action.COMMAND, Reason.PAUSE)
+_DECISIONS[Reason.RESUME] = Decision(Action.COMMAND, Reason.RESUME)
+_DECISIONS[Reason.ADDRESSED] = Decision(Action.ANSWER_NOW, Reason.ADDRESSED)
+for _r in (Reason.USER_COOLDOWN, Reason.QUESTION, Reason.CHATTER):
+    _DECISIONS[_r] = Decision(Action.QUEUE, _r)
+
+
+def observe(state: ChannelState, message: ChatMessage, now: float) -> Decision:
+    """Classify one inbound message and update the ledger. O(1): never walks the ledger."""
+    cfg = state.config
+    if message.id in state.seen:
+        return _DECISIONS[Reason.DUPLICATE]
+    state.seen.add(message.id)
+    state.seen_order.append(message.id)
+    if len(state.seen_order) > _SEEN_CAP:
+        state.seen.discard(state.seen_order.popleft())
+    author = message.author
+    if author.is_bot:
+        return _DECISIONS[Reason.BOT_AUTHOR]
+    text = message.text
+    command = _parse_command(text, cfg.command_prefix)
+    if command is not None:
+        return _command(state, command, author.is_moderator, now)
+    if state.paused:
+        return _DECISIONS[Reason.PAUSED]
+    state.last_activity = now
+    state.idle_fired = False
+    user = _touch_user(state, author.id)
+    flooding = (
+        len(user.times) == user.times.maxlen and now - user.times[0] < cfg.flood_window_seconds
+    )
+    user.times.append(now)
+    if message.addressed:
+        if now - user.last_answered < cfg.user_cooldown_seconds:
+            _enqueue(state, message, now, question=is_question(text), addressed=True)
+            ready = user.last_answered + cfg.user_cooldown_seconds
+            state.addressed_ready_at = min(state.addressed_ready_at, ready)
+            return _DECISIONS[Reason.USER_COOLDOWN]
+        user.last_answered = now
+        state.last_spoke = max(state.last_spoke, now)  # reserved until mark_spoke at send time
+        covered = _pop_chatter(state, author.id)
+        if covered:
+            return Decision(Action.ANSWER_NOW, Reason.ADDRESSED, covered)
+        return _DECISIONS[Reason.ADDRESSED]
+    if not text.strip():
+        return _DECISIONS[Reason.EMPTY]
+    if is_wall(text, cfg.wall_max_chars):
+        return _DECISIONS[Reason.WALL]
+    if flooding:  # a flooder's queued messages go too: a spammer is never addressed
+        state.dropped["flood"] += len(_pop_chatter(state, author.id))
+        return _DECISIONS[Reason.FLOOD]
+    digest = _normalised_hash(text)
+    for seen_digest, at in user.recent:
+        if seen_digest == digest and now - at < cfg.repeat_window_seconds:
+            return _DECISIONS[Reason.REPEAT]
+    user.recent.append((digest, now))
+    question = is_question(text)
+    _enqueue(state, message, now, question=question, addressed=False)
+    return _DECISIONS[Reason.QUESTION if question else Reason.CHATTER]
+
+
+def due(state: ChannelState, now: float) -> Batch | None:
+    """The chatters to answer now, in one message, or None. Marks them answered.
+
+    A batch is due when a mention queued behind its user's cooldown is ready (a deferred
+    mention, so like any mention it ignores the channel cooldown), or when at least
+    ``min_pending`` messages are unanswered and both ``min_gap_seconds`` and
+    ``channel_cooldown_seconds`` have passed since the bot last spoke. O(1) when nothing can
+    be due.
+    """
+    cfg = state.config
+    if state.paused or not state.pending:
+        return None
+    quiet = now - state.last_spoke
+    gap_ok = quiet >= cfg.min_gap_seconds and quiet >= cfg.channel_cooldown_seconds
+    addressed_ready = state.addressed_pending > 0 and now >= state.addressed_ready_at
+    if not addressed_ready and not (gap_ok and state.pending_messages >= cfg.min_pending):
+        return None
+    _prune(state, now)
+    threshold = gap_ok and state.pending_messages >= cfg.min_pending
+    ranked = sorted(
+        (
+            (_tier(chatter, now, cfg), _answered_at(state, uid), chatter.since, uid)
+            for uid, chatter in state.pending.items()
+            if now - _answered_at(state, uid) >= cfg.user_cooldown_seconds
+        ),
+    )
+    if not ranked or (not threshold and ranked[0][0] != 0):
+        return None
+    # Without the chatter thresholds, only addressed messages and questions may join the batch.
+    chosen = [r[3] for r in ranked if threshold or r[0] <= 1][: cfg.max_batch_chatters]
+    chatters = tuple(_answer(state, uid, now) for uid in chosen)
+    state.last_spoke = max(state.last_spoke, now)
+    context = tuple(_recent_context(state, cfg.context_messages))
+    return Batch(Reason.CHATTER if threshold else Reason.ADDRESSED, chatters, context)
+
+
+def idle_due(state: ChannelState, now: float) -> bool:
+    """True once per quiet period: no user message and no bot message for the idle delay.
+
+    Off unless ``idle_prompt_after_seconds`` is set; never while paused; never in a channel
+    where nobody has spoken yet. Only a user's message starts a new quiet period, so the bot
+    never talks to itself in an empty channel.
+    """
+    after = state.config.idle_prompt_after_seconds
+    if after is None or state.paused or state.idle_fired or state.last_activity is None:
+        return False
+    quiet = now - max(state.last_activity, state.last_spoke)
+    if quiet < after or now - state.last_spoke < state.config.channel_cooldown_seconds:
+        return False
+    state.idle_fired = True
+    state.last_spoke = max(state.last_spoke, now)
+    return True
+
+
+def mark_spoke(state: ChannelState, now: float) -> None:
+    """Record that the bot sent a message in this channel (starts the gap and the cooldown)."""
+    state.last_spoke = max(state.last_spoke, now)
+
+
+def _command(state: ChannelState, command: str, allowed: bool, now: float) -> Decision:
+    if command not in ("pause", "resume"):
+        return _DECISIONS[Reason.UNKNOWN_COMMAND]
+    if not allowed:
+        return _DECISIONS[Reason.NOT_PERMITTED]
+    if command == "pause":
+        state.paused = True
+        state.dropped["paused"] += state.pending_messages
+        _clear(state)
+        return _DECISIONS[Reason.PAUSE]
+    state.paused = False
+    state.last_activity = None if state.last_activity is None else max(state.last_activity, now)
+    return _DECISIONS[Reason.RESUME]
+
+
+def _touch_user(state: ChannelState, user_id: str) -> _User:
+    users = state.users
+    user = users.get(user_id)
+    if user is None:
+        user = users[user_id] = _User(times=deque(maxlen=state.config.flood_max_messages))
+        if len(users) > state.config.max_tracked_users:
+            users.popitem(last=False)  # least recently active; forgets its cooldown and flood
+    else:
+        users.move_to_end(user_id)
+    return user
+
+
+def _enqueue(
+    state: ChannelState, message: ChatMessage, now: float, *, question: bool, addressed: bool
+) -> None:
+    cfg = state.config
+    item = PendingMessage(message, now, question, addressed)
+    chatter = state.pending.get(message.author.id)
+    if chatter is None:
+        if len(state.pending) >= cfg.max_pending_chatters:
+            _, oldest = state.pending.popitem(last=False)
+            _forget(state, oldest)
+            state.dropped["overflow"] += len(oldest.messages)
+        chatter = _Chatter(deque(maxlen=cfg.max_pending_per_chatter), now)
+        state.pending[message.author.id] = chatter
+    if len(chatter.messages) == chatter.messages.maxlen:
+        _discount(state, chatter, chatter.messages[0])
+        state.dropped["superseded"] += 1
+    chatter.messages.append(item)
+    chatter.addressed += addressed
+    chatter.questions += question
+    state.pending_messages += 1
+    state.addressed_pending += addressed
+
+
+def _discount(state: ChannelState, chatter: _Chatter, item: PendingMessage) -> None:
+    chatter.addressed -= item.addressed
+    chatter.questions -= item.question
+    state.pending_messages -= 1
+    state.addressed_pending -= item.addressed
+
+
+def _forget(state: ChannelState, chatter: _Chatter) -> None:
+    state.pending_messages -= len(chatter.messages)
+    state.addressed_pending -= chatter.addressed
+
+
+def _pop_chatter(state: ChannelState, user_id: str) -> tuple[PendingMessage, ...]:
+    chatter = state.pending.pop(user_id, None)
+    if chatter is None:
+        return ()
+    _forget(state, chatter)
+    return tuple(chatter.messages)
+
+
+def _clear(state: ChannelState) -> None:
+    state.pending.clear()
+    state.pending_messages = state.addressed_pending = 0
+    state.addressed_ready_at = math.inf
+
+
+def _prune(state: ChannelState, now: float) -> None:
+    """Drop stale messages and recompute the addressed-ready time (walks the capped ledger)."""
+    cfg = state.config
+    horizon = now - cfg.stale_after_seconds
+    ready = math.inf
+    for uid in list(state.pending):
+        chatter = state.pending[uid]
+        while chatter.messages and chatter.messages[0].at < horizon:
+            _discount(state, chatter, chatter.messages.popleft())
+            state.dropped["stale"] += 1
+        if not chatter.messages:
+            del state.pending[uid]
+            continue
+        if chatter.addressed:
+            ready = min(ready, _answered_at(state, uid) + cfg.user_cooldown_seconds)
+    state.addressed_ready_at = ready
+
+
+def _answered_at(state: ChannelState, user_id: str) -> float:
+    user = state.users.get(user_id)
+    return NEVER if user is None else user.last_answered
+
+
+def _tier(chatter: _Chatter, now: float, cfg: PolicyConfig) -> int:
+    if chatter.addressed:
+        return 0
+    if chatter.questions or now - chatter.since >= cfg.promote_after_seconds:
+        return 1
+    return 2
+
+
+def _answer(state: ChannelState, user_id: str, now: float) -> BatchChatter:
+    messages = _pop_chatter(state, user_id)
+    _touch_user(state, user_id).last_answered = now
+    author = messages[-1].message.author
+    return BatchChatter(user_id, author.display_name or user_id, messages)
+
+
+def _recent_context(state: ChannelState, limit: int) -> Iterator[PendingMessage]:
+    if limit <= 0:
+        return
+    newest = sorted((p for c in state.pending.values() for p in c.messages), key=lambda p: p.at)
+    yield from newest[-limit:]
+
+
+class Engagement:
+    """The channel states of one process, each with its resolved ``PolicyConfig``.
+
+    ``overrides`` maps ``str(conversation_key)`` (``"twitch:somechannel"``) or a platform name
+    (``"youtube"``) to a config; the most specific match wins, else ``default``.
+    """
+
+    def __init__(
+        self,
+        default: PolicyConfig | None = None,
+        overrides: Mapping[str, PolicyConfig] | None = None,
+    ) -> None:
+        self.default = default or PolicyConfig()
+        self.overrides = dict(overrides or {})
+        self.states: dict[ConversationKey, ChannelState] = {}
+
+    def config_for(self, key: ConversationKey) -> PolicyConfig:
+        found = self.overrides.get(str(key)) or self.overrides.get(key.platform)
+        return found or self.default
+
+    def state(self, key: ConversationKey) -> ChannelState:
+        state = self.states.get(key)
+        if state is None:
+            state = self.states[key] = ChannelState(self.config_for(key))
+        return state
+
+
+@dataclass(frozen=True, slots=True)
+class SendLimit:
+    """A platform's outbound budget: at most ``messages`` per sliding ``seconds``.
+
+    Enforcement lives in each adapter's send chokepoint; the policy keeps the numbers only so
+    ``bot/replay.py`` can report a trace's peak send rate against them.
+    """
+
+    messages: int
+    seconds: float
+    per_channel: bool  # False: one budget for the bot account across all channels
+
+    @property
+    def per_30s(self) -> float:
+        return self.messages * 30.0 / self.seconds
+
+
+SEND_LIMITS: dict[str, SendLimit] = {
+    # dev.twitch.tv/docs/chat (rate limits): 20 per 30 s per user account, 100 per 30 s where
+    # the bot is broadcaster or moderator; exceeding it silences the bot for 30 minutes.
+    "twitch": SendLimit(20, 30.0, per_channel=False),
+    "twitch_moderator": SendLimit(100, 30.0, per_channel=False),
+    # YouTube has no published per-second cap, but liveChatMessages.insert costs quota units
+    # from a small daily budget; a configurable small rate (override per deployment).
+    "youtube": SendLimit(6, 30.0, per_channel=False),
+    # Discord: message create is bucketed about 5 per 5 s per channel; Slack chat.postMessage
+    # allows about 1 per second per channel. Both ~1/s per channel.
+    "discord": SendLimit(5, 5.0, per_channel=True),
+    "slack": SendLimit(1, 1.0, per_channel=True),
+}
+
+
+def send_limit(platform: str, *, bot_is_moderator: bool = False) -> SendLimit:
+    """The budget for ``platform`` (unknown platforms get Slack's conservative 1/s per channel)."""
+    if platform == "twitch" and bot_is_moderator:
+        return SEND_LIMITS["twitch_moderator"]
+    return SEND_LIMITS.get(platform, SEND_LIMITS["slack"])
