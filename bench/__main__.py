@@ -11,9 +11,10 @@ from bot.llm.guard import block_real_calls
 
 
 async def _main() -> None:
-    from bench import cache, memory
+    from bench import cache, memory, overhead, replay
 
-    sections = [await cache.main(), await memory.main()]
+    sections = [await cache.main(), await memory.main(), await overhead.main(memory.REAL),
+                replay.main()]
     print(f"# Chorus benchmarks\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}; command: make bench\n")
     for lines in sections:

@@ -40,6 +40,7 @@ from bot.llm.types import (
     ToolResultPart,
     Usage,
 )
+from bot.metrics import MetricsSink, NullMetrics
 from bot.tools.base import ToolContext
 
 log = logging.getLogger("chorus.agent")
@@ -63,6 +64,7 @@ class AgentResult(BaseModel):
     usage: Usage
     iterations: int
     llm_seconds: float
+    tool_seconds: float = 0.0
     tool_calls: int = 0
     tool_errors: int = 0
 
@@ -98,8 +100,10 @@ class Agent:
         tools: ToolRunner | None = None,
         limits: LoopLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
+        metrics: MetricsSink | None = None,
     ) -> None:
         self.provider = provider
+        self.metrics: MetricsSink = metrics or NullMetrics()
         self.tools = tools
         self.limits = limits or LoopLimits()
         self._clock = clock
@@ -110,7 +114,7 @@ class Agent:
         deadline = self._clock() + self.limits.budget_seconds
         messages = list(request.messages)
         usage = Usage()
-        llm_seconds = 0.0
+        llm_seconds = tool_seconds = 0.0
         calls_made = errors = 0
         last_text = ""
         response: LLMResponse | None = None
@@ -134,8 +138,12 @@ class Agent:
                 llm_seconds += time.perf_counter() - started
                 reason = ExitReason.BUDGET
                 break
-            llm_seconds += time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            llm_seconds += elapsed
             usage += response.usage
+            answered_by = response.model or request.model
+            self.metrics.observe_llm(answered_by, elapsed)
+            self.metrics.tokens(answered_by, response.usage)
             self._report_cache(request.model, response.usage, iteration)
             last_text = response.text.strip() or last_text
             if response.stop_reason == "refusal":
@@ -145,12 +153,16 @@ class Agent:
             if not tool_calls or self.tools is None or ctx is None:
                 reason = _final_reason(response)
                 break
+            tools_started = time.perf_counter()
             results = await self._run_tools(tool_calls, ctx, deadline)
+            tool_seconds += time.perf_counter() - tools_started
             if results is None:
                 reason = ExitReason.BUDGET
                 break
             calls_made += len(results)
             errors += sum(r.is_error for r in results)
+            for outcome in results:
+                self.metrics.tool_call(outcome.name, "error" if outcome.is_error else "ok")
             messages = _without_loop_cache_point(messages, len(request.messages))
             messages.append(response.as_message())
             messages.append(Message(role="user", parts=(*results, CachePoint())))
@@ -163,6 +175,7 @@ class Agent:
             usage=usage,
             iterations=iteration,
             llm_seconds=llm_seconds,
+            tool_seconds=tool_seconds,
             tool_calls=calls_made,
             tool_errors=errors,
         )

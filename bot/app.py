@@ -23,10 +23,14 @@ from bot.bus import EventBus, InProcessBus
 from bot.claims import default_worker_id
 from bot.commands import Commands
 from bot.config import ConfigError, Settings
+from bot.engagement import Engagement
+from bot.health import HealthServer, HealthSettings, adapter_checks, provider_check, redis_check
 from bot.history import HistoryStore
+from bot.live import EngagementSettings, LiveChat
 from bot.llm.base import Provider
-from bot.llm.registry import build_provider
+from bot.llm.fallback import build_chain, load_fallback_settings
 from bot.memory import MemorySettings, MemoryStore, load_memory_settings
+from bot.metrics import Metrics, NullMetrics
 from bot.prompting import PromptAssembler
 from bot.router import Router, RouterLimits
 from bot.tools.mcp_config import config_from_env
@@ -51,8 +55,11 @@ class Chorus:
         bus: EventBus,
         tools: Toolbox | None = None,
         memory_settings: MemorySettings | None = None,
+        metrics: Metrics | NullMetrics | None = None,
         owns: tuple[object, ...] = (),
     ) -> None:
+        self.metrics: Metrics | NullMetrics = metrics or NullMetrics()
+        self.health: HealthServer | None = None
         self.settings = settings
         self.provider = provider
         self.redis = redis
@@ -71,6 +78,7 @@ class Chorus:
         self.tools = tools if tools is not None else Toolbox.from_settings()
         self.agent = Agent(
             provider,
+            metrics=self.metrics,
             tools=self.tools,
             limits=LoopLimits(
                 max_iterations=settings.max_tool_iterations,
@@ -78,6 +86,7 @@ class Chorus:
             ),
         )
         self.memory_settings = memory_settings or load_memory_settings()
+        engagement = EngagementSettings()
         self.memory = MemoryStore(redis, self.memory_settings)
         commands = Commands(self.history)
         memory_commands.register(commands, self.memory, self.history)
@@ -90,6 +99,8 @@ class Chorus:
             commands=commands,
             tools=self.tools,
             memory=self.memory,
+            live=LiveChat(Engagement(engagement.policy())),
+            metrics=self.metrics,
             limits=RouterLimits(
                 max_message_chars=settings.max_message_chars,
                 reasoning=settings.reasoning,
@@ -110,12 +121,14 @@ class Chorus:
             # Settings errors surface before anything starts.
             tool_settings = load_tool_settings()
             memory_settings = load_memory_settings()
+            metrics = Metrics.from_env()
+            fallback = load_fallback_settings()
             mcp = await _start_mcp()
             if mcp is not None:
                 owned.append(mcp)
             tools = Toolbox.from_settings(tool_settings, extra_tools=mcp.tools() if mcp else ())
             if provider is None:
-                provider = build_provider(spec, settings)
+                provider = build_chain(settings, spec, fallback, on_fallback=metrics.llm_fallback)
                 owned.append(provider)
             redis = await store.connect(settings.redis_url)
             owned.append(redis)
@@ -133,6 +146,7 @@ class Chorus:
             bus=bus,
             tools=tools,
             memory_settings=memory_settings,
+            metrics=metrics,
             owns=tuple(owned),
         )
 
@@ -150,7 +164,20 @@ class Chorus:
         finally:
             await self.aclose()
 
+    async def start_health(self, settings: HealthSettings, adapters: Sequence[object] = ()) -> None:
+        """The /healthz, /readyz and /metrics server (CHORUS_HEALTH_PORT=0: none)."""
+        checks = {
+            "redis": redis_check(self.redis),
+            "llm": provider_check(self.provider),
+            **adapter_checks(adapters),
+        }
+        self.health = HealthServer.from_settings(settings, self.metrics, checks)
+        if self.health is not None:
+            await self.health.start()
+
     async def aclose(self) -> None:
+        if self.health is not None:
+            await self.health.aclose()
         if self._router_task is not None:
             self._router_task.cancel()
             await asyncio.gather(self._router_task, return_exceptions=True)

@@ -16,11 +16,12 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from bot.config import KEY_ENV, PROVIDERS, ConfigError, Settings, load_settings
 from bot.events import utcnow
+from bot.health import load_health_settings
 from bot.llm.base import Provider
 from bot.logs import setup_logging
 from bot.platform import PlatformAdapter
@@ -60,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="analyse every queued job now (ignoring the debounce) and exit",
     )
+    replay = sub.add_parser(
+        "replay", help="run a recorded or synthetic chat trace through the engagement policy"
+    )
+    replay.add_argument("trace", help="a JSONL trace (see bench/traces/busy_chat.jsonl)")
     sub.add_parser("config", help="show what is configured and what is missing (secrets masked)")
     return parser
 
@@ -75,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "config":
         print(describe_config(settings))
         return 0
+    if args.command == "replay":
+        return _replay(args.trace)
     try:
         settings.model_spec()
         if args.command == "run":
@@ -101,8 +108,11 @@ async def _run(settings: Settings, *, role: str = "all") -> int:
             f"--role {role} needs the Redis Streams bus between processes: set CHORUS_BUS=redis "
             "and CHORUS_REDIS_URL=redis://... (the same for every process)"
         )
+    health = load_health_settings()  # a bad port fails before anything starts
     app = await Chorus.from_settings(settings)
     adapters = [] if role == "worker" else build_adapters(app.bus, app.redis)
+    _watch(app, adapters)
+    await app.start_health(health, adapters)
     if role == "gateway" and not adapters:
         await app.aclose()
         raise ConfigError(
@@ -114,6 +124,46 @@ async def _run(settings: Settings, *, role: str = "all") -> int:
             return await _serve(adapters)
     async with app, _insights_in_process(app):
         return await _serve(adapters)
+
+
+def _watch(app: Chorus, adapters: Sequence[PlatformAdapter]) -> None:
+    """Scrape-time gauges: the bus's lag and pending counts, and the adapters' own counters."""
+    from adapters.registry import configured_platforms
+    from bot.topics import DELETIONS, INBOUND, outbound_topic
+
+    topics = (INBOUND, DELETIONS, *(outbound_topic(p) for p in configured_platforms()))
+    app.metrics.watch_bus(app.bus, redis=app.redis, topics=topics)
+    for adapter in adapters:
+        for name, help_text, labels, read, kind in _adapter_gauges(adapter):
+            app.metrics.register_gauge_callback(name, help_text, labels, read, kind=kind)
+
+
+def _adapter_gauges(
+    adapter: Any,
+) -> list[tuple[str, str, tuple[str, ...], Any, Literal["gauge", "counter"]]]:
+    """The counters an adapter keeps itself (Twitch sends and drops, YouTube quota)."""
+    if adapter.platform == "twitch":
+        return [
+            ("chorus_twitch_sent", "Messages Twitch accepted", (), lambda: adapter.sent, "counter"),
+            (
+                "chorus_twitch_dropped",
+                "Messages Twitch dropped (is_sent false)",
+                ("reason",),
+                lambda: {(k,): v for k, v in adapter.dropped.items()},
+                "counter",
+            ),
+        ]
+    if adapter.platform == "youtube":
+        return [
+            (
+                "chorus_youtube_quota_remaining",
+                "YouTube API quota units left today",
+                (),
+                lambda: adapter.quota_status.units_remaining,
+                "gauge",
+            )
+        ]
+    return []
 
 
 async def _serve(adapters: Sequence[PlatformAdapter]) -> int:
@@ -234,6 +284,21 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
             await provider.aclose()
     finally:
         await redis.aclose()
+
+
+def _replay(trace: str) -> int:
+    """``chorus replay TRACE.jsonl``: the policy on a trace, with a scripted model; exits 1 if a
+    message was answered twice or a platform's send limit was exceeded."""
+    from bot.live import EngagementSettings
+    from bot.replay import format_report, replay
+
+    try:
+        report = replay(trace, config=EngagementSettings().policy())
+    except OSError as exc:
+        print(f"chorus: cannot read {trace}: {exc.strerror}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(format_report(report))
+    return 0 if report.double_answers == 0 and report.within_send_limits else 1
 
 
 def _default_user() -> str:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from redis.asyncio import Redis
@@ -25,12 +26,15 @@ from bot.agent import Agent
 from bot.bus import Delivery, EventBus, TransactionalBus
 from bot.claims import Claim, Claims, default_worker_id
 from bot.commands import Commands
+from bot.engagement import Action
 from bot.enrichment import render_context
 from bot.events import ChatMessage, ConversationKey, MessageDeleted, Reply, utcnow
 from bot.history import HistoryEntry, HistoryStore
 from bot.insight_jobs import InsightJob, queue_enqueue
+from bot.live import ACKS, LiveChat, covered_context
 from bot.llm.errors import LLMError
 from bot.memory import MemoryStore, UserBuffer
+from bot.metrics import MetricsSink, NullMetrics
 from bot.prompting import PromptAssembler
 from bot.reasoning import Level, decide
 from bot.tools.base import ToolContext
@@ -41,6 +45,20 @@ log = logging.getLogger("chorus.router")
 
 APOLOGY = "Sorry, I couldn't reach the language model just now. Please try again in a moment."
 CRASH_APOLOGY = "Sorry, something went wrong while answering. Please try again."
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One turn to run: an inbound message (with its delivery, acked after), or a live-chat
+    turn the policy made (a batch or an idle line: no delivery)."""
+
+    message: ChatMessage
+    delivery: Delivery[ChatMessage] | None
+    addressed: tuple[str, ...]
+    reply_to_id: str | None
+    context: str = ""
+    forced: str | None = None  # a fixed answer (live-chat pause/resume acknowledgements)
+    received: float = field(default_factory=time.perf_counter)  # for the overhead metric
 
 
 @dataclass(frozen=True)
@@ -73,7 +91,10 @@ class Router:
         memory: MemoryStore | None = None,
         limits: RouterLimits | None = None,
         worker_id: str | None = None,
+        live: LiveChat | None = None,
+        metrics: MetricsSink | None = None,
     ) -> None:
+        self.metrics: MetricsSink = metrics or NullMetrics()
         self.bus = bus
         self.redis = redis
         self.history = history
@@ -89,16 +110,39 @@ class Router:
             lease_ms=self.limits.claim_lease_ms,
             done_seconds=self.limits.done_seconds,
         )
-        self._queues: dict[ConversationKey, deque[Delivery[ChatMessage]]] = {}
+        self.live = live
+        self._queues: dict[ConversationKey, deque[_Item]] = {}
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
+        self._acks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(self.limits.concurrency)
 
     async def run(self) -> None:
         """Consume the inbound and deletion topics until the bus closes."""
         async with asyncio.TaskGroup() as group:
-            group.create_task(self._consume_inbound())
-            group.create_task(self._consume_deletions())
+            consumers = [
+                group.create_task(self._consume_inbound()),
+                group.create_task(self._consume_deletions()),
+            ]
+            ticker = group.create_task(self._tick_forever()) if self.live else None
+            await asyncio.gather(*consumers)
+            if ticker is not None:
+                ticker.cancel()
         await self.join()
+
+    async def _tick_forever(self) -> None:
+        """Check once a second whether a live-chat batch or idle line came due."""
+        while True:
+            await asyncio.sleep(1.0)
+            self.live_tick()
+
+    def live_tick(self) -> int:
+        """Queue the live-chat turns that came due (tests call this instead of waiting)."""
+        if self.live is None:
+            return 0
+        turns = self.live.tick()
+        for turn in turns:
+            self._enqueue(_Item(turn.message, None, turn.addressed, turn.reply_to_id, turn.context))
+        return len(turns)
 
     async def _consume_inbound(self) -> None:
         async for delivery in self.bus.consume(INBOUND, ChatMessage, group="agent"):
@@ -142,8 +186,42 @@ class Router:
         await asyncio.gather(*list(self._workers.values()), return_exceptions=True)
 
     def _dispatch(self, delivery: Delivery[ChatMessage]) -> None:
-        conv = delivery.event.conversation
-        self._queues.setdefault(conv, deque()).append(delivery)
+        message = delivery.event
+        self.metrics.message_in(message.platform)
+        item = _Item(message, delivery, (message.author.id,), message.id)
+        if self.live is not None and self.live.applies(message):
+            decision = self.live.observe(message)  # arrival order and time, O(1)
+            self.metrics.engagement(message.platform, decision.action.value)
+            if decision.action is Action.ANSWER_NOW:
+                item = _Item(
+                    message, delivery, (message.author.id,), message.id, covered_context(decision)
+                )
+            elif decision.action is Action.COMMAND and decision.reason in ACKS:
+                item = _Item(
+                    message,
+                    delivery,
+                    (message.author.id,),
+                    message.id,
+                    forced=ACKS[decision.reason],
+                )
+            else:
+                log.debug(
+                    "live chat: not answered now",
+                    extra={
+                        "message_id": message.id,
+                        "action": decision.action.value,
+                        "reason": decision.reason.value,
+                    },
+                )
+                task = asyncio.create_task(delivery.ack())
+                self._acks.add(task)
+                task.add_done_callback(self._acks.discard)
+                return
+        self._enqueue(item)
+
+    def _enqueue(self, item: _Item) -> None:
+        conv = item.message.conversation
+        self._queues.setdefault(conv, deque()).append(item)
         if conv not in self._workers:
             self._workers[conv] = asyncio.create_task(self._drain(conv), name=f"conv:{conv}")
 
@@ -151,16 +229,16 @@ class Router:
         queue = self._queues[conv]
         try:
             while queue:
-                delivery = queue.popleft()
+                item = queue.popleft()
                 async with self._slots:
-                    await self._handle(delivery)
+                    await self._handle(item)
         finally:
             self._workers.pop(conv, None)
             if not queue:
                 self._queues.pop(conv, None)
 
-    async def _handle(self, delivery: Delivery[ChatMessage]) -> None:
-        message = delivery.event
+    async def _handle(self, item: _Item) -> None:
+        message = item.message
         claim = self.claims.new(message.platform, message.id)
         try:
             read = await self._read(message, claim)
@@ -171,7 +249,7 @@ class Router:
                 )
                 return
             async with claim.renewing():
-                await self._answer(message, claim, read)
+                await self._answer(item, claim, read)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -181,9 +259,10 @@ class Router:
             )
             with contextlib.suppress(Exception):
                 await claim.release()
-            await self._send(message, CRASH_APOLOGY, is_error=True)
+            await self._send(item, CRASH_APOLOGY, is_error=True)
         finally:
-            await delivery.ack()
+            if item.delivery is not None:
+                await item.delivery.ack()
 
     async def _read(self, message: ChatMessage, claim: Claim | None) -> _Read | None:
         """Claim the message and read its history and the author's memory: ONE round trip.
@@ -213,22 +292,28 @@ class Router:
             )
         return _Read(history=history, buffer=buffer)
 
-    async def _answer(self, message: ChatMessage, claim: Claim, read: _Read) -> None:
+    async def _answer(self, item: _Item, claim: Claim, read: _Read) -> None:
+        message = item.message
+        if item.forced is not None:
+            await self._finish(item, claim, item.forced)
+            return
         if len(message.text) > self.limits.max_message_chars:
             text = (
                 f"That message is {len(message.text):,} characters long; I can read at most "
                 f"{self.limits.max_message_chars:,}. Please shorten it."
             )
-            await self._finish(message, claim, text, is_error=True)
+            await self._finish(item, claim, text, is_error=True)
             return
         command_reply = await self.commands.handle(message)
         if command_reply is not None:
-            await self._finish(message, claim, command_reply)
+            await self._finish(item, claim, command_reply)
             return
 
         context = ""
         if self.memory is not None and read.buffer is not None:
             context = render_context(read.buffer, message, self.memory.settings, utcnow())
+        if item.context:
+            context = f"{item.context}\n{context}" if context else item.context
         ctx = ToolContext(message=message)
         request = self.assembler.build(
             message,
@@ -240,6 +325,7 @@ class Router:
         try:
             result = await self.agent.run(request, ctx)
         except LLMError as exc:
+            self.metrics.llm_error(request.model, type(exc).__name__)
             log.error(
                 "no answer from the model",
                 extra={
@@ -250,7 +336,7 @@ class Router:
                 },
             )
             await claim.release()  # a later delivery of the same message may try again
-            await self._send(message, APOLOGY, is_error=True)
+            await self._send(item, APOLOGY, is_error=True)
             return
         now = utcnow()
         author = message.author
@@ -272,11 +358,16 @@ class Router:
                 at=now,
             ),
         )
-        await self._finish(message, claim, result.text, entries=entries, activity=now)
+        await self._finish(item, claim, result.text, entries=entries, activity=now)
+        self.metrics.observe_overhead(
+            time.perf_counter() - item.received - result.llm_seconds - result.tool_seconds
+        )
+        lag = (utcnow() - message.sent_at).total_seconds()
+        self.metrics.observe_ingest_to_reply(message.platform, max(lag, 0.0))
 
     async def _finish(
         self,
-        message: ChatMessage,
+        item: _Item,
         claim: Claim,
         text: str,
         *,
@@ -286,7 +377,8 @@ class Router:
     ) -> None:
         """The reply and its record (history, done marker, memory activity, the insights job)
         in ONE transaction; the reply rides inside it when the bus is transactional."""
-        reply = self._reply(message, text, is_error=is_error)
+        message = item.message
+        reply = self._reply(item, text, is_error=is_error)
         topic = outbound_topic(message.platform)
         transactional = self.bus if isinstance(self.bus, TransactionalBus) else None
         if transactional is None:
@@ -301,6 +393,9 @@ class Router:
                 self._queue_activity(pipe, message, activity)
 
         await claim.commit(fill)
+        self.metrics.message_out(message.platform)
+        if self.live is not None:
+            self.live.spoke(message.conversation)
 
     def _queue_activity(self, pipe: Pipeline, message: ChatMessage, now: datetime) -> None:
         assert self.memory is not None
@@ -316,17 +411,21 @@ class Router:
                 now=now,
             )
 
-    def _reply(self, message: ChatMessage, text: str, *, is_error: bool) -> Reply:
+    def _reply(self, item: _Item, text: str, *, is_error: bool) -> Reply:
+        message = item.message
         return Reply(
             conversation=message.conversation,
             text=text,
-            reply_to_id=message.id,
-            addressed_user_ids=(message.author.id,),
+            reply_to_id=item.reply_to_id,
+            addressed_user_ids=item.addressed,
             in_reply_to_platform=message.platform,
             is_error=is_error,
         )
 
-    async def _send(self, message: ChatMessage, text: str, *, is_error: bool = False) -> None:
+    async def _send(self, item: _Item, text: str, *, is_error: bool = False) -> None:
         """A reply outside any transaction (apologies after a failure)."""
-        reply = self._reply(message, text, is_error=is_error)
-        await self.bus.publish(outbound_topic(message.platform), reply)
+        reply = self._reply(item, text, is_error=is_error)
+        await self.bus.publish(outbound_topic(item.message.platform), reply)
+        self.metrics.message_out(item.message.platform)
+        if self.live is not None:
+            self.live.spoke(item.message.conversation)

@@ -39,6 +39,7 @@ def base_env(tmp_path: Path) -> dict[str, str]:
         CHORUS_BLOCK_REAL_LLM="1",
         CHORUS_REDIS_URL="memory://",
         CHORUS_LLM_MAX_RETRIES="1",
+        CHORUS_HEALTH_PORT="0",
         PYTHONPATH=str(ROOT),
         HOME=str(tmp_path),
     )

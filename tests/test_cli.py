@@ -57,3 +57,18 @@ async def test_config_masks_secrets_and_lists_what_is_missing(tmp_path: Path) ->
     code, out, _ = await run_chorus(["config"], base_env(tmp_path), tmp_path)
     assert code == 0
     assert "Missing:" in out and "CHORUS_MODEL" in out
+
+
+TRACE = Path(__file__).resolve().parent.parent / "bench" / "traces" / "busy_chat.jsonl"
+
+
+async def test_replay_reports_the_shipped_busy_trace(tmp_path: Path) -> None:
+    trace = TRACE
+    code, out, err = await run_chorus(["replay", str(trace)], base_env(tmp_path), tmp_path)
+    assert code == 0, err
+    assert "mentions answered" in out.lower() and "| twitch |" in out
+
+
+async def test_replay_of_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    code, _, err = await run_chorus(["replay", "nope.jsonl"], base_env(tmp_path), tmp_path)
+    assert code == 2 and "cannot read nope.jsonl" in err

@@ -20,6 +20,9 @@ from bot.config import (
     load_settings,
     parse_model_spec,
 )
+from bot.health import HealthSettings
+from bot.live import EngagementSettings
+from bot.llm.fallback import FallbackSettings
 from bot.memory_settings import MemorySettings
 from bot.tools.toolbox import ToolSettings
 
@@ -158,6 +161,9 @@ def test_secret_values_include_the_redis_password() -> None:
         SlackSettings,
         TwitchSettings,
         YouTubeSettings,
+        EngagementSettings,
+        HealthSettings,
+        FallbackSettings,
     ],
 )
 def test_env_example_documents_every_setting(settings_class: type[BaseSettings]) -> None:
@@ -165,7 +171,11 @@ def test_env_example_documents_every_setting(settings_class: type[BaseSettings])
     documented = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", example, re.MULTILINE))
     for name, field in settings_class.model_fields.items():
         alias = field.validation_alias
-        names = [alias] if isinstance(alias, str) else list(alias.choices)  # type: ignore[union-attr]
+        prefix = settings_class.model_config.get("env_prefix") or ""
+        if alias is None:
+            names = [f"{prefix}{name}".upper()]
+        else:
+            names = [alias] if isinstance(alias, str) else list(alias.choices)  # type: ignore[union-attr]
         assert any(str(n) in documented or str(n) in example for n in names), (
             f"setting {name} ({names}) is missing from .env.example"
         )

@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import sys
 from pathlib import Path
+
+import aiohttp
 
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.discord_server import (
@@ -22,6 +25,7 @@ from tests.test_chat_e2e import ROOT, base_env
 
 
 async def test_chorus_run_answers_a_discord_mention_end_to_end(tmp_path: Path) -> None:
+    port = _free_port()
     async with AnthropicServer() as model, DiscordServer() as discord:
         model.replies.append("Hello from the model, @everyone!")
         env = base_env(tmp_path) | {
@@ -32,6 +36,8 @@ async def test_chorus_run_answers_a_discord_mention_end_to_end(tmp_path: Path) -
             "DISCORD_API_BASE_URL": discord.api_url,
             "DISCORD_GATEWAY_URL": discord.ws_url,
             "PYTHONPATH": str(ROOT),
+            "CHORUS_HEALTH_PORT": str(port),
+            "CHORUS_HEALTH_HOST": "127.0.0.1",
         }
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -55,6 +61,14 @@ async def test_chorus_run_answers_a_discord_mention_end_to_end(tmp_path: Path) -
             path = f"/channels/{CHANNEL_ID}/messages"
             await discord.wait_for(lambda: bool(discord.requests_to("POST", path)), limit=90)
             (post,) = discord.requests_to("POST", path)
+            async with aiohttp.ClientSession() as http:
+                base = f"http://127.0.0.1:{port}"
+                async with http.get(f"{base}/metrics") as response:
+                    metrics = await response.text()
+                async with http.get(f"{base}/readyz") as response:
+                    ready = (response.status, await response.json())
+                async with http.get(f"{base}/healthz") as response:
+                    alive = response.status
         finally:
             proc.send_signal(signal.SIGTERM)
             _, err = await asyncio.wait_for(proc.communicate(), 60)
@@ -64,6 +78,10 @@ async def test_chorus_run_answers_a_discord_mention_end_to_end(tmp_path: Path) -
         assert body["allowed_mentions"]["parse"] == []
         assert "what is up?" in json.dumps(model.bodies[-1]["messages"])
         assert b"loopback-token-not-secret" not in err
+        assert alive == 200 and ready[0] == 200, ready
+        assert 'chorus_messages_in_total{platform="discord"} 1.0' in metrics
+        assert 'chorus_messages_out_total{platform="discord"} 1.0' in metrics
+        assert 'chorus_llm_tokens_total{kind="output",model="claude-test"}' in metrics
 
 
 async def test_gateway_and_worker_processes_over_redis_streams(
@@ -149,3 +167,10 @@ async def test_a_role_needs_the_redis_bus(tmp_path: Path) -> None:
     env = base_env(tmp_path) | {"CHORUS_MODEL": "openai:m", "OPENAI_API_KEY": "k"}
     code, _, err = await run_chorus(["run", "--role", "worker"], env, tmp_path)
     assert code == 2 and "CHORUS_BUS=redis" in err
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

@@ -1,0 +1,149 @@
+"""Framework overhead per answered message, LLM excluded, as a ratio against a bare SDK call.
+
+The same loopback Anthropic server answers both sides. The bare side times
+``client.messages.create`` with the official SDK; the Chorus side times a message from
+``bus.publish`` to the reply's arrival on the outbound topic through the whole pipeline (claim,
+history, memory, prompt assembly, agent, reply, history write, insights enqueue). The agent
+measures its own model-call time, so overhead = end-to-end time minus that LLM time, per
+message; the ratio compares Chorus's end-to-end time with the bare call's. Measured twice: the
+embedded store with the in-process bus, and a real Redis with the Redis Streams bus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+
+from bot.agent import Agent, AgentResult
+from bot.app import Chorus
+from bot.config import load_settings
+from bot.events import Author, ChatMessage, ConversationKey, Reply
+from bot.topics import INBOUND, outbound_topic
+from tests.loopback.anthropic_server import AnthropicServer
+
+WARMUP = 20
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass
+class Overhead:
+    label: str
+    bare_p50_ms: float
+    chorus_p50_ms: float
+    overhead_p50_ms: float
+    overhead_p99_ms: float
+    ratio_p50: float
+
+
+async def _bare(server: AnthropicServer, n: int) -> list[float]:
+    client = anthropic.AsyncAnthropic(api_key="bench", base_url=server.base_url, max_retries=0)
+    times: list[float] = []
+    try:
+        for i in range(n + WARMUP):
+            started = time.perf_counter()
+            await client.messages.create(
+                model="claude-test", max_tokens=64,
+                messages=[{"role": "user", "content": f"hello {i}"}],
+            )
+            if i >= WARMUP:
+                times.append(time.perf_counter() - started)
+    finally:
+        await client.close()
+    return times
+
+
+class _TimedAgent(Agent):
+    """Records the agent's own model-call time for every turn."""
+
+    llm: list[float]
+
+    async def run(self, *args: Any, **kwargs: Any) -> AgentResult:
+        result = await super().run(*args, **kwargs)
+        self.llm.append(result.llm_seconds)
+        return result
+
+
+async def _chorus(server: AnthropicServer, n: int, redis_url: str, bus: str) -> tuple[
+    list[float], list[float]
+]:
+    settings = load_settings(
+        CHORUS_MODEL="anthropic:claude-test", ANTHROPIC_API_KEY="bench",
+        ANTHROPIC_BASE_URL=server.base_url, CHORUS_REDIS_URL=redis_url, CHORUS_BUS=bus,
+        CHORUS_BUS_NAMESPACE=f"bench{uuid.uuid4().hex[:8]}", CHORUS_REASONING="off",
+    )
+    app = await Chorus.from_settings(settings)
+    agent = app.agent
+    agent.__class__ = _TimedAgent
+    agent.llm = []  # type: ignore[attr-defined]
+    arrivals: dict[str, asyncio.Future[float]] = {}
+
+    async def collect() -> None:
+        async for delivery in app.bus.consume(outbound_topic("bench"), Reply, group="outbound"):
+            future = arrivals.get(delivery.event.reply_to_id or "")
+            if future is not None and not future.done():
+                future.set_result(time.perf_counter())
+            await delivery.ack()
+
+    await app.start()
+    collector = asyncio.create_task(collect())
+    tag = uuid.uuid4().hex[:8]
+    totals: list[float] = []
+    try:
+        for i in range(n + WARMUP):
+            msg_id = f"{tag}-{i}"
+            arrivals[msg_id] = asyncio.get_running_loop().create_future()
+            started = time.perf_counter()
+            await app.bus.publish(INBOUND, ChatMessage(
+                platform="bench", id=msg_id,
+                conversation=ConversationKey(platform="bench", channel=f"{tag}-{i % 8}"),
+                author=Author(id=f"u{i % 8}-{tag}", display_name="Bench"),
+                text=f"hello {i}", mentions_bot=True))
+            done = await asyncio.wait_for(arrivals[msg_id], 30)
+            del arrivals[msg_id]
+            if i >= WARMUP:
+                totals.append(done - started)
+    finally:
+        collector.cancel()
+        await asyncio.gather(collector, return_exceptions=True)
+        await app.aclose()
+    llm: list[float] = agent.llm[WARMUP:]  # type: ignore[attr-defined]
+    return totals, llm
+
+
+async def measure(label: str, redis_url: str, bus: str, n: int = 300) -> Overhead:
+    async with AnthropicServer() as server:
+        server.default_reply = lambda body: "ok"
+        bare = await _bare(server, n)
+        totals, llm = await _chorus(server, n, redis_url, bus)
+    overheads = [t - m for t, m in zip(totals, llm, strict=True)]
+    bare_p50, chorus_p50 = statistics.median(bare), statistics.median(totals)
+    return Overhead(label, bare_p50 * 1000, chorus_p50 * 1000,
+                    statistics.median(overheads) * 1000, _pct(overheads, 0.99) * 1000,
+                    chorus_p50 / bare_p50)
+
+
+async def main(real_redis: str) -> list[str]:
+    lines = ["## Framework overhead per answered message (LLM excluded)", "",
+             "| setup | bare SDK call p50 | Chorus end to end p50 | overhead p50 | overhead p99 "
+             "| ratio (Chorus / bare) |", "|---|---|---|---|---|---|"]
+    for label, url, bus in (("embedded store, in-process bus", "memory://bench-overhead", "memory"),
+                            ("Redis state, Redis Streams bus", real_redis, "redis")):
+        try:
+            r = await measure(label, url, bus)
+        except Exception as exc:
+            lines.append(f"| {label} | not measured: {exc} | | | | |")
+            continue
+        lines.append(f"| {r.label} | {r.bare_p50_ms:.2f} ms | {r.chorus_p50_ms:.2f} ms | "
+                     f"{r.overhead_p50_ms:.2f} ms | {r.overhead_p99_ms:.2f} ms | "
+                     f"{r.ratio_p50:.2f} |")
+    return lines

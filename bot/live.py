@@ -1,0 +1,161 @@
+"""Live chat: the engagement policy (``bot/engagement.py``) wired to the router's turns.
+
+Which messages go through the policy: everything from live-chat platforms (Twitch, YouTube)
+and every ``ambient`` message (Discord and Slack channels configured as ambient). Other
+messages (DMs, mentions in normal channels) are simply answered.
+
+The policy is pure and O(1) per message, so it runs at dispatch, in arrival order, with the
+arrival time. Its decisions become turns of the router:
+
+- answer now: the message's own turn (lines it covers are added to the context);
+- a batch that came due (checked by ``tick``, once a second): ONE turn that addresses up to
+  two chatters by name, as a synthetic message whose text lists their lines;
+- an idle line (optional per channel): one on-topic line after a quiet period;
+- ``!chorus pause`` / ``resume`` from the broadcaster or a moderator: a short acknowledgement.
+
+Everything a user wrote stays inside the prompt's data blocks (the synthetic turn's text is
+rendered as a ``<user_message>`` like any other).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from bot.engagement import (
+    Action,
+    Batch,
+    Decision,
+    Engagement,
+    PolicyConfig,
+    Reason,
+    due,
+    idle_due,
+    mark_spoke,
+    observe,
+)
+from bot.events import Author, ChatMessage, ConversationKey
+
+LIVE_PLATFORMS = frozenset({"twitch", "youtube"})
+CHAT_AUTHOR = Author(id="chat", display_name="live chat")
+ACKS = {
+    Reason.PAUSE: "Paused. I'll stay quiet until a moderator says !chorus resume.",
+    Reason.RESUME: "Back! I'm listening again.",
+}
+
+
+class EngagementSettings(BaseSettings):
+    """``CHORUS_ENGAGE_*``: the policy's thresholds for every live or ambient channel."""
+
+    model_config = SettingsConfigDict(env_prefix="CHORUS_ENGAGE_", env_file=".env", extra="ignore")
+
+    min_pending: int = Field(default=8, ge=1)
+    min_gap_seconds: float = Field(default=45.0, ge=0)
+    max_batch_chatters: int = Field(default=2, ge=1, le=5)
+    channel_cooldown_seconds: float = Field(default=5.0, ge=0)
+    user_cooldown_seconds: float = Field(default=10.0, ge=0)
+    wall_max_chars: int = Field(default=400, ge=20)
+    idle_prompt_after_seconds: float | None = Field(default=None, gt=0)
+
+    def policy(self) -> PolicyConfig:
+        return PolicyConfig(**self.model_dump())
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A turn the router runs that is not simply "answer this message"."""
+
+    message: ChatMessage
+    addressed: tuple[str, ...]
+    reply_to_id: str | None
+    context: str = ""
+
+
+class LiveChat:
+    def __init__(
+        self, engagement: Engagement | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.engagement = engagement or Engagement()
+        self.clock = clock
+
+    def applies(self, message: ChatMessage) -> bool:
+        return message.ambient or message.platform in LIVE_PLATFORMS
+
+    def observe(self, message: ChatMessage) -> Decision:
+        return observe(self.engagement.state(message.conversation), message, self.clock())
+
+    def spoke(self, conversation: ConversationKey) -> None:
+        state = self.engagement.states.get(conversation)
+        if state is not None:
+            mark_spoke(state, self.clock())
+
+    def tick(self) -> list[Turn]:
+        """Batches and idle lines that came due, as turns to run."""
+        now = self.clock()
+        turns: list[Turn] = []
+        for conv, state in list(self.engagement.states.items()):
+            batch = due(state, now)
+            if batch is not None:
+                turns.append(batch_turn(conv, batch))
+            elif idle_due(state, now):
+                turns.append(idle_turn(conv))
+        return turns
+
+
+def covered_context(decision: Decision) -> str:
+    """Lines an immediate answer also covers, for the prompt's context."""
+    if decision.action is not Action.ANSWER_NOW or not decision.covered:
+        return ""
+    lines = [f"{_name(p.message)} also said earlier: {p.message.text}" for p in decision.covered]
+    return "<earlier_lines>\n" + "\n".join(lines) + "\n</earlier_lines>"
+
+
+def batch_turn(conv: ConversationKey, batch: Batch) -> Turn:
+    names = [c.user_name or c.user_id for c in batch.chatters]
+    lines = [
+        f"- {c.user_name or c.user_id}: {p.message.text}" + (" (question)" if p.question else "")
+        for c in batch.chatters
+        for p in c.messages
+    ]
+    text = (
+        f"LIVE CHAT: reply in one short message addressed to {' and '.join(names)} by name.\n"
+        "Chat to address:\n" + "\n".join(lines)
+    )
+    if batch.context:
+        text += "\nAlso in chat (context only, do not answer):\n" + "\n".join(
+            f"- {_name(p.message)}: {p.message.text}" for p in batch.context
+        )
+    last = batch.chatters[-1].messages[-1].message
+    return Turn(
+        message=_synthetic(conv, f"batch-{last.id}", text),
+        addressed=batch.user_ids,
+        reply_to_id=last.id,
+    )
+
+
+def idle_turn(conv: ConversationKey) -> Turn:
+    text = (
+        "LIVE CHAT is quiet. Say one short, friendly line to the chat that fits what was "
+        "being talked about; ask a light question if nothing fits."
+    )
+    stamp = int(time.time())
+    return Turn(message=_synthetic(conv, f"idle-{stamp}", text), addressed=(), reply_to_id=None)
+
+
+def _synthetic(conv: ConversationKey, msg_id: str, text: str) -> ChatMessage:
+    return ChatMessage(
+        platform=conv.platform,
+        id=msg_id[:256],
+        conversation=conv,
+        author=CHAT_AUTHOR,
+        text=text,
+        ambient=False,
+    )
+
+
+def _name(message: ChatMessage) -> str:
+    return message.author.display_name or message.author.id

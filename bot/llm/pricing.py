@@ -1,0 +1,183 @@
+"""Per-model token prices, for the *estimated* cost metric (``chorus_llm_cost_usd_total``).
+
+Why estimates: vendors change prices, bill some features we do not see (long-context tiers,
+batch and priority tiers, cache storage, search grounding) and round per request. The table
+below holds the standard list prices, in USD per million tokens, as published on the vendors'
+pricing pages on ``PRICES_AS_OF``; it is good for a dashboard and for alerts on a runaway bill,
+never for accounting. Long-context surcharges (Anthropic over 200k input tokens, Gemini Pro over
+200k) are ignored.
+
+``CHORUS_PRICES`` names a JSON file that overrides or extends the table, keyed by model name
+(or a prefix of it)::
+
+    {"gpt-4.1-mini": {"input": 0.4, "output": 1.6, "cache_read": 0.1},
+     "my-local-model": {"input": 0, "output": 0}}
+
+``cache_read`` and ``cache_write`` default to ``input``. Lookup is by the longest key that is a
+prefix of the model name at a word boundary, so dated snapshots (``claude-3-5-haiku-20241022``,
+``gpt-4.1-mini-2025-04-14``) find their family; a ``provider:`` or router ``vendor/`` prefix is
+ignored. A model with no price counts no cost (a local model is free; an unknown one is logged
+once by the metrics module).
+
+How each vendor's ``Usage`` maps (``bot/llm/types.py``): ``input_tokens`` is the uncached input,
+``cache_read_tokens`` the cached part; only Anthropic reports ``cache_write_tokens`` (billed at
+1.25x input for the 5-minute cache). OpenAI and Gemini charge nothing extra to write their
+implicit caches, so their ``cache_write`` is the input price.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from bot.config import ConfigError
+from bot.llm.types import Usage
+
+VARIABLE = "CHORUS_PRICES"
+PRICES_AS_OF = "2025-10-01"
+_MILLION = 1_000_000
+
+
+class Price(BaseModel):
+    """USD per million tokens of each kind."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_read: float = Field(ge=0)
+    cache_write: float = Field(ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_cache_prices(cls, data: Any) -> Any:
+        """Cache reads and writes cost the input price unless the vendor says otherwise."""
+        if isinstance(data, dict) and "input" in data:
+            data = dict(data)
+            for key in ("cache_read", "cache_write"):
+                if data.get(key) is None:
+                    data[key] = data["input"]
+        return data
+
+    def cost(self, usage: Usage) -> float:
+        """The estimated cost of ``usage`` in USD."""
+        return (
+            usage.input_tokens * self.input
+            + usage.output_tokens * self.output
+            + usage.cache_read_tokens * self.cache_read
+            + usage.cache_write_tokens * self.cache_write
+        ) / _MILLION
+
+
+def _p(input: float, output: float, cache_read: float, cache_write: float | None = None) -> Price:
+    values = {
+        "input": input,
+        "output": output,
+        "cache_read": cache_read,
+        "cache_write": cache_write,
+    }
+    return Price.model_validate(values)
+
+
+# List prices on PRICES_AS_OF (USD / million tokens): input, output, cache read[, cache write].
+DEFAULT_PRICES: dict[str, Price] = {
+    # Anthropic (https://www.anthropic.com/pricing): cache write = 5-minute cache, 1.25x input.
+    "claude-opus-4-5": _p(5.00, 25.00, 0.50, 6.25),
+    "claude-opus-4-1": _p(15.00, 75.00, 1.50, 18.75),
+    "claude-opus-4": _p(15.00, 75.00, 1.50, 18.75),
+    "claude-sonnet-4-5": _p(3.00, 15.00, 0.30, 3.75),
+    "claude-sonnet-4": _p(3.00, 15.00, 0.30, 3.75),
+    "claude-3-7-sonnet": _p(3.00, 15.00, 0.30, 3.75),
+    "claude-haiku-4-5": _p(1.00, 5.00, 0.10, 1.25),
+    "claude-3-5-haiku": _p(0.80, 4.00, 0.08, 1.00),
+    "claude-3-haiku": _p(0.25, 1.25, 0.03, 0.30),
+    # OpenAI (https://openai.com/api/pricing/): cached input discounted, no write surcharge.
+    "gpt-5": _p(1.25, 10.00, 0.125),
+    "gpt-5-mini": _p(0.25, 2.00, 0.025),
+    "gpt-5-nano": _p(0.05, 0.40, 0.005),
+    "gpt-4.1": _p(2.00, 8.00, 0.50),
+    "gpt-4.1-mini": _p(0.40, 1.60, 0.10),
+    "gpt-4.1-nano": _p(0.10, 0.40, 0.025),
+    "gpt-4o": _p(2.50, 10.00, 1.25),
+    "gpt-4o-mini": _p(0.15, 0.60, 0.075),
+    "o3": _p(2.00, 8.00, 0.50),
+    "o3-mini": _p(1.10, 4.40, 0.55),
+    "o4-mini": _p(1.10, 4.40, 0.275),
+    # Gemini (https://ai.google.dev/gemini-api/docs/pricing): text input, prompts <= 200k tokens;
+    # cache read = the context-caching price; implicit caching has no write charge.
+    "gemini-2.5-pro": _p(1.25, 10.00, 0.31),
+    "gemini-2.5-flash": _p(0.30, 2.50, 0.075),
+    "gemini-2.5-flash-lite": _p(0.10, 0.40, 0.025),
+    "gemini-2.0-flash": _p(0.10, 0.40, 0.025),
+    "gemini-2.0-flash-lite": _p(0.075, 0.30, 0.01875),
+}
+
+_BOUNDARY = frozenset("-_@:.")
+
+
+class PriceTable:
+    """Prices by model-name prefix; ``lookup`` finds the longest matching key."""
+
+    def __init__(self, prices: Mapping[str, Price]) -> None:
+        self._prices = {key.strip().lower(): price for key, price in prices.items()}
+        self._keys = sorted(self._prices, key=len, reverse=True)
+
+    @classmethod
+    def default(cls) -> PriceTable:
+        return cls(DEFAULT_PRICES)
+
+    def lookup(self, model: str) -> Price | None:
+        name = _bare(model)
+        for key in self._keys:  # longest first
+            if name == key or (name.startswith(key) and name[len(key)] in _BOUNDARY):
+                return self._prices[key]
+        return None
+
+    def cost(self, model: str, usage: Usage) -> float | None:
+        """The estimated USD cost of ``usage`` on ``model``; None when it has no price."""
+        price = self.lookup(model)
+        return None if price is None else price.cost(usage)
+
+
+def load_prices(path: str | None = None) -> PriceTable:
+    """The default table with ``path`` (default: ``$CHORUS_PRICES``) merged over it."""
+    path = path if path is not None else os.environ.get(VARIABLE, "").strip()
+    if not path:
+        return PriceTable.default()
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{VARIABLE}={path!r}: cannot read the file ({exc.strerror})") from None
+    except ValueError as exc:
+        raise ConfigError(f"{VARIABLE}={path!r} is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"{VARIABLE}={path!r}: expected an object of model -> prices, e.g. "
+            '{"gpt-4.1-mini": {"input": 0.4, "output": 1.6}}'
+        )
+    overrides: dict[str, Price] = {}
+    for model, entry in raw.items():
+        try:
+            overrides[str(model)] = Price.model_validate(entry)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(x) for x in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
+            )
+            raise ConfigError(
+                f"{VARIABLE}={path!r}: bad prices for {model!r} ({problems}); "
+                "give USD per million tokens as input, output[, cache_read, cache_write]"
+            ) from None
+    return PriceTable({**DEFAULT_PRICES, **overrides})
+
+
+def _bare(model: str) -> str:
+    """``openai:anthropic/claude-sonnet-4.5`` -> ``claude-sonnet-4.5`` (lowercase)."""
+    name = model.strip().lower()
+    if ":" in name and name.split(":", 1)[0] in {"anthropic", "openai", "gemini"}:
+        name = name.split(":", 1)[1]
+    return name.rsplit("/", 1)[-1]

@@ -1,0 +1,131 @@
+"""Live chat through the real router: the engagement policy decides, the router runs the turns
+(immediate answers, one batched answer to several chatters, pause/resume acknowledgements)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+
+from bot import store
+from bot.agent import Agent
+from bot.bus import InProcessBus
+from bot.commands import Commands
+from bot.engagement import Engagement, PolicyConfig, Reason
+from bot.events import Author, ChatMessage, ConversationKey, Reply, Role
+from bot.history import HistoryStore
+from bot.live import ACKS, LiveChat
+from bot.llm.scripted import ScriptedProvider
+from bot.prompting import PromptAssembler
+from bot.router import Router
+from bot.topics import INBOUND, outbound_topic
+
+
+@dataclass
+class Live:
+    bus: InProcessBus
+    router: Router
+    provider: ScriptedProvider
+    replies: list[Reply]
+    clock: list[float]
+    conv: ConversationKey
+    n: int = 0
+
+    async def chat(
+        self, user: str, text: str, *, mention: bool = False, roles: frozenset[Role] = frozenset()
+    ) -> str:
+        self.n += 1
+        msg_id = f"{self.conv.channel}-{self.n}"
+        await self.bus.publish(
+            INBOUND,
+            ChatMessage(
+                platform="twitch",
+                id=msg_id,
+                conversation=self.conv,
+                author=Author(id=user, display_name=user.title(), roles=roles),
+                text=text,
+                mentions_bot=mention,
+                ambient=not mention,
+            ),
+        )
+        return msg_id
+
+
+@pytest.fixture
+async def live(key_tag: str) -> AsyncIterator[Live]:
+    redis = await store.connect(f"memory://live-{key_tag}")
+    bus = InProcessBus()
+    history = HistoryStore(redis, max_messages=20, ttl_seconds=3600)
+    provider = ScriptedProvider()
+    clock = [1000.0]
+    policy = PolicyConfig(min_pending=3, min_gap_seconds=30, channel_cooldown_seconds=0)
+    router = Router(
+        bus=bus,
+        redis=redis,
+        history=history,
+        assembler=PromptAssembler(model="m", system_prompt="S"),
+        agent=Agent(provider),
+        commands=Commands(history),
+        live=LiveChat(Engagement(policy), clock=lambda: clock[0]),
+    )
+    replies: list[Reply] = []
+
+    async def collect() -> None:
+        async for delivery in bus.consume(outbound_topic("twitch"), Reply):
+            replies.append(delivery.event)
+            await delivery.ack()
+
+    tasks = [asyncio.create_task(router.run()), asyncio.create_task(collect())]
+    try:
+        yield Live(
+            bus,
+            router,
+            provider,
+            replies,
+            clock,
+            ConversationKey(platform="twitch", channel=f"chan{key_tag}"),
+        )
+    finally:
+        await bus.close()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await router.close()
+        await redis.aclose()
+
+
+async def test_a_mention_is_answered_and_chatter_waits_for_a_batch(live: Live) -> None:
+    mention = await live.chat("ann", "hey bot, how are you?", mention=True)
+    await live.bus.drain(timeout=10)
+    assert [r.reply_to_id for r in live.replies] == [mention]
+
+    for user, text in (("bob", "anyone know the next map?"), ("cat", "gg"), ("dan", "lol")):
+        await live.chat(user, text)
+    await live.bus.drain(timeout=10)
+    assert len(live.replies) == 1  # chatter is not answered one by one
+    assert live.router.live_tick() == 0  # too soon after the bot last spoke
+
+    live.clock[0] += 31
+    assert live.router.live_tick() == 1
+    await live.router.join()  # the batch turn runs on the conversation's worker
+    await live.bus.drain(timeout=10)
+    batch = live.replies[-1]
+    assert 1 <= len(batch.addressed_user_ids) <= 2
+    assert "bob" in batch.addressed_user_ids  # the question ranks first
+    prompt = live.provider.requests[-1].messages[-1].text
+    assert "LIVE CHAT" in prompt and "anyone know the next map?" in prompt
+    assert len(live.provider.requests) == 2  # one model call for the whole batch
+
+
+async def test_pause_and_resume_only_for_moderators(live: Live) -> None:
+    await live.chat("viewer", "!chorus pause")
+    await live.chat("mod", "!chorus pause", roles=frozenset({Role.MODERATOR}))
+    await live.bus.drain(timeout=10)
+    assert [r.text for r in live.replies] == [ACKS[Reason.PAUSE]]
+    await live.chat("ann", "hello bot?", mention=True)
+    await live.bus.drain(timeout=10)
+    assert len(live.replies) == 1  # paused: not even mentions
+    await live.chat("owner", "!chorus resume", roles=frozenset({Role.OWNER}))
+    await live.bus.drain(timeout=10)
+    assert live.replies[-1].text == ACKS[Reason.RESUME]
+    assert live.provider.requests == []  # acknowledgements never call the model
