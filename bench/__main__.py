@@ -13,10 +13,16 @@ from bot.llm.guard import block_real_calls
 async def _main() -> None:
     from bench import cache, memory, overhead, replay
 
-    sections = [await cache.main(), await memory.main(), await overhead.main(memory.REAL),
-                replay.main()]
-    print(f"# Chorus benchmarks\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}; command: make bench\n")
+    sections = [
+        await cache.main(),
+        await memory.main(),
+        await overhead.main(memory.REAL),
+        replay.main(),
+    ]
+    print(
+        f"# Chorus benchmarks\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}; command: make bench\n"
+    )
     for lines in sections:
         print("\n".join(lines) + "\n")
 

@@ -45,8 +45,9 @@ _RULES = "".join(
     f"the robber moves on a seven and blocks hex {i}.</p>"
     for i in range(1, 13)
 )
-_FAQ = "".join(f"<p>Q{i}: can I trade on another player's turn? A: only with them.</p>"
-               for i in range(1, 9))
+_FAQ = "".join(
+    f"<p>Q{i}: can I trade on another player's turn? A: only with them.</p>" for i in range(1, 9)
+)
 
 
 def _feed(base: str) -> str:
@@ -55,26 +56,44 @@ def _feed(base: str) -> str:
         f"<link>{base}/news/{i}</link><pubDate>Sun, 22 Nov 2026 0{i}:00:00 GMT</pubDate></item>"
         for i in range(1, 6)
     )
-    return (f'<?xml version="1.0"?><rss version="2.0"><channel><title>Tabletop</title>'
-            f"<link>{base}</link><description>news</description>{items}</channel></rss>")
+    return (
+        f'<?xml version="1.0"?><rss version="2.0"><channel><title>Tabletop</title>'
+        f"<link>{base}</link><description>news</description>{items}</channel></rss>"
+    )
 
 
 def conversation(base: str) -> list[tuple[str, list[Step]]]:
     return [
         ("Hi! I'm Ada, I moderate a board-games community.", []),
-        ("What time is it in Tokyo and in Lisbon right now?",
-         [[("current_time", {"timezone": "Asia/Tokyo"}),
-           ("current_time", {"timezone": "Europe/Lisbon"})]]),
-        (f"Read the rules page at {base}/rules and summarise the turn order.",
-         [[("fetch_page", {"url": f"{base}/rules", "max_chars": 3000})]]),
-        ("Any board game news today? Open the first story too.",
-         [[("news_headlines", {"topic": "board game", "limit": 3})],
-          [("fetch_page", {"url": f"{base}/faq", "max_chars": 2000})]]),
+        (
+            "What time is it in Tokyo and in Lisbon right now?",
+            [
+                [
+                    ("current_time", {"timezone": "Asia/Tokyo"}),
+                    ("current_time", {"timezone": "Europe/Lisbon"}),
+                ]
+            ],
+        ),
+        (
+            f"Read the rules page at {base}/rules and summarise the turn order.",
+            [[("fetch_page", {"url": f"{base}/rules", "max_chars": 3000})]],
+        ),
+        (
+            "Any board game news today? Open the first story too.",
+            [
+                [("news_headlines", {"topic": "board game", "limit": 3})],
+                [("fetch_page", {"url": f"{base}/faq", "max_chars": 2000})],
+            ],
+        ),
         ("Thanks! Remind me what I told you I do.", []),
-        ("Check the time in New York, then the FAQ page, then the time in Sydney.",
-         [[("current_time", {"timezone": "America/New_York"})],
-          [("fetch_page", {"url": f"{base}/faq", "max_chars": 2000})],
-          [("current_time", {"timezone": "Australia/Sydney"})]]),
+        (
+            "Check the time in New York, then the FAQ page, then the time in Sydney.",
+            [
+                [("current_time", {"timezone": "America/New_York"})],
+                [("fetch_page", {"url": f"{base}/faq", "max_chars": 2000})],
+                [("current_time", {"timezone": "Australia/Sydney"})],
+            ],
+        ),
     ]
 
 
@@ -92,11 +111,16 @@ def scripted_model(plan: list[tuple[str, list[Step]]]) -> Callable[[dict[str, An
             count += len(steps[done_steps])
             done_steps += 1
         if done_steps < len(steps):
-            return {"tool_calls": [
-                {"id": f"toolu_{questions.index(question)}_{done_steps}_{i}", "name": name,
-                 "arguments": args}
-                for i, (name, args) in enumerate(steps[done_steps])
-            ]}
+            return {
+                "tool_calls": [
+                    {
+                        "id": f"toolu_{questions.index(question)}_{done_steps}_{i}",
+                        "name": name,
+                        "arguments": args,
+                    }
+                    for i, (name, args) in enumerate(steps[done_steps])
+                ]
+            }
         return f"Here is what I found about: {question[:40]}. " + "Details follow. " * 20
 
     return reply
@@ -127,13 +151,19 @@ class CacheRun:
         return {n: self.share(lambda it, n=n: it == n) for n in sorted(set(self.iterations))}
 
     def min_share_from_second(self) -> float:
-        shares = [u["cache_read_tokens"] / sum(u.values())
-                  for u, it in zip(self.usages, self.iterations, strict=True) if it >= 2]
+        shares = [
+            u["cache_read_tokens"] / sum(u.values())
+            for u, it in zip(self.usages, self.iterations, strict=True)
+            if it >= 2
+        ]
         return min(shares) if shares else 0.0
 
     def median_share_from_second(self) -> float:
-        shares = [u["cache_read_tokens"] / sum(u.values())
-                  for u, it in zip(self.usages, self.iterations, strict=True) if it >= 2]
+        shares = [
+            u["cache_read_tokens"] / sum(u.values())
+            for u, it in zip(self.usages, self.iterations, strict=True)
+            if it >= 2
+        ]
         return statistics.median(shares) if shares else 0.0
 
 
@@ -163,20 +193,31 @@ async def run(layout: str = "chorus") -> CacheRun:
     server = CachingAnthropicServer(PromptCacheSim(min_tokens=1024))
     server.default_reply = scripted_model(plan)
     await server.start()
-    settings = load_settings(CHORUS_MODEL="anthropic:claude-sonnet-4-5",
-                             ANTHROPIC_API_KEY="bench", ANTHROPIC_BASE_URL=server.base_url)
+    settings = load_settings(
+        CHORUS_MODEL="anthropic:claude-sonnet-4-5",
+        ANTHROPIC_API_KEY="bench",
+        ANTHROPIC_BASE_URL=server.base_url,
+    )
     provider = build_provider(settings.model_spec(), settings)
     redis = await store.connect(f"memory://bench-cache-{layout}")
     bus = InProcessBus()
-    tools = Toolbox.from_settings(load_tool_settings(
-        CHORUS_FETCH_ALLOW=base.removeprefix("http://"), CHORUS_FEEDS=f"{base}/feed.xml"))
+    tools = Toolbox.from_settings(
+        load_tool_settings(
+            CHORUS_FETCH_ALLOW=base.removeprefix("http://"), CHORUS_FEEDS=f"{base}/feed.xml"
+        )
+    )
     assembler_cls = NaiveAssembler if layout == "naive" else PromptAssembler
     history = HistoryStore(redis, max_messages=40, ttl_seconds=3600)
     router = Router(
-        bus=bus, redis=redis, history=history,
-        assembler=assembler_cls(model="claude-sonnet-4-5",
-                                system_prompt=prompts.render("system", bot_name="Chorus")),
-        agent=Agent(provider, tools=tools), commands=Commands(history), tools=tools,
+        bus=bus,
+        redis=redis,
+        history=history,
+        assembler=assembler_cls(
+            model="claude-sonnet-4-5", system_prompt=prompts.render("system", bot_name="Chorus")
+        ),
+        agent=Agent(provider, tools=tools),
+        commands=Commands(history),
+        tools=tools,
     )
     replies: list[Reply] = []
 
@@ -191,9 +232,17 @@ async def run(layout: str = "chorus") -> CacheRun:
     try:
         for number, (text, _steps) in enumerate(plan):
             before = len(server.requests)
-            await bus.publish(INBOUND, ChatMessage(
-                platform="discord", id=f"{layout}-{number}", conversation=conv,
-                author=Author(id="42", display_name="Ada"), text=text, mentions_bot=True))
+            await bus.publish(
+                INBOUND,
+                ChatMessage(
+                    platform="discord",
+                    id=f"{layout}-{number}",
+                    conversation=conv,
+                    author=Author(id="42", display_name="Ada"),
+                    text=text,
+                    mentions_bot=True,
+                ),
+            )
             await bus.drain(timeout=60)
             iterations += list(range(1, len(server.requests) - before + 1))
     finally:
@@ -211,8 +260,10 @@ async def run(layout: str = "chorus") -> CacheRun:
 
 def report(runs: list[CacheRun]) -> list[str]:
     lines = ["## Prompt cache (Anthropic wire format, simulated cache, 1,024-token minimum)", ""]
-    lines.append("| layout | requests | overall read share | iteration 1 | iteration 2 | "
-                 "iteration 3 | iteration >= 2 (median / min) |")
+    lines.append(
+        "| layout | requests | overall read share | iteration 1 | iteration 2 | "
+        "iteration 3 | iteration >= 2 (median / min) |"
+    )
     lines.append("|---|---|---|---|---|---|---|")
     for r in runs:
         per = r.per_iteration()

@@ -50,11 +50,13 @@ async def round_trips(url: str, messages: int = 30) -> dict[str, float]:
                     await console.say(f"user{n % 5}", f"message number {n}")
             loop_turns = 5
             for _ in range(loop_turns):
-                server.replies.extend([
-                    {"tool_calls": [{"id": "a", "name": "current_time", "arguments": {}}]},
-                    {"tool_calls": [{"id": "b", "name": "current_time", "arguments": {}}]},
-                    "done",
-                ])
+                server.replies.extend(
+                    [
+                        {"tool_calls": [{"id": "a", "name": "current_time", "arguments": {}}]},
+                        {"tool_calls": [{"id": "b", "name": "current_time", "arguments": {}}]},
+                        "done",
+                    ]
+                )
             with counting_round_trips() as looped:
                 for n in range(loop_turns):
                     await console.say("looper", f"two tools please {n}")
@@ -72,7 +74,11 @@ async def buffer_bytes(url: str) -> dict[str, Any]:
             user = f"bench-{uuid.uuid4().hex[:8]}"
             saved = await memory.save(full_buffer(user, char))
             key = keys.memory("discord", user)
-            result[label] = (await redis.memory_usage(key), len(saved.pins), len(saved.recommendations))
+            result[label] = (
+                await redis.memory_usage(key),
+                len(saved.pins),
+                len(saved.recommendations),
+            )
             await redis.delete(key)
     finally:
         await redis.aclose()
@@ -83,7 +89,9 @@ async def main() -> list[str]:
     with contextlib.suppress(Exception):  # no real Redis: each figure below reports it
         await _flush_own_database()
     lines = ["## Memory and Redis round trips", ""]
-    lines.append("| store | round trips per answered message | per message with a 3-call tool loop |")
+    lines.append(
+        "| store | round trips per answered message | per message with a 3-call tool loop |"
+    )
     lines.append("|---|---|---|")
     for label, url in (("embedded (memory://)", "memory://bench-rt"), ("Redis 127.0.0.1", REAL)):
         try:
@@ -92,8 +100,12 @@ async def main() -> list[str]:
             lines.append(f"| {label} | not measured: {exc} | |")
             continue
         lines.append(f"| {label} | {rt['plain']:.2f} | {rt['tool_loop']:.2f} |")
-    lines += ["", "| buffer at default caps (20 pins, 10 recommendations, max-length entries) "
-              "| MEMORY USAGE bytes | pins kept | recommendations kept |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "| buffer at default caps (20 pins, 10 recommendations, max-length entries) "
+        "| MEMORY USAGE bytes | pins kept | recommendations kept |",
+        "|---|---|---|---|",
+    ]
     try:
         sizes = await buffer_bytes(REAL)
         for label, (size, pins, recs) in sizes.items():

@@ -16,14 +16,13 @@ import statistics
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 import anthropic
 
-from bot.agent import Agent, AgentResult
 from bot.app import Chorus
 from bot.config import load_settings
 from bot.events import Author, ChatMessage, ConversationKey, Reply
+from bot.metrics import NullMetrics
 from bot.topics import INBOUND, outbound_topic
 from tests.loopback.anthropic_server import AnthropicServer
 
@@ -52,7 +51,8 @@ async def _bare(server: AnthropicServer, n: int) -> list[float]:
         for i in range(n + WARMUP):
             started = time.perf_counter()
             await client.messages.create(
-                model="claude-test", max_tokens=64,
+                model="claude-test",
+                max_tokens=64,
                 messages=[{"role": "user", "content": f"hello {i}"}],
             )
             if i >= WARMUP:
@@ -62,29 +62,30 @@ async def _bare(server: AnthropicServer, n: int) -> list[float]:
     return times
 
 
-class _TimedAgent(Agent):
-    """Records the agent's own model-call time for every turn."""
+class _LLMTimes(NullMetrics):
+    """Collects the agent's own model-call time of every turn."""
 
-    llm: list[float]
+    def __init__(self) -> None:
+        self.llm: list[float] = []
 
-    async def run(self, *args: Any, **kwargs: Any) -> AgentResult:
-        result = await super().run(*args, **kwargs)
-        self.llm.append(result.llm_seconds)
-        return result
+    def observe_llm(self, model: str, seconds: float) -> None:
+        self.llm.append(seconds)
 
 
-async def _chorus(server: AnthropicServer, n: int, redis_url: str, bus: str) -> tuple[
-    list[float], list[float]
-]:
+async def _chorus(
+    server: AnthropicServer, n: int, redis_url: str, bus: str
+) -> tuple[list[float], list[float]]:
     settings = load_settings(
-        CHORUS_MODEL="anthropic:claude-test", ANTHROPIC_API_KEY="bench",
-        ANTHROPIC_BASE_URL=server.base_url, CHORUS_REDIS_URL=redis_url, CHORUS_BUS=bus,
-        CHORUS_BUS_NAMESPACE=f"bench{uuid.uuid4().hex[:8]}", CHORUS_REASONING="off",
+        CHORUS_MODEL="anthropic:claude-test",
+        ANTHROPIC_API_KEY="bench",
+        ANTHROPIC_BASE_URL=server.base_url,
+        CHORUS_REDIS_URL=redis_url,
+        CHORUS_BUS=bus,
+        CHORUS_BUS_NAMESPACE=f"ovh{uuid.uuid4().hex[:8]}",
     )
     app = await Chorus.from_settings(settings)
-    agent = app.agent
-    agent.__class__ = _TimedAgent
-    agent.llm = []  # type: ignore[attr-defined]
+    times = _LLMTimes()
+    app.agent.metrics = times
     arrivals: dict[str, asyncio.Future[float]] = {}
 
     async def collect() -> None:
@@ -94,8 +95,8 @@ async def _chorus(server: AnthropicServer, n: int, redis_url: str, bus: str) -> 
                 future.set_result(time.perf_counter())
             await delivery.ack()
 
-    await app.start()
     collector = asyncio.create_task(collect())
+    await app.start()
     tag = uuid.uuid4().hex[:8]
     totals: list[float] = []
     try:
@@ -103,11 +104,17 @@ async def _chorus(server: AnthropicServer, n: int, redis_url: str, bus: str) -> 
             msg_id = f"{tag}-{i}"
             arrivals[msg_id] = asyncio.get_running_loop().create_future()
             started = time.perf_counter()
-            await app.bus.publish(INBOUND, ChatMessage(
-                platform="bench", id=msg_id,
-                conversation=ConversationKey(platform="bench", channel=f"{tag}-{i % 8}"),
-                author=Author(id=f"u{i % 8}-{tag}", display_name="Bench"),
-                text=f"hello {i}", mentions_bot=True))
+            await app.bus.publish(
+                INBOUND,
+                ChatMessage(
+                    platform="bench",
+                    id=msg_id,
+                    conversation=ConversationKey(platform="bench", channel=f"{tag}-{i % 8}"),
+                    author=Author(id=f"u{i % 8}-{tag}", display_name="Bench"),
+                    text=f"hello {i}",
+                    mentions_bot=True,
+                ),
+            )
             done = await asyncio.wait_for(arrivals[msg_id], 30)
             del arrivals[msg_id]
             if i >= WARMUP:
@@ -116,8 +123,7 @@ async def _chorus(server: AnthropicServer, n: int, redis_url: str, bus: str) -> 
         collector.cancel()
         await asyncio.gather(collector, return_exceptions=True)
         await app.aclose()
-    llm: list[float] = agent.llm[WARMUP:]  # type: ignore[attr-defined]
-    return totals, llm
+    return totals, times.llm[WARMUP:]
 
 
 async def measure(label: str, redis_url: str, bus: str, n: int = 300) -> Overhead:
@@ -127,23 +133,52 @@ async def measure(label: str, redis_url: str, bus: str, n: int = 300) -> Overhea
         totals, llm = await _chorus(server, n, redis_url, bus)
     overheads = [t - m for t, m in zip(totals, llm, strict=True)]
     bare_p50, chorus_p50 = statistics.median(bare), statistics.median(totals)
-    return Overhead(label, bare_p50 * 1000, chorus_p50 * 1000,
-                    statistics.median(overheads) * 1000, _pct(overheads, 0.99) * 1000,
-                    chorus_p50 / bare_p50)
+    return Overhead(
+        label,
+        bare_p50 * 1000,
+        chorus_p50 * 1000,
+        statistics.median(overheads) * 1000,
+        _pct(overheads, 0.99) * 1000,
+        chorus_p50 / bare_p50,
+    )
 
 
 async def main(real_redis: str) -> list[str]:
-    lines = ["## Framework overhead per answered message (LLM excluded)", "",
-             "| setup | bare SDK call p50 | Chorus end to end p50 | overhead p50 | overhead p99 "
-             "| ratio (Chorus / bare) |", "|---|---|---|---|---|---|"]
-    for label, url, bus in (("embedded store, in-process bus", "memory://bench-overhead", "memory"),
-                            ("Redis state, Redis Streams bus", real_redis, "redis")):
+    lines = [
+        "## Framework overhead per answered message (LLM excluded)",
+        "",
+        "| setup | bare SDK call p50 | Chorus end to end p50 | overhead p50 | overhead p99 "
+        "| ratio (Chorus / bare) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, url, bus in (
+        ("embedded store, in-process bus", "memory://bench-overhead", "memory"),
+        ("Redis state (127.0.0.1), in-process bus", real_redis, "memory"),
+    ):
         try:
             r = await measure(label, url, bus)
         except Exception as exc:
             lines.append(f"| {label} | not measured: {exc} | | | | |")
             continue
-        lines.append(f"| {r.label} | {r.bare_p50_ms:.2f} ms | {r.chorus_p50_ms:.2f} ms | "
-                     f"{r.overhead_p50_ms:.2f} ms | {r.overhead_p99_ms:.2f} ms | "
-                     f"{r.ratio_p50:.2f} |")
+        lines.append(
+            f"| {r.label} | {r.bare_p50_ms:.2f} ms | {r.chorus_p50_ms:.2f} ms | "
+            f"{r.overhead_p50_ms:.2f} ms | {r.overhead_p99_ms:.2f} ms | "
+            f"{r.ratio_p50:.2f} |"
+        )
+    from bench.bus import bench_bus
+
+    try:
+        bus = await bench_bus(real_redis, 2000)
+    except Exception as exc:
+        lines += ["", f"Redis Streams bus: not measured: {exc}"]
+    else:
+        lines += [
+            "",
+            "## Redis Streams bus (127.0.0.1)",
+            "",
+            "| events | publish -> consume p50 | p99 | burst throughput |",
+            "|---|---|---|---|",
+            f"| {bus['n']} | {bus['latency_p50_ms']:.2f} ms | {bus['latency_p99_ms']:.2f} ms "
+            f"| {bus['throughput_per_s']:,.0f} events/s |",
+        ]
     return lines

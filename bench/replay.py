@@ -32,8 +32,15 @@ def ingest_throughput(n: int = 100_000) -> float:
         event["message_id"] = f"m{i}"
         event["chatter_user_id"] = str(i % 500)
         event["message"]["text"] = f"chatting about the game {i % 37}"
-        event["message"]["fragments"] = [{"type": "text", "text": event["message"]["text"],
-                                          "cheermote": None, "emote": None, "mention": None}]
+        event["message"]["fragments"] = [
+            {
+                "type": "text",
+                "text": event["message"]["text"],
+                "cheermote": None,
+                "emote": None,
+                "mention": None,
+            }
+        ]
         parsed = create_event_instance("channel.chat.message", payload, http=None)
         message = chat_message(parsed, bot=bot)
         if message is None or message.id in seen:
@@ -47,9 +54,18 @@ def ingest_throughput(n: int = 100_000) -> float:
 
 def main() -> list[str]:
     report = replay(TRACE)
-    lines = ["## Live chat: engagement policy on the shipped busy trace", "",
-             "Command: `chorus replay bench/traces/busy_chat.jsonl`", "", format_report(report), ""]
+    lines = [
+        "## Live chat: engagement policy on the shipped busy trace",
+        "",
+        "Command: `chorus replay bench/traces/busy_chat.jsonl`",
+        "",
+        format_report(report),
+        "",
+    ]
     rate = ingest_throughput()
-    lines += ["## Live-chat ingest throughput (normalise + dedupe + policy, one process)", "",
-              f"{rate:,.0f} messages/s (Twitch EventSub payloads, 500 chatters, one core)"]
+    lines += [
+        "## Live-chat ingest throughput (normalise + dedupe + policy, one process)",
+        "",
+        f"{rate:,.0f} messages/s (Twitch EventSub payloads, 500 chatters, one core)",
+    ]
     return lines
