@@ -120,9 +120,9 @@ async def _chorus(
             if i >= WARMUP:
                 totals.append(done - started)
     finally:
+        await app.aclose()  # closing the bus ends the collector's consume loop
         collector.cancel()
         await asyncio.gather(collector, return_exceptions=True)
-        await app.aclose()
     return totals, times.llm[WARMUP:]
 
 
@@ -154,6 +154,7 @@ async def main(real_redis: str) -> list[str]:
     for label, url, bus in (
         ("embedded store, in-process bus", "memory://bench-overhead", "memory"),
         ("Redis state (127.0.0.1), in-process bus", real_redis, "memory"),
+        ("Redis state, Redis Streams bus, one process", real_redis, "redis"),
     ):
         try:
             r = await measure(label, url, bus)

@@ -270,6 +270,9 @@ class RedisStreamsBus:
         """The next entries for ``state``: reclaimed ones first, then new ones."""
         failures = 0
         while not self._closed:  # (also ends a fetch whose cancellation a library swallowed)
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise asyncio.CancelledError  # cancelled while a library swallowed it: stop
             try:
                 entries = await self._recover(state)
                 if not entries:
@@ -472,6 +475,11 @@ class RedisStreamsBus:
             try:
                 return await call()
             except TRANSIENT:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # redis-py turns a cancelled blocking read into a connection error; a
+                    # cancelled consumer must stop, not retry forever.
+                    raise asyncio.CancelledError from None
                 failures += 1
                 if self._closed:
                     raise BusClosed(f"the event bus closed while Redis was down ({what})") from None
