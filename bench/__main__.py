@@ -11,13 +11,14 @@ from bot.llm.guard import block_real_calls
 
 
 async def _main() -> None:
-    from bench import cache, memory, overhead, replay
+    from bench import cache, memory, overhead, replay, scaling
 
     sections = [
         await cache.main(),
         await memory.main(),
         await overhead.main(memory.REAL),
         replay.main(),
+        await scaling.main(memory.REAL),
     ]
     print(
         f"# Chorus benchmarks\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
