@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import os
 import re
-import selectors
 import shutil
-import socket
 import subprocess
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -35,6 +32,7 @@ os.environ["CHORUS_BLOCK_REAL_LLM"] = "1"
 
 from bot import store  # (imported after the guard's variable is set)
 from bot.llm import guard
+from tests.redis_server import free_port, start_redis, stop_redis
 
 guard.block_real_calls()
 
@@ -77,62 +75,10 @@ def _answers(url: str) -> bool:
         client.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _start_redis_server(binary: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """Start a throwaway server and wait for its "Ready" log line (not a sleep loop)."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    assert proc.stdout is not None
-    output = b""
-    deadline = time.monotonic() + 15
-    with selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ)
-        while b"Ready to accept connections" not in output:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not selector.select(timeout=remaining):
-                break
-            chunk = os.read(proc.stdout.fileno(), 65536)
-            if not chunk:  # the server exited
-                break
-            output += chunk
-        else:
-            url = f"redis://127.0.0.1:{port}/15"
-            with redis.Redis.from_url(url) as client:
-                client.config_set("loglevel", "warning")  # keep the unread pipe quiet
-            return proc, url
-    _stop(proc)
-    raise RuntimeError("redis-server did not start:\n" + output.decode(errors="replace")[-2000:])
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
+    """Start a throwaway server on a free port; its URL uses the tests' database 15."""
+    port = free_port()
+    return start_redis(binary, port, workdir), f"redis://127.0.0.1:{port}/15"
 
 
 @pytest.fixture(scope="session")
@@ -152,7 +98,7 @@ def real_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             try:
                 yield url
             finally:
-                _stop(proc)
+                stop_redis(proc)
             return
     else:
         problem += " and redis-server is not installed"

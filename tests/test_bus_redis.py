@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import selectors
 import shutil
-import socket
-import subprocess
-import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -24,6 +20,7 @@ from redis.exceptions import WatchError
 from bot import keys, store
 from bot.bus_redis import FIELD, RedisStreamsBus
 from bot.events import Author, ChatMessage, ConversationKey
+from tests.redis_server import free_port, start_redis, stop_redis
 
 T0 = datetime(2025, 1, 2, tzinfo=UTC)
 
@@ -218,52 +215,8 @@ def test_settings_are_checked() -> None:
 
 
 # -- outage --------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _start(binary: str, port: int, workdir: Path) -> subprocess.Popen[bytes]:
-    """A redis-server with an fsync-always AOF (what it queued survives the restart), ready
-    when it logs so (read from its pipe, not a sleep loop)."""
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-            "--dir",
-            str(workdir),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    assert proc.stdout is not None
-    output = b""
-    deadline = time.monotonic() + 15
-    with selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ)
-        while b"Ready to accept connections" not in output:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not selector.select(timeout=remaining):
-                proc.kill()
-                raise RuntimeError(output.decode(errors="replace")[-2000:])
-            output += os.read(proc.stdout.fileno(), 65536)
-    return proc
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    proc.communicate(timeout=15)
+# An fsync-always AOF: what the bus queued survives the restart.
+AOF = ("--appendonly", "yes", "--appendfsync", "always")
 
 
 @pytest.fixture
@@ -279,8 +232,8 @@ def redis_binary() -> str:
 async def test_consume_and_publish_ride_over_a_redis_restart(
     redis_binary: str, tmp_path: Path
 ) -> None:
-    port = _free_port()
-    server = _start(redis_binary, port, tmp_path)
+    port = free_port()
+    server = start_redis(redis_binary, port, tmp_path, *AOF)
     client = await store.connect(f"redis://127.0.0.1:{port}/0")
     bus = RedisStreamsBus(
         client, consumer="w1", partitions=2, block_ms=50, lease_ms=600, backoff_cap=0.3
@@ -296,12 +249,12 @@ async def test_consume_and_publish_ride_over_a_redis_restart(
     try:
         await bus.publish("inbound", message(1))
         assert await asyncio.wait_for(received.get(), 10) == "m1"
-        await asyncio.to_thread(_stop, server)
+        await asyncio.to_thread(stop_redis, server)
         publishing = asyncio.create_task(bus.publish("inbound", message(2)))
         await asyncio.wait({publishing}, timeout=0.5)
         assert not publishing.done(), "publish waits for Redis to come back"
         assert not task.done(), "the consumer survives the outage"
-        server = await asyncio.to_thread(_start, redis_binary, port, tmp_path)
+        server = await asyncio.to_thread(start_redis, redis_binary, port, tmp_path, *AOF)
         await asyncio.wait_for(publishing, 20)
         assert await asyncio.wait_for(received.get(), 20) == "m2"
         await bus.drain(timeout=10)
@@ -309,4 +262,4 @@ async def test_consume_and_publish_ride_over_a_redis_restart(
         await bus.close()
         await asyncio.wait_for(task, 10)
         await client.aclose()
-        await asyncio.to_thread(_stop, server)
+        await asyncio.to_thread(stop_redis, server)

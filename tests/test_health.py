@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
-import selectors
 import shutil
-import socket
 import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,13 +28,7 @@ from bot.llm.errors import ProviderUnavailable
 from bot.llm.fallback import FallbackProvider
 from bot.llm.scripted import ScriptedProvider
 from bot.metrics import Metrics, NullMetrics
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from tests.redis_server import free_port, start_redis, stop_redis
 
 
 class RedisProcess:
@@ -46,7 +37,7 @@ class RedisProcess:
     def __init__(self, binary: str, workdir: Path) -> None:
         self.binary = binary
         self.workdir = workdir
-        self.port = _free_port()
+        self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -54,46 +45,15 @@ class RedisProcess:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        """Start and wait for the "Ready" log line (reading the pipe, not sleeping)."""
-        self.proc = subprocess.Popen(
-            [
-                *(self.binary, "--port", str(self.port), "--bind", "127.0.0.1"),
-                *("--save", "", "--appendonly", "no", "--dir", str(self.workdir)),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        assert self.proc.stdout is not None
-        output = b""
-        deadline = time.monotonic() + 15
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.proc.stdout, selectors.EVENT_READ)
-            while b"Ready to accept connections" not in output:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not selector.select(timeout=remaining):
-                    break
-                chunk = os.read(self.proc.stdout.fileno(), 65536)
-                if not chunk:
-                    break
-                output += chunk
-            else:
-                self.proc.stdout.close()  # nothing reads it any more; the server must not block
-                return
-        self.stop()
-        pytest.fail("redis-server did not start:\n" + output.decode(errors="replace")[-2000:])
+        try:
+            self.proc = start_redis(self.binary, self.port, self.workdir)
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        if self.proc.stdout is not None and not self.proc.stdout.closed:
-            self.proc.stdout.close()
-        self.proc = None
+        if self.proc is not None:
+            stop_redis(self.proc)
+            self.proc = None
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import sys
 from pathlib import Path
 
@@ -21,11 +20,12 @@ from tests.loopback.discord_server import (
     bot_mention,
     plain_message,
 )
+from tests.redis_server import free_port
 from tests.test_chat_e2e import ROOT, base_env
 
 
 async def test_chorus_run_answers_a_discord_mention_end_to_end(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     async with AnthropicServer() as model, DiscordServer() as discord:
         model.replies.append("Hello from the model, @everyone!")
         env = base_env(tmp_path) | {
@@ -167,10 +167,3 @@ async def test_a_role_needs_the_redis_bus(tmp_path: Path) -> None:
     env = base_env(tmp_path) | {"CHORUS_MODEL": "openai:m", "OPENAI_API_KEY": "k"}
     code, _, err = await run_chorus(["run", "--role", "worker"], env, tmp_path)
     assert code == 2 and "CHORUS_BUS=redis" in err
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
