@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import platform
 import sys
 
+from bot import aio
 from bot.llm.guard import block_real_calls
 
 
@@ -31,4 +31,4 @@ async def _main() -> None:
 if __name__ == "__main__":
     block_real_calls()  # the benchmark talks to loopback servers only
     sys.path.insert(0, os.getcwd())
-    asyncio.run(_main())
+    aio.run(_main())

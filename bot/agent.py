@@ -89,6 +89,10 @@ ITERATIONS_FALLBACK = (
     "Sorry, that needed more steps than I'm allowed to take for one message. "
     "Could you break it into smaller questions?"
 )
+# A misconfigured prompt misses the cache on every turn; one warning per model this often says
+# so without flooding the log (the misses in between are counted in the next warning).
+CACHE_WARNING_EVERY = 600.0
+
 BUDGET_FALLBACK = "Sorry, that's taking me too long. Please try again, or ask something smaller."
 
 
@@ -107,6 +111,7 @@ class Agent:
         self.tools = tools
         self.limits = limits or LoopLimits()
         self._clock = clock
+        self._cache_warned: dict[tuple[str, str], tuple[float, int]] = {}  # -> (when, misses)
 
     async def run(self, request: LLMRequest, ctx: ToolContext | None = None) -> AgentResult:
         """One turn: model calls and tool calls until an exit rule fires. Never raises for a
@@ -194,17 +199,25 @@ class Agent:
 
     def _report_cache(self, model: str, usage: Usage, iteration: int) -> None:
         provider = getattr(self.provider, "name", "")
-        if cache_missed(provider, model, usage, iteration=iteration):
-            log.warning(
-                "prompt cache not used: a cacheable request reported no cache read or write; "
-                "check that nothing volatile sits before a cache point",
-                extra={
-                    "provider": provider,
-                    "model": model,
-                    "iteration": iteration,
-                    "input_tokens": usage.total_input_tokens,
-                },
-            )
+        if not cache_missed(provider, model, usage, iteration=iteration):
+            return
+        now = self._clock()
+        last, misses = self._cache_warned.get((provider, model), (None, 0))
+        if last is not None and now - last < CACHE_WARNING_EVERY:
+            self._cache_warned[provider, model] = (last, misses + 1)
+            return
+        self._cache_warned[provider, model] = (now, 0)
+        log.warning(
+            "prompt cache not used: a cacheable request reported no cache read or write; "
+            "check that nothing volatile sits before a cache point",
+            extra={
+                "provider": provider,
+                "model": model,
+                "iteration": iteration,
+                "input_tokens": usage.total_input_tokens,
+                "misses_not_logged": misses,
+            },
+        )
 
     def _log_exit(self, model: str, result: AgentResult) -> None:
         usage = result.usage

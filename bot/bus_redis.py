@@ -46,9 +46,11 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot import keys
+from bot.aio import cancel_and_wait
 from bot.bus import BusClosed, Delivery
 from bot.bus_redis_leases import PartitionLeases
-from bot.bus_redis_ops import autoclaim, backoff, unacked, wait_event
+from bot.bus_redis_ops import autoclaim, unacked, wait_event
+from bot.outages import TRANSIENT, backoff
 
 log = logging.getLogger("chorus.bus")
 
@@ -56,7 +58,6 @@ M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 FIELD = "e"  # the one field of an entry: the event's JSON
-TRANSIENT: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
 _DRAIN_RECHECK = 0.05  # acks from other processes are seen by re-reading the groups this often
 
 Entry = tuple[int, str, dict[str, str] | None, int]  # partition, entry id, fields, attempt
@@ -386,8 +387,7 @@ class RedisStreamsBus:
         self._consumers.discard(state)
         task, state.task = state.task, None
         if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait(task)
             try:
                 async with asyncio.timeout(2):
                     await state.leases.release_all()
@@ -464,9 +464,7 @@ class RedisStreamsBus:
             await asyncio.wait({task, closed}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             closed.cancel()
-            if not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait(task)
         return task.result() if task.done() and not task.cancelled() else None
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:

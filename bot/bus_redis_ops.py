@@ -1,5 +1,5 @@
 """The Redis Streams bus's single-purpose operations: reclaiming pending entries, counting what
-a drain still waits for, backoff. Kept apart from ``bus_redis`` so that module stays about the
+a drain still waits for. Kept apart from ``bus_redis`` so that module stays about the
 consume loop; each function is one protocol step with its quirks noted.
 """
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 from typing import Any
 
 from redis.asyncio import Redis
@@ -80,12 +79,6 @@ async def unacked(redis: Redis, streams: dict[str, str]) -> dict[str, int]:
         if count:
             busy[topic] = busy.get(topic, 0) + count
     return busy
-
-
-def backoff(failures: int, cap: float) -> float:
-    """Exponential from 50 ms, capped, with "equal jitter" so workers do not stampede."""
-    ceiling = min(cap, 0.05 * 2 ** min(failures, 16))
-    return float(ceiling / 2 + random.uniform(0, ceiling / 2))
 
 
 async def wait_event(event: asyncio.Event, seconds: float) -> None:

@@ -34,6 +34,8 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import WatchError
 
 from bot import keys
+from bot.aio import cancel_and_wait
+from bot.outages import TRANSIENT, until_redis_answers
 
 log = logging.getLogger("chorus.claims")
 
@@ -71,7 +73,7 @@ class Claim:
 
     def taken(self, previous: object) -> bool | None:
         """True: ours now. False: already answered. None: another worker holds it."""
-        if previous is None:
+        if previous is None or previous == self.token:  # ours (a retried SET finds itself)
             self.since = self.owner.clock()
             return True
         return False if previous == DONE else None
@@ -104,13 +106,17 @@ class Claim:
         try:
             yield
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait(task)
 
     async def _renew(self) -> None:
         while True:
             await asyncio.sleep(self.owner.lease_ms / 3000)
-            if not await self._if_ours(lambda pipe: pipe.pexpire(self.key, self.owner.lease_ms)):
+            try:
+                ours = await self._if_ours(lambda pipe: pipe.pexpire(self.key, self.owner.lease_ms))
+            except TRANSIENT:
+                log.warning("redis unavailable while renewing a claim", extra={"key": self.key})
+                continue  # the lease has two more thirds to go; the commit re-checks it anyway
+            if not ours:
                 log.warning("lost the claim while working", extra={"key": self.key})
                 return
             self.since = self.owner.clock()
@@ -124,18 +130,40 @@ class Claim:
             pipe.set(self.key, DONE, ex=self.owner.done_seconds)
 
         if self.fresh():
-            async with self.owner.redis.pipeline(transaction=True) as pipe:
-                effect(pipe)
-                await pipe.execute()
+            try:
+                async with self.owner.redis.pipeline(transaction=True) as pipe:
+                    effect(pipe)
+                    await pipe.execute()
+                return True
+            except TRANSIENT:
+                # Redis went away; the EXEC may or may not have run. Retry only under WATCH
+                # while the claim is ours: if it ran, the claim reads "done" and nothing doubles.
+                log.warning(
+                    "redis unavailable while recording an answer; retrying",
+                    extra={"key": self.key},
+                )
+        if await until_redis_answers("commit an answer", lambda: self._if_ours(effect)):
             return True
-        if await self._if_ours(effect):
+        if (
+            await until_redis_answers("read a claim", lambda: self.owner.redis.get(self.key))
+            == DONE
+        ):
+            log.info(
+                "the message is recorded as answered (before the connection dropped, or by "
+                "another worker after our lease lapsed)",
+                extra={"key": self.key},
+            )
             return True
         log.warning("lost the claim; the answer is not recorded", extra={"key": self.key})
         return False
 
     async def release(self) -> None:
-        """Give the claim up (after a failure) so a later delivery may try again."""
-        await self._if_ours(lambda pipe: pipe.delete(self.key))
+        """Give the claim up (after a failure) so a later delivery may try again. Best effort:
+        with Redis unreachable the lease simply expires."""
+        try:
+            await self._if_ours(lambda pipe: pipe.delete(self.key))
+        except TRANSIENT:
+            log.warning("redis unavailable; the claim will lapse instead", extra={"key": self.key})
 
     async def _if_ours(self, queue: Callable[[Pipeline], object]) -> bool:
         async with self.owner.redis.pipeline(transaction=True) as pipe:

@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from bot import aio
 from bot.config import KEY_ENV, PROVIDERS, ConfigError, Settings, load_settings
 from bot.events import utcnow
 from bot.health import load_health_settings
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
     from bot.app import Chorus
+    from bot.metrics import MetricsSink
     from insights.worker import InsightsWorker
 
 log = logging.getLogger("chorus.cli")
@@ -85,10 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings.model_spec()
         if args.command == "run":
-            return asyncio.run(_run(settings, role=args.role))
+            return aio.run(_run(settings, role=args.role))
         if args.command == "insights":
-            return asyncio.run(_insights(settings, drain=args.drain))
-        return asyncio.run(_chat(settings, user=args.user, json_output=args.json))
+            return aio.run(_insights(settings, drain=args.drain))
+        return aio.run(_chat(settings, user=args.user, json_output=args.json))
     except ConfigError as exc:
         print(f"chorus: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -217,7 +219,7 @@ async def _insights_in_process(app: Chorus) -> AsyncIterator[None]:
     if not (memory.insights_enabled and memory.insights_in_process):
         yield
         return
-    worker, provider = _insights_worker(app.settings, app.redis, app.provider)
+    worker, provider = _insights_worker(app.settings, app.redis, app.provider, app.metrics)
     task = asyncio.create_task(worker.run(), name="insights")
     try:
         yield
@@ -229,7 +231,10 @@ async def _insights_in_process(app: Chorus) -> AsyncIterator[None]:
 
 
 def _insights_worker(
-    settings: Settings, redis: Redis, chat_provider: Provider | None
+    settings: Settings,
+    redis: Redis,
+    chat_provider: Provider | None,
+    metrics: MetricsSink | None = None,
 ) -> tuple[InsightsWorker, Provider]:
     from bot.history import HistoryStore
     from bot.llm.registry import build_provider
@@ -248,19 +253,25 @@ def _insights_worker(
         redis, max_messages=settings.history_max_messages, ttl_seconds=settings.history_ttl_seconds
     )
     worker = InsightsWorker(
-        redis, provider, spec.model, history, MemoryStore(redis, memory), memory
+        redis, provider, spec.model, history, MemoryStore(redis, memory), memory, metrics=metrics
     )
     log.info("insights worker ready", extra={"model": str(spec)})
     return worker, provider
 
 
 async def _insights(settings: Settings, *, drain: bool) -> int:
-    """``chorus insights``: the worker alone (scale it separately from the chat workers)."""
+    """``chorus insights``: the worker alone (scale it separately from the chat workers), with
+    its own /healthz, /readyz (Redis, the insights model) and /metrics unless it only drains."""
     from bot import store
+    from bot.health import HealthServer, provider_check, redis_check
+    from bot.metrics import Metrics
 
+    health_settings = load_health_settings()  # a bad port fails before anything starts
+    metrics = Metrics.from_env()
     redis = await store.connect(settings.redis_url)
+    health: HealthServer | None = None
     try:
-        worker, provider = _insights_worker(settings, redis, None)
+        worker, provider = _insights_worker(settings, redis, None, metrics)
         try:
             if drain:
                 later = utcnow() + timedelta(seconds=worker.settings.insights_max_delay + 1)
@@ -268,6 +279,13 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
                 while done:
                     done = await worker.run_once(later)
                 return 0
+            health = HealthServer.from_settings(
+                health_settings,
+                metrics,
+                {"redis": redis_check(redis), "llm": provider_check(provider)},
+            )
+            if health is not None:
+                await health.start()
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -280,6 +298,8 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
             await asyncio.gather(running, stopping, return_exceptions=True)
             return 0
         finally:
+            if health is not None:
+                await health.aclose()
             await worker.aclose()
             await provider.aclose()
     finally:

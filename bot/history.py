@@ -14,6 +14,7 @@ embedded store works without the ``lupa`` package.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Literal, cast
 
@@ -28,6 +29,7 @@ from bot.events import AwareDatetime, ChatMessage, ConversationKey, utcnow
 log = logging.getLogger("chorus.history")
 
 _WATCH_RETRIES = 8
+PARSED_CACHE = 4096  # stored values whose parsed entry is kept (about 1 MB at 250 bytes each)
 
 
 class HistoryEntry(BaseModel):
@@ -66,6 +68,10 @@ class HistoryStore:
         self._redis = redis
         self.max_messages = max_messages
         self.ttl_seconds = ttl_seconds
+        # Every turn re-reads the same stored values (the list only gains two per turn), and
+        # parsing 40 entries with pydantic costs ~0.25 ms; entries are frozen, so the parsed
+        # objects of recently read values are kept, least recently read dropped first.
+        self._parsed: OrderedDict[str, HistoryEntry] = OrderedDict()
 
     async def append(self, conv: ConversationKey, *entries: HistoryEntry) -> None:
         """Add entries (oldest first), keep the newest ``max_messages``, refresh the TTL."""
@@ -99,15 +105,26 @@ class HistoryStore:
         """Entries from an LRANGE result; unreadable ones are logged with their key and skipped."""
         key = keys.history(conv)
         entries = []
+        parsed = self._parsed
         for index, value in enumerate(raw):
+            entry = parsed.get(value)
+            if entry is not None:
+                parsed.move_to_end(value)
+                entries.append(entry)
+                continue
             try:
-                entries.append(HistoryEntry.model_validate_json(value))
+                entry = HistoryEntry.model_validate_json(value)
             except ValidationError:
                 log.warning(
                     "skipping unreadable history entry",
                     extra={"key": key, "index": index},
                     exc_info=True,
                 )
+                continue
+            entries.append(entry)
+            parsed[value] = entry
+            if len(parsed) > PARSED_CACHE:
+                parsed.popitem(last=False)
         return entries
 
     async def clear(self, conv: ConversationKey) -> None:

@@ -11,8 +11,9 @@ model those blocks are data, not instructions, and ``_quote`` keeps a user from 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bot.events import Attachment, AttachmentKind, ChatMessage
 from bot.history import HistoryEntry
@@ -29,6 +30,7 @@ from bot.llm.types import (
 from bot.reasoning import Level
 
 _TAG = "user_message"
+RENDERED_CACHE = 4096  # history entries whose rendered part is kept between turns
 
 
 def _quote(text: str) -> str:
@@ -61,6 +63,11 @@ class PromptAssembler:
     system_prompt: str
     max_tokens: int = 1024
     vision: bool = True
+    # Each turn renders the same history again; the parts of recent entries are kept (the
+    # rendering is a pure function of role, author and text, so this cannot change a byte).
+    _rendered: OrderedDict[tuple[str, str, str], Message] = field(
+        default_factory=OrderedDict, init=False, repr=False, compare=False
+    )
 
     @property
     def system(self) -> tuple[SystemPart, ...]:
@@ -70,21 +77,33 @@ class PromptAssembler:
         """Stored entries as alternating messages (consecutive same-role entries are merged)."""
         messages: list[Message] = []
         for entry in history:
-            text = (
-                render_user_text(entry.author_name or "user", entry.text)
-                if entry.role == "user"
-                else entry.text
-            )
-            part = TextPart(text=text)
+            single = self._rendered_entry(entry)
             if messages and messages[-1].role == entry.role:
                 last = messages.pop()
-                messages.append(Message(role=last.role, parts=(*last.parts, part)))
+                messages.append(Message(role=last.role, parts=(*last.parts, *single.parts)))
             else:
-                messages.append(Message(role=entry.role, parts=(part,)))
+                messages.append(single)
         # A conversation must start with the user; drop a leading assistant line left by a cap.
         while messages and messages[0].role != "user":
             messages.pop(0)
         return messages
+
+    def _rendered_entry(self, entry: HistoryEntry) -> Message:
+        """One entry as a message of its own (frozen, so one object serves every turn)."""
+        key = (entry.role, entry.author_name, entry.text)
+        message = self._rendered.get(key)
+        if message is not None:
+            self._rendered.move_to_end(key)
+            return message
+        text = (
+            render_user_text(entry.author_name or "user", entry.text)
+            if entry.role == "user"
+            else entry.text
+        )
+        message = self._rendered[key] = Message(role=entry.role, parts=(TextPart(text=text),))
+        if len(self._rendered) > RENDERED_CACHE:
+            self._rendered.popitem(last=False)
+        return message
 
     def _attachments(self, attachments: Sequence[Attachment]) -> tuple[Part, ...]:
         """Images go to the model as images (when ``vision`` is on); other files are named."""

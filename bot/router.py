@@ -7,15 +7,20 @@ reference to every task it spawns and cancels them on ``close``.
 Delivery is at-least-once, so each message is claimed in Redis with ``SET NX`` before work
 starts and marked done in the same pipeline that appends the history: a redelivered message that
 was already answered is skipped, never answered twice.
+
+A Redis outage mid-turn is waited out (``bot.outages``): the read is retried, the answer is
+kept and recorded once Redis is back, so a restart costs latency, not answers or apologies.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -35,6 +40,7 @@ from bot.live import ACKS, LiveChat, covered_context
 from bot.llm.errors import LLMError
 from bot.memory import MemoryStore, UserBuffer
 from bot.metrics import MetricsSink, NullMetrics
+from bot.outages import until_redis_answers
 from bot.prompting import PromptAssembler
 from bot.reasoning import Level, decide
 from bot.tools.base import ToolContext
@@ -42,6 +48,12 @@ from bot.tools.toolbox import Toolbox
 from bot.topics import DELETIONS, INBOUND, outbound_topic
 
 log = logging.getLogger("chorus.router")
+
+# A user's activity (memory TTL of days, conversation set of a window of days) needs no finer
+# grain than this; skipping the 5 commands for a user who spoke in the same conversation a moment
+# ago halves the commit of a busy chat.
+TOUCH_EVERY = 60.0
+TOUCHED_CACHE = 10_000
 
 APOLOGY = "Sorry, I couldn't reach the language model just now. Please try again in a moment."
 CRASH_APOLOGY = "Sorry, something went wrong while answering. Please try again."
@@ -115,6 +127,8 @@ class Router:
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
         self._acks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(self.limits.concurrency)
+        self._touched: OrderedDict[tuple[str, str, ConversationKey], float] = OrderedDict()
+        self.clock: Callable[[], float] = time.monotonic  # for the activity throttle
 
     async def run(self) -> None:
         """Consume the inbound and deletion topics until the bus closes."""
@@ -152,14 +166,9 @@ class Router:
         async for delivery in self.bus.consume(DELETIONS, MessageDeleted, group="agent"):
             event = delivery.event
             try:
-                if event.message_id is not None:
-                    removed = await self.history.delete_message(
-                        event.conversation, event.message_id
-                    )
-                elif event.author_id is not None:
-                    removed = await self.history.forget_author(event.conversation, event.author_id)
-                else:
-                    removed = 0
+                removed = await until_redis_answers(
+                    "apply a deletion", functools.partial(self._delete, event)
+                )
                 log.info(
                     "deleted from history",
                     extra={
@@ -175,6 +184,13 @@ class Router:
                 )
             finally:
                 await delivery.ack()
+
+    async def _delete(self, event: MessageDeleted) -> int:
+        if event.message_id is not None:
+            return await self.history.delete_message(event.conversation, event.message_id)
+        if event.author_id is not None:
+            return await self.history.forget_author(event.conversation, event.author_id)
+        return 0
 
     async def join(self) -> None:
         while self._workers:
@@ -241,7 +257,7 @@ class Router:
         message = item.message
         claim = self.claims.new(message.platform, message.id)
         try:
-            read = await self._read(message, claim)
+            read = await until_redis_answers("read a turn", lambda: self._read(message, claim))
             if read is None:
                 log.info(
                     "duplicate message skipped",
@@ -400,7 +416,10 @@ class Router:
     def _queue_activity(self, pipe: Pipeline, message: ChatMessage, now: datetime) -> None:
         assert self.memory is not None
         author = message.author
-        self.memory.queue_touch(pipe, message.platform, author.id, message.conversation, now=now)
+        if self._touch_due(message):
+            self.memory.queue_touch(
+                pipe, message.platform, author.id, message.conversation, now=now
+            )
         settings = self.memory.settings
         if settings.insights_enabled and not author.is_bot:
             queue_enqueue(
@@ -410,6 +429,19 @@ class Router:
                 max_delay=settings.insights_max_delay,
                 now=now,
             )
+
+    def _touch_due(self, message: ChatMessage) -> bool:
+        """True when this user's activity here was not recorded in the last ``TOUCH_EVERY``."""
+        key = (message.platform, message.author.id, message.conversation)
+        now = self.clock()
+        last = self._touched.get(key)
+        if last is not None and now - last < TOUCH_EVERY:
+            return False
+        self._touched[key] = now
+        self._touched.move_to_end(key)
+        if len(self._touched) > TOUCHED_CACHE:
+            self._touched.popitem(last=False)
+        return True
 
     def _reply(self, item: _Item, text: str, *, is_error: bool) -> Reply:
         message = item.message

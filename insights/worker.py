@@ -34,6 +34,7 @@ from bot.insight_jobs import DEFAULT_QUEUE
 from bot.llm.base import Provider
 from bot.llm.errors import LLMError, ProviderUnavailable
 from bot.memory import MemorySettings, MemoryStore, UserBuffer
+from bot.metrics import MetricsSink, NullMetrics
 from insights.analyse import analyse, build_request, check_provenance, label_lines
 from insights.budget import Budget
 from insights.jobs import ClaimedJob, JobQueue
@@ -73,7 +74,9 @@ class InsightsWorker:
         backoff_cap: float = 3600.0,
         rng: random.Random | None = None,
         queue: str = DEFAULT_QUEUE,
+        metrics: MetricsSink | None = None,
     ) -> None:
+        self.metrics: MetricsSink = metrics or NullMetrics()
         self.provider = provider
         self.model = model
         self.history = history
@@ -143,6 +146,7 @@ class InsightsWorker:
         results = []
         for job in await self.queue.claim_due(now, self.batch):
             outcome = await self._process(job, now)
+            self.metrics.insights_job(outcome.value)
             log.info(
                 "insights job done",
                 extra={"platform": job.platform, "job": job.member, "outcome": str(outcome)},
@@ -206,6 +210,7 @@ class InsightsWorker:
         )
         async with asyncio.timeout(self.queue.lease_seconds * 0.8):
             result = await analyse(self.provider, request)
+        self.metrics.tokens(self.model, result.usage)  # the insights model's cost, per model
         tokens = result.usage.total_input_tokens + result.usage.output_tokens
         await self.budget.charge(job.platform, job.user_id, conversations, tokens, now)
         if result.analysis is None:

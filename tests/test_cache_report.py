@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import pytest
 
-from bot.agent import Agent
+from bot.agent import CACHE_WARNING_EVERY, Agent
 from bot.llm.caching import cache_missed, min_cacheable_tokens
 from bot.llm.scripted import ScriptedProvider
 from bot.llm.types import LLMRequest, LLMResponse, Message, TextPart, Usage
@@ -59,3 +59,24 @@ async def test_agent_warns_when_a_cacheable_request_missed_and_logs_the_share(
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
     finished = [r for r in caplog.records if r.getMessage() == "turn finished"]
     assert finished[-1].cache_read_share == pytest.approx(0.967, abs=0.001)  # type: ignore[attr-defined]
+
+
+async def test_a_model_that_keeps_missing_is_warned_about_once_per_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    miss = LLMResponse(
+        parts=(TextPart(text="a"),), stop_reason="end_turn", usage=Usage(input_tokens=3000)
+    )
+    now = [1000.0]
+    agent = Agent(_AnthropicLike([miss] * 5), clock=lambda: now[0])
+    request = LLMRequest(model="claude-sonnet-4-5", messages=(Message.user("hi"),))
+    with caplog.at_level(logging.WARNING, logger="chorus.agent"):
+        for _ in range(3):
+            await agent.run(request)
+        assert len(caplog.records) == 1  # the first miss; the next two are counted
+        now[0] += CACHE_WARNING_EVERY
+        await agent.run(request)
+        await agent.run(request)
+    warned = [r for r in caplog.records if "prompt cache not used" in r.getMessage()]
+    assert len(warned) == 2
+    assert warned[1].misses_not_logged == 2  # type: ignore[attr-defined]

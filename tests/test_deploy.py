@@ -447,9 +447,11 @@ def test_scaledobject_reads_the_streams_and_group_the_workers_use() -> None:
 
 
 def _serves_health(args: list[str]) -> bool:
-    """Whether this ``chorus`` command starts the health server (today ``run``, every role)."""
+    """Whether this ``chorus`` command starts the health server (``run``, every role, and
+    ``insights``): the deploy files must probe exactly the processes that answer."""
     handlers: dict[str, Callable[..., Any]] = {"run": cli._run, "insights": cli._insights}
-    return "start_health" in inspect.getsource(handlers[args[0]])
+    source = inspect.getsource(handlers[args[0]])
+    return "start_health" in source or "HealthServer.from_settings" in source
 
 
 def test_pods_are_probed_hardened_and_bounded() -> None:

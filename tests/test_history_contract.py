@@ -214,3 +214,19 @@ def test_store_refuses_nonsense_limits() -> None:
         HistoryStore(None, max_messages=0, ttl_seconds=60)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="ttl_seconds"):
         HistoryStore(None, max_messages=5, ttl_seconds=0)  # type: ignore[arg-type]
+
+
+
+async def test_reading_the_same_values_again_reuses_their_parsed_entries(
+    history: HistoryStore, conv: ConversationKey
+) -> None:
+    """The per-turn re-read parses each stored value once; a changed list still reads right."""
+    await history.append(conv, entry(1), entry(2), entry(3))
+    first = await history.load(conv)
+    second = await history.load(conv)
+    assert second == [entry(1), entry(2), entry(3)]
+    assert all(a is b for a, b in zip(first, second, strict=True))
+    await history.append(conv, entry(4, role="assistant", author_id=None))
+    third = await history.load(conv)
+    assert third == [entry(1), entry(2), entry(3), entry(4, role="assistant", author_id=None)]
+    assert third[0] is first[0]

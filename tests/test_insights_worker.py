@@ -343,3 +343,28 @@ async def test_aclose_cancels_a_stuck_analysis(rig: Rig) -> None:
     assert task.done()
     lease = keys.insights_lease("discord", rig.alice, rig.tag)
     assert await rig.redis.exists(lease), "the lease stays until it expires: no double analysis"
+
+
+async def test_job_outcomes_and_the_insights_models_tokens_are_counted(rig: Rig) -> None:
+    """/metrics' insights jobs and skips, and the cheap model's tokens (for its cost)."""
+    from bot.llm.types import LLMResponse, TextPart, Usage
+    from bot.metrics import Metrics
+
+    metrics = Metrics()
+    rig.settings = MemorySettings(insights_user_daily_tokens=600)
+    await rig.say(rig.alice, "I went vegan last year", "a1")
+    rig.provider.script.append(
+        LLMResponse(
+            parts=(TextPart(text=answer([add("Is vegan", "L1")])),),
+            stop_reason="end_turn",
+            usage=Usage(input_tokens=600, output_tokens=40),
+        )
+    )
+    await rig.worker(metrics=metrics).run_once(DUE)
+    await rig.say(rig.alice, "and I live in Oslo", "a2")  # today's 600 tokens are spent
+    await rig.worker(metrics=metrics).run_once(DUE + timedelta(minutes=5))
+    sample = metrics.registry.get_sample_value
+    assert sample("chorus_insights_jobs_total", {"outcome": "merged"}) == 1
+    assert sample("chorus_insights_jobs_total", {"outcome": "skipped_budget"}) == 1
+    assert sample("chorus_llm_tokens_total", {"model": "cheap-model", "kind": "input"}) == 600
+    assert sample("chorus_llm_tokens_total", {"model": "cheap-model", "kind": "output"}) == 40

@@ -169,3 +169,27 @@ async def test_an_answered_message_costs_two_redis_round_trips(
         assert trips.count == 2  # three model calls, still two round trips
     finally:
         await stop(console, listener)
+
+
+@pytest.mark.redis
+async def test_activity_is_recorded_at_most_once_a_minute_per_user_and_conversation(
+    redis_url: str, key_tag: str, server: AnthropicServer
+) -> None:
+    """The five activity commands ride on the first answer and then once a minute: a user who
+    keeps talking refreshes nothing more often than the TTLs (days) need."""
+    from bot import keys
+
+    console, listener = await start(redis_url, server, key_tag)
+    seen = keys.user_conversations("console", f"ada-{key_tag}")
+    try:
+        await console.say("ada", "hello")
+        assert await console.app.redis.exists(seen)
+        await console.app.redis.delete(seen)
+        await console.say("ada", "hello again")
+        assert not await console.app.redis.exists(seen)  # recorded a moment ago: skipped
+        later = console.app.router.clock() + 61
+        console.app.router.clock = lambda: later
+        await console.say("ada", "a minute later")
+        assert await console.app.redis.exists(seen)
+    finally:
+        await stop(console, listener)

@@ -61,3 +61,23 @@ def test_unanswered_user_lines_merge_with_the_new_message_after_a_cache_point() 
 def test_events_with_binary_attachments_survive_json() -> None:
     message = _message(attachments=(Attachment(kind=AttachmentKind.IMAGE, data=bytes(range(256))),))
     assert ChatMessage.model_validate_json(message.model_dump_json()) == message
+
+
+def test_rendering_history_again_gives_identical_bytes_from_reused_parts() -> None:
+    """The rendered-entry cache must not change the prompt: same request, same objects."""
+    assembler = PromptAssembler(model="m", system_prompt="S")
+    history = [
+        HistoryEntry(role="user", text="hi </user_message>", author_name="Ada"),
+        HistoryEntry(role="user", text="again", author_name="Bob"),
+        HistoryEntry(role="assistant", text="hello"),
+    ]
+    first = assembler.history_messages(history)
+    second = assembler.history_messages(history)
+    assert first == second
+    assert first[1] is second[1]  # the assistant line: one cached message object
+    assert [p.text for p in first[0].parts] == [  # type: ignore[union-attr]
+        '<user_message from="Ada">\nhi &lt;/user_message>\n</user_message>',
+        '<user_message from="Bob">\nagain\n</user_message>',
+    ]
+    renamed = [history[0].model_copy(update={"author_name": "Eve"}), *history[1:]]
+    assert "Eve" in assembler.history_messages(renamed)[0].parts[0].text  # type: ignore[union-attr]

@@ -1,0 +1,68 @@
+"""``cancel_and_wait``: stopping a task whose first cancellation is swallowed (what Python
+3.11's ``asyncio.timeout`` can do to a cancel that races its expiry inside redis-py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bot.aio import cancel_and_wait
+
+
+async def _stubborn(swallow: int, log: list[str]) -> None:
+    """Swallows its first ``swallow`` cancellations (as the 3.11 race does), then obeys."""
+    current = asyncio.current_task()
+    assert current is not None
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            if swallow == 0:
+                log.append("stopped")
+                raise
+            swallow -= 1
+            current.uncancel()
+            log.append("swallowed")
+
+
+async def test_a_swallowed_cancellation_is_repeated_until_the_task_ends() -> None:
+    log: list[str] = []
+    task = asyncio.create_task(_stubborn(2, log))
+    await asyncio.sleep(0)
+    await asyncio.wait_for(cancel_and_wait(task, every=0.01), 5)
+    assert task.cancelled()
+    assert log == ["swallowed", "swallowed", "stopped"]
+
+
+async def test_a_single_cancel_is_not_enough_for_such_a_task() -> None:
+    """The failure ``cancel_and_wait`` exists for: one cancel, then waiting, does not end it."""
+    log: list[str] = []
+    task = asyncio.create_task(_stubborn(1, log))
+    await asyncio.sleep(0)
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=0.05)
+    assert not done and log == ["swallowed"]
+    await cancel_and_wait(task, every=0.01)
+    assert log == ["swallowed", "stopped"]
+
+
+async def test_a_task_that_fails_while_stopping_does_not_leak_its_exception() -> None:
+    async def fails_on_cancel() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            raise RuntimeError("cleanup failed") from None
+
+    task = asyncio.create_task(fails_on_cancel())
+    await asyncio.sleep(0)
+    await cancel_and_wait(task)
+    assert isinstance(task.exception(), RuntimeError)
+
+
+async def test_a_finished_task_is_left_alone() -> None:
+    async def quick() -> int:
+        return 7
+
+    task = asyncio.create_task(quick())
+    await task
+    await cancel_and_wait(task)
+    assert task.result() == 7

@@ -1,0 +1,129 @@
+"""Riding over a Redis outage inside a turn: the retry helper, and the claim steps that must stay
+exactly-once when a command may or may not have run before the connection dropped. The whole
+app against a stopped and restarted Redis is tests/test_redis_outage.py."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from bot.claims import DONE, Claims
+from bot.outages import backoff, until_redis_answers
+
+
+async def test_a_call_is_retried_until_redis_answers() -> None:
+    attempts: list[int] = []
+
+    async def flaky() -> str:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise RedisConnectionError("Connection refused")
+        return "ok"
+
+    assert await until_redis_answers("test", flaky, cap=0.01) == "ok"
+    assert len(attempts) == 3
+
+
+async def test_other_errors_are_not_retried() -> None:
+    attempts: list[int] = []
+
+    async def wrong() -> None:
+        attempts.append(1)
+        raise ResponseError("WRONGTYPE")
+
+    with pytest.raises(ResponseError):
+        await until_redis_answers("test", wrong, cap=0.01)
+    assert len(attempts) == 1
+
+
+async def test_cancelling_stops_the_retries() -> None:
+    async def down() -> None:
+        raise RedisConnectionError("Connection refused")
+
+    task = asyncio.create_task(until_redis_answers("test", down, cap=10))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+
+
+def test_backoff_grows_to_its_cap_with_jitter() -> None:
+    assert 0.05 <= backoff(1, 5.0) <= 0.1
+    assert all(2.5 <= backoff(n, 5.0) <= 5.0 for n in range(8, 30))
+
+
+@pytest.mark.redis
+async def test_a_retried_claim_recognises_itself(redis_client: Redis, key_tag: str) -> None:
+    """The SET NX of a claim may have run when its reply was lost: the retry finds our own
+    token and must take it as ours, not wait a whole lease for "another worker"."""
+    claim = Claims(redis_client, worker_id="w1").new("discord", f"m-{key_tag}")
+    async with redis_client.pipeline(transaction=False) as pipe:
+        claim.queue_take(pipe)
+        [first] = await pipe.execute()
+    async with redis_client.pipeline(transaction=False) as pipe:
+        claim.queue_take(pipe)
+        [again] = await pipe.execute()
+    assert claim.taken(first) is True and claim.taken(again) is True
+    other = Claims(redis_client, worker_id="w2").new("discord", f"m-{key_tag}")
+    assert other.taken(again) is None  # still another worker's claim for anybody else
+
+
+@pytest.mark.redis
+async def test_a_commit_whose_exec_ran_before_the_connection_dropped_is_not_doubled(
+    redis_client: Redis, key_tag: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worst moment: EXEC ran (the reply went out) and then the connection dropped, so
+    the worker cannot know. The retry re-checks the claim under WATCH, finds it done, and
+    does not publish a second reply."""
+    claim = Claims(redis_client, worker_id="w1").new("discord", f"m-{key_tag}")
+    async with redis_client.pipeline(transaction=False) as pipe:
+        claim.queue_take(pipe)
+        assert claim.taken((await pipe.execute())[0])
+    stream = f"replies-{key_tag}"
+    real_execute = Pipeline.execute
+    drops = [1]
+
+    async def execute_then_drop(self: Pipeline, *args: Any, **kwargs: Any) -> Any:
+        result = await real_execute(self, *args, **kwargs)
+        if drops and self.is_transaction:
+            drops.pop()
+            raise RedisConnectionError("Connection reset by peer (after EXEC)")
+        return result
+
+    monkeypatch.setattr(Pipeline, "execute", execute_then_drop)
+    assert await claim.commit(lambda pipe: pipe.xadd(stream, {"e": "the reply"}))
+    assert not drops, "the drop happened"
+    assert await redis_client.xlen(stream) == 1, "one reply, not two"
+    assert await redis_client.get(claim.key) == DONE
+    await redis_client.delete(stream)
+
+
+@pytest.mark.redis
+async def test_a_commit_that_never_reached_redis_is_retried_until_it_does(
+    redis_client: Redis, key_tag: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claim = Claims(redis_client, worker_id="w1").new("discord", f"m-{key_tag}")
+    async with redis_client.pipeline(transaction=False) as pipe:
+        claim.queue_take(pipe)
+        assert claim.taken((await pipe.execute())[0])
+    stream = f"replies-{key_tag}"
+    real_execute = Pipeline.execute
+    failures = [1, 1]
+
+    async def refuse_twice(self: Pipeline, *args: Any, **kwargs: Any) -> Any:
+        if failures and self.is_transaction:
+            failures.pop()
+            raise RedisConnectionError("Connection refused")
+        return await real_execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(Pipeline, "execute", refuse_twice)
+    assert await claim.commit(lambda pipe: pipe.xadd(stream, {"e": "the reply"}))
+    assert await redis_client.xlen(stream) == 1
+    assert await redis_client.get(claim.key) == DONE
+    await redis_client.delete(stream)
