@@ -40,6 +40,7 @@ from bot.outages import TRANSIENT, until_redis_answers
 log = logging.getLogger("chorus.claims")
 
 DONE = "done"
+WAIT_CAP_MS = 1000  # how stale a wait for another worker's claim may get
 
 
 def default_worker_id() -> str:
@@ -79,8 +80,13 @@ class Claim:
         return False if previous == DONE else None
 
     async def wait_and_take(self) -> bool:
-        """Wait out another worker's claim: True once ours, False once it is answered."""
+        """Wait out another worker's claim: True once ours, False once it is answered.
+
+        The holder usually finishes within seconds (its entry was reclaimed from it while it
+        still worked, e.g. after a Redis outage moved the partitions), so the claim is checked
+        again soon, backing off to ``WAIT_CAP_MS``, and never later than its expiry."""
         redis, lease = self.owner.redis, self.owner.lease_ms
+        pause_ms = 50
         while True:
             previous = await redis.set(self.key, self.token, nx=True, px=lease, get=True)
             outcome = self.taken(previous)
@@ -91,7 +97,8 @@ class Claim:
                 "message claimed by another worker; waiting",
                 extra={"key": self.key, "holder": str(previous), "ttl_ms": ttl_ms},
             )
-            await asyncio.sleep(min(max(ttl_ms, 20), lease) / 1000)
+            await asyncio.sleep(min(max(ttl_ms, 20), pause_ms) / 1000)
+            pause_ms = min(pause_ms * 2, WAIT_CAP_MS)
 
     # -- holding it ------------------------------------------------------------------------
     def fresh(self) -> bool:

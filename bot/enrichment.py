@@ -51,6 +51,8 @@ def selected(
     buffer: UserBuffer, text: str, settings: MemorySettings
 ) -> tuple[list[Scored[Pin]], list[Scored[Recommendation]]]:
     """The pins and recommendations relevant to ``text`` (see ``bot.relevance``)."""
+    if not buffer.pins and not buffer.recommendations:
+        return [], []  # most users most of the time: no need to tokenise the message
     pins = sorted(buffer.pins, key=lambda p: (-p.confidence, -p.updated_at.timestamp()))
     recs = sorted(buffer.recommendations, key=lambda r: -r.created_at.timestamp())
     corpus = [p.text for p in pins] + [_rec_terms(r) for r in recs]

@@ -127,3 +127,22 @@ async def test_a_commit_that_never_reached_redis_is_retried_until_it_does(
     assert await redis_client.xlen(stream) == 1
     assert await redis_client.get(claim.key) == DONE
     await redis_client.delete(stream)
+
+
+@pytest.mark.redis
+async def test_a_wait_for_another_workers_claim_ends_soon_after_it_finishes(
+    redis_client: Redis, key_tag: str
+) -> None:
+    """After an outage a survivor may reclaim entries their first worker is still finishing;
+    it must notice that worker's "done" within about a second, not at the 60 s lease expiry
+    (which held a whole conversation back for a minute before)."""
+    holder = Claims(redis_client, worker_id="w1", lease_ms=60_000).new("discord", f"m-{key_tag}")
+    async with redis_client.pipeline(transaction=False) as pipe:
+        holder.queue_take(pipe)
+        assert holder.taken((await pipe.execute())[0])
+    waiter = Claims(redis_client, worker_id="w2", lease_ms=60_000).new("discord", f"m-{key_tag}")
+    waiting = asyncio.create_task(waiter.wait_and_take())
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    assert await holder.commit(lambda pipe: None)
+    assert await asyncio.wait_for(waiting, 5) is False  # answered by the holder: skip it

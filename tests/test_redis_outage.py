@@ -2,10 +2,13 @@
 answered exactly once afterwards (GUIDE §5; issue "Production", done-when).
 
 Real parts only: a private ``redis-server`` with an fsync-always AOF (as deploy/compose.yaml
-runs it), killed with SIGKILL mid-run and restarted on the same port 10 s later; two
-``chorus run --role worker`` processes and one ``chorus insights`` process, exactly as deployed,
-answering through the official Anthropic SDK against a loopback server in this process; the
-test publishes as the gateway does (``RedisStreamsBus.publish``, which waits out the outage).
+runs it), killed with SIGKILL mid-run and restarted on the same port 10 s later; a
+``chorus run --role gateway`` process on Slack's HTTP Events API (bolt and slack-sdk against a
+loopback Slack here), two ``chorus run --role worker`` processes and one ``chorus insights``
+process, exactly as deployed, answering through the official Anthropic SDK against a loopback
+server here. Signed Slack events go to the gateway before and during the outage (Slack wants
+its ack within 3 s, outage or not); a bigger load of console messages is published straight
+onto the bus, as a gateway does (``RedisStreamsBus.publish``, which waits out the outage).
 
 Waiting: readiness and unreadiness are read off each process's /readyz (another process's
 state: polled every 100 ms); replies are followed with ``XREAD BLOCK``; the end is the bus's
@@ -15,6 +18,8 @@ drain plus one reply per message.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import os
 import shutil
@@ -36,6 +41,7 @@ from bot.bus_redis import FIELD, RedisStreamsBus
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.topics import INBOUND, outbound_topic
 from tests.loopback.anthropic_server import AnthropicServer
+from tests.loopback.slack_server import BOT_USER_ID, SlackServer
 from tests.redis_server import free_port, start_redis, stop_redis
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +51,9 @@ OUTAGE_SECONDS = 10.0
 CONVERSATIONS = 12
 BEFORE, DURING = 60, 60  # messages published before the kill, and while Redis is down
 PARTITIONS = 16  # the app's default
+SLACK_CHANNELS, SLACK_EACH = 6, 2  # events per channel, before and again during the outage
+SLACK_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+SLACK_TOKEN = "xoxb-test-token"
 
 
 class SlowAnthropic(AnthropicServer):
@@ -76,6 +85,7 @@ class Fleet:
 
     def __init__(self, env: dict[str, str], logs: Path) -> None:
         self.env, self.logs = env, logs
+        self.env_for: dict[str, dict[str, str]] = {}  # extra settings of one process
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.ports: dict[str, int] = {}
 
@@ -85,7 +95,7 @@ class Fleet:
         self.procs[name] = subprocess.Popen(
             [str(CHORUS), *args],
             cwd=ROOT,
-            env={**self.env, "CHORUS_HEALTH_PORT": str(port)},
+            env={**self.env, **self.env_for.get(name, {}), "CHORUS_HEALTH_PORT": str(port)},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -138,8 +148,51 @@ async def model() -> AsyncIterator[SlowAnthropic]:
         yield server  # type: ignore[misc]
 
 
+@pytest.fixture
+async def slack() -> AsyncIterator[SlackServer]:
+    async with SlackServer(bot_token=SLACK_TOKEN) as server:
+        yield server  # type: ignore[misc]
+
+
+def _mention(n: int) -> dict[str, Any]:
+    """The n-th app_mention, in one of ``SLACK_CHANNELS`` channels, with its own ts."""
+    ts = f"{1_700_000_000 + n}.000100"
+    return {
+        "type": "event_callback",
+        "team_id": "T111",
+        "api_app_id": "A111",
+        "event_id": f"Ev{n:05d}",
+        "event_time": 1_700_000_000 + n,
+        "authed_users": [BOT_USER_ID],
+        "event": {
+            "type": "app_mention",
+            "text": f"<@{BOT_USER_ID}> question {n}",
+            "user": f"W{n % 4}",
+            "ts": ts,
+            "event_ts": ts,
+            "team": "T111",
+            "channel": f"C{n % SLACK_CHANNELS}",
+        },
+    }
+
+
+async def _post_event(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> int:
+    """POST an event as Slack does (``v0`` HMAC signature); returns the HTTP status."""
+    raw = json.dumps(body)
+    stamp = str(int(time.time()))
+    digest = hmac.new(SLACK_SECRET.encode(), f"v0:{stamp}:{raw}".encode(), hashlib.sha256)
+    headers = {
+        "X-Slack-Request-Timestamp": stamp,
+        "X-Slack-Signature": f"v0={digest.hexdigest()}",
+        "Content-Type": "application/json",
+    }
+    timeout = aiohttp.ClientTimeout(total=3)  # Slack's limit for the acknowledgement
+    async with session.post(url, data=raw.encode(), headers=headers, timeout=timeout) as response:
+        return response.status
+
+
 async def test_a_10s_redis_outage_loses_and_doubles_nothing_and_nothing_exits(
-    redis_binary: str, tmp_path: Path, model: SlowAnthropic, key_tag: str
+    redis_binary: str, tmp_path: Path, model: SlowAnthropic, slack: SlackServer, key_tag: str
 ) -> None:
     port = free_port()
     data = tmp_path / "redis"
@@ -147,7 +200,13 @@ async def test_a_10s_redis_outage_loses_and_doubles_nothing_and_nothing_exits(
     server = await asyncio.to_thread(start_redis, redis_binary, port, data, *AOF)
     url = f"redis://127.0.0.1:{port}/0"
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("CHORUS_", "ANTHROPIC_"))},
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(
+                ("CHORUS_", "ANTHROPIC_", "SLACK_", "DISCORD_", "TWITCH_", "YOUTUBE_")
+            )
+        },
         "CHORUS_REDIS_URL": url,
         "CHORUS_BUS": "redis",
         "CHORUS_BUS_NAMESPACE": key_tag,
@@ -182,11 +241,24 @@ async def test_a_10s_redis_outage_loses_and_doubles_nothing_and_nothing_exits(
             await publisher.publish(INBOUND, message)
 
     try:
+        slack_port = free_port()
+        fleet.env_for["gateway"] = {
+            "SLACK_BOT_TOKEN": SLACK_TOKEN,
+            "SLACK_SIGNING_SECRET": SLACK_SECRET,
+            "SLACK_API_BASE_URL": slack.url + "/api/",
+            "SLACK_HTTP_HOST": "127.0.0.1",
+            "SLACK_HTTP_PORT": str(slack_port),
+        }
+        events_url = f"http://127.0.0.1:{slack_port}/slack/events"
+        fleet.start("gateway", "run", "--role", "gateway")
         fleet.start("worker1", "run", "--role", "worker")
         fleet.start("worker2", "run", "--role", "worker")
         fleet.start("insights", "insights")
         async with aiohttp.ClientSession() as session:
             await asyncio.wait_for(fleet.until_ready(session, True), 60)
+            events = SLACK_CHANNELS * SLACK_EACH
+            for n in range(events):
+                assert await _post_event(session, events_url, _mention(n)) == 200
             await publish(0, BEFORE)
             await asyncio.wait_for(_until_replies(client, key_tag, BEFORE // 3), 30)
 
@@ -194,6 +266,8 @@ async def test_a_10s_redis_outage_loses_and_doubles_nothing_and_nothing_exits(
             await asyncio.to_thread(server.wait)
             down_at = time.monotonic()
             during = asyncio.create_task(publish(BEFORE, DURING))  # waits for Redis
+            for n in range(events, 2 * events):  # acknowledged in time, Redis or not
+                assert await _post_event(session, events_url, _mention(n)) == 200
             await asyncio.wait_for(fleet.until_ready(session, False), OUTAGE_SECONDS)
             for name in fleet.procs:  # alive, and still scrapeable without Redis
                 assert await fleet.status(session, name, "/healthz") == 200, name
@@ -207,6 +281,7 @@ async def test_a_10s_redis_outage_loses_and_doubles_nothing_and_nothing_exits(
             await asyncio.wait_for(fleet.until_ready(session, True), 30)
             await publisher.drain(timeout=60)  # every inbound entry acked by the workers
             await asyncio.wait_for(_until_replies(client, key_tag, BEFORE + DURING), 30)
+            await slack.wait_for(lambda: len(slack.posts) >= 2 * events)
             replies = await _replies(client, key_tag)
             metrics = {name: await _metrics(session, fleet.ports[name]) for name in fleet.procs}
             assert not fleet.exited(), f"exited after the outage: {fleet.exited()}"
@@ -226,6 +301,10 @@ async def test_a_10s_redis_outage_loses_and_doubles_nothing_and_nothing_exits(
     for conv in convs:
         expected = [m.id for m in sent if m.conversation == conv]
         assert [r.reply_to_id for r in replies if r.conversation == conv] == expected, conv
+    threads = Counter(post["thread_ts"] for post in slack.posts)
+    assert set(threads) == {_mention(n)["event"]["ts"] for n in range(2 * events)}
+    assert [ts for ts, n in threads.items() if n > 1] == [], "a Slack event was answered twice"
+    assert all(post["text"] == "noted" for post in slack.posts), "no apology on Slack either"
     answered = sum(
         _sample(metrics[w], "chorus_messages_out_total", 'platform="console"')
         for w in ("worker1", "worker2")
