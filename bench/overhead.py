@@ -22,6 +22,8 @@ import anthropic
 from bot.app import Chorus
 from bot.config import load_settings
 from bot.events import Author, ChatMessage, ConversationKey, Reply
+from bot.llm.base import Provider
+from bot.llm.scripted import ScriptedProvider
 from bot.metrics import NullMetrics
 from bot.topics import INBOUND, outbound_topic
 from tests.loopback.anthropic_server import AnthropicServer
@@ -73,7 +75,7 @@ class _LLMTimes(NullMetrics):
 
 
 async def _chorus(
-    server: AnthropicServer, n: int, redis_url: str, bus: str
+    server: AnthropicServer, n: int, redis_url: str, bus: str, provider: Provider | None = None
 ) -> tuple[list[float], list[float]]:
     settings = load_settings(
         CHORUS_MODEL="anthropic:claude-test",
@@ -83,7 +85,7 @@ async def _chorus(
         CHORUS_BUS=bus,
         CHORUS_BUS_NAMESPACE=f"ovh{uuid.uuid4().hex[:8]}",
     )
-    app = await Chorus.from_settings(settings)
+    app = await Chorus.from_settings(settings, provider=provider)
     times = _LLMTimes()
     app.agent.metrics = times
     arrivals: dict[str, asyncio.Future[float]] = {}
@@ -143,6 +145,26 @@ async def measure(label: str, redis_url: str, bus: str, n: int = 300) -> Overhea
     )
 
 
+async def framework_cpu(redis_url: str, bus: str, n: int = 1000, runs: int = 3) -> float:
+    """CPU milliseconds per answered message with an instant in-process model (no HTTP, no
+    SDK): the framework alone. Process CPU time, not wall time, so a busy neighbour on a shared
+    machine barely moves it; the difference of a long and a short run removes the start-up."""
+    per_message: list[float] = []
+    async with AnthropicServer() as server:
+        for _ in range(runs):
+            spent = []
+            for count in (50, 50 + n):
+                started = time.process_time()
+                await _chorus(server, count, redis_url, bus, ScriptedProvider(responder=_ok))
+                spent.append(time.process_time() - started)
+            per_message.append((spent[1] - spent[0]) / n * 1000)
+    return statistics.median(per_message)
+
+
+def _ok(request: object) -> str:
+    return "ok"
+
+
 async def main(real_redis: str) -> list[str]:
     lines = [
         "## Framework overhead per answered message (LLM excluded)",
@@ -166,6 +188,23 @@ async def main(real_redis: str) -> list[str]:
             f"{r.overhead_p50_ms:.2f} ms | {r.overhead_p99_ms:.2f} ms | "
             f"{r.ratio_p50:.2f} |"
         )
+    lines += [
+        "",
+        "## Framework CPU per answered message (instant scripted model, no HTTP)",
+        "",
+        "| setup | CPU per message (median of 3 runs of 1,000) |",
+        "|---|---|",
+    ]
+    for label, url, bus in (
+        ("embedded store, in-process bus", "memory://bench-cpu", "memory"),
+        ("Redis state, Redis Streams bus, one process", real_redis, "redis"),
+    ):
+        try:
+            cpu = await framework_cpu(url, bus)
+        except Exception as exc:
+            lines.append(f"| {label} | not measured: {exc} |")
+            continue
+        lines.append(f"| {label} | {cpu:.2f} ms |")
     from bench.bus import bench_bus
 
     try:

@@ -43,12 +43,18 @@ class _AnthropicLike(ScriptedProvider):
 async def test_agent_warns_when_a_cacheable_request_missed_and_logs_the_share(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    provider = _AnthropicLike([
-        LLMResponse(parts=(TextPart(text="a"),), stop_reason="end_turn",
-                    usage=Usage(input_tokens=3000)),
-        LLMResponse(parts=(TextPart(text="b"),), stop_reason="end_turn",
-                    usage=Usage(input_tokens=100, cache_read_tokens=2900)),
-    ])
+    provider = _AnthropicLike(
+        [
+            LLMResponse(
+                parts=(TextPart(text="a"),), stop_reason="end_turn", usage=Usage(input_tokens=3000)
+            ),
+            LLMResponse(
+                parts=(TextPart(text="b"),),
+                stop_reason="end_turn",
+                usage=Usage(input_tokens=100, cache_read_tokens=2900),
+            ),
+        ]
+    )
     request = LLMRequest(model="claude-sonnet-4-5", messages=(Message.user("hi"),))
     with caplog.at_level(logging.INFO, logger="chorus.agent"):
         await Agent(provider).run(request)

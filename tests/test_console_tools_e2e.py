@@ -80,15 +80,23 @@ async def test_console_calls_a_tool_of_an_mcp_server(tmp_path: Path) -> None:
 
     server_script = Path(__file__).parent / "mcp_servers" / "echo_server.py"
     config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {
-        "echo": {"command": sys.executable, "args": [str(server_script)]},
-        "broken": {"command": "/nonexistent/mcp-server"},
-    }}))
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "echo": {"command": sys.executable, "args": [str(server_script)]},
+                    "broken": {"command": "/nonexistent/mcp-server"},
+                }
+            }
+        )
+    )
     server_cls, model, key_env, url_env = CHAT_VENDORS["openai"]
     async with server_cls() as server:
         server.default_reply = tool_playing_model("openai")
         env = base_env(tmp_path) | {
-            "CHORUS_MODEL": model, key_env: "k", url_env: server.base_url,
+            "CHORUS_MODEL": model,
+            key_env: "k",
+            url_env: server.base_url,
             "CHORUS_MCP_CONFIG": str(config),
         }
         code, out, err = await run_chorus(

@@ -216,7 +216,6 @@ def test_store_refuses_nonsense_limits() -> None:
         HistoryStore(None, max_messages=5, ttl_seconds=0)  # type: ignore[arg-type]
 
 
-
 async def test_reading_the_same_values_again_reuses_their_parsed_entries(
     history: HistoryStore, conv: ConversationKey
 ) -> None:

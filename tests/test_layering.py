@@ -34,7 +34,8 @@ def test_core_never_imports_adapters_or_insights(path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "path", sorted((ROOT / "adapters").rglob("*.py")) + sorted((ROOT / "insights").rglob("*.py")),
+    "path",
+    sorted((ROOT / "adapters").rglob("*.py")) + sorted((ROOT / "insights").rglob("*.py")),
     ids=lambda p: f"{p.parent.name}/{p.name}",
 )
 def test_adapters_and_insights_do_not_import_each_other(path: Path) -> None:

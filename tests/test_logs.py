@@ -68,8 +68,10 @@ def test_secrets_in_query_strings_and_added_later_are_masked() -> None:
 
     stream, log = _capture("text", [])
     add_secrets(["late-added-secret-42"])
-    log.error("refresh failed: POST https://id.example/oauth2/token?client_secret=abc123&"
-              "refresh_token=zzz999&grant_type=refresh_token with late-added-secret-42")
+    log.error(
+        "refresh failed: POST https://id.example/oauth2/token?client_secret=abc123&"
+        "refresh_token=zzz999&grant_type=refresh_token with late-added-secret-42"
+    )
     output = stream.getvalue()
     for leaked in ("abc123", "zzz999", "late-added-secret-42"):
         assert leaked not in output

@@ -31,8 +31,13 @@ def model(body: dict[str, Any]) -> Any:
         return "Sure."
     text = json.dumps(body["messages"])
     pins = [
-        {"op": "add", "target": None, "text": "is vegan and lives in Lisbon",
-         "source_line": label, "confidence": 0.9}
+        {
+            "op": "add",
+            "target": None,
+            "text": "is vegan and lives in Lisbon",
+            "source_line": label,
+            "confidence": 0.9,
+        }
         for label, line in _OWN_LINE.findall(text.replace('\\"', '"'))
         if line.startswith("I am vegan")
     ]
@@ -66,16 +71,27 @@ class Console:
         msg_id = f"{self.tag}-{self.count}"
         self.replies[msg_id] = asyncio.get_running_loop().create_future()
         who = f"{user}-{self.tag}"
-        await self.app.bus.publish(INBOUND, ChatMessage(
-            platform="console", id=msg_id, conversation=ConversationKey(platform="console", channel=who),
-            author=Author(id=who, display_name=user.title(), roles=frozenset({Role.OWNER})),
-            text=text, is_direct=True))
+        await self.app.bus.publish(
+            INBOUND,
+            ChatMessage(
+                platform="console",
+                id=msg_id,
+                conversation=ConversationKey(platform="console", channel=who),
+                author=Author(id=who, display_name=user.title(), roles=frozenset({Role.OWNER})),
+                text=text,
+                is_direct=True,
+            ),
+        )
         return await asyncio.wait_for(self.replies[msg_id], timeout=30)
 
 
 async def start(url: str, srv: AnthropicServer, tag: str) -> tuple[Console, asyncio.Task[None]]:
-    settings = load_settings(CHORUS_MODEL="anthropic:claude-test", ANTHROPIC_API_KEY="k",
-                             ANTHROPIC_BASE_URL=srv.base_url, CHORUS_REDIS_URL=url)
+    settings = load_settings(
+        CHORUS_MODEL="anthropic:claude-test",
+        ANTHROPIC_API_KEY="k",
+        ANTHROPIC_BASE_URL=srv.base_url,
+        CHORUS_REDIS_URL=url,
+    )
     app = await Chorus.from_settings(settings)
     await app.start()
     console = Console(app, tag)
@@ -159,11 +175,21 @@ async def test_an_answered_message_costs_two_redis_round_trips(
         with counting_round_trips() as trips:
             await console.say("ada", "I am vegan and I live in Lisbon.")
         assert trips.count == 2, [w[:80] for w in trips.writes]
-        server.replies.extend([
-            {"tool_calls": [{"id": "t1", "name": "current_time", "arguments": {}}]},
-            {"tool_calls": [{"id": "t2", "name": "current_time", "arguments": {"timezone": "Asia/Tokyo"}}]},
-            "It is late.",
-        ])
+        server.replies.extend(
+            [
+                {"tool_calls": [{"id": "t1", "name": "current_time", "arguments": {}}]},
+                {
+                    "tool_calls": [
+                        {
+                            "id": "t2",
+                            "name": "current_time",
+                            "arguments": {"timezone": "Asia/Tokyo"},
+                        }
+                    ]
+                },
+                "It is late.",
+            ]
+        )
         with counting_round_trips() as trips:
             await console.say("ada", "What time is it, twice?")
         assert trips.count == 2  # three model calls, still two round trips

@@ -11,17 +11,28 @@ CONV = ConversationKey(platform="discord", channel="1")
 
 
 def _message(**extra: object) -> ChatMessage:
-    return ChatMessage(platform="discord", id="9", conversation=CONV,
-                       author=Author(id="7", display_name="Ada"), text="look", **extra)  # type: ignore[arg-type]
+    return ChatMessage(
+        platform="discord",
+        id="9",
+        conversation=CONV,
+        author=Author(id="7", display_name="Ada"),
+        text="look",
+        **extra,
+    )  # type: ignore[arg-type]
 
 
 def test_images_reach_the_model_and_files_are_described() -> None:
-    message = _message(attachments=(
-        Attachment(kind=AttachmentKind.IMAGE, url="https://cdn.example/cat.png", mime="image/png"),
-        Attachment(kind=AttachmentKind.IMAGE, data=b"\x89PNG", mime="image/png"),
-        Attachment(kind=AttachmentKind.FILE, filename="notes.pdf", mime="application/pdf",
-                   size=2048),
-    ))
+    message = _message(
+        attachments=(
+            Attachment(
+                kind=AttachmentKind.IMAGE, url="https://cdn.example/cat.png", mime="image/png"
+            ),
+            Attachment(kind=AttachmentKind.IMAGE, data=b"\x89PNG", mime="image/png"),
+            Attachment(
+                kind=AttachmentKind.FILE, filename="notes.pdf", mime="application/pdf", size=2048
+            ),
+        )
+    )
     request = PromptAssembler(model="m", system_prompt="S").build(message, [])
     parts = request.messages[-1].parts
     assert parts[1] == ImagePart(mime="image/png", url="https://cdn.example/cat.png")
@@ -30,8 +41,11 @@ def test_images_reach_the_model_and_files_are_described() -> None:
 
 
 def test_without_vision_images_are_described() -> None:
-    message = _message(attachments=(Attachment(kind=AttachmentKind.IMAGE, url="u", mime="image/gif",
-                                               filename="a.gif"),))
+    message = _message(
+        attachments=(
+            Attachment(kind=AttachmentKind.IMAGE, url="u", mime="image/gif", filename="a.gif"),
+        )
+    )
     request = PromptAssembler(model="m", system_prompt="S", vision=False).build(message, [])
     assert request.messages[-1].parts[1] == TextPart(text="[attachment: a.gif (image/gif)]")
 
@@ -39,10 +53,13 @@ def test_without_vision_images_are_described() -> None:
 def test_layout_cache_points_and_context_after_them() -> None:
     history = [
         HistoryEntry(role="user", text="hi", message_id="1", author_id="7", author_name="Ada"),
-        HistoryEntry(role="assistant", text="hello", message_id=None, author_id=None, author_name=""),
+        HistoryEntry(
+            role="assistant", text="hello", message_id=None, author_id=None, author_name=""
+        ),
     ]
     request = PromptAssembler(model="m", system_prompt="S").build(
-        _message(), history, context="<context>volatile</context>")
+        _message(), history, context="<context>volatile</context>"
+    )
     assert request.system == (TextPart(text="S"), CachePoint())
     assert [m.role for m in request.messages] == ["user", "assistant", "user"]
     assert request.messages[1].parts[-1] == CachePoint()  # end of history
@@ -51,8 +68,9 @@ def test_layout_cache_points_and_context_after_them() -> None:
 
 
 def test_unanswered_user_lines_merge_with_the_new_message_after_a_cache_point() -> None:
-    history = [HistoryEntry(role="user", text="anyone?", message_id="1", author_id="8",
-                            author_name="Bob")]
+    history = [
+        HistoryEntry(role="user", text="anyone?", message_id="1", author_id="8", author_name="Bob")
+    ]
     request = PromptAssembler(model="m", system_prompt="S").build(_message(), history)
     [only] = request.messages
     assert isinstance(only.parts[1], CachePoint) and "look" in only.parts[2].text  # type: ignore[union-attr]

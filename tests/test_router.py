@@ -245,7 +245,9 @@ async def test_deleted_messages_and_purged_users_leave_the_history(rig: Rig) -> 
     await rig.say("delete me", "m2")
     await rig.say("from eve", "m3", user="eve")
     await rig.bus.drain(timeout=10)
-    await rig.bus.publish(DELETIONS, MessageDeleted(conversation=rig.conv, message_id=f"m2-{rig.tag}"))
+    await rig.bus.publish(
+        DELETIONS, MessageDeleted(conversation=rig.conv, message_id=f"m2-{rig.tag}")
+    )
     await rig.bus.publish(DELETIONS, MessageDeleted(conversation=rig.conv, author_id="eve"))
     await rig.bus.drain(timeout=10)
     texts = [e.text for e in await rig.history.load(rig.conv) if e.role == "user"]
