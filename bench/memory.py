@@ -1,6 +1,7 @@
 """Memory benchmark: Redis round trips per answered message, and bytes per user buffer.
 
-Round trips are counted at the connection (every command or whole pipeline written is one) while
+Round trips are counted at the connection (every command or whole pipeline written is one; the
+handshake of a connection the pool opens meanwhile is not a message's round trip) while
 the real app answers messages from several users over the real anthropic SDK and a loopback
 server, with per-user memory and the insights job enqueue on; plain answers and answers with a
 three-call tool loop are measured separately. Bytes per buffer is Redis's own ``MEMORY USAGE`` of a

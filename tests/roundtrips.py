@@ -2,7 +2,9 @@
 
 Every write of one command, or of a whole pipeline, to a connection goes through
 ``AbstractConnection.send_packed_command``, for redis-py and fakeredis alike; one write is one
-round trip. Used by the store tests, the router test and the benchmark.
+round trip. The handshake of a connection the pool opens (``HELLO``, ``CLIENT ...``,
+``SELECT``, ``AUTH``) is counted apart: it happens once per pooled connection, not per message.
+Used by the store tests, the router test and the benchmark.
 """
 
 from __future__ import annotations
@@ -14,10 +16,19 @@ from unittest import mock
 
 from redis.asyncio.connection import AbstractConnection
 
+_HANDSHAKE = (b"HELLO", b"CLIENT", b"SELECT", b"AUTH")
+
+
+def _command(packed: bytes) -> bytes:
+    """The name of the first command in a RESP-encoded write (its third CRLF-separated field)."""
+    parts = packed.split(b"\r\n", 3)
+    return parts[2].upper() if len(parts) > 2 else b""
+
 
 class RoundTrips:
     def __init__(self) -> None:
         self.writes: list[bytes] = []
+        self.handshakes: list[bytes] = []  # a new pooled connection's setup commands
 
     @property
     def count(self) -> int:
@@ -32,7 +43,10 @@ def counting_round_trips() -> Iterator[RoundTrips]:
     async def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
         chunks = [command] if isinstance(command, bytes | str) else list(command)
         packed = b"".join(c.encode() if isinstance(c, str) else c for c in chunks)
-        counter.writes.append(packed)
+        if _command(packed) in _HANDSHAKE:
+            counter.handshakes.append(packed)
+        else:
+            counter.writes.append(packed)
         await original(self, packed, check_health)
 
     with mock.patch.object(AbstractConnection, "send_packed_command", counting):

@@ -494,7 +494,7 @@ async def test_timeouts_from_settings_are_retried(sleep: RecordingSleep) -> None
         settings = load_settings(
             GEMINI_API_KEY="k",
             GOOGLE_GEMINI_BASE_URL=srv.base_url,
-            CHORUS_LLM_TIMEOUT=0.05,
+            CHORUS_LLM_TIMEOUT=0.5,  # long enough for a loaded machine to deliver each request
             CHORUS_LLM_MAX_RETRIES=1,
         )
         provider = GeminiProvider.from_settings(settings, sleep=sleep)
