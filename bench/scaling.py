@@ -26,10 +26,11 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from bot import keys, store
+from bot import store
 from bot.bus_redis import RedisStreamsBus
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.topics import INBOUND, outbound_topic
+from tests.bus_leases import wait_balanced
 from tests.loopback.anthropic_server import AnthropicServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,22 +101,6 @@ async def _redis_commands(redis: Redis) -> Counter[str]:
 
 def _delta(after: float | None, before: float | None) -> float | None:
     return None if after is None or before is None else after - before
-
-
-async def _balanced(redis: Redis, namespace: str, workers: int) -> None:
-    """Wait until every inbound partition is leased and each worker holds its fair share.
-
-    Without this, a burst can start while the first worker still holds every partition and the
-    second has none, and the run measures one worker twice.
-    """
-    names = [keys.bus_lease(INBOUND, "agent", p, namespace) for p in range(PARTITIONS)]
-    share = -(-PARTITIONS // workers)
-    while True:
-        holders = await redis.mget(names)
-        counts = Counter(h.split(":")[0] for h in holders if h)
-        if None not in holders and len(counts) == workers and max(counts.values()) <= share:
-            return
-        await asyncio.sleep(0.1)  # other processes' state: a modest poll
 
 
 async def _workers_cpu(procs: list[asyncio.subprocess.Process]) -> float | None:
@@ -193,7 +178,7 @@ async def _run(url: str, workers: int, messages: int) -> ScaleRun:
             for i in range(workers * 8):  # every worker up, holding partitions, imports warm
                 await bus.publish(INBOUND, message(i, "warm"))
             await asyncio.wait_for(warm.wait(), 120)
-            await asyncio.wait_for(_balanced(redis, namespace, workers), 120)
+            await asyncio.wait_for(wait_balanced(redis, namespace, PARTITIONS, workers), 120)
             cpu_before = (await _workers_cpu(procs), await _redis_cpu(redis), time.process_time())
             commands_before = await _redis_commands(redis)
             started = time.perf_counter()

@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import Counter
 
 import pytest
 
-from bench.scaling import ScaleRun, _proc_cpu, _redis_cpu
+from bench.scaling import ScaleRun, _commands_table, _proc_cpu, _redis_commands, _redis_cpu
 from bot import store
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -35,17 +36,20 @@ def test_proc_cpu_of_a_process_that_is_gone_is_unknown() -> None:
     assert _proc_cpu(2**22 + 12345) is None  # above Linux's pid_max ceiling
 
 
-async def test_redis_reports_its_cpu_and_it_only_grows(real_redis_url: str) -> None:
+async def test_redis_reports_its_cpu_and_the_commands_it_ran(real_redis_url: str) -> None:
     client = await store.connect(real_redis_url)
     try:
-        first = await _redis_cpu(client)
+        first, before = await _redis_cpu(client), await _redis_commands(client)
         for _ in range(200):
             await client.ping()
-        second = await _redis_cpu(client)
+        second, after = await _redis_cpu(client), await _redis_commands(client)
     finally:
         await client.aclose()
     assert first is not None and second is not None
     assert second >= first > 0
+    ran = after - before
+    assert ran["ping"] >= 200  # other clients of a shared server may add their own
+    assert ran["info"] >= 2  # our own readings are counted too
 
 
 def test_scale_run_shares() -> None:
@@ -57,13 +61,42 @@ def test_scale_run_shares() -> None:
         worker_cpu=1.5,
         redis_cpu=0.1,
         harness_cpu=0.4,
+        commands=Counter(),
     )
     assert run.rate == 250
     assert run.per_message_ms(run.worker_cpu) == pytest.approx(3.0)
     assert run.worker_cores == pytest.approx(0.75)
     assert run.machine_busy == pytest.approx(2.0 / (2.0 * cores))
     blind = ScaleRun(
-        workers=1, messages=10, elapsed=1.0, worker_cpu=None, redis_cpu=0.1, harness_cpu=0.1
+        workers=1,
+        messages=10,
+        elapsed=1.0,
+        worker_cpu=None,
+        redis_cpu=0.1,
+        harness_cpu=0.1,
+        commands=Counter(),
     )
     assert blind.machine_busy is None and blind.worker_cores is None
     assert blind.per_message_ms(None) is None
+
+
+def test_commands_table_lists_per_message_counts_of_both_runs() -> None:
+    def run(workers: int, messages: int, commands: dict[str, int]) -> ScaleRun:
+        return ScaleRun(
+            workers=workers,
+            messages=messages,
+            elapsed=1.0,
+            worker_cpu=None,
+            redis_cpu=None,
+            harness_cpu=0.0,
+            commands=Counter(commands),
+        )
+
+    one = run(1, 100, {"xadd": 200, "xack": 200, "ping": 1})
+    two = run(2, 200, {"xadd": 400, "xack": 402, "hello": 20})
+    rows = _commands_table(one, two)
+    assert "| xack | 2.00 | 2.01 |" in rows
+    assert "| xadd | 2.00 | 2.00 |" in rows
+    assert "| hello | 0.00 | 0.10 |" in rows
+    assert not any(r.startswith("| ping ") for r in rows)  # 0.01 per message: below the floor
+    assert rows[-1] == "| all commands | 4.01 | 4.11 |"

@@ -29,6 +29,7 @@ from bot import keys, store
 from bot.bus_redis import FIELD, RedisStreamsBus
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.topics import INBOUND, outbound_topic
+from tests.bus_leases import wait_balanced
 
 WORKER = Path(__file__).parent / "fault" / "worker.py"
 PARTITIONS = 8  # as in the worker
@@ -68,18 +69,6 @@ async def _start_worker(url: str, tag: str, name: str) -> asyncio.subprocess.Pro
     return proc
 
 
-async def _balanced(redis: Redis, tag: str, tokens_of: int) -> None:
-    """Every inbound partition is leased and no worker holds more than its share."""
-    names = [keys.bus_lease(INBOUND, "agent", p, tag) for p in range(PARTITIONS)]
-    share = -(-PARTITIONS // tokens_of)
-    while True:
-        holders = await redis.mget(names)
-        counts = Counter(h.split(":")[0] for h in holders if h)
-        if None not in holders and len(counts) == tokens_of and max(counts.values()) <= share:
-            return
-        await asyncio.sleep(0.1)  # another process's state: a modest poll
-
-
 async def _follow(redis: Redis, tag: str, total: int, on_count: asyncio.Queue[int]) -> None:
     """Count outbound entries with XREAD BLOCK, reporting each new total."""
     cursors = {keys.bus_stream(outbound_topic("console"), p, tag): "0-0" for p in range(PARTITIONS)}
@@ -104,7 +93,7 @@ async def test_one_reply_per_message_when_a_worker_dies(
     counts: asyncio.Queue[int] = asyncio.Queue()
     follower = asyncio.create_task(_follow(redis_client, tag, TOTAL, counts))
     try:
-        await asyncio.wait_for(_balanced(redis_client, tag, 3), 20)
+        await asyncio.wait_for(wait_balanced(redis_client, tag, PARTITIONS, 3), 20)
         convs = [
             ConversationKey(platform="console", channel=f"{tag}-c{c}") for c in range(CONVERSATIONS)
         ]
