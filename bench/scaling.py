@@ -103,7 +103,7 @@ def _delta(after: float | None, before: float | None) -> float | None:
     return None if after is None or before is None else after - before
 
 
-async def _workers_cpu(procs: list[asyncio.subprocess.Process]) -> float | None:
+def _workers_cpu(procs: list[asyncio.subprocess.Process]) -> float | None:
     readings = [_proc_cpu(p.pid) for p in procs]
     return None if None in readings else sum(r for r in readings if r is not None)
 
@@ -179,14 +179,14 @@ async def _run(url: str, workers: int, messages: int) -> ScaleRun:
                 await bus.publish(INBOUND, message(i, "warm"))
             await asyncio.wait_for(warm.wait(), 120)
             await asyncio.wait_for(wait_balanced(redis, namespace, PARTITIONS, workers), 120)
-            cpu_before = (await _workers_cpu(procs), await _redis_cpu(redis), time.process_time())
+            cpu_before = (_workers_cpu(procs), await _redis_cpu(redis), time.process_time())
             commands_before = await _redis_commands(redis)
             started = time.perf_counter()
             for i in range(messages):
                 await bus.publish(INBOUND, message(i))
             await asyncio.wait_for(all_in.wait(), 600)
             elapsed = time.perf_counter() - started
-            cpu_after = (await _workers_cpu(procs), await _redis_cpu(redis), time.process_time())
+            cpu_after = (_workers_cpu(procs), await _redis_cpu(redis), time.process_time())
             commands = await _redis_commands(redis) - commands_before
         finally:
             for proc in procs:
