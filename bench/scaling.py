@@ -8,8 +8,10 @@ Why CPU is counted too: on a small machine the load generator, the loopback mode
 Redis and the workers share the same cores, so wall-clock throughput stops at the machine, not
 at the bus. Each run therefore also reports where the CPU went (the workers' own CPU from
 ``/proc/<pid>/stat``, Redis's from ``INFO cpu``, this process's from ``process_time``) and how
-busy the machine was. If the workers' CPU per answered message stays flat from one worker to
-two, adding a worker costs no coordination work, and throughput scales with the cores the
+busy the machine was, plus the Redis commands executed per answered message (``INFO
+commandstats``). CPU per message rises whenever processes compete for cores, so the
+machine-independent test of coordination cost is the command count: if it stays flat from one
+worker to two, a second worker adds no shared work, and throughput scales with the cores the
 workers get; if the machine is already saturated with one worker, a second cannot add speed.
 """
 
@@ -34,7 +36,7 @@ from tests.bus_leases import wait_balanced
 from tests.loopback.anthropic_server import AnthropicServer
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTITIONS = 16  # the app's default (RedisStreamsBus.partitions)
+PARTITIONS: int = RedisStreamsBus.__init__.__kwdefaults__["partitions"]  # as the app runs
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
