@@ -20,9 +20,9 @@ import uuid
 from collections.abc import Callable
 from typing import Protocol, TextIO, TypeVar
 
-from bot.bus import EventBus
+from bot.bus.base import EventBus
+from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply, Role
-from bot.topics import INBOUND, outbound_topic
 
 log = logging.getLogger("chorus.console")
 

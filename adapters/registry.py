@@ -15,10 +15,10 @@ from typing import Any
 from dotenv import dotenv_values
 from redis.asyncio import Redis
 
-from bot.bus import EventBus
+from bot.bus.base import EventBus
 from bot.config import ConfigError
-from bot.logs import add_secrets
-from bot.platform import PlatformAdapter
+from bot.ops.logs import add_secrets
+from bot.platform.protocol import PlatformAdapter
 
 
 @dataclass(frozen=True)

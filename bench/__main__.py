@@ -7,8 +7,8 @@ import os
 import platform
 import sys
 
-from bot import aio
 from bot.llm.guard import block_real_calls
+from bot.ops import aio
 
 
 async def _main() -> None:

@@ -14,9 +14,9 @@ import time
 import uuid
 from typing import Any
 
-from bot import store
-from bot.bus_redis import RedisStreamsBus
+from bot.bus.streams import RedisStreamsBus
 from bot.events import Author, ChatMessage, ConversationKey
+from bot.state import connect
 
 
 def _message(n: int) -> ChatMessage:
@@ -33,7 +33,7 @@ async def bench_bus(redis_url: str, n: int) -> dict[str, Any]:
     """Latency p50/p99 (ms) of ``n`` sequential publish->consume trips and the throughput
     (events/s) of a burst of ``n``, over the Redis Streams bus at ``redis_url``."""
     namespace = f"bench{uuid.uuid4().hex[:8]}"
-    redis = await store.connect(redis_url)
+    redis = await connect.open_redis(redis_url)
     bus = RedisStreamsBus(redis, consumer="bench", namespace=namespace, block_ms=100)
     arrived: asyncio.Queue[float] = asyncio.Queue()
 

@@ -21,19 +21,19 @@ from typing import Any
 from aiohttp import web
 
 import prompts
-from bot import store
-from bot.agent import Agent
-from bot.bus import InProcessBus
-from bot.commands import Commands
+from bot.agent.loop import Agent
+from bot.agent.prompting import PromptAssembler
+from bot.bus.base import InProcessBus
+from bot.bus.topics import INBOUND, outbound_topic
 from bot.config import load_settings
 from bot.events import Author, ChatMessage, ConversationKey, Reply
-from bot.history import HistoryStore
 from bot.llm.registry import build_provider
 from bot.llm.types import SystemPart, TextPart
-from bot.prompting import PromptAssembler
-from bot.router import Router
+from bot.router.core import Router
+from bot.router.text_commands import Commands
+from bot.state import connect
+from bot.state.history import HistoryStore
 from bot.tools.toolbox import Toolbox, load_tool_settings
-from bot.topics import INBOUND, outbound_topic
 from tests.agent_rig import tool_results
 from tests.loopback.anthropic_caching import CachingAnthropicServer
 from tests.loopback.cache_sim import PromptCacheSim
@@ -199,7 +199,7 @@ async def run(layout: str = "chorus") -> CacheRun:
         ANTHROPIC_BASE_URL=server.base_url,
     )
     provider = build_provider(settings.model_spec(), settings)
-    redis = await store.connect(f"memory://bench-cache-{layout}")
+    redis = await connect.open_redis(f"memory://bench-cache-{layout}")
     bus = InProcessBus()
     tools = Toolbox.from_settings(
         load_tool_settings(

@@ -16,9 +16,9 @@ import os
 import uuid
 from typing import Any
 
-from bot import keys, store
-from bot.memory import MemoryStore
-from bot.memory_settings import MemorySettings
+from bot.memory.buffers import MemoryStore
+from bot.memory.settings import MemorySettings
+from bot.state import connect, keys
 from tests.memory_samples import full_buffer
 from tests.roundtrips import counting_round_trips
 from tests.test_memory_e2e import start, stop
@@ -31,7 +31,7 @@ REAL = os.environ.get("CHORUS_BENCH_REDIS_URL", DEFAULT_REAL)
 async def _flush_own_database() -> None:
     if REAL != DEFAULT_REAL:
         return
-    redis = await store.connect(REAL)
+    redis = await connect.open_redis(REAL)
     try:
         await redis.flushdb()
     finally:
@@ -67,7 +67,7 @@ async def round_trips(url: str, messages: int = 30) -> dict[str, float]:
 
 
 async def buffer_bytes(url: str) -> dict[str, Any]:
-    redis = await store.connect(url)
+    redis = await connect.open_redis(url)
     memory = MemoryStore(redis, MemorySettings())
     result: dict[str, Any] = {}
     try:

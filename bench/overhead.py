@@ -24,12 +24,12 @@ from dataclasses import dataclass
 import anthropic
 
 from bot.app import Chorus
+from bot.bus.topics import INBOUND, outbound_topic
 from bot.config import load_settings
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.llm.base import Provider
 from bot.llm.scripted import ScriptedProvider
-from bot.metrics import NullMetrics
-from bot.topics import INBOUND, outbound_topic
+from bot.ops.metrics import NullMetrics
 from tests.loopback.anthropic_server import AnthropicServer
 
 WARMUP = 20

@@ -12,8 +12,8 @@ from pathlib import Path
 from twitchio.models.eventsub_ import create_event_instance
 
 from adapters.twitch.convert import BotIdentity, chat_message
-from bot.engagement import Engagement, observe
-from bot.replay import format_report, replay
+from bot.live.engagement import Engagement, observe
+from bot.live.replay import format_report, replay
 
 TRACE = Path(__file__).parent / "traces" / "busy_chat.jsonl"
 FIXTURE = Path(__file__).parent.parent / "tests" / "fixtures" / "twitch"

@@ -28,10 +28,10 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from bot import store
-from bot.bus_redis import RedisStreamsBus
+from bot.bus.streams import RedisStreamsBus
+from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
-from bot.topics import INBOUND, outbound_topic
+from bot.state import connect
 from tests.bus_leases import wait_balanced
 from tests.loopback.anthropic_server import AnthropicServer
 
@@ -143,7 +143,7 @@ async def _run(url: str, workers: int, messages: int) -> ScaleRun:
             )
             for _ in range(workers)
         ]
-        redis = await store.connect(url)
+        redis = await connect.open_redis(url)
         bus = RedisStreamsBus(redis, consumer="bench", namespace=namespace, block_ms=100)
         seen: set[str] = set()
         all_in = asyncio.Event()

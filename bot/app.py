@@ -17,22 +17,23 @@ from typing import TYPE_CHECKING
 from redis.asyncio import Redis
 
 import prompts
-from bot import memory_commands, store
-from bot.agent import Agent, LoopLimits
-from bot.bus import EventBus, InProcessBus
-from bot.claims import default_worker_id
-from bot.commands import Commands
+from bot.agent.loop import Agent, LoopLimits
+from bot.agent.prompting import PromptAssembler
+from bot.bus.base import EventBus, InProcessBus
+from bot.bus.claims import default_worker_id
 from bot.config import ConfigError, Settings
-from bot.engagement import Engagement
-from bot.health import HealthServer, HealthSettings, adapter_checks, provider_check, redis_check
-from bot.history import HistoryStore
-from bot.live import EngagementSettings, LiveChat
+from bot.live.engagement import Engagement
+from bot.live.turns import EngagementSettings, LiveChat
 from bot.llm.base import Provider
 from bot.llm.fallback import build_chain, load_fallback_settings
-from bot.memory import MemorySettings, MemoryStore, load_memory_settings
-from bot.metrics import Metrics, NullMetrics
-from bot.prompting import PromptAssembler
-from bot.router import Router, RouterLimits
+from bot.memory import commands as memory_commands
+from bot.memory.buffers import MemorySettings, MemoryStore, load_memory_settings
+from bot.ops.health import HealthServer, HealthSettings, adapter_checks, provider_check, redis_check
+from bot.ops.metrics import Metrics, NullMetrics
+from bot.router.core import Router, RouterLimits
+from bot.router.text_commands import Commands
+from bot.state import connect
+from bot.state.history import HistoryStore
 from bot.tools.mcp_config import config_from_env
 from bot.tools.toolbox import Toolbox, load_tool_settings
 
@@ -130,7 +131,7 @@ class Chorus:
             if provider is None:
                 provider = build_chain(settings, spec, fallback, on_fallback=metrics.llm_fallback)
                 owned.append(provider)
-            redis = await store.connect(settings.redis_url)
+            redis = await connect.open_redis(settings.redis_url)
             owned.append(redis)
             if bus is None:
                 bus = _make_bus(settings, redis)
@@ -233,7 +234,7 @@ def _make_bus(settings: Settings, redis: Redis) -> EventBus:
     The Streams bus shares the state store's connection so a reply and its record commit in one
     transaction."""
     if settings.bus == "redis":
-        from bot.bus_redis import RedisStreamsBus
+        from bot.bus.streams import RedisStreamsBus
 
         if settings.redis_url.startswith("memory"):
             log.warning(

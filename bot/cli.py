@@ -19,19 +19,19 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from bot import aio
 from bot.config import KEY_ENV, PROVIDERS, ConfigError, Settings, load_settings
 from bot.events import utcnow
-from bot.health import load_health_settings
 from bot.llm.base import Provider
-from bot.logs import setup_logging
-from bot.platform import PlatformAdapter
+from bot.ops import aio
+from bot.ops.health import load_health_settings
+from bot.ops.logs import setup_logging
+from bot.platform.protocol import PlatformAdapter
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
     from bot.app import Chorus
-    from bot.metrics import MetricsSink
+    from bot.ops.metrics import MetricsSink
     from insights.worker import InsightsWorker
 
 log = logging.getLogger("chorus.cli")
@@ -131,7 +131,7 @@ async def _run(settings: Settings, *, role: str = "all") -> int:
 def _watch(app: Chorus, adapters: Sequence[PlatformAdapter]) -> None:
     """Scrape-time gauges: the bus's lag and pending counts, and the adapters' own counters."""
     from adapters.registry import configured_platforms
-    from bot.topics import DELETIONS, INBOUND, outbound_topic
+    from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 
     topics = (INBOUND, DELETIONS, *(outbound_topic(p) for p in configured_platforms()))
     app.metrics.watch_bus(app.bus, redis=app.redis, topics=topics)
@@ -236,9 +236,9 @@ def _insights_worker(
     chat_provider: Provider | None,
     metrics: MetricsSink | None = None,
 ) -> tuple[InsightsWorker, Provider]:
-    from bot.history import HistoryStore
     from bot.llm.registry import build_provider
-    from bot.memory import MemoryStore, load_memory_settings
+    from bot.memory.buffers import MemoryStore, load_memory_settings
+    from bot.state.history import HistoryStore
     from insights.worker import InsightsWorker
 
     memory = load_memory_settings()
@@ -262,13 +262,13 @@ def _insights_worker(
 async def _insights(settings: Settings, *, drain: bool) -> int:
     """``chorus insights``: the worker alone (scale it separately from the chat workers), with
     its own /healthz, /readyz (Redis, the insights model) and /metrics unless it only drains."""
-    from bot import store
-    from bot.health import HealthServer, provider_check, redis_check
-    from bot.metrics import Metrics
+    from bot.ops.health import HealthServer, provider_check, redis_check
+    from bot.ops.metrics import Metrics
+    from bot.state import connect
 
     health_settings = load_health_settings()  # a bad port fails before anything starts
     metrics = Metrics.from_env()
-    redis = await store.connect(settings.redis_url)
+    redis = await connect.open_redis(settings.redis_url)
     health: HealthServer | None = None
     try:
         worker, provider = _insights_worker(settings, redis, None, metrics)
@@ -309,8 +309,8 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
 def _replay(trace: str) -> int:
     """``chorus replay TRACE.jsonl``: the policy on a trace, with a scripted model; exits 1 if a
     message was answered twice or a platform's send limit was exceeded."""
-    from bot.live import EngagementSettings
-    from bot.replay import format_report, replay
+    from bot.live.replay import format_report, replay
+    from bot.live.turns import EngagementSettings
 
     try:
         report = replay(trace, config=EngagementSettings().policy())

@@ -1,6 +1,6 @@
 """The background insights agent: it learns about users from their own words, off the reply path.
 
-After each answered turn the router enqueues a job for the speaker (``bot.insight_jobs``; the
+After each answered turn the router enqueues a job for the speaker (``bot.memory.insight_queue``; the
 core never imports this package). A burst of turns is debounced into one job per user. The
 worker (``insights.worker``; in process by default, ``chorus insights`` as its own process)
 claims due jobs under a lease, asks a cheap model (CHORUS_INSIGHTS_MODEL) for structured

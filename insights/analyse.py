@@ -25,10 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import prompts
 from bot.events import ConversationKey
-from bot.history import HistoryEntry
 from bot.llm.base import Provider
 from bot.llm.types import CachePoint, LLMRequest, LLMResponse, Message, TextPart, Usage
-from bot.memory import PIN_TEXT_MAX, REC_TEXT_MAX, UserBuffer, clean_text, clip
+from bot.memory.buffers import PIN_TEXT_MAX, REC_TEXT_MAX, UserBuffer, clean_text, clip
+from bot.state.history import HistoryEntry
 
 log = logging.getLogger("chorus.insights.analyse")
 

@@ -19,8 +19,8 @@ from datetime import UTC, datetime, timedelta
 
 from redis.asyncio import Redis
 
-from bot import keys
 from bot.events import ConversationKey
+from bot.state import keys
 
 _GRACE = timedelta(hours=1)
 

@@ -1,4 +1,4 @@
-"""Claiming, completing and rescheduling insights jobs (enqueueing is ``bot.insight_jobs``).
+"""Claiming, completing and rescheduling insights jobs (enqueueing is ``bot.memory.insight_queue``).
 
 A worker claims a user with a lease (``SET NX PX``) and only then reads the job, in the same
 ``MULTI``: two workers can never analyse one user at once, and no Lua is needed. The job stays in
@@ -24,9 +24,9 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
-from bot import keys
 from bot.events import ConversationKey
-from bot.insight_jobs import CONVERSATION_FIELD, DEFAULT_QUEUE, JOB_TTL_SECONDS, TurnRef
+from bot.memory.insight_queue import CONVERSATION_FIELD, DEFAULT_QUEUE, JOB_TTL_SECONDS, TurnRef
+from bot.state import keys
 
 log = logging.getLogger("chorus.insights.jobs")
 

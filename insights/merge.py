@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from bot.memory import MemorySettings, Pin, UserBuffer
-from bot.memory_edit import Outcome, add_pin, add_recommendation, replace_pin, update_pin
+from bot.memory.buffers import MemorySettings, Pin, UserBuffer
+from bot.memory.edit import Outcome, add_pin, add_recommendation, replace_pin, update_pin
 from insights.analyse import ProposedPin, ProposedRec
 
 MIN_CONFIDENCE = 0.5

@@ -2,7 +2,7 @@
 
 It runs as an in-process task by default or as its own process (``chorus insights``); several
 may run against one Redis, since a user is only ever leased to one of them. The reply path never
-waits for it: the router only enqueues (``bot.insight_jobs``).
+waits for it: the router only enqueues (``bot.memory.insight_queue``).
 
 Per job: budget check (skip and log when today's tokens are spent) -> load the conversations'
 recent history and the user's buffer -> one model call with structured output (one retry if the
@@ -29,12 +29,12 @@ from enum import StrEnum
 from redis.asyncio import Redis
 
 from bot.events import utcnow
-from bot.history import HistoryStore
-from bot.insight_jobs import DEFAULT_QUEUE
 from bot.llm.base import Provider
 from bot.llm.errors import LLMError, ProviderUnavailable
-from bot.memory import MemorySettings, MemoryStore, UserBuffer
-from bot.metrics import MetricsSink, NullMetrics
+from bot.memory.buffers import MemorySettings, MemoryStore, UserBuffer
+from bot.memory.insight_queue import DEFAULT_QUEUE
+from bot.ops.metrics import MetricsSink, NullMetrics
+from bot.state.history import HistoryStore
 from insights.analyse import analyse, build_request, check_provenance, label_lines
 from insights.budget import Budget
 from insights.jobs import ClaimedJob, JobQueue

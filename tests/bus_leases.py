@@ -12,8 +12,8 @@ from collections import Counter
 
 from redis.asyncio import Redis
 
-from bot import keys
-from bot.topics import INBOUND
+from bot.bus.topics import INBOUND
+from bot.state import keys
 
 
 async def wait_balanced(

@@ -30,8 +30,8 @@ from redis.asyncio import Redis
 
 os.environ["CHORUS_BLOCK_REAL_LLM"] = "1"
 
-from bot import store  # (imported after the guard's variable is set)
 from bot.llm import guard
+from bot.state import connect  # (imported after the guard's variable is set)
 from tests.redis_server import free_port, start_redis, stop_redis
 
 guard.block_real_calls()
@@ -88,7 +88,7 @@ def real_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield _TEST_REDIS_URL
         return
     binary = shutil.which("redis-server")
-    problem = f"no Redis answered at {store.mask_url(_TEST_REDIS_URL)} (CHORUS_TEST_REDIS_URL)"
+    problem = f"no Redis answered at {connect.mask_url(_TEST_REDIS_URL)} (CHORUS_TEST_REDIS_URL)"
     if binary:
         try:
             proc, url = _start_redis_server(binary, tmp_path_factory.mktemp("redis"))
@@ -155,7 +155,7 @@ def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
 
 @pytest.fixture
 async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
-    client = await store.connect(redis_url)
+    client = await connect.open_redis(redis_url)
     try:
         yield client
     finally:

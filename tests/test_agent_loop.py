@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bot.agent import ITERATIONS_FALLBACK, Agent, ExitReason, LoopLimits
+from bot.agent.loop import ITERATIONS_FALLBACK, Agent, ExitReason, LoopLimits
 from bot.llm.types import LLMRequest, Message, TextPart, ToolResultPart
 from bot.tools.base import Permission, ToolContext, ToolError
 from bot.tools.function import tool

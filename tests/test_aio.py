@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.aio import cancel_and_wait
+from bot.ops.aio import cancel_and_wait
 
 
 async def _stubborn(swallow: int, log: list[str]) -> None:

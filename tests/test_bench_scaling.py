@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from bench.scaling import ScaleRun, _commands_table, _proc_cpu, _redis_commands, _redis_cpu
-from bot import store
+from bot.state import connect
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -37,7 +37,7 @@ def test_proc_cpu_of_a_process_that_is_gone_is_unknown() -> None:
 
 
 async def test_redis_reports_its_cpu_and_the_commands_it_ran(real_redis_url: str) -> None:
-    client = await store.connect(real_redis_url)
+    client = await connect.open_redis(real_redis_url)
     try:
         first, before = await _redis_cpu(client), await _redis_commands(client)
         for _ in range(200):

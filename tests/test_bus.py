@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from bot.bus import BusClosed, Delivery, EventBus, InProcessBus
+from bot.bus.base import BusClosed, Delivery, EventBus, InProcessBus
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 
 T0 = datetime(2025, 1, 2, tzinfo=UTC)

@@ -16,10 +16,10 @@ import pytest
 import redis
 from pydantic import BaseModel
 
-from bot import store
-from bot.bus import BusClosed, Delivery, EventBus, InProcessBus
-from bot.bus_redis import RedisStreamsBus
+from bot.bus.base import BusClosed, Delivery, EventBus, InProcessBus
+from bot.bus.streams import RedisStreamsBus
 from bot.events import Author, ChatMessage, ConversationKey, Reply
+from bot.state import connect
 
 T0 = datetime(2025, 1, 2, tzinfo=UTC)
 
@@ -69,7 +69,7 @@ async def bus(bus_url: str | None, key_tag: str) -> AsyncIterator[EventBus]:
         yield in_process
         await in_process.close()
         return
-    client = await store.connect(bus_url)
+    client = await connect.open_redis(bus_url)
     streams = RedisStreamsBus(
         client, consumer="w0", namespace=key_tag, partitions=4, block_ms=50, lease_ms=600
     )

@@ -17,9 +17,9 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
-from bot import keys, store
-from bot.bus_redis import FIELD, RedisStreamsBus
+from bot.bus.streams import FIELD, RedisStreamsBus
 from bot.events import Author, ChatMessage, ConversationKey
+from bot.state import connect, keys
 from tests.redis_server import free_port, start_redis, stop_redis
 
 T0 = datetime(2025, 1, 2, tzinfo=UTC)
@@ -259,7 +259,7 @@ async def test_consume_and_publish_ride_over_a_redis_restart(
 ) -> None:
     port = free_port()
     server = start_redis(redis_binary, port, tmp_path, *AOF)
-    client = await store.connect(f"redis://127.0.0.1:{port}/0")
+    client = await connect.open_redis(f"redis://127.0.0.1:{port}/0")
     bus = RedisStreamsBus(
         client, consumer="w1", partitions=2, block_ms=50, lease_ms=600, backoff_cap=0.3
     )

@@ -22,17 +22,17 @@ from typing import Any
 import pytest
 
 import prompts
-from bot import store
-from bot.agent import Agent
-from bot.bus import InProcessBus
-from bot.commands import Commands
+from bot.agent.loop import Agent
+from bot.agent.prompting import PromptAssembler
+from bot.bus.base import InProcessBus
+from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
-from bot.history import HistoryStore
-from bot.prompting import PromptAssembler
-from bot.router import Router
+from bot.router.core import Router
+from bot.router.text_commands import Commands
+from bot.state import connect
+from bot.state.history import HistoryStore
 from bot.tools.function import tool
 from bot.tools.toolbox import Toolbox
-from bot.topics import INBOUND, outbound_topic
 from tests.agent_rig import VENDORS, tool_results, vendor_rig
 from tests.loopback.cache_sim import PromptCacheSim, prompt_blocks
 
@@ -81,7 +81,7 @@ async def run_conversation(vendor: str) -> tuple[list[dict[str, Any]], list[int]
     """Every request body, and the index of each turn's first request."""
     async with vendor_rig(vendor) as (server, provider, model):
         server.default_reply = scripted_model(vendor, dict(CONVERSATION))
-        redis = await store.connect("memory://cache-prefix-" + vendor)
+        redis = await connect.open_redis("memory://cache-prefix-" + vendor)
         bus = InProcessBus()
         history = HistoryStore(redis, max_messages=40, ttl_seconds=3600)
         box = Toolbox([lookup])

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import pytest
 
-from bot.agent import CACHE_WARNING_EVERY, Agent
+from bot.agent.loop import CACHE_WARNING_EVERY, Agent
 from bot.llm.caching import cache_missed, min_cacheable_tokens
 from bot.llm.scripted import ScriptedProvider
 from bot.llm.types import LLMRequest, LLMResponse, Message, TextPart, Usage

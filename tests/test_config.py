@@ -20,10 +20,10 @@ from bot.config import (
     load_settings,
     parse_model_spec,
 )
-from bot.health import HealthSettings
-from bot.live import EngagementSettings
+from bot.live.turns import EngagementSettings
 from bot.llm.fallback import FallbackSettings
-from bot.memory_settings import MemorySettings
+from bot.memory.settings import MemorySettings
+from bot.ops.health import HealthSettings
 from bot.tools.toolbox import ToolSettings
 
 ROOT = Path(__file__).resolve().parent.parent

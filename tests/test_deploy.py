@@ -33,11 +33,12 @@ import pytest
 import yaml
 from aiohttp import web
 
-from bot import cli, keys
-from bot.bus_redis import RedisStreamsBus
+from bot import cli
+from bot.bus.streams import RedisStreamsBus
+from bot.bus.topics import INBOUND
 from bot.cli import EXIT_CONFIG, _parser
-from bot.health import DEFAULT_PORT
-from bot.topics import INBOUND
+from bot.ops.health import DEFAULT_PORT
+from bot.state import keys
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -399,8 +400,8 @@ def test_scaledobject_matches_kedas_crd_schema() -> None:
 
 
 def _inbound_group() -> str:
-    """The consumer group the router reads the inbound topic with (bot/router.py)."""
-    tree = ast.parse((ROOT / "bot" / "router.py").read_text())
+    """The consumer group the router reads the inbound topic with (bot/router/core.py)."""
+    tree = ast.parse((ROOT / "bot" / "router" / "core.py").read_text())
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Call)
@@ -413,7 +414,7 @@ def _inbound_group() -> str:
             for keyword in node.keywords:
                 if keyword.arg == "group" and isinstance(keyword.value, ast.Constant):
                     return str(keyword.value.value)
-    raise AssertionError("bot/router.py no longer consumes INBOUND with a literal group")
+    raise AssertionError("bot/router/core.py no longer consumes INBOUND with a literal group")
 
 
 def test_scaledobject_reads_the_streams_and_group_the_workers_use() -> None:

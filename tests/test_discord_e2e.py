@@ -22,11 +22,11 @@ from discord.http import Route
 from adapters.discord.adapter import DiscordAdapter
 from adapters.discord.sender import DiscordSender
 from adapters.discord.settings import DiscordSettings
-from bot.bus import InProcessBus
+from bot.bus.base import InProcessBus
+from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.config import ConfigError
 from bot.events import ChatMessage, ConversationKey, MessageDeleted, Reply
 from bot.llm.retry import RetryPolicy
-from bot.topics import DELETIONS, INBOUND, outbound_topic
 from tests.loopback.base import ScriptedFailure
 from tests.loopback.discord_server import (
     BOT_ID,

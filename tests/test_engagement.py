@@ -1,4 +1,4 @@
-"""Table tests for every rule of the engagement policy (``bot/engagement.py``).
+"""Table tests for every rule of the engagement policy (``bot/live/engagement.py``).
 
 The policy is pure, so every test drives it with explicit ``now`` values: no clock, no sleep.
 """
@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot import engagement
-from bot.engagement import (
+from bot.events import Author, ChatMessage, ConversationKey, Role
+from bot.live import engagement
+from bot.live.engagement import (
     SEND_LIMITS,
     Action,
     ChannelState,
@@ -32,7 +33,6 @@ from bot.engagement import (
     observe,
     send_limit,
 )
-from bot.events import Author, ChatMessage, ConversationKey, Role
 
 KEY = ConversationKey(platform="twitch", channel="streamer")
 _ids = itertools.count()
@@ -427,7 +427,7 @@ def test_every_structure_stays_bounded() -> None:
 
 
 def _lines_run(state: ChannelState, message: ChatMessage, now: float) -> int:
-    """How many lines of bot/engagement.py run while observing one message."""
+    """How many lines of bot/live/engagement.py run while observing one message."""
     count = 0
 
     def tracer(frame: FrameType, event: str, arg: Any) -> Any:

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bot.enrichment import render_context, selected
 from bot.events import Author, ChatMessage, ConversationKey
-from bot.memory import MemorySettings, Pin, Recommendation, UserBuffer
+from bot.memory.buffers import MemorySettings, Pin, Recommendation, UserBuffer
+from bot.memory.enrichment import render_context, selected
 
 NOW = datetime(2025, 1, 2, 10, 4, 30, tzinfo=UTC)  # a Thursday
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bot.agent import Agent, ExitReason
+from bot.agent.loop import Agent, ExitReason
 from bot.config import ConfigError, ModelSpec, load_settings
 from bot.llm.errors import ProviderAuthError, ProviderRequestError, ProviderUnavailable
 from bot.llm.fallback import (

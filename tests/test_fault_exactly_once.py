@@ -25,10 +25,10 @@ import pytest
 import redis as sync_redis
 from redis.asyncio import Redis
 
-from bot import keys, store
-from bot.bus_redis import FIELD, RedisStreamsBus
+from bot.bus.streams import FIELD, RedisStreamsBus
+from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
-from bot.topics import INBOUND, outbound_topic
+from bot.state import connect, keys
 from tests.bus_leases import wait_balanced
 
 WORKER = Path(__file__).parent / "fault" / "worker.py"
@@ -40,7 +40,7 @@ TOTAL = CONVERSATIONS * PER_CONVERSATION
 
 @pytest.fixture
 async def redis_client(real_redis_url: str, key_tag: str) -> AsyncIterator[Redis]:
-    client = await store.connect(real_redis_url)
+    client = await connect.open_redis(real_redis_url)
     yield client
     await client.aclose()
     cleanup = sync_redis.Redis.from_url(real_redis_url)

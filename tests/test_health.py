@@ -15,19 +15,19 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot import store
 from bot.config import ConfigError
-from bot.health import (
+from bot.llm.errors import ProviderUnavailable
+from bot.llm.fallback import FallbackProvider
+from bot.llm.scripted import ScriptedProvider
+from bot.ops.health import (
     HealthServer,
     adapter_checks,
     load_health_settings,
     provider_check,
     redis_check,
 )
-from bot.llm.errors import ProviderUnavailable
-from bot.llm.fallback import FallbackProvider
-from bot.llm.scripted import ScriptedProvider
-from bot.metrics import Metrics, NullMetrics
+from bot.ops.metrics import Metrics, NullMetrics
+from bot.state import connect
 from tests.redis_server import free_port, start_redis, stop_redis
 
 
@@ -97,7 +97,7 @@ class Adapter:
 async def test_readyz_follows_redis_down_and_back(
     redis_process: RedisProcess, http: aiohttp.ClientSession
 ) -> None:
-    client = await store.connect(redis_process.url)
+    client = await connect.open_redis(redis_process.url)
     checks = {"redis": redis_check(client), "llm": provider_check(ScriptedProvider())}
     try:
         async with HealthServer(Metrics(), checks, "127.0.0.1", 0) as server:

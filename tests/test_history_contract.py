@@ -16,9 +16,9 @@ import pytest
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
-from bot import keys
 from bot.events import Author, ChatMessage, ConversationKey
-from bot.history import HistoryEntry, HistoryStore
+from bot.state import keys
+from bot.state.history import HistoryEntry, HistoryStore
 from tests.roundtrips import RoundTrips, counting_round_trips
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)

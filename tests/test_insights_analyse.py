@@ -11,10 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 from bot.events import ConversationKey
-from bot.history import HistoryEntry
 from bot.llm.scripted import ScriptedProvider
 from bot.llm.types import CachePoint, LLMResponse, TextPart, Usage
-from bot.memory import Pin, Recommendation, UserBuffer
+from bot.memory.buffers import Pin, Recommendation, UserBuffer
+from bot.state.history import HistoryEntry
 from insights.analyse import (
     Analysis,
     PinProposal,

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 from redis.asyncio import Redis
 
-from bot import keys
 from bot.events import ConversationKey
+from bot.state import keys
 from insights.budget import Budget
 
 NOON = datetime(2025, 1, 2, 12, 0, tzinfo=UTC)

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from bot import keys
 from bot.events import ConversationKey
-from bot.insight_jobs import (
+from bot.memory.insight_queue import (
     CANCEL_COMMANDS,
     ENQUEUE_COMMANDS,
     JOB_TTL_SECONDS,
@@ -24,6 +23,7 @@ from bot.insight_jobs import (
     queue_cancel,
     queue_enqueue,
 )
+from bot.state import keys
 from insights.jobs import JobQueue
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -243,8 +243,8 @@ def test_job_ids_round_trip() -> None:
 def test_the_core_enqueues_without_importing_the_insights_package() -> None:
     """Dependency rule: ``bot`` never imports ``insights`` (only the composition root may)."""
     code = (
-        "import sys, bot.memory, bot.memory_edit, bot.enrichment, bot.relevance, "
-        "bot.memory_commands, bot.insight_jobs; "
+        "import sys, bot.memory.buffers, bot.memory.edit, bot.memory.enrichment, bot.memory.relevance, "
+        "bot.memory.commands, bot.memory.insight_queue; "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'insights'); "
         "assert not bad, bad"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from bot.memory import PIN_TEXT_MAX, MemorySettings, Pin, Recommendation, UserBuffer
+from bot.memory.buffers import PIN_TEXT_MAX, MemorySettings, Pin, Recommendation, UserBuffer
 from insights.analyse import ProposedPin, ProposedRec
 from insights.merge import MergeReport, merge
 

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from bot import keys
 from bot.events import ConversationKey
-from bot.history import HistoryEntry, HistoryStore
-from bot.insight_jobs import InsightJob, queue_enqueue
 from bot.llm.errors import ProviderRequestError, ProviderUnavailable
 from bot.llm.scripted import Script, ScriptedProvider
 from bot.llm.types import LLMRequest
-from bot.memory import MemorySettings, MemoryStore, Pin, UserBuffer
+from bot.memory.buffers import MemorySettings, MemoryStore, Pin, UserBuffer
+from bot.memory.insight_queue import InsightJob, queue_enqueue
+from bot.state import keys
+from bot.state.history import HistoryEntry, HistoryStore
 from insights.worker import InsightsWorker, JobOutcome
 
 T0 = datetime(2025, 1, 2, 12, 0, tzinfo=UTC)
@@ -348,7 +348,7 @@ async def test_aclose_cancels_a_stuck_analysis(rig: Rig) -> None:
 async def test_job_outcomes_and_the_insights_models_tokens_are_counted(rig: Rig) -> None:
     """/metrics' insights jobs and skips, and the cheap model's tokens (for its cost)."""
     from bot.llm.types import LLMResponse, TextPart, Usage
-    from bot.metrics import Metrics
+    from bot.ops.metrics import Metrics
 
     metrics = Metrics()
     rig.settings = MemorySettings(insights_user_daily_tokens=600)

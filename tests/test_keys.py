@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot import keys
 from bot.events import ConversationKey
+from bot.state import keys
 
 
 def conv(channel: str, thread: str | None = None, platform: str = "discord") -> ConversationKey:

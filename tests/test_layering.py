@@ -1,4 +1,4 @@
-"""The dependency direction of GUIDE §2: adapters -> bot <- insights, enforced on the source.
+"""The dependency direction of docs/architecture.md, enforced on the source.
 
 The core never imports an adapter or the insights package (only the composition root,
 ``bot/cli.py``, wires them, lazily), so each platform SDK stays an optional extra and insights

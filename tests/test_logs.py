@@ -6,7 +6,7 @@ import io
 import json
 import logging
 
-from bot.logs import Redactor, setup_logging
+from bot.ops.logs import Redactor, setup_logging
 
 
 def _capture(fmt: str, secrets: list[str]) -> tuple[io.StringIO, logging.Logger]:
@@ -64,7 +64,7 @@ def test_token_shaped_strings_are_masked_without_configuration() -> None:
 
 
 def test_secrets_in_query_strings_and_added_later_are_masked() -> None:
-    from bot.logs import add_secrets
+    from bot.ops.logs import add_secrets
 
     stream, log = _capture("text", [])
     add_secrets(["late-added-secret-42"])

@@ -7,13 +7,13 @@ from datetime import UTC, datetime
 import pytest
 from redis.asyncio import Redis
 
-from bot import keys
-from bot.commands import Commands
 from bot.events import Author, ChatMessage, ConversationKey
-from bot.history import HistoryEntry, HistoryStore
-from bot.insight_jobs import InsightJob, queue_enqueue
-from bot.memory import PIN_TEXT_MAX, MemorySettings, MemoryStore
-from bot.memory_commands import register, resolve_zone
+from bot.memory.buffers import PIN_TEXT_MAX, MemorySettings, MemoryStore
+from bot.memory.commands import register, resolve_zone
+from bot.memory.insight_queue import InsightJob, queue_enqueue
+from bot.router.text_commands import Commands
+from bot.state import keys
+from bot.state.history import HistoryEntry, HistoryStore
 
 NOW = datetime(2025, 1, 2, 10, 4, tzinfo=UTC)
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from bot.app import Chorus
+from bot.bus.topics import INBOUND, outbound_topic
 from bot.cli import _insights_worker
 from bot.config import load_settings
 from bot.events import Author, ChatMessage, ConversationKey, Reply, Role, utcnow
-from bot.topics import INBOUND, outbound_topic
 from tests.loopback.anthropic_server import AnthropicServer
 
 _OWN_LINE = re.compile(r'<line id="(L\d+)" from="[^"]*" own="yes">([^<]*)</line>')
@@ -164,7 +164,7 @@ async def test_a_users_fact_becomes_their_pin_and_only_theirs(
 async def test_an_answered_message_costs_two_redis_round_trips(
     redis_url: str, key_tag: str, server: AnthropicServer
 ) -> None:
-    """GUIDE §6: <= 3 round trips per answered message, none added per tool-loop iteration.
+    """Budget (docs/architecture.md): <= 3 round trips per answered message, none added per tool-loop iteration.
     Chorus needs two: claim + history + memory read in one pipeline, then history + done +
     memory activity + insights job in one transaction."""
     from tests.roundtrips import counting_round_trips
@@ -203,7 +203,7 @@ async def test_activity_is_recorded_at_most_once_a_minute_per_user_and_conversat
 ) -> None:
     """The five activity commands ride on the first answer and then once a minute: a user who
     keeps talking refreshes nothing more often than the TTLs (days) need."""
-    from bot import keys
+    from bot.state import keys
 
     console, listener = await start(redis_url, server, key_tag)
     seen = keys.user_conversations("console", f"ada-{key_tag}")

@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from bot.enrichment import render_context
 from bot.events import Author, ChatMessage, ConversationKey
-from bot.memory import MemorySettings, MemoryStore, UserBuffer
-from bot.memory_edit import add_pin, add_recommendation
+from bot.memory.buffers import MemorySettings, MemoryStore, UserBuffer
+from bot.memory.edit import add_pin, add_recommendation
+from bot.memory.enrichment import render_context
 
 NOW = datetime(2025, 1, 2, 10, 0, tzinfo=UTC)
 OPEN = MemorySettings(

@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from bot import keys, store
 from bot.config import ConfigError, parse_model_spec
 from bot.events import ConversationKey
-from bot.memory import (
+from bot.memory.buffers import (
     PIN_TEXT_MAX,
     SOURCE_MAX,
     MemorySettings,
@@ -28,7 +27,8 @@ from bot.memory import (
     load_memory_settings,
     source_ref,
 )
-from bot.memory_edit import Outcome, add_pin, add_recommendation
+from bot.memory.edit import Outcome, add_pin, add_recommendation
+from bot.state import connect, keys
 from tests.memory_samples import full_buffer
 from tests.roundtrips import RoundTrips, counting_round_trips
 
@@ -381,7 +381,7 @@ async def test_an_unreadable_buffer_is_ignored_and_logged(
 
 @pytest.fixture
 async def real_redis(real_redis_url: str, key_tag: str) -> AsyncIterator[Redis]:
-    client = await store.connect(real_redis_url)
+    client = await connect.open_redis(real_redis_url)
     try:
         yield client
     finally:

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot import store
-from bot.bus import InProcessBus
-from bot.bus_redis import RedisStreamsBus
+from bot.bus.base import InProcessBus
+from bot.bus.streams import RedisStreamsBus
+from bot.bus.topics import INBOUND
 from bot.config import ConfigError
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.llm.pricing import DEFAULT_PRICES, PriceTable, load_prices
 from bot.llm.types import Usage
-from bot.metrics import Metrics, NullMetrics
-from bot.topics import INBOUND
+from bot.ops.metrics import Metrics, NullMetrics
+from bot.state import connect
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -239,7 +239,7 @@ async def test_in_process_bus_lag_and_pending() -> None:
 
 
 async def test_redis_streams_bus_lag_and_pending(redis_url: str, key_tag: str) -> None:
-    client = await store.connect(redis_url)
+    client = await connect.open_redis(redis_url)
     bus = RedisStreamsBus(client, consumer="metrics-test", namespace=key_tag, partitions=4)
     metrics = Metrics(process_metrics=False)
     metrics.watch_bus(bus, redis=client, topics=(INBOUND, "outbound:console"))

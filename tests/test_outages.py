@@ -13,8 +13,8 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from bot.claims import DONE, Claims
-from bot.outages import backoff, until_redis_answers
+from bot.bus.claims import DONE, Claims
+from bot.state.outages import backoff, until_redis_answers
 
 
 async def test_a_call_is_retried_until_redis_answers() -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from bot.agent.prompting import PromptAssembler
 from bot.events import Attachment, AttachmentKind, Author, ChatMessage, ConversationKey
-from bot.history import HistoryEntry
 from bot.llm.types import CachePoint, ImagePart, TextPart
-from bot.prompting import PromptAssembler
+from bot.state.history import HistoryEntry
 
 CONV = ConversationKey(platform="discord", channel="1")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.reasoning import decide, score
+from bot.agent.reasoning import decide, score
 
 
 @pytest.mark.parametrize(

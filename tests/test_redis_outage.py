@@ -1,5 +1,5 @@
 """Redis stopped for 10 s under load: no process exits, readiness tracks it, every message is
-answered exactly once afterwards (GUIDE §5; issue "Production", done-when).
+answered exactly once afterwards (docs/architecture.md, "Failure semantics").
 
 Real parts only: a private ``redis-server`` with an fsync-always AOF (as deploy/compose.yaml
 runs it), killed with SIGKILL mid-run and restarted on the same port 10 s later; a
@@ -36,10 +36,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from bot import keys, store
-from bot.bus_redis import FIELD, RedisStreamsBus
+from bot.bus.streams import FIELD, RedisStreamsBus
+from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
-from bot.topics import INBOUND, outbound_topic
+from bot.state import connect, keys
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.slack_server import BOT_USER_ID, SlackServer
 from tests.redis_server import free_port, start_redis, stop_redis
@@ -221,7 +221,7 @@ async def test_a_10s_redis_outage_loses_and_doubles_nothing_and_nothing_exits(
         "CHORUS_LOG_LEVEL": "WARNING",
     }
     fleet = Fleet(env, tmp_path)
-    client = await store.connect(url)
+    client = await connect.open_redis(url)
     publisher = RedisStreamsBus(client, consumer="gateway", namespace=key_tag, backoff_cap=0.5)
     convs = [ConversationKey(platform="console", channel=f"c{n}") for n in range(CONVERSATIONS)]
     sent: list[ChatMessage] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.relevance import (
+from bot.memory.relevance import (
     FIRST_WORDS_BOOST,
     MAX_QUERY_TERMS,
     Scorer,

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from bot import store
+from bot.state import connect
 from tests.roundtrips import counting_round_trips
 
 
 async def test_a_new_connections_handshake_is_not_a_round_trip_of_the_work(
     real_redis_url: str,
 ) -> None:
-    client = await store.connect(real_redis_url)
+    client = await connect.open_redis(real_redis_url)
     try:
         await client.connection_pool.disconnect()  # the next command opens a new connection
         with counting_round_trips() as trips:

@@ -9,18 +9,18 @@ from dataclasses import dataclass
 
 import pytest
 
-from bot import store
-from bot.agent import Agent
-from bot.bus import InProcessBus
-from bot.commands import Commands
-from bot.engagement import Engagement, PolicyConfig, Reason
+from bot.agent.loop import Agent
+from bot.agent.prompting import PromptAssembler
+from bot.bus.base import InProcessBus
+from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply, Role
-from bot.history import HistoryStore
-from bot.live import ACKS, LiveChat
+from bot.live.engagement import Engagement, PolicyConfig, Reason
+from bot.live.turns import ACKS, LiveChat
 from bot.llm.scripted import ScriptedProvider
-from bot.prompting import PromptAssembler
-from bot.router import Router
-from bot.topics import INBOUND, outbound_topic
+from bot.router.core import Router
+from bot.router.text_commands import Commands
+from bot.state import connect
+from bot.state.history import HistoryStore
 
 
 @dataclass
@@ -55,7 +55,7 @@ class Live:
 
 @pytest.fixture
 async def live(key_tag: str) -> AsyncIterator[Live]:
-    redis = await store.connect(f"memory://live-{key_tag}")
+    redis = await connect.open_redis(f"memory://live-{key_tag}")
     bus = InProcessBus()
     history = HistoryStore(redis, max_messages=20, ttl_seconds=3600)
     provider = ScriptedProvider()

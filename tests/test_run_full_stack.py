@@ -146,10 +146,10 @@ async def test_gateway_and_worker_processes_over_redis_streams(
 
 async def _forget(url: str, tag: str, message_id: int) -> None:
     """Remove what the run left in the shared test database."""
-    from bot import keys, store
     from bot.events import ConversationKey
+    from bot.state import connect, keys
 
-    redis = await store.connect(url)
+    redis = await connect.open_redis(url)
     try:
         doomed = [k async for k in redis.scan_iter(match=f"*{tag}*")]
         doomed += [

@@ -27,10 +27,10 @@ import pytest
 from adapters.slack.adapter import SlackAdapter, build_client
 from adapters.slack.sender import SlackSender
 from adapters.slack.settings import SlackSettings
-from bot.bus import InProcessBus
+from bot.bus.base import InProcessBus
+from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.config import ConfigError
 from bot.events import AttachmentKind, ChatMessage, MessageDeleted, Reply, Role
-from bot.topics import DELETIONS, INBOUND, outbound_topic
 from tests.loopback.base import ScriptedFailure
 from tests.loopback.slack_server import BOT_USER_ID, SlackServer
 

@@ -11,8 +11,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from redis.asyncio import Redis
 
-from bot import store
 from bot.config import ConfigError
+from bot.state import connect
 
 
 def chained_messages(exc: BaseException) -> str:
@@ -33,9 +33,9 @@ def closed_port() -> int:
 
 
 async def test_memory_store_needs_no_server(key_tag: str) -> None:
-    client = await store.connect(f"memory://{key_tag}")
+    client = await connect.open_redis(f"memory://{key_tag}")
     try:
-        assert await store.ping(client)
+        assert await connect.ping(client)
         await client.set("k", "v")
         assert await client.get("k") == "v"  # decoded to str, as for a real server
     finally:
@@ -43,12 +43,12 @@ async def test_memory_store_needs_no_server(key_tag: str) -> None:
 
 
 async def test_memory_name_is_shared_within_the_process(key_tag: str) -> None:
-    first = await store.connect(f"memory://shared-{key_tag}")
+    first = await connect.open_redis(f"memory://shared-{key_tag}")
     await first.set("greeting", "hello")
     await first.aclose()  # the data belongs to the named store, not to a client
-    second = await store.connect(f"memory://shared-{key_tag}")
-    other = await store.connect(f"memory://other-{key_tag}")
-    other_db = await store.connect(f"memory://shared-{key_tag}/1")
+    second = await connect.open_redis(f"memory://shared-{key_tag}")
+    other = await connect.open_redis(f"memory://other-{key_tag}")
+    other_db = await connect.open_redis(f"memory://shared-{key_tag}/1")
     try:
         assert await second.get("greeting") == "hello"
         assert await other.get("greeting") is None
@@ -59,7 +59,7 @@ async def test_memory_name_is_shared_within_the_process(key_tag: str) -> None:
 
 
 async def test_bare_memory_url_is_the_process_default_store(key_tag: str) -> None:
-    a, b = await store.connect("memory://"), await store.connect("memory://")
+    a, b = await connect.open_redis("memory://"), await connect.open_redis("memory://")
     try:
         await a.set(key_tag, "1")
         assert await b.get(key_tag) == "1"
@@ -84,7 +84,7 @@ async def test_bare_memory_url_is_the_process_default_store(key_tag: str) -> Non
 )
 async def test_malformed_url_names_the_variable_and_an_example(url: str) -> None:
     with pytest.raises(ConfigError) as info:
-        await store.connect(url)
+        await connect.open_redis(url)
     message = str(info.value)
     assert "CHORUS_REDIS_URL" in message
     assert "memory://" in message
@@ -92,7 +92,7 @@ async def test_malformed_url_names_the_variable_and_an_example(url: str) -> None
 
 async def test_bad_query_option_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="CHORUS_REDIS_URL"):
-        await store.connect(f"redis://127.0.0.1:{closed_port()}/0?socket_timeout=soon")
+        await connect.open_redis(f"redis://127.0.0.1:{closed_port()}/0?socket_timeout=soon")
 
 
 async def test_unreachable_server_is_a_clear_error_without_the_password(
@@ -100,8 +100,8 @@ async def test_unreachable_server_is_a_clear_error_without_the_password(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     port, secret = closed_port(), f"s3cret{uuid.uuid4().hex}"
-    with pytest.raises(store.StoreUnavailable) as info:
-        await store.connect(f"redis://:{secret}@127.0.0.1:{port}/0", connect_timeout=2)
+    with pytest.raises(connect.StoreUnavailable) as info:
+        await connect.open_redis(f"redis://:{secret}@127.0.0.1:{port}/0", connect_timeout=2)
     message = str(info.value)
     assert f"CHORUS_REDIS_URL=redis://:***@127.0.0.1:{port}/0" in message
     assert "memory://" in message
@@ -115,8 +115,8 @@ async def test_unreachable_server_is_a_clear_error_without_the_password(
 async def test_rejected_credentials_on_a_real_server_are_masked(real_redis_url: str) -> None:
     parts = urlsplit(real_redis_url)
     netloc = f"chorus-nobody:s3cret-pw@{parts.hostname}:{parts.port}"
-    with pytest.raises(store.StoreUnavailable) as info:
-        await store.connect(urlunsplit(parts._replace(netloc=netloc)))
+    with pytest.raises(connect.StoreUnavailable) as info:
+        await connect.open_redis(urlunsplit(parts._replace(netloc=netloc)))
     message = str(info.value)
     assert "chorus-nobody:***@" in message
     assert "s3cret-pw" not in chained_messages(info.value)
@@ -124,7 +124,7 @@ async def test_rejected_credentials_on_a_real_server_are_masked(real_redis_url: 
 
 @pytest.mark.redis
 async def test_connected_client_answers_and_decodes(redis_client: Redis, key_tag: str) -> None:
-    assert await store.ping(redis_client)
+    assert await connect.ping(redis_client)
     await redis_client.set(f"chorus-test:{key_tag}", "é")
     assert await redis_client.get(f"chorus-test:{key_tag}") == "é"
 
@@ -132,7 +132,7 @@ async def test_connected_client_answers_and_decodes(redis_client: Redis, key_tag
 async def test_ping_is_false_when_nothing_answers() -> None:
     client = Redis.from_url(f"redis://127.0.0.1:{closed_port()}/0", retry=None)
     try:
-        assert await store.ping(client) is False
+        assert await connect.ping(client) is False
     finally:
         await client.aclose()
 
@@ -148,4 +148,4 @@ async def test_ping_is_false_when_nothing_answers() -> None:
     ],
 )
 def test_mask_url(url: str, masked: str) -> None:
-    assert store.mask_url(url) == masked
+    assert connect.mask_url(url) == masked

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.textsplit import split_text
+from bot.platform.textsplit import split_text
 
 
 def _fences_balanced(piece: str) -> bool:

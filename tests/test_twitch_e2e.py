@@ -23,12 +23,12 @@ from twitchio.http import Route
 
 from adapters.twitch import TwitchAdapter
 from adapters.twitch.tokens import StoredTokens, fingerprint, token_key
-from bot import store
-from bot.bus import InProcessBus
+from bot.bus.base import InProcessBus
+from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.config import ConfigError
 from bot.events import ChatMessage, MessageDeleted, Reply, Role
 from bot.llm.retry import RetryPolicy
-from bot.topics import DELETIONS, INBOUND, outbound_topic
+from bot.state import connect
 from tests.loopback.twitch_server import CLIENT_ID, CLIENT_SECRET, TwitchServer, fixture
 
 BOT_ID, BOT_LOGIN = "2914196", "mybot"
@@ -159,7 +159,7 @@ async def server() -> AsyncIterator[TwitchServer]:
 
 async def _rig(server: TwitchServer, key_tag: str, **env: str) -> Rig:
     bus = InProcessBus()
-    redis = await store.connect(f"memory://twitch-{key_tag}")
+    redis = await connect.open_redis(f"memory://twitch-{key_tag}")
     adapter = TwitchAdapter.from_env(bus, redis)
     assert adapter is not None
     time = FakeTime()
@@ -372,7 +372,7 @@ async def test_stored_pair_wins_until_the_environment_changes(
 ) -> None:
     twitch_env(server)
     server.grant(BOT_ID, "access-stored", "refresh-stored")
-    redis = await store.connect(f"memory://twitch-{key_tag}")
+    redis = await connect.open_redis(f"memory://twitch-{key_tag}")
     stored = StoredTokens(
         access_token="access-stored", refresh_token="refresh-stored", seed=fingerprint("refresh-0")
     )
@@ -394,7 +394,7 @@ async def test_stored_pair_wins_until_the_environment_changes(
 async def test_from_env_none_and_config_errors(
     server: TwitchServer, twitch_env: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bus, redis = InProcessBus(), await store.connect("memory://twitch-config")
+    bus, redis = InProcessBus(), await connect.open_redis("memory://twitch-config")
     try:
         assert TwitchAdapter.from_env(bus, redis) is None
         twitch_env(server)

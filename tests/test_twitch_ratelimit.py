@@ -15,7 +15,7 @@ import pytest
 from redis.asyncio import Redis
 
 from adapters.twitch.ratelimit import SharedRateLimiter, bucket_key
-from bot import store
+from bot.state import connect
 
 
 class FakeTime:
@@ -41,7 +41,7 @@ async def test_two_limiters_on_one_redis_never_exceed_the_window(
     redis_url: str, key_tag: str
 ) -> None:
     time = FakeTime()
-    a_client, b_client = await store.connect(redis_url), await store.connect(redis_url)
+    a_client, b_client = await connect.open_redis(redis_url), await connect.open_redis(redis_url)
     try:
         last_read = [0.0, 0.0]  # the clock each limiter read last: its grant's time
 
@@ -98,7 +98,7 @@ async def test_pause_holds_every_process_and_the_wait_is_logged(
     redis_url: str, key_tag: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     time = FakeTime()
-    a_client, b_client = await store.connect(redis_url), await store.connect(redis_url)
+    a_client, b_client = await connect.open_redis(redis_url), await connect.open_redis(redis_url)
     try:
         a = SharedRateLimiter(a_client, clock=time.clock, sleep=time.sleep)
         b = SharedRateLimiter(b_client, clock=time.clock, sleep=time.sleep)

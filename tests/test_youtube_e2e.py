@@ -21,11 +21,11 @@ from adapters.youtube import YouTubeAdapter
 from adapters.youtube.api import YouTubeAuthError, quota_key
 from adapters.youtube.quota import RESET_SLACK, next_reset, quota_day
 from adapters.youtube.settings import YouTubeSettings
-from bot import store
-from bot.bus import InProcessBus
+from bot.bus.base import InProcessBus
+from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.config import ConfigError
 from bot.events import ChatMessage, MessageDeleted, Reply
-from bot.topics import DELETIONS, INBOUND, outbound_topic
+from bot.state import connect
 from tests.loopback.youtube_server import (
     LIVE_CHAT_ID,
     VIDEO_ID,
@@ -146,7 +146,7 @@ class Rig:
 async def rig(key_tag: str) -> AsyncIterator[Rig]:
     server = YouTubeServer()
     await server.start()
-    redis = await store.connect(f"memory://yt-{key_tag}")
+    redis = await connect.open_redis(f"memory://yt-{key_tag}")
     rig = Rig(server, redis, key_tag)
     try:
         yield rig

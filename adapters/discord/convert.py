@@ -30,7 +30,7 @@ from bot.events import (
     Reply,
     Role,
 )
-from bot.textsplit import split_text
+from bot.platform.textsplit import split_text
 
 PLATFORM = "discord"
 MESSAGE_LIMIT = 2000  # characters per message, Discord's documented limit for bots

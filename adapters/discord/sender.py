@@ -2,8 +2,8 @@
 
 Every REST call the adapter makes (messages, typing, interaction responses) runs through
 discord.py's own ``HTTPClient``, which already implements Discord's rate limits: per-route
-buckets, the global limit, and a 429's ``retry_after`` (GUIDE §4.10 points at its
-``http.py`` ``request()``). ``DiscordSender`` is the thin layer of ours on top of it:
+buckets, the global limit, and a 429's ``retry_after`` (see its ``http.py``
+``request()``). ``DiscordSender`` is the thin layer of ours on top of it:
 
 * it serialises calls per key (a channel, or one interaction), so the pieces of a long answer
   arrive in order and two answers in one channel never interleave;

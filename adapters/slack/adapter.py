@@ -48,10 +48,10 @@ from adapters.slack.sender import SlackSender, SlackSendError, file_hosts, host_
 from adapters.slack.settings import APPS_URL, SlackMode, SlackSettings, load_slack_settings
 from adapters.slack.state import SeenSet, TTLCache
 from adapters.slack.transport import AUTH_ERRORS, connect_socket, serve_http
-from bot.bus import Delivery, EventBus
+from bot.bus.base import Delivery, EventBus
+from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.config import ConfigError
 from bot.events import Attachment, AttachmentKind, Author, Reply
-from bot.topics import DELETIONS, INBOUND, outbound_topic
 
 log = logging.getLogger("chorus.slack")
 

@@ -34,7 +34,7 @@ from bot.events import (
     Reply,
     Role,
 )
-from bot.textsplit import split_text
+from bot.platform.textsplit import split_text
 
 PLATFORM = "slack"
 MESSAGE_LIMIT = 3900  # Slack truncates long text and advises < 4,000 characters per message

@@ -1,4 +1,4 @@
-"""The one chokepoint for every call Chorus makes to Slack (GUIDE §4.10).
+"""The one chokepoint for every call Chorus makes to Slack.
 
 Every Web API call, every ``response_url`` answer and every file download goes through
 ``SlackSender``, so rate limits, retries and backoff live in one place and call sites are

@@ -45,11 +45,11 @@ from adapters.twitch.convert import BotIdentity, SendArgs
 from adapters.twitch.ratelimit import MODERATOR_LIMIT, USER_LIMIT, SharedRateLimiter
 from adapters.twitch.settings import CONSOLE_URL, TOKEN_HELP, TwitchSettings, load_settings
 from adapters.twitch.tokens import StoredTokens, TokenStore, choose, open_token_store
-from bot.bus import EventBus
+from bot.bus.base import EventBus
+from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.config import ConfigError
 from bot.events import Reply
 from bot.llm.retry import RetryPolicy
-from bot.topics import DELETIONS, INBOUND, outbound_topic
 
 log = logging.getLogger("chorus.twitch")
 

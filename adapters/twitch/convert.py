@@ -30,7 +30,7 @@ from twitchio import ChannelChatClearUserMessages, ChatMessageBadge, ChatMessage
 from twitchio import ChatMessage as TwitchChatMessage
 
 from bot.events import Author, ChatMessage, ConversationKey, MessageDeleted, Reply, Role, utcnow
-from bot.textsplit import split_text
+from bot.platform.textsplit import split_text
 
 PLATFORM = "twitch"
 MESSAGE_LIMIT = 500

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 
 from redis.asyncio import Redis
 
-from bot import keys
+from bot.state import keys
 
 log = logging.getLogger("chorus.twitch.ratelimit")
 

@@ -27,7 +27,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, ValidationError
 from redis.asyncio import Redis
 
-from bot import keys
+from bot.state import keys
 
 log = logging.getLogger("chorus.twitch.tokens")
 

@@ -41,9 +41,9 @@ from adapters.youtube.api import (
 )
 from adapters.youtube.quota import RESET_SLACK, PollPlan, next_reset, plan_poll, quota_day
 from adapters.youtube.settings import YouTubeSettings, load_youtube_settings
-from bot.bus import EventBus
+from bot.bus.base import EventBus
+from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import ChatMessage, MessageDeleted, Reply
-from bot.topics import DELETIONS, INBOUND, outbound_topic
 
 log = logging.getLogger("chorus.youtube")
 

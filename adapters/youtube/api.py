@@ -36,8 +36,8 @@ from redis.exceptions import RedisError
 
 from adapters.youtube import convert
 from adapters.youtube.quota import QuotaConfig, Usage, may_spend, next_reset, quota_day
-from bot import keys
 from bot.llm.retry import RetryPolicy, parse_retry_after
+from bot.state import keys
 
 log = logging.getLogger("chorus.youtube.api")
 

@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from bot.events import Author, ChatMessage, ConversationKey, MessageDeleted, Reply, Role
-from bot.textsplit import split_text
+from bot.platform.textsplit import split_text
 
 PLATFORM = "youtube"
 MESSAGE_LIMIT = 200

@@ -5,7 +5,7 @@ turns are in flight when the test kills a worker.
 Usage: ``python tests/fault/worker.py REDIS_URL NAMESPACE WORKER_NAME [WORK_MS]``; prints
 ``ready`` once consuming, exits cleanly on SIGTERM.
 
-The router is the production one: its claims (``bot/claims.py``) and its transactional reply
+The router is the production one: its claims (``bot/bus/claims.py``) and its transactional reply
 over the Streams bus are what the test proves.
 """
 
@@ -16,15 +16,15 @@ import logging
 import signal
 import sys
 
-from bot import store
-from bot.agent import Agent
-from bot.bus_redis import RedisStreamsBus
-from bot.commands import Commands
-from bot.history import HistoryStore
+from bot.agent.loop import Agent
+from bot.agent.prompting import PromptAssembler
+from bot.bus.streams import RedisStreamsBus
 from bot.llm.scripted import ScriptedProvider
 from bot.llm.types import LLMRequest, LLMResponse
-from bot.prompting import PromptAssembler
-from bot.router import Router, RouterLimits
+from bot.router.core import Router, RouterLimits
+from bot.router.text_commands import Commands
+from bot.state import connect
+from bot.state.history import HistoryStore
 
 log = logging.getLogger("chorus.router")
 
@@ -44,7 +44,7 @@ class SlowScripted(ScriptedProvider):
 
 
 async def main(url: str, namespace: str, name: str, work_ms: int) -> None:
-    redis = await store.connect(url)
+    redis = await connect.open_redis(url)
     bus = RedisStreamsBus(
         redis,
         consumer=name,

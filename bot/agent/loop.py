@@ -40,7 +40,7 @@ from bot.llm.types import (
     ToolResultPart,
     Usage,
 )
-from bot.metrics import MetricsSink, NullMetrics
+from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.tools.base import ToolContext
 
 log = logging.getLogger("chorus.agent")

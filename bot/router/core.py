@@ -8,7 +8,7 @@ Delivery is at-least-once, so each message is claimed in Redis with ``SET NX`` b
 starts and marked done in the same pipeline that appends the history: a redelivered message that
 was already answered is skipped, never answered twice.
 
-A Redis outage mid-turn is waited out (``bot.outages``): the read is retried, the answer is
+A Redis outage mid-turn is waited out (``bot.state.outages``): the read is retried, the answer is
 kept and recorded once Redis is back, so a restart costs latency, not answers or apologies.
 """
 
@@ -27,25 +27,25 @@ from datetime import datetime
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from bot.agent import Agent
-from bot.bus import Delivery, EventBus, TransactionalBus
-from bot.claims import Claim, Claims, default_worker_id
-from bot.commands import Commands
-from bot.engagement import Action
-from bot.enrichment import render_context
+from bot.agent.loop import Agent
+from bot.agent.prompting import PromptAssembler
+from bot.agent.reasoning import Level, decide
+from bot.bus.base import Delivery, EventBus, TransactionalBus
+from bot.bus.claims import Claim, Claims, default_worker_id
+from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import ChatMessage, ConversationKey, MessageDeleted, Reply, utcnow
-from bot.history import HistoryEntry, HistoryStore
-from bot.insight_jobs import InsightJob, queue_enqueue
-from bot.live import ACKS, LiveChat, covered_context
+from bot.live.engagement import Action
+from bot.live.turns import ACKS, LiveChat, covered_context
 from bot.llm.errors import LLMError
-from bot.memory import MemoryStore, UserBuffer
-from bot.metrics import MetricsSink, NullMetrics
-from bot.outages import until_redis_answers
-from bot.prompting import PromptAssembler
-from bot.reasoning import Level, decide
+from bot.memory.buffers import MemoryStore, UserBuffer
+from bot.memory.enrichment import render_context
+from bot.memory.insight_queue import InsightJob, queue_enqueue
+from bot.ops.metrics import MetricsSink, NullMetrics
+from bot.router.text_commands import Commands
+from bot.state.history import HistoryEntry, HistoryStore
+from bot.state.outages import until_redis_answers
 from bot.tools.base import ToolContext
 from bot.tools.toolbox import Toolbox
-from bot.topics import DELETIONS, INBOUND, outbound_topic
 
 log = logging.getLogger("chorus.router")
 

@@ -1,7 +1,7 @@
 """Offline replay of a chat trace through the engagement policy (``chorus replay TRACE.jsonl``).
 
 Tuning thresholds against a live stream is slow and public; a replay runs hours of recorded or
-synthetic chat through the real policy (``bot/engagement.py``) in simulated time - no waiting,
+synthetic chat through the real policy (``bot/live/engagement.py``) in simulated time - no waiting,
 no network, no model - and reports what the bot would have done: how often it spoke, how fast it
 answered mentions, whom it addressed, what it ignored and why, and its peak send rate against
 each platform's budget. The numbers in BENCHMARKS.md come from ``format_report`` on the shipped
@@ -33,9 +33,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bot import engagement as policy
-from bot.engagement import Action, Engagement, PolicyConfig, Reason, SendLimit
 from bot.events import Author, ChatMessage, ConversationKey, Role
+from bot.live import engagement as policy
+from bot.live.engagement import Action, Engagement, PolicyConfig, Reason, SendLimit
 
 _EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 

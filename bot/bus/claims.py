@@ -33,9 +33,9 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import WatchError
 
-from bot import keys
-from bot.aio import cancel_and_wait
-from bot.outages import TRANSIENT, until_redis_answers
+from bot.ops.aio import cancel_and_wait
+from bot.state import keys
+from bot.state.outages import TRANSIENT, until_redis_answers
 
 log = logging.getLogger("chorus.claims")
 

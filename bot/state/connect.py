@@ -51,7 +51,7 @@ class StoreUnavailable(ConfigError):
     """The URL is well-formed but the Redis there did not answer (or refused us)."""
 
 
-async def connect(url: str, *, connect_timeout: float = 5.0) -> Redis:
+async def open_redis(url: str, *, connect_timeout: float = 5.0) -> Redis:
     """A connected client for ``url``; raises ``ConfigError`` if it is malformed or unreachable.
 
     ``connect_timeout`` bounds the TCP connect and the first PING, so a black-holed host fails

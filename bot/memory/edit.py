@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 
-from bot.memory import (
+from bot.memory.buffers import (
     DUPLICATE_SIMILARITY,
     PIN_TEXT_MAX,
     REC_TEXT_MAX,
@@ -25,7 +25,7 @@ from bot.memory import (
     source_ref,
     whole_seconds,
 )
-from bot.relevance import jaccard, terms
+from bot.memory.relevance import jaccard, terms
 
 
 class Outcome(StrEnum):

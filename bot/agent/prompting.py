@@ -15,8 +15,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from bot.agent.reasoning import Level
 from bot.events import Attachment, AttachmentKind, ChatMessage
-from bot.history import HistoryEntry
 from bot.llm.types import (
     CachePoint,
     ImagePart,
@@ -27,7 +27,7 @@ from bot.llm.types import (
     TextPart,
     ToolSpec,
 )
-from bot.reasoning import Level
+from bot.state.history import HistoryEntry
 
 _TAG = "user_message"
 RENDERED_CACHE = 4096  # history entries whose rendered part is kept between turns

@@ -34,9 +34,9 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from bot.bus.topics import DELETIONS, INBOUND
 from bot.llm.pricing import PriceTable, load_prices
 from bot.llm.types import Usage
-from bot.topics import DELETIONS, INBOUND
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -305,8 +305,8 @@ class Metrics:
         round trip per scrape; ``redis`` is the bus's client). In-process: each topic's queue
         depth (lag) and its delivered-but-unacked events (pending); ``topics`` is ignored.
         """
-        from bot.bus import InProcessBus
-        from bot.bus_redis import RedisStreamsBus
+        from bot.bus.base import InProcessBus
+        from bot.bus.streams import RedisStreamsBus
 
         specs = (
             self._spec("chorus_bus_lag", "Bus entries not yet delivered", ("topic", "group")),
@@ -431,7 +431,7 @@ def _in_process_reader(bus: object) -> Reader:
 
 
 def _streams_reader(bus: object, redis: Redis, topics: tuple[str, ...]) -> Reader:
-    from bot.bus_redis import RedisStreamsBus
+    from bot.bus.streams import RedisStreamsBus
 
     assert isinstance(bus, RedisStreamsBus)
 

@@ -23,8 +23,8 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import WatchError
 
-from bot import keys
 from bot.events import AwareDatetime, ChatMessage, ConversationKey, utcnow
+from bot.state import keys
 
 log = logging.getLogger("chorus.history")
 

@@ -10,7 +10,7 @@ accumulated chatter after N unanswered messages and T seconds since the bot last
 
 Everything here is pure and synchronous: no I/O, no asyncio, no clock. Time is passed in as
 ``now``, float seconds on any monotonic scale (``time.monotonic()`` in the router, simulated
-seconds in ``bot/replay.py``), so the rules are table-tested and a long trace replays in
+seconds in ``bot/live/replay.py``), so the rules are table-tested and a long trace replays in
 milliseconds. ``ChannelState`` is mutable on purpose: the ingest budget (>= 20,000 msg/s per
 process) rules out copying state per message, so ``observe`` mutates it in O(1) (dict lookups,
 bounded deques, an LRU of users) and never walks the ledger; only ``due`` walks it, the ledger
@@ -516,7 +516,7 @@ class SendLimit:
     """A platform's outbound budget: at most ``messages`` per sliding ``seconds``.
 
     Enforcement lives in each adapter's send chokepoint; the policy keeps the numbers only so
-    ``bot/replay.py`` can report a trace's peak send rate against them.
+    ``bot/live/replay.py`` can report a trace's peak send rate against them.
     """
 
     messages: int

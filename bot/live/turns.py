@@ -1,4 +1,4 @@
-"""Live chat: the engagement policy (``bot/engagement.py``) wired to the router's turns.
+"""Live chat: the engagement policy (``bot/live/engagement.py``) wired to the router's turns.
 
 Which messages go through the policy: everything from live-chat platforms (Twitch, YouTube)
 and every ``ambient`` message (Discord and Slack channels configured as ambient). Other
@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from bot.engagement import (
+from bot.events import Author, ChatMessage, ConversationKey
+from bot.live.engagement import (
     Action,
     Batch,
     Decision,
@@ -38,7 +39,6 @@ from bot.engagement import (
     mark_spoke,
     observe,
 )
-from bot.events import Author, ChatMessage, ConversationKey
 
 LIVE_PLATFORMS = frozenset({"twitch", "youtube"})
 CHAT_AUTHOR = Author(id="chat", display_name="live chat")

@@ -6,7 +6,7 @@ loses nothing: its entries are claimed by a live worker and handled again. Deliv
 at-least-once; the router makes *replies* exactly-once with a claim and one ``MULTI``/``EXEC``
 that publishes the reply (``queue_publish``), appends the history and marks the message done.
 
-Layout (keys in bot/keys.py): each topic is split into ``partitions`` streams; an event goes to
+Layout (keys in bot/state/keys.py): each topic is split into ``partitions`` streams; an event goes to
 the partition of its conversation (a stable CRC32 hash), so every message of a conversation is
 in one stream, in publish order. Each partition is read by one consumer of a group at a time
 (``bus_redis_leases``), which is what keeps a conversation in order across workers. Entries
@@ -23,7 +23,7 @@ Outages: every Redis call of ``publish``, ``consume`` and ``ack`` rides over con
 queued in Redis resumes when it is back. A publish retried after a lost reply may add the entry
 twice: consumers dedupe by message id (at-least-once).
 
-The client must decode responses (``store.connect`` does). Whoever created it closes it.
+The client must decode responses (``connect.open_redis`` does). Whoever created it closes it.
 """
 
 from __future__ import annotations
@@ -45,12 +45,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from bot import keys
-from bot.aio import cancel_and_wait
-from bot.bus import BusClosed, Delivery
-from bot.bus_redis_leases import PartitionLeases
-from bot.bus_redis_ops import autoclaim, unacked, wait_event
-from bot.outages import TRANSIENT, backoff
+from bot.bus.base import BusClosed, Delivery
+from bot.bus.leases import PartitionLeases
+from bot.bus.streams_ops import autoclaim, unacked, wait_event
+from bot.ops.aio import cancel_and_wait
+from bot.state import keys
+from bot.state.outages import TRANSIENT, backoff
 
 log = logging.getLogger("chorus.bus")
 

@@ -14,12 +14,12 @@ from datetime import datetime
 from functools import cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from bot import insight_jobs
-from bot.commands import Command, Commands
 from bot.events import ChatMessage, ConversationKey, utcnow
-from bot.history import HistoryStore
-from bot.memory import PIN_TEXT_MAX, MemoryStore, UserBuffer, clean_text
-from bot.memory_edit import Outcome, add_pin
+from bot.memory import insight_queue
+from bot.memory.buffers import PIN_TEXT_MAX, MemoryStore, UserBuffer, clean_text
+from bot.memory.edit import Outcome, add_pin
+from bot.router.text_commands import Command, Commands
+from bot.state.history import HistoryStore
 
 Clock = Callable[[], datetime]
 
@@ -32,7 +32,7 @@ def register(
     history: HistoryStore,
     *,
     clock: Clock = utcnow,
-    insights_queue: str = insight_jobs.DEFAULT_QUEUE,
+    insights_queue: str = insight_queue.DEFAULT_QUEUE,
 ) -> None:
     """Add the memory commands to ``commands``."""
     handlers = _Handlers(memory, history, clock, insights_queue)
@@ -140,7 +140,7 @@ class _Handlers:
         buffer = await self._memory.load(platform, user_id)
         async with self._memory.redis.pipeline(transaction=True) as pipe:
             self._memory.queue_forget(pipe, platform, user_id, now=self._clock())
-            insight_jobs.queue_cancel(pipe, platform, user_id, queue=self._queue)
+            insight_queue.queue_cancel(pipe, platform, user_id, queue=self._queue)
             await pipe.execute()
         parts = [
             _count(len(buffer.pins), "note"),

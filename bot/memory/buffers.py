@@ -5,13 +5,13 @@ A user is ``platform`` + the platform's user id, never a display name. Everythin
 lives in one compact JSON string (``keys.memory``) so the reply path reads it with one ``GET``
 inside the router's read pipeline, and so it stays small: at the default caps (20 pins, 10
 recommendations) and the longest entries allowed, the value is about 3.5 KB and ``MEMORY
-USAGE`` stays under 4 KB. Entry lengths are bounded for that reason (``bot.memory_settings``),
+USAGE`` stays under 4 KB. Entry lengths are bounded for that reason (``bot.memory.settings``),
 and ``fit`` evicts the weakest entries if multi-byte text would push a buffer past its byte
 budget anyway.
 
 Writes are read-modify-write under ``WATCH`` (the insights worker, ``/remember`` and
 ``/timezone`` may race), so no update is lost and no Lua is needed; the edits themselves are the
-pure functions of ``bot.memory_edit``.
+pure functions of ``bot.memory.edit``.
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import WatchError
 
-from bot import keys
 from bot.events import AwareDatetime, ConversationKey, utcnow
-from bot.memory_settings import (
+from bot.memory.settings import (
     INSIGHTS_MODELS,
     PIN_TEXT_MAX,
     REC_TEXT_MAX,
@@ -42,6 +41,7 @@ from bot.memory_settings import (
     MemorySettings,
     load_memory_settings,
 )
+from bot.state import keys
 
 __all__ = [
     "INSIGHTS_MODELS",

@@ -6,7 +6,7 @@ Why three endpoints, the Kubernetes way:
   outage of Redis or of a vendor never gets a healthy process restarted (a restart cannot fix
   either, and restarting every replica at once makes an outage worse).
 - ``/readyz`` is readiness: 200 only when every check passes, else 503 with a JSON body naming
-  the failing ones. The checks: the state store answers a PING (``bot.store.ping``), the LLM
+  the failing ones. The checks: the state store answers a PING (``bot.state.connect.ping``), the LLM
   provider is configured and, when it is a fallback chain, not every model of it is in its
   circuit breaker's cool-down (no network call to a vendor: that would spend money and rate
   limit on every probe; the breaker state is the cached "recent calls succeeded, or none was
@@ -32,9 +32,9 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from redis.asyncio import Redis
 
-from bot import store
 from bot.config import ConfigError
-from bot.metrics import Metrics, NullMetrics
+from bot.ops.metrics import Metrics, NullMetrics
+from bot.state import connect
 
 log = logging.getLogger("chorus.health")
 
@@ -79,7 +79,7 @@ def redis_check(client: Redis) -> Check:
     """Ready while the state store answers a PING within a couple of seconds."""
 
     async def check() -> bool:
-        return await store.ping(client)
+        return await connect.ping(client)
 
     return check
 

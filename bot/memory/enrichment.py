@@ -19,7 +19,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from bot.events import ChatMessage
-from bot.memory import (
+from bot.memory.buffers import (
     PIN_TEXT_MAX,
     REC_TEXT_MAX,
     MemorySettings,
@@ -29,7 +29,7 @@ from bot.memory import (
     clean_text,
     clip,
 )
-from bot.relevance import Scored, Scorer, select
+from bot.memory.relevance import Scored, Scorer, select
 
 log = logging.getLogger("chorus.enrichment")
 
@@ -50,7 +50,7 @@ def zone(name: str | None) -> ZoneInfo | None:
 def selected(
     buffer: UserBuffer, text: str, settings: MemorySettings
 ) -> tuple[list[Scored[Pin]], list[Scored[Recommendation]]]:
-    """The pins and recommendations relevant to ``text`` (see ``bot.relevance``)."""
+    """The pins and recommendations relevant to ``text`` (see ``bot.memory.relevance``)."""
     if not buffer.pins and not buffer.recommendations:
         return [], []  # most users most of the time: no need to tokenise the message
     pins = sorted(buffer.pins, key=lambda p: (-p.confidence, -p.updated_at.timestamp()))

@@ -10,7 +10,7 @@ Keys (``{platform}`` is ``[a-z0-9_]+``; every other ``{...}`` part is escaped):
 
 ``chorus:v1:hist:{platform}:{channel}[:{thread}]`` -- list of JSON ``HistoryEntry``
     TTL CHORUS_HISTORY_TTL (default 7 days), refreshed by every append.
-    Written by ``HistoryStore`` (bot/history.py).
+    Written by ``HistoryStore`` (bot/state/history.py).
 ``chorus:v1:user:{platform}:{user_id}:{kind}`` -- per-user value (``kind`` is ``[a-z0-9_]+``,
     e.g. ``pins``); TTL ``USER_TTL_SECONDS`` (30 days), refreshed by every write.
     Written by its owner (e.g. the insights worker).
@@ -18,7 +18,7 @@ Keys (``{platform}`` is ``[a-z0-9_]+``; every other ``{...}`` part is escaped):
     TTL: claim 10 minutes, done 3 days (``RouterLimits``). Written by the router.
 ``chorus:v1:user:{platform}:{user_id}:memory`` -- string, compact JSON ``UserBuffer`` (pins,
     recommendations, timezone); <= 4 KB. TTL CHORUS_MEMORY_TTL (30 days), set by every write
-    and refreshed by every answered turn. Written by ``MemoryStore`` (bot/memory.py).
+    and refreshed by every answered turn. Written by ``MemoryStore`` (bot/memory/buffers.py).
 ``chorus:v1:user:{platform}:{user_id}:convs`` -- zset, conversation key -> last activity (epoch
     seconds); the conversations whose history holds this user's lines, for ``/forget``. Pruned
     and TTL'd to the longer of CHORUS_MEMORY_TTL and CHORUS_HISTORY_TTL. ``MemoryStore``.
@@ -29,7 +29,7 @@ Keys (``{platform}`` is ``[a-z0-9_]+``; every other ``{...}`` part is escaped):
     ms when due (debounce) / the latest it may wait (first pending turn +
     CHORUS_INSIGHTS_MAX_DELAY). ``queue`` is ``[a-z0-9_]+``, ``main`` unless a deployment (or a
     test) wants its own. Shared by the queue's users, no TTL: members are removed when their
-    job completes. Written by bot/insight_jobs.py and insights/jobs.py.
+    job completes. Written by bot/memory/insight_queue.py and insights/jobs.py.
 ``chorus:v1:insights:{queue}:job:{platform}:{user_id}`` -- hash of one user's pending job:
     ``rev`` (turn counter), ``attempts``, ``name``, ``c:{conversation}`` -> JSON of the last
     turn there. TTL ``insight_jobs.JOB_TTL_SECONDS`` (2 days), refreshed per turn and retry.
@@ -42,7 +42,7 @@ Keys (``{platform}`` is ``[a-z0-9_]+``; every other ``{...}`` part is escaped):
     (``topic`` is ``[a-z0-9_]+`` parts joined by ``:``, e.g. ``outbound:discord``; the partition
     number is always the last part). Entries hold one field ``e`` (the event's JSON). Capped by
     ``XADD MAXLEN ~``, no TTL. ``ns`` is ``[a-z0-9_]+``, ``main`` unless a deployment (or a
-    test) wants its own. Written by ``RedisStreamsBus`` (bot/bus_redis.py).
+    test) wants its own. Written by ``RedisStreamsBus`` (bot/bus/streams.py).
 ``chorus:v1:bus:{ns}:members:{group}:{topic}`` -- zset, consumer token -> heartbeat deadline
     (epoch ms) of the live consumers of one group; TTL 3 leases, refreshed by every heartbeat.
 ``chorus:v1:bus:{ns}:lease:{group}:{topic}:{partition}`` -- string, the token of the consumer

@@ -4,7 +4,7 @@ Why not fail: a turn whose model call already succeeded must not turn into an ap
 the state store blinked, and a message must not be dropped. Every Redis step of a turn is
 either idempotent (the reads, the claim, which recognises its own token) or guarded by the claim
 (the commit re-checks, under ``WATCH``, that the claim is still ours), so retrying it until
-Redis answers is safe. redis-py's own quick retries (``store.connect``) cover a blip; this
+Redis answers is safe. redis-py's own quick retries (``connect.open_redis``) cover a blip; this
 covers the seconds to minutes of a restart or failover, with capped, jittered backoff.
 """
 

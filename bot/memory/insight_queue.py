@@ -21,8 +21,8 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio.client import Pipeline
 
-from bot import keys
 from bot.events import AwareDatetime, ChatMessage, ConversationKey, utcnow
+from bot.state import keys
 
 DEFAULT_QUEUE = "main"  # a deployment or a test may use its own queue name
 JOB_TTL_SECONDS = 2 * 24 * 3600

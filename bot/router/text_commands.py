@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from bot.events import ChatMessage
-from bot.history import HistoryStore
+from bot.state.history import HistoryStore
 
 Handler = Callable[[ChatMessage, str], Awaitable[str]]
 

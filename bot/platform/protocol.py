@@ -1,6 +1,6 @@
 """What a platform adapter is, to the composition root (``bot/cli.py``).
 
-An adapter converts and does I/O, nothing else (GUIDE §4.1): it publishes every inbound
+An adapter converts and does I/O, nothing else (docs/architecture.md): it publishes every inbound
 ``ChatMessage`` to the ``inbound`` topic and ``MessageDeleted`` to ``deletions``, consumes
 ``outbound:<platform>`` and sends each ``Reply`` through its platform's one rate-limited
 chokepoint, and reconnects with backoff when its connection drops. The router, the agent and

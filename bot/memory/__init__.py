@@ -1,0 +1,8 @@
+"""Per-user memory: pins and recommendations, how relevant each is to a message, the volatile
+context block that carries them into a prompt, the chat commands that show and edit them, and
+the queue through which the reply path asks the insights agent to look at a user.
+
+May import: ``bot.events``, ``bot.state``, ``bot.ops``, ``bot.settings`` and ``prompts``.
+The insights agent (the top-level ``insights`` package) builds on this package; this package
+never imports it.
+"""
