@@ -26,10 +26,10 @@ from bot.live.engagement import Engagement
 from bot.live.turns import EngagementSettings, LiveChat
 from bot.llm.base import Provider
 from bot.llm.fallback import build_chain, load_fallback_settings
-from bot.memory import commands as memory_commands
 from bot.memory.buffers import MemorySettings, MemoryStore, load_memory_settings
 from bot.ops.health import HealthServer, HealthSettings, adapter_checks, provider_check, redis_check
 from bot.ops.metrics import Metrics, NullMetrics
+from bot.router import memory_commands
 from bot.router.core import Router, RouterLimits
 from bot.router.text_commands import Commands
 from bot.state import connect

@@ -131,10 +131,11 @@ async def _run(settings: Settings, *, role: str = "all") -> int:
 def _watch(app: Chorus, adapters: Sequence[PlatformAdapter]) -> None:
     """Scrape-time gauges: the bus's lag and pending counts, and the adapters' own counters."""
     from adapters.registry import configured_platforms
+    from bot.bus.gauges import bus_gauges
     from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 
     topics = (INBOUND, DELETIONS, *(outbound_topic(p) for p in configured_platforms()))
-    app.metrics.watch_bus(app.bus, redis=app.redis, topics=topics)
+    app.metrics.watch_bus(bus_gauges(app.bus, redis=app.redis, topics=topics))
     for adapter in adapters:
         for name, help_text, labels, read, kind in _adapter_gauges(adapter):
             app.metrics.register_gauge_callback(name, help_text, labels, read, kind=kind)

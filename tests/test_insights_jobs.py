@@ -244,7 +244,7 @@ def test_the_core_enqueues_without_importing_the_insights_package() -> None:
     """Dependency rule: ``bot`` never imports ``insights`` (only the composition root may)."""
     code = (
         "import sys, bot.memory.buffers, bot.memory.edit, bot.memory.enrichment, bot.memory.relevance, "
-        "bot.memory.commands, bot.memory.insight_queue; "
+        "bot.router.memory_commands, bot.memory.insight_queue; "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'insights'); "
         "assert not bad, bad"
     )

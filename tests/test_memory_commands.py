@@ -9,8 +9,8 @@ from redis.asyncio import Redis
 
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.memory.buffers import PIN_TEXT_MAX, MemorySettings, MemoryStore
-from bot.memory.commands import register, resolve_zone
 from bot.memory.insight_queue import InsightJob, queue_enqueue
+from bot.router.memory_commands import register, resolve_zone
 from bot.router.text_commands import Commands
 from bot.state import keys
 from bot.state.history import HistoryEntry, HistoryStore

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot.bus.base import InProcessBus
+from bot.bus.gauges import bus_gauges
 from bot.bus.streams import RedisStreamsBus
 from bot.bus.topics import INBOUND
 from bot.config import ConfigError
@@ -223,7 +224,7 @@ async def test_gauge_callbacks_are_read_at_every_scrape(caplog: pytest.LogCaptur
 async def test_in_process_bus_lag_and_pending() -> None:
     bus = InProcessBus()
     metrics = Metrics(process_metrics=False)
-    metrics.watch_bus(bus)
+    metrics.watch_bus(bus_gauges(bus))
     for number in range(3):
         await bus.publish(INBOUND, message("c1", number))
     deliveries = bus.consume(INBOUND, ChatMessage, group="agent")
@@ -242,7 +243,7 @@ async def test_redis_streams_bus_lag_and_pending(redis_url: str, key_tag: str) -
     client = await connect.open_redis(redis_url)
     bus = RedisStreamsBus(client, consumer="metrics-test", namespace=key_tag, partitions=4)
     metrics = Metrics(process_metrics=False)
-    metrics.watch_bus(bus, redis=client, topics=(INBOUND, "outbound:console"))
+    metrics.watch_bus(bus_gauges(bus, redis=client, topics=(INBOUND, "outbound:console")))
     try:
         got = await scrape(metrics)
         assert not [name for name, _ in got if name.startswith("chorus_bus_")]  # no streams yet
@@ -259,10 +260,18 @@ async def test_redis_streams_bus_lag_and_pending(redis_url: str, key_tag: str) -
         await client.aclose()
 
 
-def test_watch_bus_refuses_what_it_cannot_read() -> None:
-    metrics = Metrics(process_metrics=False)
-    with pytest.raises(TypeError):
-        metrics.watch_bus(object())
+def test_bus_gauges_refuse_what_they_cannot_read() -> None:
+    with pytest.raises(TypeError, match="no bus gauges for object"):
+        bus_gauges(object())
+
+
+async def test_streams_bus_gauges_need_the_bus_client() -> None:
+    client = await connect.open_redis("memory://gauges")
+    bus = RedisStreamsBus(client, consumer="g")
+    with pytest.raises(ValueError, match="Redis client"):
+        bus_gauges(bus)
+    await bus.close()
+    await client.aclose()
 
 
 def test_null_metrics_mirrors_every_public_method() -> None:

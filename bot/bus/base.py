@@ -226,6 +226,18 @@ class InProcessBus:
                 state.not_full.notify_all()
 
     # -- internals ------------------------------------------------------------------------------
+    def backlog(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """Per (topic, group): events queued and not yet delivered, and events delivered but
+        not yet acked. ``outstanding`` counts published-and-not-acked, so the delivered ones are
+        what is not queued. Read by the bus gauges (``bot.bus.gauges``)."""
+        return {
+            (name, state.group or ""): (
+                len(state.items),
+                max(0, state.outstanding - len(state.items)),
+            )
+            for name, state in self._topics.items()
+        }
+
     def _topic(self, name: str) -> _Topic:
         state = self._topics.get(name)
         if state is None:

@@ -1,6 +1,7 @@
 """Per-user memory: pins and recommendations, how relevant each is to a message, the volatile
-context block that carries them into a prompt, the chat commands that show and edit them, and
-the queue through which the reply path asks the insights agent to look at a user.
+context block that carries them into a prompt, and the queue through which the reply path asks
+the insights agent to look at a user. (The chat commands that show and edit memory are the
+router's: ``bot.router.memory_commands``.)
 
 May import: ``bot.events``, ``bot.state``, ``bot.ops``, ``bot.settings`` and ``prompts``.
 The insights agent (the top-level ``insights`` package) builds on this package; this package

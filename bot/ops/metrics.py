@@ -34,12 +34,11 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from bot.bus.topics import DELETIONS, INBOUND
 from bot.llm.pricing import PriceTable, load_prices
 from bot.llm.types import Usage
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
+    pass
 
 log = logging.getLogger("chorus.metrics")
 
@@ -291,38 +290,20 @@ class Metrics:
 
         self._callbacks.sources.append(_Source((spec,), read))
 
-    def watch_bus(
-        self,
-        bus: object,
-        *,
-        redis: Redis | None = None,
-        topics: Sequence[str] = (INBOUND, DELETIONS),
-    ) -> None:
+    def watch_bus(self, read: Reader) -> None:
         """Bus gauges per topic and consumer group: ``chorus_bus_lag`` (entries not yet
         delivered to the group) and ``chorus_bus_pending`` (delivered, not acked).
 
-        Redis Streams: ``XINFO GROUPS`` of every partition of ``topics``, summed (one pipelined
-        round trip per scrape; ``redis`` is the bus's client). In-process: each topic's queue
-        depth (lag) and its delivered-but-unacked events (pending); ``topics`` is ignored.
+        ``read`` comes from the bus package (``bot.bus.gauges.bus_gauges``), which knows how
+        each bus counts; metrics only declares the two series, so operations never import the
+        bus it observes.
         """
-        from bot.bus.base import InProcessBus
-        from bot.bus.streams import RedisStreamsBus
-
         specs = (
             self._spec("chorus_bus_lag", "Bus entries not yet delivered", ("topic", "group")),
             self._spec(
                 "chorus_bus_pending", "Bus entries delivered, not acked", ("topic", "group")
             ),
         )
-        read: Reader
-        if isinstance(bus, RedisStreamsBus):
-            if redis is None:
-                raise ValueError("watch_bus needs the Redis client of a RedisStreamsBus")
-            read = _streams_reader(bus, redis, tuple(topics))
-        elif isinstance(bus, InProcessBus):
-            read = _in_process_reader(bus)
-        else:
-            raise TypeError(f"no bus gauges for {type(bus).__name__}")
         self._callbacks.sources.append(_Source(specs, read))
 
     async def refresh(self) -> None:
@@ -395,13 +376,7 @@ class NullMetrics:
         kind: Kind = "gauge",
     ) -> None: ...
 
-    def watch_bus(
-        self,
-        bus: object,
-        *,
-        redis: Redis | None = None,
-        topics: Sequence[str] = (INBOUND, DELETIONS),
-    ) -> None: ...
+    def watch_bus(self, read: Reader) -> None: ...
 
 
 def _as_series(name: str, reading: GaugeReading, label_count: int) -> dict[Labels, float]:
@@ -413,44 +388,3 @@ def _as_series(name: str, reading: GaugeReading, label_count: int) -> dict[Label
         if len(labels) != label_count:
             raise ValueError(f"{name}: expected {label_count} label values, got {labels!r}")
     return series
-
-
-def _in_process_reader(bus: object) -> Reader:
-    async def read() -> dict[str, dict[Labels, float]]:
-        lag: dict[Labels, float] = {}
-        pending: dict[Labels, float] = {}
-        # InProcessBus keeps no public stats: its per-topic state is the truth (``items`` are
-        # queued, ``outstanding`` counts published-and-not-acked, so the rest were delivered).
-        for topic, state in getattr(bus, "_topics", {}).items():
-            key = (topic, state.group or "")
-            lag[key] = float(len(state.items))
-            pending[key] = float(max(0, state.outstanding - len(state.items)))
-        return {"chorus_bus_lag": lag, "chorus_bus_pending": pending}
-
-    return read
-
-
-def _streams_reader(bus: object, redis: Redis, topics: tuple[str, ...]) -> Reader:
-    from bot.bus.streams import RedisStreamsBus
-
-    assert isinstance(bus, RedisStreamsBus)
-
-    async def read() -> dict[str, dict[Labels, float]]:
-        names = [(t, bus.stream(t, p)) for t in topics for p in range(bus.partitions)]
-        async with redis.pipeline(transaction=False) as pipe:
-            for _, stream in names:
-                pipe.xinfo_groups(stream)
-            results = await pipe.execute(raise_on_error=False)
-        lag: dict[Labels, float] = {}
-        pending: dict[Labels, float] = {}
-        for (topic, _), groups in zip(names, results, strict=True):
-            if isinstance(groups, Exception):
-                continue  # the stream does not exist yet
-            for group in groups:
-                key = (topic, str(group.get("name", "")))
-                # ``lag`` is nil when Redis cannot tell (entries deleted mid-stream): count 0.
-                lag[key] = lag.get(key, 0.0) + float(group.get("lag") or 0)
-                pending[key] = pending.get(key, 0.0) + float(group.get("pending") or 0)
-        return {"chorus_bus_lag": lag, "chorus_bus_pending": pending}
-
-    return read
