@@ -9,7 +9,11 @@ Delivery is at-least-once (a Redis Streams entry is redelivered when its worker 
   being worked on: wait for that worker to finish (``done``) or die (the lease expires) and try
   again. Nobody deletes another worker's claim: takeover happens only through expiry.
 - **renewal**: while a turn runs longer than a third of the lease, a background task extends it
-  (``WATCH``/``GET`` must still be our token, then ``PEXPIRE``).
+  (``WATCH``/``GET`` must still be our token, then ``PEXPIRE``). A renewal that finds the claim
+  gone or someone else's forgets that the claim was ours at once, so the commit re-checks.
+- **the clock**: ``since`` is a lower bound of when the lease in Redis began: the time the
+  command that armed it was *sent*. A retried claim that finds its own token did not re-arm
+  the lease (``SET NX`` leaves an existing key alone), so its lease began at the first attempt.
 - **commit**: the reply (when the bus can publish inside a transaction), the history, the
   ``done`` marker and the rest of the side effect go out in one ``MULTI``/``EXEC``. A worker killed
   before it is answered is redone by another; killed after, the redelivery finds ``done``. While
@@ -65,19 +69,30 @@ class Claim:
     owner: Claims
     key: str
     token: str
-    since: float | None = None  # when we last knew the claim was ours (monotonic)
+    since: float | None = None  # the lease in Redis began no earlier than this (monotonic)
+    first_sent: float | None = None  # when a claim command was first sent
+    last_sent: float | None = None  # when the latest one was sent
 
     # -- taking it -------------------------------------------------------------------------
     def queue_take(self, pipe: Pipeline) -> None:
         """Queue the claim (1 result) on the caller's read pipeline; see ``taken``."""
+        self._sending()
         pipe.set(self.key, self.token, nx=True, px=self.owner.lease_ms, get=True)
 
     def taken(self, previous: object) -> bool | None:
         """True: ours now. False: already answered. None: another worker holds it."""
-        if previous is None or previous == self.token:  # ours (a retried SET finds itself)
-            self.since = self.owner.clock()
+        if previous is None:  # this attempt's SET armed the lease, after it was sent
+            self.since = self.last_sent
+            return True
+        if previous == self.token:  # an earlier attempt armed it and this one left it alone
+            self.since = self.first_sent
             return True
         return False if previous == DONE else None
+
+    def _sending(self) -> None:
+        self.last_sent = self.owner.clock()
+        if self.first_sent is None:
+            self.first_sent = self.last_sent
 
     async def wait_and_take(self) -> bool:
         """Wait out another worker's claim: True once ours, False once it is answered.
@@ -88,6 +103,7 @@ class Claim:
         redis, lease = self.owner.redis, self.owner.lease_ms
         pause_ms = 50
         while True:
+            self._sending()
             previous = await redis.set(self.key, self.token, nx=True, px=lease, get=True)
             outcome = self.taken(previous)
             if outcome is not None:
@@ -118,15 +134,17 @@ class Claim:
     async def _renew(self) -> None:
         while True:
             await asyncio.sleep(self.owner.lease_ms / 3000)
+            sent = self.owner.clock()
             try:
                 ours = await self._if_ours(lambda pipe: pipe.pexpire(self.key, self.owner.lease_ms))
             except TRANSIENT:
                 log.warning("redis unavailable while renewing a claim", extra={"key": self.key})
-                continue  # the lease has two more thirds to go; the commit re-checks it anyway
+                continue  # ``since`` still bounds the old lease; the commit re-checks when stale
             if not ours:
+                self.since = None  # never commit on the strength of a claim we know we lost
                 log.warning("lost the claim while working", extra={"key": self.key})
                 return
-            self.since = self.owner.clock()
+            self.since = sent
 
     # -- finishing -------------------------------------------------------------------------
     async def commit(self, fill: Callable[[Pipeline], None]) -> bool:
