@@ -75,3 +75,38 @@ def test_every_piece_fits_and_keeps_fences_balanced(parts: list[str], limit: int
     kept = "".join(p.replace("```py", "").replace("```", "") for p in pieces)
     original = text.replace("```py", "").replace("```", "")
     assert "".join(kept.split()) == "".join(original.split())
+
+
+def test_a_tilde_block_is_closed_with_tildes_and_reopened_with_its_tag() -> None:
+    body = "\n".join(f"line {n} of the tilde block" for n in range(40))
+    pieces = split_text(f"Here:\n~~~python\n{body}\n~~~\nDone.", 300)
+    assert len(pieces) > 2
+    for piece in pieces[:-1]:
+        assert piece.endswith("\n~~~"), piece[-40:]
+        assert "```" not in piece
+    for piece in pieces[1:-1]:
+        assert piece.startswith("~~~python\n")
+    assert (
+        "".join(p.replace("~~~python", "").replace("~~~", "") for p in pieces).count("line ") == 40
+    )
+
+
+def test_backticks_inside_a_tilde_block_are_code_not_a_fence() -> None:
+    inner = "\n".join(["```", "not a fence", "```"] * 15)
+    pieces = split_text(f"~~~\n{inner}\n~~~\nafter", 120)
+    assert len(pieces) > 2
+    for piece in pieces[:-1]:
+        assert piece.endswith("\n~~~")  # the tilde block is what is open, whatever ``` says
+    assert pieces[-1].endswith("after")
+
+
+def test_a_four_backtick_block_is_closed_with_four() -> None:
+    body = "\n".join(["```js", "let x = 1", "```"] * 20)
+    pieces = split_text(f"````md\n{body}\n````", 200)
+    assert len(pieces) > 2
+    for piece in pieces:
+        assert len(piece) <= 200
+    for piece in pieces[:-1]:
+        assert piece.endswith("\n````")
+    for piece in pieces[1:]:
+        assert piece.startswith("````md\n")

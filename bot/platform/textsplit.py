@@ -4,9 +4,11 @@ Every platform has a length limit (Discord 2,000 characters, Slack about 4,000 p
 Twitch 500, YouTube 200). A naive cut lands inside a word, a link or a code block and leaves an
 unclosed fence that turns the rest of the chat into code. So pieces end, in order of
 preference, at a paragraph break, a line break, a sentence end, or a space; a code block that
-must be split is closed at the end of one piece and re-opened (same language tag) at the start
-of the next, so every piece is valid on its own. Only a single word longer than the limit is
-ever cut mid-word.
+must be split is closed at the end of one piece with its own marker (a ``~~~`` block with
+``~~~``, a four-backtick block with four) and re-opened (same language tag) at the start of the
+next, so every piece is valid on its own. As in CommonMark, only a bare line of the opening's
+character, at least as long, closes a block: a ```` ``` ```` line inside a ``~~~`` block is
+code. Only a single word longer than the limit is ever cut mid-word.
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ def split_text(text: str, limit: int) -> list[str]:
             pieces.append(prefix + rest)
             break
         # Reserve room to close a code block this piece may leave open.
-        cut = _best_cut(rest, budget - 4)
+        cut = _best_cut(rest, budget - 1 - _longest_marker(rest[:budget], fence))
         chunk = rest[:cut].rstrip()
         still_open = _open_fence(chunk, fence)
-        closing = "\n```" if still_open else ""
+        closing = f"\n{_marker(still_open)}" if still_open else ""
         piece = (prefix + chunk + closing).strip("\n")
         if piece.strip():
             pieces.append(piece)
@@ -75,5 +77,28 @@ def _open_fence(chunk: str, fence: str | None) -> str | None:
         match = _FENCE.match(line)
         if not match:
             continue
-        current = line.strip() if current is None else None  # opens, or closes the open one
+        if current is None:
+            current = line.strip()  # opens a block
+        elif _closes(match, _marker(current)):
+            current = None
     return current
+
+
+def _marker(fence_line: str) -> str:
+    """The run of backticks or tildes that opened a block (```` ``` ````, ``~~~``, ...)."""
+    match = _FENCE.match(fence_line)
+    return match.group(2) if match else "```"
+
+
+def _closes(match: re.Match[str], opening: str) -> bool:
+    marker, info = match.group(2), match.group(3)
+    return marker[0] == opening[0] and len(marker) >= len(opening) and not info.strip()
+
+
+def _longest_marker(text: str, fence: str | None) -> int:
+    """Room to keep for a closing marker: the longest fence a piece of ``text`` may leave open."""
+    longest = len(_marker(fence)) if fence else 3
+    for line in text.split("\n"):
+        if match := _FENCE.match(line):
+            longest = max(longest, len(match.group(2)))
+    return longest
