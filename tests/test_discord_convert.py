@@ -345,3 +345,24 @@ def test_settings_parse_channel_lists_and_validate_urls(monkeypatch: pytest.Monk
     monkeypatch.setenv("DISCORD_ALLOWED_CHANNELS", "general")
     with pytest.raises(ConfigError, match="DISCORD_ALLOWED_CHANNELS"):
         load_discord_settings()
+
+
+def test_a_reply_to_the_bot_without_its_ping_and_without_content_is_not_answered_blind() -> None:
+    """Without the Message Content intent, a reply to the bot whose author switched the reply
+    ping off arrives with empty content: there is nothing to answer."""
+    data = load_fixture("discord_message_create_reply")["d"]
+    data["mentions"] = []
+    data["content"] = ""
+    data["attachments"] = []
+    assert chat(data) is None
+    data["content"] = "and what about this?"  # with the intent on, the same reply is read
+    msg = chat(data)
+    assert msg.reply_to_bot and not msg.mentions_bot and msg.text == "and what about this?"
+
+
+def test_a_bare_mention_is_still_a_message() -> None:
+    data = load_fixture("discord_message_create_reply")["d"]
+    data["content"] = f"<@{BOT_ID}>"
+    data["attachments"] = []
+    msg = chat(data)
+    assert msg is not None and msg.mentions_bot and msg.text == ""

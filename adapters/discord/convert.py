@@ -89,8 +89,9 @@ def message_to_chat(message: discord.Message, policy: Policy) -> ChatMessage | N
     """The ChatMessage to publish, or None for what the bot must not see.
 
     Dropped: the bot's own messages (always), other bots and webhooks (unless ``answer_bots``),
-    system messages (joins, pins, boosts...), channels outside the allowlist, and unaddressed
-    messages outside the always-answer and ambient channels.
+    system messages (joins, pins, boosts...), channels outside the allowlist, unaddressed
+    messages outside the always-answer and ambient channels, and messages with nothing to read
+    (no text, no attachment) unless they ping the bot.
     """
     author = message.author
     if author.id == policy.bot_id:
@@ -115,8 +116,12 @@ def message_to_chat(message: discord.Message, policy: Policy) -> ChatMessage | N
     else:
         return None
     text = _readable_text(message.content, policy.bot_id, message.mentions)
-    if not addressed and not text and not message.attachments:
-        return None  # without the Message Content intent unaddressed messages arrive empty
+    if not text and not message.attachments and not mentions_bot:
+        # Nothing to read. Without the Message Content intent Discord sends the text only of
+        # DMs and of messages that ping the bot, so an unaddressed message or a reply to the
+        # bot sent with its ping switched off arrives empty: answering it would be answering
+        # blind. (A bare "@Chorus" is different: the ping is the message.)
+        return None
     return ChatMessage(
         platform=PLATFORM,
         id=str(message.id),
