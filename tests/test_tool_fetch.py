@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
@@ -13,6 +14,7 @@ from yarl import URL
 
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.tools.base import ToolContext, ToolError
+from bot.tools.builtin import fetch as fetch_module
 from bot.tools.builtin.fetch import Fetcher, fetch_page_tool, readable_text
 from bot.tools.netguard import Allowlist, NetGuard, PinnedResolver, classify
 from tests.loopback.base import LoopbackServer
@@ -62,6 +64,9 @@ class Site(LoopbackServer):
         if name == "sniffed":
             body = '<meta charset="windows-1252"><p>na\u00efve</p>'.encode("cp1252")
             return web.Response(body=body, headers={"Content-Type": "text/html"})
+        if name == "bightml":
+            paragraphs = "".join(f"<p>paragraph {n} of a long page</p>" for n in range(60_000))
+            return web.Response(text=f"<main>{paragraphs}</main>", content_type="text/html")
         if name == "big":
             response = web.StreamResponse(headers={"Content-Type": "text/plain"})
             await response.prepare(request)
@@ -327,3 +332,25 @@ def test_fetch_page_spec() -> None:
         "minimum": 200,
         "type": "integer",
     }
+
+
+async def test_a_big_page_is_parsed_off_the_event_loop(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 2 MB page takes hundreds of milliseconds to parse: never on the loop that answers
+    everyone else. A small one stays on the loop (a thread hop would cost more)."""
+    threads: list[int] = []
+    original = fetch_module.readable_text
+
+    def spy(html: str) -> tuple[str, str]:
+        threads.append(threading.get_ident())
+        return original(html)
+
+    monkeypatch.setattr(fetch_module, "readable_text", spy)
+    tool = fetch_page_tool(allowing(site, max_bytes=4_000_000))
+    text = await tool.call({"url": f"{site.url}/bightml", "max_chars": 50_000}, make_ctx())
+    assert "paragraph 0 of a long page" in text
+    await tool.call({"url": f"{site.url}/page"}, make_ctx())
+    loop_thread = threading.get_ident()
+    assert threads[0] != loop_thread, "the 2 MB page was parsed on the event loop"
+    assert threads[1] == loop_thread

@@ -8,7 +8,10 @@ feeds tool uses, so both get the same protection.
 
 Text extraction is deliberately small (stdlib ``html.parser``, no heavy dependency): the title
 plus the text of ``<main>``/``<article>`` when the page has one (else the body), without
-scripts, styles, navigation, forms and other chrome, with whitespace collapsed.
+scripts, styles, navigation, forms and other chrome, with whitespace collapsed. Parsing a page
+of a megabyte or two takes hundreds of milliseconds of pure Python, so a page over
+``OFF_LOOP_BYTES`` is parsed in a worker thread: every other conversation keeps being answered
+meanwhile. Small pages stay on the loop, where a thread hop would cost more than the parse.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ USER_AGENT = "Chorus/0.1 (chat bot; fetches pages its users link)"
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _TEXT_TYPES = frozenset({"text/plain", "text/markdown", "text/csv", "application/json"})
+OFF_LOOP_BYTES = 64 * 1024  # bigger bodies are parsed in a worker thread
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
 
 
@@ -275,6 +279,9 @@ def fetch_page_tool(fetcher: Fetcher, *, timeout: float | None = None) -> Functi
             max_chars: the most characters of page text to return.
         """
         accept = "text/html,application/xhtml+xml,text/plain;q=0.9,application/json;q=0.9"
-        return page_text(await fetcher.get(url, accept=accept), max_chars)
+        page = await fetcher.get(url, accept=accept)
+        if len(page.body) > OFF_LOOP_BYTES:
+            return await asyncio.to_thread(page_text, page, max_chars)
+        return page_text(page, max_chars)
 
     return FunctionTool(fetch_page, timeout=timeout or fetcher.timeout + 5.0)
