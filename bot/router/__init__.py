@@ -1,7 +1,9 @@
 """The router: inbound message -> dedupe -> command or agent turn -> reply -> history.
 
 ``core`` is the one path every message takes (claims, memory, the agent, the reply and its
-commit); ``text_commands`` answers ``/help`` and ``/reset`` without a model call.
+commit); ``record`` is what an answered turn writes down inside that commit (history lines,
+activity, the insights job); ``text_commands`` answers ``/help`` and ``/reset`` without a model
+call.
 
 May import every other core package (bus, state, memory, live, agent, ops, settings) and
 ``prompts``; only the composition root (``bot.cli``, ``bot.app``) imports it.
