@@ -101,6 +101,16 @@ def decode_line(raw: bytes, number: int) -> tuple[str | None, str | None]:
     return text, None
 
 
+def too_long_notice(number: int, cap: int = READ_CAP_BYTES) -> str:
+    """The notice in place of a line over the read cap."""
+    return prompts.render("console/too_long", line=number, cap=f"{cap:,}")
+
+
+def no_answer_notice(timeout: float) -> str:
+    """The notice in place of an answer that did not come within ``timeout`` seconds."""
+    return prompts.render("console/no_answer", seconds=f"{timeout:.0f}")
+
+
 def _in_daemon_thread(fn: Callable[[LineSource], T], arg: LineSource) -> asyncio.Future[T]:
     """Run a blocking read in a daemon thread.
 
@@ -173,10 +183,7 @@ class ConsoleAdapter:
                 number += 1
                 raw, cut = item
                 if cut:
-                    too_long = prompts.render(
-                        "console/too_long", line=number, cap=f"{READ_CAP_BYTES:,}"
-                    )
-                    self._emit(number, too_long, notice=True)
+                    self._emit(number, too_long_notice(number), notice=True)
                     continue
                 text, notice = decode_line(raw, number)
                 if text is None:
@@ -185,9 +192,7 @@ class ConsoleAdapter:
                     continue
                 reply = await self._ask(text)
                 if reply is None:
-                    seconds = f"{self.reply_timeout:.0f}"
-                    notice = prompts.render("console/no_answer", seconds=seconds)
-                    self._emit(number, notice, notice=True)
+                    self._emit(number, no_answer_notice(self.reply_timeout), notice=True)
                 else:
                     self._emit(number, reply.text, error=reply.is_error)
             return 0

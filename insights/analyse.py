@@ -226,14 +226,14 @@ async def analyse(provider: Provider, request: LLMRequest) -> AnalysisResult:
     response = await provider.complete(request)
     usage = response.usage
     try:
-        return AnalysisResult(_checked(response), usage, 1)
+        return AnalysisResult(checked_answer(response), usage, 1)
     except (ValueError, ValidationError) as exc:
         log.info("invalid insights answer; asking once more", exc_info=True)
         retry = retry_request(request, response.text, exc)
     second = await provider.complete(retry)
     usage = usage + second.usage
     try:
-        return AnalysisResult(_checked(second), usage, 2)
+        return AnalysisResult(checked_answer(second), usage, 2)
     except (ValueError, ValidationError):
         log.warning("invalid insights answer after one retry; analysis dropped", exc_info=True)
         return AnalysisResult(None, usage, 2)
@@ -248,7 +248,8 @@ def retry_request(request: LLMRequest, answer: str, error: Exception) -> LLMRequ
     )
 
 
-def _checked(response: LLMResponse) -> Analysis:
+def checked_answer(response: LLMResponse) -> Analysis:
+    """The answer as an ``Analysis``; raises ValueError (quoted in the retry) when it is not."""
     if response.stop_reason == "max_tokens":
         raise ValueError(prompts.render("insights/cut_off"))
     return parse_analysis(response.text)

@@ -67,6 +67,11 @@ NO_CONTENT_INTENT = (
 )
 
 
+def no_answer_in_time() -> str:
+    """The private answer to a slash command whose reply did not come in time."""
+    return prompts.render("discord/no_answer_in_time")
+
+
 class _ChorusClient(discord.Client):
     """discord.py's client with its events routed to the adapter (no name-based magic)."""
 
@@ -254,10 +259,10 @@ class DiscordAdapter:
                 text = (await future).text
         except TimeoutError:
             log.warning("no answer to a slash command in time", extra={"interaction_id": key})
-            text = prompts.render("discord/no_answer_in_time")
+            text = no_answer_in_time()
         finally:
             self._interactions.pop(message.id, None)
-        pieces = convert.followup_pieces(text) or [prompts.render("discord/no_answer_in_time")]
+        pieces = convert.followup_pieces(text) or [no_answer_in_time()]
         for piece in pieces:
             await self.sender.call(
                 key,
