@@ -4,7 +4,8 @@ On a TTY it is an interactive prompt. When stdin is not a TTY it reads one messa
 writes exactly one answer per line to stdout, in order, then exits after the last answer, so
 ``printf 'hi\\nwhat did I say?\\n' | chorus chat`` is a scriptable conversation. Logs go to
 stderr. A line that cannot be a message (empty, not UTF-8, over the read cap) gets a one-line
-``[chorus] ...`` notice in its place, so input and output lines still pair up.
+``[chorus] ...`` notice in its place, so input and output lines still pair up (the notices'
+wording is ``prompts/console/*``).
 
 The console is a direct conversation per console user (``--user``), like a DM.
 """
@@ -20,6 +21,7 @@ import uuid
 from collections.abc import Callable
 from typing import Protocol, TextIO, TypeVar
 
+import prompts
 from bot.bus.base import EventBus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply, Role
@@ -91,13 +93,22 @@ def decode_line(raw: bytes, number: int) -> tuple[str | None, str | None]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return None, (
-            f"line {number} is not valid UTF-8 (byte 0x{raw[exc.start]:02x} at "
-            f"position {exc.start}); skipped"
+        return None, prompts.render(
+            "console/not_utf8", line=number, byte=f"{raw[exc.start]:02x}", position=exc.start
         )
     if not text.strip():
-        return None, f"line {number} is empty; nothing to answer"
+        return None, prompts.render("console/empty_line", line=number)
     return text, None
+
+
+def too_long_notice(number: int, cap: int = READ_CAP_BYTES) -> str:
+    """The notice in place of a line over the read cap."""
+    return prompts.render("console/too_long", line=number, cap=f"{cap:,}")
+
+
+def no_answer_notice(timeout: float) -> str:
+    """The notice in place of an answer that did not come within ``timeout`` seconds."""
+    return prompts.render("console/no_answer", seconds=f"{timeout:.0f}")
 
 
 def _in_daemon_thread(fn: Callable[[LineSource], T], arg: LineSource) -> asyncio.Future[T]:
@@ -172,11 +183,7 @@ class ConsoleAdapter:
                 number += 1
                 raw, cut = item
                 if cut:
-                    self._emit(
-                        number,
-                        f"line {number} is over {READ_CAP_BYTES:,} bytes; skipped",
-                        notice=True,
-                    )
+                    self._emit(number, too_long_notice(number), notice=True)
                     continue
                 text, notice = decode_line(raw, number)
                 if text is None:
@@ -185,7 +192,7 @@ class ConsoleAdapter:
                     continue
                 reply = await self._ask(text)
                 if reply is None:
-                    self._emit(number, f"no answer within {self.reply_timeout:.0f} s", notice=True)
+                    self._emit(number, no_answer_notice(self.reply_timeout), notice=True)
                 else:
                     self._emit(number, reply.text, error=reply.is_error)
             return 0

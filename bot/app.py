@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 
-import prompts
 from bot.agent.loop import Agent, LoopLimits
-from bot.agent.prompting import PromptAssembler
+from bot.agent.prompting import PromptAssembler, system_prompt
 from bot.bus.base import EventBus, InProcessBus
 from bot.bus.claims import default_worker_id
 from bot.config import ConfigError, Settings
@@ -72,7 +71,7 @@ class Chorus:
         )
         self.assembler = PromptAssembler(
             model=model,
-            system_prompt=prompts.render("system", bot_name=settings.bot_name),
+            system_prompt=system_prompt(settings.bot_name),
             max_tokens=settings.max_output_tokens,
             vision=settings.vision,
         )

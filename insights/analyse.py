@@ -11,6 +11,9 @@ with a short label (``L1``, ``L2``...) and marked ``own="yes"`` only when the su
 so "Alice is vegan" said by Bob can never become Alice's pin, whatever the model answers.
 Labels rather than message ids keep the answer short and leave nothing for the model to
 mistype or invent.
+
+The instructions, the frame of the request and the retry are ``prompts/insights/*``; the field
+descriptions of the schema stay with the schema (like a tool's docstring, they are its schema).
 """
 
 from __future__ import annotations
@@ -105,7 +108,7 @@ def parse_analysis(text: str) -> Analysis:
         body = body.strip("`").removeprefix("json").strip()
     start, end = body.find("{"), body.rfind("}")
     if start < 0 or end < start:
-        raise ValueError("the answer holds no JSON object")
+        raise ValueError(prompts.render("insights/no_json"))
     analysis = Analysis.model_validate(json.loads(body[start : end + 1]))
     return analysis.model_copy(
         update={
@@ -155,23 +158,15 @@ def build_request(
 ) -> LLMRequest:
     """The analysis request: the static prompt (cached), then this user's data."""
     name = _name(display_name or buffer.user_id)
-    parts = [
-        f'<subject platform="{platform}" name="{name}">',
-        f'Lines marked own="yes" were written by {name}; only they can be a source_line.',
-        "</subject>",
-        "<current_pins>",
-        *(
-            f"[{n}] (confidence {pin.confidence:.2f}) {_data(pin.text)}"
-            for n, pin in enumerate(buffer.pins, 1)
-        ),
-        "</current_pins>",
-        "<current_recommendations>",
-        *(
-            f"- {_data(rec.text)}" + (f" (tool: {_data(rec.tool)})" if rec.tool else "")
-            for rec in buffer.recommendations
-        ),
-        "</current_recommendations>",
+    pins = [
+        f"[{n}] (confidence {pin.confidence:.2f}) {_data(pin.text)}"
+        for n, pin in enumerate(buffer.pins, 1)
     ]
+    recs = [
+        f"- {_data(rec.text)}" + (f" (tool: {_data(rec.tool)})" if rec.tool else "")
+        for rec in buffer.recommendations
+    ]
+    parts: list[str] = []
     current: ConversationKey | None = None
     for line in lines:
         if line.conversation != current:
@@ -182,11 +177,18 @@ def build_request(
         parts.append(_render_line(line))
     if current is not None:
         parts.append("</conversation>")
-    parts.append("Answer with the JSON object only.")
+    text = prompts.render(
+        "insights/request",
+        platform=platform,
+        name=name,
+        pins="\n".join(pins),
+        recommendations="\n".join(recs),
+        conversations="\n".join(parts),
+    )
     return LLMRequest(
         model=model,
-        system=(TextPart(text=prompts.load("insights")), CachePoint()),
-        messages=(Message.user("\n".join(parts)),),
+        system=(TextPart(text=prompts.render("insights/instructions")), CachePoint()),
+        messages=(Message.user(text),),
         max_tokens=MAX_OUTPUT_TOKENS,
         temperature=0.2,
         cache_key="chorus-insights",
@@ -224,34 +226,32 @@ async def analyse(provider: Provider, request: LLMRequest) -> AnalysisResult:
     response = await provider.complete(request)
     usage = response.usage
     try:
-        return AnalysisResult(_checked(response), usage, 1)
+        return AnalysisResult(checked_answer(response), usage, 1)
     except (ValueError, ValidationError) as exc:
         log.info("invalid insights answer; asking once more", exc_info=True)
-        retry = request.model_copy(
-            update={
-                "messages": (
-                    *request.messages,
-                    Message.assistant(response.text.strip() or "(empty answer)"),
-                    Message.user(
-                        "That answer was not valid: "
-                        f"{str(exc)[:_ERROR_CHARS]}\nAnswer again with only the JSON object "
-                        "that matches the schema."
-                    ),
-                )
-            }
-        )
+        retry = retry_request(request, response.text, exc)
     second = await provider.complete(retry)
     usage = usage + second.usage
     try:
-        return AnalysisResult(_checked(second), usage, 2)
+        return AnalysisResult(checked_answer(second), usage, 2)
     except (ValueError, ValidationError):
         log.warning("invalid insights answer after one retry; analysis dropped", exc_info=True)
         return AnalysisResult(None, usage, 2)
 
 
-def _checked(response: LLMResponse) -> Analysis:
+def retry_request(request: LLMRequest, answer: str, error: Exception) -> LLMRequest:
+    """The request again, with the invalid answer and a message that quotes what was wrong."""
+    said = answer.strip() or prompts.render("insights/empty_answer")
+    retry = prompts.render("insights/retry", error=str(error)[:_ERROR_CHARS])
+    return request.model_copy(
+        update={"messages": (*request.messages, Message.assistant(said), Message.user(retry))}
+    )
+
+
+def checked_answer(response: LLMResponse) -> Analysis:
+    """The answer as an ``Analysis``; raises ValueError (quoted in the retry) when it is not."""
     if response.stop_reason == "max_tokens":
-        raise ValueError("the answer was cut off (max_tokens); answer with less")
+        raise ValueError(prompts.render("insights/cut_off"))
     return parse_analysis(response.text)
 
 

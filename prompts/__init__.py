@@ -1,31 +1,102 @@
-"""Prompt texts, shipped as package data and loaded by name.
+"""Every text a user or a model reads, shipped as package data and loaded by name.
 
-Keeping prompts out of code lets operators read and diff them, and keeps the cached system
-prefix byte-stable: a prompt is a fixed file, rendered only with deployment-wide values.
+Keeping the texts out of code lets operators read, diff and (later) override them without
+touching Python, and keeps the cached system prefix byte-stable: a prompt is a fixed file.
+
+The scheme, one rule for every text:
+
+- One text, one file: ``prompts/<name>.md``. A name is a lowercase path without the suffix,
+  grouped by who sends the text: ``system``, ``live/batch``, ``router/too_long``,
+  ``commands/help``... The file's final line break is not part of the text.
+- ``{{key}}`` marks a value the code fills in (``render``). A line that holds nothing but one
+  placeholder disappears when its value is empty, so optional parts of a block need no glue in
+  code. Values are inserted in one pass: text a user wrote that looks like ``{{key}}`` stays as
+  it is.
+- What goes in a file: every sentence and instruction, and the frame of a block that carries
+  one (the tags with their hints). What stays in code: the layout of repeated data lines (a
+  bullet, a label, the escaping that keeps user text inside its block), log and exception
+  messages for operators, and a tool's own docstring and errors (they are its schema).
+- The cached system prefix is rendered only with deployment-wide values (``system`` with the
+  bot's name). Per-turn values (time, user, lengths) go into texts that sit after the last
+  cache point: the context block, live-chat turns, replies.
+
+Every name resolves through ``resolve``, the one place an operator's override directory will be
+consulted; the golden tests in ``tests/golden`` show each rendered text, and a test checks that
+every file here is used by code and every name the code asks for exists.
 """
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
+
+SUFFIX = ".md"
+_NAME = re.compile(r"[a-z][a-z0-9_]*(/[a-z][a-z0-9_]*)*")
+_PLACEHOLDER = re.compile(r"\{\{([a-z_][a-z0-9_]*)\}\}")
+
+
+def resolve(name: str) -> Traversable:
+    """The file that holds prompt ``name`` (raises ValueError for a malformed name)."""
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"not a prompt name: {name!r} (lowercase words separated by '/')")
+    *folders, last = name.split("/")
+    path = resources.files(__package__)
+    for folder in folders:
+        path = path.joinpath(folder)
+    return path.joinpath(last + SUFFIX)
 
 
 @cache
 def load(name: str) -> str:
-    """The text of ``prompts/<name>.md``; raises FileNotFoundError naming the prompt."""
-    path = resources.files(__package__).joinpath(f"{name}.md")
+    """The text of prompt ``name``; raises FileNotFoundError naming the prompt."""
+    path = resolve(name)
     if not path.is_file():
-        raise FileNotFoundError(f"no prompt named {name!r} (looked for prompts/{name}.md)")
-    return path.read_text(encoding="utf-8")
+        raise FileNotFoundError(f"no prompt named {name!r} (looked for prompts/{name}{SUFFIX})")
+    text = path.read_text(encoding="utf-8")
+    return text.removesuffix("\n").removesuffix("\r")
 
 
-def render(name: str, **values: str) -> str:
-    """Fill ``{{key}}`` placeholders. Only deployment-wide values belong here, never per-turn
-    ones (time, user, ids): they would break the prompt cache."""
+def render(name: str, /, **values: str | int) -> str:
+    """Prompt ``name`` with its ``{{key}}`` placeholders filled in one pass.
+
+    Raises KeyError naming a placeholder that got no value. Only deployment-wide values may go
+    into a text of the cached prefix (``system``); see the module docstring.
+    """
     text = load(name)
-    for key, value in values.items():
-        text = text.replace("{{" + key + "}}", value)
-    if "{{" in text:
-        missing = text[text.index("{{") : text.index("}}", text.index("{{")) + 2]
-        raise KeyError(f"prompt {name!r} needs a value for {missing}")
-    return text
+    if "{{" not in text:
+        return text
+    lines = [
+        line
+        for line in text.split("\n")
+        if not ((m := _PLACEHOLDER.fullmatch(line.strip())) and values.get(m[1]) == "")
+    ]
+
+    def fill(match: re.Match[str]) -> str:
+        key = match[1]
+        if key not in values:
+            raise KeyError(f"prompt {name!r} needs a value for {{{{{key}}}}}")
+        return str(values[key])
+
+    return _PLACEHOLDER.sub(fill, "\n".join(lines))
+
+
+def placeholders(name: str) -> frozenset[str]:
+    """The keys prompt ``name`` asks for."""
+    return frozenset(_PLACEHOLDER.findall(load(name)))
+
+
+def names() -> list[str]:
+    """Every prompt shipped here, sorted."""
+    found: list[str] = []
+
+    def walk(folder: Traversable, prefix: str) -> None:
+        for item in folder.iterdir():
+            if item.is_dir():
+                walk(item, f"{prefix}{item.name}/")
+            elif item.name.endswith(SUFFIX):
+                found.append(prefix + item.name.removesuffix(SUFFIX))
+
+    walk(resources.files(__package__), "")
+    return sorted(found)

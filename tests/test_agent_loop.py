@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bot.agent.loop import ITERATIONS_FALLBACK, Agent, ExitReason, LoopLimits
+from bot.agent.loop import Agent, ExitReason, LoopLimits, fallback_text
 from bot.llm.types import LLMRequest, Message, TextPart, ToolResultPart
 from bot.tools.base import Permission, ToolContext, ToolError
 from bot.tools.function import tool
@@ -161,7 +161,7 @@ async def test_iteration_cap_ends_the_turn_gracefully(vendor: str) -> None:
         agent = Agent(provider, tools=box, limits=LoopLimits(max_iterations=3))
         result = await agent.run(request(model, box, ctx), ctx)
         assert result.exit_reason == ExitReason.MAX_ITERATIONS
-        assert result.text == ITERATIONS_FALLBACK
+        assert result.text == fallback_text(ExitReason.MAX_ITERATIONS)
         assert len(server.requests) == 3 and result.iterations == 3 and result.tool_calls == 3
 
 

@@ -18,7 +18,7 @@ from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.llm.errors import ProviderUnavailable
 from bot.llm.scripted import ScriptedProvider
 from bot.llm.types import LLMRequest, TextPart
-from bot.router.core import APOLOGY, Router, RouterLimits
+from bot.router.core import Router, RouterLimits, apology
 from bot.router.text_commands import Commands
 from bot.state import connect
 from bot.state.history import HistoryStore
@@ -193,7 +193,7 @@ async def test_provider_outage_apologises_and_keeps_no_history(rig: Rig) -> None
     rig.provider.script.append(ProviderUnavailable("down", provider="x", status=503, attempts=5))
     await rig.say("hello", "m1")
     await rig.bus.drain(timeout=10)
-    assert rig.replies[0].text == APOLOGY and rig.replies[0].is_error
+    assert rig.replies[0].text == apology() and rig.replies[0].is_error
     assert await rig.history.load(rig.conv) == []
     # The claim was released, so a redelivery of the same message is answered.
     await rig.say("hello", "m1")

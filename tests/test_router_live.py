@@ -15,7 +15,7 @@ from bot.bus.base import InProcessBus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply, Role
 from bot.live.engagement import Engagement, PolicyConfig, Reason
-from bot.live.turns import ACKS, LiveChat
+from bot.live.turns import LiveChat, ack
 from bot.llm.scripted import ScriptedProvider
 from bot.router.core import Router
 from bot.router.text_commands import Commands
@@ -121,11 +121,11 @@ async def test_pause_and_resume_only_for_moderators(live: Live) -> None:
     await live.chat("viewer", "!chorus pause")
     await live.chat("mod", "!chorus pause", roles=frozenset({Role.MODERATOR}))
     await live.bus.drain(timeout=10)
-    assert [r.text for r in live.replies] == [ACKS[Reason.PAUSE]]
+    assert [r.text for r in live.replies] == [ack(Reason.PAUSE)]
     await live.chat("ann", "hello bot?", mention=True)
     await live.bus.drain(timeout=10)
     assert len(live.replies) == 1  # paused: not even mentions
     await live.chat("owner", "!chorus resume", roles=frozenset({Role.OWNER}))
     await live.bus.drain(timeout=10)
-    assert live.replies[-1].text == ACKS[Reason.RESUME]
+    assert live.replies[-1].text == ack(Reason.RESUME)
     assert live.provider.requests == []  # acknowledgements never call the model

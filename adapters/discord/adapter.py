@@ -33,6 +33,7 @@ from discord.gateway import DiscordWebSocket
 from discord.http import Route
 from pydantic import BaseModel
 
+import prompts
 from adapters.discord import convert
 from adapters.discord.sender import DiscordSender, Sleep, TypingIndicators
 from adapters.discord.settings import PORTAL_URL, DiscordSettings, load_discord_settings
@@ -64,7 +65,11 @@ NO_CONTENT_INTENT = (
     "channels see empty messages. Enable the Message Content intent in the Developer Portal and "
     "set DISCORD_MESSAGE_CONTENT_INTENT=true to read them."
 )
-NO_ANSWER_IN_TIME = "Sorry, I could not answer that in time."
+
+
+def no_answer_in_time() -> str:
+    """The private answer to a slash command whose reply did not come in time."""
+    return prompts.render("discord/no_answer_in_time")
 
 
 class _ChorusClient(discord.Client):
@@ -254,10 +259,11 @@ class DiscordAdapter:
                 text = (await future).text
         except TimeoutError:
             log.warning("no answer to a slash command in time", extra={"interaction_id": key})
-            text = NO_ANSWER_IN_TIME
+            text = no_answer_in_time()
         finally:
             self._interactions.pop(message.id, None)
-        for piece in convert.followup_pieces(text) or [NO_ANSWER_IN_TIME]:
+        pieces = convert.followup_pieces(text) or [no_answer_in_time()]
+        for piece in pieces:
             await self.sender.call(
                 key,
                 lambda p=piece: interaction.followup.send(  # type: ignore[misc]

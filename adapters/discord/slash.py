@@ -3,7 +3,8 @@
 Discord shows native commands in its command picker and lets the bot answer them privately
 (ephemeral). The router already answers ``/help``, ``/pins``, ``/forget`` and ``/reset`` as
 text, so each subcommand only forwards its name; the adapter publishes it as a ChatMessage and
-answers the interaction with the Reply. Nothing about a command's behaviour lives here.
+answers the interaction with the Reply. Nothing about a command's behaviour lives here; the
+descriptions Discord shows are ``prompts/discord/*``.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ from typing import Any
 import discord
 from discord import app_commands
 
+import prompts
+
 GROUP_NAME = "chorus"
 
-# name -> description shown in Discord's picker (at most 100 characters each).
+# name -> the prompt holding the description shown in Discord's picker (at most 100 characters).
 SUBCOMMANDS: dict[str, str] = {
-    "help": "List what Chorus can do",
-    "pins": "Show what Chorus remembers about you",
-    "forget": "Delete everything Chorus stores about you",
-    "reset": "Forget this conversation's history",
+    "help": "discord/command_help",
+    "pins": "discord/command_pins",
+    "forget": "discord/command_forget",
+    "reset": "discord/command_reset",
 }
 
 OnCommand = Callable[[discord.Interaction, str], Awaitable[None]]
@@ -29,11 +32,13 @@ OnCommand = Callable[[discord.Interaction, str], Awaitable[None]]
 
 def build_group(on_command: OnCommand) -> app_commands.Group:
     """``/chorus help|pins|forget|reset``, each calling ``on_command(interaction, name)``."""
-    group = app_commands.Group(name=GROUP_NAME, description="Chorus, the chat assistant")
-    for name, description in SUBCOMMANDS.items():
+    group = app_commands.Group(name=GROUP_NAME, description=prompts.render("discord/group"))
+    for name, prompt in SUBCOMMANDS.items():
         group.add_command(
             app_commands.Command(
-                name=name, description=description, callback=_forward(on_command, name)
+                name=name,
+                description=prompts.render(prompt),
+                callback=_forward(on_command, name),
             )
         )
     return group

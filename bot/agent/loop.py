@@ -27,6 +27,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+import prompts
 from bot.llm.base import Provider
 from bot.llm.caching import cache_missed
 from bot.llm.types import (
@@ -83,17 +84,9 @@ class LoopLimits:
     budget_seconds: float = 120.0
 
 
-REFUSAL_FALLBACK = "Sorry, I can't help with that."
-EMPTY_FALLBACK = "Sorry, I don't have an answer to that."
-ITERATIONS_FALLBACK = (
-    "Sorry, that needed more steps than I'm allowed to take for one message. "
-    "Could you break it into smaller questions?"
-)
 # A misconfigured prompt misses the cache on every turn; one warning per model this often says
 # so without flooding the log (the misses in between are counted in the next warning).
 CACHE_WARNING_EVERY = 600.0
-
-BUDGET_FALLBACK = "Sorry, that's taking me too long. Please try again, or ask something smaller."
 
 
 class Agent:
@@ -248,17 +241,25 @@ def _final_reason(response: LLMResponse) -> ExitReason:
     return ExitReason.ANSWERED
 
 
+def fallback_text(reason: ExitReason) -> str | None:
+    """What the user reads when the loop ends without an answer of the model's own
+    (``prompts/agent/``); None for the exits that keep the model's text."""
+    if reason is ExitReason.REFUSED:
+        return prompts.render("agent/refusal")
+    if reason is ExitReason.EMPTY:
+        return prompts.render("agent/empty")
+    if reason is ExitReason.MAX_ITERATIONS:
+        return prompts.render("agent/max_iterations")
+    if reason is ExitReason.BUDGET:
+        return prompts.render("agent/budget")
+    return None
+
+
 def _final_text(reason: ExitReason, response: LLMResponse | None, last_text: str) -> str:
     current = response.text.strip() if response else ""
-    if reason is ExitReason.REFUSED:
-        return current or REFUSAL_FALLBACK
-    if reason is ExitReason.EMPTY:
-        return EMPTY_FALLBACK
-    if reason is ExitReason.MAX_ITERATIONS:
-        return ITERATIONS_FALLBACK
-    if reason is ExitReason.BUDGET:
-        return BUDGET_FALLBACK
-    return current or last_text
+    if reason is ExitReason.REFUSED and current:
+        return current
+    return fallback_text(reason) or current or last_text
 
 
 def _without_loop_cache_point(messages: list[Message], fixed: int) -> list[Message]:

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import prompts
 from bot.agent.reasoning import Level
 from bot.events import Attachment, AttachmentKind, ChatMessage
 from bot.llm.types import (
@@ -31,6 +32,12 @@ from bot.state.history import HistoryEntry
 
 _TAG = "user_message"
 RENDERED_CACHE = 4096  # history entries whose rendered part is kept between turns
+
+
+def system_prompt(bot_name: str) -> str:
+    """The deployment's system text (``prompts/system``): only deployment-wide values go in, so
+    it is byte-identical on every request and heads the cached prefix."""
+    return prompts.render("system", bot_name=bot_name)
 
 
 def _quote(text: str) -> str:

@@ -31,175 +31,55 @@ a second mention inside it is queued and answered when the cooldown ends); ``!ch
 from the owner or a moderator silences the channel completely and empties its ledger until
 ``!chorus resume`` (from anyone else both are ignored); repeats, floods and walls of text are
 ignored with a reason, and a flooder's queued lines are dropped so a spammer is never named.
+
+This module is the rules only. Their vocabulary (``PolicyConfig``, ``Decision``, ``Batch``, the
+``ChannelState`` ledger) is ``bot.live.ledger`` and the platforms' send budgets are
+``bot.live.send_limits``; both are re-exported here, so a caller imports the policy from one
+place.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter, OrderedDict, deque
+from collections import deque
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from bot.events import ChatMessage, ConversationKey
+from bot.live.ledger import (
+    NEVER,
+    Action,
+    Batch,
+    BatchChatter,
+    ChannelState,
+    Decision,
+    PendingChatter,
+    PendingMessage,
+    PolicyConfig,
+    Reason,
+    TrackedUser,
+)
+from bot.live.send_limits import SEND_LIMITS, SendLimit, send_limit
 
-NEVER = -math.inf
-
-
-class PolicyConfig(BaseModel):
-    """Every threshold of the policy. One default, overridable per platform or per channel."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    # A chatter batch needs this many unanswered messages and this long since the bot spoke.
-    min_pending: int = Field(default=8, ge=1)
-    min_gap_seconds: float = Field(default=45.0, ge=0)
-    # Chatters named in one batched message.
-    max_batch_chatters: int = Field(default=2, ge=1, le=10)
-    # Since the bot last spoke, before an unprompted message (chatter batch, idle line).
-    channel_cooldown_seconds: float = Field(default=5.0, ge=0)
-    # Between two answers to one user (spam protection); a mention inside it is queued.
-    user_cooldown_seconds: float = Field(default=10.0, ge=0)
-    # Unaddressed spam: same user + same normalised text within the window; more than
-    # flood_max_messages from one user within flood_window_seconds; over wall_max_chars.
-    repeat_window_seconds: float = Field(default=60.0, ge=0)
-    flood_max_messages: int = Field(default=6, ge=1)
-    flood_window_seconds: float = Field(default=15.0, gt=0)
-    wall_max_chars: int = Field(default=400, ge=20)
-    # Pending messages older than this are dropped, never answered.
-    stale_after_seconds: float = Field(default=180.0, gt=0)
-    # A chatter waiting this long ranks with the questions, so nobody starves.
-    promote_after_seconds: float = Field(default=90.0, ge=0)
-    # Ledger bounds: chatters (oldest dropped), newest messages kept per chatter, users tracked
-    # for cooldowns and flood (least recently active forgotten).
-    max_pending_chatters: int = Field(default=64, ge=1)
-    max_pending_per_chatter: int = Field(default=3, ge=1)
-    max_tracked_users: int = Field(default=5000, ge=1)
-    # Other unanswered lines handed to the model with a batch, for context.
-    context_messages: int = Field(default=6, ge=0)
-    # Quiet seconds before one self-prompted line; None = never.
-    idle_prompt_after_seconds: float | None = Field(default=None, gt=0)
-    # "<prefix> pause" / "<prefix> resume", from the channel owner or a moderator.
-    command_prefix: str = Field(default="!chorus", min_length=1)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> PolicyConfig:
-        if self.stale_after_seconds <= self.user_cooldown_seconds:
-            raise ValueError(
-                "stale_after_seconds must exceed user_cooldown_seconds, or a mention "
-                "queued behind the cooldown would go stale before it is answered"
-            )
-        return self
-
-
-class Action(StrEnum):
-    ANSWER_NOW = "answer_now"
-    QUEUE = "queue"
-    IGNORE = "ignore"
-    COMMAND = "command"
-
-
-class Reason(StrEnum):
-    ADDRESSED = "addressed"
-    USER_COOLDOWN = "user_cooldown"  # addressed, but the user was answered moments ago: queued
-    QUESTION = "question"
-    CHATTER = "chatter"
-    PAUSE = "pause"
-    RESUME = "resume"
-    PAUSED = "paused"
-    NOT_PERMITTED = "command_not_permitted"
-    UNKNOWN_COMMAND = "unknown_command"
-    DUPLICATE = "duplicate"
-    BOT_AUTHOR = "bot_author"
-    EMPTY = "empty"
-    WALL = "wall_of_text"
-    FLOOD = "flood"
-    REPEAT = "repeat"
-
-
-@dataclass(frozen=True, slots=True)
-class PendingMessage:
-    """One unanswered message in the ledger."""
-
-    message: ChatMessage
-    at: float
-    question: bool
-    addressed: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    action: Action
-    reason: Reason
-    covered: tuple[PendingMessage, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class BatchChatter:
-    user_id: str
-    user_name: str
-    messages: tuple[PendingMessage, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """Chatters to answer together in one message; ``context`` is other recent, unanswered chat
-    (shown to the model for colour, not marked answered)."""
-
-    reason: Reason  # ADDRESSED: a mention queued behind a cooldown; CHATTER: thresholds met
-    chatters: tuple[BatchChatter, ...]
-    context: tuple[PendingMessage, ...] = ()
-
-    @property
-    def message_ids(self) -> tuple[str, ...]:
-        return tuple(p.message.id for c in self.chatters for p in c.messages)
-
-    @property
-    def user_ids(self) -> tuple[str, ...]:
-        return tuple(c.user_id for c in self.chatters)
-
-
-@dataclass(slots=True)
-class _User:
-    last_answered: float = NEVER
-    times: deque[float] = field(default_factory=deque)  # maxlen set on creation
-    recent: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=4))
-
-
-@dataclass(slots=True)
-class _Chatter:
-    """A user's pending messages (newest ``max_pending_per_chatter`` kept).
-
-    ``since`` is when the user started waiting: it stays put while newer messages supersede
-    older ones, so a steady chatter's wait keeps growing until they are answered.
-    """
-
-    messages: deque[PendingMessage]
-    since: float
-    addressed: int = 0
-    questions: int = 0
-
-
-@dataclass(slots=True)
-class ChannelState:
-    """The mutable ledger of one conversation. Create with ``ChannelState(config)``."""
-
-    config: PolicyConfig
-    paused: bool = False
-    last_spoke: float = NEVER
-    last_activity: float | None = None
-    idle_fired: bool = False
-    pending: OrderedDict[str, _Chatter] = field(default_factory=OrderedDict)
-    pending_messages: int = 0
-    addressed_pending: int = 0
-    addressed_ready_at: float = math.inf
-    users: OrderedDict[str, _User] = field(default_factory=OrderedDict)
-    seen: set[str] = field(default_factory=set)
-    seen_order: deque[str] = field(default_factory=deque)
-    dropped: Counter[str] = field(default_factory=Counter)  # stale|overflow|superseded|paused|flood
-
+__all__ = [
+    "SEND_LIMITS",
+    "Action",
+    "Batch",
+    "BatchChatter",
+    "ChannelState",
+    "Decision",
+    "Engagement",
+    "PendingMessage",
+    "PolicyConfig",
+    "Reason",
+    "SendLimit",
+    "due",
+    "idle_due",
+    "is_question",
+    "is_wall",
+    "mark_spoke",
+    "observe",
+    "send_limit",
+]
 
 _SEEN_CAP = 4096
 _QUESTION_WORDS = frozenset(
@@ -378,11 +258,11 @@ def _command(state: ChannelState, command: str, allowed: bool, now: float) -> De
     return _DECISIONS[Reason.RESUME]
 
 
-def _touch_user(state: ChannelState, user_id: str) -> _User:
+def _touch_user(state: ChannelState, user_id: str) -> TrackedUser:
     users = state.users
     user = users.get(user_id)
     if user is None:
-        user = users[user_id] = _User(times=deque(maxlen=state.config.flood_max_messages))
+        user = users[user_id] = TrackedUser(times=deque(maxlen=state.config.flood_max_messages))
         if len(users) > state.config.max_tracked_users:
             users.popitem(last=False)  # least recently active; forgets its cooldown and flood
     else:
@@ -401,7 +281,7 @@ def _enqueue(
             _, oldest = state.pending.popitem(last=False)
             _forget(state, oldest)
             state.dropped["overflow"] += len(oldest.messages)
-        chatter = _Chatter(deque(maxlen=cfg.max_pending_per_chatter), now)
+        chatter = PendingChatter(deque(maxlen=cfg.max_pending_per_chatter), now)
         state.pending[message.author.id] = chatter
     if len(chatter.messages) == chatter.messages.maxlen:
         _discount(state, chatter, chatter.messages[0])
@@ -413,14 +293,14 @@ def _enqueue(
     state.addressed_pending += addressed
 
 
-def _discount(state: ChannelState, chatter: _Chatter, item: PendingMessage) -> None:
+def _discount(state: ChannelState, chatter: PendingChatter, item: PendingMessage) -> None:
     chatter.addressed -= item.addressed
     chatter.questions -= item.question
     state.pending_messages -= 1
     state.addressed_pending -= item.addressed
 
 
-def _forget(state: ChannelState, chatter: _Chatter) -> None:
+def _forget(state: ChannelState, chatter: PendingChatter) -> None:
     state.pending_messages -= len(chatter.messages)
     state.addressed_pending -= chatter.addressed
 
@@ -462,7 +342,7 @@ def _answered_at(state: ChannelState, user_id: str) -> float:
     return NEVER if user is None else user.last_answered
 
 
-def _tier(chatter: _Chatter, now: float, cfg: PolicyConfig) -> int:
+def _tier(chatter: PendingChatter, now: float, cfg: PolicyConfig) -> int:
     if chatter.addressed:
         return 0
     if chatter.questions or now - chatter.since >= cfg.promote_after_seconds:
@@ -509,42 +389,3 @@ class Engagement:
         if state is None:
             state = self.states[key] = ChannelState(self.config_for(key))
         return state
-
-
-@dataclass(frozen=True, slots=True)
-class SendLimit:
-    """A platform's outbound budget: at most ``messages`` per sliding ``seconds``.
-
-    Enforcement lives in each adapter's send chokepoint; the policy keeps the numbers only so
-    ``bot/live/replay.py`` can report a trace's peak send rate against them.
-    """
-
-    messages: int
-    seconds: float
-    per_channel: bool  # False: one budget for the bot account across all channels
-
-    @property
-    def per_30s(self) -> float:
-        return self.messages * 30.0 / self.seconds
-
-
-SEND_LIMITS: dict[str, SendLimit] = {
-    # dev.twitch.tv/docs/chat (rate limits): 20 per 30 s per user account, 100 per 30 s where
-    # the bot is broadcaster or moderator; exceeding it silences the bot for 30 minutes.
-    "twitch": SendLimit(20, 30.0, per_channel=False),
-    "twitch_moderator": SendLimit(100, 30.0, per_channel=False),
-    # YouTube has no published per-second cap, but liveChatMessages.insert costs quota units
-    # from a small daily budget; a configurable small rate (override per deployment).
-    "youtube": SendLimit(6, 30.0, per_channel=False),
-    # Discord: message create is bucketed about 5 per 5 s per channel; Slack chat.postMessage
-    # allows about 1 per second per channel. Both ~1/s per channel.
-    "discord": SendLimit(5, 5.0, per_channel=True),
-    "slack": SendLimit(1, 1.0, per_channel=True),
-}
-
-
-def send_limit(platform: str, *, bot_is_moderator: bool = False) -> SendLimit:
-    """The budget for ``platform`` (unknown platforms get Slack's conservative 1/s per channel)."""
-    if platform == "twitch" and bot_is_moderator:
-        return SEND_LIMITS["twitch_moderator"]
-    return SEND_LIMITS.get(platform, SEND_LIMITS["slack"])

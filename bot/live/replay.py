@@ -35,7 +35,8 @@ from pydantic import ValidationError
 
 from bot.events import Author, ChatMessage, ConversationKey, Role
 from bot.live import engagement as policy
-from bot.live.engagement import Action, Engagement, PolicyConfig, Reason, SendLimit
+from bot.live.engagement import Action, Engagement, PolicyConfig, Reason
+from bot.live.send_limits import SendLimit
 
 _EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 

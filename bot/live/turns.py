@@ -14,7 +14,8 @@ arrival time. Its decisions become turns of the router:
 - ``!chorus pause`` / ``resume`` from the broadcaster or a moderator: a short acknowledgement.
 
 Everything a user wrote stays inside the prompt's data blocks (the synthetic turn's text is
-rendered as a ``<user_message>`` like any other).
+rendered as a ``<user_message>`` like any other). The instructions and acknowledgements are
+``prompts/live/*``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+import prompts
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.live.engagement import (
     Action,
@@ -42,10 +44,15 @@ from bot.live.engagement import (
 
 LIVE_PLATFORMS = frozenset({"twitch", "youtube"})
 CHAT_AUTHOR = Author(id="chat", display_name="live chat")
-ACKS = {
-    Reason.PAUSE: "Paused. I'll stay quiet until a moderator says !chorus resume.",
-    Reason.RESUME: "Back! I'm listening again.",
-}
+
+
+def ack(reason: Reason) -> str | None:
+    """The acknowledgement of a ``!chorus pause``/``resume`` command; None for other reasons."""
+    if reason is Reason.PAUSE:
+        return prompts.render("live/pause_ack")
+    if reason is Reason.RESUME:
+        return prompts.render("live/resume_ack")
+    return None
 
 
 class EngagementSettings(BaseSettings):
@@ -110,25 +117,35 @@ def covered_context(decision: Decision) -> str:
     """Lines an immediate answer also covers, for the prompt's context."""
     if decision.action is not Action.ANSWER_NOW or not decision.covered:
         return ""
-    lines = [f"{_name(p.message)} also said earlier: {p.message.text}" for p in decision.covered]
-    return "<earlier_lines>\n" + "\n".join(lines) + "\n</earlier_lines>"
+    lines = [
+        prompts.render("live/earlier_line", name=_name(p.message), text=p.message.text)
+        for p in decision.covered
+    ]
+    return prompts.render("live/earlier_lines", lines="\n".join(lines))
 
 
 def batch_turn(conv: ConversationKey, batch: Batch) -> Turn:
+    """One turn that answers the batch's chatters together, by name."""
     names = [c.user_name or c.user_id for c in batch.chatters]
     lines = [
-        f"- {c.user_name or c.user_id}: {p.message.text}" + (" (question)" if p.question else "")
+        prompts.render(
+            "live/batch_question_line" if p.question else "live/batch_line",
+            name=c.user_name or c.user_id,
+            text=p.message.text,
+        )
         for c in batch.chatters
         for p in c.messages
     ]
-    text = (
-        f"LIVE CHAT: reply in one short message addressed to {' and '.join(names)} by name.\n"
-        "Chat to address:\n" + "\n".join(lines)
-    )
+    context = ""
     if batch.context:
-        text += "\nAlso in chat (context only, do not answer):\n" + "\n".join(
-            f"- {_name(p.message)}: {p.message.text}" for p in batch.context
-        )
+        others = [
+            prompts.render("live/batch_line", name=_name(p.message), text=p.message.text)
+            for p in batch.context
+        ]
+        context = prompts.render("live/batch_context", lines="\n".join(others))
+    text = prompts.render(
+        "live/batch", names=" and ".join(names), lines="\n".join(lines), context=context
+    )
     last = batch.chatters[-1].messages[-1].message
     return Turn(
         message=_synthetic(conv, f"batch-{last.id}", text),
@@ -138,10 +155,8 @@ def batch_turn(conv: ConversationKey, batch: Batch) -> Turn:
 
 
 def idle_turn(conv: ConversationKey) -> Turn:
-    text = (
-        "LIVE CHAT is quiet. Say one short, friendly line to the chat that fits what was "
-        "being talked about; ask a light question if nothing fits."
-    )
+    """One self-prompted, on-topic line after a quiet period."""
+    text = prompts.render("live/idle")
     stamp = int(time.time())
     return Turn(message=_synthetic(conv, f"idle-{stamp}", text), addressed=(), reply_to_id=None)
 

@@ -8,6 +8,9 @@ so no text can close the block or open a new tag, each entry is length-limited, 
 block stays within CHORUS_CONTEXT_CHARS. The system prompt already tells the model that
 ``<context>`` holds data.
 
+The block's frame and hints are ``prompts/memory/context*``; the data lines inside it are laid
+out here, next to the escaping that keeps them data.
+
 Only the speaker's own notes can appear: the buffer must belong to the message's author
 (platform + user id), otherwise the block is rendered without any notes and an error is logged.
 """
@@ -18,6 +21,7 @@ import logging
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import prompts
 from bot.events import ChatMessage
 from bot.memory.buffers import (
     PIN_TEXT_MAX,
@@ -80,10 +84,11 @@ def render_context(
 ) -> str:
     """The ``<context>`` block for ``message``: deterministic for the same inputs."""
     name = clean_text((message.author.display_name or message.author.id).translate(_ATTR_UNSAFE))
-    header = (
-        f'<context platform="{message.platform}" user="{clip(name, NAME_MAX)}" '
-        f'time="{_time(now, buffer.timezone)}">'
-    )
+    header = {
+        "platform": message.platform,
+        "user": clip(name, NAME_MAX),
+        "time": _time(now, buffer.timezone),
+    }
     pins: list[str] = []
     recs: list[str] = []
     if (buffer.platform, buffer.user_id) != (message.platform, message.author.id):
@@ -106,32 +111,30 @@ def render_context(
     return _assemble(header, pins, recs)
 
 
-def _assemble(header: str, pins: list[str], recs: list[str]) -> str:
-    lines = [header]
-    if pins:
-        lines += [
-            '<pins hint="what this user told you earlier; may be outdated">',
-            *pins,
-            "</pins>",
-        ]
-    if recs:
-        lines += [
-            '<recommendations hint="how to help this user">',
-            *recs,
-            "</recommendations>",
-        ]
-    lines.append("</context>")
-    return "\n".join(lines)
+def _assemble(header: dict[str, str], pins: list[str], recs: list[str]) -> str:
+    return prompts.render(
+        "memory/context",
+        **header,
+        pins=prompts.render("memory/context_pins", lines="\n".join(pins)) if pins else "",
+        recommendations=(
+            prompts.render("memory/context_recommendations", lines="\n".join(recs)) if recs else ""
+        ),
+    )
 
 
 def _time(now: datetime, zone_name: str | None) -> str:
     tz = zone(zone_name)
     if tz is None:
         moment = now.astimezone(ZoneInfo("UTC"))
-        return f"{moment:%Y-%m-%d %H:%M %A} UTC (the user's timezone is unknown)"
+        return prompts.render("memory/time_unknown_zone", time=f"{moment:%Y-%m-%d %H:%M %A}")
     moment = now.astimezone(tz)
     offset = moment.strftime("%z")
-    return f"{moment:%Y-%m-%d %H:%M %A} {zone_name} (UTC{offset[:3]}:{offset[3:]})"
+    return prompts.render(
+        "memory/time",
+        time=f"{moment:%Y-%m-%d %H:%M %A}",
+        zone=zone_name or "",
+        offset=f"{offset[:3]}:{offset[3:]}",
+    )
 
 
 def _data(text: str) -> str:

@@ -19,7 +19,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,6 +27,7 @@ from datetime import datetime
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+import prompts
 from bot.agent.loop import Agent
 from bot.agent.prompting import PromptAssembler
 from bot.agent.reasoning import Level, decide
@@ -35,12 +36,12 @@ from bot.bus.claims import Claim, Claims, default_worker_id
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import ChatMessage, ConversationKey, MessageDeleted, Reply, utcnow
 from bot.live.engagement import Action
-from bot.live.turns import ACKS, LiveChat, covered_context
+from bot.live.turns import LiveChat, ack, covered_context
 from bot.llm.errors import LLMError
 from bot.memory.buffers import MemoryStore, UserBuffer
 from bot.memory.enrichment import render_context
-from bot.memory.insight_queue import InsightJob, queue_enqueue
 from bot.ops.metrics import MetricsSink, NullMetrics
+from bot.router.record import TouchThrottle, queue_activity, turn_entries
 from bot.router.text_commands import Commands
 from bot.state.history import HistoryEntry, HistoryStore
 from bot.state.outages import until_redis_answers
@@ -49,14 +50,20 @@ from bot.tools.toolbox import Toolbox
 
 log = logging.getLogger("chorus.router")
 
-# A user's activity (memory TTL of days, conversation set of a window of days) needs no finer
-# grain than this; skipping the 5 commands for a user who spoke in the same conversation a moment
-# ago halves the commit of a busy chat.
-TOUCH_EVERY = 60.0
-TOUCHED_CACHE = 10_000
 
-APOLOGY = "Sorry, I couldn't reach the language model just now. Please try again in a moment."
-CRASH_APOLOGY = "Sorry, something went wrong while answering. Please try again."
+def too_long(length: int, limit: int) -> str:
+    """The refusal of a message over ``CHORUS_MAX_MESSAGE_CHARS``."""
+    return prompts.render("router/too_long", length=f"{length:,}", limit=f"{limit:,}")
+
+
+def apology() -> str:
+    """The reply when no model answered (after retries and fallbacks)."""
+    return prompts.render("router/llm_unavailable")
+
+
+def crash_apology() -> str:
+    """The reply when answering failed for any other reason (a bug, logged)."""
+    return prompts.render("router/crash")
 
 
 @dataclass(frozen=True)
@@ -127,7 +134,7 @@ class Router:
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
         self._acks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(self.limits.concurrency)
-        self._touched: OrderedDict[tuple[str, str, ConversationKey], float] = OrderedDict()
+        self._touched = TouchThrottle()
         self.clock: Callable[[], float] = time.monotonic  # for the activity throttle
 
     async def run(self) -> None:
@@ -212,14 +219,8 @@ class Router:
                 item = _Item(
                     message, delivery, (message.author.id,), message.id, covered_context(decision)
                 )
-            elif decision.action is Action.COMMAND and decision.reason in ACKS:
-                item = _Item(
-                    message,
-                    delivery,
-                    (message.author.id,),
-                    message.id,
-                    forced=ACKS[decision.reason],
-                )
+            elif decision.action is Action.COMMAND and (text := ack(decision.reason)):
+                item = _Item(message, delivery, (message.author.id,), message.id, forced=text)
             else:
                 log.debug(
                     "live chat: not answered now",
@@ -275,7 +276,7 @@ class Router:
             )
             with contextlib.suppress(Exception):
                 await claim.release()
-            await self._send(item, CRASH_APOLOGY, is_error=True)
+            await self._send(item, crash_apology(), is_error=True)
         finally:
             if item.delivery is not None:
                 await item.delivery.ack()
@@ -314,10 +315,7 @@ class Router:
             await self._finish(item, claim, item.forced)
             return
         if len(message.text) > self.limits.max_message_chars:
-            text = (
-                f"That message is {len(message.text):,} characters long; I can read at most "
-                f"{self.limits.max_message_chars:,}. Please shorten it."
-            )
+            text = too_long(len(message.text), self.limits.max_message_chars)
             await self._finish(item, claim, text, is_error=True)
             return
         command_reply = await self.commands.handle(message)
@@ -352,28 +350,10 @@ class Router:
                 },
             )
             await claim.release()  # a later delivery of the same message may try again
-            await self._send(item, APOLOGY, is_error=True)
+            await self._send(item, apology(), is_error=True)
             return
         now = utcnow()
-        author = message.author
-        entries = (
-            HistoryEntry(
-                role="user",
-                text=message.text,
-                message_id=message.id,
-                author_id=author.id,
-                author_name=author.display_name or author.id,
-                at=message.sent_at,
-            ),
-            HistoryEntry(
-                role="assistant",
-                text=result.text,
-                message_id=None,
-                author_id=None,
-                author_name="",
-                at=now,
-            ),
-        )
+        entries = turn_entries(message, result.text, now)
         await self._finish(item, claim, result.text, entries=entries, activity=now)
         self.metrics.observe_overhead(
             time.perf_counter() - item.received - result.llm_seconds - result.tool_seconds
@@ -406,42 +386,13 @@ class Router:
             if entries:
                 self.history.queue_append(pipe, message.conversation, *entries)
             if activity is not None and self.memory is not None:
-                self._queue_activity(pipe, message, activity)
+                touch = self._touched.due(message, self.clock())
+                queue_activity(pipe, self.memory, message, activity, touch=touch)
 
         await claim.commit(fill)
         self.metrics.message_out(message.platform)
         if self.live is not None:
             self.live.spoke(message.conversation)
-
-    def _queue_activity(self, pipe: Pipeline, message: ChatMessage, now: datetime) -> None:
-        assert self.memory is not None
-        author = message.author
-        if self._touch_due(message):
-            self.memory.queue_touch(
-                pipe, message.platform, author.id, message.conversation, now=now
-            )
-        settings = self.memory.settings
-        if settings.insights_enabled and not author.is_bot:
-            queue_enqueue(
-                pipe,
-                InsightJob.for_message(message),
-                debounce=settings.insights_debounce,
-                max_delay=settings.insights_max_delay,
-                now=now,
-            )
-
-    def _touch_due(self, message: ChatMessage) -> bool:
-        """True when this user's activity here was not recorded in the last ``TOUCH_EVERY``."""
-        key = (message.platform, message.author.id, message.conversation)
-        now = self.clock()
-        last = self._touched.get(key)
-        if last is not None and now - last < TOUCH_EVERY:
-            return False
-        self._touched[key] = now
-        self._touched.move_to_end(key)
-        if len(self._touched) > TOUCHED_CACHE:
-            self._touched.popitem(last=False)
-        return True
 
     def _reply(self, item: _Item, text: str, *, is_error: bool) -> Reply:
         message = item.message

@@ -5,6 +5,8 @@ so nobody can read or erase another person's memory by taking their display name
 erases everything kept about the speaker -- the buffer, their lines in every conversation they
 spoke in (tracked per user by ``MemoryStore.queue_touch``), their pending insights job -- and
 leaves a tombstone so an analysis already running cannot write their pins back.
+
+Every sentence they answer with is ``prompts/commands/*``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from datetime import datetime
 from functools import cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
+import prompts
 from bot.events import ChatMessage, ConversationKey, utcnow
 from bot.memory import insight_queue
 from bot.memory.buffers import PIN_TEXT_MAX, MemoryStore, UserBuffer, clean_text
@@ -36,14 +39,13 @@ def register(
 ) -> None:
     """Add the memory commands to ``commands``."""
     handlers = _Handlers(memory, history, clock, insights_queue)
-    commands.add(Command("pins", "show what I remember about you", handlers.pins))
-    commands.add(
-        Command("remember", "remember something about you: /remember <fact>", handlers.remember)
-    )
-    commands.add(Command("forget", "delete everything I store about you", handlers.forget))
-    commands.add(
-        Command("timezone", "set your timezone: /timezone Europe/Paris", handlers.timezone)
-    )
+    for name, summary, handler in (
+        ("pins", "commands/summary_pins", handlers.pins),
+        ("remember", "commands/summary_remember", handlers.remember),
+        ("forget", "commands/summary_forget", handlers.forget),
+        ("timezone", "commands/summary_timezone", handlers.timezone),
+    ):
+        commands.add(Command(name, prompts.render(summary), handler))
 
 
 def resolve_zone(text: str) -> str | None:
@@ -80,30 +82,34 @@ class _Handlers:
     async def pins(self, message: ChatMessage, args: str) -> str:
         buffer = await self._memory.load(message.platform, message.author.id)
         if buffer.is_empty:
-            return (
-                "I don't remember anything about you yet. Tell me something with /remember <fact>."
-            )
-        lines = ["What I remember about you:"]
-        lines += [f"{n}. {pin.text}" for n, pin in enumerate(buffer.pins, 1)] or ["(no notes)"]
-        if buffer.recommendations:
-            lines.append("How I try to help you:")
-            lines += [
-                f"- {rec.text}" + (f" (tool: {rec.tool})" if rec.tool else "")
-                for rec in buffer.recommendations
-            ]
-        if buffer.timezone:
-            lines.append(f"Your timezone: {buffer.timezone}")
-        lines.append("/remember <fact> adds a note; /forget deletes everything.")
-        return "\n".join(lines)
+            return prompts.render("commands/pins_empty")
+        pins = [f"{n}. {pin.text}" for n, pin in enumerate(buffer.pins, 1)]
+        recs = [
+            f"- {rec.text}" + (f" (tool: {rec.tool})" if rec.tool else "")
+            for rec in buffer.recommendations
+        ]
+        return prompts.render(
+            "commands/pins",
+            pins="\n".join(pins) or prompts.render("commands/pins_none"),
+            recommendations=(
+                prompts.render("commands/pins_recommendations", lines="\n".join(recs))
+                if recs
+                else ""
+            ),
+            timezone=(
+                prompts.render("commands/pins_timezone", timezone=buffer.timezone)
+                if buffer.timezone
+                else ""
+            ),
+        )
 
     async def remember(self, message: ChatMessage, args: str) -> str:
         fact = clean_text(args)
         if not fact:
-            return "Usage: /remember <fact>, for example /remember I prefer metric units"
+            return prompts.render("commands/remember_usage")
         if len(fact) > PIN_TEXT_MAX:
-            return (
-                f"That note is {len(fact)} characters long; I keep notes of at most "
-                f"{PIN_TEXT_MAX}. Please shorten it."
+            return prompts.render(
+                "commands/remember_too_long", length=len(fact), limit=PIN_TEXT_MAX
             )
         outcome: list[Outcome] = []
 
@@ -121,10 +127,10 @@ class _Handlers:
 
         await self._memory.update(message.platform, message.author.id, change)
         if outcome == [Outcome.UNCHANGED]:
-            return f"I already remember that: {fact}"
+            return prompts.render("commands/remember_unchanged", fact=fact)
         if outcome == [Outcome.UPDATED]:
-            return f"Updated my note: {fact}"
-        return f"Got it, I'll remember: {fact}"
+            return prompts.render("commands/remember_updated", fact=fact)
+        return prompts.render("commands/remember_added", fact=fact)
 
     async def forget(self, message: ChatMessage, args: str) -> str:
         platform, user_id = message.platform, message.author.id
@@ -143,47 +149,52 @@ class _Handlers:
             insight_queue.queue_cancel(pipe, platform, user_id, queue=self._queue)
             await pipe.execute()
         parts = [
-            _count(len(buffer.pins), "note"),
-            _count(len(buffer.recommendations), "recommendation"),
+            _count(len(buffer.pins), "commands/count_note_one", "commands/count_note_other"),
+            _count(
+                len(buffer.recommendations),
+                "commands/count_recommendation_one",
+                "commands/count_recommendation_other",
+            ),
         ]
         if buffer.timezone:
-            parts.append("your timezone")
-        parts.append(f"{_count(removed, 'message')} you wrote in {_count(touched, 'conversation')}")
-        return "Done: I deleted everything I stored about you (" + ", ".join(parts) + ")."
+            parts.append(prompts.render("commands/forget_timezone"))
+        messages = _count(removed, "commands/count_message_one", "commands/count_message_other")
+        where = _count(
+            touched, "commands/count_conversation_one", "commands/count_conversation_other"
+        )
+        parts.append(
+            prompts.render("commands/forget_messages", messages=messages, conversations=where)
+        )
+        return prompts.render("commands/forget_done", deleted=", ".join(parts))
 
     async def timezone(self, message: ChatMessage, args: str) -> str:
         platform, user_id = message.platform, message.author.id
         wanted = args.strip()
         if not wanted:
             buffer = await self._memory.load(platform, user_id)
-            current = (
-                f"Your timezone is {buffer.timezone}."
-                if buffer.timezone
-                else ("I don't know your timezone.")
-            )
-            return f"{current} Set it with /timezone <IANA zone>, e.g. /timezone Europe/Paris."
+            if buffer.timezone:
+                return prompts.render("commands/timezone_current", timezone=buffer.timezone)
+            return prompts.render("commands/timezone_unset")
         if wanted.casefold() in _CLEAR_WORDS:
             await self._memory.update(
                 platform, user_id, lambda b: b.model_copy(update={"timezone": None})
             )
-            return "Done: I no longer keep your timezone."
+            return prompts.render("commands/timezone_cleared")
         name = resolve_zone(wanted)
         if name is None:
             shown = clean_text(wanted)[:64]
-            return (
-                f"I don't know the timezone {shown!r}. Use an IANA name such as "
-                "Europe/Paris, America/New_York or Asia/Tokyo."
-            )
+            return prompts.render("commands/timezone_unknown", zone=repr(shown))
         await self._memory.update(
             platform, user_id, lambda b: b.model_copy(update={"timezone": name})
         )
         local = self._clock().astimezone(ZoneInfo(name))
-        return f"Your timezone is now {name} (local time {local:%H:%M})."
+        return prompts.render("commands/timezone_set", timezone=name, local_time=f"{local:%H:%M}")
 
 
 def _unique(conversations: list[ConversationKey]) -> list[ConversationKey]:
     return list(dict.fromkeys(conversations))
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
+def _count(n: int, one: str, other: str) -> str:
+    """``n`` with its noun: prompt ``one`` for exactly one, ``other`` for any other count."""
+    return prompts.render(one if n == 1 else other, count=n)

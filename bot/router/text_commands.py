@@ -2,6 +2,7 @@
 
 Commands are parsed from the message text so every platform gets them for free; native slash
 commands of Discord and Slack map onto the same handlers. A command never reaches the LLM.
+Summaries and replies are ``prompts/commands/*``.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import prompts
 from bot.events import ChatMessage
 from bot.state.history import HistoryStore
 
@@ -37,8 +39,8 @@ class Commands:
     def __init__(self, history: HistoryStore) -> None:
         self._history = history
         self._table: dict[str, Command] = {}
-        self.add(Command("help", "list the commands", self._help))
-        self.add(Command("reset", "forget this conversation's history", self._reset))
+        self.add(Command("help", prompts.render("commands/summary_help"), self._help))
+        self.add(Command("reset", prompts.render("commands/summary_reset"), self._reset))
 
     def add(self, command: Command) -> None:
         self._table[command.name] = command
@@ -61,8 +63,8 @@ class Commands:
         lines = [
             f"/{c.name} - {c.summary}" for c in sorted(self._table.values(), key=lambda c: c.name)
         ]
-        return "Commands:\n" + "\n".join(lines)
+        return prompts.render("commands/help", commands="\n".join(lines))
 
     async def _reset(self, message: ChatMessage, args: str) -> str:
         await self._history.clear(message.conversation)
-        return "Done: I have forgotten this conversation's history."
+        return prompts.render("commands/reset_done")

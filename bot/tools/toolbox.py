@@ -8,7 +8,7 @@ Two properties matter to the rest of the bot:
   or unordered variation would throw the cache away.
 * ``execute`` is total: an unknown or disabled tool, a permission refusal, a ``ToolError``, any
   other exception and a timeout all become an ``is_error`` tool result the model can read and
-  react to. Only cancellation propagates.
+  react to (the wording is ``prompts/tools/*``). Only cancellation propagates.
 
 Enabling is layered: the deployment's enable/disable lists are a ceiling; a channel override
 (``CHORUS_TOOLS_CHANNELS``) can narrow it further but never re-enable a tool the deployment
@@ -29,6 +29,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+import prompts
 from bot.config import ConfigError
 from bot.llm.types import ToolCallPart, ToolResultPart, ToolSpec
 from bot.tools.base import Permission, Tool, ToolContext, ToolError
@@ -38,7 +39,7 @@ from bot.tools.netguard import Allowlist
 log = logging.getLogger("chorus.tools")
 
 DEFAULT_MAX_RESULT_CHARS = 16_000
-_WHO = {Permission.MODERATOR: "moderators", Permission.OWNER: "the owner"}
+_DENIED = {Permission.MODERATOR: "tools/denied_moderators", Permission.OWNER: "tools/denied_owner"}
 
 CommaList = Annotated[frozenset[str], NoDecode]
 
@@ -132,7 +133,7 @@ class Toolbox:
         started = time.perf_counter()
         content, is_error, outcome = await self._run(call, ctx)
         if len(content) > self.max_result_chars:
-            marker = f"\n[... truncated: result was {len(content)} characters]"
+            marker = "\n" + prompts.render("tools/truncated", length=len(content))
             content = content[: self.max_result_chars - len(marker)] + marker
         log.info(
             "tool call",
@@ -151,26 +152,30 @@ class Toolbox:
         name = call.name
         tool = self._tools.get(name)
         if tool is None or not self._available(name, ctx.channel_key):
-            available = ", ".join(s.name for s in self.specs_for(ctx)) or "none"
-            return f"unknown tool {name}; available: {available}", True, "unknown"
+            available = ", ".join(s.name for s in self.specs_for(ctx))
+            if not available:
+                return prompts.render("tools/unknown_none_available", tool=name), True, "unknown"
+            return prompts.render("tools/unknown", tool=name, available=available), True, "unknown"
         if not tool.permission.allows(ctx.message.author.roles):
-            return f"{name} may only be used by {_WHO[tool.permission]}", True, "denied"
+            return prompts.render(_DENIED[tool.permission], tool=name), True, "denied"
         log.debug("tool arguments", extra={"tool": name, "arguments": call.arguments})
         try:
             async with asyncio.timeout(tool.timeout) as deadline:
                 text = await tool.call(dict(call.arguments), ctx)
         except ToolError as exc:
-            return str(exc) or f"{name} failed", True, "tool_error"
+            return str(exc) or prompts.render("tools/failed", tool=name), True, "tool_error"
         except TimeoutError as exc:
             if deadline.expired():
-                return f"{name} timed out after {tool.timeout:g} s", True, "timeout"
+                timeout = f"{tool.timeout:g}"
+                return prompts.render("tools/timeout", tool=name, seconds=timeout), True, "timeout"
             log.exception("tool raised", extra={"tool": name})
-            return f"{name} failed: {type(exc).__name__}: {exc}", True, "exception"
+            return _crashed(name, exc), True, "exception"
         except Exception as exc:
             log.exception("tool raised", extra={"tool": name})
-            return f"{name} failed: {type(exc).__name__}: {exc}", True, "exception"
+            return _crashed(name, exc), True, "exception"
         if not isinstance(text, str):
-            return f"{name} failed: it returned {type(text).__name__}, not text", True, "exception"
+            kind = type(text).__name__
+            return prompts.render("tools/not_text", tool=name, type=kind), True, "exception"
         return text, False, "ok"
 
     async def execute_all(
@@ -197,6 +202,10 @@ class Toolbox:
             disabled=settings.tools_disabled,
             channel_overrides=settings.channel_overrides(),
         )
+
+
+def _crashed(name: str, exc: BaseException) -> str:
+    return prompts.render("tools/crashed", tool=name, error=f"{type(exc).__name__}: {exc}")
 
 
 class ToolSettings(BaseSettings):

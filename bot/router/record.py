@@ -1,0 +1,90 @@
+"""What an answered turn leaves behind besides the reply: its history lines, the author's
+activity, and the insights job.
+
+Why apart from ``core``: the message path decides *whether* and *what* to answer; this module
+decides what is written down once it has, all of it queued into the one pipeline that also
+marks the message done (so a turn is recorded exactly once or not at all). It holds the one
+piece of state that is not Redis's: the throttle that records a user's activity at most once
+a minute per conversation.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from datetime import datetime
+
+from redis.asyncio.client import Pipeline
+
+from bot.events import ChatMessage, ConversationKey
+from bot.memory.buffers import MemoryStore
+from bot.memory.insight_queue import InsightJob, queue_enqueue
+from bot.state.history import HistoryEntry
+
+# A user's activity (memory TTL of days, conversation set of a window of days) needs no finer
+# grain than this; skipping the 5 commands for a user who spoke in the same conversation a moment
+# ago halves the commit of a busy chat.
+TOUCH_EVERY = 60.0
+TOUCHED_CACHE = 10_000
+
+
+def turn_entries(message: ChatMessage, answer: str, now: datetime) -> tuple[HistoryEntry, ...]:
+    """The user's line and the answer, as the history keeps them."""
+    author = message.author
+    return (
+        HistoryEntry(
+            role="user",
+            text=message.text,
+            message_id=message.id,
+            author_id=author.id,
+            author_name=author.display_name or author.id,
+            at=message.sent_at,
+        ),
+        HistoryEntry(
+            role="assistant",
+            text=answer,
+            message_id=None,
+            author_id=None,
+            author_name="",
+            at=now,
+        ),
+    )
+
+
+class TouchThrottle:
+    """Remembers when each (platform, user, conversation) was last recorded, LRU-bounded."""
+
+    def __init__(self, every: float = TOUCH_EVERY, capacity: int = TOUCHED_CACHE) -> None:
+        self.every = every
+        self.capacity = capacity
+        self._touched: OrderedDict[tuple[str, str, ConversationKey], float] = OrderedDict()
+
+    def due(self, message: ChatMessage, now: float) -> bool:
+        """True when this user's activity here was not recorded in the last ``every`` seconds
+        (and notes that it is being recorded now)."""
+        key = (message.platform, message.author.id, message.conversation)
+        last = self._touched.get(key)
+        if last is not None and now - last < self.every:
+            return False
+        self._touched[key] = now
+        self._touched.move_to_end(key)
+        if len(self._touched) > self.capacity:
+            self._touched.popitem(last=False)
+        return True
+
+
+def queue_activity(
+    pipe: Pipeline, memory: MemoryStore, message: ChatMessage, now: datetime, *, touch: bool
+) -> None:
+    """The author's activity (when ``touch``) and, unless they are a bot, their insights job."""
+    author = message.author
+    if touch:
+        memory.queue_touch(pipe, message.platform, author.id, message.conversation, now=now)
+    settings = memory.settings
+    if settings.insights_enabled and not author.is_bot:
+        queue_enqueue(
+            pipe,
+            InsightJob.for_message(message),
+            debounce=settings.insights_debounce,
+            max_delay=settings.insights_max_delay,
+            now=now,
+        )
