@@ -6,13 +6,16 @@ import re
 from pathlib import Path
 
 import pytest
-from pydantic_settings import BaseSettings
-
 from adapters.discord.settings import DiscordSettings
 from adapters.slack.settings import SlackSettings
 from adapters.twitch.settings import TwitchSettings
+from pydantic_settings import BaseSettings
+
 from adapters.youtube.settings import YouTubeSettings
-from bot.config import (
+from bot.live.turns import EngagementSettings
+from bot.llm.fallback import FallbackSettings
+from bot.ops.health import HealthSettings
+from bot.settings import (
     NO_LLM_MESSAGE,
     ConfigError,
     ModelSpec,
@@ -20,10 +23,7 @@ from bot.config import (
     load_settings,
     parse_model_spec,
 )
-from bot.live.turns import EngagementSettings
-from bot.llm.fallback import FallbackSettings
-from bot.memory.settings import MemorySettings
-from bot.ops.health import HealthSettings
+from bot.settings.memory import MemorySettings
 from bot.tools.toolbox import ToolSettings
 
 ROOT = Path(__file__).resolve().parent.parent

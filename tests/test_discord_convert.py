@@ -13,14 +13,14 @@ from typing import Any
 
 import discord
 import pytest
+from adapters.discord.settings import load_discord_settings
 from discord.state import ConnectionState
 from discord.user import ClientUser
 
 from adapters.discord import convert
 from adapters.discord.convert import Policy
-from adapters.discord.settings import load_discord_settings
-from bot.config import ConfigError
 from bot.events import AttachmentKind, ConversationKey, MessageDeleted, Reply, Role
+from bot.settings import ConfigError
 from tests.loopback.discord_server import (
     BOT_ID,
     CHANNEL_ID,

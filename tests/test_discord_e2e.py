@@ -17,16 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from adapters.discord.settings import DiscordSettings
 from discord.http import Route
 
 from adapters.discord.adapter import DiscordAdapter
 from adapters.discord.sender import DiscordSender
-from adapters.discord.settings import DiscordSettings
 from bot.bus.base import InProcessBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
-from bot.config import ConfigError
 from bot.events import ChatMessage, ConversationKey, MessageDeleted, Reply
 from bot.llm.retry import RetryPolicy
+from bot.settings import ConfigError
 from tests.loopback.base import ScriptedFailure
 from tests.loopback.discord_server import (
     BOT_ID,

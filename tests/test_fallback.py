@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from bot.agent.loop import Agent, ExitReason
-from bot.config import ConfigError, ModelSpec, load_settings
 from bot.llm.errors import ProviderAuthError, ProviderRequestError, ProviderUnavailable
 from bot.llm.fallback import (
     ChainExhausted,
@@ -32,6 +31,7 @@ from bot.llm.types import (
     ToolResultPart,
     Usage,
 )
+from bot.settings import ConfigError, ModelSpec, load_settings
 from bot.tools.function import tool
 from bot.tools.toolbox import Toolbox
 from tests.agent_rig import context

@@ -15,7 +15,6 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.config import ConfigError
 from bot.llm.errors import ProviderUnavailable
 from bot.llm.fallback import FallbackProvider
 from bot.llm.scripted import ScriptedProvider
@@ -27,6 +26,7 @@ from bot.ops.health import (
     redis_check,
 )
 from bot.ops.metrics import Metrics, NullMetrics
+from bot.settings import ConfigError
 from bot.state import connect
 from tests.redis_server import free_port, start_redis, stop_redis
 

@@ -10,7 +10,6 @@ import anthropic
 import httpx2
 import pytest
 
-from bot.config import ConfigError, Settings
 from bot.llm import guard
 from bot.llm.anthropic import MAX_CACHE_MARKERS, THINKING_BUDGETS, AnthropicProvider
 from bot.llm.errors import (
@@ -34,6 +33,7 @@ from bot.llm.types import (
     ToolSpec,
     Usage,
 )
+from bot.settings import ConfigError, Settings
 from tests.loopback.anthropic_server import AnthropicServer
 
 MODEL = "claude-test"

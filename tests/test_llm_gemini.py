@@ -16,7 +16,6 @@ from aiohttp import web
 from google import genai
 from google.genai import types
 
-from bot.config import ConfigError, Settings, load_settings
 from bot.llm import guard
 from bot.llm.errors import (
     ProviderAuthError,
@@ -40,6 +39,7 @@ from bot.llm.types import (
     ToolResultPart,
     ToolSpec,
 )
+from bot.settings import ConfigError, Settings, load_settings
 from tests.loopback.gemini_server import GeminiServer, error_info, retry_info
 
 # google-genai subclasses aiohttp.ClientSession for its own sessions, which aiohttp frowns upon.

@@ -12,7 +12,6 @@ import httpx2
 import openai
 import pytest
 
-from bot.config import ConfigError, Settings
 from bot.llm import guard
 from bot.llm.errors import (
     ProviderAuthError,
@@ -40,6 +39,7 @@ from bot.llm.types import (
     ToolSpec,
     Usage,
 )
+from bot.settings import ConfigError, Settings
 from tests.loopback.openai_server import CREATED, OpenAIServer
 
 MODEL = "gpt-test"

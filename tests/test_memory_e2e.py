@@ -16,8 +16,8 @@ import pytest
 from bot.app import Chorus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.cli import _insights_worker
-from bot.config import load_settings
 from bot.events import Author, ChatMessage, ConversationKey, Reply, Role, utcnow
+from bot.settings import load_settings
 from tests.loopback.anthropic_server import AnthropicServer
 
 _OWN_LINE = re.compile(r'<line id="(L\d+)" from="[^"]*" own="yes">([^<]*)</line>')

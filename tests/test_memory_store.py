@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from bot.config import ConfigError, parse_model_spec
 from bot.events import ConversationKey
 from bot.memory.buffers import (
     PIN_TEXT_MAX,
@@ -28,6 +27,7 @@ from bot.memory.buffers import (
     source_ref,
 )
 from bot.memory.edit import Outcome, add_pin, add_recommendation
+from bot.settings import ConfigError, parse_model_spec
 from bot.state import connect, keys
 from tests.memory_samples import full_buffer
 from tests.roundtrips import RoundTrips, counting_round_trips

@@ -14,11 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from bot.bus.base import InProcessBus
 from bot.bus.streams import RedisStreamsBus
 from bot.bus.topics import INBOUND
-from bot.config import ConfigError
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.llm.pricing import DEFAULT_PRICES, PriceTable, load_prices
 from bot.llm.types import Usage
 from bot.ops.metrics import Metrics, NullMetrics
+from bot.settings import ConfigError
 from bot.state import connect
 
 

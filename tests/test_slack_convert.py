@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from adapters.slack.settings import SlackMode, SlackSettings, load_slack_settings
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import SecretStr
@@ -30,10 +31,9 @@ from adapters.slack.convert import (
     reply_to_posts,
 )
 from adapters.slack.mrkdwn import ZWSP, escape, to_mrkdwn
-from adapters.slack.settings import SlackMode, SlackSettings, load_slack_settings
 from adapters.slack.state import SeenSet, TTLCache
-from bot.config import ConfigError
 from bot.events import AttachmentKind, ConversationKey, MessageDeleted, Reply, Role
+from bot.settings import ConfigError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slack"
 BOT = BotIdentity(user_id="UBOT0001", bot_id="BBOT0001", team_id="T111")

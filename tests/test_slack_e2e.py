@@ -23,14 +23,14 @@ from urllib.parse import urlencode
 
 import aiohttp
 import pytest
+from adapters.slack.settings import SlackSettings
 
 from adapters.slack.adapter import SlackAdapter, build_client
 from adapters.slack.sender import SlackSender
-from adapters.slack.settings import SlackSettings
 from bot.bus.base import InProcessBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
-from bot.config import ConfigError
 from bot.events import AttachmentKind, ChatMessage, MessageDeleted, Reply, Role
+from bot.settings import ConfigError
 from tests.loopback.base import ScriptedFailure
 from tests.loopback.slack_server import BOT_USER_ID, SlackServer
 

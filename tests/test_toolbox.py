@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import ConfigError
 from bot.events import Author, ChatMessage, ConversationKey, Role
 from bot.llm.types import ToolCallPart
+from bot.settings import ConfigError
 from bot.tools.base import Permission, ToolContext, ToolError
 from bot.tools.function import FunctionTool, tool
 from bot.tools.toolbox import ChannelToolConfig, Toolbox, load_tool_settings

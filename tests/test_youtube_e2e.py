@@ -23,8 +23,8 @@ from adapters.youtube.quota import RESET_SLACK, next_reset, quota_day
 from adapters.youtube.settings import YouTubeSettings
 from bot.bus.base import InProcessBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
-from bot.config import ConfigError
 from bot.events import ChatMessage, MessageDeleted, Reply
+from bot.settings import ConfigError
 from bot.state import connect
 from tests.loopback.youtube_server import (
     LIVE_CHAT_ID,
