@@ -339,8 +339,8 @@ def test_settings_parse_channel_lists_and_validate_urls(monkeypatch: pytest.Monk
     assert settings.allowed_channels == frozenset() and not settings.message_content_intent
     monkeypatch.setenv("DISCORD_API_BASE_URL", "http://127.0.0.1:9/")
     with pytest.raises(ConfigError, match="DISCORD_API_BASE_URL.*/api/v10"):
-        load_settings().discord
+        load_settings()
     monkeypatch.delenv("DISCORD_API_BASE_URL")
     monkeypatch.setenv("DISCORD_ALLOWED_CHANNELS", "general")
     with pytest.raises(ConfigError, match="DISCORD_ALLOWED_CHANNELS"):
-        load_settings().discord
+        load_settings()

@@ -39,7 +39,7 @@ from bot.settings.memory import MemorySettings
 from bot.settings.ops import HealthSettings, LoggingSettings, MetricsSettings
 from bot.settings.slack import SlackSettings
 from bot.settings.sources import (
-    ENVIRONMENT,
+    GIVEN,
     Value,
     read_env_file,
     read_environ,
@@ -153,7 +153,7 @@ def load_settings(
 
 def settings_from(values: Mapping[str, str]) -> Settings:
     """The root from variables given directly (tests, benchmarks), checked like loaded ones."""
-    return _validate({name: Value(text, ENVIRONMENT) for name, text in values.items() if text})
+    return _validate({name: Value(text, GIVEN) for name, text in values.items() if text})
 
 
 def _validate(values: Mapping[str, Value]) -> Settings:
@@ -171,8 +171,8 @@ def _validate(values: Mapping[str, Value]) -> Settings:
 
 
 def _problem(section: type[Section], error: Any, values: Mapping[str, Value]) -> str:
-    message = str(error["msg"]).removeprefix("Value error, ")
     variable = str(error["loc"][0]) if error["loc"] else ""
+    message = str(error["msg"]).removeprefix("Value error, ").removeprefix(f"{variable}: ")
     value = values.get(variable)
     if value is None:  # a check across fields: its message names the variables
         return message

@@ -21,6 +21,7 @@ from pathlib import Path
 from dotenv import dotenv_values
 
 ENVIRONMENT = "the environment"
+GIVEN = "the given values"  # settings_from: passed in by a test or a benchmark
 PREFIX = "CHORUS_"
 
 # Switches read outside the settings root (the test suite's and the benchmarks'): known names,
