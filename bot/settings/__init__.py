@@ -135,16 +135,19 @@ def load_settings(
     *,
     environ: Mapping[str, str] | None = None,
     env_file: str | Path | None = ".env",
+    sections: Mapping[str, Mapping[str, Any]] | None = None,
     warn: bool = True,
 ) -> Settings:
     """Read ``env_file`` and the environment (``os.environ`` unless ``environ``) into the root.
 
-    Raises one ``ConfigError`` listing every bad value; logs (``warn``) or keeps in
-    ``Settings.warnings`` one line per unknown ``CHORUS_*`` name.
+    ``sections`` are values by section and field name (``{"state": {"history_max_messages":
+    80}}``), the shape a config file gives; any variable set in the environment or ``.env``
+    wins over them. Raises one ``ConfigError`` listing every bad value; logs (``warn``) or
+    keeps in ``Settings.warnings`` one line per unknown ``CHORUS_*`` name.
     """
     from_file = read_env_file(env_file)
     from_env = read_environ(environ)
-    settings = _validate({**from_file, **from_env})
+    settings = _validate({**from_file, **from_env}, sections or {})
     settings._warnings = unknown_variables((from_env, from_file), known_variables())
     if warn:
         settings.log_warnings()
@@ -156,23 +159,34 @@ def settings_from(values: Mapping[str, str]) -> Settings:
     return _validate({name: Value(text, GIVEN) for name, text in values.items() if text})
 
 
-def _validate(values: Mapping[str, Value]) -> Settings:
+def _validate(
+    values: Mapping[str, Value], by_field: Mapping[str, Mapping[str, Any]] | None = None
+) -> Settings:
     flat = {name: value.text for name, value in values.items()}
+    unknown = set(by_field or {}) - set(Settings.model_fields)
+    if unknown:
+        raise ConfigError(f"unknown settings sections: {', '.join(sorted(unknown))}")
     sections: dict[str, Any] = {}
     problems: list[str] = []
     for name, section in _sections().items():
+        # A variable (the alias) wins over the same field given by name.
+        given = {**(by_field or {}).get(name, {}), **flat}
         try:
-            sections[name] = section.model_validate(flat)
+            sections[name] = section.model_validate(given)
         except ValidationError as exc:
-            problems += [_problem(section, error, values) for error in exc.errors()]
+            problems += [_problem(name, section, error, values) for error in exc.errors()]
     if problems:
         raise ConfigError("invalid settings:\n  " + "\n  ".join(dict.fromkeys(problems)))
     return Settings(**sections)
 
 
-def _problem(section: type[Section], error: Any, values: Mapping[str, Value]) -> str:
+def _problem(
+    name: str, section: type[Section], error: Any, values: Mapping[str, Value]
+) -> str:
     variable = str(error["loc"][0]) if error["loc"] else ""
     message = str(error["msg"]).removeprefix("Value error, ").removeprefix(f"{variable}: ")
+    if variable in section.model_fields:  # given by field name, not by a variable
+        return f"{name}.{variable} ({section.variable_for(variable)}): {message}"
     value = values.get(variable)
     if value is None:  # a check across fields: its message names the variables
         return message

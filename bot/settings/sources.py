@@ -58,10 +58,12 @@ def unknown_variables(sources: Iterable[Mapping[str, Value]], known: Iterable[st
         for name, value in source.items():
             if name.startswith(PREFIX) and name not in everything:
                 places.setdefault(name, []).append(_where(value))
+    # Compared without the shared prefix, which would make every CHORUS_ name look alike.
+    bare = {known_name.removeprefix(PREFIX): known_name for known_name in everything}
     lines = []
     for name, where in sorted(places.items()):
-        close = difflib.get_close_matches(name, everything, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]}?" if close else "; no setting has a similar name"
+        close = difflib.get_close_matches(name.removeprefix(PREFIX), list(bare), n=1, cutoff=0.6)
+        hint = f"; did you mean {bare[close[0]]}?" if close else "; no setting has a similar name"
         lines.append(f"unknown setting {name} {' and '.join(where)} is ignored{hint}")
     return lines
 
