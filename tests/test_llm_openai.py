@@ -586,7 +586,7 @@ def test_from_settings_without_key_or_base_url_names_the_variable(
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
-        OpenAIProvider.from_settings(LLMSettings())  # type: ignore[call-arg]
+        OpenAIProvider.from_settings(LLMSettings())
 
 
 async def test_aclose_leaves_an_injected_client_open(provider: OpenAIProvider) -> None:

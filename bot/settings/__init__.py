@@ -180,9 +180,7 @@ def _validate(
     return Settings(**sections)
 
 
-def _problem(
-    name: str, section: type[Section], error: Any, values: Mapping[str, Value]
-) -> str:
+def _problem(name: str, section: type[Section], error: Any, values: Mapping[str, Value]) -> str:
     variable = str(error["loc"][0]) if error["loc"] else ""
     message = str(error["msg"]).removeprefix("Value error, ").removeprefix(f"{variable}: ")
     if variable in section.model_fields:  # given by field name, not by a variable
