@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from bot.app import Chorus
 from bot.llm.types import Usage
 from bot.ops.metrics import Metrics
 from bot.settings import ConfigError, Settings, known_variables, load_settings
-from tests.test_metrics import key, scrape
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO_SERVER = ROOT / "tests" / "mcp_servers" / "echo_server.py"
@@ -371,7 +371,14 @@ async def test_mcp_config_and_prices_from_dotenv_take_effect(tmp_path: Path) -> 
         assert "echo__add" in app.tools.names  # the MCP server of the .env file was started
         assert isinstance(app.metrics, Metrics)
         app.metrics.tokens("my-local-model", Usage(input_tokens=1_000_000, output_tokens=500_000))
-        got = await scrape(app.metrics)
-        assert got[key("chorus_llm_cost_usd_total", model="my-local-model")] == pytest.approx(4.0)
+        body, _ = await app.metrics.render()
+        costs = [
+            sample.value
+            for family in text_string_to_metric_families(body.decode())
+            for sample in family.samples
+            if sample.name == "chorus_llm_cost_usd_total"
+            and sample.labels.get("model") == "my-local-model"
+        ]
+        assert costs == [pytest.approx(4.0)]  # 1M input at 2.0 + 0.5M output at 4.0
     finally:
         await app.aclose()
