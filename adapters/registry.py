@@ -2,28 +2,28 @@
 
 Imported only by the composition root (``bot/cli.py``). Each platform's module, and so its SDK,
 is imported only when that platform is configured, so an unused SDK need not be installed; a
-configured platform whose SDK is missing gets the exact install command.
+configured platform whose SDK is missing gets the exact install command. Whether a platform is
+configured is read from its section of the settings root, the same place its adapter is then
+built from, so the environment and ``.env`` count alike.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 from dataclasses import dataclass
 from typing import Any
 
-from dotenv import dotenv_values
 from redis.asyncio import Redis
 
 from bot.bus.base import EventBus
-from bot.config import ConfigError
 from bot.ops.logs import add_secrets
 from bot.platform.protocol import PlatformAdapter
+from bot.settings import ConfigError, Settings
 
 
 @dataclass(frozen=True)
 class Platform:
-    name: str
+    name: str  # also the name of its section of the settings root
     module: str
     cls: str
     trigger: str  # the variable whose presence turns the platform on
@@ -50,22 +50,20 @@ PLATFORMS = (
 )
 
 
-def _configured(variable: str) -> bool:
-    value = os.environ.get(variable)
-    if value is None:
-        value = dotenv_values(".env").get(variable) if os.path.exists(".env") else None
-    return bool(value and value.strip())
+def _section(settings: Settings, platform: Platform) -> Any:
+    return getattr(settings, platform.name)
 
 
-def configured_platforms() -> list[str]:
-    return [p.name for p in PLATFORMS if _configured(p.trigger)]
+def configured_platforms(settings: Settings) -> list[str]:
+    return [p.name for p in PLATFORMS if _section(settings, p).configured]
 
 
-def build_adapters(bus: EventBus, redis: Redis) -> list[PlatformAdapter]:
+def build_adapters(settings: Settings, bus: EventBus, redis: Redis) -> list[PlatformAdapter]:
     """An adapter for every configured platform (``ConfigError`` names what is missing)."""
     adapters: list[PlatformAdapter] = []
     for platform in PLATFORMS:
-        if not _configured(platform.trigger):
+        section = _section(settings, platform)
+        if not section.configured:
             continue
         try:
             module: Any = importlib.import_module(platform.module)
@@ -76,12 +74,8 @@ def build_adapters(bus: EventBus, redis: Redis) -> list[PlatformAdapter]:
                     f"run: pip install 'chorus-bot[{platform.extra}]'"
                 ) from None
             raise
-        factory = getattr(module, platform.cls).from_env
-        adapter = factory(bus, redis) if platform.needs_redis else factory(bus)
-        if adapter is None:
-            continue
-        settings = getattr(adapter, "settings", None)
-        if settings is not None and hasattr(settings, "secret_values"):
-            add_secrets(settings.secret_values())
+        factory = getattr(module, platform.cls).from_section
+        adapter = factory(section, bus, redis) if platform.needs_redis else factory(section, bus)
+        add_secrets(section.secret_values())
         adapters.append(adapter)
     return adapters

@@ -25,15 +25,15 @@ from bot.agent.loop import Agent
 from bot.agent.prompting import PromptAssembler
 from bot.bus.base import InProcessBus
 from bot.bus.topics import INBOUND, outbound_topic
-from bot.config import load_settings
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.llm.registry import build_provider
 from bot.llm.types import SystemPart, TextPart
 from bot.router.core import Router
 from bot.router.text_commands import Commands
+from bot.settings import settings_from
 from bot.state import connect
 from bot.state.history import HistoryStore
-from bot.tools.toolbox import Toolbox, load_tool_settings
+from bot.tools.toolbox import Toolbox
 from tests.agent_rig import tool_results
 from tests.loopback.anthropic_caching import CachingAnthropicServer
 from tests.loopback.cache_sim import PromptCacheSim
@@ -193,19 +193,19 @@ async def run(layout: str = "chorus") -> CacheRun:
     server = CachingAnthropicServer(PromptCacheSim(min_tokens=1024))
     server.default_reply = scripted_model(plan)
     await server.start()
-    settings = load_settings(
-        CHORUS_MODEL="anthropic:claude-sonnet-4-5",
-        ANTHROPIC_API_KEY="bench",
-        ANTHROPIC_BASE_URL=server.base_url,
+    settings = settings_from(
+        {
+            "CHORUS_MODEL": "anthropic:claude-sonnet-4-5",
+            "ANTHROPIC_API_KEY": "bench",
+            "ANTHROPIC_BASE_URL": server.base_url,
+            "CHORUS_FETCH_ALLOW": base.removeprefix("http://"),
+            "CHORUS_FEEDS": f"{base}/feed.xml",
+        }
     )
-    provider = build_provider(settings.model_spec(), settings)
+    provider = build_provider(settings.llm.model_spec(), settings.llm)
     redis = await connect.open_redis(f"memory://bench-cache-{layout}")
     bus = InProcessBus()
-    tools = Toolbox.from_settings(
-        load_tool_settings(
-            CHORUS_FETCH_ALLOW=base.removeprefix("http://"), CHORUS_FEEDS=f"{base}/feed.xml"
-        )
-    )
+    tools = Toolbox.from_settings(settings.tools)
     assembler_cls = NaiveAssembler if layout == "naive" else PromptAssembler
     history = HistoryStore(redis, max_messages=40, ttl_seconds=3600)
     router = Router(

@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 from bot.memory.buffers import MemoryStore
-from bot.memory.settings import MemorySettings
+from bot.settings.memory import MemorySettings
 from bot.state import connect, keys
 from tests.memory_samples import full_buffer
 from tests.roundtrips import counting_round_trips

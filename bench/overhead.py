@@ -25,11 +25,11 @@ import anthropic
 
 from bot.app import Chorus
 from bot.bus.topics import INBOUND, outbound_topic
-from bot.config import load_settings
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.llm.base import Provider
 from bot.llm.scripted import ScriptedProvider
 from bot.ops.metrics import NullMetrics
+from bot.settings import settings_from
 from tests.loopback.anthropic_server import AnthropicServer
 
 WARMUP = 20
@@ -87,13 +87,15 @@ async def _chorus(
     *,
     settle: bool = True,
 ) -> tuple[list[float], list[float]]:
-    settings = load_settings(
-        CHORUS_MODEL="anthropic:claude-test",
-        ANTHROPIC_API_KEY="bench",
-        ANTHROPIC_BASE_URL=server.base_url,
-        CHORUS_REDIS_URL=redis_url,
-        CHORUS_BUS=bus,
-        CHORUS_BUS_NAMESPACE=f"ovh{uuid.uuid4().hex[:8]}",
+    settings = settings_from(
+        {
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "bench",
+            "ANTHROPIC_BASE_URL": server.base_url,
+            "CHORUS_REDIS_URL": redis_url,
+            "CHORUS_BUS": bus,
+            "CHORUS_BUS_NAMESPACE": f"ovh{uuid.uuid4().hex[:8]}",
+        }
     )
     app = await Chorus.from_settings(settings, provider=provider)
     times = _LLMTimes()

@@ -20,21 +20,21 @@ from bot.agent.loop import Agent, LoopLimits
 from bot.agent.prompting import PromptAssembler, system_prompt
 from bot.bus.base import EventBus, InProcessBus
 from bot.bus.claims import default_worker_id
-from bot.config import ConfigError, Settings
 from bot.live.engagement import Engagement
-from bot.live.turns import EngagementSettings, LiveChat
+from bot.live.turns import LiveChat, policy_config
 from bot.llm.base import Provider
-from bot.llm.fallback import build_chain, load_fallback_settings
-from bot.memory.buffers import MemorySettings, MemoryStore, load_memory_settings
-from bot.ops.health import HealthServer, HealthSettings, adapter_checks, provider_check, redis_check
+from bot.llm.fallback import build_chain
+from bot.memory.buffers import MemoryStore
+from bot.ops.health import HealthServer, adapter_checks, provider_check, redis_check
 from bot.ops.metrics import Metrics, NullMetrics
 from bot.router import memory_commands
 from bot.router.core import Router, RouterLimits
 from bot.router.text_commands import Commands
+from bot.settings import ConfigError, Settings, ToolSettings
 from bot.state import connect
 from bot.state.history import HistoryStore
-from bot.tools.mcp_config import config_from_env
-from bot.tools.toolbox import Toolbox, load_tool_settings
+from bot.tools.mcp_config import config_from_settings
+from bot.tools.toolbox import Toolbox
 
 if TYPE_CHECKING:
     from bot.tools.mcp import MCPManager
@@ -54,7 +54,6 @@ class Chorus:
         redis: Redis,
         bus: EventBus,
         tools: Toolbox | None = None,
-        memory_settings: MemorySettings | None = None,
         metrics: Metrics | NullMetrics | None = None,
         owns: tuple[object, ...] = (),
     ) -> None:
@@ -66,27 +65,26 @@ class Chorus:
         self.bus = bus
         self.history = HistoryStore(
             redis,
-            max_messages=settings.history_max_messages,
-            ttl_seconds=settings.history_ttl_seconds,
+            max_messages=settings.state.history_max_messages,
+            ttl_seconds=settings.state.history_ttl_seconds,
         )
         self.assembler = PromptAssembler(
             model=model,
-            system_prompt=system_prompt(settings.bot_name),
-            max_tokens=settings.max_output_tokens,
-            vision=settings.vision,
+            system_prompt=system_prompt(settings.agent.bot_name),
+            max_tokens=settings.agent.max_output_tokens,
+            vision=settings.agent.vision,
         )
-        self.tools = tools if tools is not None else Toolbox.from_settings()
+        self.tools = tools if tools is not None else Toolbox.from_settings(settings.tools)
         self.agent = Agent(
             provider,
             metrics=self.metrics,
             tools=self.tools,
             limits=LoopLimits(
-                max_iterations=settings.max_tool_iterations,
-                budget_seconds=settings.turn_budget_seconds,
+                max_iterations=settings.agent.max_tool_iterations,
+                budget_seconds=settings.agent.turn_budget_seconds,
             ),
         )
-        self.memory_settings = memory_settings or load_memory_settings()
-        engagement = EngagementSettings()
+        self.memory_settings = settings.memory
         self.memory = MemoryStore(redis, self.memory_settings)
         commands = Commands(self.history)
         memory_commands.register(commands, self.memory, self.history)
@@ -99,12 +97,12 @@ class Chorus:
             commands=commands,
             tools=self.tools,
             memory=self.memory,
-            live=LiveChat(Engagement(engagement.policy())),
+            live=LiveChat(Engagement(policy_config(settings.engagement))),
             metrics=self.metrics,
             limits=RouterLimits(
-                max_message_chars=settings.max_message_chars,
-                reasoning=settings.reasoning,
-                reasoning_max=settings.reasoning_max,
+                max_message_chars=settings.agent.max_message_chars,
+                reasoning=settings.agent.reasoning,
+                reasoning_max=settings.agent.reasoning_max,
             ),
         )
         self._owns = owns
@@ -115,22 +113,20 @@ class Chorus:
         cls, settings: Settings, *, provider: Provider | None = None, bus: EventBus | None = None
     ) -> Chorus:
         """Build every component the settings describe; what is built here is closed here."""
-        spec = settings.model_spec()
+        spec = settings.llm.model_spec()
         owned: list[object] = []
         try:
-            # Settings errors surface before anything starts.
-            tool_settings = load_tool_settings()
-            memory_settings = load_memory_settings()
-            metrics = Metrics.from_env()
-            fallback = load_fallback_settings()
-            mcp = await _start_mcp()
+            metrics = Metrics.from_settings(settings.metrics)  # a bad CHORUS_PRICES file fails here
+            mcp = await _start_mcp(settings.tools)
             if mcp is not None:
                 owned.append(mcp)
-            tools = Toolbox.from_settings(tool_settings, extra_tools=mcp.tools() if mcp else ())
+            tools = Toolbox.from_settings(settings.tools, extra_tools=mcp.tools() if mcp else ())
             if provider is None:
-                provider = build_chain(settings, spec, fallback, on_fallback=metrics.llm_fallback)
+                provider = build_chain(
+                    settings.llm, spec, settings.fallback, on_fallback=metrics.llm_fallback
+                )
                 owned.append(provider)
-            redis = await connect.open_redis(settings.redis_url)
+            redis = await connect.open_redis(settings.state.redis_url)
             owned.append(redis)
             if bus is None:
                 bus = _make_bus(settings, redis)
@@ -145,7 +141,6 @@ class Chorus:
             redis=redis,
             bus=bus,
             tools=tools,
-            memory_settings=memory_settings,
             metrics=metrics,
             owns=tuple(owned),
         )
@@ -164,14 +159,14 @@ class Chorus:
         finally:
             await self.aclose()
 
-    async def start_health(self, settings: HealthSettings, adapters: Sequence[object] = ()) -> None:
+    async def start_health(self, adapters: Sequence[object] = ()) -> None:
         """The /healthz, /readyz and /metrics server (CHORUS_HEALTH_PORT=0: none)."""
         checks = {
             "redis": redis_check(self.redis),
             "llm": provider_check(self.provider),
             **adapter_checks(adapters),
         }
-        self.health = HealthServer.from_settings(settings, self.metrics, checks)
+        self.health = HealthServer.from_settings(self.settings.health, self.metrics, checks)
         if self.health is not None:
             await self.health.start()
 
@@ -197,9 +192,9 @@ class Chorus:
         await self.aclose()
 
 
-async def _start_mcp() -> MCPManager | None:
+async def _start_mcp(settings: ToolSettings) -> MCPManager | None:
     """The MCP servers of ``CHORUS_MCP_CONFIG``, started; None when none are configured."""
-    config = config_from_env()
+    config = config_from_settings(settings)
     if config is None:
         return None
     try:
@@ -232,15 +227,15 @@ def _make_bus(settings: Settings, redis: Redis) -> EventBus:
     """In-process by default; Redis Streams (``CHORUS_BUS=redis``) to scale out over processes.
     The Streams bus shares the state store's connection so a reply and its record commit in one
     transaction."""
-    if settings.bus == "redis":
+    if settings.state.bus == "redis":
         from bot.bus.streams import RedisStreamsBus
 
-        if settings.redis_url.startswith("memory"):
+        if settings.state.redis_url.startswith("memory"):
             log.warning(
                 "CHORUS_BUS=redis with the embedded store connects no other process; "
                 "set CHORUS_REDIS_URL=redis://... to scale out"
             )
         return RedisStreamsBus(
-            redis, consumer=default_worker_id(), namespace=settings.bus_namespace
+            redis, consumer=default_worker_id(), namespace=settings.state.bus_namespace
         )
     return InProcessBus()

@@ -19,13 +19,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from bot.config import KEY_ENV, PROVIDERS, ConfigError, Settings, load_settings
 from bot.events import utcnow
 from bot.llm.base import Provider
 from bot.ops import aio
-from bot.ops.health import load_health_settings
 from bot.ops.logs import setup_logging
 from bot.platform.protocol import PlatformAdapter
+from bot.settings import KEY_ENV, PROVIDERS, ConfigError, Settings, load_settings
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -74,18 +73,19 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        settings = load_settings()
+        settings = load_settings(warn=False)  # warnings once logging is set up
     except ConfigError as exc:
         print(f"chorus: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    setup_logging(settings.log_level, settings.log_format, settings.secret_values())
+    setup_logging(settings.logging.level, settings.logging.format, settings.secret_values())
+    settings.log_warnings()
     if args.command == "config":
         print(describe_config(settings))
         return 0
     if args.command == "replay":
-        return _replay(args.trace)
+        return _replay(args.trace, settings)
     try:
-        settings.model_spec()
+        settings.llm.model_spec()
         if args.command == "run":
             return aio.run(_run(settings, role=args.role))
         if args.command == "insights":
@@ -102,19 +102,18 @@ async def _run(settings: Settings, *, role: str = "all") -> int:
     from adapters.registry import build_adapters, configured_platforms
     from bot.app import Chorus
 
-    if role == "all" and not configured_platforms():
+    if role == "all" and not configured_platforms(settings):
         log.info("no platform credentials configured; starting the console adapter")
         return await _chat(settings, user=None, json_output=False)
-    if role != "all" and settings.bus != "redis":
+    if role != "all" and settings.state.bus != "redis":
         raise ConfigError(
             f"--role {role} needs the Redis Streams bus between processes: set CHORUS_BUS=redis "
             "and CHORUS_REDIS_URL=redis://... (the same for every process)"
         )
-    health = load_health_settings()  # a bad port fails before anything starts
     app = await Chorus.from_settings(settings)
-    adapters = [] if role == "worker" else build_adapters(app.bus, app.redis)
+    adapters = [] if role == "worker" else build_adapters(settings, app.bus, app.redis)
     _watch(app, adapters)
-    await app.start_health(health, adapters)
+    await app.start_health(adapters)
     if role == "gateway" and not adapters:
         await app.aclose()
         raise ConfigError(
@@ -134,7 +133,8 @@ def _watch(app: Chorus, adapters: Sequence[PlatformAdapter]) -> None:
     from bot.bus.gauges import bus_gauges
     from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 
-    topics = (INBOUND, DELETIONS, *(outbound_topic(p) for p in configured_platforms()))
+    platforms = configured_platforms(app.settings)
+    topics = (INBOUND, DELETIONS, *(outbound_topic(p) for p in platforms))
     app.metrics.watch_bus(bus_gauges(app.bus, redis=app.redis, topics=topics))
     for adapter in adapters:
         for name, help_text, labels, read, kind in _adapter_gauges(adapter):
@@ -206,8 +206,8 @@ async def _chat(settings: Settings, *, user: str | None, json_output: bool) -> i
             stdout=sys.stdout,
             user=user or _default_user(),
             interactive=sys.stdin.isatty(),
-            bot_name=settings.bot_name,
-            reply_timeout=settings.llm_timeout * (settings.llm_max_retries + 2) + 30,
+            bot_name=settings.agent.bot_name,
+            reply_timeout=settings.llm.llm_timeout * (settings.llm.llm_max_retries + 2) + 30,
             json_output=json_output,
         )
         return await adapter.run()
@@ -238,20 +238,22 @@ def _insights_worker(
     metrics: MetricsSink | None = None,
 ) -> tuple[InsightsWorker, Provider]:
     from bot.llm.registry import build_provider
-    from bot.memory.buffers import MemoryStore, load_memory_settings
+    from bot.memory.buffers import MemoryStore
     from bot.state.history import HistoryStore
     from insights.worker import InsightsWorker
 
-    memory = load_memory_settings()
-    chat = settings.model_spec()
-    spec = memory.insights_model(chat, base_url=settings.base_url(chat.provider))
+    memory = settings.memory
+    chat = settings.llm.model_spec()
+    spec = memory.insights_model(chat, base_url=settings.llm.base_url(chat.provider))
     provider = (
         chat_provider
         if chat_provider is not None and spec.provider == chat.provider
-        else build_provider(spec, settings)
+        else build_provider(spec, settings.llm)
     )
     history = HistoryStore(
-        redis, max_messages=settings.history_max_messages, ttl_seconds=settings.history_ttl_seconds
+        redis,
+        max_messages=settings.state.history_max_messages,
+        ttl_seconds=settings.state.history_ttl_seconds,
     )
     worker = InsightsWorker(
         redis, provider, spec.model, history, MemoryStore(redis, memory), memory, metrics=metrics
@@ -267,9 +269,8 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
     from bot.ops.metrics import Metrics
     from bot.state import connect
 
-    health_settings = load_health_settings()  # a bad port fails before anything starts
-    metrics = Metrics.from_env()
-    redis = await connect.open_redis(settings.redis_url)
+    metrics = Metrics.from_settings(settings.metrics)
+    redis = await connect.open_redis(settings.state.redis_url)
     health: HealthServer | None = None
     try:
         worker, provider = _insights_worker(settings, redis, None, metrics)
@@ -281,7 +282,7 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
                     done = await worker.run_once(later)
                 return 0
             health = HealthServer.from_settings(
-                health_settings,
+                settings.health,
                 metrics,
                 {"redis": redis_check(redis), "llm": provider_check(provider)},
             )
@@ -307,14 +308,14 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
         await redis.aclose()
 
 
-def _replay(trace: str) -> int:
+def _replay(trace: str, settings: Settings) -> int:
     """``chorus replay TRACE.jsonl``: the policy on a trace, with a scripted model; exits 1 if a
     message was answered twice or a platform's send limit was exceeded."""
     from bot.live.replay import format_report, replay
-    from bot.live.turns import EngagementSettings
+    from bot.live.turns import policy_config
 
     try:
-        report = replay(trace, config=EngagementSettings().policy())
+        report = replay(trace, config=policy_config(settings.engagement))
     except OSError as exc:
         print(f"chorus: cannot read {trace}: {exc.strerror}", file=sys.stderr)
         return EXIT_CONFIG
@@ -349,32 +350,41 @@ def describe_config(settings: Settings) -> str:
     """A human summary of the settings: values, masked secrets, and what is missing."""
     lines = ["Chorus configuration", ""]
     try:
-        spec = settings.model_spec()
+        spec = settings.llm.model_spec()
         lines.append(
-            f"  model            {spec}  (CHORUS_MODEL{'' if settings.model else ', inferred'})"
+            f"  model            {spec}  (CHORUS_MODEL{'' if settings.llm.model else ', inferred'})"
         )
         problem = None
     except ConfigError as exc:
         lines.append("  model            MISSING")
         problem = str(exc)
     for provider in PROVIDERS:
-        key = settings.api_key(provider)
-        base = settings.base_url(provider) or "(vendor default)"
+        key = settings.llm.api_key(provider)
+        base = settings.llm.base_url(provider) or "(vendor default)"
         lines.append(f"  {provider:<16} {KEY_ENV[provider]}: {_mask(key)}; base URL: {base}")
-    store = (
-        "embedded in-process store" if settings.redis_url.startswith("memory") else "Redis server"
-    )
-    lines.append(f"  state            {_mask_url(settings.redis_url)}  ({store})")
+    from adapters.registry import configured_platforms
+
+    state, llm, log_settings = settings.state, settings.llm, settings.logging
+    store = "embedded in-process store" if state.redis_url.startswith("memory") else "Redis server"
+    lines.append(f"  state            {_mask_url(state.redis_url)}  ({store})")
     lines.append(
-        f"  history          last {settings.history_max_messages} messages, "
-        f"kept {settings.history_ttl_seconds}s after the last activity"
+        f"  history          last {state.history_max_messages} messages, "
+        f"kept {state.history_ttl_seconds}s after the last activity"
     )
     lines.append(
-        f"  llm calls        timeout {settings.llm_timeout:g}s, "
-        f"up to {settings.llm_max_retries} retries"
+        f"  llm calls        timeout {llm.llm_timeout:g}s, up to {llm.llm_max_retries} retries"
     )
-    lines.append("  platforms        console (no platform credentials configured)")
-    lines.append(f"  logging          {settings.log_level} as {settings.log_format} on stderr")
+    if settings.fallback.models.strip():
+        lines.append(f"  fallbacks        {settings.fallback.models.strip()}")
+    platforms = configured_platforms(settings)
+    lines.append(
+        f"  platforms        {', '.join(platforms)}"
+        if platforms
+        else "  platforms        console (no platform credentials configured)"
+    )
+    lines.append(f"  logging          {log_settings.level} as {log_settings.format} on stderr")
+    if settings.warnings:
+        lines += ["", "Warnings:", *("  " + line for line in settings.warnings)]
     if problem:
         lines += ["", "Missing:", *("  " + line for line in problem.splitlines())]
     return "\n".join(lines)

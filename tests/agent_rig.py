@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from bot.config import load_settings
 from bot.events import Author, ChatMessage, ConversationKey, Role
 from bot.llm.base import SDKProvider
 from bot.llm.registry import build_provider
 from bot.llm.retry import RetryPolicy
+from bot.settings import LLMSettings
 from bot.tools.base import ToolContext
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.base import LoopbackServer
@@ -37,8 +37,8 @@ async def vendor_rig(vendor: str) -> AsyncIterator[tuple[Any, SDKProvider, str]]
     server: Any = _SERVERS[vendor]()
     await server.start()
     key_env, url_env, model = _ENV[vendor]
-    settings = load_settings(
-        **{"CHORUS_MODEL": f"{vendor}:{model}", key_env: "k-test", url_env: server.base_url}
+    settings = LLMSettings.model_validate(
+        {"CHORUS_MODEL": f"{vendor}:{model}", key_env: "k-test", url_env: server.base_url}
     )
     provider = build_provider(settings.model_spec(), settings, retry=RetryPolicy(max_retries=0))
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from bot.memory.buffers import Pin, Recommendation, UserBuffer, source_ref
-from bot.memory.settings import PIN_TEXT_MAX, REC_TEXT_MAX, TOOL_MAX
+from bot.settings.memory import PIN_TEXT_MAX, REC_TEXT_MAX, TOOL_MAX
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.config import NO_LLM_MESSAGE
+from bot.settings import NO_LLM_MESSAGE
 from tests.test_chat_e2e import base_env, run_chorus
 
 

@@ -6,25 +6,17 @@ import re
 from pathlib import Path
 
 import pytest
-from pydantic_settings import BaseSettings
 
-from adapters.discord.settings import DiscordSettings
-from adapters.slack.settings import SlackSettings
-from adapters.twitch.settings import TwitchSettings
-from adapters.youtube.settings import YouTubeSettings
-from bot.config import (
+from bot.settings import (
     NO_LLM_MESSAGE,
     ConfigError,
     ModelSpec,
     Settings,
     load_settings,
     parse_model_spec,
+    settings_from,
 )
-from bot.live.turns import EngagementSettings
-from bot.llm.fallback import FallbackSettings
-from bot.memory.settings import MemorySettings
-from bot.ops.health import HealthSettings
-from bot.tools.toolbox import ToolSettings
+from bot.settings.base import Section
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,7 +50,7 @@ def test_unknown_provider_lists_the_known_ones() -> None:
 
 def test_no_llm_configured_gives_the_one_clear_message() -> None:
     with pytest.raises(ConfigError) as info:
-        load_settings().model_spec()
+        load_settings().llm.model_spec()
     assert str(info.value) == NO_LLM_MESSAGE
     for variable in (
         "CHORUS_MODEL",
@@ -71,7 +63,7 @@ def test_no_llm_configured_gives_the_one_clear_message() -> None:
 
 
 def test_model_without_its_key_names_the_key_and_where_to_get_it() -> None:
-    settings = load_settings(CHORUS_MODEL="gemini:gemini-2.5-flash")
+    settings = settings_from({"CHORUS_MODEL": "gemini:gemini-2.5-flash"}).llm
     with pytest.raises(
         ConfigError, match=r"GEMINI_API_KEY \(or GOOGLE_API_KEY\) is not set.*aistudio"
     ):
@@ -80,7 +72,7 @@ def test_model_without_its_key_names_the_key_and_where_to_get_it() -> None:
 
 def test_google_api_key_is_accepted_for_gemini(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GOOGLE_API_KEY", "g-key-123456789")
-    settings = Settings()
+    settings = load_settings().llm
     assert settings.api_key("gemini") == "g-key-123456789"
     assert settings.model_spec() == ModelSpec("gemini", "gemini-2.5-flash")
 
@@ -88,17 +80,17 @@ def test_google_api_key_is_accepted_for_gemini(monkeypatch: pytest.MonkeyPatch) 
 def test_local_openai_compatible_server_needs_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CHORUS_MODEL", "openai:llama3.2")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1")
-    assert Settings().model_spec() == ModelSpec("openai", "llama3.2")
+    assert load_settings().llm.model_spec() == ModelSpec("openai", "llama3.2")
 
 
 def test_model_is_inferred_only_when_one_vendor_is_configured(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "a-key")
-    assert Settings().model_spec().provider == "anthropic"
+    assert load_settings().llm.model_spec().provider == "anthropic"
     monkeypatch.setenv("OPENAI_API_KEY", "o-key")
     with pytest.raises(ConfigError):
-        Settings().model_spec()
+        load_settings().llm.model_spec()
 
 
 @pytest.mark.parametrize(
@@ -114,7 +106,7 @@ def test_model_is_inferred_only_when_one_vendor_is_configured(
 )
 def test_malformed_redis_url_names_the_variable(url: str, fragment: str) -> None:
     with pytest.raises(ConfigError) as info:
-        load_settings(CHORUS_REDIS_URL=url)
+        settings_from({"CHORUS_REDIS_URL": url})
     assert "CHORUS_REDIS_URL" in str(info.value)
     assert fragment in str(info.value)
 
@@ -130,52 +122,44 @@ def test_malformed_redis_url_names_the_variable(url: str, fragment: str) -> None
     ],
 )
 def test_good_redis_urls_are_accepted(url: str) -> None:
-    assert load_settings(CHORUS_REDIS_URL=url).redis_url == url
+    assert settings_from({"CHORUS_REDIS_URL": url}).state.redis_url == url
 
 
 def test_bad_numbers_name_their_variable() -> None:
     with pytest.raises(ConfigError, match="CHORUS_LLM_TIMEOUT"):
-        load_settings(CHORUS_LLM_TIMEOUT="-1")
+        settings_from({"CHORUS_LLM_TIMEOUT": "-1"})
 
 
 def test_dotenv_file_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / ".env").write_text("CHORUS_MODEL=openai:gpt-x\nOPENAI_API_KEY=sk-from-dotenv\n")
     monkeypatch.chdir(tmp_path)
-    settings = Settings()
-    assert settings.model_spec() == ModelSpec("openai", "gpt-x")
+    settings = load_settings()
+    assert settings.llm.model_spec() == ModelSpec("openai", "gpt-x")
     assert "sk-from-dotenv" in settings.secret_values()
 
 
 def test_secret_values_include_the_redis_password() -> None:
-    settings = load_settings(CHORUS_REDIS_URL="redis://:hunter2-pw@h:6379/0")
+    settings = settings_from({"CHORUS_REDIS_URL": "redis://:hunter2-pw@h:6379/0"})
     assert "hunter2-pw" in settings.secret_values()
 
 
-@pytest.mark.parametrize(
-    "settings_class",
-    [
-        Settings,
-        ToolSettings,
-        MemorySettings,
-        DiscordSettings,
-        SlackSettings,
-        TwitchSettings,
-        YouTubeSettings,
-        EngagementSettings,
-        HealthSettings,
-        FallbackSettings,
-    ],
-)
-def test_env_example_documents_every_setting(settings_class: type[BaseSettings]) -> None:
+def test_a_bad_secret_bearing_value_is_not_printed() -> None:
+    with pytest.raises(ConfigError) as info:
+        settings_from({"CHORUS_REDIS_URL": "redis://:hunter2-pw@h:notaport/0"})
+    assert "CHORUS_REDIS_URL=****" in str(info.value)
+    assert "hunter2" not in str(info.value)
+
+
+def test_platform_secrets_are_masked_in_logs_from_the_start() -> None:
+    settings = settings_from({"DISCORD_TOKEN": "discord-token-1", "SLACK_BOT_TOKEN": "xoxb-2"})
+    assert {"discord-token-1", "xoxb-2"} <= set(settings.secret_values())
+
+
+@pytest.mark.parametrize("section", sorted(Settings.model_fields))
+def test_env_example_documents_every_setting(section: str) -> None:
     example = (ROOT / ".env.example").read_text()
     documented = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", example, re.MULTILINE))
-    for name, field in settings_class.model_fields.items():
-        alias = field.validation_alias
-        prefix = settings_class.model_config.get("env_prefix") or ""
-        if alias is None:
-            names = [f"{prefix}{name}".upper()]
-        else:
-            names = [alias] if isinstance(alias, str) else list(alias.choices)  # type: ignore[union-attr]
-        assert any(str(n) in documented or str(n) in example for n in names), (
-            f"setting {name} ({names}) is missing from .env.example"
-        )
+    section_class = Settings.model_fields[section].annotation
+    assert isinstance(section_class, type) and issubclass(section_class, Section)
+    for name in section_class.variables():
+        assert name in documented or name in example, f"{name} is missing from .env.example"

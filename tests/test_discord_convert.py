@@ -18,9 +18,8 @@ from discord.user import ClientUser
 
 from adapters.discord import convert
 from adapters.discord.convert import Policy
-from adapters.discord.settings import load_discord_settings
-from bot.config import ConfigError
 from bot.events import AttachmentKind, ConversationKey, MessageDeleted, Reply, Role
+from bot.settings import ConfigError, load_settings
 from tests.loopback.discord_server import (
     BOT_ID,
     CHANNEL_ID,
@@ -334,17 +333,17 @@ def test_settings_parse_channel_lists_and_validate_urls(monkeypatch: pytest.Monk
     monkeypatch.setenv("DISCORD_TOKEN", "t")
     monkeypatch.setenv("DISCORD_AMBIENT_CHANNELS", "1, 2,3")
     monkeypatch.setenv("DISCORD_API_BASE_URL", "http://127.0.0.1:9/api/v10/")
-    settings = load_discord_settings()
+    settings = load_settings().discord
     assert settings.ambient_channels == frozenset({1, 2, 3})
     assert settings.api_base_url == "http://127.0.0.1:9/api/v10"
     assert settings.allowed_channels == frozenset() and not settings.message_content_intent
     monkeypatch.setenv("DISCORD_API_BASE_URL", "http://127.0.0.1:9/")
     with pytest.raises(ConfigError, match="DISCORD_API_BASE_URL.*/api/v10"):
-        load_discord_settings()
+        load_settings()
     monkeypatch.delenv("DISCORD_API_BASE_URL")
     monkeypatch.setenv("DISCORD_ALLOWED_CHANNELS", "general")
     with pytest.raises(ConfigError, match="DISCORD_ALLOWED_CHANNELS"):
-        load_discord_settings()
+        load_settings()
 
 
 def test_a_reply_to_the_bot_without_its_ping_and_without_content_is_not_answered_blind() -> None:

@@ -21,12 +21,11 @@ from discord.http import Route
 
 from adapters.discord.adapter import DiscordAdapter
 from adapters.discord.sender import DiscordSender
-from adapters.discord.settings import DiscordSettings
 from bot.bus.base import InProcessBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
-from bot.config import ConfigError
 from bot.events import ChatMessage, ConversationKey, MessageDeleted, Reply
 from bot.llm.retry import RetryPolicy
+from bot.settings import ConfigError, DiscordSettings
 from tests.loopback.base import ScriptedFailure
 from tests.loopback.discord_server import (
     BOT_ID,
@@ -41,6 +40,7 @@ from tests.loopback.discord_server import (
     plain_message,
     rate_limited,
 )
+from tests.platform_env import adapter_from_env
 
 TOKEN = "loopback-token-not-secret"
 MESSAGE_CONTENT = 1 << 15
@@ -467,16 +467,16 @@ async def test_without_content_intent_one_warning_and_no_privileged_intent(
 
 def test_from_env_needs_only_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
     bus = InProcessBus()
-    assert DiscordAdapter.from_env(bus) is None
+    assert adapter_from_env(DiscordAdapter, bus) is None
     monkeypatch.setenv("DISCORD_TOKEN", "abc")
     monkeypatch.setenv("DISCORD_ALWAYS_ANSWER_CHANNELS", "12,34")
-    adapter = DiscordAdapter.from_env(bus)
+    adapter = adapter_from_env(DiscordAdapter, bus)
     assert adapter is not None and adapter.platform == "discord"
     assert adapter.settings.always_answer_channels == frozenset({12, 34})
     assert not adapter.client.intents.message_content
     monkeypatch.setenv("DISCORD_GATEWAY_URL", "https://gateway.example")
     with pytest.raises(ConfigError, match="DISCORD_GATEWAY_URL"):
-        DiscordAdapter.from_env(bus)
+        adapter_from_env(DiscordAdapter, bus)
 
 
 # -- the chokepoint on its own -------------------------------------------------------------------

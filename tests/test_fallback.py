@@ -10,13 +10,11 @@ from typing import Any
 import pytest
 
 from bot.agent.loop import Agent, ExitReason
-from bot.config import ConfigError, ModelSpec, load_settings
 from bot.llm.errors import ProviderAuthError, ProviderRequestError, ProviderUnavailable
 from bot.llm.fallback import (
     ChainExhausted,
     FallbackProvider,
     build_chain,
-    load_fallback_settings,
 )
 from bot.llm.retry import RetryPolicy
 from bot.llm.scripted import Script, ScriptedProvider
@@ -32,6 +30,7 @@ from bot.llm.types import (
     ToolResultPart,
     Usage,
 )
+from bot.settings import ConfigError, FallbackSettings, ModelSpec, settings_from
 from bot.tools.function import tool
 from bot.tools.toolbox import Toolbox
 from tests.agent_rig import context
@@ -369,14 +368,16 @@ async def test_real_sdks_openai_tool_turn_then_anthropic_with_thinking() -> None
     loop. Its API refuses a thinking request whose last tool turn lacks its own signed thinking
     block, so the chain must switch thinking off for that call."""
     async with OpenAIServer() as openai_server, AnthropicServer() as anthropic_server:
-        settings = load_settings(
-            CHORUS_MODEL="openai:gpt-test",
-            OPENAI_API_KEY="k-test",
-            OPENAI_BASE_URL=openai_server.base_url,  # type: ignore[attr-defined]
-            ANTHROPIC_API_KEY="k-test",
-            ANTHROPIC_BASE_URL=anthropic_server.base_url,  # type: ignore[attr-defined]
-        )
-        fallback = load_fallback_settings(CHORUS_FALLBACK_MODELS="anthropic:claude-test")
+        settings = settings_from(
+            {
+                "CHORUS_MODEL": "openai:gpt-test",
+                "OPENAI_API_KEY": "k-test",
+                "OPENAI_BASE_URL": openai_server.base_url,  # type: ignore[attr-defined]
+                "ANTHROPIC_API_KEY": "k-test",
+                "ANTHROPIC_BASE_URL": anthropic_server.base_url,  # type: ignore[attr-defined]
+            }
+        ).llm
+        fallback = settings_from({"CHORUS_FALLBACK_MODELS": "anthropic:claude-test"}).fallback
         moves = Recorder()
         chain = build_chain(
             settings,
@@ -438,21 +439,23 @@ def _loop_messages() -> tuple[Message, ...]:
 
 # -- build_chain ----------------------------------------------------------------------------------
 def test_build_chain_without_fallbacks_is_the_plain_provider() -> None:
-    settings = load_settings(CHORUS_MODEL="openai:gpt-test", OPENAI_API_KEY="k-test")
-    provider = build_chain(settings, settings.model_spec(), load_fallback_settings())
+    settings = settings_from({"CHORUS_MODEL": "openai:gpt-test", "OPENAI_API_KEY": "k-test"}).llm
+    provider = build_chain(settings, settings.model_spec(), FallbackSettings())
     assert not isinstance(provider, FallbackProvider)
     assert provider.name == "openai"
 
 
 async def test_build_chain_reuses_one_provider_per_vendor_and_closes_each_once() -> None:
-    settings = load_settings(
-        CHORUS_MODEL="openai:gpt-a", OPENAI_API_KEY="k-test", GEMINI_API_KEY="k-test"
-    )
-    fallback = load_fallback_settings(
-        CHORUS_FALLBACK_MODELS=" openai:gpt-a , openai:gpt-b,gemini:gem-c ",
-        CHORUS_BREAKER_FAILURES="5",
-        CHORUS_BREAKER_COOLDOWN="12.5",
-    )
+    settings = settings_from(
+        {"CHORUS_MODEL": "openai:gpt-a", "OPENAI_API_KEY": "k-test", "GEMINI_API_KEY": "k-test"}
+    ).llm
+    fallback = settings_from(
+        {
+            "CHORUS_FALLBACK_MODELS": " openai:gpt-a , openai:gpt-b,gemini:gem-c ",
+            "CHORUS_BREAKER_FAILURES": "5",
+            "CHORUS_BREAKER_COOLDOWN": "12.5",
+        }
+    ).fallback
     chain = build_chain(settings, settings.model_spec(), fallback)
     assert isinstance(chain, FallbackProvider)
     assert chain.models == ["openai:gpt-a", "openai:gpt-b", "gemini:gem-c"]  # primary once
@@ -473,8 +476,8 @@ async def test_build_chain_reuses_one_provider_per_vendor_and_closes_each_once()
 
 
 def test_build_chain_names_a_fallback_without_credentials() -> None:
-    settings = load_settings(CHORUS_MODEL="openai:gpt-a", OPENAI_API_KEY="k-test")
-    fallback = load_fallback_settings(CHORUS_FALLBACK_MODELS="anthropic:claude-x")
+    settings = settings_from({"CHORUS_MODEL": "openai:gpt-a", "OPENAI_API_KEY": "k-test"}).llm
+    fallback = settings_from({"CHORUS_FALLBACK_MODELS": "anthropic:claude-x"}).fallback
     with pytest.raises(ConfigError, match="CHORUS_FALLBACK_MODELS") as info:
         build_chain(settings, ModelSpec("openai", "gpt-a"), fallback)
     assert "ANTHROPIC_API_KEY" in str(info.value)
@@ -482,11 +485,11 @@ def test_build_chain_names_a_fallback_without_credentials() -> None:
 
 def test_fallback_settings_are_validated() -> None:
     with pytest.raises(ConfigError, match="CHORUS_FALLBACK_MODELS"):
-        load_fallback_settings(CHORUS_FALLBACK_MODELS="openai").specs()
+        settings_from({"CHORUS_FALLBACK_MODELS": "openai"}).fallback.specs()
     with pytest.raises(ConfigError, match="unknown provider"):
-        load_fallback_settings(CHORUS_FALLBACK_MODELS="mistral:large").specs()
+        settings_from({"CHORUS_FALLBACK_MODELS": "mistral:large"}).fallback.specs()
     with pytest.raises(ConfigError, match="CHORUS_BREAKER_FAILURES"):
-        load_fallback_settings(CHORUS_BREAKER_FAILURES="0")
+        settings_from({"CHORUS_BREAKER_FAILURES": "0"})
 
 
 async def test_scripted_text_parts_pass_through() -> None:

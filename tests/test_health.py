@@ -15,18 +15,17 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.config import ConfigError
 from bot.llm.errors import ProviderUnavailable
 from bot.llm.fallback import FallbackProvider
 from bot.llm.scripted import ScriptedProvider
 from bot.ops.health import (
     HealthServer,
     adapter_checks,
-    load_health_settings,
     provider_check,
     redis_check,
 )
 from bot.ops.metrics import Metrics, NullMetrics
+from bot.settings import ConfigError, load_settings
 from bot.state import connect
 from tests.redis_server import free_port, start_redis, stop_redis
 
@@ -219,17 +218,17 @@ async def test_a_busy_port_is_a_config_error() -> None:
 
 
 def test_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = load_health_settings()
+    settings = load_settings().health
     assert (settings.host, settings.port, settings.enabled) == ("0.0.0.0", 9464, True)
     monkeypatch.setenv("CHORUS_HEALTH_PORT", "0")
-    settings = load_health_settings()
+    settings = load_settings().health
     assert HealthServer.from_settings(settings, NullMetrics()) is None
     monkeypatch.setenv("CHORUS_HEALTH_PORT", "70000")
     with pytest.raises(ConfigError, match="CHORUS_HEALTH_PORT"):
-        load_health_settings()
+        load_settings()
     monkeypatch.setenv("CHORUS_HEALTH_PORT", "9999")
     monkeypatch.setenv("CHORUS_HEALTH_HOST", "127.0.0.1")
-    server = HealthServer.from_settings(load_health_settings(), NullMetrics())
+    server = HealthServer.from_settings(load_settings().health, NullMetrics())
     assert server is not None and (server.host, server.port) == ("127.0.0.1", 9999)
 
 

@@ -10,7 +10,6 @@ import anthropic
 import httpx2
 import pytest
 
-from bot.config import ConfigError, Settings
 from bot.llm import guard
 from bot.llm.anthropic import MAX_CACHE_MARKERS, THINKING_BUDGETS, AnthropicProvider
 from bot.llm.errors import (
@@ -34,6 +33,7 @@ from bot.llm.types import (
     ToolSpec,
     Usage,
 )
+from bot.settings import ConfigError, LLMSettings
 from tests.loopback.anthropic_server import AnthropicServer
 
 MODEL = "claude-test"
@@ -586,12 +586,13 @@ async def test_from_settings_uses_settings_not_the_environment(
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "env-key")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-    settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
-        ANTHROPIC_API_KEY="settings-key",
-        ANTHROPIC_BASE_URL=server.base_url,
-        CHORUS_LLM_MAX_RETRIES=3,
-        CHORUS_LLM_TIMEOUT=5,
+    settings = LLMSettings.model_validate(
+        {
+            "ANTHROPIC_API_KEY": "settings-key",
+            "ANTHROPIC_BASE_URL": server.base_url,
+            "CHORUS_LLM_MAX_RETRIES": 3,
+            "CHORUS_LLM_TIMEOUT": 5,
+        }
     )
     provider = AnthropicProvider.from_settings(settings)
     assert provider.retry.max_retries == 3
@@ -610,7 +611,7 @@ async def test_aclose_leaves_an_injected_client_open(provider: AnthropicProvider
 
 
 def test_from_settings_without_a_key_names_the_variable() -> None:
-    settings = Settings(_env_file=None, ANTHROPIC_API_KEY="")  # type: ignore[call-arg]
+    settings = LLMSettings.model_validate({"ANTHROPIC_API_KEY": ""})
     with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY"):
         AnthropicProvider.from_settings(settings)
 

@@ -16,7 +16,6 @@ from aiohttp import web
 from google import genai
 from google.genai import types
 
-from bot.config import ConfigError, Settings, load_settings
 from bot.llm import guard
 from bot.llm.errors import (
     ProviderAuthError,
@@ -40,6 +39,7 @@ from bot.llm.types import (
     ToolResultPart,
     ToolSpec,
 )
+from bot.settings import ConfigError, LLMSettings
 from tests.loopback.gemini_server import GeminiServer, error_info, retry_info
 
 # google-genai subclasses aiohttp.ClientSession for its own sessions, which aiohttp frowns upon.
@@ -460,7 +460,9 @@ async def test_dropped_connections_are_retried_by_us_only(sleep: RecordingSleep)
 
     tcp = await asyncio.start_server(hang_up, "127.0.0.1", 0)
     port = tcp.sockets[0].getsockname()[1]
-    settings = load_settings(GEMINI_API_KEY="k", GOOGLE_GEMINI_BASE_URL=f"http://127.0.0.1:{port}")
+    settings = LLMSettings.model_validate(
+        {"GEMINI_API_KEY": "k", "GOOGLE_GEMINI_BASE_URL": f"http://127.0.0.1:{port}"}
+    )
     provider = GeminiProvider.from_settings(settings, retry=POLICY, sleep=sleep)
     try:
         with pytest.raises(ProviderUnavailable) as info:
@@ -491,11 +493,13 @@ class _StalledServer(GeminiServer):
 async def test_timeouts_from_settings_are_retried(sleep: RecordingSleep) -> None:
     srv = _StalledServer()
     async with srv:
-        settings = load_settings(
-            GEMINI_API_KEY="k",
-            GOOGLE_GEMINI_BASE_URL=srv.base_url,
-            CHORUS_LLM_TIMEOUT=0.5,  # long enough for a loaded machine to deliver each request
-            CHORUS_LLM_MAX_RETRIES=1,
+        settings = LLMSettings.model_validate(
+            {
+                "GEMINI_API_KEY": "k",
+                "GOOGLE_GEMINI_BASE_URL": srv.base_url,
+                "CHORUS_LLM_TIMEOUT": 0.5,  # long enough for a loaded machine to deliver each request
+                "CHORUS_LLM_MAX_RETRIES": 1,
+            }
         )
         provider = GeminiProvider.from_settings(settings, sleep=sleep)
         try:
@@ -538,7 +542,7 @@ async def test_guard_blocks_the_real_api_before_any_request(server: GeminiServer
 @pytest.mark.usefixtures("blocked")
 async def test_guard_blocks_from_settings_without_base_url() -> None:
     provider = GeminiProvider.from_settings(
-        load_settings(GEMINI_API_KEY="k", GOOGLE_GEMINI_BASE_URL=None)
+        LLMSettings.model_validate({"GEMINI_API_KEY": "k", "GOOGLE_GEMINI_BASE_URL": None})
     )
     try:
         with pytest.raises(RealVendorCallBlocked, match="generativelanguage.googleapis.com"):
@@ -554,11 +558,13 @@ async def test_from_settings_uses_explicit_settings_over_sdk_env_vars(
     monkeypatch.setenv("GOOGLE_API_KEY", "env-key")
     monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("GOOGLE_GENAI_USE_VERTEXAI", "true")
-    settings = load_settings(
-        GEMINI_API_KEY="settings-key",
-        GOOGLE_GEMINI_BASE_URL=server.base_url,
-        CHORUS_LLM_TIMEOUT=12.5,
-        CHORUS_LLM_MAX_RETRIES=3,
+    settings = LLMSettings.model_validate(
+        {
+            "GEMINI_API_KEY": "settings-key",
+            "GOOGLE_GEMINI_BASE_URL": server.base_url,
+            "CHORUS_LLM_TIMEOUT": 12.5,
+            "CHORUS_LLM_MAX_RETRIES": 3,
+        }
     )
     server.replies.append("configured")
 
@@ -578,7 +584,9 @@ async def test_from_settings_uses_explicit_settings_over_sdk_env_vars(
 
 async def test_aclose_closes_only_a_client_the_provider_created(server: GeminiServer) -> None:
     owned = GeminiProvider.from_settings(
-        load_settings(GEMINI_API_KEY="k", GOOGLE_GEMINI_BASE_URL=server.base_url)
+        LLMSettings.model_validate(
+            {"GEMINI_API_KEY": "k", "GOOGLE_GEMINI_BASE_URL": server.base_url}
+        )
     )
     await owned.complete(_request())
     await owned.aclose()
@@ -597,7 +605,7 @@ async def test_aclose_closes_only_a_client_the_provider_created(server: GeminiSe
 def test_from_settings_without_a_key_names_both_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GEMINI_API_KEY", raising=False)
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
-    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    settings = LLMSettings()
 
     with pytest.raises(ConfigError, match="GEMINI_API_KEY.*GOOGLE_API_KEY"):
         GeminiProvider.from_settings(settings)

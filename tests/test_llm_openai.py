@@ -12,7 +12,6 @@ import httpx2
 import openai
 import pytest
 
-from bot.config import ConfigError, Settings
 from bot.llm import guard
 from bot.llm.errors import (
     ProviderAuthError,
@@ -40,6 +39,7 @@ from bot.llm.types import (
     ToolSpec,
     Usage,
 )
+from bot.settings import ConfigError, LLMSettings
 from tests.loopback.openai_server import CREATED, OpenAIServer
 
 MODEL = "gpt-test"
@@ -550,10 +550,8 @@ async def test_from_settings_with_a_base_url_needs_no_key(
     server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
-        OPENAI_BASE_URL=server.base_url,
-        CHORUS_LLM_MAX_RETRIES=1,
+    settings = LLMSettings.model_validate(
+        {"OPENAI_BASE_URL": server.base_url, "CHORUS_LLM_MAX_RETRIES": 1}
     )
     assert settings.api_key("openai") is None
     provider = OpenAIProvider.from_settings(settings)
@@ -571,10 +569,8 @@ async def test_from_settings_key_wins_over_the_environment(
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "env-key")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
-    settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
-        OPENAI_API_KEY="settings-key",
-        OPENAI_BASE_URL=server.base_url,
+    settings = LLMSettings.model_validate(
+        {"OPENAI_API_KEY": "settings-key", "OPENAI_BASE_URL": server.base_url}
     )
     provider = OpenAIProvider.from_settings(settings)
     try:
@@ -590,7 +586,7 @@ def test_from_settings_without_key_or_base_url_names_the_variable(
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
-        OpenAIProvider.from_settings(Settings(_env_file=None))  # type: ignore[call-arg]
+        OpenAIProvider.from_settings(LLMSettings())
 
 
 async def test_aclose_leaves_an_injected_client_open(provider: OpenAIProvider) -> None:

@@ -24,6 +24,7 @@ import mcp.types as mt
 import pytest
 
 from bot.events import Author, ChatMessage, ConversationKey
+from bot.settings import ToolSettings
 from bot.tools.base import Permission, Tool, ToolContext, ToolError
 from bot.tools.mcp import MCPManager, MCPTool, ReconnectPolicy, namespaced_name, render_result
 from bot.tools.mcp_config import MCPConfigError, load_config, parse_config
@@ -404,14 +405,14 @@ def test_malformed_files_name_the_file_and_the_json_path(tmp_path: Path) -> None
         load_config(tmp_path / "nope.json")
 
 
-def test_from_env_reads_chorus_mcp_config(tmp_path: Path) -> None:
+def test_from_settings_reads_chorus_mcp_config(tmp_path: Path) -> None:
     path = tmp_path / "servers.json"
     path.write_text(
         json.dumps({"mcpServers": {"a": {"command": "x"}, "b": {"url": "http://h/mcp"}}})
     )
-    mgr = MCPManager.from_env({"CHORUS_MCP_CONFIG": str(path)})
+    mgr = MCPManager.from_settings(ToolSettings.model_validate({"CHORUS_MCP_CONFIG": str(path)}))
     assert mgr is not None and sorted(mgr.status()) == ["a", "b"]
-    assert MCPManager.from_env({}) is None
+    assert MCPManager.from_settings(ToolSettings()) is None
 
 
 async def test_disabled_servers_are_not_started_and_filters_pick_tools() -> None:

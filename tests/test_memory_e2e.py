@@ -16,8 +16,8 @@ import pytest
 from bot.app import Chorus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.cli import _insights_worker
-from bot.config import load_settings
 from bot.events import Author, ChatMessage, ConversationKey, Reply, Role, utcnow
+from bot.settings import settings_from
 from tests.loopback.anthropic_server import AnthropicServer
 
 _OWN_LINE = re.compile(r'<line id="(L\d+)" from="[^"]*" own="yes">([^<]*)</line>')
@@ -86,11 +86,13 @@ class Console:
 
 
 async def start(url: str, srv: AnthropicServer, tag: str) -> tuple[Console, asyncio.Task[None]]:
-    settings = load_settings(
-        CHORUS_MODEL="anthropic:claude-test",
-        ANTHROPIC_API_KEY="k",
-        ANTHROPIC_BASE_URL=srv.base_url,
-        CHORUS_REDIS_URL=url,
+    settings = settings_from(
+        {
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "k",
+            "ANTHROPIC_BASE_URL": srv.base_url,
+            "CHORUS_REDIS_URL": url,
+        }
     )
     app = await Chorus.from_settings(settings)
     await app.start()

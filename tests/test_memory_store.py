@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from bot.config import ConfigError, parse_model_spec
 from bot.events import ConversationKey
 from bot.memory.buffers import (
     PIN_TEXT_MAX,
@@ -24,10 +23,10 @@ from bot.memory.buffers import (
     UserBuffer,
     encode,
     fit,
-    load_memory_settings,
     source_ref,
 )
 from bot.memory.edit import Outcome, add_pin, add_recommendation
+from bot.settings import ConfigError, load_settings, parse_model_spec
 from bot.state import connect, keys
 from tests.memory_samples import full_buffer
 from tests.roundtrips import RoundTrips, counting_round_trips
@@ -434,7 +433,7 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         "CHORUS_INSIGHTS_MAX_DELAY": "30",
     }.items():
         monkeypatch.setenv(name, value)
-    loaded = load_memory_settings()
+    loaded = load_settings().memory
     assert (loaded.pins_max, loaded.ttl_seconds, loaded.context_chars) == (5, 3600, 400)
     assert not loaded.insights_enabled and not loaded.insights_in_process
     assert (loaded.insights_debounce, loaded.insights_max_delay) == (5, 30)
@@ -444,11 +443,11 @@ def test_bad_settings_name_the_variable(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("CHORUS_INSIGHTS_DEBOUNCE", "60")
     monkeypatch.setenv("CHORUS_INSIGHTS_MAX_DELAY", "10")
     with pytest.raises(ConfigError, match="CHORUS_INSIGHTS_MAX_DELAY must be at least"):
-        load_memory_settings()
+        load_settings()
     monkeypatch.setenv("CHORUS_INSIGHTS_MAX_DELAY", "100")
     monkeypatch.setenv("CHORUS_PINS_MAX", "zero")
     with pytest.raises(ConfigError, match="CHORUS_PINS_MAX"):
-        load_memory_settings()
+        load_settings()
 
 
 @pytest.mark.parametrize(

@@ -15,11 +15,11 @@ from bot.bus.base import InProcessBus
 from bot.bus.gauges import bus_gauges
 from bot.bus.streams import RedisStreamsBus
 from bot.bus.topics import INBOUND
-from bot.config import ConfigError
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.llm.pricing import DEFAULT_PRICES, PriceTable, load_prices
 from bot.llm.types import Usage
 from bot.ops.metrics import Metrics, NullMetrics
+from bot.settings import ConfigError, load_settings
 from bot.state import connect
 
 
@@ -147,7 +147,7 @@ async def test_prices_file_overrides_and_extends_the_table(
         )
     )
     monkeypatch.setenv("CHORUS_PRICES", str(path))
-    metrics = Metrics.from_env()
+    metrics = Metrics.from_settings(load_settings().metrics)
     metrics.tokens("gpt-4.1-mini", Usage(input_tokens=1_000_000, cache_read_tokens=1_000_000))
     metrics.tokens("my-local", Usage(input_tokens=5))
     got = await scrape(metrics)

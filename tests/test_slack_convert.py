@@ -30,10 +30,10 @@ from adapters.slack.convert import (
     reply_to_posts,
 )
 from adapters.slack.mrkdwn import ZWSP, escape, to_mrkdwn
-from adapters.slack.settings import SlackMode, SlackSettings, load_slack_settings
 from adapters.slack.state import SeenSet, TTLCache
-from bot.config import ConfigError
 from bot.events import AttachmentKind, ConversationKey, MessageDeleted, Reply, Role
+from bot.settings import ConfigError, SlackSettings, load_settings
+from bot.settings.slack import SlackMode
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slack"
 BOT = BotIdentity(user_id="UBOT0001", bot_id="BBOT0001", team_id="T111")
@@ -319,6 +319,15 @@ def test_escape() -> None:
 
 
 # -- settings -----------------------------------------------------------------------------------
+def load_slack_settings() -> SlackSettings | None:
+    """What the registry does: the section when SLACK_BOT_TOKEN is set, checked."""
+    settings = load_settings().slack
+    if not settings.configured:
+        return None
+    settings.check()
+    return settings
+
+
 def test_settings_absent_token_means_disabled(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_slack_settings() is None
     monkeypatch.setenv("SLACK_SIGNING_SECRET", "s")

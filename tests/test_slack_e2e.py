@@ -26,13 +26,13 @@ import pytest
 
 from adapters.slack.adapter import SlackAdapter, build_client
 from adapters.slack.sender import SlackSender
-from adapters.slack.settings import SlackSettings
 from bot.bus.base import InProcessBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
-from bot.config import ConfigError
 from bot.events import AttachmentKind, ChatMessage, MessageDeleted, Reply, Role
+from bot.settings import ConfigError, SlackSettings
 from tests.loopback.base import ScriptedFailure
 from tests.loopback.slack_server import BOT_USER_ID, SlackServer
+from tests.platform_env import adapter_from_env
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slack"
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -423,12 +423,12 @@ async def test_bad_app_token_is_one_clear_error(server: SlackServer) -> None:
 
 def test_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     bus = InProcessBus()
-    assert SlackAdapter.from_env(bus) is None
+    assert adapter_from_env(SlackAdapter, bus) is None
     monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-1")
     with pytest.raises(ConfigError, match="SLACK_APP_TOKEN"):
-        SlackAdapter.from_env(bus)
+        adapter_from_env(SlackAdapter, bus)
     monkeypatch.setenv("SLACK_APP_TOKEN", "xapp-1")
-    adapter = SlackAdapter.from_env(bus)
+    adapter = adapter_from_env(SlackAdapter, bus)
     assert adapter is not None and adapter.settings.mode == "socket"
 
 

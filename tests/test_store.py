@@ -11,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from redis.asyncio import Redis
 
-from bot.config import ConfigError
+from bot.settings import ConfigError
 from bot.state import connect
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import ConfigError
 from bot.events import Author, ChatMessage, ConversationKey, Role
 from bot.llm.types import ToolCallPart
+from bot.settings import ConfigError, load_settings, settings_from
 from bot.tools.base import Permission, ToolContext, ToolError
 from bot.tools.function import FunctionTool, tool
-from bot.tools.toolbox import ChannelToolConfig, Toolbox, load_tool_settings
+from bot.tools.toolbox import ChannelToolConfig, Toolbox, channel_overrides
 
 
 def make_ctx(*roles: Role, channel: str = "c1", platform: str = "discord") -> ToolContext:
@@ -223,13 +223,13 @@ async def test_arguments_are_logged_only_at_debug(caplog: pytest.LogCaptureFixtu
 
 # -- settings ---------------------------------------------------------------------------------
 def test_from_settings_defaults_and_feeds(monkeypatch: pytest.MonkeyPatch) -> None:
-    box = Toolbox.from_settings()
+    box = Toolbox.from_settings(load_settings().tools)
     assert names(box, make_ctx()) == ["current_time", "fetch_page"]  # no feeds: no news tool
     monkeypatch.setenv("CHORUS_FEEDS", "https://example.org/rss, https://example.org/atom")
     monkeypatch.setenv("CHORUS_TOOLS_DISABLED", "current_time")
     monkeypatch.setenv("CHORUS_TOOL_TIMEOUT", "4")
     monkeypatch.setenv("CHORUS_FETCH_TIMEOUT", "7")
-    box = Toolbox.from_settings(extra_tools=[echo])
+    box = Toolbox.from_settings(load_settings().tools, extra_tools=[echo])
     assert names(box, make_ctx()) == ["echo", "fetch_page", "news_headlines"]
     fetch = box.get("fetch_page")
     clock = box.get("current_time")
@@ -242,7 +242,7 @@ def test_enabled_list_and_channel_file(monkeypatch: pytest.MonkeyPatch, tmp_path
     channels.write_text(json.dumps({"discord:c1": {"disabled": ["fetch_page"]}}))
     monkeypatch.setenv("CHORUS_TOOLS_ENABLED", "current_time,fetch_page")
     monkeypatch.setenv("CHORUS_TOOLS_CHANNELS", str(channels))
-    box = Toolbox.from_settings(extra_tools=[echo])
+    box = Toolbox.from_settings(load_settings().tools, extra_tools=[echo])
     assert names(box, make_ctx()) == ["current_time"]
     assert names(box, make_ctx(channel="c2")) == ["current_time", "fetch_page"]
 
@@ -263,29 +263,31 @@ def test_invalid_channel_file_names_the_variable(
     channels.write_text(content)
     monkeypatch.setenv("CHORUS_TOOLS_CHANNELS", str(channels))
     with pytest.raises(ConfigError, match=f"CHORUS_TOOLS_CHANNELS: .*{expected}"):
-        Toolbox.from_settings()
+        Toolbox.from_settings(load_settings().tools)
 
 
 def test_missing_channel_file_and_bad_values(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CHORUS_TOOLS_CHANNELS", "/nonexistent/channels.json")
     with pytest.raises(ConfigError, match="CHORUS_TOOLS_CHANNELS: cannot read"):
-        Toolbox.from_settings()
-    with pytest.raises(ConfigError, match="CHORUS_FETCH_ALLOW: 'a b' is not a host"):
-        load_tool_settings(CHORUS_FETCH_ALLOW="ok.example, a b")
-    with pytest.raises(ConfigError, match="CHORUS_FEEDS: 'ftp://x' is not an http"):
-        load_tool_settings(CHORUS_FEEDS="ftp://x")
+        Toolbox.from_settings(load_settings().tools)
+    with pytest.raises(ConfigError, match="CHORUS_FETCH_ALLOW=.*: 'a b' is not a host"):
+        settings_from({"CHORUS_FETCH_ALLOW": "ok.example, a b"})
+    with pytest.raises(ConfigError, match="CHORUS_FEEDS=.*: 'ftp://x' is not an http"):
+        settings_from({"CHORUS_FEEDS": "ftp://x"})
     with pytest.raises(ConfigError, match="CHORUS_TOOL_TIMEOUT"):
-        load_tool_settings(CHORUS_TOOL_TIMEOUT="0")
+        settings_from({"CHORUS_TOOL_TIMEOUT": "0"})
 
 
 def test_settings_parse_comma_lists() -> None:
-    settings = load_tool_settings(
-        CHORUS_TOOLS_ENABLED="",
-        CHORUS_TOOLS_DISABLED=" a , b,",
-        CHORUS_FETCH_ALLOW="10.0.0.0/8",
-        CHORUS_TOOLS_CHANNELS="",
-    )
-    assert settings.channel_overrides() == {}
+    settings = settings_from(
+        {
+            "CHORUS_TOOLS_ENABLED": "",
+            "CHORUS_TOOLS_DISABLED": " a , b,",
+            "CHORUS_FETCH_ALLOW": "10.0.0.0/8",
+            "CHORUS_TOOLS_CHANNELS": "",
+        }
+    ).tools
+    assert channel_overrides(settings) == {}
     assert settings.tools_enabled is None
     assert settings.tools_disabled == {"a", "b"}
     assert settings.fetch_allow == {"10.0.0.0/8"}

@@ -25,11 +25,12 @@ from adapters.twitch import TwitchAdapter
 from adapters.twitch.tokens import StoredTokens, fingerprint, token_key
 from bot.bus.base import InProcessBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
-from bot.config import ConfigError
 from bot.events import ChatMessage, MessageDeleted, Reply, Role
 from bot.llm.retry import RetryPolicy
+from bot.settings import ConfigError
 from bot.state import connect
 from tests.loopback.twitch_server import CLIENT_ID, CLIENT_SECRET, TwitchServer, fixture
+from tests.platform_env import adapter_from_env
 
 BOT_ID, BOT_LOGIN = "2914196", "mybot"
 CHANNEL, CHANNEL_LOGIN = "1971641", "streamer"
@@ -121,7 +122,7 @@ class Rig:
 
 @pytest.fixture
 def twitch_env(monkeypatch: pytest.MonkeyPatch) -> Any:
-    # from_env points twitchio's process-wide endpoints at the loopback; undo that afterwards.
+    # the adapter points twitchio's process-wide endpoints at the loopback; undo that afterwards.
     monkeypatch.setattr(Route, "BASE", Route.BASE)
     monkeypatch.setattr(Route, "ID_BASE", Route.ID_BASE)
     monkeypatch.setattr(twitch_ws, "WSS", twitch_ws.WSS)
@@ -160,7 +161,7 @@ async def server() -> AsyncIterator[TwitchServer]:
 async def _rig(server: TwitchServer, key_tag: str, **env: str) -> Rig:
     bus = InProcessBus()
     redis = await connect.open_redis(f"memory://twitch-{key_tag}")
-    adapter = TwitchAdapter.from_env(bus, redis)
+    adapter = adapter_from_env(TwitchAdapter, bus, redis)
     assert adapter is not None
     time = FakeTime()
     adapter.limiter.clock, adapter.limiter.sleep = time.clock, time.sleep
@@ -396,19 +397,19 @@ async def test_from_env_none_and_config_errors(
 ) -> None:
     bus, redis = InProcessBus(), await connect.open_redis("memory://twitch-config")
     try:
-        assert TwitchAdapter.from_env(bus, redis) is None
+        assert adapter_from_env(TwitchAdapter, bus, redis) is None
         twitch_env(server)
         monkeypatch.delenv("TWITCH_CLIENT_SECRET")
         with pytest.raises(ConfigError, match="TWITCH_CLIENT_SECRET"):
-            TwitchAdapter.from_env(bus, redis)
+            adapter_from_env(TwitchAdapter, bus, redis)
         twitch_env(server, TWITCH_CHANNELS="")
         with pytest.raises(ConfigError, match="TWITCH_CHANNELS"):
-            TwitchAdapter.from_env(bus, redis)
+            adapter_from_env(TwitchAdapter, bus, redis)
         twitch_env(server, TWITCH_TOKEN_STORE="s3://bucket")
         with pytest.raises(ConfigError, match="TWITCH_TOKEN_STORE"):
-            TwitchAdapter.from_env(bus, redis)
+            adapter_from_env(TwitchAdapter, bus, redis)
         twitch_env(server, TWITCH_CLIENT_SECRET="wrong-secret", TWITCH_TOKEN_STORE="redis")
-        adapter = TwitchAdapter.from_env(bus, redis)
+        adapter = adapter_from_env(TwitchAdapter, bus, redis)
         assert adapter is not None
         try:
             with pytest.raises(ConfigError, match="TWITCH_CLIENT_SECRET") as refused:
@@ -418,7 +419,7 @@ async def test_from_env_none_and_config_errors(
             await adapter.aclose()
         # a TWITCH_BOT_ID that is not the token's user is found at start
         twitch_env(server, TWITCH_BOT_ID="12345", TWITCH_CLIENT_SECRET=CLIENT_SECRET)
-        adapter = TwitchAdapter.from_env(bus, redis)
+        adapter = adapter_from_env(TwitchAdapter, bus, redis)
         assert adapter is not None
         try:
             with pytest.raises(ConfigError, match="TWITCH_BOT_ID=12345"):

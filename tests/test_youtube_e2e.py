@@ -20,11 +20,10 @@ from redis.asyncio import Redis
 from adapters.youtube import YouTubeAdapter
 from adapters.youtube.api import YouTubeAuthError, quota_key
 from adapters.youtube.quota import RESET_SLACK, next_reset, quota_day
-from adapters.youtube.settings import YouTubeSettings
 from bot.bus.base import InProcessBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
-from bot.config import ConfigError
 from bot.events import ChatMessage, MessageDeleted, Reply
+from bot.settings import ConfigError, YouTubeSettings
 from bot.state import connect
 from tests.loopback.youtube_server import (
     LIVE_CHAT_ID,
@@ -32,6 +31,7 @@ from tests.loopback.youtube_server import (
     YouTubeServer,
     text_item,
 )
+from tests.platform_env import adapter_from_env
 from tests.test_youtube_convert import MIXED
 
 START = datetime(2025, 6, 2, 17, 0, tzinfo=UTC)  # 10:00 Pacific; the stream started now
@@ -411,23 +411,23 @@ async def test_the_days_spend_survives_a_restart(redis_client: Redis, key_tag: s
 
 def test_from_env_is_off_without_a_refresh_token(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("YOUTUBE_CLIENT_ID", "x.apps.googleusercontent.com")
-    assert YouTubeAdapter.from_env(InProcessBus(), Redis()) is None
+    assert adapter_from_env(YouTubeAdapter, InProcessBus(), Redis()) is None
 
 
 def test_from_env_names_the_missing_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("YOUTUBE_REFRESH_TOKEN", "1//token")
     with pytest.raises(ConfigError, match="YOUTUBE_CLIENT_ID"):
-        YouTubeAdapter.from_env(InProcessBus(), Redis())
+        adapter_from_env(YouTubeAdapter, InProcessBus(), Redis())
     monkeypatch.setenv("YOUTUBE_CLIENT_ID", "x.apps.googleusercontent.com")
     with pytest.raises(ConfigError, match="YOUTUBE_CLIENT_SECRET"):
-        YouTubeAdapter.from_env(InProcessBus(), Redis())
+        adapter_from_env(YouTubeAdapter, InProcessBus(), Redis())
     monkeypatch.setenv("YOUTUBE_CLIENT_SECRET", "secret")
     monkeypatch.setenv("YOUTUBE_DAILY_QUOTA", "lots")
     with pytest.raises(ConfigError, match="YOUTUBE_DAILY_QUOTA"):
-        YouTubeAdapter.from_env(InProcessBus(), Redis())
+        adapter_from_env(YouTubeAdapter, InProcessBus(), Redis())
     monkeypatch.setenv("YOUTUBE_DAILY_QUOTA", "2500")
     with pytest.raises(ConfigError, match="YOUTUBE_RESERVED_SENDS"):
-        YouTubeAdapter.from_env(InProcessBus(), Redis())
+        adapter_from_env(YouTubeAdapter, InProcessBus(), Redis())
 
 
 def test_from_env_builds_the_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -440,7 +440,7 @@ def test_from_env_builds_the_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
         "YOUTUBE_API_BASE_URL": "http://127.0.0.1:9/youtube/v3",
     }.items():
         monkeypatch.setenv(name, value)
-    adapter = YouTubeAdapter.from_env(InProcessBus(), Redis())
+    adapter = adapter_from_env(YouTubeAdapter, InProcessBus(), Redis())
     assert adapter is not None and adapter.platform == "youtube"
     assert adapter.settings.video_id == VIDEO_ID
     assert adapter.api.ledger.config.stream_hours == 6

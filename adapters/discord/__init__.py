@@ -1,12 +1,12 @@
 """Discord for Chorus: discord.py's gateway client wired to the event bus.
 
-``DiscordAdapter.from_env(bus)`` returns None unless ``DISCORD_TOKEN`` is set. ``convert`` holds
+``DiscordAdapter.from_section(settings.discord, bus)`` builds it when ``DISCORD_TOKEN`` is set (the
+registry checks). ``convert`` holds
 the pure wire <-> core conversions; ``sender`` the one outbound chokepoint.
 """
 
 from __future__ import annotations
 
 from adapters.discord.adapter import DiscordAdapter
-from adapters.discord.settings import DiscordSettings, load_discord_settings
 
-__all__ = ["DiscordAdapter", "DiscordSettings", "load_discord_settings"]
+__all__ = ["DiscordAdapter"]

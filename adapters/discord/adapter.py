@@ -36,12 +36,12 @@ from pydantic import BaseModel
 import prompts
 from adapters.discord import convert
 from adapters.discord.sender import DiscordSender, Sleep, TypingIndicators
-from adapters.discord.settings import PORTAL_URL, DiscordSettings, load_discord_settings
 from adapters.discord.slash import build_group
 from bot.bus.base import BusClosed, Delivery, EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
-from bot.config import ConfigError
 from bot.events import Reply
+from bot.settings import ConfigError, DiscordSettings
+from bot.settings.discord import PORTAL_URL
 
 log = logging.getLogger("chorus.discord")
 
@@ -134,11 +134,8 @@ class DiscordAdapter:
         self._saved_endpoints: tuple[str, yarl.URL] | None = None
 
     @classmethod
-    def from_env(cls, bus: EventBus) -> DiscordAdapter | None:
-        """The adapter when ``DISCORD_TOKEN`` is set, else None; ``ConfigError`` if invalid."""
-        settings = load_discord_settings()
-        if not settings.token_value():
-            return None
+    def from_section(cls, settings: DiscordSettings, bus: EventBus) -> DiscordAdapter:
+        """The adapter of the settings root's Discord section (``DISCORD_TOKEN`` is set)."""
         return cls(bus, settings)
 
     # -- lifecycle ------------------------------------------------------------------------------

@@ -45,13 +45,13 @@ from adapters.slack.convert import (
     thread_root,
 )
 from adapters.slack.sender import SlackSender, SlackSendError, file_hosts, host_allowed
-from adapters.slack.settings import APPS_URL, SlackMode, SlackSettings, load_slack_settings
 from adapters.slack.state import SeenSet, TTLCache
 from adapters.slack.transport import AUTH_ERRORS, connect_socket, serve_http
 from bot.bus.base import Delivery, EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
-from bot.config import ConfigError
 from bot.events import Attachment, AttachmentKind, Author, Reply
+from bot.settings import ConfigError, SlackSettings
+from bot.settings.slack import APPS_URL, SlackMode
 
 log = logging.getLogger("chorus.slack")
 
@@ -114,10 +114,10 @@ class SlackAdapter:
         self.app: AsyncApp | None = None
 
     @classmethod
-    def from_env(cls, bus: EventBus) -> SlackAdapter | None:
-        """The adapter, or None when ``SLACK_BOT_TOKEN`` is unset; ``ConfigError`` if incomplete."""
-        settings = load_slack_settings()
-        return None if settings is None else cls(bus, settings)
+    def from_section(cls, settings: SlackSettings, bus: EventBus) -> SlackAdapter:
+        """The adapter of the settings root's Slack section; ``ConfigError`` if incomplete."""
+        settings.check()
+        return cls(bus, settings)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:

@@ -20,8 +20,8 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 
 from adapters.slack.sender import SlackSender, SlackSendError
-from adapters.slack.settings import APPS_URL
-from bot.config import ConfigError
+from bot.settings import ConfigError
+from bot.settings.slack import APPS_URL
 
 log = logging.getLogger("chorus.slack")
 

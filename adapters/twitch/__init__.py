@@ -3,6 +3,5 @@
 from __future__ import annotations
 
 from adapters.twitch.adapter import TwitchAdapter
-from adapters.twitch.settings import TwitchSettings
 
-__all__ = ["TwitchAdapter", "TwitchSettings"]
+__all__ = ["TwitchAdapter"]

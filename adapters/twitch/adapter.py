@@ -43,13 +43,13 @@ from twitchio.http import Route
 from adapters.twitch import convert
 from adapters.twitch.convert import BotIdentity, SendArgs
 from adapters.twitch.ratelimit import MODERATOR_LIMIT, USER_LIMIT, SharedRateLimiter
-from adapters.twitch.settings import CONSOLE_URL, TOKEN_HELP, TwitchSettings, load_settings
 from adapters.twitch.tokens import StoredTokens, TokenStore, choose, open_token_store
 from bot.bus.base import EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
-from bot.config import ConfigError
 from bot.events import Reply
 from bot.llm.retry import RetryPolicy
+from bot.settings import ConfigError, TwitchSettings
+from bot.settings.twitch import CONSOLE_URL, TOKEN_HELP
 
 log = logging.getLogger("chorus.twitch")
 
@@ -164,11 +164,9 @@ class TwitchAdapter:
         self._stopped = asyncio.Event()
 
     @classmethod
-    def from_env(cls, bus: EventBus, redis: Redis) -> TwitchAdapter | None:
-        """The adapter from ``TWITCH_*``; None when ``TWITCH_CLIENT_ID`` is unset."""
-        settings = load_settings()
-        if not settings.configured:
-            return None
+    def from_section(cls, settings: TwitchSettings, bus: EventBus, redis: Redis) -> TwitchAdapter:
+        """The adapter of the settings root's Twitch section (``TWITCH_CLIENT_ID`` is set);
+        ``ConfigError`` naming the first missing variable."""
         settings.require_complete()
         configure_endpoints(settings)
         client_id = (settings.client_id or "").strip()

@@ -40,10 +40,11 @@ from adapters.youtube.api import (
     YouTubeUnavailable,
 )
 from adapters.youtube.quota import RESET_SLACK, PollPlan, next_reset, plan_poll, quota_day
-from adapters.youtube.settings import YouTubeSettings, load_youtube_settings
+from adapters.youtube.settings import check, quota_config
 from bot.bus.base import EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import ChatMessage, MessageDeleted, Reply
+from bot.settings import YouTubeSettings
 
 log = logging.getLogger("chorus.youtube")
 
@@ -106,11 +107,9 @@ class YouTubeAdapter:
         self._closing = False
 
     @classmethod
-    def from_env(cls, bus: EventBus, redis: Redis) -> YouTubeAdapter | None:
-        """None when ``YOUTUBE_REFRESH_TOKEN`` is unset; ``ConfigError`` when incomplete."""
-        settings = load_youtube_settings()
-        if not settings.enabled:
-            return None
+    def from_section(cls, settings: YouTubeSettings, bus: EventBus, redis: Redis) -> YouTubeAdapter:
+        """The adapter of the settings root's YouTube section (``YOUTUBE_REFRESH_TOKEN`` is
+        set); ``ConfigError`` when incomplete."""
         return cls.from_settings(bus, redis, settings)
 
     @classmethod
@@ -123,14 +122,16 @@ class YouTubeAdapter:
         clock: Clock = _utcnow,
         sleep: Sleep = asyncio.sleep,
     ) -> YouTubeAdapter:
-        settings.check()
+        check(settings)
         assert settings.client_id and settings.client_secret and settings.refresh_token
         credentials = Credentials(
             client_id=settings.client_id.strip(),
             client_secret=settings.client_secret.get_secret_value().strip(),
             refresh_token=settings.refresh_token.get_secret_value().strip(),
         )
-        ledger = QuotaLedger(redis, settings.quota(), project=credentials.client_id, clock=clock)
+        ledger = QuotaLedger(
+            redis, quota_config(settings), project=credentials.client_id, clock=clock
+        )
         api = YouTubeAPI(
             credentials,
             ledger,

@@ -24,9 +24,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
 import prompts
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.live.engagement import (
@@ -41,6 +38,7 @@ from bot.live.engagement import (
     mark_spoke,
     observe,
 )
+from bot.settings import EngagementSettings
 
 LIVE_PLATFORMS = frozenset({"twitch", "youtube"})
 CHAT_AUTHOR = Author(id="chat", display_name="live chat")
@@ -55,21 +53,9 @@ def ack(reason: Reason) -> str | None:
     return None
 
 
-class EngagementSettings(BaseSettings):
-    """``CHORUS_ENGAGE_*``: the policy's thresholds for every live or ambient channel."""
-
-    model_config = SettingsConfigDict(env_prefix="CHORUS_ENGAGE_", env_file=".env", extra="ignore")
-
-    min_pending: int = Field(default=8, ge=1)
-    min_gap_seconds: float = Field(default=45.0, ge=0)
-    max_batch_chatters: int = Field(default=2, ge=1, le=5)
-    channel_cooldown_seconds: float = Field(default=5.0, ge=0)
-    user_cooldown_seconds: float = Field(default=10.0, ge=0)
-    wall_max_chars: int = Field(default=400, ge=20)
-    idle_prompt_after_seconds: float | None = Field(default=None, gt=0)
-
-    def policy(self) -> PolicyConfig:
-        return PolicyConfig(**self.model_dump())
+def policy_config(settings: EngagementSettings) -> PolicyConfig:
+    """The policy's thresholds from the ``CHORUS_ENGAGE_*`` section (same field names)."""
+    return PolicyConfig(**settings.model_dump())
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,6 @@ import httpx2
 from anthropic.types import Message as WireMessage
 from anthropic.types import RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
 
-from bot.config import KEY_ENV, KEY_URL, ConfigError, Settings
 from bot.llm.base import SDKProvider
 from bot.llm.retry import Failure, RetryPolicy, Sleep, parse_retry_after
 from bot.llm.types import (
@@ -69,6 +68,7 @@ from bot.llm.types import (
     ToolResultPart,
     Usage,
 )
+from bot.settings import KEY_ENV, KEY_URL, ConfigError, LLMSettings
 
 log = logging.getLogger("chorus.llm.anthropic")
 
@@ -121,7 +121,7 @@ class AnthropicProvider(SDKProvider):
         self._owns_client = False
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, retry: RetryPolicy | None = None) -> Self:
+    def from_settings(cls, settings: LLMSettings, *, retry: RetryPolicy | None = None) -> Self:
         """A provider with its own client (closed by ``aclose``), configured only by ``settings``."""
         key = settings.api_key(cls.name)
         if key is None:

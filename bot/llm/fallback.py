@@ -46,42 +46,18 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from bot.config import ConfigError, ModelSpec, Settings, parse_model_spec
 from bot.llm.base import Provider
 from bot.llm.errors import LLMError, ProviderAuthError, ProviderUnavailable
 from bot.llm.registry import build_provider
 from bot.llm.retry import RetryPolicy
 from bot.llm.types import LLMRequest, LLMResponse, Message, StreamEvent, ThinkingPart, ToolCallPart
+from bot.settings import ConfigError, FallbackSettings, LLMSettings, ModelSpec
 
 log = logging.getLogger("chorus.llm.fallback")
 
 VARIABLE = "CHORUS_FALLBACK_MODELS"
 BreakerState = Literal["closed", "open", "half_open"]
 OnFallback = Callable[[str, str], None]
-
-
-class FallbackSettings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
-    )
-
-    models: str = Field(default="", validation_alias=VARIABLE)
-    breaker_failures: int = Field(default=3, ge=1, validation_alias="CHORUS_BREAKER_FAILURES")
-    breaker_cooldown: float = Field(default=60.0, gt=0, validation_alias="CHORUS_BREAKER_COOLDOWN")
-
-    def specs(self) -> list[ModelSpec]:
-        return [parse_model_spec(item, VARIABLE) for item in self.models.split(",") if item.strip()]
-
-
-def load_fallback_settings(**overrides: Any) -> FallbackSettings:
-    try:
-        return FallbackSettings(**overrides)
-    except ValidationError as exc:
-        lines = [f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()]
-        raise ConfigError("invalid fallback settings:\n  " + "\n  ".join(lines)) from None
 
 
 class ChainExhausted(ProviderUnavailable):
@@ -365,9 +341,9 @@ async def _aclose(iterator: AsyncIterator[StreamEvent]) -> None:
 
 
 def build_chain(
-    settings: Settings,
+    settings: LLMSettings,
     primary_spec: ModelSpec,
-    fallback: FallbackSettings | None = None,
+    fallback: FallbackSettings,
     *,
     retry: RetryPolicy | None = None,
     on_fallback: OnFallback | None = None,
@@ -380,7 +356,6 @@ def build_chain(
     Every vendor's credentials are checked before any client is built, so a fallback without a
     key fails at startup naming CHORUS_FALLBACK_MODELS and the key variable.
     """
-    fallback = fallback or load_fallback_settings()
     specs = [primary_spec]
     for spec in fallback.specs():
         if spec not in specs:

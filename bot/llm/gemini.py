@@ -11,7 +11,7 @@ Only translation lives here; guarding and retries are ``SDKProvider``'s. Quirks 
 - **Explicit settings beat the environment.** The client reads ``GOOGLE_API_KEY`` (preferred over
   ``GEMINI_API_KEY``), ``GOOGLE_GEMINI_BASE_URL`` and ``GOOGLE_GENAI_USE_VERTEXAI`` itself, so
   ``from_settings`` passes the key, the base URL (the public host when unset) and
-  ``vertexai=False``: what ``Settings`` says is what is called.
+  ``vertexai=False``: what ``LLMSettings`` says is what is called.
 - **Errors**: ``errors.APIError`` carries ``code``, ``status``, the JSON body in ``details`` and
   the transport's response (aiohttp or httpx2) with its headers. A bad key is HTTP 400
   ``INVALID_ARGUMENT`` with reason ``API_KEY_INVALID``, reported here as an auth failure (401).
@@ -49,7 +49,6 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
-from bot.config import KEY_URL, ConfigError, Settings
 from bot.llm.base import SDKProvider
 from bot.llm.errors import ProviderAuthError
 from bot.llm.retry import Failure, RetryPolicy, Sleep, parse_retry_after
@@ -69,6 +68,7 @@ from bot.llm.types import (
     ToolResultPart,
     Usage,
 )
+from bot.settings import KEY_URL, ConfigError, LLMSettings
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/"
 # https://ai.google.dev/gemini-api/docs/thought-signatures (FAQ: dummy signatures)
@@ -132,7 +132,7 @@ class GeminiProvider(SDKProvider):
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, *, retry: RetryPolicy | None = None, sleep: Sleep | None = None
+        cls, settings: LLMSettings, *, retry: RetryPolicy | None = None, sleep: Sleep | None = None
     ) -> Self:
         """A provider that owns a client built from ``settings`` (the SDK's own retries off)."""
         api_key = settings.api_key("gemini")

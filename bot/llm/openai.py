@@ -51,7 +51,6 @@ import openai
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 
-from bot.config import KEY_ENV, KEY_URL, ConfigError, Settings
 from bot.llm.base import SDKProvider
 from bot.llm.retry import Failure, RetryPolicy, Sleep, parse_retry_after
 from bot.llm.types import (
@@ -69,6 +68,7 @@ from bot.llm.types import (
     ToolResultPart,
     Usage,
 )
+from bot.settings import KEY_ENV, KEY_URL, ConfigError, LLMSettings
 
 log = logging.getLogger("chorus.llm.openai")
 
@@ -123,7 +123,7 @@ class OpenAIProvider(SDKProvider):
         )
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, retry: RetryPolicy | None = None) -> Self:
+    def from_settings(cls, settings: LLMSettings, *, retry: RetryPolicy | None = None) -> Self:
         """A provider with its own client (closed by ``aclose``), configured only by ``settings``."""
         base_url = settings.base_url(cls.name)
         key = settings.api_key(cls.name)

@@ -28,15 +28,14 @@ implicit caches, so their ``cache_write`` is the input price.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from bot.config import ConfigError
 from bot.llm.types import Usage
+from bot.settings import ConfigError
 
 VARIABLE = "CHORUS_PRICES"
 PRICES_AS_OF = "2025-10-01"
@@ -144,11 +143,11 @@ class PriceTable:
         return None if price is None else price.cost(usage)
 
 
-def load_prices(path: str | None = None) -> PriceTable:
-    """The default table with ``path`` (default: ``$CHORUS_PRICES``) merged over it."""
-    path = path if path is not None else os.environ.get(VARIABLE, "").strip()
-    if not path:
+def load_prices(path: str | Path | None = None) -> PriceTable:
+    """The default table with the file at ``path`` (``CHORUS_PRICES``) merged over it."""
+    if path is None or not str(path).strip():
         return PriceTable.default()
+    path = str(path)
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from bot.config import ConfigError, ModelSpec, Settings
 from bot.llm.base import Provider
 from bot.llm.retry import RetryPolicy
+from bot.settings import ConfigError, LLMSettings, ModelSpec
 
 _MODULES = {
     "anthropic": ("bot.llm.anthropic", "AnthropicProvider", "anthropic"),
@@ -21,7 +21,7 @@ _MODULES = {
 
 
 def build_provider(
-    spec: ModelSpec, settings: Settings, *, retry: RetryPolicy | None = None
+    spec: ModelSpec, settings: LLMSettings, *, retry: RetryPolicy | None = None
 ) -> Provider:
     """A ready provider for ``spec.provider``; the caller owns it and must ``aclose`` it."""
     if spec.provider not in _MODULES:

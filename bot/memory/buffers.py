@@ -5,7 +5,7 @@ A user is ``platform`` + the platform's user id, never a display name. Everythin
 lives in one compact JSON string (``keys.memory``) so the reply path reads it with one ``GET``
 inside the router's read pipeline, and so it stays small: at the default caps (20 pins, 10
 recommendations) and the longest entries allowed, the value is about 3.5 KB and ``MEMORY
-USAGE`` stays under 4 KB. Entry lengths are bounded for that reason (``bot.memory.settings``),
+USAGE`` stays under 4 KB. Entry lengths are bounded for that reason (``bot.settings.memory``),
 and ``fit`` evicts the weakest entries if multi-byte text would push a buffer past its byte
 budget anyway.
 
@@ -31,7 +31,7 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import WatchError
 
 from bot.events import AwareDatetime, ConversationKey, utcnow
-from bot.memory.settings import (
+from bot.settings.memory import (
     INSIGHTS_MODELS,
     PIN_TEXT_MAX,
     REC_TEXT_MAX,
@@ -39,7 +39,6 @@ from bot.memory.settings import (
     TIMEZONE_MAX,
     TOOL_MAX,
     MemorySettings,
-    load_memory_settings,
 )
 from bot.state import keys
 
@@ -55,7 +54,6 @@ __all__ = [
     "Pin",
     "Recommendation",
     "UserBuffer",
-    "load_memory_settings",
 ]
 
 log = logging.getLogger("chorus.memory")

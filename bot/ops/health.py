@@ -25,22 +25,21 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from aiohttp import web
-from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
 from redis.asyncio import Redis
 
-from bot.config import ConfigError
 from bot.ops.metrics import Metrics, NullMetrics
+from bot.settings import ConfigError, HealthSettings
+from bot.settings.ops import DEFAULT_HEALTH_PORT
 from bot.state import connect
 
 log = logging.getLogger("chorus.health")
 
 Check = Callable[[], Awaitable[bool]]
 
-DEFAULT_PORT = 9464
+DEFAULT_PORT = DEFAULT_HEALTH_PORT
 
 
 @runtime_checkable
@@ -48,30 +47,6 @@ class Readiness(Protocol):
     """Anything (an adapter, a provider) that can say whether it is ready to work."""
 
     async def ready(self) -> bool: ...
-
-
-class HealthSettings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
-    )
-
-    host: str = Field(default="0.0.0.0", min_length=1, validation_alias="CHORUS_HEALTH_HOST")
-    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, validation_alias="CHORUS_HEALTH_PORT")
-
-    @property
-    def enabled(self) -> bool:
-        return self.port != 0
-
-
-def load_health_settings(**overrides: Any) -> HealthSettings:
-    try:
-        return HealthSettings(**overrides)
-    except ValidationError as exc:
-        problems = "; ".join(str(e["msg"]) for e in exc.errors())
-        raise ConfigError(
-            f"CHORUS_HEALTH_PORT / CHORUS_HEALTH_HOST: {problems} "
-            "(a port 1-65535, or 0 to turn the health server off)"
-        ) from None
 
 
 # -- checks ---------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from bot.llm.pricing import PriceTable, load_prices
 from bot.llm.types import Usage
+from bot.settings import MetricsSettings
 
 if TYPE_CHECKING:
     pass
@@ -205,9 +206,9 @@ class Metrics:
             GCCollector(registry=r)
 
     @classmethod
-    def from_env(cls) -> Metrics:
+    def from_settings(cls, settings: MetricsSettings) -> Metrics:
         """Metrics with the price table of ``CHORUS_PRICES`` (``ConfigError`` if it is bad)."""
-        return cls(prices=load_prices())
+        return cls(prices=load_prices(settings.prices))
 
     # -- the chokepoints ------------------------------------------------------------------------
     def message_in(self, platform: str) -> None:

@@ -29,7 +29,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisError
 
-from bot.config import ConfigError, check_redis_url
+from bot.settings import ConfigError, check_redis_url
 
 log = logging.getLogger("chorus.store")
 

@@ -46,13 +46,14 @@ from typing import Any, BinaryIO
 from pydantic import ValidationError
 
 from bot.llm.types import ToolSpec
+from bot.settings import ToolSettings
 from bot.tools.base import Permission, Tool, ToolContext, ToolError
 from bot.tools.mcp_config import (
     MCPConfig,
     MCPConfigError,
     ReconnectPolicy,
     ServerConfig,
-    config_from_env,
+    config_from_settings,
     load_config,
     namespaced_name,
     sanitise,
@@ -602,10 +603,10 @@ class MCPManager:
         return cls(load_config(path), **kwargs)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> MCPManager | None:
+    def from_settings(cls, settings: ToolSettings, **kwargs: Any) -> MCPManager | None:
         """From the file named by ``CHORUS_MCP_CONFIG``; ``None`` when that is unset."""
-        config = config_from_env(environ)
-        return None if config is None else cls(config, environ=environ, **kwargs)
+        config = config_from_settings(settings)
+        return None if config is None else cls(config, **kwargs)
 
     async def start(self) -> None:
         """Connect every enabled server concurrently; failures are logged and skipped."""

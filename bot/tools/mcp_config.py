@@ -38,8 +38,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from bot.config import ConfigError
 from bot.llm.retry import RetryPolicy
+from bot.settings import ConfigError, ToolSettings
 from bot.tools.base import Permission
 
 log = logging.getLogger("chorus.mcp")
@@ -234,11 +234,9 @@ def load_config(path: str | Path) -> MCPConfig:
     return parse_config(text, str(file))
 
 
-def config_from_env(environ: Mapping[str, str] | None = None) -> MCPConfig | None:
-    """The file named by ``CHORUS_MCP_CONFIG``, or ``None`` when it is unset or empty."""
-    env = os.environ if environ is None else environ
-    path = env.get(CONFIG_ENV, "").strip()
-    return load_config(path) if path else None
+def config_from_settings(settings: ToolSettings) -> MCPConfig | None:
+    """The file named by ``CHORUS_MCP_CONFIG``, or ``None`` when it is unset."""
+    return None if settings.mcp_config is None else load_config(settings.mcp_config)
 
 
 @dataclass(frozen=True)

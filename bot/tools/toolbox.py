@@ -23,25 +23,19 @@ import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from pathlib import Path
-from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 import prompts
-from bot.config import ConfigError
 from bot.llm.types import ToolCallPart, ToolResultPart, ToolSpec
+from bot.settings import ConfigError, ToolSettings
 from bot.tools.base import Permission, Tool, ToolContext, ToolError
 from bot.tools.builtin import builtin_tools
-from bot.tools.netguard import Allowlist
 
 log = logging.getLogger("chorus.tools")
 
 DEFAULT_MAX_RESULT_CHARS = 16_000
 _DENIED = {Permission.MODERATOR: "tools/denied_moderators", Permission.OWNER: "tools/denied_owner"}
-
-CommaList = Annotated[frozenset[str], NoDecode]
 
 
 class ChannelToolConfig(BaseModel):
@@ -190,17 +184,14 @@ class Toolbox:
 
     # -- construction from settings ---------------------------------------------------------------
     @classmethod
-    def from_settings(
-        cls, settings: ToolSettings | None = None, extra_tools: Iterable[Tool] = ()
-    ) -> Toolbox:
+    def from_settings(cls, settings: ToolSettings, extra_tools: Iterable[Tool] = ()) -> Toolbox:
         """The built-in tools (clock, fetch, and news when feeds are configured) plus ``extra_tools``,
         with the enable/disable lists and channel overrides from ``settings``."""
-        settings = settings or load_tool_settings()
         return cls(
             [*builtin_tools(settings), *extra_tools],
             enabled=settings.tools_enabled,
             disabled=settings.tools_disabled,
-            channel_overrides=settings.channel_overrides(),
+            channel_overrides=channel_overrides(settings),
         )
 
 
@@ -208,115 +199,31 @@ def _crashed(name: str, exc: BaseException) -> str:
     return prompts.render("tools/crashed", tool=name, error=f"{type(exc).__name__}: {exc}")
 
 
-class ToolSettings(BaseSettings):
-    """Tool settings (``CHORUS_TOOLS_*``, ``CHORUS_FETCH_*``, ``CHORUS_FEEDS``)."""
-
-    model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
-    )
-
-    tools_enabled: Annotated[frozenset[str] | None, NoDecode] = Field(
-        default=None, validation_alias="CHORUS_TOOLS_ENABLED"
-    )
-    tools_disabled: CommaList = Field(default=frozenset(), validation_alias="CHORUS_TOOLS_DISABLED")
-    tools_channels: Path | None = Field(default=None, validation_alias="CHORUS_TOOLS_CHANNELS")
-    tool_timeout: float = Field(default=10.0, gt=0, le=600, validation_alias="CHORUS_TOOL_TIMEOUT")
-    fetch_allow: CommaList = Field(default=frozenset(), validation_alias="CHORUS_FETCH_ALLOW")
-    fetch_max_bytes: int = Field(
-        default=2_000_000, ge=1024, validation_alias="CHORUS_FETCH_MAX_BYTES"
-    )
-    fetch_timeout: float = Field(
-        default=10.0, gt=0, le=120, validation_alias="CHORUS_FETCH_TIMEOUT"
-    )
-    feeds: Annotated[tuple[str, ...], NoDecode] = Field(default=(), validation_alias="CHORUS_FEEDS")
-
-    @field_validator("tools_enabled", mode="before")
-    @classmethod
-    def _split_enabled(cls, value: Any) -> Any:
-        if isinstance(value, str):  # an empty CHORUS_TOOLS_ENABLED means "all", like unset
-            return _comma_set(value) or None
-        return value
-
-    @field_validator("tools_disabled", "fetch_allow", mode="before")
-    @classmethod
-    def _split_set(cls, value: Any) -> Any:
-        return _comma_set(value) if isinstance(value, str) else value
-
-    @field_validator("tools_channels", mode="before")
-    @classmethod
-    def _empty_path(cls, value: Any) -> Any:
-        return None if isinstance(value, str) and not value.strip() else value
-
-    @field_validator("fetch_allow")
-    @classmethod
-    def _check_allow(cls, value: frozenset[str]) -> frozenset[str]:
-        Allowlist.parse(value)  # raises ValueError naming a bad entry
-        return value
-
-    @field_validator("feeds", mode="before")
-    @classmethod
-    def _split_feeds(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return tuple(dict.fromkeys(item.strip() for item in value.split(",") if item.strip()))
-        return value
-
-    @field_validator("feeds")
-    @classmethod
-    def _check_feeds(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for url in value:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"{url!r} is not an http(s) URL")
-        return value
-
-    def channel_overrides(self) -> dict[str, ChannelToolConfig]:
-        """Parse the ``CHORUS_TOOLS_CHANNELS`` JSON file (``{}`` when unset)."""
-        if self.tools_channels is None:
-            return {}
-        path = self.tools_channels
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(
-                f"CHORUS_TOOLS_CHANNELS: cannot read {path}: {exc.strerror}"
-            ) from None
-        except ValueError as exc:
-            raise ConfigError(f"CHORUS_TOOLS_CHANNELS: {path} is not valid JSON: {exc}") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(
-                f"CHORUS_TOOLS_CHANNELS: {path} must hold an object like "
-                f'{{"discord:123": {{"disabled": ["fetch_page"]}}}}'
-            )
-        overrides = {}
-        for key, value in raw.items():
-            if ":" not in key:
-                raise ConfigError(
-                    f"CHORUS_TOOLS_CHANNELS: {key!r} in {path} is not platform:channel"
-                )
-            try:
-                overrides[key] = ChannelToolConfig.model_validate(value)
-            except ValidationError as exc:
-                problems = "; ".join(
-                    f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors()
-                )
-                raise ConfigError(f"CHORUS_TOOLS_CHANNELS: {key!r} in {path}: {problems}") from None
-        return overrides
-
-
-def _comma_set(value: str) -> frozenset[str]:
-    return frozenset(item.strip() for item in value.split(",") if item.strip())
-
-
-def load_tool_settings(**overrides: Any) -> ToolSettings:
-    """Read ``ToolSettings``; errors become one ``ConfigError`` naming each variable."""
+def channel_overrides(settings: ToolSettings) -> dict[str, ChannelToolConfig]:
+    """Parse the ``CHORUS_TOOLS_CHANNELS`` JSON file (``{}`` when unset)."""
+    if settings.tools_channels is None:
+        return {}
+    path = settings.tools_channels
     try:
-        return ToolSettings(**overrides)
-    except ValidationError as exc:
-        lines = []
-        for error in exc.errors():
-            field = str(error["loc"][0]) if error["loc"] else ""
-            info = ToolSettings.model_fields.get(field)
-            name = (
-                info.validation_alias if info and isinstance(info.validation_alias, str) else field
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"CHORUS_TOOLS_CHANNELS: cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ConfigError(f"CHORUS_TOOLS_CHANNELS: {path} is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"CHORUS_TOOLS_CHANNELS: {path} must hold an object like "
+            f'{{"discord:123": {{"disabled": ["fetch_page"]}}}}'
+        )
+    overrides = {}
+    for key, value in raw.items():
+        if ":" not in key:
+            raise ConfigError(f"CHORUS_TOOLS_CHANNELS: {key!r} in {path} is not platform:channel")
+        try:
+            overrides[key] = ChannelToolConfig.model_validate(value)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors()
             )
-            lines.append(f"{name}: {str(error['msg']).removeprefix('Value error, ')}")
-        raise ConfigError("invalid tool settings:\n  " + "\n  ".join(lines)) from None
+            raise ConfigError(f"CHORUS_TOOLS_CHANNELS: {key!r} in {path}: {problems}") from None
+    return overrides

@@ -15,7 +15,7 @@ from bot.tools.builtin.fetch import Fetcher, fetch_page_tool
 from bot.tools.netguard import Allowlist, NetGuard
 
 if TYPE_CHECKING:
-    from bot.tools.toolbox import ToolSettings
+    from bot.settings import ToolSettings
 
 __all__ = ["builtin_tools", "clock_tool", "feeds_tool", "fetch_page_tool"]
 

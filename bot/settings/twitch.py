@@ -1,4 +1,4 @@
-"""Twitch settings, read from the environment and ``.env`` (pydantic-settings).
+"""Twitch settings: one section of the settings root, data only (no twitchio import).
 
 Chorus talks to Twitch as one bot *user* (EventSub ``channel.chat.message`` and the Send Chat
 Message API both act as a user), so besides the application's client id and secret it needs that
@@ -10,12 +10,11 @@ user's access and refresh tokens. The refreshed pair is stored where ``TWITCH_TO
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
 
-from bot.config import ConfigError
+from bot.settings.base import ConfigError, Section
 
 CONSOLE_URL = "https://dev.twitch.tv/console/apps"
 TOKEN_HELP = (
@@ -27,15 +26,11 @@ DEFAULT_AUTH_BASE_URL = "https://id.twitch.tv/"
 DEFAULT_EVENTSUB_WS_URL = "wss://eventsub.wss.twitch.tv/ws"
 
 _LOGIN = re.compile(r"^[a-z0-9_]{1,25}$")
-Channels = Annotated[tuple[str, ...], NoDecode]
+Channels = tuple[str, ...]
 
 
-class TwitchSettings(BaseSettings):
+class TwitchSettings(Section):
     """Every variable the Twitch adapter reads (documented in ``.env.example``)."""
-
-    model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
-    )
 
     client_id: str | None = Field(default=None, validation_alias="TWITCH_CLIENT_ID")
     client_secret: SecretStr | None = Field(default=None, validation_alias="TWITCH_CLIENT_SECRET")
@@ -125,17 +120,3 @@ class TwitchSettings(BaseSettings):
                 f"TWITCH_BOT_ID={self.bot_id!r} must be the bot account's numeric user id "
                 "(leave it unset to read it from the access token)"
             )
-
-
-def load_settings(**overrides: Any) -> TwitchSettings:
-    """Settings from the environment, with pydantic errors turned into ``ConfigError``."""
-    try:
-        return TwitchSettings(**overrides)
-    except ValidationError as exc:
-        lines = []
-        for error in exc.errors():
-            field = str(error["loc"][0]) if error["loc"] else ""
-            info = TwitchSettings.model_fields.get(field)
-            name = info.validation_alias if info and info.validation_alias else field
-            lines.append(f"{name}: {str(error['msg']).removeprefix('Value error, ')}")
-        raise ConfigError("invalid Twitch settings:\n  " + "\n  ".join(lines)) from None

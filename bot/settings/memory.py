@@ -1,17 +1,17 @@
 """Settings of per-user memory, prompt enrichment and the insights agent.
 
-They live apart from ``bot.config.Settings`` so the memory feature is one self-contained piece
-the composition root opts into; both read the same environment and ``.env``. The entry bounds
+One section of the settings root, so the memory feature stays one self-contained piece the
+composition root hands to the stores, the router and the insights worker. The entry bounds
 are constants, not settings: they are what keeps a buffer within 4 KB of Redis memory at the
 default caps (``MemorySettings.max_bytes`` computes the budget from them).
 """
 
 from __future__ import annotations
 
-from pydantic import Field, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, model_validator
 
-from bot.config import ConfigError, ModelSpec, parse_model_spec
+from bot.settings.base import Section
+from bot.settings.llm import ModelSpec, parse_model_spec
 
 # Entry bounds, chosen so the default caps fit in 4 KB of Redis memory.
 PIN_TEXT_MAX = 64
@@ -29,12 +29,8 @@ INSIGHTS_MODELS = {
 }
 
 
-class MemorySettings(BaseSettings):
+class MemorySettings(Section):
     """Memory, relevance and insights settings (``.env.example`` documents each variable)."""
-
-    model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
-    )
 
     pins_max: int = Field(default=20, ge=1, le=100, validation_alias="CHORUS_PINS_MAX")
     recs_max: int = Field(default=10, ge=0, le=100, validation_alias="CHORUS_RECS_MAX")
@@ -106,18 +102,3 @@ class MemorySettings(BaseSettings):
         if chat_spec.provider == "openai" and base_url:
             return chat_spec
         return ModelSpec(chat_spec.provider, INSIGHTS_MODELS[chat_spec.provider])
-
-
-def load_memory_settings(**overrides: object) -> MemorySettings:
-    """Read the settings; pydantic's errors become one ConfigError naming each variable."""
-    try:
-        return MemorySettings(**overrides)  # type: ignore[arg-type]
-    except ValidationError as exc:
-        lines = []
-        for error in exc.errors():
-            # From the environment, pydantic reports the alias; from keywords, the field name.
-            where = str(error["loc"][0]) if error["loc"] else "settings"
-            info = MemorySettings.model_fields.get(where)
-            name = str(info.validation_alias) if info and info.validation_alias else where
-            lines.append(f"{name}: {str(error['msg']).removeprefix('Value error, ')}")
-        raise ConfigError("invalid memory settings:\n  " + "\n  ".join(lines)) from None

@@ -1,4 +1,4 @@
-"""Discord settings, read from the environment and ``.env`` (pydantic-settings).
+"""Discord settings: one section of the settings root, data only (no discord.py import).
 
 ``DISCORD_TOKEN`` switches the adapter on. Channel lists are comma-separated channel ids (copy
 them with Developer Mode on: right-click a channel, "Copy Channel ID"). The two URL overrides
@@ -11,24 +11,19 @@ naming the variable and where to find its value.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
 
-from bot.config import ConfigError
+from bot.settings.base import Section
 
 PORTAL_URL = "https://discord.com/developers/applications"
-ChannelSet = Annotated[frozenset[int], NoDecode]
+ChannelSet = frozenset[int]
 _API_PATH = re.compile(r"/api/v\d+$")
 
 
-class DiscordSettings(BaseSettings):
+class DiscordSettings(Section):
     """Every variable the Discord adapter reads (documented in ``.env.example``)."""
-
-    model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
-    )
 
     token: SecretStr | None = Field(default=None, validation_alias="DISCORD_TOKEN")
     message_content_intent: bool = Field(
@@ -81,6 +76,11 @@ class DiscordSettings(BaseSettings):
             raise ValueError("must be a ws:// or wss:// URL")
         return value
 
+    @property
+    def configured(self) -> bool:
+        """``DISCORD_TOKEN`` is set: the adapter runs."""
+        return bool(self.token_value())
+
     def token_value(self) -> str:
         return self.token.get_secret_value().strip() if self.token is not None else ""
 
@@ -88,24 +88,3 @@ class DiscordSettings(BaseSettings):
         """Values a log formatter must mask."""
         token = self.token_value()
         return [token] if token else []
-
-
-def load_discord_settings(**overrides: Any) -> DiscordSettings:
-    """Settings from the environment (and ``overrides``), errors as ``ConfigError``."""
-    try:
-        return DiscordSettings(**overrides)
-    except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            field = str(error["loc"][0]) if error["loc"] else "?"
-            variable = _variable_for(field)
-            problems.append(f"{variable}: {error['msg']}")
-        raise ConfigError(
-            "invalid Discord settings: " + "; ".join(problems) + " (see .env.example)"
-        ) from None
-
-
-def _variable_for(field: str) -> str:
-    info = DiscordSettings.model_fields.get(field)
-    alias = info.validation_alias if info is not None else None
-    return alias if isinstance(alias, str) else field

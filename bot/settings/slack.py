@@ -1,4 +1,4 @@
-"""Slack settings, read from the environment and ``.env`` (pydantic-settings).
+"""Slack settings: one section of the settings root, data only (no slack-sdk import).
 
 The variable names are Slack's own (``SLACK_BOT_TOKEN``, ``SLACK_APP_TOKEN``,
 ``SLACK_SIGNING_SECRET``), the ones every Slack tutorial and bolt itself use. Which transport runs
@@ -10,17 +10,16 @@ variable and where in the Slack app settings to find its value.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
 
-from bot.config import ConfigError
+from bot.settings.base import ConfigError, Section
 
 APPS_URL = "https://api.slack.com/apps"
 DEFAULT_API_BASE_URL = "https://slack.com/api/"
 
-ChannelSet = Annotated[frozenset[str], NoDecode]
+ChannelSet = frozenset[str]
 
 
 class SlackMode(StrEnum):
@@ -28,12 +27,8 @@ class SlackMode(StrEnum):
     HTTP = "http"
 
 
-class SlackSettings(BaseSettings):
+class SlackSettings(Section):
     """Every variable the Slack adapter reads (documented in ``.env.example``)."""
-
-    model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
-    )
 
     bot_token: SecretStr | None = Field(default=None, validation_alias="SLACK_BOT_TOKEN")
     app_token: SecretStr | None = Field(default=None, validation_alias="SLACK_APP_TOKEN")
@@ -64,6 +59,11 @@ class SlackSettings(BaseSettings):
         return normalise_base_url(value)
 
     # -- derived ---------------------------------------------------------------------------
+    @property
+    def configured(self) -> bool:
+        """``SLACK_BOT_TOKEN`` is set: the adapter runs (``check`` says whether it can)."""
+        return bool(self.bot_token_value())
+
     @property
     def mode(self) -> SlackMode:
         return SlackMode.SOCKET if _secret(self.app_token) else SlackMode.HTTP
@@ -120,21 +120,3 @@ def normalise_base_url(value: str) -> str:
 
 def _secret(value: SecretStr | None) -> str:
     return value.get_secret_value().strip() if value is not None else ""
-
-
-def load_slack_settings(**overrides: Any) -> SlackSettings | None:
-    """The Slack settings, or None when ``SLACK_BOT_TOKEN`` is unset (Slack not enabled)."""
-    try:
-        settings = SlackSettings(**overrides)
-    except ValidationError as exc:
-        lines = []
-        for error in exc.errors():
-            field = str(error["loc"][0]) if error["loc"] else ""
-            info = SlackSettings.model_fields.get(field)
-            name = info.validation_alias if info and info.validation_alias else field
-            lines.append(f"{name}: {str(error['msg']).removeprefix('Value error, ')}")
-        raise ConfigError("invalid Slack settings:\n  " + "\n  ".join(lines)) from None
-    if not settings.bot_token_value():
-        return None
-    settings.check()
-    return settings

@@ -1,0 +1,51 @@
+"""Running the process: logs, the health/metrics server, and the price table of the cost metric.
+
+``CHORUS_PRICES`` is only a path here; ``bot.llm.pricing.load_prices`` reads the file, so a bad
+file is reported with the same variable name as a bad value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from bot.settings.base import Section
+
+DEFAULT_HEALTH_PORT = 9464
+
+
+class LoggingSettings(Section):
+    level: str = Field(default="INFO", validation_alias="CHORUS_LOG_LEVEL")
+    format: Literal["text", "json"] = Field(default="text", validation_alias="CHORUS_LOG_FORMAT")
+
+    @field_validator("level")
+    @classmethod
+    def _check_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError("use DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return level
+
+
+class HealthSettings(Section):
+    """``/healthz``, ``/readyz`` and ``/metrics``; port 0 turns the server off."""
+
+    host: str = Field(default="0.0.0.0", min_length=1, validation_alias="CHORUS_HEALTH_HOST")
+    port: int = Field(
+        default=DEFAULT_HEALTH_PORT, ge=0, le=65535, validation_alias="CHORUS_HEALTH_PORT"
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.port != 0
+
+
+class MetricsSettings(Section):
+    prices: Path | None = Field(default=None, validation_alias="CHORUS_PRICES")
+
+    @field_validator("prices", mode="before")
+    @classmethod
+    def _empty_path(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value

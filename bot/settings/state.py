@@ -1,0 +1,62 @@
+"""Where state lives (the embedded store or a Redis server), the bus, and how much history.
+
+The URL is checked here, when settings load, so a typo fails at start with the variable named
+rather than at the first connection attempt.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+from urllib.parse import parse_qs, urlsplit
+
+from pydantic import Field, field_validator
+
+from bot.settings.base import Section
+
+REDIS_SCHEMES = ("memory", "redis", "rediss", "unix")
+
+
+class StateSettings(Section):
+    redis_url: str = Field(default="memory://", validation_alias="CHORUS_REDIS_URL")
+    bus: Literal["memory", "redis"] = Field(default="memory", validation_alias="CHORUS_BUS")
+    bus_namespace: str = Field(
+        default="main", pattern=r"^[a-z0-9_]+$", validation_alias="CHORUS_BUS_NAMESPACE"
+    )
+    history_max_messages: int = Field(default=40, ge=2, validation_alias="CHORUS_HISTORY_MAX")
+    history_ttl_seconds: int = Field(
+        default=7 * 24 * 3600, ge=60, validation_alias="CHORUS_HISTORY_TTL"
+    )
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str) -> str:
+        check_redis_url(value)
+        return value
+
+    def secret_values(self) -> list[str]:
+        """The Redis password, wherever the URL carries it."""
+        parts = urlsplit(self.redis_url)
+        return [p for p in (parts.password, *parse_qs(parts.query).get("password", [])) if p]
+
+
+def check_redis_url(value: str) -> None:
+    try:
+        parts = urlsplit(value)
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not a URL ({exc})") from None
+    if parts.scheme not in REDIS_SCHEMES:
+        raise ValueError(
+            f"scheme {parts.scheme or '(none)'!r} is not supported; use memory:// (embedded), "
+            "redis://host:6379/0, rediss://host:6380/0 or unix:///path/to/redis.sock"
+        )
+    if parts.scheme in ("redis", "rediss") and not parts.hostname:
+        raise ValueError("a redis:// URL needs a host, e.g. redis://127.0.0.1:6379/0")
+    if parts.scheme == "unix" and not parts.path:
+        raise ValueError("a unix:// URL needs a socket path, e.g. unix:///run/redis.sock")
+    try:
+        _ = parts.port
+    except ValueError:
+        raise ValueError("the port is not a number between 0 and 65535") from None
+    db = parts.path.lstrip("/") if parts.scheme in ("redis", "rediss") else ""
+    if db and not db.isdigit():
+        raise ValueError(f"the database must be a number, got {db!r} (e.g. redis://host:6379/0)")

@@ -1,0 +1,82 @@
+"""Settings of the YouTube live chat adapter: one section of the settings root, data only.
+
+The bot speaks as the YouTube channel that granted an OAuth refresh token (scope
+``youtube.force-ssl``); without ``YOUTUBE_REFRESH_TOKEN`` the adapter is simply off. Problems
+are ``ConfigError`` naming the variable and where to get its value.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, SecretStr
+
+from bot.settings.base import ConfigError, Section
+
+CREDENTIALS_URL = "https://console.cloud.google.com/apis/credentials"
+TOKEN_HELP = (
+    "create an OAuth client (type: Desktop app) at "
+    f"{CREDENTIALS_URL} and get a refresh token with the youtube.force-ssl scope (see README)"
+)
+
+
+class YouTubeSettings(Section):
+    client_id: str | None = Field(default=None, validation_alias="YOUTUBE_CLIENT_ID")
+    client_secret: SecretStr | None = Field(default=None, validation_alias="YOUTUBE_CLIENT_SECRET")
+    refresh_token: SecretStr | None = Field(default=None, validation_alias="YOUTUBE_REFRESH_TOKEN")
+    video_id: str | None = Field(default=None, validation_alias="YOUTUBE_VIDEO_ID")
+    bot_name: str | None = Field(default=None, validation_alias="YOUTUBE_BOT_NAME")
+    unaddressed: Literal["ambient", "answer", "ignore"] = Field(
+        default="ambient", validation_alias="YOUTUBE_UNADDRESSED"
+    )
+
+    api_base_url: str = Field(
+        default="https://www.googleapis.com/youtube/v3", validation_alias="YOUTUBE_API_BASE_URL"
+    )
+    token_url: str = Field(
+        default="https://oauth2.googleapis.com/token", validation_alias="GOOGLE_OAUTH_TOKEN_URL"
+    )
+
+    daily_quota: int = Field(default=10_000, ge=100, validation_alias="YOUTUBE_DAILY_QUOTA")
+    cost_list: int = Field(default=5, ge=1, validation_alias="YOUTUBE_COST_LIST")
+    cost_insert: int = Field(default=50, ge=1, validation_alias="YOUTUBE_COST_INSERT")
+    cost_other: int = Field(default=1, ge=1, validation_alias="YOUTUBE_COST_OTHER")
+    stream_hours: float = Field(default=4.0, gt=0, le=48, validation_alias="YOUTUBE_STREAM_HOURS")
+    reserved_sends: int = Field(default=40, ge=0, validation_alias="YOUTUBE_RESERVED_SENDS")
+    broadcast_check_seconds: float = Field(
+        default=300.0, ge=10, validation_alias="YOUTUBE_BROADCAST_CHECK_SECONDS"
+    )
+    max_pieces: int = Field(default=2, ge=1, le=2, validation_alias="YOUTUBE_MAX_PIECES")
+    http_timeout: float = Field(default=30.0, gt=0, validation_alias="YOUTUBE_HTTP_TIMEOUT")
+
+    @property
+    def configured(self) -> bool:
+        """``YOUTUBE_REFRESH_TOKEN`` is set: the adapter runs."""
+        return self.enabled
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.refresh_token and self.refresh_token.get_secret_value().strip())
+
+    def check(self) -> None:
+        """Raise ``ConfigError`` when the credentials or URLs cannot work (the adapter also
+        checks that the quota leaves room to read the chat)."""
+        if not (self.client_id and self.client_id.strip()):
+            raise ConfigError(
+                f"YOUTUBE_REFRESH_TOKEN is set but YOUTUBE_CLIENT_ID is not; {TOKEN_HELP}"
+            )
+        if not (self.client_secret and self.client_secret.get_secret_value().strip()):
+            raise ConfigError(
+                f"YOUTUBE_REFRESH_TOKEN is set but YOUTUBE_CLIENT_SECRET is not; {TOKEN_HELP}"
+            )
+        for name, url in (
+            ("YOUTUBE_API_BASE_URL", self.api_base_url),
+            ("GOOGLE_OAUTH_TOKEN_URL", self.token_url),
+        ):
+            if not url.startswith(("https://", "http://")):
+                raise ConfigError(f"{name}={url!r} is not an http(s) URL")
+
+    def secret_values(self) -> list[str]:
+        """For the log redactor."""
+        secrets = (self.client_secret, self.refresh_token)
+        return [s.get_secret_value() for s in secrets if s and s.get_secret_value()]
