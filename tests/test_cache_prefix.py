@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -62,7 +63,7 @@ CONVERSATION = [
 ]
 
 
-def scripted_model(vendor: str, plan: dict[str, int]):  # type: ignore[no-untyped-def]
+def scripted_model(vendor: str, plan: dict[str, int]) -> Callable[[dict[str, Any]], Any]:
     """Asks for ``plan[question]`` lookups in a row, one per iteration, then answers."""
 
     def reply(body: dict[str, Any]) -> Any:

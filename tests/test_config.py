@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import AliasChoices
 from pydantic_settings import BaseSettings
 
 from adapters.discord.settings import DiscordSettings
@@ -175,7 +176,8 @@ def test_env_example_documents_every_setting(settings_class: type[BaseSettings])
         if alias is None:
             names = [f"{prefix}{name}".upper()]
         else:
-            names = [alias] if isinstance(alias, str) else list(alias.choices)  # type: ignore[union-attr]
+            choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
+            names = [alias] if isinstance(alias, str) else [str(c) for c in choices]
         assert any(str(n) in documented or str(n) in example for n in names), (
             f"setting {name} ({names}) is missing from .env.example"
         )
