@@ -8,6 +8,7 @@ failures, retries, the guard and settings are part two, ``test_provider_contract
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Literal
 
@@ -167,8 +168,6 @@ async def test_images_reach_the_wire_as_base64_data_or_as_the_url(
 
 
 def _b64(data: bytes, *, urlsafe: bool = False) -> str:
-    import base64
-
     return (base64.urlsafe_b64encode if urlsafe else base64.b64encode)(data).decode()
 
 
