@@ -1,10 +1,11 @@
 # Two commands: `make run` and `make test`. Both create .venv and install what they need.
+# `make test` = `make check` (lint, format, strict types of package, tests and bench), then pytest.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: run test lint typecheck bench clean
+.PHONY: run test check lint typecheck bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Chorus needs Python 3.11 or newer; run: make PYTHON=python3.11 ...")'
@@ -23,14 +24,16 @@ $(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/python
 run: $(VENV)/.installed-all
 	$(BIN)/chorus run
 
-test: $(VENV)/.installed-dev
-	$(BIN)/ruff check .
+test: check
 	$(BIN)/python -m pytest
+
+check: lint typecheck
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# strict, over bot, adapters, insights, prompts, tests and bench (pyproject [tool.mypy])
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 

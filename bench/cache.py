@@ -11,7 +11,9 @@ the current time into the system prompt, the most common way to break caching, f
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import operator
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -148,7 +150,9 @@ class CacheRun:
         return read / total if total else 0.0
 
     def per_iteration(self) -> dict[int, float]:
-        return {n: self.share(lambda it, n=n: it == n) for n in sorted(set(self.iterations))}
+        return {
+            n: self.share(functools.partial(operator.eq, n)) for n in sorted(set(self.iterations))
+        }
 
     def min_share_from_second(self) -> float:
         shares = [

@@ -18,6 +18,7 @@ workers get; if the machine is already saturated with one worker, a second canno
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import sys
 import time
@@ -36,7 +37,7 @@ from tests.bus_leases import wait_balanced
 from tests.loopback.anthropic_server import AnthropicServer
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTITIONS: int = RedisStreamsBus.__init__.__kwdefaults__["partitions"]  # as the app runs
+PARTITIONS: int = inspect.signature(RedisStreamsBus).parameters["partitions"].default  # as run
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 

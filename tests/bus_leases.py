@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import cast
 
 from redis.asyncio import Redis
 
@@ -24,7 +25,7 @@ async def wait_balanced(
     names = [keys.bus_lease(INBOUND, group, p, namespace) for p in range(partitions)]
     share = -(-partitions // consumers)
     while True:
-        holders = await redis.mget(names)
+        holders = cast("list[str | None]", await redis.mget(names))
         counts = Counter(h.split(":")[0] for h in holders if h)
         if None not in holders and len(counts) == consumers and max(counts.values()) <= share:
             return

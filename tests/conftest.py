@@ -36,6 +36,9 @@ from tests.redis_server import free_port, start_redis, stop_redis
 
 guard.block_real_calls()
 
+# The provider contract's fixtures (vendor, server, sleep, provider), for every provider test.
+pytest_plugins = ("tests.provider_rig",)
+
 _KEEP = {"CHORUS_BLOCK_REAL_LLM", "CHORUS_TEST_REDIS_URL", "CHORUS_UPDATE_GOLDEN"}
 _LEAKY = re.compile(
     r"^(CHORUS_|ANTHROPIC_|OPENAI_|GEMINI_|GOOGLE_API_KEY$|GOOGLE_GEMINI_|GOOGLE_GENAI_|GOOGLE_OAUTH_"

@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 import pytest
 from redis.asyncio import Redis
@@ -197,7 +198,10 @@ async def test_queue_publish_goes_out_with_its_transaction_or_not_at_all(
         bus.queue_publish(pipe, "outbound:discord", message(2))
         pipe.set(done, "done")
         entry_id, _ = await pipe.execute()
-    [(stored_id, fields)] = await redis_client.xrange(bus.stream("outbound:discord", 0))
+    [(stored_id, fields)] = cast(
+        "list[tuple[str, dict[str, str]]]",
+        await redis_client.xrange(bus.stream("outbound:discord", 0)),
+    )
     assert stored_id == entry_id
     assert ChatMessage.model_validate_json(fields[FIELD]) == message(2)
     delivery = await anext(bus.consume("outbound:discord", ChatMessage))

@@ -8,7 +8,8 @@ vendor's real SDK and loopback server. Then, on the recorded request bodies:
   previous request is a prefix of the next one (OpenAI messages, Gemini contents), with tools and
   system text identical throughout;
 - Anthropic never gets more than 4 breakpoints, and the new message with its volatile context
-  comes after the last breakpoint of a turn's first request;
+  comes after the last breakpoint of a turn's first request: the time and the user's name that
+  each turn's ``<context>`` block carries appear there and never in the cached prefix;
 - in the Anthropic prompt-cache simulation every loop iteration reads back everything the
   previous iteration sent up to its breakpoint, and every later turn reads the earlier prefix.
 """
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,6 +30,7 @@ from bot.agent.prompting import PromptAssembler
 from bot.bus.base import InProcessBus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
+from bot.memory.buffers import MemoryStore
 from bot.router.core import Router
 from bot.router.text_commands import Commands
 from bot.state import connect
@@ -47,6 +51,10 @@ async def lookup(topic: str) -> str:
     return f"Wiki page about {topic}: " + "lorem ipsum dolor sit amet " * 2
 
 
+# What the volatile <context> block holds each turn (bot.memory.enrichment.render_context).
+PER_TURN_TIME = re.compile(r'time=\\?"\d{4}-\d{2}-\d{2} \d{2}:\d{2}')
+PER_TURN_USER = re.compile(r'user=\\?"Ada\\?"')
+
 CONVERSATION = [
     ("Hi, I'm Ada. I'm planning a trip.", 0),
     ("Look up trains and then hotels for me, please.", 2),  # a loop with two tool iterations
@@ -55,7 +63,7 @@ CONVERSATION = [
 ]
 
 
-def scripted_model(vendor: str, plan: dict[str, int]):  # type: ignore[no-untyped-def]
+def scripted_model(vendor: str, plan: dict[str, int]) -> Callable[[dict[str, Any]], Any]:
     """Asks for ``plan[question]`` lookups in a row, one per iteration, then answers."""
 
     def reply(body: dict[str, Any]) -> Any:
@@ -95,6 +103,7 @@ async def run_conversation(vendor: str) -> tuple[list[dict[str, Any]], list[int]
             agent=Agent(provider, tools=box),
             commands=Commands(history),
             tools=box,
+            memory=MemoryStore(redis),  # so each turn carries the volatile <context> block
         )
         sink: list[Reply] = []
 
@@ -131,12 +140,17 @@ async def run_conversation(vendor: str) -> tuple[list[dict[str, Any]], list[int]
         return list(server.bodies), firsts
 
 
-def pairs(bodies: list[dict[str, Any]], firsts: list[int]) -> list[tuple[int, int]]:
-    """(earlier, later) request indices that must share a prefix."""
-    turn_pairs = list(zip(firsts, firsts[1:], strict=False))
+def pairs(bodies: list[dict[str, Any]], firsts: list[int]) -> list[tuple[int, int, bool]]:
+    """(earlier, later, whole) request indices that must share a prefix.
+
+    ``whole``: all of the earlier request is the later one's prefix (iterations of one tool
+    loop). Across turns the earlier request's last message is not: it carried that turn's
+    volatile context, which history does not keep.
+    """
+    turn_pairs = [(a, b, False) for a, b in zip(firsts, firsts[1:], strict=False)]
     bounds = [*firsts, len(bodies)]
     loop_pairs = [
-        (i, i + 1) for s, e in zip(bounds, bounds[1:], strict=False) for i in range(s, e - 1)
+        (i, i + 1, True) for s, e in zip(bounds, bounds[1:], strict=False) for i in range(s, e - 1)
     ]
     return turn_pairs + loop_pairs
 
@@ -151,7 +165,7 @@ def test_prefix_is_byte_stable(recorded: tuple[str, list[dict[str, Any]], list[i
     vendor, bodies, firsts = recorded
     checked = pairs(bodies, firsts)
     assert len(checked) >= 6
-    for earlier, later in checked:
+    for earlier, later, whole in checked:
         a, b = bodies[earlier], bodies[later]
         if vendor == "anthropic":
             blocks_a, blocks_b = prompt_blocks(a), prompt_blocks(b)
@@ -164,7 +178,7 @@ def test_prefix_is_byte_stable(recorded: tuple[str, list[dict[str, Any]], list[i
             assert a["tools"] == b["tools"] and a["system"] == b["system"]
         elif vendor == "openai":
             assert a["tools"] == b["tools"] and a["messages"][0] == b["messages"][0]
-            prefix = a["messages"] if later == earlier + 1 else a["messages"][:-1]
+            prefix = a["messages"] if whole else a["messages"][:-1]
             dumped = [json.dumps(m, sort_keys=True) for m in b["messages"]]
             assert [json.dumps(m, sort_keys=True) for m in prefix] == dumped[: len(prefix)]
             assert a["prompt_cache_key"] == b["prompt_cache_key"]
@@ -173,7 +187,7 @@ def test_prefix_is_byte_stable(recorded: tuple[str, list[dict[str, Any]], list[i
             assert a.get("systemInstruction", a.get("system_instruction")) == b.get(
                 "systemInstruction", b.get("system_instruction")
             )
-            prefix = a["contents"] if later == earlier + 1 else a["contents"][:-1]
+            prefix = a["contents"] if whole else a["contents"][:-1]
             assert b["contents"][: len(prefix)] == prefix
 
 
@@ -183,13 +197,18 @@ def test_anthropic_breakpoints_and_volatile_tail() -> None:
         marked = [raw for raw, bp in prompt_blocks(body) if bp]
         assert 2 <= len(marked) <= 4
         assert "cache_control" in body["tools"][-1] and "cache_control" in body["system"][-1]
-        blob = json.dumps(body["system"]) + json.dumps(body["tools"])
-        assert "2026" not in blob and "ada" not in blob.lower()  # nothing volatile in the prefix
     for index, (text, _) in zip(firsts, CONVERSATION, strict=True):
         blocks = prompt_blocks(bodies[index])
         last_bp = max(i for i, (_, bp) in enumerate(blocks) if bp)
         new_message = next(i for i, (raw, _) in enumerate(blocks) if text.encode() in raw)
         assert new_message > last_bp
+        # The per-turn values (the time, who is asking) are in the request, after the last
+        # breakpoint, and nowhere in the cached prefix: a prefix holding them would never hit.
+        prefix = b"".join(raw for raw, _ in blocks[: last_bp + 1]).decode()
+        tail = b"".join(raw for raw, _ in blocks[last_bp + 1 :]).decode()
+        for volatile in (PER_TURN_TIME, PER_TURN_USER):
+            assert volatile.search(tail), (volatile.pattern, tail)
+            assert not volatile.search(prefix), (volatile.pattern, prefix)
 
 
 def test_cache_simulation_reads_most_of_every_later_iteration() -> None:

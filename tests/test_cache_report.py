@@ -37,7 +37,7 @@ def test_cache_missed(provider: str, usage: Usage, iteration: int, missed: bool)
 
 
 class _AnthropicLike(ScriptedProvider):
-    name: ClassVar[str] = "anthropic"  # type: ignore[misc]
+    name: ClassVar[str] = "anthropic"
 
 
 async def test_agent_warns_when_a_cacheable_request_missed_and_logs_the_share(

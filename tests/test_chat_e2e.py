@@ -20,7 +20,8 @@ from tests.loopback.openai_server import OpenAIServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
-VENDORS = {
+ChatServer = type[AnthropicServer] | type[OpenAIServer] | type[GeminiServer]
+VENDORS: dict[str, tuple[ChatServer, str, str, str]] = {
     "anthropic": (
         AnthropicServer,
         "anthropic:claude-test",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from tests.test_chat_e2e import base_env, run_chorus
 ASK = re.compile(r"please call tool ([a-z_]+)(?: with (\{.*?\}))?")
 
 
-def tool_playing_model(vendor: str):  # type: ignore[no-untyped-def]
+def tool_playing_model(vendor: str) -> Callable[[dict[str, Any]], Any]:
     """A scripted 'model': asks for the tool the user named, then reports what it returned."""
 
     def reply(body: dict[str, Any]) -> Any:

@@ -372,9 +372,9 @@ async def test_real_sdks_openai_tool_turn_then_anthropic_with_thinking() -> None
             {
                 "CHORUS_MODEL": "openai:gpt-test",
                 "OPENAI_API_KEY": "k-test",
-                "OPENAI_BASE_URL": openai_server.base_url,  # type: ignore[attr-defined]
+                "OPENAI_BASE_URL": openai_server.base_url,
                 "ANTHROPIC_API_KEY": "k-test",
-                "ANTHROPIC_BASE_URL": anthropic_server.base_url,  # type: ignore[attr-defined]
+                "ANTHROPIC_BASE_URL": anthropic_server.base_url,
             }
         ).llm
         fallback = settings_from({"CHORUS_FALLBACK_MODELS": "anthropic:claude-test"}).fallback
@@ -400,7 +400,7 @@ async def test_real_sdks_openai_tool_turn_then_anthropic_with_thinking() -> None
                 a: the first number
                 b: the second number
             """
-            openai_server.fail(503, "upstream down")  # type: ignore[attr-defined]
+            openai_server.fail(503, "upstream down")
             return a + b
 
         tools = Toolbox([add])

@@ -20,6 +20,7 @@ import sys
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis as sync_redis
@@ -74,7 +75,10 @@ async def _follow(redis: Redis, tag: str, total: int, on_count: asyncio.Queue[in
     cursors = {keys.bus_stream(outbound_topic("console"), p, tag): "0-0" for p in range(PARTITIONS)}
     seen = 0
     while seen < total:
-        response = await redis.xread(cursors, count=500, block=1000)  # type: ignore[arg-type]
+        response = cast(
+            "list[tuple[str, list[tuple[str, dict[str, str]]]]] | None",
+            await redis.xread(cursors, count=500, block=1000),  # type: ignore[arg-type]  # stub wants dict[KeyT, StreamIdT], a dict[str, str] is one
+        )
         for stream, entries in response or []:
             cursors[stream] = entries[-1][0]
             seen += len(entries)
@@ -167,7 +171,11 @@ async def _replies(redis: Redis, tag: str) -> list[Reply]:
     """Every reply on the outbound streams, each stream in order (a conversation is in one)."""
     replies: list[Reply] = []
     for p in range(PARTITIONS):
-        for _, fields in await redis.xrange(keys.bus_stream(outbound_topic("console"), p, tag)):
+        entries = cast(
+            "list[tuple[str, dict[str, str]]]",
+            await redis.xrange(keys.bus_stream(outbound_topic("console"), p, tag)),
+        )
+        for _, fields in entries:
             replies.append(Reply.model_validate_json(fields[FIELD]))
     return replies
 
@@ -175,8 +183,11 @@ async def _replies(redis: Redis, tag: str) -> list[Reply]:
 async def _pending_of(redis: Redis, tag: str, consumer: str) -> list[str]:
     ids: list[str] = []
     for p in range(PARTITIONS):
-        rows = await redis.xpending_range(
-            keys.bus_stream(INBOUND, p, tag), "agent", "-", "+", 1000, consumername=consumer
+        rows = cast(
+            "list[dict[str, str]]",
+            await redis.xpending_range(
+                keys.bus_stream(INBOUND, p, tag), "agent", "-", "+", 1000, consumername=consumer
+            ),
         )
         ids.extend(row["message_id"] for row in rows)
     return ids

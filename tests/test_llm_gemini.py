@@ -1,38 +1,30 @@
-"""GeminiProvider through the real google-genai SDK against a loopback Gemini API.
+"""What only Gemini's wire has, through the real google-genai SDK and a loopback Gemini API.
 
-Request counts on the server prove that retries are ours alone (the SDK's are off) and the
-injected ``sleep`` records every backoff, so nothing here waits on the clock.
+The behaviour every vendor shares (answers, streaming, usage, tool round trips, errors, retries,
+guard, settings) is the provider contract (``test_provider_contract*.py``). Here: the
+``generateContent`` request shape, generated call ids, Google's ``RetryInfo`` and
+``API_KEY_INVALID`` errors, the key variables the SDK reads itself, thinking budgets, thought
+signatures and their replay, and the ``responseJsonSchema`` structured-output shape.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from aiohttp import web
-from google import genai
-from google.genai import types
 
 from bot.llm import guard
-from bot.llm.errors import (
-    ProviderAuthError,
-    ProviderRequestError,
-    ProviderUnavailable,
-    RealVendorCallBlocked,
-)
+from bot.llm.base import SDKProvider
+from bot.llm.errors import ProviderAuthError, ProviderRequestError, RealVendorCallBlocked
 from bot.llm.gemini import GeminiProvider
-from bot.llm.retry import RetryPolicy
 from bot.llm.types import (
     CachePoint,
     ImagePart,
     LLMRequest,
     LLMResponse,
     Message,
-    StreamEvent,
-    TextDelta,
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -41,127 +33,34 @@ from bot.llm.types import (
 )
 from bot.settings import ConfigError, LLMSettings
 from tests.loopback.gemini_server import GeminiServer, error_info, retry_info
+from tests.provider_rig import RETRY, RecordingSleep, answer, collect
+from tests.provider_rig import ask as ask_vendor
+from tests.provider_vendors import GEMINI, Vendor, gemini_client
 
-# google-genai subclasses aiohttp.ClientSession for its own sessions, which aiohttp frowns upon.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Inheritance class AiohttpClientSession:DeprecationWarning"
-)
-
-MODEL = "gemini-2.5-flash"
-POLICY = RetryPolicy(max_retries=2, base_delay=0.01)
-
-
-class RecordingSleep:
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, delay: float) -> None:
-        self.delays.append(delay)
-
-
-def _client(base_url: str, api_key: str = "test-key") -> genai.Client:
-    return genai.Client(
-        vertexai=False,
-        api_key=api_key,
-        http_options=types.HttpOptions(
-            base_url=base_url, retry_options=types.HttpRetryOptions(attempts=1)
-        ),
-    )
+MODEL = GEMINI.model
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[GeminiServer]:
-    srv = GeminiServer()
-    async with srv:
-        yield srv
+def vendor() -> Vendor:
+    return GEMINI
 
 
-@pytest.fixture
-def sleep() -> RecordingSleep:
-    return RecordingSleep()
+def _request(text: str = "hello", **fields: Any) -> LLMRequest:
+    return ask_vendor(GEMINI, text, **fields)
 
 
-@pytest.fixture
-async def provider(server: GeminiServer, sleep: RecordingSleep) -> AsyncIterator[GeminiProvider]:
-    client = _client(server.base_url)
-    yield GeminiProvider(client, base_url=server.base_url, retry=POLICY, sleep=sleep)
-    await client.aio.aclose()
-    client.close()
-
-
-def _request(text: str = "hello", **kw: Any) -> LLMRequest:
-    return LLMRequest(model=MODEL, messages=(Message.user(text),), **kw)
-
-
-async def _collect(provider: GeminiProvider, request: LLMRequest) -> list[StreamEvent]:
-    return [event async for event in provider.stream(request)]
-
-
-# -- happy paths ----------------------------------------------------------------------------
-async def test_complete_returns_text_stop_reason_and_model(
-    provider: GeminiProvider, server: GeminiServer
+# -- the request ---------------------------------------------------------------------------
+async def test_a_stream_asks_for_server_sent_events(
+    provider: SDKProvider, server: GeminiServer
 ) -> None:
-    server.replies.append("Hi there, friend.")
-
-    response = await provider.complete(_request())
-
-    assert response.text == "Hi there, friend."
-    assert response.stop_reason == "end_turn"
-    assert response.raw_stop_reason == "STOP"
-    assert response.model == MODEL
-    assert response.usage.input_tokens > 0 and response.usage.output_tokens > 0
+    await collect(provider, _request())
     (rec,) = server.requests
-    assert rec.path == f"/v1/models/{MODEL}:generateContent"
-    assert rec.headers["x-goog-api-key"] == "test-key"
-
-
-async def test_stream_deltas_concatenate_to_final_text(
-    provider: GeminiProvider, server: GeminiServer
-) -> None:
-    server.replies.append("one two three four")
-
-    events = await _collect(provider, _request())
-
-    deltas = [e.text for e in events if isinstance(e, TextDelta)]
-    final = events[-1]
-    assert isinstance(final, LLMResponse)
-    assert len(deltas) == 4
-    assert "".join(deltas) == final.text == "one two three four"
-    assert final.stop_reason == "end_turn"
-    assert final.usage.input_tokens > 0 and final.usage.output_tokens == len(final.text) // 4
-    (rec,) = server.requests
-    assert rec.path == f"/v1/models/{MODEL}:streamGenerateContent"
     assert rec.query == {"alt": "sse"}
-
-
-@pytest.mark.parametrize("streamed", [False, True])
-async def test_usage_counts_cached_tokens_apart_from_input(
-    provider: GeminiProvider, server: GeminiServer, streamed: bool
-) -> None:
-    usage = {
-        "promptTokenCount": 1000,
-        "cachedContentTokenCount": 800,
-        "candidatesTokenCount": 50,
-        "thoughtsTokenCount": 7,
-    }
-    server.replies.append({"text": "cached answer", "usage": usage})
-
-    if streamed:
-        final = (await _collect(provider, _request()))[-1]
-        assert isinstance(final, LLMResponse)
-    else:
-        final = await provider.complete(_request())
-
-    assert final.usage.input_tokens == 200
-    assert final.usage.cache_read_tokens == 800
-    assert final.usage.cache_write_tokens == 0
-    assert final.usage.output_tokens == 57
-    assert final.usage.total_input_tokens == 1000
 
 
 # -- request mapping ------------------------------------------------------------------------
 async def test_request_maps_system_roles_tools_calls_results_and_images(
-    provider: GeminiProvider, server: GeminiServer
+    provider: SDKProvider, server: GeminiServer
 ) -> None:
     schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
     request = LLMRequest(
@@ -237,7 +136,7 @@ def _field(obj: dict[str, Any], camel: str) -> Any:
 
 
 async def test_function_calls_map_to_tool_calls_with_stable_ids_and_round_trip(
-    provider: GeminiProvider, server: GeminiServer
+    provider: SDKProvider, server: GeminiServer
 ) -> None:
     server.replies.append(
         {
@@ -277,69 +176,22 @@ async def test_function_calls_map_to_tool_calls_with_stable_ids_and_round_trip(
 
 
 async def test_stream_with_function_calls_ends_in_tool_use(
-    provider: GeminiProvider, server: GeminiServer
+    provider: SDKProvider, server: GeminiServer
 ) -> None:
     server.replies.append(
         {"text": "Looking it up.", "tool_calls": [{"name": "lookup", "arguments": {"q": "x"}}]}
     )
 
-    events = await _collect(provider, _request())
+    deltas, final = await collect(provider, _request())
 
-    final = events[-1]
-    assert isinstance(final, LLMResponse)
-    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Looking it up."
+    assert "".join(deltas) == "Looking it up."
     assert final.stop_reason == "tool_use"
     assert final.tool_calls == [ToolCallPart(id="call_0", name="lookup", arguments={"q": "x"})]
 
 
-@pytest.mark.parametrize(
-    ("reply", "stop", "raw"),
-    [
-        ({"text": "cut o", "finish": "MAX_TOKENS"}, "max_tokens", "MAX_TOKENS"),
-        ({"text": "", "finish": "SAFETY"}, "refusal", "SAFETY"),
-        ({"text": "", "finish": "RECITATION"}, "refusal", "RECITATION"),
-        ({"prompt_block": "PROHIBITED_CONTENT"}, "refusal", "prompt_blocked:PROHIBITED_CONTENT"),
-        ({"text": "??", "finish": "MALFORMED_FUNCTION_CALL"}, "other", "MALFORMED_FUNCTION_CALL"),
-    ],
-)
-@pytest.mark.parametrize("streamed", [False, True])
-async def test_stop_reasons(
-    provider: GeminiProvider,
-    server: GeminiServer,
-    reply: dict[str, Any],
-    stop: str,
-    raw: str,
-    streamed: bool,
-) -> None:
-    server.replies.append(reply)
-
-    if streamed:
-        response = (await _collect(provider, _request()))[-1]
-        assert isinstance(response, LLMResponse)
-    else:
-        response = await provider.complete(_request())
-
-    assert (response.stop_reason, response.raw_stop_reason) == (stop, raw)
-    assert response.text == reply.get("text", "")
-
-
-# -- errors and retries ---------------------------------------------------------------------
-async def test_429_honours_retry_after_header(
-    provider: GeminiProvider, server: GeminiServer, sleep: RecordingSleep
-) -> None:
-    server.fail(429, "Resource has been exhausted", headers={"Retry-After": "7"})
-    server.replies.append("after the wait")
-
-    response = await provider.complete(_request())
-
-    assert response.text == "after the wait"
-    assert sleep.delays == [7.0]
-    assert len(server.requests) == 2
-    assert server.bodies[0] == server.bodies[1]
-
-
+# -- errors in Google's own shape ------------------------------------------------------------
 async def test_429_honours_google_retry_info_detail(
-    provider: GeminiProvider, server: GeminiServer, sleep: RecordingSleep
+    provider: SDKProvider, server: GeminiServer, sleep: RecordingSleep
 ) -> None:
     server.fail(429, "Quota exceeded", details=[retry_info(3)])
 
@@ -351,7 +203,7 @@ async def test_429_honours_google_retry_info_detail(
 
 @pytest.mark.parametrize("code", [401, 403])
 async def test_401_and_403_raise_auth_error_naming_the_key(
-    provider: GeminiProvider, server: GeminiServer, sleep: RecordingSleep, code: int
+    provider: SDKProvider, server: GeminiServer, sleep: RecordingSleep, code: int
 ) -> None:
     server.fail(code, "denied")
 
@@ -368,8 +220,8 @@ async def test_401_and_403_raise_auth_error_naming_the_key(
 async def test_400_api_key_invalid_is_an_auth_error(sleep: RecordingSleep) -> None:
     srv = GeminiServer(api_key="the-right-key")
     async with srv:
-        client = _client(srv.base_url, api_key="a-wrong-key")
-        provider = GeminiProvider(client, base_url=srv.base_url, retry=POLICY, sleep=sleep)
+        client = gemini_client(srv.base_url, "a-wrong-key")
+        provider = GeminiProvider(client, base_url=srv.base_url, retry=RETRY, sleep=sleep)
         try:
             with pytest.raises(ProviderAuthError) as info:
                 await provider.complete(_request())
@@ -381,25 +233,8 @@ async def test_400_api_key_invalid_is_an_auth_error(sleep: RecordingSleep) -> No
     assert len(srv.requests) == 1 and sleep.delays == []
 
 
-@pytest.mark.parametrize("code", [500, 503])
-async def test_server_errors_are_retried_then_unavailable(
-    provider: GeminiProvider, server: GeminiServer, sleep: RecordingSleep, code: int
-) -> None:
-    for _ in range(POLICY.max_retries + 1):
-        server.fail(code, "The model is overloaded.")
-
-    with pytest.raises(ProviderUnavailable) as info:
-        await provider.complete(_request())
-
-    assert info.value.status == code
-    assert info.value.attempts == POLICY.max_retries + 1
-    # Exactly our attempts reached the server: the SDK did not retry on its own.
-    assert len(server.requests) == POLICY.max_retries + 1
-    assert len(sleep.delays) == POLICY.max_retries
-
-
 async def test_invalid_argument_is_a_request_error_sent_once(
-    provider: GeminiProvider, server: GeminiServer, sleep: RecordingSleep
+    provider: SDKProvider, server: GeminiServer, sleep: RecordingSleep
 ) -> None:
     server.fail(
         400,
@@ -417,126 +252,14 @@ async def test_invalid_argument_is_a_request_error_sent_once(
     assert len(server.requests) == 1 and sleep.delays == []
 
 
-async def test_stream_retries_a_503_before_the_first_byte(
-    provider: GeminiProvider, server: GeminiServer, sleep: RecordingSleep
-) -> None:
-    server.fail(503, "The model is overloaded.", headers={"Retry-After": "2"})
-    server.replies.append("second time lucky")
-
-    events = await _collect(provider, _request())
-
-    final = events[-1]
-    assert isinstance(final, LLMResponse)
-    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "second time lucky"
-    assert sleep.delays == [2.0]
-    assert [r.query for r in server.requests] == [{"alt": "sse"}, {"alt": "sse"}]
-
-
-async def test_stream_error_after_text_is_not_retried(
-    provider: GeminiProvider, server: GeminiServer, sleep: RecordingSleep
-) -> None:
-    server.replies.append({"text": "partial answer that breaks", "stream_error": 503})
-    seen: list[str] = []
-
-    with pytest.raises(ProviderUnavailable, match="after it started") as info:
-        async for event in provider.stream(_request()):
-            if isinstance(event, TextDelta):
-                seen.append(event.text)
-
-    # Text already reached the caller, so a retry would repeat it.
-    assert "".join(seen) == "partial answer that breaks"
-    assert info.value.status == 503
-    assert len(server.requests) == 1 and sleep.delays == []
-
-
-async def test_dropped_connections_are_retried_by_us_only(sleep: RecordingSleep) -> None:
-    # Without retry_options the SDK's aiohttp transport would reconnect once by itself.
-    connections = 0
-
-    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
-        writer.close()
-
-    tcp = await asyncio.start_server(hang_up, "127.0.0.1", 0)
-    port = tcp.sockets[0].getsockname()[1]
-    settings = LLMSettings.model_validate(
-        {"GEMINI_API_KEY": "k", "GOOGLE_GEMINI_BASE_URL": f"http://127.0.0.1:{port}"}
-    )
-    provider = GeminiProvider.from_settings(settings, retry=POLICY, sleep=sleep)
-    try:
-        with pytest.raises(ProviderUnavailable) as info:
-            await provider.complete(_request())
-    finally:
-        await provider.aclose()
-        tcp.close()
-        await tcp.wait_closed()
-
-    assert info.value.attempts == POLICY.max_retries + 1
-    assert connections == POLICY.max_retries + 1
-    assert len(sleep.delays) == POLICY.max_retries
-
-
-class _StalledServer(GeminiServer):
-    """Accepts requests and never answers until released."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.release = asyncio.Event()
-
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        await self.record(request)
-        await self.release.wait()
-        return web.json_response({})
-
-
-async def test_timeouts_from_settings_are_retried(sleep: RecordingSleep) -> None:
-    srv = _StalledServer()
-    async with srv:
-        settings = LLMSettings.model_validate(
-            {
-                "GEMINI_API_KEY": "k",
-                "GOOGLE_GEMINI_BASE_URL": srv.base_url,
-                "CHORUS_LLM_TIMEOUT": 0.5,  # long enough for a loaded machine to deliver each request
-                "CHORUS_LLM_MAX_RETRIES": 1,
-            }
-        )
-        provider = GeminiProvider.from_settings(settings, sleep=sleep)
-        try:
-            with pytest.raises(ProviderUnavailable) as info:
-                await provider.complete(_request())
-        finally:
-            srv.release.set()
-            await provider.aclose()
-
-    assert info.value.attempts == 2
-    assert len(srv.requests) == 2
-    assert len(sleep.delays) == 1
-
-
 # -- guard and construction -----------------------------------------------------------------
 @pytest.fixture
-def blocked() -> Any:
+def blocked() -> Iterator[None]:
     was_blocked = guard.real_calls_blocked()
     guard.block_real_calls()
-    yield
+    yield None
     if not was_blocked:
         guard.allow_real_calls()
-
-
-@pytest.mark.usefixtures("blocked")
-async def test_guard_blocks_the_real_api_before_any_request(server: GeminiServer) -> None:
-    # The client points at the loopback server, so a request that slipped through would show.
-    client = _client(server.base_url)
-    provider = GeminiProvider(client, base_url=None, retry=POLICY)
-    try:
-        with pytest.raises(RealVendorCallBlocked):
-            await provider.complete(_request())
-        with pytest.raises(RealVendorCallBlocked):
-            await _collect(provider, _request())
-    finally:
-        await client.aio.aclose()
-    assert server.requests == []
 
 
 @pytest.mark.usefixtures("blocked")
@@ -551,55 +274,23 @@ async def test_guard_blocks_from_settings_without_base_url() -> None:
         await provider.aclose()
 
 
-async def test_from_settings_uses_explicit_settings_over_sdk_env_vars(
-    server: GeminiServer, monkeypatch: pytest.MonkeyPatch
+async def test_the_sdk_sends_the_timeout_from_settings_to_the_server(
+    server: GeminiServer,
 ) -> None:
-    # Env vars the SDK reads by itself must not override what Settings says.
-    monkeypatch.setenv("GOOGLE_API_KEY", "env-key")
-    monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", "http://127.0.0.1:9")
-    monkeypatch.setenv("GOOGLE_GENAI_USE_VERTEXAI", "true")
     settings = LLMSettings.model_validate(
         {
-            "GEMINI_API_KEY": "settings-key",
+            "GEMINI_API_KEY": "k",
             "GOOGLE_GEMINI_BASE_URL": server.base_url,
             "CHORUS_LLM_TIMEOUT": 12.5,
-            "CHORUS_LLM_MAX_RETRIES": 3,
         }
     )
-    server.replies.append("configured")
-
     provider = GeminiProvider.from_settings(settings)
     try:
-        response = await provider.complete(_request())
+        await provider.complete(_request())
     finally:
         await provider.aclose()
-
-    assert response.text == "configured"
-    assert provider.retry.max_retries == 3
     (rec,) = server.requests
-    assert rec.headers["x-goog-api-key"] == "settings-key"
-    assert rec.headers["x-server-timeout"] == "13"  # the SDK sends the timeout, rounded up
-    assert rec.path == f"/v1/models/{MODEL}:generateContent"
-
-
-async def test_aclose_closes_only_a_client_the_provider_created(server: GeminiServer) -> None:
-    owned = GeminiProvider.from_settings(
-        LLMSettings.model_validate(
-            {"GEMINI_API_KEY": "k", "GOOGLE_GEMINI_BASE_URL": server.base_url}
-        )
-    )
-    await owned.complete(_request())
-    await owned.aclose()
-    assert owned._client._api_client._async_resources_are_closed()
-
-    injected = _client(server.base_url)
-    borrower = GeminiProvider(injected, base_url=server.base_url)
-    await borrower.complete(_request())
-    await borrower.aclose()
-    try:
-        assert not injected._api_client._async_resources_are_closed()
-    finally:
-        await injected.aio.aclose()
+    assert rec.headers["x-server-timeout"] == "13"  # in whole seconds, rounded up
 
 
 def test_from_settings_without_a_key_names_both_variables(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -620,15 +311,6 @@ SCHEMA = {
 }
 
 
-async def _answer(provider: GeminiProvider, request: LLMRequest, streaming: bool) -> LLMResponse:
-    if not streaming:
-        return await provider.complete(request)
-    *deltas, final = await _collect(provider, request)
-    assert isinstance(final, LLMResponse)
-    assert "".join(d.text for d in deltas if isinstance(d, TextDelta)) == final.text
-    return final
-
-
 def _next_turn(request: LLMRequest, response: LLMResponse) -> LLMRequest:
     results = Message(
         role="user",
@@ -642,7 +324,7 @@ def _next_turn(request: LLMRequest, response: LLMResponse) -> LLMRequest:
 
 @pytest.mark.parametrize(("level", "budget"), [("low", 1024), ("medium", 4096), ("high", 16384)])
 async def test_reasoning_levels_map_to_a_thinking_budget_on_top_of_the_output_limit(
-    provider: GeminiProvider, server: GeminiServer, level: str, budget: int
+    provider: SDKProvider, server: GeminiServer, level: str, budget: int
 ) -> None:
     await provider.complete(_request(reasoning=level, max_tokens=500))
     config = server.requests[0].body["generationConfig"]
@@ -653,7 +335,7 @@ async def test_reasoning_levels_map_to_a_thinking_budget_on_top_of_the_output_li
 
 
 async def test_reasoning_off_leaves_the_models_default(
-    provider: GeminiProvider, server: GeminiServer
+    provider: SDKProvider, server: GeminiServer
 ) -> None:
     await provider.complete(_request(max_tokens=500))
     assert server.requests[0].body["generationConfig"] == {"maxOutputTokens": 500}
@@ -661,7 +343,7 @@ async def test_reasoning_off_leaves_the_models_default(
 
 @pytest.mark.parametrize("streaming", [False, True])
 async def test_a_call_signature_is_kept_and_sent_back_and_the_api_accepts_it(
-    provider: GeminiProvider, server: GeminiServer, streaming: bool
+    provider: SDKProvider, server: GeminiServer, streaming: bool
 ) -> None:
     server.replies.append(
         {
@@ -675,7 +357,7 @@ async def test_a_call_signature_is_kept_and_sent_back_and_the_api_accepts_it(
     )
     server.replies.append("Both found.")
     first = _request("look up a and b", reasoning="low")
-    response = await _answer(provider, first, streaming)
+    response = await answer(provider, first, streaming)
     # Gemini signs only the first call of a turn; the second has no signature of its own.
     assert [c.signature for c in response.tool_calls] == [SIG, None]
     assert response.text == "Let me check."
@@ -693,7 +375,7 @@ async def test_a_call_signature_is_kept_and_sent_back_and_the_api_accepts_it(
 
 @pytest.mark.parametrize("signature", [None, "%%not-base64%%"])
 async def test_a_replayed_call_without_its_signature_is_refused(
-    provider: GeminiProvider, server: GeminiServer, sleep: RecordingSleep, signature: str | None
+    provider: SDKProvider, server: GeminiServer, sleep: RecordingSleep, signature: str | None
 ) -> None:
     """The loopback API checks signatures like Gemini 3, so the round trip above means something."""
     server.replies.append(
@@ -717,13 +399,13 @@ async def test_a_replayed_call_without_its_signature_is_refused(
 
 @pytest.mark.parametrize("streaming", [False, True])
 async def test_thoughts_and_text_signatures_become_thinking_parts_not_text(
-    provider: GeminiProvider, server: GeminiServer, streaming: bool
+    provider: SDKProvider, server: GeminiServer, streaming: bool
 ) -> None:
     server.replies.append(
         {"thinking": "The user says hi.", "text": "Hello there friend.", "signature": SIG}
     )
     first = _request("hi", reasoning="medium")
-    response = await _answer(provider, first, streaming)
+    response = await answer(provider, first, streaming)
 
     assert response.text == "Hello there friend."
     assert response.parts == (
@@ -744,7 +426,7 @@ async def test_thoughts_and_text_signatures_become_thinking_parts_not_text(
 
 
 async def test_other_vendors_thinking_is_not_sent(
-    provider: GeminiProvider, server: GeminiServer
+    provider: SDKProvider, server: GeminiServer
 ) -> None:
     turn = Message(
         role="assistant",
@@ -760,14 +442,10 @@ async def test_other_vendors_thinking_is_not_sent(
     assert server.requests[0].body["contents"][1]["parts"] == [{"text": "earlier answer"}]
 
 
-@pytest.mark.parametrize("streaming", [False, True])
 async def test_structured_output_sets_json_mime_type_and_schema(
-    provider: GeminiProvider, server: GeminiServer, streaming: bool
+    provider: SDKProvider, server: GeminiServer
 ) -> None:
-    answer = '{"answer": "a group of singers", "score": 9}'
-    server.replies.append(answer)
-    response = await _answer(provider, _request("define chorus", response_schema=SCHEMA), streaming)
-    assert response.text == answer
+    await provider.complete(_request("define chorus", response_schema=SCHEMA))
     config = server.requests[0].body["generationConfig"]
     assert config["responseMimeType"] == "application/json"
     assert config["responseJsonSchema"] == SCHEMA  # full JSON Schema, passed unchanged

@@ -48,7 +48,7 @@ def model(body: dict[str, Any]) -> Any:
 async def server() -> AsyncIterator[AnthropicServer]:
     async with AnthropicServer() as srv:
         srv.default_reply = model
-        yield srv  # type: ignore[misc]
+        yield srv
 
 
 class Console:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
@@ -235,6 +236,7 @@ async def test_in_process_bus_lag_and_pending() -> None:
     await first.ack()
     got = await scrape(metrics)
     assert got[key("chorus_bus_pending", topic=INBOUND, group="agent")] == 0
+    assert isinstance(deliveries, AsyncGenerator)  # an async generator, so it can be closed
     await deliveries.aclose()
     await bus.close()
 

@@ -5,6 +5,7 @@ app against a stopped and restarted Redis is tests/test_redis_outage.py."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -97,7 +98,7 @@ async def test_a_commit_whose_exec_ran_before_the_connection_dropped_is_not_doub
         return result
 
     monkeypatch.setattr(Pipeline, "execute", execute_then_drop)
-    assert await claim.commit(lambda pipe: pipe.xadd(stream, {"e": "the reply"}))
+    assert await claim.commit(queue_reply(stream))
     assert not drops, "the drop happened"
     assert await redis_client.xlen(stream) == 1, "one reply, not two"
     assert await redis_client.get(claim.key) == DONE
@@ -123,7 +124,7 @@ async def test_a_commit_that_never_reached_redis_is_retried_until_it_does(
         return await real_execute(self, *args, **kwargs)
 
     monkeypatch.setattr(Pipeline, "execute", refuse_twice)
-    assert await claim.commit(lambda pipe: pipe.xadd(stream, {"e": "the reply"}))
+    assert await claim.commit(queue_reply(stream))
     assert await redis_client.xlen(stream) == 1
     assert await redis_client.get(claim.key) == DONE
     await redis_client.delete(stream)
@@ -146,3 +147,12 @@ async def test_a_wait_for_another_workers_claim_ends_soon_after_it_finishes(
     assert not waiting.done()
     assert await holder.commit(lambda pipe: None)
     assert await asyncio.wait_for(waiting, 5) is False  # answered by the holder: skip it
+
+
+def queue_reply(stream: str) -> Callable[[Pipeline], None]:
+    """The write a claim commits with its done marker: one reply appended to ``stream``."""
+
+    def write(pipe: Pipeline) -> None:
+        pipe.xadd(stream, {"e": "the reply"})
+
+    return write

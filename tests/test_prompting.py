@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from bot.agent.prompting import PromptAssembler
 from bot.events import Attachment, AttachmentKind, Author, ChatMessage, ConversationKey
 from bot.llm.types import CachePoint, ImagePart, TextPart
@@ -10,7 +12,7 @@ from bot.state.history import HistoryEntry
 CONV = ConversationKey(platform="discord", channel="1")
 
 
-def _message(**extra: object) -> ChatMessage:
+def _message(**extra: Any) -> ChatMessage:
     return ChatMessage(
         platform="discord",
         id="9",
@@ -18,7 +20,7 @@ def _message(**extra: object) -> ChatMessage:
         author=Author(id="7", display_name="Ada"),
         text="look",
         **extra,
-    )  # type: ignore[arg-type]
+    )
 
 
 def test_images_reach_the_model_and_files_are_described() -> None:

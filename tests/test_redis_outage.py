@@ -145,13 +145,13 @@ class Fleet:
 async def model() -> AsyncIterator[SlowAnthropic]:
     async with SlowAnthropic() as server:
         server.default_reply = _model
-        yield server  # type: ignore[misc]
+        yield server
 
 
 @pytest.fixture
 async def slack() -> AsyncIterator[SlackServer]:
     async with SlackServer(bot_token=SLACK_TOKEN) as server:
-        yield server  # type: ignore[misc]
+        yield server
 
 
 def _mention(n: int) -> dict[str, Any]:

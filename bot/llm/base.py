@@ -20,9 +20,14 @@ from bot.llm.types import LLMRequest, LLMResponse, StreamEvent
 
 @runtime_checkable
 class Provider(Protocol):
-    """What the agent talks to. ``name`` is the ``provider`` half of ``provider:model``."""
+    """What the agent talks to. ``name`` is the ``provider`` half of ``provider:model``.
 
-    name: str
+    ``name`` is read-only here so that a class constant (``ClassVar``) satisfies it, as every
+    provider declares it.
+    """
+
+    @property
+    def name(self) -> str: ...
 
     async def complete(self, request: LLMRequest) -> LLMResponse: ...
 

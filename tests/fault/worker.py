@@ -63,7 +63,7 @@ async def main(url: str, namespace: str, name: str, work_ms: int) -> None:
         redis=redis,
         history=history,
         assembler=PromptAssembler(model="scripted", system_prompt="SYSTEM"),
-        agent=Agent(SlowScripted(name, work_ms)),  # type: ignore[arg-type]
+        agent=Agent(SlowScripted(name, work_ms)),
         commands=Commands(history),
         limits=RouterLimits(claim_lease_ms=CLAIM_LEASE_MS),
     )

@@ -11,7 +11,7 @@ import json
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 
@@ -50,7 +50,7 @@ class LoopbackServer:
     def routes(self) -> list[web.RouteDef]:
         raise NotImplementedError
 
-    async def start(self) -> LoopbackServer:
+    async def start(self) -> Self:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.add_routes(self.routes())
         self._runner = web.AppRunner(app, access_log=None)
@@ -67,7 +67,7 @@ class LoopbackServer:
             await self._runner.cleanup()
             self._runner = None
 
-    async def __aenter__(self) -> LoopbackServer:
+    async def __aenter__(self) -> Self:
         return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:

@@ -1,0 +1,182 @@
+"""Anthropic Messages API answers -> neutral ``LLMResponse``: whole messages and raw SSE events.
+
+Why a module of its own: reading the wire (content blocks, usage with cache counts, the event
+sequence of a stream) is a separate concern from building requests and classifying failures in
+``bot.llm.anthropic``, and both halves together would not fit one readable module. Thinking and
+redacted-thinking blocks become ``ThinkingPart(vendor="anthropic")`` here, never text; a streamed
+answer is only complete once ``message_stop`` arrived (``StreamState.stopped``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from anthropic.types import Message as WireMessage
+from anthropic.types import RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
+
+from bot.llm.types import LLMResponse, Part, StopReason, TextPart, ThinkingPart, ToolCallPart, Usage
+
+THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
+_STOP_REASONS: dict[str, StopReason] = {
+    "end_turn": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "model_context_window_exceeded": "max_tokens",
+    "refusal": "refusal",
+    "stop_sequence": "stop_sequence",
+}
+
+
+def parse_message(message: WireMessage) -> LLMResponse:
+    parts: list[Part] = []
+    for block in message.content:
+        if isinstance(block, TextBlock) and block.text:
+            parts.append(TextPart(text=block.text))
+        elif isinstance(block, ToolUseBlock):
+            parts.append(ToolCallPart(id=block.id, name=block.name, arguments=_args(block.input)))
+        elif isinstance(block, ThinkingBlock):
+            parts.append(_thinking(block.thinking, block.signature))
+        elif isinstance(block, RedactedThinkingBlock):
+            parts.append(_thinking("", block.data, redacted=True))
+    usage = message.usage
+    return LLMResponse(
+        parts=tuple(parts),
+        stop_reason=_stop_reason(message.stop_reason),
+        usage=_usage(
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
+        ),
+        model=message.model,
+        raw_stop_reason=message.stop_reason,
+    )
+
+
+def _stop_reason(raw: str | None) -> StopReason:
+    return _STOP_REASONS.get(raw or "", "other")
+
+
+def _usage(
+    input_tokens: int | None, output_tokens: int | None, write: int | None, read: int | None
+) -> Usage:
+    return Usage(
+        input_tokens=input_tokens or 0,
+        output_tokens=output_tokens or 0,
+        cache_write_tokens=write or 0,
+        cache_read_tokens=read or 0,
+    )
+
+
+def _thinking(text: str, signature: str, *, redacted: bool = False) -> ThinkingPart:
+    return ThinkingPart(
+        text=text, signature=signature or None, redacted=redacted, vendor="anthropic"
+    )
+
+
+def _args(value: object) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return {str(k): v for k, v in value.items()}
+    return {"_raw": value if isinstance(value, str) else json.dumps(value)}
+
+
+@dataclass
+class _Block:
+    kind: str
+    text: list[str] = field(default_factory=list)
+    id: str = ""
+    name: str = ""
+    json: list[str] = field(default_factory=list)
+    signature: list[str] = field(default_factory=list)  # or a redacted block's data
+
+    def part(self) -> Part | None:
+        if self.kind == "text":
+            text = "".join(self.text)
+            return TextPart(text=text) if text else None
+        if self.kind in THINKING_BLOCKS:
+            redacted = self.kind == "redacted_thinking"
+            return _thinking("".join(self.text), "".join(self.signature), redacted=redacted)
+        if self.kind == "tool_use":
+            raw = "".join(self.json)
+            try:
+                arguments: object = json.loads(raw) if raw.strip() else {}
+            except ValueError:
+                arguments = raw
+            return ToolCallPart(id=self.id, name=self.name, arguments=_args(arguments))
+        return None
+
+
+@dataclass
+class StreamState:
+    """Folds raw stream events into the final response; ``feed`` returns new text, if any."""
+
+    model: str
+    blocks: dict[int, _Block] = field(default_factory=dict)
+    usage: dict[str, int | None] = field(default_factory=dict)
+    raw_stop: str | None = None
+    stopped: bool = False
+
+    def feed(self, event: Any) -> str:
+        kind = event.type
+        if kind == "message_start":
+            self.model = event.message.model or self.model
+            self._take_usage(event.message.usage)
+        elif kind == "content_block_start":
+            block = event.content_block
+            self.blocks[event.index] = _Block(
+                kind=block.type, id=getattr(block, "id", ""), name=getattr(block, "name", "")
+            )
+            if isinstance(block, TextBlock) and block.text:
+                self.blocks[event.index].text.append(block.text)
+                return block.text
+            if isinstance(block, ThinkingBlock):  # text and signature usually follow as deltas
+                self.blocks[event.index].text.append(block.thinking)
+                self.blocks[event.index].signature.append(block.signature)
+            elif isinstance(block, RedactedThinkingBlock):
+                self.blocks[event.index].signature.append(block.data)
+        elif kind == "content_block_delta":
+            current = self.blocks.setdefault(event.index, _Block(kind="text"))
+            delta = event.delta
+            if delta.type == "text_delta":
+                current.text.append(delta.text)
+                return str(delta.text)
+            if delta.type == "input_json_delta":
+                current.json.append(delta.partial_json)
+            elif delta.type == "thinking_delta":  # kept for the replay, never shown
+                current.text.append(delta.thinking)
+            elif delta.type == "signature_delta":
+                current.signature.append(delta.signature)
+        elif kind == "message_delta":
+            self.raw_stop = event.delta.stop_reason or self.raw_stop
+            self._take_usage(event.usage)  # cumulative counts: later values win
+        elif kind == "message_stop":
+            self.stopped = True
+        return ""
+
+    def _take_usage(self, usage: Any) -> None:
+        for name in (
+            "input_tokens",
+            "output_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+        ):
+            value = getattr(usage, name, None)
+            if value is not None:
+                self.usage[name] = value
+
+    def response(self) -> LLMResponse:
+        parts = [p for _, b in sorted(self.blocks.items()) if (p := b.part()) is not None]
+        return LLMResponse(
+            parts=tuple(parts),
+            stop_reason=_stop_reason(self.raw_stop),
+            usage=_usage(
+                self.usage.get("input_tokens"),
+                self.usage.get("output_tokens"),
+                self.usage.get("cache_creation_input_tokens"),
+                self.usage.get("cache_read_input_tokens"),
+            ),
+            model=self.model,
+            raw_stop_reason=self.raw_stop,
+        )
