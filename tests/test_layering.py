@@ -22,12 +22,11 @@ PACKAGES = ("bot", "adapters", "insights", "prompts")
 MAX_LINES = 450
 
 # The foundation every layer may use.
-BASE = {"bot.events", "bot.settings", "bot.config", "bot.resilience", "prompts"}
+BASE = {"bot.events", "bot.settings", "bot.resilience", "prompts"}
 MAY_IMPORT: dict[str, set[str]] = {
     "bot": set(),
     "bot.events": set(),
     "bot.settings": {"bot.events"},
-    "bot.config": {"bot.events"},
     "bot.resilience": {"bot.events"},
     "prompts": set(),
     "bot.llm": BASE,

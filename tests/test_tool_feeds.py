@@ -11,10 +11,11 @@ from aiohttp import web
 from yarl import URL
 
 from bot.events import Author, ChatMessage, ConversationKey
+from bot.settings.allowlist import Allowlist
 from bot.tools.base import ToolContext, ToolError
 from bot.tools.builtin.feeds import FeedReader, feeds_tool, parse_feed
 from bot.tools.builtin.fetch import Fetcher
-from bot.tools.netguard import Allowlist, NetGuard
+from bot.tools.netguard import NetGuard
 from tests.loopback.base import LoopbackServer
 
 RSS = b"""<?xml version="1.0" encoding="UTF-8"?>

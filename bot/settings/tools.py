@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from bot.settings.allowlist import Allowlist
 from bot.settings.base import Section, comma_set, comma_tuple
 
 
@@ -55,9 +56,6 @@ class ToolSettings(Section):
     @field_validator("fetch_allow")
     @classmethod
     def _check_allow(cls, value: frozenset[str]) -> frozenset[str]:
-        # Imported here: bot.tools imports the settings, and the settings stay at the bottom.
-        from bot.tools.netguard import Allowlist
-
         Allowlist.parse(value)  # raises ValueError naming a bad entry
         return value
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from bot.settings.allowlist import Allowlist
 from bot.tools.base import Tool
 from bot.tools.builtin.clock import clock_tool
 from bot.tools.builtin.feeds import FeedReader, feeds_tool
 from bot.tools.builtin.fetch import Fetcher, fetch_page_tool
-from bot.tools.netguard import Allowlist, NetGuard
+from bot.tools.netguard import NetGuard
 
 if TYPE_CHECKING:
     from bot.settings import ToolSettings
