@@ -1,4 +1,7 @@
-"""Shared by the tests/test_engagement.py, tests/test_engagement_limits.py tests (split for size): Table tests for every rule of the engagement policy (``bot/live/engagement.py``)."""
+"""What the engagement policy's table tests share (tests/test_engagement.py and
+test_engagement_limits.py): a channel key, message and state builders, and the ledger's
+counter check. The policy is pure, so the builders take explicit times.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Shared by the tests/test_fallback.py, tests/test_fallback_stream.py tests (split for size): The model fallback chain: what falls back and what does not, the circuit breaker (with an"""
+"""What the fallback chain's tests share (tests/test_fallback.py and
+test_fallback_stream.py): scripted providers that fail on cue, a recorder, and a request.
+"""
 
 from __future__ import annotations
 
