@@ -1,133 +1,26 @@
-"""The Slack adapter end to end: the real bolt app and slack-sdk against a loopback Slack.
-
-Requests are signed exactly as Slack signs them (``v0`` HMAC-SHA256 of ``v0:ts:body`` with the
-signing secret). A tiny router stand-in consumes ``inbound`` and publishes a scripted ``Reply``
-to ``outbound:slack``; tests wait with ``adapter.idle()`` (every received event converted and
-published) and ``bus.drain()`` (every event handled), never by sleeping. The sender gets a fake
-clock and sleep, so rate-limit waits are asserted, not waited for.
+"""The Slack adapter end to end over the HTTP Events API: the real bolt app and slack-sdk against
+a loopback Slack (tests/slack_rig.py). Signatures, retries, threads, images, pings, pacing,
+rate limits, slash commands, deletions, other bots and DMs.
 """
 
 from __future__ import annotations
 
-import asyncio
-import copy
-import hashlib
-import hmac
 import json
-import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
-from urllib.parse import urlencode
+from collections.abc import AsyncIterator
 
-import aiohttp
 import pytest
 
-from adapters.slack.adapter import SlackAdapter, build_client
-from adapters.slack.sender import SlackSender
-from bot.bus.base import InProcessBus
-from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
-from bot.events import AttachmentKind, ChatMessage, MessageDeleted, Reply, Role
-from bot.settings import ConfigError, SlackSettings
+from bot.events import AttachmentKind, Role
 from tests.loopback.base import ScriptedFailure
-from tests.loopback.slack_server import BOT_USER_ID, SlackServer
-from tests.platform_env import adapter_from_env
-
-FIXTURES = Path(__file__).parent / "fixtures" / "slack"
-SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
-BOT_TOKEN = "xoxb-test-token"
-PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
-
-
-def fixture(name: str) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
-    return copy.deepcopy(body)
-
-
-def mention(event_id: str = "Ev111", text: str = "Hi there!") -> dict[str, Any]:
-    body = fixture("slack_app_mention_bolt_test")
-    body["event_id"] = event_id
-    body["event"]["text"] = f"<@{BOT_USER_ID}> {text}"
-    return body
-
-
-class FakeTime:
-    """A clock that only moves when the code under test sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
-@dataclass
-class Rig:
-    server: SlackServer
-    bus: InProcessBus
-    adapter: SlackAdapter
-    time: FakeTime
-    seen: list[ChatMessage] = field(default_factory=list)
-    deleted: list[MessageDeleted] = field(default_factory=list)
-    answer: Callable[[ChatMessage], str] = lambda m: f"echo: {m.text}"
-
-    async def post(
-        self,
-        body: dict[str, Any] | str,
-        *,
-        secret: str = SECRET,
-        headers: dict[str, str] | None = None,
-        form: bool = False,
-    ) -> tuple[int, str]:
-        """POST ``body`` to the events URL, signed like Slack does."""
-        raw = urlencode(body) if form and isinstance(body, dict) else json.dumps(body)
-        stamp = str(int(time.time()))
-        digest = hmac.new(secret.encode(), f"v0:{stamp}:{raw}".encode(), hashlib.sha256)
-        sent = {
-            "X-Slack-Request-Timestamp": stamp,
-            "X-Slack-Signature": f"v0={digest.hexdigest()}",
-            "Content-Type": "application/x-www-form-urlencoded" if form else "application/json",
-            **(headers or {}),
-        }
-        assert self.adapter.http_url is not None
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(self.adapter.http_url, data=raw.encode(), headers=sent) as response,
-        ):
-            return response.status, await response.text()
-
-    async def settle(self) -> None:
-        await self.adapter.idle()
-        await self.bus.drain(timeout=5)
-
-
-async def _router(rig: Rig) -> None:
-    async for delivery in rig.bus.consume(INBOUND, ChatMessage, group="agent"):
-        message = delivery.event
-        rig.seen.append(message)
-        await rig.bus.publish(
-            outbound_topic("slack"),
-            Reply(
-                conversation=message.conversation,
-                text=rig.answer(message),
-                reply_to_id=message.id,
-                addressed_user_ids=(message.author.id,),
-                in_reply_to_platform="slack",
-            ),
-        )
-        await delivery.ack()
-
-
-async def _deletions(rig: Rig) -> None:
-    async for delivery in rig.bus.consume(DELETIONS, MessageDeleted, group="agent"):
-        rig.deleted.append(delivery.event)
-        await delivery.ack()
+from tests.loopback.slack_server import SlackServer
+from tests.slack_rig import (
+    BOT_TOKEN,
+    PNG,
+    Rig,
+    fixture,
+    mention,
+    running_rig,
+)
 
 
 @pytest.fixture
@@ -137,45 +30,15 @@ async def server() -> AsyncIterator[SlackServer]:
         yield srv
 
 
-def _settings(server: SlackServer, **overrides: Any) -> SlackSettings:
-    values: dict[str, Any] = {
-        "bot_token": BOT_TOKEN,
-        "signing_secret": SECRET,
-        "http_host": "127.0.0.1",
-        "http_port": 0,
-        "api_base_url": server.url + "/api",  # no trailing slash: normalised
-        **overrides,
-    }
-    return SlackSettings(**values)
-
-
-async def _rig(server: SlackServer, **overrides: Any) -> AsyncIterator[Rig]:
-    settings = _settings(server, **overrides)
-    fake = FakeTime()
-    client = build_client(settings)
-    sender = SlackSender(client, sleep=fake.sleep, clock=fake.clock)
-    bus = InProcessBus()
-    adapter = SlackAdapter(bus, settings, client=client, sender=sender, socket_ping_interval=0.5)
-    rig = Rig(server=server, bus=bus, adapter=adapter, time=fake)
-    await adapter.start()
-    tasks = [asyncio.create_task(_router(rig)), asyncio.create_task(_deletions(rig))]
-    try:
-        yield rig
-    finally:
-        await adapter.aclose()
-        await bus.close()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
 @pytest.fixture
 async def rig(server: SlackServer) -> AsyncIterator[Rig]:
-    async for value in _rig(server):
+    async for value in running_rig(server):
         yield value
 
 
 @pytest.fixture
 async def ambient_rig(server: SlackServer) -> AsyncIterator[Rig]:
-    async for value in _rig(server, ambient_channels=frozenset({"C111"})):
+    async for value in running_rig(server, ambient_channels=frozenset({"C111"})):
         yield value
 
 
@@ -281,7 +144,7 @@ async def test_file_share_image_reaches_the_model_as_bytes(ambient_rig: Rig) -> 
 
 async def test_image_over_the_size_cap_is_not_downloaded(server: SlackServer) -> None:
     server.files["file.png"] = (PNG, "image/png")
-    async for rig in _rig(server, ambient_channels=frozenset({"C111"}), max_file_bytes=100):
+    async for rig in running_rig(server, ambient_channels=frozenset({"C111"}), max_file_bytes=100):
         body = fixture("slack_message_file_share")
         body["event"]["files"][0].update(
             url_private_download=server.file_url("file.png"), size=None
@@ -399,90 +262,3 @@ async def test_direct_message_is_answered_top_level(rig: Rig) -> None:
     assert rig.seen[0].is_direct
     (post,) = rig.server.posts
     assert post["channel"] == "D111" and "thread_ts" not in post
-
-
-# -- startup errors -----------------------------------------------------------------------------
-async def test_bad_bot_token_is_one_clear_error(server: SlackServer) -> None:
-    adapter = SlackAdapter(InProcessBus(), _settings(server, bot_token="xoxb-revoked"))
-    with pytest.raises(
-        ConfigError, match=r"SLACK_BOT_TOKEN was rejected by Slack \(invalid_auth\)"
-    ):
-        await adapter.start()
-    await adapter.aclose()
-
-
-async def test_bad_app_token_is_one_clear_error(server: SlackServer) -> None:
-    settings = _settings(server, app_token="xapp-wrong", signing_secret=None)
-    adapter = SlackAdapter(InProcessBus(), settings)
-    with pytest.raises(
-        ConfigError, match=r"SLACK_APP_TOKEN was rejected by Slack \(invalid_auth\)"
-    ):
-        await adapter.start()
-    await adapter.aclose()
-
-
-def test_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    bus = InProcessBus()
-    assert adapter_from_env(SlackAdapter, bus) is None
-    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-1")
-    with pytest.raises(ConfigError, match="SLACK_APP_TOKEN"):
-        adapter_from_env(SlackAdapter, bus)
-    monkeypatch.setenv("SLACK_APP_TOKEN", "xapp-1")
-    adapter = adapter_from_env(SlackAdapter, bus)
-    assert adapter is not None and adapter.settings.mode == "socket"
-
-
-# -- Socket Mode --------------------------------------------------------------------------------
-@pytest.fixture
-async def socket_rig(server: SlackServer) -> AsyncIterator[Rig]:
-    async for value in _rig(server, app_token="xapp-test", signing_secret=None):
-        yield value
-
-
-async def test_socket_mode_acks_answers_and_reconnects(socket_rig: Rig) -> None:
-    rig, server = socket_rig, socket_rig.server
-    await server.wait_for(lambda: server.socket_connections == 1)
-    envelope = await server.send_envelope("events_api", mention())
-    await server.wait_acked(envelope)
-    await rig.settle()
-    assert [p["thread_ts"] for p in server.posts] == ["1595926230.009600"]
-
-    await server.drop_socket()  # Slack closes sockets now and then; the SDK reconnects
-    await server.wait_for(lambda: server.socket_connections == 2 and bool(server._sockets))
-    assert len(server.calls("/api/apps.connections.open")) == 2
-    again = await server.send_envelope("events_api", mention(event_id="Ev2", text="still?"))
-    await server.wait_acked(again)
-    await rig.settle()
-    assert [m.text for m in rig.seen] == ["Hi there!", "still?"]
-    assert len(server.posts) == 2
-
-    command = {
-        "command": "/chorus",
-        "text": "help",
-        "channel_id": "D111",
-        "user_id": "W222",
-        "trigger_id": "1.2.3",
-        "response_url": server.response_url("r2"),
-    }
-    ack = await server.send_envelope("slash_commands", command)
-    await server.wait_acked(ack)
-    await rig.settle()
-    assert rig.seen[-1].text == "/help" and rig.seen[-1].is_direct
-    assert server.responses == [
-        {"response_type": "ephemeral", "text": "echo: /help", "replace_original": False}
-    ]
-
-
-async def test_a_thread_the_bot_answered_in_addresses_it(ambient_rig: Rig) -> None:
-    rig = ambient_rig
-    chat = fixture("slack_message")
-    chat["event"].update(thread_ts="1596180000.000001")  # a thread the bot is not part of
-    await rig.post(chat)
-    await rig.settle()
-    assert rig.seen[0].ambient and not rig.seen[0].reply_to_bot
-    assert rig.server.posts[0]["thread_ts"] == "1596180000.000001"  # the router chose to speak
-    chat["event_id"] = "Ev2"
-    chat["event"]["ts"] = "1596183999.000001"
-    await rig.post(chat)
-    await rig.settle()
-    assert rig.seen[1].reply_to_bot and not rig.seen[1].ambient
