@@ -1,4 +1,6 @@
-"""What the MCP tests share (tests/test_mcp.py and test_mcp_http.py). MCP servers as Chorus tools, against real MCP servers written with the official ``mcp`` SDK.
+"""What the MCP tests share (tests/test_mcp.py and test_mcp_http.py).
+
+MCP servers as Chorus tools, against real MCP servers written with the official ``mcp`` SDK.
 
 ``tests/mcp_servers/echo_server.py`` runs over stdio (launched with ``sys.executable``) and
 ``http_server.py`` serves the same tools over streamable HTTP on a free loopback port. Nothing
