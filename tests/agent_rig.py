@@ -11,7 +11,7 @@ from bot.config import load_settings
 from bot.events import Author, ChatMessage, ConversationKey, Role
 from bot.llm.base import SDKProvider
 from bot.llm.registry import build_provider
-from bot.llm.retry import RetryPolicy
+from bot.resilience import RetryPolicy
 from bot.tools.base import ToolContext
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.base import LoopbackServer

@@ -26,7 +26,7 @@ from bot.bus.base import InProcessBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.config import ConfigError
 from bot.events import ChatMessage, ConversationKey, MessageDeleted, Reply
-from bot.llm.retry import RetryPolicy
+from bot.resilience import RetryPolicy
 from tests.loopback.base import ScriptedFailure
 from tests.loopback.discord_server import (
     BOT_ID,

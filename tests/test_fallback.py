@@ -18,7 +18,6 @@ from bot.llm.fallback import (
     build_chain,
     load_fallback_settings,
 )
-from bot.llm.retry import RetryPolicy
 from bot.llm.scripted import Script, ScriptedProvider
 from bot.llm.types import (
     LLMRequest,
@@ -32,6 +31,7 @@ from bot.llm.types import (
     ToolResultPart,
     Usage,
 )
+from bot.resilience import RetryPolicy
 from bot.tools.function import tool
 from bot.tools.toolbox import Toolbox
 from tests.agent_rig import context

@@ -19,7 +19,6 @@ from bot.llm.errors import (
     ProviderUnavailable,
     RealVendorCallBlocked,
 )
-from bot.llm.retry import RetryPolicy
 from bot.llm.types import (
     CachePoint,
     ImagePart,
@@ -34,6 +33,7 @@ from bot.llm.types import (
     ToolSpec,
     Usage,
 )
+from bot.resilience import RetryPolicy
 from tests.loopback.anthropic_server import AnthropicServer
 
 MODEL = "claude-test"

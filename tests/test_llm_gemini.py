@@ -25,7 +25,6 @@ from bot.llm.errors import (
     RealVendorCallBlocked,
 )
 from bot.llm.gemini import GeminiProvider
-from bot.llm.retry import RetryPolicy
 from bot.llm.types import (
     CachePoint,
     ImagePart,
@@ -40,6 +39,7 @@ from bot.llm.types import (
     ToolResultPart,
     ToolSpec,
 )
+from bot.resilience import RetryPolicy
 from tests.loopback.gemini_server import GeminiServer, error_info, retry_info
 
 # google-genai subclasses aiohttp.ClientSession for its own sessions, which aiohttp frowns upon.

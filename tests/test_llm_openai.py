@@ -26,7 +26,6 @@ from bot.llm.openai import (
     REASONING_MODELS,
     OpenAIProvider,
 )
-from bot.llm.retry import RetryPolicy
 from bot.llm.types import (
     CachePoint,
     ImagePart,
@@ -40,6 +39,7 @@ from bot.llm.types import (
     ToolSpec,
     Usage,
 )
+from bot.resilience import RetryPolicy
 from tests.loopback.openai_server import CREATED, OpenAIServer
 
 MODEL = "gpt-test"

@@ -27,7 +27,7 @@ from bot.bus.base import InProcessBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.config import ConfigError
 from bot.events import ChatMessage, MessageDeleted, Reply, Role
-from bot.llm.retry import RetryPolicy
+from bot.resilience import RetryPolicy
 from bot.state import connect
 from tests.loopback.twitch_server import CLIENT_ID, CLIENT_SECRET, TwitchServer, fixture
 

@@ -34,13 +34,14 @@ from discord.http import Route
 from pydantic import BaseModel
 
 from adapters.discord import convert
-from adapters.discord.sender import DiscordSender, Sleep, TypingIndicators
+from adapters.discord.sender import DiscordSender, TypingIndicators
 from adapters.discord.settings import PORTAL_URL, DiscordSettings, load_discord_settings
 from adapters.discord.slash import build_group
 from bot.bus.base import BusClosed, Delivery, EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.config import ConfigError
 from bot.events import Reply
+from bot.resilience import Sleep
 
 log = logging.getLogger("chorus.discord")
 

@@ -3,7 +3,7 @@
 Why it is built this way:
 
 - The SDK client is injected (tests point it at ``tests/loopback``); ``from_settings`` builds one
-  with the SDK's own retries off (``max_retries=0``) so ``bot.llm.retry`` is the only policy, and
+  with the SDK's own retries off (``max_retries=0``) so ``bot.resilience`` is the only policy, and
   passes the key and URL explicitly: an explicit ``api_key`` stops the SDK from reading
   ANTHROPIC_API_KEY / ANTHROPIC_AUTH_TOKEN / credential profiles from the environment, and an
   explicit ``base_url`` stops it reading ANTHROPIC_BASE_URL behind the settings' back.
@@ -52,7 +52,6 @@ from anthropic.types import RedactedThinkingBlock, TextBlock, ThinkingBlock, Too
 
 from bot.config import KEY_ENV, KEY_URL, ConfigError, Settings
 from bot.llm.base import SDKProvider
-from bot.llm.retry import Failure, RetryPolicy, Sleep, parse_retry_after
 from bot.llm.types import (
     REASONING_BUDGETS,
     CachePoint,
@@ -69,6 +68,7 @@ from bot.llm.types import (
     ToolResultPart,
     Usage,
 )
+from bot.resilience import Failure, RetryPolicy, Sleep, parse_retry_after
 
 log = logging.getLogger("chorus.llm.anthropic")
 

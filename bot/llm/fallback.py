@@ -53,8 +53,8 @@ from bot.config import ConfigError, ModelSpec, Settings, parse_model_spec
 from bot.llm.base import Provider
 from bot.llm.errors import LLMError, ProviderAuthError, ProviderUnavailable
 from bot.llm.registry import build_provider
-from bot.llm.retry import RetryPolicy
 from bot.llm.types import LLMRequest, LLMResponse, Message, StreamEvent, ThinkingPart, ToolCallPart
+from bot.resilience import RetryPolicy
 
 log = logging.getLogger("chorus.llm.fallback")
 

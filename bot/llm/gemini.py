@@ -52,7 +52,6 @@ from google.genai import types
 from bot.config import KEY_URL, ConfigError, Settings
 from bot.llm.base import SDKProvider
 from bot.llm.errors import ProviderAuthError
-from bot.llm.retry import Failure, RetryPolicy, Sleep, parse_retry_after
 from bot.llm.types import (
     REASONING_BUDGETS,
     ImagePart,
@@ -69,6 +68,7 @@ from bot.llm.types import (
     ToolResultPart,
     Usage,
 )
+from bot.resilience import Failure, RetryPolicy, Sleep, parse_retry_after
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/"
 # https://ai.google.dev/gemini-api/docs/thought-signatures (FAQ: dummy signatures)

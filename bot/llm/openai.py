@@ -6,7 +6,7 @@ insists on one, so ``from_settings`` passes a placeholder).
 
 Why it is built this way:
 
-- The client is injected; ``from_settings`` builds one with ``max_retries=0`` (``bot.llm.retry``
+- The client is injected; ``from_settings`` builds one with ``max_retries=0`` (``bot.resilience``
   governs) and an explicit key and URL, so the SDK never falls back to OPENAI_API_KEY /
   OPENAI_BASE_URL from the environment behind the settings' back.
 - Caching is automatic on OpenAI (a stable prefix is cached), so ``CachePoint`` is ignored;
@@ -53,7 +53,6 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolC
 
 from bot.config import KEY_ENV, KEY_URL, ConfigError, Settings
 from bot.llm.base import SDKProvider
-from bot.llm.retry import Failure, RetryPolicy, Sleep, parse_retry_after
 from bot.llm.types import (
     REASONING_BUDGETS,
     ImagePart,
@@ -69,6 +68,7 @@ from bot.llm.types import (
     ToolResultPart,
     Usage,
 )
+from bot.resilience import Failure, RetryPolicy, Sleep, parse_retry_after
 
 log = logging.getLogger("chorus.llm.openai")
 

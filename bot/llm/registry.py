@@ -11,7 +11,7 @@ from typing import Any
 
 from bot.config import ConfigError, ModelSpec, Settings
 from bot.llm.base import Provider
-from bot.llm.retry import RetryPolicy
+from bot.resilience import RetryPolicy
 
 _MODULES = {
     "anthropic": ("bot.llm.anthropic", "AnthropicProvider", "anthropic"),

@@ -39,7 +39,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bot.config import ConfigError
-from bot.llm.retry import RetryPolicy
+from bot.resilience import RetryPolicy
 from bot.tools.base import Permission
 
 log = logging.getLogger("chorus.mcp")

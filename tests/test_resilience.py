@@ -1,0 +1,465 @@
+"""The one retry implementation (bot/resilience.py): Retry-After parsing, the jitter the docstring
+promises, the runner's rules (Retry-After honoured and capped or refused, the deadline, attempt
+counting, what is re-raised), cancellation, logging, and the until-it-answers mode that rides
+over a Redis outage (bot/state/outages.py). No wall-clock waiting: ``sleep``, ``clock`` and
+``random.Random`` are injected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from bot.resilience import (
+    Attempt,
+    Failure,
+    GaveUp,
+    RetryPolicy,
+    parse_retry_after,
+    retry,
+    wait_for,
+)
+from bot.state.outages import outage_policy, until_redis_answers
+
+NOW = 1_700_000_000.0
+
+
+class FakeTime:
+    """A clock that only moves when the code under test sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.delays: list[float] = []
+
+    async def sleep(self, delay: float) -> None:
+        self.delays.append(delay)
+        self.now += delay
+
+    def clock(self) -> float:
+        return self.now
+
+
+class Boom(Exception):
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.reason)
+        self.failure = failure
+
+
+class GiveUpError(Exception):
+    pass
+
+
+def classify(exc: BaseException) -> Failure:
+    if isinstance(exc, Boom):
+        return exc.failure
+    return Failure(retryable=False, reason="bug")
+
+
+def script(*outcomes: Exception | str) -> tuple[Callable[[], Awaitable[str]], list[int]]:
+    """An op that raises or returns the next outcome per call; ``calls`` counts the calls."""
+    queue = list(outcomes)
+    calls: list[int] = []
+
+    async def op() -> str:
+        calls.append(1)
+        item = queue.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    return op, calls
+
+
+FLAKY = Boom(Failure(retryable=True, status=503, reason="unavailable"))
+
+
+# -- parse_retry_after -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"Retry-After": "7"}, 7.0),
+        ({"retry-after": "1.5"}, 1.5),
+        ({"RETRY-AFTER": "0"}, 0.0),
+        ({"retry-after": "-3"}, 0.0),
+        ({"retry-after-ms": "2500"}, 2.5),
+        ({"Retry-After-Ms": "250", "Retry-After": "9"}, 0.25),  # ms is more precise: it wins
+        ({"retry-after-ms": "soon", "retry-after": "4"}, 4.0),  # bad ms falls back to seconds
+        ({"retry-after": "whenever"}, None),
+        ({"x-other": "1"}, None),
+        ({}, None),
+        (None, None),
+    ],
+)
+def test_parse_retry_after(headers: dict[str, str] | None, expected: float | None) -> None:
+    assert parse_retry_after(headers, now=NOW) == expected
+
+
+def test_parse_retry_after_http_date() -> None:
+    when = email.utils.formatdate(NOW + 30, usegmt=True)
+    assert parse_retry_after({"Retry-After": when}, now=NOW) == pytest.approx(30.0)
+
+
+def test_parse_retry_after_http_date_in_the_past_is_zero() -> None:
+    when = email.utils.formatdate(NOW - 30, usegmt=True)
+    assert parse_retry_after({"Retry-After": when}, now=NOW) == 0.0
+
+
+# -- the delay: what the module docstring promises ------------------------------------------
+@pytest.mark.parametrize("attempt", range(1, 12))
+def test_equal_jitter_draws_from_the_upper_half_of_the_ceiling(attempt: int) -> None:
+    policy = RetryPolicy(base_delay=0.5, max_delay=30.0)  # the default: jitter=0.5
+    cap = min(30.0, 0.5 * 2 ** (attempt - 1))
+    rng = random.Random(attempt)
+    delays = [policy.delay(attempt, rng) for _ in range(200)]
+    assert all(cap / 2 <= d <= cap for d in delays)
+    assert min(delays) < cap * 0.6 and max(delays) > cap * 0.9  # spread over the whole half
+
+
+def test_full_jitter_draws_from_zero_to_the_ceiling() -> None:
+    policy = RetryPolicy(base_delay=1.0, max_delay=8.0, jitter=1.0)
+    rng = random.Random(3)
+    delays = [policy.delay(4, rng) for _ in range(200)]
+    assert all(0.0 <= d <= 8.0 for d in delays)
+    assert min(delays) < 1.0  # reaches well below half the ceiling, unlike equal jitter
+
+
+def test_no_jitter_waits_exactly_the_ceiling_which_grows_then_is_capped() -> None:
+    policy = RetryPolicy(base_delay=1.0, max_delay=8.0, jitter=0.0)
+    assert [policy.delay(n) for n in range(1, 7)] == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+
+
+def test_a_huge_attempt_number_stays_at_the_cap() -> None:
+    assert RetryPolicy(base_delay=0.1, max_delay=5.0, jitter=0.0).delay(100_000) == 5.0
+
+
+def test_the_delay_is_jittered() -> None:
+    rng = random.Random(0)
+    assert len({RetryPolicy(base_delay=1.0).delay(3, rng) for _ in range(20)}) > 1
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"jitter": 1.5}, {"jitter": -0.1}, {"base_delay": -1.0}, {"max_retries": -1}],
+)
+def test_a_nonsensical_policy_is_refused(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        RetryPolicy(**bad)  # type: ignore[arg-type]
+
+
+def test_wait_for_honours_caps_or_refuses_a_long_retry_after() -> None:
+    long = Failure(retryable=True, retry_after=500.0)
+    assert wait_for(RetryPolicy(max_retry_after=60.0), 1, long) == (60.0, False)
+    refusing = RetryPolicy(max_retry_after=60.0, too_long="give_up")
+    assert wait_for(refusing, 1, long) == (500.0, True)
+    assert wait_for(refusing, 1, Failure(retryable=True, retry_after=30.0)) == (30.0, False)
+
+
+# -- the runner ------------------------------------------------------------------------------
+async def test_success_needs_no_sleep() -> None:
+    op, calls = script("done")
+    time = FakeTime()
+    assert await retry(op, classify, RetryPolicy(), what="x", sleep=time.sleep) == "done"
+    assert len(calls) == 1 and time.delays == []
+
+
+async def test_retryable_failures_are_retried_with_backoff() -> None:
+    policy = RetryPolicy(max_retries=3, base_delay=0.1, max_delay=1.0)
+    op, calls = script(FLAKY, FLAKY, "done")
+    time = FakeTime()
+    assert await retry(op, classify, policy, what="x", sleep=time.sleep) == "done"
+    assert len(calls) == 3 and len(time.delays) == 2
+    assert 0.05 <= time.delays[0] <= 0.1
+    assert 0.1 <= time.delays[1] <= 0.2
+
+
+async def test_retry_after_is_honoured_over_a_shorter_backoff() -> None:
+    policy = RetryPolicy(max_retries=2, base_delay=0.01)
+    op, _ = script(Boom(Failure(retryable=True, status=429, retry_after=7.0)), "done")
+    time = FakeTime()
+    await retry(op, classify, policy, what="x", sleep=time.sleep)
+    assert time.delays == [7.0]
+
+
+async def test_a_shorter_retry_after_does_not_shorten_the_backoff() -> None:
+    policy = RetryPolicy(max_retries=2, base_delay=4.0)
+    op, _ = script(Boom(Failure(retryable=True, status=429, retry_after=0.0)), "done")
+    time = FakeTime()
+    await retry(op, classify, policy, what="x", sleep=time.sleep)
+    assert 2.0 <= time.delays[0] <= 4.0
+
+
+async def test_retry_after_is_capped_by_the_policy() -> None:
+    policy = RetryPolicy(max_retries=2, base_delay=0.01, max_retry_after=60.0)
+    op, _ = script(Boom(Failure(retryable=True, status=429, retry_after=3600.0)), "done")
+    time = FakeTime()
+    await retry(op, classify, policy, what="x", sleep=time.sleep)
+    assert time.delays == [60.0]
+
+
+async def test_a_retry_after_the_policy_refuses_gives_up_without_waiting() -> None:
+    policy = RetryPolicy(max_retries=5, max_retry_after=60.0, too_long="give_up")
+    asked = Boom(Failure(retryable=True, status=429, retry_after=3600.0))
+    op, calls = script(asked, "never")
+    time = FakeTime()
+    seen: list[Attempt] = []
+
+    def give_up(state: Attempt) -> GiveUpError:
+        seen.append(state)
+        return GiveUpError(f"asked for {state.delay:.0f} s")
+
+    with pytest.raises(GiveUpError, match="3600") as info:
+        await retry(op, classify, policy, what="x", sleep=time.sleep, give_up=give_up)
+    assert info.value.__cause__ is asked
+    assert len(calls) == 1 and time.delays == []
+    assert seen[0].gave_up is GaveUp.TOO_LONG and seen[0].attempt == 1
+
+
+async def test_the_deadline_stops_retrying_when_the_next_wait_would_pass_it() -> None:
+    policy = RetryPolicy(max_retries=None, base_delay=1.0, max_delay=100.0, jitter=0.0)
+    time = FakeTime()
+    op, calls = script(*([FLAKY] * 10))
+    seen: list[Attempt] = []
+
+    def give_up(state: Attempt) -> None:
+        seen.append(state)
+
+    with pytest.raises(Boom) as info:
+        await retry(
+            op,
+            classify,
+            policy,
+            what="x",
+            sleep=time.sleep,
+            clock=time.clock,
+            deadline=time.now + 10.0,
+            give_up=give_up,
+        )
+    assert info.value is FLAKY  # give_up returned None: the last error itself
+    assert time.delays == [1.0, 2.0, 4.0]  # 7 s spent; the next 8 s wait would end at 15 s
+    assert len(calls) == 4
+    assert seen[0].gave_up is GaveUp.DEADLINE and seen[0].delay == 8.0
+
+
+async def test_non_retryable_is_reraised_unchanged_without_sleeping() -> None:
+    error = Boom(Failure(retryable=False, status=400, reason="bad request"))
+    op, calls = script(error, "never")
+    time = FakeTime()
+    with pytest.raises(Boom) as info:
+        await retry(op, classify, RetryPolicy(), what="x", sleep=time.sleep, give_up=GiveUpError)
+    assert info.value is error
+    assert len(calls) == 1 and time.delays == []
+
+
+async def test_attempts_are_counted_and_the_last_error_is_reraised_when_they_run_out() -> None:
+    policy = RetryPolicy(max_retries=2, base_delay=0.01)
+    last = Boom(Failure(retryable=True, status=500, reason="internal"))
+    op, calls = script(FLAKY, FLAKY, last, "never")
+    time = FakeTime()
+    with pytest.raises(Boom) as info:
+        await retry(op, classify, policy, what="x", sleep=time.sleep)
+    assert info.value is last
+    assert len(calls) == 3 and len(time.delays) == 2
+
+
+async def test_give_up_chooses_the_final_error_and_sees_the_attempt_count() -> None:
+    policy = RetryPolicy(max_retries=2, base_delay=0.01)
+    last = Boom(Failure(retryable=True, status=500, reason="internal"))
+    op, _ = script(FLAKY, FLAKY, last)
+    seen: list[Attempt] = []
+
+    def give_up(state: Attempt) -> GiveUpError:
+        seen.append(state)
+        return GiveUpError(f"{state.what} failed after {state.attempt} attempts")
+
+    with pytest.raises(GiveUpError, match="acme failed after 3 attempts") as info:
+        await retry(op, classify, policy, what="acme", sleep=FakeTime().sleep, give_up=give_up)
+    assert info.value.__cause__ is last
+    (state,) = seen
+    assert state.gave_up is GaveUp.ATTEMPTS and state.failure.status == 500
+    assert state.error is last
+
+
+async def test_zero_retries_gives_up_on_the_first_retryable_error() -> None:
+    op, calls = script(FLAKY, "never")
+    time = FakeTime()
+    with pytest.raises(Boom):
+        await retry(op, classify, RetryPolicy(max_retries=0), what="x", sleep=time.sleep)
+    assert len(calls) == 1 and time.delays == []
+
+
+async def test_classify_may_raise_a_specific_error_to_stop_at_once() -> None:
+    def strict(exc: BaseException) -> Failure:
+        raise GiveUpError("rejected key") from exc
+
+    op, calls = script(FLAKY, "never")
+    with pytest.raises(GiveUpError, match="rejected key"):
+        await retry(op, strict, RetryPolicy(), what="x", sleep=FakeTime().sleep)
+    assert len(calls) == 1
+
+
+async def test_on_retry_sees_every_wait() -> None:
+    policy = RetryPolicy(max_retries=5, base_delay=1.0, jitter=0.0)
+    op, _ = script(FLAKY, FLAKY, "done")
+    seen: list[tuple[int, float]] = []
+    time = FakeTime()
+    await retry(
+        op,
+        classify,
+        policy,
+        what="x",
+        sleep=time.sleep,
+        on_retry=lambda state: seen.append((state.attempt, state.delay)),
+    )
+    assert seen == [(1, 1.0), (2, 2.0)] and time.delays == [1.0, 2.0]
+
+
+async def test_every_wait_is_logged_with_structured_fields_and_no_error_text(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    secret = Boom(Failure(retryable=True, status=503, reason="overloaded"))
+    secret.args = ("https://api.example/token?client_secret=hunter2",)
+    op, _ = script(secret, "done")
+    logger = logging.getLogger("chorus.test.resilience")
+    with caplog.at_level(logging.WARNING, logger="chorus.test.resilience"):
+        await retry(
+            op,
+            classify,
+            RetryPolicy(base_delay=2.0, jitter=0.0),
+            what="fetch",
+            sleep=FakeTime().sleep,
+            logger=logger,
+            message="thing failed; retrying",
+            extra={"channel": "c1"},
+        )
+    (record,) = caplog.records
+    assert record.getMessage() == "thing failed; retrying"
+    fields = {k: getattr(record, k) for k in ("operation", "attempt", "delay_s", "status")}
+    assert fields == {"operation": "fetch", "attempt": 1, "delay_s": 2.0, "status": 503}
+    assert record.reason == "overloaded" and record.channel == "c1"
+    assert record.exc_info is None
+    assert "hunter2" not in caplog.text
+
+
+# -- cancellation ------------------------------------------------------------------------------
+async def test_cancellation_raised_by_the_op_is_never_retried() -> None:
+    calls: list[int] = []
+
+    async def op() -> str:
+        calls.append(1)
+        raise asyncio.CancelledError
+
+    time = FakeTime()
+    with pytest.raises(asyncio.CancelledError):
+        await retry(op, classify, RetryPolicy(), what="x", sleep=time.sleep)
+    assert len(calls) == 1 and time.delays == []
+
+
+async def test_an_error_raised_while_cancelling_ends_the_retries() -> None:
+    """redis-py reports a cancelled read as a connection error: that must not be retried."""
+    calls: list[int] = []
+    entered = asyncio.Event()
+    release = asyncio.Event()
+
+    async def op() -> str:
+        calls.append(1)
+        entered.set()
+        with contextlib.suppress(asyncio.CancelledError):  # as a library that swallows it does
+            await release.wait()
+        raise Boom(Failure(retryable=True, reason="connection closed"))
+
+    time = FakeTime()
+    task = asyncio.create_task(retry(op, classify, RetryPolicy(), what="x", sleep=time.sleep))
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(calls) == 1 and time.delays == []
+
+
+async def test_cancelling_during_a_wait_stops_the_retries() -> None:
+    waiting = asyncio.Event()
+
+    async def parked_sleep(delay: float) -> None:
+        waiting.set()
+        await asyncio.Event().wait()  # only a cancel ends it
+
+    op, calls = script(FLAKY, "never")
+    task = asyncio.create_task(retry(op, classify, RetryPolicy(), what="x", sleep=parked_sleep))
+    await waiting.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(calls) == 1
+
+
+# -- until it answers (Redis outages) ----------------------------------------------------------
+async def test_until_it_answers_never_runs_out_and_keeps_waits_capped() -> None:
+    policy = RetryPolicy.until_it_answers(base_delay=0.1, max_delay=5.0)
+    op, calls = script(*([FLAKY] * 50), "back")
+    time = FakeTime()
+    assert await retry(op, classify, policy, what="x", sleep=time.sleep) == "back"
+    assert len(calls) == 51 and len(time.delays) == 50
+    assert 0.05 <= time.delays[0] <= 0.1
+    assert all(2.5 <= d <= 5.0 for d in time.delays[10:])
+
+
+def test_the_outage_policy_grows_to_its_cap_with_jitter() -> None:
+    policy = outage_policy(5.0)
+    rng = random.Random(5)
+    assert all(0.05 <= policy.delay(1, rng) <= 0.1 for _ in range(50))
+    assert all(2.5 <= policy.delay(n, rng) <= 5.0 for n in range(8, 30))
+
+
+async def test_a_call_is_retried_until_redis_answers() -> None:
+    attempts: list[int] = []
+
+    async def flaky() -> str:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise RedisConnectionError("Connection refused")
+        return "ok"
+
+    time = FakeTime()
+    assert await until_redis_answers("test", flaky, sleep=time.sleep) == "ok"
+    assert len(attempts) == 3 and len(time.delays) == 2
+
+
+async def test_other_redis_errors_are_not_retried() -> None:
+    attempts: list[int] = []
+
+    async def wrong() -> None:
+        attempts.append(1)
+        raise ResponseError("WRONGTYPE")
+
+    with pytest.raises(ResponseError):
+        await until_redis_answers("test", wrong, sleep=FakeTime().sleep)
+    assert len(attempts) == 1
+
+
+async def test_cancelling_stops_waiting_for_redis() -> None:
+    waits: list[float] = []
+    waiting = asyncio.Event()
+
+    async def down() -> None:
+        raise RedisConnectionError("Connection refused")
+
+    async def sleep(delay: float) -> None:
+        waits.append(delay)
+        if len(waits) == 3:
+            waiting.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(until_redis_answers("test", down, sleep=sleep))
+    await waiting.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(waits) == 3
