@@ -500,7 +500,7 @@ async def test_sender_retries_dropped_connections_with_backoff_then_gives_up() -
 
     assert await sender.call("channel:1", flaky, what="send") == "sent"
     assert calls == 3 and len(waits) == 2
-    assert 0.5 <= waits[0] <= 1.0 and 1.0 <= waits[1] <= 2.0  # equal jitter: the upper halves of 1 s, 2 s
+    assert 0.5 <= waits[0] <= 1.0 and 1.0 <= waits[1] <= 2.0  # upper halves of 1 s, 2 s
 
     async def down() -> str:
         raise ConnectionRefusedError("down")
