@@ -24,11 +24,12 @@ import asyncio
 import email.utils
 import logging
 import random
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal, TypeVar
+from typing import Final, Literal, TypeVar
 
 log = logging.getLogger("chorus.retry")
 
@@ -37,20 +38,21 @@ Sleep = Callable[[float], Awaitable[None]]
 Clock = Callable[[], float]
 
 _MAX_EXPONENT = 64  # 2**64 * any sane base is past every cap; larger would overflow a float
+UNLIMITED: Final = sys.maxsize  # max_retries of a policy that retries until it answers
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
     """How many times to retry and how long to wait in between.
 
-    ``max_retries`` counts retries after the first attempt (``None``: until it answers, for
-    outages that are waited out rather than reported). A server's ``Retry-After`` is honoured
+    ``max_retries`` counts retries after the first attempt (``UNLIMITED``: until it answers,
+    for outages that are waited out rather than reported). A server's ``Retry-After`` is honoured
     up to ``max_retry_after``; a longer one is either capped (``too_long="cap"``: try again
     after ``max_retry_after`` anyway) or ends the retries at once (``too_long="give_up"``: where
     a wait that long would make the answer pointless, or the caller has a better fallback).
     """
 
-    max_retries: int | None = 4
+    max_retries: int = 4
     base_delay: float = 0.5
     max_delay: float = 30.0
     max_retry_after: float = 60.0
@@ -62,13 +64,13 @@ class RetryPolicy:
             raise ValueError("jitter is the random share of a wait: between 0 and 1")
         if self.base_delay < 0 or self.max_delay < 0 or self.max_retry_after < 0:
             raise ValueError("delays cannot be negative")
-        if self.max_retries is not None and self.max_retries < 0:
-            raise ValueError("max_retries cannot be negative (None: retry until it answers)")
+        if self.max_retries < 0:
+            raise ValueError("max_retries cannot be negative (UNLIMITED: until it answers)")
 
     @classmethod
     def until_it_answers(cls, *, base_delay: float = 0.1, max_delay: float = 5.0) -> RetryPolicy:
         """Unbounded retries with a capped backoff: for a dependency whose outage is waited out."""
-        return cls(max_retries=None, base_delay=base_delay, max_delay=max_delay)
+        return cls(max_retries=UNLIMITED, base_delay=base_delay, max_delay=max_delay)
 
     def ceiling(self, attempt: int) -> float:
         """The longest wait before retry ``attempt`` (1-based): exponential, capped."""
@@ -82,7 +84,7 @@ class RetryPolicy:
 
     def exhausted(self, attempt: int) -> bool:
         """Whether ``attempt`` failures have used up every retry."""
-        return self.max_retries is not None and attempt > self.max_retries
+        return attempt > self.max_retries
 
 
 @dataclass(frozen=True)

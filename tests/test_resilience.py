@@ -19,6 +19,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from bot.resilience import (
+    UNLIMITED,
     Attempt,
     Failure,
     GaveUp,
@@ -223,7 +224,7 @@ async def test_a_retry_after_the_policy_refuses_gives_up_without_waiting() -> No
 
 
 async def test_the_deadline_stops_retrying_when_the_next_wait_would_pass_it() -> None:
-    policy = RetryPolicy(max_retries=None, base_delay=1.0, max_delay=100.0, jitter=0.0)
+    policy = RetryPolicy(max_retries=UNLIMITED, base_delay=1.0, max_delay=100.0, jitter=0.0)
     time = FakeTime()
     op, calls = script(*([FLAKY] * 10))
     seen: list[Attempt] = []
