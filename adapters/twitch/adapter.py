@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, OrderedDict
-from typing import Any, TypeVar
+from typing import Any
 
 import twitchio
 from redis.asyncio import Redis
@@ -47,7 +47,6 @@ from bot.resilience import Failure, RetryPolicy, retry
 log = logging.getLogger("chorus.twitch")
 
 PLATFORM = convert.PLATFORM
-T = TypeVar("T")
 _LOGIN_CACHE = 5000
 
 
