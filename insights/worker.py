@@ -34,6 +34,7 @@ from bot.llm.errors import LLMError, ProviderUnavailable
 from bot.memory.buffers import MemorySettings, MemoryStore, UserBuffer
 from bot.memory.insight_queue import DEFAULT_QUEUE
 from bot.ops.metrics import MetricsSink, NullMetrics
+from bot.resilience import RetryPolicy
 from bot.state.history import HistoryStore
 from insights.analyse import analyse, build_request, check_provenance, label_lines
 from insights.budget import Budget
@@ -92,8 +93,8 @@ class InsightsWorker:
         )
         self.batch = batch
         self.max_attempts = max_attempts
-        self.backoff_base = backoff_base
-        self.backoff_cap = backoff_cap
+        # Only its delays are used: a job is rescheduled in the queue, not retried in place.
+        self.backoff_policy = RetryPolicy(base_delay=backoff_base, max_delay=backoff_cap)
         self._clock = clock
         self._rng = rng or random.Random()
         self._stop = asyncio.Event()
@@ -268,7 +269,6 @@ class InsightsWorker:
         return JobOutcome.RETRY
 
     def backoff(self, attempt: int) -> float:
-        """Seconds before retry ``attempt`` (1-based): exponential, capped, +-20% jitter so
-        jobs delayed by one outage do not all return at once."""
-        base = min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1))
-        return float(base * self._rng.uniform(0.8, 1.2))
+        """Seconds before retry ``attempt`` (1-based): ``bot.resilience``'s exponential, capped,
+        jittered delay, so jobs delayed by one outage do not all return at once."""
+        return self.backoff_policy.delay(attempt, self._rng)

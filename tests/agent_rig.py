@@ -10,7 +10,7 @@ from typing import Any
 from bot.events import Author, ChatMessage, ConversationKey, Role
 from bot.llm.base import SDKProvider
 from bot.llm.registry import build_provider
-from bot.llm.retry import RetryPolicy
+from bot.resilience import RetryPolicy
 from bot.settings import LLMSettings
 from bot.tools.base import ToolContext
 from tests.loopback.anthropic_server import AnthropicServer

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from bot.llm.base import SDKProvider
-from bot.llm.retry import RetryPolicy
 from bot.llm.types import LLMRequest, LLMResponse, Message, StreamEvent, TextDelta, ToolSpec
+from bot.resilience import RetryPolicy
 from tests.provider_vendors import VENDORS, Vendor, VendorServer
 
 RETRY = RetryPolicy(max_retries=2, base_delay=0.01)

@@ -23,8 +23,8 @@ from bot.llm.anthropic import AnthropicProvider
 from bot.llm.base import SDKProvider
 from bot.llm.gemini import GeminiProvider
 from bot.llm.openai import OpenAIProvider
-from bot.llm.retry import RetryPolicy, Sleep
 from bot.llm.types import Usage
+from bot.resilience import RetryPolicy, Sleep
 from bot.settings import LLMSettings
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.base import Recorded

@@ -1,32 +1,15 @@
-"""End to end: the real discord.py client against the loopback gateway and REST stand-in.
-
-A tiny stand-in router consumes ``inbound`` and publishes a scripted ``Reply`` to
-``outbound:discord`` (the real router is not imported); deletions are collected from
-``deletions``. Every wait is on an event (a recorded request, a gateway frame, a published
-message), bounded by a timeout; nothing sleeps.
-"""
+"""End to end: the real discord.py client against the loopback gateway and REST stand-in (tests/discord_rig.py): mentions, mass mentions, long answers, other bots, DMs, threads, typing, ambient channels, deletions and slash commands. Every wait is on an event, bounded by a timeout; nothing sleeps."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from discord.http import Route
 
-from adapters.discord.adapter import DiscordAdapter
-from adapters.discord.sender import DiscordSender
-from bot.bus.base import InProcessBus
-from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
-from bot.events import ChatMessage, ConversationKey, MessageDeleted, Reply
-from bot.llm.retry import RetryPolicy
-from bot.settings import ConfigError, DiscordSettings
-from tests.loopback.base import ScriptedFailure
+from bot.events import ChatMessage, ConversationKey, MessageDeleted
+from tests.discord_rig import TOKEN, mention, running
 from tests.loopback.discord_server import (
     BOT_ID,
     CHANNEL_ID,
@@ -34,115 +17,10 @@ from tests.loopback.discord_server import (
     HUMAN_ID,
     THREAD_ID,
     DiscordServer,
-    bot_mention,
     guild_create,
     load_fixture,
     plain_message,
-    rate_limited,
 )
-from tests.platform_env import adapter_from_env
-
-TOKEN = "loopback-token-not-secret"
-MESSAGE_CONTENT = 1 << 15
-Script = Callable[[ChatMessage], Awaitable[str | None]]
-
-
-async def _echo(message: ChatMessage) -> str | None:
-    return f"you said: {message.text}"
-
-
-@dataclass
-class Rig:
-    server: DiscordServer
-    bus: InProcessBus
-    adapter: DiscordAdapter
-    seen: list[ChatMessage] = field(default_factory=list)
-    deleted: list[MessageDeleted] = field(default_factory=list)
-    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
-
-    async def wait_seen(self, count: int) -> list[ChatMessage]:
-        async with asyncio.timeout(10), self.changed:
-            await self.changed.wait_for(lambda: len(self.seen) >= count)
-        return self.seen
-
-    async def wait_deleted(self, count: int) -> list[MessageDeleted]:
-        async with asyncio.timeout(10), self.changed:
-            await self.changed.wait_for(lambda: len(self.deleted) >= count)
-        return self.deleted
-
-    async def posts(self, channel: int, count: int = 1) -> list[Any]:
-        recorded = await self.server.wait_request("POST", f"/channels/{channel}/messages", count)
-        return [r.body for r in recorded]
-
-
-async def _router(rig: Rig, script: Script) -> None:
-    async for delivery in rig.bus.consume(INBOUND, ChatMessage, group="router"):
-        message = delivery.event
-        async with rig.changed:
-            rig.seen.append(message)
-            rig.changed.notify_all()
-        text = await script(message)
-        if text is not None:
-            await rig.bus.publish(
-                outbound_topic("discord"),
-                Reply(
-                    conversation=message.conversation,
-                    text=text,
-                    reply_to_id=message.id,
-                    addressed_user_ids=(message.author.id,),
-                ),
-            )
-        await delivery.ack()
-
-
-async def _deletions(rig: Rig) -> None:
-    async for delivery in rig.bus.consume(DELETIONS, MessageDeleted, group="history"):
-        async with rig.changed:
-            rig.deleted.append(delivery.event)
-            rig.changed.notify_all()
-        await delivery.ack()
-
-
-def _settings(server: DiscordServer, **env: Any) -> DiscordSettings:
-    values = {
-        "DISCORD_TOKEN": TOKEN,
-        "DISCORD_API_BASE_URL": server.api_url,
-        "DISCORD_GATEWAY_URL": server.ws_url,
-        **env,
-    }
-    return DiscordSettings(**values)
-
-
-@asynccontextmanager
-async def running(
-    server: DiscordServer,
-    script: Script = _echo,
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    **env: Any,
-) -> AsyncIterator[Rig]:
-    bus = InProcessBus()
-    adapter = DiscordAdapter(
-        bus, _settings(server, **env), sleep=sleep, client_options={"guild_ready_timeout": 0.01}
-    )
-    rig = Rig(server, bus, adapter)
-    tasks = [
-        asyncio.create_task(_router(rig, script)),
-        asyncio.create_task(_deletions(rig)),
-        asyncio.create_task(adapter.run()),
-    ]
-    try:
-        await server.wait_op(2)  # IDENTIFY answered with READY + GUILD_CREATE
-        yield rig
-        await bus.drain(timeout=10)
-    finally:
-        await adapter.aclose()
-        for task in tasks:
-            task.cancel()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        await bus.close()
-    for result in results:
-        if isinstance(result, Exception):
-            raise result
 
 
 @pytest.fixture
@@ -151,10 +29,6 @@ async def server() -> AsyncIterator[DiscordServer]:
         assert isinstance(srv, DiscordServer)
         srv.guilds = [guild_create()]
         yield srv
-
-
-def mention(message_id: int, text: str = "hello", **kw: Any) -> dict[str, Any]:
-    return plain_message(message_id, f"<@{BOT_ID}> {text}", mentions=[bot_mention()], **kw)
 
 
 # -- answering -----------------------------------------------------------------------------------
@@ -367,170 +241,3 @@ async def test_slash_command_is_answered_ephemerally(server: DiscordServer) -> N
     assert followup.body["flags"] & 64
     assert followup.body["allowed_mentions"] == {"parse": []}
     assert server.requests_to("POST", f"/channels/{CHANNEL_ID}/messages") == []
-
-
-# -- connection and failures ---------------------------------------------------------------------
-async def test_gateway_drop_resumes_and_keeps_answering(server: DiscordServer) -> None:
-    async with running(server) as rig:
-        await server.dispatch("MESSAGE_CREATE", mention(1010, "before"))
-        await rig.posts(CHANNEL_ID, 1)
-        await server.drop()
-        (resume,) = await server.wait_op(6)
-        await server.dispatch("MESSAGE_CREATE", mention(1011, "after"))
-        bodies = await rig.posts(CHANNEL_ID, 2)
-    assert resume.connection == 2 and server.connections == 2
-    assert resume.data["token"] == TOKEN and resume.data["session_id"] == "foo"
-    assert [b["content"] for b in bodies] == ["you said: before", "you said: after"]
-
-
-async def test_429_is_retried_and_the_message_arrives_once(server: DiscordServer) -> None:
-    server.failures.append(rate_limited(0.01))
-    async with running(server) as rig:
-        await server.dispatch("MESSAGE_CREATE", mention(1020))
-        await rig.posts(CHANNEL_ID, 2)
-        await rig.bus.drain(timeout=10)
-    assert len(server.requests_to("POST", f"/channels/{CHANNEL_ID}/messages")) == 2
-    assert [m["content"] for m in server.created] == ["you said: hello"]
-    assert rig.adapter.sender.rate_limited == 1
-
-
-async def test_long_rate_limit_is_waited_out_by_the_chokepoint(server: DiscordServer) -> None:
-    waits: list[float] = []
-
-    async def fake_sleep(seconds: float) -> None:
-        waits.append(seconds)
-
-    server.failures.append(rate_limited(45.0))  # over discord.py's 30 s: raised to us
-    async with running(server, sleep=fake_sleep) as rig:
-        await server.dispatch("MESSAGE_CREATE", mention(1021))
-        await rig.posts(CHANNEL_ID, 2)
-        await rig.bus.drain(timeout=10)
-    assert waits == [45.0]
-    assert [m["content"] for m in server.created] == ["you said: hello"]
-
-
-async def test_failed_send_is_logged_acked_and_the_loop_goes_on(
-    server: DiscordServer, caplog: pytest.LogCaptureFixture
-) -> None:
-    server.failures.append(ScriptedFailure(403, {"message": "Missing Permissions", "code": 50013}))
-    async with running(server) as rig:
-        await server.dispatch("MESSAGE_CREATE", mention(1030, "first"))
-        await rig.posts(CHANNEL_ID, 1)
-        await rig.bus.drain(timeout=10)  # the failed reply was acked
-        await server.dispatch("MESSAGE_CREATE", mention(1031, "second"))
-        await rig.posts(CHANNEL_ID, 2)
-    assert [m["content"] for m in server.created] == ["you said: second"]
-    (record,) = [r for r in caplog.records if "could not send" in r.getMessage()]
-    assert record.exc_info is not None and record.__dict__["reply_to_id"] == "1030"
-
-
-async def test_bad_token_is_one_clear_error(server: DiscordServer) -> None:
-    server.reject_token = True
-    default_base = Route.BASE
-    adapter = DiscordAdapter(InProcessBus(), _settings(server))
-    with pytest.raises(ConfigError) as caught:
-        await adapter.run()
-    assert default_base == Route.BASE  # the class attribute is put back
-    message = str(caught.value)
-    assert "DISCORD_TOKEN" in message and "discord.com/developers" in message
-    assert TOKEN not in message
-    assert server.ops(2) == []  # never reached the gateway
-
-
-async def test_disallowed_intent_is_one_clear_error(
-    server: DiscordServer, caplog: pytest.LogCaptureFixture
-) -> None:
-    server.identify_close_code = 4014
-    adapter = DiscordAdapter(
-        InProcessBus(), _settings(server, DISCORD_MESSAGE_CONTENT_INTENT="true")
-    )
-    with pytest.raises(ConfigError, match="DISCORD_MESSAGE_CONTENT_INTENT") as caught:
-        await adapter.run()
-    await adapter.aclose()
-    assert "Privileged Gateway Intents" in str(caught.value)
-    (identify,) = server.ops(2)
-    assert identify.data["intents"] & MESSAGE_CONTENT
-    assert any(r.levelno == logging.ERROR and "4014" in r.getMessage() for r in caplog.records)
-
-
-async def test_without_content_intent_one_warning_and_no_privileged_intent(
-    server: DiscordServer, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.WARNING, logger="chorus.discord")
-    async with running(server):
-        pass
-    (identify,) = server.ops(2)
-    assert not identify.data["intents"] & MESSAGE_CONTENT
-    warnings = [r for r in caplog.records if "DISCORD_MESSAGE_CONTENT_INTENT" in r.getMessage()]
-    assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
-
-
-def test_from_env_needs_only_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
-    bus = InProcessBus()
-    assert adapter_from_env(DiscordAdapter, bus) is None
-    monkeypatch.setenv("DISCORD_TOKEN", "abc")
-    monkeypatch.setenv("DISCORD_ALWAYS_ANSWER_CHANNELS", "12,34")
-    adapter = adapter_from_env(DiscordAdapter, bus)
-    assert adapter is not None and adapter.platform == "discord"
-    assert adapter.settings.always_answer_channels == frozenset({12, 34})
-    assert not adapter.client.intents.message_content
-    monkeypatch.setenv("DISCORD_GATEWAY_URL", "https://gateway.example")
-    with pytest.raises(ConfigError, match="DISCORD_GATEWAY_URL"):
-        adapter_from_env(DiscordAdapter, bus)
-
-
-# -- the chokepoint on its own -------------------------------------------------------------------
-async def test_sender_retries_dropped_connections_with_backoff_then_gives_up() -> None:
-    waits: list[float] = []
-
-    async def fake_sleep(seconds: float) -> None:
-        waits.append(seconds)
-
-    sender = DiscordSender(
-        sleep=fake_sleep, policy=RetryPolicy(max_retries=2, base_delay=1.0, max_delay=8.0)
-    )
-    calls = 0
-
-    async def flaky() -> str:
-        nonlocal calls
-        calls += 1
-        if calls < 3:
-            raise ConnectionResetError("peer reset")
-        return "sent"
-
-    assert await sender.call("channel:1", flaky, what="send") == "sent"
-    assert calls == 3 and len(waits) == 2
-    assert 0.5 <= waits[0] <= 1.0 and 1.0 <= waits[1] <= 2.0  # full-jitter halves of 1 s, 2 s
-
-    async def down() -> str:
-        raise ConnectionRefusedError("down")
-
-    with pytest.raises(ConnectionRefusedError):
-        await sender.call("channel:1", down, what="send")
-    assert len(waits) == 4  # two more waits, then the third failure is raised
-
-
-async def test_sender_serialises_one_key_but_not_two() -> None:
-    sender = DiscordSender()
-    order: list[str] = []
-    gate = asyncio.Event()
-
-    async def first() -> None:
-        order.append("first-start")
-        await gate.wait()
-        order.append("first-end")
-
-    async def second() -> None:
-        order.append("second")
-
-    async def other() -> None:
-        order.append("other")
-        gate.set()
-
-    a = asyncio.create_task(sender.call("channel:1", first, what="send"))
-    b = asyncio.create_task(sender.call("channel:1", second, what="send"))
-    c = asyncio.create_task(sender.call("channel:2", other, what="send"))
-    await asyncio.wait_for(asyncio.gather(a, b, c), 5)
-    # channel 2 ran while channel 1's first call was still open; channel 1 kept its order
-    assert order == ["first-start", "other", "first-end", "second"]
-    assert sender._locks == {}  # no lock left behind per channel

@@ -13,7 +13,6 @@ from bot.llm.fallback import (
     FallbackProvider,
     build_chain,
 )
-from bot.llm.retry import RetryPolicy
 from bot.llm.scripted import ScriptedProvider
 from bot.llm.types import (
     LLMRequest,
@@ -27,6 +26,7 @@ from bot.llm.types import (
     ToolResultPart,
     Usage,
 )
+from bot.resilience import RetryPolicy
 from bot.settings import ConfigError, FallbackSettings, ModelSpec, settings_from
 from bot.tools.function import tool
 from bot.tools.toolbox import Toolbox

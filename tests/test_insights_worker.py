@@ -202,7 +202,7 @@ async def test_an_outage_reschedules_with_backoff_and_loses_nothing(
     await rig.say(rig.alice, "I went vegan last year", "a1")
     worker = rig.worker()
     expected = InsightsWorker.backoff(rig.worker(), 1)  # same seeded jitter
-    assert 24 <= expected <= 36
+    assert 15 <= expected <= 30  # the 30 s base with equal jitter
     rig.provider.script.append(outage())
     with caplog.at_level(logging.WARNING, logger="chorus.insights"):
         assert await worker.run_once(DUE) == [(f"discord:{rig.alice}", JobOutcome.RETRY)]
@@ -214,13 +214,13 @@ async def test_an_outage_reschedules_with_backoff_and_loses_nothing(
     assert await rig.pins(rig.alice) == ["Is vegan"]
 
 
-def test_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:
-    worker = InsightsWorker.__new__(InsightsWorker)
-    worker.backoff_base, worker.backoff_cap, worker._rng = 30.0, 3600.0, random.Random(1)
+def test_backoff_grows_exponentially_with_jitter_and_a_cap(rig: Rig) -> None:
+    worker = rig.worker(backoff_base=30.0, backoff_cap=3600.0)
     delays = [worker.backoff(n) for n in range(1, 10)]
     for n, delay in enumerate(delays, 1):
-        base = min(3600.0, 30.0 * 2 ** (n - 1))
-        assert 0.8 * base <= delay <= 1.2 * base
+        ceiling = min(3600.0, 30.0 * 2 ** (n - 1))
+        assert ceiling / 2 <= delay <= ceiling  # the shared policy's equal jitter
+    assert delays[-1] >= 1800.0 and len(set(delays)) == len(delays)
 
 
 async def test_too_many_outages_drop_the_job(rig: Rig, caplog: pytest.LogCaptureFixture) -> None:

@@ -1,11 +1,9 @@
 """What only Gemini's wire has, through the real google-genai SDK and a loopback Gemini API.
 
-The behaviour every vendor shares (answers, streaming, usage, tool round trips, errors, retries,
-guard, settings) is the provider contract (``test_provider_contract*.py``). Here: the
-``generateContent`` request shape, generated call ids, Google's ``RetryInfo`` and
-``API_KEY_INVALID`` errors, the key variables the SDK reads itself, thinking budgets, thought
-signatures and their replay, and the ``responseJsonSchema`` structured-output shape.
-"""
+What every vendor shares is the provider contract (``test_provider_contract*.py``). Here: the
+``generateContent`` request shape, generated call ids, ``RetryInfo`` and ``API_KEY_INVALID``,
+the key variables the SDK reads itself, thinking budgets, thought signatures and their replay,
+and the ``responseJsonSchema`` structured-output shape."""
 
 from __future__ import annotations
 

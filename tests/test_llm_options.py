@@ -24,7 +24,6 @@ from bot.llm.anthropic import AnthropicProvider
 from bot.llm.base import SDKProvider
 from bot.llm.gemini import GeminiProvider
 from bot.llm.openai import OpenAIProvider
-from bot.llm.retry import RetryPolicy
 from bot.llm.types import (
     LLMRequest,
     LLMResponse,
@@ -36,6 +35,7 @@ from bot.llm.types import (
     ToolResultPart,
     ToolSpec,
 )
+from bot.resilience import RetryPolicy
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.base import LoopbackServer
 from tests.loopback.gemini_server import GeminiServer

@@ -1,6 +1,7 @@
-"""Riding over a Redis outage inside a turn: the retry helper, and the claim steps that must stay
-exactly-once when a command may or may not have run before the connection dropped. The whole
-app against a stopped and restarted Redis is tests/test_redis_outage.py."""
+"""Riding over a Redis outage inside a turn: the claim steps that must stay exactly-once when a
+command may or may not have run before the connection dropped. The retry helper itself
+(``until_redis_answers``) is tested in tests/test_resilience.py; the whole app against a stopped
+and restarted Redis is tests/test_redis_outage.py."""
 
 from __future__ import annotations
 
@@ -12,51 +13,8 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 
 from bot.bus.claims import DONE, Claims
-from bot.state.outages import backoff, until_redis_answers
-
-
-async def test_a_call_is_retried_until_redis_answers() -> None:
-    attempts: list[int] = []
-
-    async def flaky() -> str:
-        attempts.append(1)
-        if len(attempts) < 3:
-            raise RedisConnectionError("Connection refused")
-        return "ok"
-
-    assert await until_redis_answers("test", flaky, cap=0.01) == "ok"
-    assert len(attempts) == 3
-
-
-async def test_other_errors_are_not_retried() -> None:
-    attempts: list[int] = []
-
-    async def wrong() -> None:
-        attempts.append(1)
-        raise ResponseError("WRONGTYPE")
-
-    with pytest.raises(ResponseError):
-        await until_redis_answers("test", wrong, cap=0.01)
-    assert len(attempts) == 1
-
-
-async def test_cancelling_stops_the_retries() -> None:
-    async def down() -> None:
-        raise RedisConnectionError("Connection refused")
-
-    task = asyncio.create_task(until_redis_answers("test", down, cap=10))
-    await asyncio.sleep(0.05)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(task, 5)
-
-
-def test_backoff_grows_to_its_cap_with_jitter() -> None:
-    assert 0.05 <= backoff(1, 5.0) <= 0.1
-    assert all(2.5 <= backoff(n, 5.0) <= 5.0 for n in range(8, 30))
 
 
 @pytest.mark.redis

@@ -26,7 +26,7 @@ from adapters.twitch.tokens import StoredTokens, fingerprint, token_key
 from bot.bus.base import InProcessBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import ChatMessage, MessageDeleted, Reply, Role
-from bot.llm.retry import RetryPolicy
+from bot.resilience import RetryPolicy
 from bot.settings import ConfigError
 from bot.state import connect
 from tests.loopback.twitch_server import CLIENT_ID, CLIENT_SECRET, TwitchServer, fixture

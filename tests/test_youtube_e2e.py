@@ -318,7 +318,7 @@ async def test_rate_limit_backs_off_honouring_retry_after(rig: Rig) -> None:
     await rig.run_until(lambda: rig.server.calls["list"] >= 5)
     backoffs = rig.time.sleeps[1:3]
     assert backoffs[0] >= 7.0  # Retry-After wins over the shorter jittered backoff
-    assert 2.0 <= backoffs[1] <= 4.0  # attempt 2: 2 s base doubled, full jitter
+    assert 2.0 <= backoffs[1] <= 4.0  # attempt 2: 2 s base doubled, equal jitter
     assert rig.server.token_mismatches == []  # the same page was asked for again
 
 

@@ -35,11 +35,12 @@ from pydantic import BaseModel
 
 import prompts
 from adapters.discord import convert
-from adapters.discord.sender import DiscordSender, Sleep, TypingIndicators
+from adapters.discord.sender import DiscordSender, TypingIndicators
 from adapters.discord.slash import build_group
 from bot.bus.base import BusClosed, Delivery, EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import Reply
+from bot.resilience import Sleep
 from bot.settings import ConfigError, DiscordSettings
 from bot.settings.discord import PORTAL_URL
 

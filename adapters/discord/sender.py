@@ -11,7 +11,7 @@ buckets, the global limit, and a 429's ``retry_after`` (see its ``http.py``
 * a 429 asking for longer than discord.py's ``max_ratelimit_timeout`` (30 s, its minimum)
   surfaces as ``discord.RateLimited``; we log it, wait with the injected ``sleep`` up to
   ``max_wait`` and retry, so a long limit delays an answer instead of dropping it;
-* a dropped connection is retried with jittered backoff (``RetryPolicy.backoff``). Message
+* a dropped connection is retried with jittered backoff (``bot.resilience``). Message
   creates carry a deterministic nonce (see ``convert.reply_to_outgoing``), so a retry whose
   first attempt did reach Discord does not post twice.
 
@@ -25,18 +25,18 @@ import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import TypeVar
 
 import aiohttp
 import discord
 
-from bot.llm.retry import RetryPolicy, parse_retry_after
+from bot.resilience import Attempt, Failure, RetryPolicy, Sleep, parse_retry_after, retry
 
 log = logging.getLogger("chorus.discord.sender")
 
 T = TypeVar("T")
-Sleep = Callable[[float], Awaitable[None]]
 _TOKEN_IN_PATH = re.compile(r"/(interactions|webhooks)/(\d+)/[^/]+")
 DEFAULT_POLICY = RetryPolicy(max_retries=3, base_delay=1.0, max_delay=15.0)
 TYPING_REFRESH = 8.0  # Discord shows "typing" for 10 s after each trigger
@@ -45,6 +45,18 @@ TYPING_REFRESH = 8.0  # Discord shows "typing" for 10 s after each trigger
 def redact_path(path: str) -> str:
     """An API path with interaction and webhook tokens removed (never log tokens)."""
     return _TOKEN_IN_PATH.sub(r"/\1/\2/<token>", path)
+
+
+def _classify(exc: BaseException) -> Failure:
+    """What discord.py leaves to us: a long ``RateLimited`` (wait its ``retry_after``) and a
+    dropped connection (backoff). HTTP errors are final: discord.py already retried them."""
+    if isinstance(exc, discord.RateLimited):
+        return Failure(
+            retryable=True, status=429, retry_after=exc.retry_after, reason="rate limited"
+        )
+    if isinstance(exc, OSError | aiohttp.ClientConnectionError):
+        return Failure(retryable=True, reason=f"connection: {type(exc).__name__}")
+    return Failure(retryable=False)
 
 
 class DiscordSender:
@@ -58,8 +70,8 @@ class DiscordSender:
         policy: RetryPolicy = DEFAULT_POLICY,
     ) -> None:
         self._sleep = sleep
-        self._max_wait = max_wait
-        self._policy = policy
+        # A rate limit longer than ``max_wait`` is given up on: the answer would be too late.
+        self._policy = replace(policy, max_retry_after=max_wait, too_long="give_up")
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self.rate_limited = 0  # 429s seen, for metrics and tests
 
@@ -79,26 +91,26 @@ class DiscordSender:
         ``retry_after``) and a dropped connection (jittered backoff). Not retried: HTTP errors,
         which discord.py has already retried where that makes sense (5xx, 429).
         """
-        attempt = 0
-        while True:
-            try:
-                return await op()
-            except (discord.RateLimited, OSError, aiohttp.ClientConnectionError) as exc:
-                attempt += 1
-                limited = isinstance(exc, discord.RateLimited)
-                if isinstance(exc, discord.RateLimited):
-                    delay = exc.retry_after
-                else:
-                    delay = self._policy.backoff(attempt)
-                extra = {"what": what, "key": key, "attempt": attempt, "delay_s": round(delay, 3)}
-                if attempt > self._policy.max_retries or delay > self._max_wait:
-                    log.error("discord call failed; giving up", extra=extra, exc_info=True)
-                    raise
-                if limited:
-                    log.warning("discord rate limit; waiting before retrying", extra=extra)
-                else:
-                    log.warning("discord connection failed; retrying", extra=extra, exc_info=True)
-                await self._sleep(delay)
+        extra = {"what": what, "key": key}
+
+        def give_up(state: Attempt) -> None:
+            log.error(
+                "discord call failed; giving up",
+                extra={**extra, "attempt": state.attempt, "delay_s": round(state.delay, 3)},
+                exc_info=state.error,
+            )
+
+        return await retry(
+            op,
+            _classify,
+            self._policy,
+            what=what,
+            sleep=self._sleep,
+            give_up=give_up,
+            logger=log,
+            message="discord call failed; retrying",
+            extra=extra,
+        )
 
     def trace_config(self) -> aiohttp.TraceConfig:
         """An aiohttp hook for discord.py's session that logs every 429 it is about to wait."""

@@ -11,7 +11,7 @@ one-liners:
   with ``asyncio.sleep``; doing it here lets tests inject ``sleep`` and assert the waits. A 429
   also pushes that channel's next slot back, so queued sends to it wait too.
 - 5xx, ``internal_error``/``fatal_error`` and network errors are retried with jittered backoff
-  (``RetryPolicy.backoff``); anything else (``channel_not_found``, ``not_in_channel``,
+  (``bot.resilience``); anything else (``channel_not_found``, ``not_in_channel``,
   ``invalid_auth``...) raises at once: retrying cannot fix it.
 
 The sender sleeps only in the outbound worker that called it; bolt's event handlers never
@@ -25,7 +25,7 @@ import ipaddress
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -36,12 +36,19 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from adapters.slack.convert import PostArgs
-from bot.llm.retry import RetryPolicy, parse_retry_after
+from bot.resilience import (
+    Attempt,
+    Failure,
+    GaveUp,
+    RetryPolicy,
+    Sleep,
+    parse_retry_after,
+    retry,
+)
 
 log = logging.getLogger("chorus.slack.sender")
 
 T = TypeVar("T")
-Sleep = Callable[[float], Awaitable[None]]
 
 SEND_INTERVAL = 1.0
 _RETRYABLE_ERRORS = frozenset(
@@ -67,14 +74,6 @@ class SlackSendError(Exception):
         self.retry_after = retry_after
 
 
-@dataclass(frozen=True)
-class _Verdict:
-    retryable: bool
-    status: int | None
-    error: str | None
-    retry_after: float | None = None
-
-
 class SlackSender:
     """Rate-limited, retrying access to the Slack Web API for one bot token."""
 
@@ -90,7 +89,9 @@ class SlackSender:
     ) -> None:
         self.client = client
         self.interval = interval
-        self.policy = policy or RetryPolicy(max_retries=4, base_delay=1.0, max_retry_after=120.0)
+        self.policy = policy or RetryPolicy(
+            max_retries=4, base_delay=1.0, max_retry_after=120.0, too_long="give_up"
+        )
         self._sleep = sleep
         self._clock = clock
         self._next_slot: dict[str, float] = {}
@@ -172,57 +173,52 @@ class SlackSender:
         retries: int | None = None,
     ) -> T:
         """Run ``op`` in ``channel``'s turn; retry what Slack or the network says is transient."""
-        max_retries = self.policy.max_retries if retries is None else retries
-        attempt = 0
-        while True:
+        policy = self.policy if retries is None else replace(self.policy, max_retries=retries)
+
+        async def attempt() -> T:
             if channel is not None:
                 await self._wait_for_slot(channel)
-            try:
-                return await op()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                verdict = _classify(exc)
-                if not verdict.retryable:
-                    raise _as_send_error(exc, what, verdict) from exc
-                attempt += 1
-                if attempt > max_retries:
-                    raise SlackSendError(
-                        f"{what} failed after {attempt} attempts ({verdict.error or verdict.status})",
-                        status=verdict.status,
-                        error=verdict.error,
-                    ) from exc
-                delay = (
-                    verdict.retry_after
-                    if verdict.retry_after is not None
-                    else self.policy.backoff(attempt)
+            return await op()
+
+        async def wait(delay: float) -> None:
+            if channel is None:
+                await self._sleep(delay)
+                return
+            # With a channel the retry waits for its slot, pushed back so queued sends wait too.
+            self._next_slot[channel] = max(self._next_slot.get(channel, 0.0), self._clock() + delay)
+
+        def give_up(state: Attempt) -> SlackSendError:
+            failure = state.failure
+            if state.gave_up is GaveUp.TOO_LONG:
+                return SlackSendError(
+                    f"{what}: Slack asked to wait {state.delay:.0f} s, more than "
+                    f"{policy.max_retry_after:.0f} s; giving up",
+                    status=failure.status,
+                    error=failure.reason or None,
+                    retry_after=state.delay,
                 )
-                if delay > self.policy.max_retry_after:
-                    raise SlackSendError(
-                        f"{what}: Slack asked to wait {delay:.0f} s, more than "
-                        f"{self.policy.max_retry_after:.0f} s; giving up",
-                        status=verdict.status,
-                        error=verdict.error,
-                        retry_after=delay,
-                    ) from exc
-                if channel is not None:
-                    self._next_slot[channel] = max(
-                        self._next_slot.get(channel, 0.0), self._clock() + delay
-                    )
-                log.warning(
-                    "slack call failed; retrying",
-                    extra={
-                        "call": what,
-                        "channel": channel,
-                        "status": verdict.status,
-                        "error": verdict.error,
-                        "attempt": attempt,
-                        "delay_s": round(delay, 3),
-                    },
-                )
-                if channel is None:
-                    await self._sleep(delay)
-                # with a channel, the next _wait_for_slot does the waiting
+            return SlackSendError(
+                f"{what} failed after {state.attempt} attempts ({failure.reason or failure.status})",
+                status=failure.status,
+                error=failure.reason or None,
+            )
+
+        try:
+            return await retry(
+                attempt,
+                _classify,
+                policy,
+                what=what,
+                sleep=wait,
+                give_up=give_up,
+                logger=log,
+                message="slack call failed; retrying",
+                extra={"call": what, "channel": channel},
+            )
+        except SlackSendError:
+            raise
+        except Exception as exc:  # not retryable: one error type for every caller
+            raise _as_send_error(exc, what) from exc
 
     async def _wait_for_slot(self, channel: str) -> None:
         now = self._clock()
@@ -239,30 +235,31 @@ class SlackSender:
         return self._http
 
 
-def _classify(exc: BaseException) -> _Verdict:
+def _classify(exc: BaseException) -> Failure:
+    """Retryable: 429, 5xx, Slack's transient ``error`` codes, the network. ``reason`` is
+    Slack's ``error`` code (or the exception type), never a message that might echo a token."""
     if isinstance(exc, SlackApiError):
         response = exc.response
         status = getattr(response, "status_code", None)
         error = response.get("error") if hasattr(response, "get") else None
         retry_after = parse_retry_after(dict(getattr(response, "headers", None) or {}))
         retryable = status == 429 or (status is not None and status >= 500)
-        return _Verdict(retryable or error in _RETRYABLE_ERRORS, status, error, retry_after)
+        return Failure(retryable or error in _RETRYABLE_ERRORS, status, retry_after, error or "")
     if isinstance(exc, SlackSendError):
         status = exc.status
         retryable = status is not None and (status == 429 or status >= 500)
-        return _Verdict(retryable, status, exc.error, exc.retry_after)
+        return Failure(retryable, status, exc.retry_after, exc.error or "")
     if isinstance(exc, aiohttp.ClientError | TimeoutError | ConnectionError):
-        return _Verdict(True, None, type(exc).__name__)
-    return _Verdict(False, None, type(exc).__name__)
+        return Failure(True, None, None, type(exc).__name__)
+    return Failure(False, None, None, type(exc).__name__)
 
 
-def _as_send_error(exc: BaseException, what: str, verdict: _Verdict) -> SlackSendError:
-    if isinstance(exc, SlackSendError):
-        return exc
+def _as_send_error(exc: BaseException, what: str) -> SlackSendError:
+    failure = _classify(exc)
     return SlackSendError(
-        f"{what} failed: {verdict.error or verdict.status or type(exc).__name__}",
-        status=verdict.status,
-        error=verdict.error,
+        f"{what} failed: {failure.reason or failure.status or type(exc).__name__}",
+        status=failure.status,
+        error=failure.reason or None,
     )
 
 

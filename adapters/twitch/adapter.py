@@ -13,12 +13,8 @@ jittered backoff, and a message Twitch refuses (``is_sent: false``) is logged wi
 ``drop_reason``, counted in ``dropped``, and on ``msg_ratelimit`` the whole bucket pauses
 (every process) and the message is retried.
 
-twitchio quirks handled here (3.3.2): it writes ``.tio.tokens.json`` into the working directory
-unless ``login(load_tokens=False, save_tokens=False)`` (and the hooks below make the file
-impossible); its endpoints are class/module globals (``Route.BASE``, ``Route.ID_BASE``,
-``websockets.WSS``), so ``configure_endpoints`` sets them for the process; when a reconnect keeps
-the session id (Twitch keeps it) twitchio drops the new socket from its registry and
-``Client.close`` would leave it running, so ``_Sockets`` remembers every socket to close it.
+The waits and retries of ``send`` are ``bot.resilience``'s; twitchio's quirks (token files,
+global endpoints, lost sockets, secrets in error messages) are worked around in ``client``.
 """
 
 from __future__ import annotations
@@ -26,110 +22,46 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any
 
 import twitchio
-import twitchio.eventsub.websockets as twitch_ws
 from redis.asyncio import Redis
 from twitchio.eventsub import (
     ChatClearUserMessagesSubscription,
     ChatMessageDeleteSubscription,
     ChatMessageSubscription,
 )
-from twitchio.eventsub.websockets import Websocket
-from twitchio.http import Route
 
 from adapters.twitch import convert
+from adapters.twitch.client import ChorusTwitchClient, TwitchAPIError, api, configure_endpoints
 from adapters.twitch.convert import BotIdentity, SendArgs
 from adapters.twitch.ratelimit import MODERATOR_LIMIT, USER_LIMIT, SharedRateLimiter
 from adapters.twitch.tokens import StoredTokens, TokenStore, choose, open_token_store
 from bot.bus.base import EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import Reply
-from bot.llm.retry import RetryPolicy
+from bot.resilience import Failure, RetryPolicy, retry
 from bot.settings import ConfigError, TwitchSettings
 from bot.settings.twitch import CONSOLE_URL, TOKEN_HELP
 
 log = logging.getLogger("chorus.twitch")
 
 PLATFORM = convert.PLATFORM
-T = TypeVar("T")
 _LOGIN_CACHE = 5000
 
 
-class TwitchAPIError(Exception):
-    """A failed Helix/OAuth call, without twitchio's message (its URL may carry secrets)."""
-
-    def __init__(self, exc: twitchio.HTTPException) -> None:
-        path = exc.route.path if exc.route is not None else "?"
-        super().__init__(f"HTTP {exc.status} from {path}: {exc.extra.get('message', '')}")
-        self.status = exc.status
+class _RateLimitDrop(Exception):
+    """Twitch refused a message with ``msg_ratelimit``: retried after the bucket pauses."""
 
 
-async def _api(call: Awaitable[T]) -> T:
-    """Await a twitchio call; an ``HTTPException`` becomes a ``TwitchAPIError``.
-
-    twitchio's message includes the request URL, and the OAuth refresh URL carries the client
-    secret and the refresh token in its query string: a traceback of it must never be logged.
-    """
-    try:
-        return await call
-    except twitchio.HTTPException as exc:
-        raise TwitchAPIError(exc) from None
-
-
-def configure_endpoints(settings: TwitchSettings) -> None:
-    """Point twitchio at ``settings``' endpoints (process-wide: twitchio keeps them global)."""
-    Route.BASE = settings.api_base_url
-    Route.ID_BASE = settings.auth_base_url
-    twitch_ws.WSS = settings.eventsub_ws_url
-
-
-class _Seen(dict[str, Websocket]):
-    def __init__(self, seen: set[Websocket], *args: Any) -> None:
-        super().__init__(*args)
-        self._seen = seen
-        seen.update(self.values())
-
-    def __setitem__(self, key: str, value: Websocket) -> None:
-        super().__setitem__(key, value)
-        self._seen.add(value)
-
-
-class _Sockets(dict[str, dict[str, Websocket]]):
-    """twitchio's ``Client._websockets`` that also remembers every socket ever registered."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: set[Websocket] = set()
-
-    def __missing__(self, key: str) -> dict[str, Websocket]:
-        value = self[key] = _Seen(self.seen)
-        return value
-
-    def __setitem__(self, key: str, value: dict[str, Websocket]) -> None:
-        super().__setitem__(key, value if isinstance(value, _Seen) else _Seen(self.seen, value))
-
-
-class ChorusTwitchClient(twitchio.Client):
-    """A twitchio ``Client`` that never touches ``.tio.tokens.json`` and tracks its sockets."""
-
-    def __init__(self, *, client_id: str, client_secret: str) -> None:
-        super().__init__(client_id=client_id, client_secret=client_secret, fetch_client_user=False)
-        self._websockets = _Sockets()
-
-    async def load_tokens(self, path: str | None = None, /) -> None:
-        """Tokens come from the adapter's ``TokenStore``, never from a file in the cwd."""
-
-    async def save_tokens(self, path: str | None = None, /) -> None:
-        """Tokens go to the adapter's ``TokenStore``, never to a file in the cwd."""
-
-    async def close_all_sockets(self) -> None:
-        sockets: _Sockets = self._websockets  # type: ignore[assignment]
-        for socket in list(sockets.seen):
-            await socket.close()
-        sockets.seen.clear()
+def _classify_send(exc: BaseException) -> Failure:
+    """Retried: 429, 5xx and ``msg_ratelimit`` drops. Anything else is final."""
+    if isinstance(exc, _RateLimitDrop):
+        return Failure(retryable=True, reason="msg_ratelimit")
+    if isinstance(exc, TwitchAPIError):
+        retryable = exc.status == 429 or exc.status >= 500
+        return Failure(retryable, exc.status, reason=f"HTTP {exc.status}")
+    return Failure(retryable=False)
 
 
 class TwitchAdapter:
@@ -193,7 +125,7 @@ class TwitchAdapter:
         client.add_listener(self._on_clear_user, event="event_chat_clear_user")
         client.add_listener(self._on_token_refreshed, event="event_token_refreshed")
         try:  # an app token (client credentials) for the calls that need no user
-            await _api(client.login(load_tokens=False, save_tokens=False))
+            await api(client.login(load_tokens=False, save_tokens=False))
         except TwitchAPIError as exc:
             if exc.status >= 500:
                 raise
@@ -221,7 +153,7 @@ class TwitchAdapter:
             stored, self.settings.secret("access_token"), self.settings.secret("refresh_token")
         )
         try:
-            valid = await _api(self.client.add_token(pair.access_token, pair.refresh_token))
+            valid = await api(self.client.add_token(pair.access_token, pair.refresh_token))
         except TwitchAPIError as exc:
             raise ConfigError(
                 f"Twitch refused the bot's tokens (HTTP {exc.status}); set new "
@@ -247,7 +179,7 @@ class TwitchAdapter:
         self.channels = {cid: cid for cid in self.settings.channel_ids()}
         logins = self.settings.channel_logins()
         if logins:
-            users = await _api(self.client.fetch_users(logins=logins))
+            users = await api(self.client.fetch_users(logins=logins))
             found = {(u.name or "").lower(): u.id for u in users}
             missing = [login for login in logins if login not in found]
             if missing:
@@ -273,7 +205,7 @@ class TwitchAdapter:
             )
             for payload in payloads:
                 try:
-                    await _api(self.client.subscribe_websocket(payload, token_for=bot_id))
+                    await api(self.client.subscribe_websocket(payload, token_for=bot_id))
                 except TwitchAPIError as exc:
                     log.error(
                         "twitch subscription refused; the bot needs user:read:chat and the "
@@ -399,32 +331,26 @@ class TwitchAdapter:
 
     async def send(self, args: SendArgs) -> str | None:
         """The chokepoint: rate limit, retries, drop handling. Message id, or None if dropped."""
-        assert self.bot is not None
-        attempt = 0
-        while True:
-            attempt += 1
+        bot = self.bot
+        assert bot is not None
+        attempts = 0
+        bucket = ""
+
+        async def attempt() -> str | None:
+            nonlocal attempts, bucket
+            attempts += 1
             bucket, limit = self.budget(args.broadcaster_id)
             await self.limiter.acquire(bucket, limit)
             try:
-                answer = await _api(
+                answer = await api(
                     self.client.http.post_chat_message(
                         broadcaster_id=args.broadcaster_id,
-                        sender_id=self.bot.id,
+                        sender_id=bot.id,
                         message=args.message,
                         reply_to_message_id=args.reply_parent_message_id,
-                        token_for=self.bot.id,
+                        token_for=bot.id,
                     )
                 )
-            except TwitchAPIError as exc:
-                if not (exc.status == 429 or exc.status >= 500) or attempt > self.retry.max_retries:
-                    raise
-                delay = self.retry.backoff(attempt)
-                log.warning(
-                    "twitch send failed; retrying",
-                    extra={"status": exc.status, "attempt": attempt, "delay_s": round(delay, 3)},
-                )
-                await self.limiter.pause(bucket, delay)
-                continue
             finally:
                 await self._persist_tokens()
             result = answer["data"][0]
@@ -434,18 +360,32 @@ class TwitchAdapter:
             drop = result.get("drop_reason") or {}
             code = str(drop.get("code") or "unknown")
             self.dropped[code] += 1
-            retry = code == "msg_ratelimit" and attempt <= self.retry.max_retries
-            delay = self.retry.backoff(attempt) if retry else 0.0
             log.warning(
                 "twitch dropped a chat message",
                 extra={
                     "channel": args.broadcaster_id,
                     "drop_code": code,
                     "drop_message": drop.get("message", ""),
-                    "attempt": attempt,
-                    "retry_in_s": round(delay, 3) if retry else None,
+                    "attempt": attempts,
                 },
             )
-            if not retry:
-                return None
-            await self.limiter.pause(bucket, delay)
+            if code == "msg_ratelimit":
+                raise _RateLimitDrop  # the whole bucket pauses, then the message is retried
+            return None
+
+        async def pause(delay: float) -> None:
+            await self.limiter.pause(bucket, delay)  # every process sending from this bucket
+
+        try:
+            return await retry(
+                attempt,
+                _classify_send,
+                self.retry,
+                what="twitch send",
+                sleep=pause,
+                logger=log,
+                message="twitch send failed; retrying",
+                extra={"channel": args.broadcaster_id},
+            )
+        except _RateLimitDrop:
+            return None

@@ -33,7 +33,6 @@ from adapters.youtube.api import (
     Credentials,
     QuotaExceeded,
     QuotaLedger,
-    Sleep,
     YouTubeAPI,
     YouTubeAuthError,
     YouTubeError,
@@ -44,6 +43,7 @@ from adapters.youtube.settings import check, quota_config
 from bot.bus.base import EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import ChatMessage, MessageDeleted, Reply
+from bot.resilience import Sleep
 from bot.settings import YouTubeSettings
 
 log = logging.getLogger("chorus.youtube")

@@ -28,7 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from redis.asyncio import Redis
@@ -36,13 +36,13 @@ from redis.exceptions import RedisError
 
 from adapters.youtube import convert
 from adapters.youtube.quota import QuotaConfig, Usage, may_spend, next_reset, quota_day
-from bot.llm.retry import RetryPolicy, parse_retry_after
+from bot.resilience import Attempt, Failure, RetryPolicy, Sleep, parse_retry_after, retry
 from bot.state import keys
 
 log = logging.getLogger("chorus.youtube.api")
 
 Clock = Callable[[], datetime]
-Sleep = Callable[[float], Awaitable[None]]
+T = TypeVar("T")
 
 _REFRESH_EARLY = timedelta(seconds=60)
 _CHAT_GONE = frozenset({"liveChatEnded", "liveChatNotFound", "liveChatDisabled", "forbidden"})
@@ -251,67 +251,72 @@ class YouTubeAPI:
         insert: bool = False,
     ) -> Mapping[str, Any]:
         cost = self.ledger.config.other_cost if cost is None else cost
-        attempt = 0
         reauthorised = False
-        while True:
-            if not may_spend(self.ledger.config, self.ledger.usage, cost):
-                raise QuotaExceeded(
-                    f"{name}: today's YouTube quota is spent", reason="quotaExceeded"
-                )
-            token = await self._access_token()
-            await self.ledger.charge(cost, insert=insert)
-            headers = {"Authorization": f"Bearer {token}"}
-            try:
+
+        async def attempt() -> Mapping[str, Any]:
+            nonlocal reauthorised
+            while True:
+                if not may_spend(self.ledger.config, self.ledger.usage, cost):
+                    raise QuotaExceeded(
+                        f"{name}: today's YouTube quota is spent", reason="quotaExceeded"
+                    )
+                token = await self._access_token()
+                await self.ledger.charge(cost, insert=insert)
+                headers = {"Authorization": f"Bearer {token}"}
                 async with self._http().request(
                     method, self._base + path, params=params, json=body, headers=headers
                 ) as resp:
                     if resp.status < 300:
                         return await _json(resp)
-                    status: int | None = resp.status
                     retry_after = parse_retry_after(dict(resp.headers))
                     reason, message = _error(await _json(resp))
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                status, retry_after = None, None
-                reason, message = type(exc).__name__, str(exc) or type(exc).__name__
-            if status == 401 and not reauthorised:
-                reauthorised = True
-                self._token = None  # expired or revoked early: refresh once and try again
-                continue
-            if reason in _QUOTA:
-                await self.ledger.exhaust()
-                raise QuotaExceeded(f"{name}: {message}", status=status, reason=reason)
-            if reason in _CHAT_GONE:
-                raise ChatUnavailable(f"{name}: {message}", status=status, reason=reason)
-            if not (status is None or status in _RETRY_STATUS or reason in _RETRY_REASONS):
-                raise YouTubeError(
-                    f"{name}: HTTP {status} {reason}: {message}", status=status, reason=reason
-                )
-            attempt += 1
-            if attempt > self._policy.max_retries:
-                raise YouTubeUnavailable(
-                    f"{name}: gave up after {attempt} attempts ({reason or status})",
-                    status=status,
-                    reason=reason,
-                )
-            await self._backoff(name, attempt, status, reason, retry_after)
+                if resp.status == 401 and not reauthorised:
+                    reauthorised = True
+                    self._token = None  # expired or revoked early: refresh once and try again
+                    continue
+                if reason in _QUOTA:
+                    await self.ledger.exhaust()
+                    raise QuotaExceeded(f"{name}: {message}", status=resp.status, reason=reason)
+                if reason in _CHAT_GONE:
+                    raise ChatUnavailable(f"{name}: {message}", status=resp.status, reason=reason)
+                retryable = resp.status in _RETRY_STATUS or reason in _RETRY_REASONS
+                raise _Failed(resp.status, reason, message, retry_after, retry=retryable)
 
-    async def _backoff(
-        self, name: str, attempt: int, status: int | None, reason: str, retry_after: float | None
-    ) -> None:
-        delay = self._policy.backoff(attempt)
-        if retry_after is not None:
-            delay = min(max(delay, retry_after), self._policy.max_retry_after)
-        log.warning(
-            "youtube call failed; retrying",
-            extra={
-                "call": name,
-                "status": status,
-                "reason": reason,
-                "attempt": attempt,
-                "delay_s": round(delay, 3),
-            },
+        def give_up(state: Attempt) -> YouTubeUnavailable:
+            failure = state.failure
+            return YouTubeUnavailable(
+                f"{name}: gave up after {state.attempt} attempts "
+                f"({failure.reason or failure.status})",
+                status=failure.status,
+                reason=failure.reason,
+            )
+
+        try:
+            return await self._retry(attempt, name, give_up)
+        except _Failed as exc:  # not retryable
+            raise YouTubeError(
+                f"{name}: HTTP {exc.status} {exc.reason}: {exc.message}",
+                status=exc.status,
+                reason=exc.reason,
+            ) from None
+
+    async def _retry(
+        self,
+        op: Callable[[], Awaitable[T]],
+        name: str,
+        give_up: Callable[[Attempt], YouTubeError],
+    ) -> T:
+        return await retry(
+            op,
+            _classify,
+            self._policy,
+            what=name,
+            sleep=self._sleep,
+            give_up=give_up,
+            logger=log,
+            message="youtube call failed; retrying",
+            extra={"call": name},
         )
-        await self._sleep(delay)
 
     # -- OAuth ----------------------------------------------------------------------------------
     async def _access_token(self) -> str:
@@ -329,30 +334,51 @@ class YouTubeAPI:
             "refresh_token": self._credentials.refresh_token,
             "grant_type": "refresh_token",
         }
-        attempt = 0
-        while True:
-            try:
-                async with self._http().post(self._token_url, data=form) as resp:
-                    status = resp.status
-                    retry_after = parse_retry_after(dict(resp.headers))
-                    payload = await _json(resp)
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                status, retry_after, payload = None, None, {"error": type(exc).__name__}
-            if status is not None and status < 300 and payload.get("access_token"):
+
+        async def attempt() -> _Token:
+            async with self._http().post(self._token_url, data=form) as resp:
+                status = resp.status
+                retry_after = parse_retry_after(dict(resp.headers))
+                payload = await _json(resp)
+            if status < 300 and payload.get("access_token"):
                 lifetime = float(payload.get("expires_in") or 3600)
                 log.info("youtube access token refreshed", extra={"expires_in_s": lifetime})
                 return _Token(
                     str(payload["access_token"]), self._clock() + timedelta(seconds=lifetime)
                 )
             error = str(payload.get("error") or "")
-            if status is not None and status < 500 and status != 429:
+            if status < 500 and status != 429:
                 raise YouTubeAuthError(_auth_message(error, payload), status=status, reason=error)
-            attempt += 1
-            if attempt > self._policy.max_retries:
-                raise YouTubeUnavailable(
-                    f"the Google token endpoint is unavailable ({error or status})"
-                )
-            await self._backoff("oauth2.token", attempt, status, error, retry_after)
+            raise _Failed(status, error, error, retry_after, retry=True)  # 429, 5xx
+
+        def give_up(state: Attempt) -> YouTubeUnavailable:
+            failure = state.failure
+            return YouTubeUnavailable(
+                f"the Google token endpoint is unavailable ({failure.reason or failure.status})"
+            )
+
+        return await self._retry(attempt, "oauth2.token", give_up)
+
+
+class _Failed(Exception):
+    """A Data API or token call answered with an error that is not one of the typed ones."""
+
+    def __init__(
+        self, status: int, reason: str, message: str, retry_after: float | None, *, retry: bool
+    ) -> None:
+        super().__init__(f"HTTP {status} {reason}")
+        self.status, self.reason, self.message = status, reason, message
+        self.failure = Failure(retry, status, retry_after, reason)
+
+
+def _classify(exc: BaseException) -> Failure:
+    """Retried: what the call site marked retryable (rate limits, 5xx) and the network. Quota,
+    chat-gone and auth errors are raised as their own types and never retried."""
+    if isinstance(exc, _Failed):
+        return exc.failure
+    if isinstance(exc, aiohttp.ClientError | TimeoutError):
+        return Failure(True, None, None, type(exc).__name__)
+    return Failure(False)
 
 
 def _auth_message(error: str, payload: Mapping[str, Any]) -> str:

@@ -19,9 +19,12 @@ A group created by ``consume`` starts at the beginning of the retained stream (`
 ``0``), so events published before the first consumer started are delivered, as in-process.
 
 Outages: every Redis call of ``publish``, ``consume`` and ``ack`` rides over connection errors
-(logged with the traceback, then retried after an exponential backoff with jitter); work
-queued in Redis resumes when it is back. A publish retried after a lost reply may add the entry
-twice: consumers dedupe by message id (at-least-once).
+(logged with the traceback, then retried with ``bot.state.outages``' capped, jittered backoff);
+work queued in Redis resumes when it is back. A publish retried after a lost reply may add the
+entry twice: consumers dedupe by message id (at-least-once).
+
+Two modules: ``streams_publish.StreamsPublisher`` holds the configuration, publishing, outage
+riding and drain; this one adds the consume loop (leases, reclaiming, flow control) on top.
 
 The client must decode responses (``connect.open_redis`` does). Whoever created it closes it.
 """
@@ -29,44 +32,35 @@ The client must decode responses (``connect.open_redis`` does). Whoever created 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import functools
 import logging
 import time
 import uuid
-import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot.bus.base import BusClosed, Delivery
 from bot.bus.leases import PartitionLeases
-from bot.bus.streams_ops import autoclaim, unacked, wait_event
+from bot.bus.streams_ops import autoclaim, wait_event
+from bot.bus.streams_publish import FIELD, StreamsPublisher, conversation_of
 from bot.ops.aio import cancel_and_wait
 from bot.state import keys
-from bot.state.outages import TRANSIENT, backoff
+from bot.state.outages import TRANSIENT
+
+__all__ = ["FIELD", "RedisStreamsBus", "conversation_of"]
 
 log = logging.getLogger("chorus.bus")
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
-FIELD = "e"  # the one field of an entry: the event's JSON
-_DRAIN_RECHECK = 0.05  # acks from other processes are seen by re-reading the groups this often
-
 Entry = tuple[int, str, dict[str, str] | None, int]  # partition, entry id, fields, attempt
-
-
-def conversation_of(event: BaseModel) -> str | None:
-    """The default partition key: the event's ``conversation`` (ChatMessage, Reply, ...)."""
-    conversation = getattr(event, "conversation", None)
-    return None if conversation is None else str(conversation)
 
 
 @dataclass(eq=False)
@@ -90,91 +84,13 @@ class _Consumer:
         return sum(len(ids) for ids in self.inflight.values())
 
 
-class RedisStreamsBus:
+class RedisStreamsBus(StreamsPublisher):
     """``EventBus`` over Redis Streams; one instance per process, named by ``consumer``."""
 
-    def __init__(
-        self,
-        redis: Redis,
-        *,
-        consumer: str,
-        maxlen: int = 100_000,
-        block_ms: int = 1000,
-        claim_idle_ms: int = 60_000,
-        partitions: int = 16,
-        lease_ms: int = 10_000,
-        namespace: str = "main",
-        batch: int = 64,
-        max_inflight: int = 256,
-        start_id: str = "0",
-        partition_key: Callable[[BaseModel], str | None] = conversation_of,
-        backoff_cap: float = 5.0,
-    ) -> None:
-        if not consumer:
-            raise ValueError("consumer must name this process (e.g. its hostname and pid)")
-        if min(maxlen, block_ms, claim_idle_ms, partitions, lease_ms, batch, max_inflight) < 1:
-            raise ValueError("sizes and durations must be positive")
-        if block_ms * 2 > lease_ms:
-            raise ValueError("lease_ms must be at least twice block_ms")
-        keys.bus_stream("inbound", 0, namespace)  # validates the namespace early
-        self._redis = redis
-        self.consumer = consumer
-        self.maxlen = maxlen
-        self.block_ms = block_ms
-        self.claim_idle_ms = claim_idle_ms
-        self.partitions = partitions
-        self.lease_ms = lease_ms
-        self.namespace = namespace
-        self.batch = batch
-        self.max_inflight = max_inflight
-        self.start_id = start_id
-        self._partition_key = partition_key
-        self._backoff_cap = backoff_cap
-        self._spread = itertools.count()
-        self._touched: dict[str, str] = {}  # stream key -> topic, published through this bus
-        self._consumers: set[_Consumer] = set()
-        self._progress = asyncio.Event()  # an ack or publish happened here (drain re-checks)
-        self._closed_event = asyncio.Event()
-        self._closed = False
-
-    # -- publishing ------------------------------------------------------------------------------
-    def stream(self, topic: str, partition: int) -> str:
-        return keys.bus_stream(topic, partition, self.namespace)
-
-    def partition_of(self, event: BaseModel) -> int:
-        """The partition of ``event``: by its conversation, round robin when it has none."""
-        key = self._partition_key(event)
-        if key is None:
-            return next(self._spread) % self.partitions
-        return zlib.crc32(key.encode()) % self.partitions
-
-    async def publish(self, topic: str, event: BaseModel) -> str:
-        self._check_open(topic)
-        name, payload, partition = self._prepare(topic, event)
-        entry_id = str(
-            await self._retrying(
-                f"publish to {topic}",
-                lambda: self._redis.xadd(
-                    name, {FIELD: payload}, maxlen=self.maxlen, approximate=True
-                ),
-            )
-        )
-        self._progress.set()
-        return f"{partition}:{entry_id}"
-
-    def queue_publish(self, pipe: Pipeline, topic: str, event: BaseModel) -> None:
-        """``publish`` as one ``XADD`` on the caller's pipeline (1 result: the entry id), so a
-        reply goes out in the same ``MULTI``/``EXEC`` as the rest of its side effect."""
-        self._check_open(topic)
-        name, payload, _ = self._prepare(topic, event)
-        pipe.xadd(name, {FIELD: payload}, maxlen=self.maxlen, approximate=True)
-
-    def _prepare(self, topic: str, event: BaseModel) -> tuple[str, str, int]:
-        payload = event.model_dump_json()  # fails here, not in a consumer, if it cannot cross
-        partition = self.partition_of(event)
-        name = self.stream(topic, partition)
-        self._touched[name] = topic  # before the write, so drain never misses it
-        return name, payload, partition
+    @functools.cached_property
+    def _consumers(self) -> set[_Consumer]:
+        """The running ``consume`` iterators, stopped by ``close``."""
+        return set()
 
     # -- consuming -------------------------------------------------------------------------------
     async def consume(
@@ -269,36 +185,31 @@ class RedisStreamsBus:
 
     async def _fetch(self, state: _Consumer) -> list[Entry]:
         """The next entries for ``state``: reclaimed ones first, then new ones."""
-        failures = 0
         while not self._closed:  # (also ends a fetch whose cancellation a library swallowed)
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise asyncio.CancelledError  # cancelled while a library swallowed it: stop
             try:
-                entries = await self._recover(state)
-                if not entries:
-                    entries = await self._read_new(state)
-            except ResponseError as exc:
-                if "NOGROUP" not in str(exc):
-                    raise
-                log.warning("consumer group vanished; recreating it", extra={"topic": state.topic})
-                await self._ensure_groups(state.topic, state.group)
-                continue
-            except TRANSIENT:
-                failures += 1
-                delay = backoff(failures, self._backoff_cap)
-                log.warning(
-                    "redis unavailable while consuming; retrying",
-                    extra={"topic": state.topic, "retry_in": round(delay, 3)},
-                    exc_info=True,
+                entries = await self._retrying(
+                    f"consume {state.topic}", lambda: self._fetch_once(state)
                 )
-                await asyncio.sleep(delay)
-                continue
+            except BusClosed:
+                return []  # closed during an outage: the iterator just ends
             if entries:
                 for partition, entry_id, _, _ in entries:
                     state.inflight.setdefault(partition, set()).add(entry_id)
                 return entries
         return []
+
+    async def _fetch_once(self, state: _Consumer) -> list[Entry]:
+        try:
+            return await self._recover(state) or await self._read_new(state)
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            log.warning("consumer group vanished; recreating it", extra={"topic": state.topic})
+            await self._ensure_groups(state.topic, state.group)
+            return []
 
     async def _read_new(self, state: _Consumer) -> list[Entry]:
         while state.inflight_count >= self.max_inflight:
@@ -372,7 +283,7 @@ class RedisStreamsBus:
                 delay = self.lease_ms / 3000
             except TRANSIENT:
                 failures += 1
-                delay = min(backoff(failures, self._backoff_cap), self.lease_ms / 3000)
+                delay = min(self._outage.delay(failures), self.lease_ms / 3000)
                 log.warning(
                     "redis unavailable while renewing partition leases",
                     extra={"topic": state.topic},
@@ -412,33 +323,7 @@ class RedisStreamsBus:
     def _partition_of_stream(self, stream: str) -> int:
         return int(stream.rpartition(":")[2])
 
-    # -- drain and close -------------------------------------------------------------------------
-    async def drain(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (the contract)
-        """Wait until every entry of every stream this bus published to is acked by each of its
-        groups (a stream nobody consumes never drains). Other processes' acks are seen by
-        re-reading the groups every 50 ms; this is for tests and clean shutdowns."""
-        busy: dict[str, int] = {}
-        try:
-            async with asyncio.timeout(timeout):
-                while True:
-                    self._progress.clear()
-                    busy = await self._retrying("drain", self._unacked)
-                    if not busy:
-                        return
-                    await wait_event(self._progress, _DRAIN_RECHECK)
-        except TimeoutError:
-            listed = ", ".join(f"{topic}={count}" for topic, count in sorted(busy.items()))
-            raise TimeoutError(
-                f"the bus did not drain within {timeout}s; events not yet acked: {listed}"
-            ) from None
-
-    async def _unacked(self) -> dict[str, int]:
-        streams = dict(self._touched)
-        busy = await unacked(self._redis, streams)
-        if not busy and len(self._touched) != len(streams):
-            return {"(new streams)": 1}  # a follow-up went to a stream we did not look at: again
-        return busy
-
+    # -- close -----------------------------------------------------------------------------------
     async def close(self) -> None:
         """Consumers' iterators end (giving their partitions back), later publishes raise
         ``BusClosed``. Does not close the Redis client (its creator does)."""
@@ -452,10 +337,6 @@ class RedisStreamsBus:
         )
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _check_open(self, topic: str) -> None:
-        if self._closed:
-            raise BusClosed(f"the event bus is closed; cannot publish to {topic!r}")
-
     async def _until_closed(self, work: Coroutine[Any, Any, T]) -> T | None:
         """``work``'s result, or None as soon as the bus closes (``work`` is cancelled)."""
         task = asyncio.ensure_future(work)
@@ -466,25 +347,3 @@ class RedisStreamsBus:
             closed.cancel()
             await cancel_and_wait(task)
         return task.result() if task.done() and not task.cancelled() else None
-
-    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        failures = 0
-        while True:
-            try:
-                return await call()
-            except TRANSIENT:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    # redis-py turns a cancelled blocking read into a connection error; a
-                    # cancelled consumer must stop, not retry forever.
-                    raise asyncio.CancelledError from None
-                failures += 1
-                if self._closed:
-                    raise BusClosed(f"the event bus closed while Redis was down ({what})") from None
-                delay = backoff(failures, self._backoff_cap)
-                log.warning(
-                    "redis unavailable; retrying",
-                    extra={"operation": what, "attempt": failures, "retry_in": round(delay, 3)},
-                    exc_info=True,
-                )
-                await asyncio.sleep(delay)

@@ -6,7 +6,7 @@ this module builds requests, runs the calls and classifies failures.
 Why it is built this way:
 
 - The SDK client is injected (tests point it at ``tests/loopback``); ``from_settings`` builds one
-  with the SDK's own retries off (``max_retries=0``) so ``bot.llm.retry`` is the only policy, and
+  with the SDK's own retries off (``max_retries=0``) so ``bot.resilience`` is the only policy, and
   passes the key and URL explicitly: an explicit ``api_key`` stops the SDK from reading
   ANTHROPIC_API_KEY / ANTHROPIC_AUTH_TOKEN / credential profiles from the environment, and an
   explicit ``base_url`` stops it reading ANTHROPIC_BASE_URL behind the settings' back.
@@ -51,7 +51,6 @@ import httpx2
 
 from bot.llm.anthropic_parse import THINKING_BLOCKS, StreamState, parse_message
 from bot.llm.base import SDKProvider
-from bot.llm.retry import Failure, RetryPolicy, Sleep, parse_retry_after
 from bot.llm.types import (
     REASONING_BUDGETS,
     CachePoint,
@@ -67,6 +66,7 @@ from bot.llm.types import (
     ToolCallPart,
     ToolResultPart,
 )
+from bot.resilience import Failure, RetryPolicy, Sleep, parse_retry_after
 from bot.settings import KEY_ENV, KEY_URL, ConfigError, LLMSettings
 
 log = logging.getLogger("chorus.llm.anthropic")

@@ -8,14 +8,19 @@ its first byte reached the caller" live here once.
 from __future__ import annotations
 
 import asyncio
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
-from typing import ClassVar, Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import ClassVar, Protocol, TypeVar, runtime_checkable
 
 from bot.llm.errors import ProviderAuthError, ProviderRequestError, ProviderUnavailable
 from bot.llm.guard import check_endpoint
-from bot.llm.retry import Failure, RetryPolicy, Sleep, with_retries
 from bot.llm.types import LLMRequest, LLMResponse, StreamEvent
+from bot.resilience import Attempt, Failure, RetryPolicy, Sleep, retry
+
+log = logging.getLogger("chorus.llm.retry")
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -82,15 +87,35 @@ class SDKProvider(ABC):
             ) from exc
         return failure
 
-    async def complete(self, request: LLMRequest) -> LLMResponse:
-        check_endpoint(self.name, self.base_url)
-        return await with_retries(
-            lambda: self._complete(request),
+    async def _with_retries(self, op: Callable[[], Awaitable[T]]) -> T:
+        """``op`` under the retry policy (the SDKs' own retries are off, so this is the only
+        one); when retries run out, ``ProviderUnavailable`` carries the attempt count."""
+        return await retry(
+            op,
             self._checked_classify,
             self.retry,
-            provider=self.name,
+            what=f"{self.name} call",
             sleep=self._sleep,
+            give_up=self._unavailable,
+            logger=log,
+            message="llm call failed; retrying",
+            extra={"provider": self.name},
         )
+
+    def _unavailable(self, state: Attempt) -> ProviderUnavailable:
+        failure = state.failure
+        return ProviderUnavailable(
+            f"{self.name} is unavailable after {state.attempt} attempts "
+            f"(last: {failure.reason or type(state.error).__name__}"
+            f"{f', HTTP {failure.status}' if failure.status else ''})",
+            provider=self.name,
+            status=failure.status,
+            attempts=state.attempt,
+        )
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        check_endpoint(self.name, self.base_url)
+        return await self._with_retries(lambda: self._complete(request))
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[StreamEvent]:
         """Stream text deltas, then the full response. Retried only until the first delta."""
@@ -104,13 +129,7 @@ class SDKProvider(ABC):
                 await _aclose(iterator)
                 raise
 
-        event, iterator = await with_retries(
-            first_event,
-            self._checked_classify,
-            self.retry,
-            provider=self.name,
-            sleep=self._sleep,
-        )
+        event, iterator = await self._with_retries(first_event)
         try:
             yield event
             async for event in iterator:

@@ -49,8 +49,8 @@ from typing import Any, Literal
 from bot.llm.base import Provider
 from bot.llm.errors import LLMError, ProviderAuthError, ProviderUnavailable
 from bot.llm.registry import build_provider
-from bot.llm.retry import RetryPolicy
 from bot.llm.types import LLMRequest, LLMResponse, Message, StreamEvent, ThinkingPart, ToolCallPart
+from bot.resilience import RetryPolicy
 from bot.settings import ConfigError, FallbackSettings, LLMSettings, ModelSpec
 
 log = logging.getLogger("chorus.llm.fallback")

@@ -55,7 +55,6 @@ from google.genai import types
 from bot.llm.base import SDKProvider
 from bot.llm.errors import ProviderAuthError
 from bot.llm.gemini_parse import ResponseBuilder
-from bot.llm.retry import Failure, RetryPolicy, Sleep, parse_retry_after
 from bot.llm.types import (
     REASONING_BUDGETS,
     ImagePart,
@@ -70,6 +69,7 @@ from bot.llm.types import (
     ToolCallPart,
     ToolResultPart,
 )
+from bot.resilience import Failure, RetryPolicy, Sleep, parse_retry_after
 from bot.settings import KEY_URL, ConfigError, LLMSettings
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/"

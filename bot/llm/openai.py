@@ -9,7 +9,7 @@ insists on one, so ``from_settings`` passes a placeholder).
 
 Why it is built this way:
 
-- The client is injected; ``from_settings`` builds one with ``max_retries=0`` (``bot.llm.retry``
+- The client is injected; ``from_settings`` builds one with ``max_retries=0`` (``bot.resilience``
   governs) and an explicit key and URL, so the SDK never falls back to OPENAI_API_KEY /
   OPENAI_BASE_URL from the environment behind the settings' back.
 - Caching is automatic on OpenAI (a stable prefix is cached), so ``CachePoint`` is ignored;
@@ -53,7 +53,6 @@ import openai
 
 from bot.llm.base import SDKProvider
 from bot.llm.openai_parse import StreamState, parse_completion
-from bot.llm.retry import Failure, RetryPolicy, Sleep, parse_retry_after
 from bot.llm.types import (
     REASONING_BUDGETS,
     ImagePart,
@@ -66,6 +65,7 @@ from bot.llm.types import (
     ToolCallPart,
     ToolResultPart,
 )
+from bot.resilience import Failure, RetryPolicy, Sleep, parse_retry_after
 from bot.settings import KEY_ENV, KEY_URL, ConfigError, LLMSettings
 
 log = logging.getLogger("chorus.llm.openai")

@@ -10,7 +10,7 @@ import importlib
 from typing import Any
 
 from bot.llm.base import Provider
-from bot.llm.retry import RetryPolicy
+from bot.resilience import RetryPolicy
 from bot.settings import ConfigError, LLMSettings, ModelSpec
 
 _MODULES = {

@@ -5,19 +5,22 @@ the state store blinked, and a message must not be dropped. Every Redis step of 
 either idempotent (the reads, the claim, which recognises its own token) or guarded by the claim
 (the commit re-checks, under ``WATCH``, that the claim is still ours), so retrying it until
 Redis answers is safe. redis-py's own quick retries (``connect.open_redis``) cover a blip; this
-covers the seconds to minutes of a restart or failover, with capped, jittered backoff.
+covers the seconds to minutes of a restart or failover, with the capped, jittered backoff of
+``bot.resilience`` (``RetryPolicy.until_it_answers``). What "Redis is unreachable" means lives
+here, so the bus and the router retry exactly the same errors.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from bot.resilience import Failure, RetryPolicy, Sleep, retry
 
 log = logging.getLogger("chorus.outages")
 
@@ -28,34 +31,33 @@ TRANSIENT: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeout
 BACKOFF_CAP = 5.0  # seconds: a restarted Redis is noticed within this
 
 
-def backoff(failures: int, cap: float) -> float:
-    """Exponential from 50 ms, capped, with "equal jitter" so workers do not stampede."""
-    ceiling = min(cap, 0.05 * 2 ** min(failures, 16))
-    return float(ceiling / 2 + random.uniform(0, ceiling / 2))
+def outage_policy(cap: float = BACKOFF_CAP) -> RetryPolicy:
+    """Until Redis answers: 50-100 ms first, doubling, at most ``cap`` (equal jitter)."""
+    return RetryPolicy.until_it_answers(base_delay=min(0.1, cap), max_delay=cap)
+
+
+def classify(exc: BaseException) -> Failure:
+    """Unreachable Redis is retryable; anything else (``WRONGTYPE``, a bug) is not."""
+    if isinstance(exc, TRANSIENT):
+        return Failure(retryable=True, reason=f"{type(exc).__name__}: {exc}")
+    return Failure(retryable=False)
 
 
 async def until_redis_answers(
-    what: str, call: Callable[[], Awaitable[T]], *, cap: float = BACKOFF_CAP
+    what: str,
+    call: Callable[[], Awaitable[T]],
+    *,
+    cap: float = BACKOFF_CAP,
+    sleep: Sleep = asyncio.sleep,
 ) -> T:
-    """``call()``, retried while Redis is unreachable (logged once per failure with the delay);
-    any other error propagates at once. Cancellation stops it."""
-    failures = 0
-    while True:
-        try:
-            return await call()
-        except TRANSIENT as exc:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise asyncio.CancelledError from None  # redis-py reports a cancelled read so
-            failures += 1
-            delay = backoff(failures, cap)
-            log.warning(
-                "redis unavailable; retrying",
-                extra={
-                    "operation": what,
-                    "attempt": failures,
-                    "retry_in": round(delay, 3),
-                    "error": f"{type(exc).__name__}: {exc}",
-                },
-            )
-            await asyncio.sleep(delay)
+    """``call()``, retried while Redis is unreachable (each wait logged with its delay); any
+    other error propagates at once. Cancellation stops it."""
+    return await retry(
+        call,
+        classify,
+        outage_policy(cap),
+        what=what,
+        sleep=sleep,
+        logger=log,
+        message="redis unavailable; retrying",
+    )

@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from bot.llm.retry import RetryPolicy
+from bot.resilience import RetryPolicy
 from bot.settings import ConfigError, ToolSettings
 from bot.tools.base import Permission
 

@@ -95,10 +95,10 @@ class SlackServer(LoopbackServer):
     def responses(self) -> list[dict[str, Any]]:
         return [r.body for r in self.requests if r.path.startswith("/response/")]
 
-    async def wait_for(self, predicate: Callable[[], bool]) -> None:
-        """Until ``predicate()`` holds after some request (bounded by ``WAIT_LIMIT`` seconds)."""
+    async def wait_for(self, predicate: Callable[[], bool], limit: float = WAIT_LIMIT) -> None:
+        """Until ``predicate()`` holds after some request (bounded by ``limit`` seconds)."""
         changed = self._condition()
-        async with asyncio.timeout(WAIT_LIMIT), changed:
+        async with asyncio.timeout(limit), changed:
             await changed.wait_for(predicate)
 
     async def wait_acked(self, envelope_id: str) -> None:
