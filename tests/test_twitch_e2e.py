@@ -26,6 +26,7 @@ from adapters.twitch.tokens import StoredTokens, fingerprint, token_key
 from bot.bus.base import InProcessBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import ChatMessage, MessageDeleted, Reply, Role
+from bot.ops.logs import redact
 from bot.resilience import RetryPolicy
 from bot.settings import ConfigError
 from bot.state import connect
@@ -294,6 +295,9 @@ async def test_expired_token_is_refreshed_and_stored(rig: Rig) -> None:
     assert stored.access_token == new_access and stored.refresh_token != "refresh-0"
     assert stored.user_id == BOT_ID and stored.seed == fingerprint("refresh-0")
     assert ".tio.tokens.json" not in _files(Path.cwd())
+    # the refreshed pair is masked in every log line from now on, like the configured one
+    line = redact(f"access={new_access} refresh={stored.refresh_token} seed=refresh-0")
+    assert new_access not in line and stored.refresh_token not in line
 
 
 async def test_failed_refresh_is_logged_without_secrets(

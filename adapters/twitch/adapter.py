@@ -40,6 +40,7 @@ from adapters.twitch.tokens import StoredTokens, TokenStore, choose, open_token_
 from bot.bus.base import EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import Reply
+from bot.ops.logs import add_secrets
 from bot.resilience import Failure, RetryPolicy, retry
 from bot.settings import ConfigError, TwitchSettings
 from bot.settings.twitch import CONSOLE_URL, TOKEN_HELP
@@ -152,6 +153,7 @@ class TwitchAdapter:
         pair = choose(
             stored, self.settings.secret("access_token"), self.settings.secret("refresh_token")
         )
+        add_secrets((pair.access_token, pair.refresh_token))  # the stored pair may be newer
         try:
             valid = await api(self.client.add_token(pair.access_token, pair.refresh_token))
         except TwitchAPIError as exc:
@@ -284,6 +286,7 @@ class TwitchAdapter:
                 pair = pair.model_copy(
                     update={"access_token": current["token"], "refresh_token": current["refresh"]}
                 )
+                add_secrets((pair.access_token, pair.refresh_token))  # before anything logs them
             elif not force:
                 return
             try:

@@ -111,6 +111,11 @@ def add_secrets(secrets: Iterable[str]) -> None:
     _redactor.add(secrets)
 
 
+def redact(text: str) -> str:
+    """``text`` as every log line prints it: each known secret masked."""
+    return _redactor(text)
+
+
 def setup_logging(
     level: str = "INFO",
     fmt: str = "text",
