@@ -82,18 +82,29 @@ class Rig:
     ) -> tuple[int, str]:
         """POST ``body`` to the events URL, signed like Slack does."""
         raw = urlencode(body) if form and isinstance(body, dict) else json.dumps(body)
-        stamp = str(int(time.time()))
-        digest = hmac.new(secret.encode(), f"v0:{stamp}:{raw}".encode(), hashlib.sha256)
-        sent = {
-            "X-Slack-Request-Timestamp": stamp,
-            "X-Slack-Signature": f"v0={digest.hexdigest()}",
-            "Content-Type": "application/x-www-form-urlencoded" if form else "application/json",
-            **(headers or {}),
-        }
+        kind = "application/x-www-form-urlencoded" if form else "application/json"
+        return await self.post_raw(raw.encode(), kind, secret=secret, headers=headers)
+
+    async def post_raw(
+        self,
+        raw: bytes,
+        content_type: str,
+        *,
+        secret: str | None = SECRET,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, str]:
+        """POST exactly ``raw``, signed with ``secret`` (unsigned when it is None)."""
+        sent = {"Content-Type": content_type}
+        if secret is not None:
+            stamp = str(int(time.time()))
+            digest = hmac.new(secret.encode(), b"v0:" + stamp.encode() + b":" + raw, hashlib.sha256)
+            sent["X-Slack-Request-Timestamp"] = stamp
+            sent["X-Slack-Signature"] = f"v0={digest.hexdigest()}"
+        sent.update(headers or {})
         assert self.adapter.http_url is not None
         async with (
             aiohttp.ClientSession() as session,
-            session.post(self.adapter.http_url, data=raw.encode(), headers=sent) as response,
+            session.post(self.adapter.http_url, data=raw, headers=sent) as response,
         ):
             return response.status, await response.text()
 

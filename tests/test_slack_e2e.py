@@ -6,6 +6,7 @@ rate limits, slash commands, deletions, other bots and DMs.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
@@ -262,3 +263,40 @@ async def test_direct_message_is_answered_top_level(rig: Rig) -> None:
     assert rig.seen[0].is_direct
     (post,) = rig.server.posts
     assert post["channel"] == "D111" and "thread_ts" not in post
+
+
+JUNK = [
+    (b"{not json", "application/json"),
+    (b"[1, 2, 3]", "application/json"),
+    (b"null", "application/json"),
+    (b'{"event": "\xff\xfe"}', "application/json"),
+    (b"payload=%7Bbroken", "application/x-www-form-urlencoded"),
+    (b"payload=%5B%5D", "application/x-www-form-urlencoded"),
+    (b"a=1&b", "application/x-www-form-urlencoded"),
+    (b"\xc3\x28=1", "application/x-www-form-urlencoded"),
+    (b"hello", "text/plain"),
+]
+
+
+@pytest.mark.parametrize(("raw", "kind"), JUNK, ids=lambda v: repr(v)[:24])
+async def test_junk_gets_a_4xx_and_one_log_line_signed_or_not(
+    rig: Rig, raw: bytes, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bolt parses before it verifies: unscreened, each of these was a 500 and a traceback."""
+    with caplog.at_level(logging.INFO):
+        unsigned, _ = await rig.post_raw(raw, kind, secret=None)
+        forged, _ = await rig.post_raw(raw, kind, secret="not-the-secret")
+        signed, reason = await rig.post_raw(raw, kind)
+    assert unsigned == forged == 401
+    assert signed in (400, 415), reason
+    refusals = [r for r in caplog.records if r.getMessage() == "slack request refused"]
+    assert len(refusals) == 3
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    status, _ = await rig.post(mention())  # and the endpoint goes on answering
+    await rig.settle()
+    assert status == 200 and [m.text for m in rig.seen] == ["Hi there!"]
+
+
+async def test_an_oversized_body_is_refused_unread(rig: Rig) -> None:
+    status, _ = await rig.post_raw(b"{" + b" " * (2 * 1024 * 1024) + b"}", "application/json")
+    assert status == 413

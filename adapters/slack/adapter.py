@@ -135,7 +135,10 @@ class SlackAdapter:
             )
         else:
             self._runner, self.http_url = await serve_http(
-                self.app, self.settings.http_host, self.settings.http_port
+                self.app,
+                self.settings.http_host,
+                self.settings.http_port,
+                self.settings.signing_secret_value(),
             )
         self._capacity = asyncio.Semaphore(MAX_IN_FLIGHT_REPLIES)
         self._outbound = asyncio.create_task(self._send_loop(), name="slack-outbound")

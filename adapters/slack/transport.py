@@ -2,7 +2,8 @@
 
 HTTP (``SLACK_SIGNING_SECRET``): an aiohttp server on ``SLACK_HTTP_PORT`` with bolt's own
 request/response conversion on ``POST /slack/events`` (events and slash commands) and a
-``GET /healthz`` for probes. Socket Mode (``SLACK_APP_TOKEN``): slack-sdk's aiohttp client. The
+``GET /healthz`` for probes. Every request passes ``ingress.screen`` (signature, then shape)
+before bolt parses it, so junk gets a 4xx and one log line, never a 500. Socket Mode (``SLACK_APP_TOKEN``): slack-sdk's aiohttp client. The
 app token is checked first with one ``apps.connections.open`` through the sender, because the
 SDK's ``connect()`` retries a rejected token forever with nothing but a log line; the URL that
 call returns is then used for the first connection. After that the SDK reconnects by itself:
@@ -19,6 +20,7 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 
+from adapters.slack.ingress import MAX_BODY_BYTES, screen
 from adapters.slack.sender import SlackSender, SlackSendError
 from bot.settings import ConfigError
 from bot.settings.slack import APPS_URL
@@ -38,17 +40,26 @@ AUTH_ERRORS = frozenset(
 )
 
 
-async def serve_http(app: AsyncApp, host: str, port: int) -> tuple[web.AppRunner, str]:
+async def serve_http(
+    app: AsyncApp, host: str, port: int, signing_secret: str
+) -> tuple[web.AppRunner, str]:
     """Start the Events API endpoint; returns its runner (to clean up) and its URL."""
 
     async def events(request: web.Request) -> web.Response:
+        refused = screen(await request.read(), request.headers, signing_secret)
+        if refused is not None:
+            log.warning(
+                "slack request refused",
+                extra={"status": refused.status, "reason": refused.reason, "peer": request.remote},
+            )
+            return web.Response(status=refused.status, text=refused.reason)
         response = await app.async_dispatch(await to_bolt_request(request))
         return await to_aiohttp_response(response)
 
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    web_app = web.Application(client_max_size=4 * 1024 * 1024)
+    web_app = web.Application(client_max_size=MAX_BODY_BYTES)
     web_app.add_routes([web.post(EVENTS_PATH, events), web.get("/healthz", health)])
     runner = web.AppRunner(web_app, access_log=None)
     await runner.setup()
