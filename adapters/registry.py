@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from bot.bus.base import EventBus
 from bot.ops.logs import add_secrets
 from bot.platform.protocol import PlatformAdapter
+from bot.platform.supervisor import Slot
 from bot.settings import ConfigError, Settings
 
 
@@ -60,7 +61,13 @@ def configured_platforms(settings: Settings) -> list[str]:
 
 def build_adapters(settings: Settings, bus: EventBus, redis: Redis) -> list[PlatformAdapter]:
     """An adapter for every configured platform (``ConfigError`` names what is missing)."""
-    adapters: list[PlatformAdapter] = []
+    return [slot.adapter for slot in build_slots(settings, bus, redis)]
+
+
+def build_slots(settings: Settings, bus: EventBus, redis: Redis) -> list[Slot]:
+    """A supervised slot for every configured platform: its first adapter, built now so a
+    missing setting stops the start, and the factory that builds the next one on a restart."""
+    slots: list[Slot] = []
     for platform in PLATFORMS:
         section = _section(settings, platform)
         if not section.configured:
@@ -74,8 +81,13 @@ def build_adapters(settings: Settings, bus: EventBus, redis: Redis) -> list[Plat
                     f"run: pip install 'chorus-bot[{platform.extra}]'"
                 ) from None
             raise
-        factory = getattr(module, platform.cls).from_section
-        adapter = factory(section, bus, redis) if platform.needs_redis else factory(section, bus)
+        from_section = getattr(module, platform.cls).from_section
+        args = (section, bus, redis) if platform.needs_redis else (section, bus)
+
+        def build(make: Any = from_section, args: tuple[Any, ...] = args) -> PlatformAdapter:
+            adapter: PlatformAdapter = make(*args)
+            return adapter
+
         add_secrets(section.secret_values())
-        adapters.append(adapter)
-    return adapters
+        slots.append(Slot(adapter=build(), build=build))
+    return slots

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import getpass
 import logging
 import signal
@@ -23,7 +22,7 @@ from bot.events import utcnow
 from bot.llm.base import Provider
 from bot.ops import aio
 from bot.ops.logs import setup_logging
-from bot.platform.protocol import PlatformAdapter
+from bot.platform.supervisor import Slot, State, Supervisor
 from bot.settings import KEY_ENV, PROVIDERS, ConfigError, Settings, load_settings
 
 if TYPE_CHECKING:
@@ -99,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _run(settings: Settings, *, role: str = "all") -> int:
-    from adapters.registry import build_adapters, configured_platforms
+    from adapters.registry import build_slots, configured_platforms
     from bot.app import Chorus
 
     if role == "all" and not configured_platforms(settings):
@@ -111,10 +110,11 @@ async def _run(settings: Settings, *, role: str = "all") -> int:
             "and CHORUS_REDIS_URL=redis://... (the same for every process)"
         )
     app = await Chorus.from_settings(settings)
-    adapters = [] if role == "worker" else build_adapters(settings, app.bus, app.redis)
-    _watch(app, adapters)
-    await app.start_health(adapters)
-    if role == "gateway" and not adapters:
+    slots = [] if role == "worker" else build_slots(settings, app.bus, app.redis)
+    supervisor = Supervisor(slots)
+    _watch(app, slots)
+    await app.start_health(slots)
+    if role == "gateway" and not slots:
         await app.aclose()
         raise ConfigError(
             "--role gateway found no platform to connect: set DISCORD_TOKEN, "
@@ -122,13 +122,14 @@ async def _run(settings: Settings, *, role: str = "all") -> int:
         )
     if role == "gateway":
         async with app.bus_only():
-            return await _serve(adapters)
+            return await _serve(supervisor)
     async with app, _insights_in_process(app):
-        return await _serve(adapters)
+        return await _serve(supervisor)
 
 
-def _watch(app: Chorus, adapters: Sequence[PlatformAdapter]) -> None:
-    """Scrape-time gauges: the bus's lag and pending counts, and the adapters' own counters."""
+def _watch(app: Chorus, slots: Sequence[Slot]) -> None:
+    """Scrape-time gauges: the bus's lag and pending counts, each supervised adapter's state
+    and restarts, and the adapters' own counters (read from whichever adapter runs now)."""
     from adapters.registry import configured_platforms
     from bot.bus.gauges import bus_gauges
     from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
@@ -136,62 +137,81 @@ def _watch(app: Chorus, adapters: Sequence[PlatformAdapter]) -> None:
     platforms = configured_platforms(app.settings)
     topics = (INBOUND, DELETIONS, *(outbound_topic(p) for p in platforms))
     app.metrics.watch_bus(bus_gauges(app.bus, redis=app.redis, topics=topics))
-    for adapter in adapters:
-        for name, help_text, labels, read, kind in _adapter_gauges(adapter):
+    if slots:
+        app.metrics.register_gauge_callback(
+            "chorus_adapter_up",
+            "1 while a platform adapter runs, 0 while it restarts or has failed",
+            ("platform",),
+            lambda: {(s.platform,): float(s.state is State.RUNNING) for s in slots},
+        )
+        app.metrics.register_gauge_callback(
+            "chorus_adapter_restarts",
+            "Times a platform adapter was restarted after it crashed or finished",
+            ("platform",),
+            lambda: {(s.platform,): float(s.restarts) for s in slots},
+            kind="counter",
+        )
+    for slot in slots:
+        for name, help_text, labels, read, kind in _adapter_gauges(slot):
             app.metrics.register_gauge_callback(name, help_text, labels, read, kind=kind)
 
 
 def _adapter_gauges(
-    adapter: Any,
+    slot: Any,
 ) -> list[tuple[str, str, tuple[str, ...], Any, Literal["gauge", "counter"]]]:
     """The counters an adapter keeps itself (Twitch sends and drops, YouTube quota)."""
-    if adapter.platform == "twitch":
+    if slot.platform == "twitch":
         return [
-            ("chorus_twitch_sent", "Messages Twitch accepted", (), lambda: adapter.sent, "counter"),
+            (
+                "chorus_twitch_sent",
+                "Messages Twitch accepted",
+                (),
+                lambda: slot.adapter.sent,
+                "counter",
+            ),
             (
                 "chorus_twitch_dropped",
                 "Messages Twitch dropped (is_sent false)",
                 ("reason",),
-                lambda: {(k,): v for k, v in adapter.dropped.items()},
+                lambda: {(k,): v for k, v in slot.adapter.dropped.items()},
                 "counter",
             ),
         ]
-    if adapter.platform == "youtube":
+    if slot.platform == "youtube":
         return [
             (
                 "chorus_youtube_quota_remaining",
                 "YouTube API quota units left today",
                 (),
-                lambda: adapter.quota_status.units_remaining,
+                lambda: slot.adapter.quota_status.units_remaining,
                 "gauge",
             )
         ]
     return []
 
 
-async def _serve(adapters: Sequence[PlatformAdapter]) -> int:
-    """Run the adapters (or, for a worker, nothing but the app) until SIGINT/SIGTERM; a
-    configuration error raised by an adapter (a bad token) stops the process with it."""
+async def _serve(supervisor: Supervisor) -> int:
+    """Run the supervised adapters (or, for a worker, nothing but the app) until SIGINT or
+    SIGTERM. One adapter failing or finishing never ends the process (see ``Supervisor``);
+    when every adapter is misconfigured, their errors stop it."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    tasks = [asyncio.create_task(a.run(), name=f"adapter:{a.platform}") for a in adapters]
+    running = asyncio.create_task(supervisor.run(), name="supervisor")
     stopping = asyncio.create_task(stop.wait(), name="stop")
-    log.info("running", extra={"platforms": ",".join(a.platform for a in adapters) or "none"})
+    platforms = ",".join(s.platform for s in supervisor.slots) or "none"
+    log.info("running", extra={"platforms": platforms})
     try:
-        done, _ = await asyncio.wait({*tasks, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            if task is not stopping and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+        done, _ = await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if running in done and running.exception() is not None:
+            raise running.exception()  # type: ignore[misc]
         return 0
     finally:
-        for adapter in adapters:
-            with contextlib.suppress(Exception):
-                await adapter.aclose()
-        for task in (*tasks, stopping):
+        await supervisor.aclose()
+        for task in (running, stopping):
             task.cancel()
-        await asyncio.gather(*tasks, stopping, return_exceptions=True)
+        await asyncio.gather(running, stopping, return_exceptions=True)
 
 
 async def _chat(settings: Settings, *, user: str | None, json_output: bool) -> int:

@@ -7,6 +7,7 @@ The real SDKs are pointed at ``server.url`` so their own request and parsing cod
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import deque
 from collections.abc import Callable
@@ -45,6 +46,7 @@ class LoopbackServer:
         self.replies: deque[Any] = deque()
         self.default_reply: Callable[[Any], Any] = _default_reply
         self._runner: web.AppRunner | None = None
+        self._recorded: asyncio.Condition | None = None
         self.url = ""
 
     def routes(self) -> list[web.RouteDef]:
@@ -88,7 +90,21 @@ class LoopbackServer:
             body=body,
         )
         self.requests.append(rec)
+        async with self._recorded_condition():
+            self._recorded_condition().notify_all()
         return rec
+
+    async def wait_for(self, predicate: Callable[[], bool], limit: float = 30.0) -> None:
+        """Until ``predicate()`` holds, checked after each recorded request (at most ``limit``
+        seconds): a test waits on what the server saw, never on a sleep."""
+        condition = self._recorded_condition()
+        async with asyncio.timeout(limit), condition:
+            await condition.wait_for(predicate)
+
+    def _recorded_condition(self) -> asyncio.Condition:
+        if self._recorded is None:
+            self._recorded = asyncio.Condition()
+        return self._recorded
 
     def next_failure(self) -> web.Response | None:
         if not self.failures:

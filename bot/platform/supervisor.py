@@ -1,0 +1,168 @@
+"""Supervised adapters: one platform that fails, or finishes, never takes the others down.
+
+Why: ``chorus run`` used to end when its first adapter did, so a YouTube chat that ended (a
+clean return) stopped Twitch too, and one adapter's crash ended every platform. Here each
+adapter runs in its own ``Slot`` under ``Supervisor.run``:
+
+- an adapter that **raises** is closed, then rebuilt (a fresh instance from its factory: an SDK
+  client is not reusable after close) and started again after a backoff from the shared
+  ``RetryPolicy`` (``bot.resilience``), which grows while it keeps failing and starts over once
+  it has run ``healthy_after`` seconds;
+- an adapter that **returns** (a live chat that ended) is restarted the same way, so it looks
+  for the next broadcast by itself;
+- an adapter that raises ``ConfigError`` (a revoked token, a refused intent) is **failed**: it
+  is not restarted, the others go on, and the error is logged once with the variable to fix.
+
+The process ends on a signal, or when every adapter has failed: then ``run`` raises one
+``ConfigError`` naming each, so a deployment with a single misconfigured platform still stops
+with its clear message. Each slot is a readiness check (``adapter:<platform>`` on ``/readyz``):
+ready while its adapter runs and, where the adapter can tell, is connected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from bot.platform.protocol import PlatformAdapter
+from bot.resilience import RetryPolicy
+from bot.settings import ConfigError
+
+log = logging.getLogger("chorus.supervisor")
+
+AdapterFactory = Callable[[], PlatformAdapter]
+Sleep = Callable[[float], Awaitable[None]]
+
+RESTART_POLICY = RetryPolicy(base_delay=1.0, max_delay=120.0)
+HEALTHY_AFTER = 60.0  # seconds of running after which a restart counts as a first failure
+
+
+class State(StrEnum):
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    FAILED = "failed"
+
+
+@dataclass
+class Slot:
+    """One platform: its current adapter, how to build the next one, and how it has fared."""
+
+    adapter: PlatformAdapter
+    build: AdapterFactory
+    state: State = State.RUNNING
+    restarts: int = 0
+    error: str | None = None
+    _closed: bool = field(default=False, repr=False)
+
+    @property
+    def platform(self) -> str:
+        return self.adapter.platform
+
+    async def ready(self) -> bool:
+        """Running, and connected where the adapter knows (an adapter with ``ready()``)."""
+        if self.state is not State.RUNNING:
+            return False
+        check = getattr(self.adapter, "ready", None)
+        return bool(await check()) if check is not None else True
+
+
+class Supervisor:
+    def __init__(
+        self,
+        slots: Sequence[Slot],
+        *,
+        policy: RetryPolicy = RESTART_POLICY,
+        healthy_after: float = HEALTHY_AFTER,
+        sleep: Sleep = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.slots = list(slots)
+        self.policy = policy
+        self.healthy_after = healthy_after
+        self._sleep = sleep
+        self._clock = clock
+        self._stopping = False
+
+    async def run(self) -> None:
+        """Keep every adapter running; return only when each has failed (``ConfigError``)."""
+        if not self.slots:
+            await asyncio.Event().wait()  # a worker or nothing configured: wait for the signal
+        tasks = [
+            asyncio.create_task(self._keep(s), name=f"adapter:{s.platform}") for s in self.slots
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._stopping:
+            return
+        problems = [f"{slot.platform}: {slot.error}" for slot in self.slots]
+        raise ConfigError("every platform adapter failed:\n  " + "\n  ".join(problems))
+
+    async def aclose(self) -> None:
+        """Close each current adapter (once); an adapter that returns now is not restarted."""
+        self._stopping = True
+        for slot in self.slots:
+            await _close(slot)
+
+    async def _keep(self, slot: Slot) -> None:
+        failures = 0
+        while True:
+            started = self._clock()
+            try:
+                await slot.adapter.run()
+                reason = "finished"
+            except ConfigError as exc:
+                slot.state, slot.error = State.FAILED, str(exc)
+                log.error(
+                    "adapter misconfigured; not restarted (the other platforms go on)",
+                    extra={"platform": slot.platform, "error": str(exc)},
+                )
+                await _close(slot)
+                return
+            except Exception as exc:
+                if self._stopping:
+                    return
+                reason = f"{type(exc).__name__}: {exc}"
+                log.exception("adapter crashed", extra={"platform": slot.platform})
+            if self._stopping:
+                return
+            slot.state = State.RESTARTING
+            await _close(slot)
+            failures = 1 if self._clock() - started >= self.healthy_after else failures + 1
+            delay = self.policy.delay(failures)
+            log.warning(
+                "adapter stopped; restarting",
+                extra={
+                    "platform": slot.platform,
+                    "reason": reason,
+                    "attempt": failures,
+                    "delay_s": round(delay, 3),
+                },
+            )
+            await self._sleep(delay)
+            try:
+                slot.adapter = slot.build()
+            except ConfigError as exc:  # the settings cannot have changed; but never loop on it
+                slot.state, slot.error = State.FAILED, str(exc)
+                log.error("adapter cannot be rebuilt", extra={"platform": slot.platform})
+                return
+            slot._closed = False
+            slot.restarts += 1
+            slot.state = State.RUNNING
+
+
+async def _close(slot: Slot) -> None:
+    if slot._closed:
+        return
+    slot._closed = True
+    try:
+        await slot.adapter.aclose()
+    except Exception:
+        log.exception("closing an adapter failed", extra={"platform": slot.platform})
