@@ -47,6 +47,32 @@ async def test_gateway_drop_resumes_and_keeps_answering(server: DiscordServer) -
     assert [b["content"] for b in bodies] == ["you said: before", "you said: after"]
 
 
+MALFORMED: list[tuple[str, dict[str, object]]] = [
+    ("MESSAGE_CREATE", {"id": "1101", "channel_id": str(CHANNEL_ID)}),
+    ("MESSAGE_CREATE", {**mention(1102), "author": None}),
+    ("MESSAGE_CREATE", {**mention(1103), "author": None}),  # the same again: logged once
+    ("MESSAGE_DELETE", {"id": None, "channel_id": str(CHANNEL_ID)}),
+]
+
+
+async def test_payloads_discord_py_cannot_parse_are_skipped_and_the_connection_stays(
+    server: DiscordServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each of these raised out of discord.py's read loop and ended the client (and, before
+    supervision, the process with every other platform)."""
+    with caplog.at_level(logging.WARNING, logger="chorus.discord"):
+        async with running(server) as rig:
+            for event, data in MALFORMED:
+                await server.dispatch(event, data)
+            await server.dispatch("MESSAGE_CREATE", mention(1104, "still there?"))
+            (body,) = await rig.posts(CHANNEL_ID, 1)
+    assert body["content"] == "you said: still there?"
+    assert server.connections == 1 and len(server.ops(2)) == 1  # never reconnected
+    assert rig.adapter.parser_guard.skipped == {"MESSAGE_CREATE": 3, "MESSAGE_DELETE": 1}
+    skipped = [r for r in caplog.records if r.getMessage().startswith("discord payload skipped")]
+    assert sorted(r.event for r in skipped) == ["MESSAGE_CREATE", "MESSAGE_DELETE"]  # type: ignore[attr-defined]
+
+
 async def test_429_is_retried_and_the_message_arrives_once(server: DiscordServer) -> None:
     server.failures.append(rate_limited(0.01))
     async with running(server) as rig:

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import discord
@@ -73,6 +74,45 @@ def no_answer_in_time() -> str:
     return prompts.render("discord/no_answer_in_time")
 
 
+class ParserGuard:
+    """discord.py parses each gateway event inside its read loop, so one payload it cannot parse
+    (a MESSAGE_CREATE without an author, a MESSAGE_DELETE whose id is null) raises out of that
+    loop and ends the client. Each parser is wrapped: such a payload is counted, logged at most
+    once a minute per event type (its content never: it is user data) and skipped, and the
+    connection stays up."""
+
+    LOG_EVERY = 60.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.skipped: dict[str, int] = {}
+        self._logged: dict[str, float] = {}
+        self._clock = clock
+
+    def wrap(self, parsers: dict[str, Callable[[Any], None]]) -> None:
+        for event, parse in list(parsers.items()):
+            parsers[event] = self._guarded(event, parse)
+
+    def _guarded(self, event: str, parse: Callable[[Any], None]) -> Callable[[Any], None]:
+        def guarded(data: Any) -> None:
+            try:
+                parse(data)
+            except Exception as exc:
+                self.skipped[event] = self.skipped.get(event, 0) + 1
+                now = self._clock()
+                if now - self._logged.get(event, -self.LOG_EVERY) >= self.LOG_EVERY:
+                    self._logged[event] = now
+                    log.warning(
+                        "discord payload skipped: discord.py could not parse it",
+                        extra={
+                            "event": event,
+                            "error": type(exc).__name__,
+                            "skipped": self.skipped[event],
+                        },
+                    )
+
+        return guarded
+
+
 class _ChorusClient(discord.Client):
     """discord.py's client with its events routed to the adapter (no name-based magic)."""
 
@@ -80,6 +120,7 @@ class _ChorusClient(discord.Client):
         super().__init__(**options)
         self._adapter = adapter
         self.tree: app_commands.CommandTree[_ChorusClient] = app_commands.CommandTree(self)
+        adapter.parser_guard.wrap(self._connection.parsers)
 
     async def setup_hook(self) -> None:
         await self._adapter._setup()
@@ -123,6 +164,7 @@ class DiscordAdapter:
             "chunk_guilds_at_startup": False,
         }
         options.update(client_options or {})
+        self.parser_guard = ParserGuard()
         self.client = _ChorusClient(self, **options)
         self.policy: convert.Policy | None = None
         self.typing = TypingIndicators(
