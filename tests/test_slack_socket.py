@@ -5,12 +5,17 @@ against the loopback Slack (tests/slack_rig.py).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.adapter import SlackAdapter
+from adapters.slack.convert import PostArgs
+from adapters.slack.sender import SlackSender, SlackSendError
 from bot.bus.base import InProcessBus
+from bot.resilience import RetryPolicy
 from bot.settings import ConfigError
 from tests.loopback.slack_server import SlackServer
 from tests.platform_env import adapter_from_env
@@ -122,3 +127,41 @@ async def test_a_thread_the_bot_answered_in_addresses_it(ambient_rig: Rig) -> No
     await rig.post(chat)
     await rig.settle()
     assert rig.seen[1].reply_to_bot and not rig.seen[1].ambient
+
+
+# -- the chokepoint: posting is not idempotent -----------------------------------------------------
+async def test_a_post_that_timed_out_after_sending_is_not_posted_again(
+    server: SlackServer,
+) -> None:
+    """Slack does not deduplicate chat.postMessage: a retry after a timeout posted twice."""
+    server.stall_posts = asyncio.Event()
+    client = AsyncWebClient(
+        token=BOT_TOKEN, base_url=server.url + "/api/", timeout=1, retry_handlers=[]
+    )
+    sender = SlackSender(client, interval=0.0, policy=RetryPolicy(max_retries=3, base_delay=0.01))
+    try:
+        with pytest.raises(SlackSendError, match="chat.postMessage failed: TimeoutError"):
+            await sender.post_message(PostArgs(channel="C111", text="once", thread_ts=None))
+    finally:
+        server.stall_posts.set()
+        await sender.aclose()
+    assert len(server.calls("/api/chat.postMessage")) == 1
+
+
+async def test_a_call_that_may_run_twice_is_retried_after_a_timeout(server: SlackServer) -> None:
+    """A call the chokepoint may repeat (the default) is retried after a timeout, as before."""
+    server.stall_posts = asyncio.Event()
+    client = AsyncWebClient(
+        token=BOT_TOKEN, base_url=server.url + "/api/", timeout=1, retry_handlers=[]
+    )
+    sender = SlackSender(client, interval=0.0, policy=RetryPolicy(max_retries=1, base_delay=0.01))
+    try:
+        with pytest.raises(SlackSendError, match="failed after 2 attempts"):
+            await sender.request(
+                lambda: client.chat_postMessage(channel="C111", text="read-like"),
+                what="chat.postMessage (as if idempotent)",
+            )
+    finally:
+        server.stall_posts.set()
+        await sender.aclose()
+    assert len(server.calls("/api/chat.postMessage")) == 2

@@ -104,6 +104,7 @@ class SlackSender:
             lambda: self.client.chat_postMessage(**post.as_kwargs()),
             channel=post.channel,
             what="chat.postMessage",
+            idempotent=False,
         )
 
     async def respond(self, response_url: str, body: dict[str, Any], *, channel: str) -> None:
@@ -120,7 +121,7 @@ class SlackSender:
                     retry_after=parse_retry_after(dict(response.headers or {})),
                 )
 
-        await self.request(send, channel=channel, what="response_url")
+        await self.request(send, channel=channel, what="response_url", idempotent=False)
 
     async def user_info(self, user: str) -> Mapping[str, Any]:
         """``users.info`` once, no retries: it runs on the inbound path, where waiting is wrong."""
@@ -171,8 +172,14 @@ class SlackSender:
         what: str,
         channel: str | None = None,
         retries: int | None = None,
+        idempotent: bool = True,
     ) -> T:
-        """Run ``op`` in ``channel``'s turn; retry what Slack or the network says is transient."""
+        """Run ``op`` in ``channel``'s turn; retry what Slack or the network says is transient.
+
+        A call that is not ``idempotent`` (posting a message) is not retried once it may have
+        reached Slack: a timeout or a connection lost after sending could follow a post that
+        went through, and Slack does not deduplicate posts. Only a refused connection (nothing
+        was sent) and Slack's own answers (429, 5xx, transient errors) are retried for it."""
         policy = self.policy if retries is None else replace(self.policy, max_retries=retries)
 
         async def attempt() -> T:
@@ -206,7 +213,7 @@ class SlackSender:
         try:
             return await retry(
                 attempt,
-                _classify,
+                _classify if idempotent else _classify_once,
                 policy,
                 what=what,
                 sleep=wait,
@@ -252,6 +259,16 @@ def _classify(exc: BaseException) -> Failure:
     if isinstance(exc, aiohttp.ClientError | TimeoutError | ConnectionError):
         return Failure(True, None, None, type(exc).__name__)
     return Failure(False, None, None, type(exc).__name__)
+
+
+def _classify_once(exc: BaseException) -> Failure:
+    """``_classify`` for a call that must not run twice: a network failure after the request
+    may have been sent is final; a connection that was never made is still retried."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return Failure(True, None, None, type(exc).__name__)
+    if isinstance(exc, aiohttp.ClientError | TimeoutError | ConnectionError):
+        return Failure(False, None, None, f"{type(exc).__name__} after sending; not retried")
+    return _classify(exc)
 
 
 def _as_send_error(exc: BaseException, what: str) -> SlackSendError:

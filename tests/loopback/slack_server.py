@@ -54,6 +54,7 @@ class SlackServer(LoopbackServer):
         self._ts = itertools.count(1)
         self._changed: asyncio.Condition | None = None
         self._sockets: list[web.WebSocketResponse] = []
+        self.stall_posts: asyncio.Event | None = None  # set: chat.postMessage waits for it
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -166,6 +167,9 @@ class SlackServer(LoopbackServer):
     async def _post_message(self, request: web.Request) -> web.Response:
         rec = await self._record(request)
         try:
+            if self.stall_posts is not None:  # recorded, then no answer until released
+                await self._notify()
+                await self.stall_posts.wait()
             failure = self.next_failure()
             if failure is not None:
                 return failure
