@@ -2,8 +2,10 @@
 
 On a TTY it is an interactive prompt. When stdin is not a TTY it reads one message per line and
 writes exactly one answer per line to stdout, in order, then exits after the last answer, so
-``printf 'hi\\nwhat did I say?\\n' | chorus chat`` is a scriptable conversation. Logs go to
-stderr. A line that cannot be a message (empty, not UTF-8, over the read cap) gets a one-line
+``printf 'hi\\nwhat did I say?\\n' | chorus chat`` is a scriptable conversation. An answer
+with line breaks stays on its one line: a line break is written ``\\n``, a carriage return
+``\\r`` and a backslash ``\\\\`` (what ``printf '%b'`` turns back into the text); ``--json``
+gives the exact text instead. Logs go to stderr. A line that cannot be a message (empty, not UTF-8, over the read cap) gets a one-line
 ``[chorus] ...`` notice in its place, so input and output lines still pair up (the notices'
 wording is ``prompts/console/*``).
 
@@ -251,6 +253,12 @@ class ConsoleAdapter:
         elif self.interactive:
             line = f"{self.bot_name}> {text}"
         else:
-            line = text
+            line = one_line(text)
         self.stdout.write(line + "\n")
         self.stdout.flush()
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line, reversibly: backslash, carriage return and line feed escaped as
+    ``printf '%b'`` reads them, so a piped answer never spans two output lines."""
+    return text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")

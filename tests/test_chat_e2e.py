@@ -105,6 +105,25 @@ async def test_two_turn_conversation_carries_the_first_exchange(
     assert "test-key-0123456789" not in err
 
 
+async def test_a_multi_line_answer_stays_on_its_one_output_line(
+    vendor: tuple[Any, dict[str, str]], tmp_path: Path
+) -> None:
+    """One answer per line holds for answers with line breaks: they are escaped the way
+    ``printf '%b'`` reads them back."""
+    server, env = vendor
+    answer = "Two steps:\n1. run `make`\n2. see C:\\chorus\\out\n\nDone."
+    server.replies.extend([answer, "second"])
+    code, out, err = await run_chorus(["chat"], env, tmp_path, b"how?\nand then?\n")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 2 and lines[1] == "second"
+    printf = await asyncio.create_subprocess_exec(
+        "bash", "-c", 'printf "%b" "$1"', "decode", lines[0], stdout=asyncio.subprocess.PIPE
+    )
+    decoded, _ = await printf.communicate()
+    assert decoded.decode() == answer
+
+
 async def test_bad_lines_get_notices_and_never_stop_the_loop(
     vendor: tuple[Any, dict[str, str]], tmp_path: Path
 ) -> None:

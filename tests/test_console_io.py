@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from adapters.console import decode_line, read_line
+from adapters.console import decode_line, one_line, read_line
 
 
 def test_lines_are_read_without_their_endings() -> None:
@@ -54,3 +54,11 @@ def test_fd_reader_splits_lines_and_honours_the_cap() -> None:
         assert read_line(reader, cap=10) is None
     finally:
         os.close(read_fd)
+
+
+def test_one_line_escapes_what_would_break_the_line_and_printf_b_reads_it_back() -> None:
+    text = "a\\b\r\nc\nd"
+    line = one_line(text)
+    assert "\n" not in line and "\r" not in line
+    assert line == "a\\\\b\\r\\nc\\nd"
+    assert line.encode().decode("unicode_escape") == text
