@@ -38,9 +38,11 @@ async def autoclaim(
             stream, group, consumer, min_idle, start_id=cursor, count=batch
         )
         cursor, entries = reply[0], reply[1]
+        trimmed = reply[2] if len(reply) > 2 else []
         claimed.extend((i, f) for i, f in entries if i not in skip)
-        claimed.extend((i, None) for i in (reply[2] if len(reply) > 2 else []))
-        if cursor == "0-0" or not entries:
+        claimed.extend((i, None) for i in trimmed)
+        # A page may hold only trimmed ids: only the cursor says whether more pages follow.
+        if cursor == "0-0" or not (entries or trimmed):
             break
     if not claimed:
         return []
