@@ -103,7 +103,7 @@ async def _run(settings: Settings, *, role: str = "all") -> int:
 
     if role == "all" and not configured_platforms(settings):
         log.info("no platform credentials configured; starting the console adapter")
-        return await _chat(settings, user=None, json_output=False)
+        return await _chat(settings, user=None, json_output=False, health=True)
     if role != "all" and settings.state.bus != "redis":
         raise ConfigError(
             f"--role {role} needs the Redis Streams bus between processes: set CHORUS_BUS=redis "
@@ -214,11 +214,17 @@ async def _serve(supervisor: Supervisor) -> int:
         await asyncio.gather(running, stopping, return_exceptions=True)
 
 
-async def _chat(settings: Settings, *, user: str | None, json_output: bool) -> int:
+async def _chat(
+    settings: Settings, *, user: str | None, json_output: bool, health: bool = False
+) -> int:
+    """The console. ``health``: also serve /healthz, /readyz and /metrics, as ``chorus run``
+    does with any platform (``chorus chat`` is a tool, ``chorus run`` a deployment)."""
     from adapters.console import ConsoleAdapter, FdLineReader
     from bot.app import Chorus
 
     app = await Chorus.from_settings(settings)
+    if health:
+        await app.start_health()
     async with app, _insights_in_process(app):
         adapter = ConsoleAdapter(
             app.bus,

@@ -167,3 +167,53 @@ async def test_a_role_needs_the_redis_bus(tmp_path: Path) -> None:
     env = base_env(tmp_path) | {"CHORUS_MODEL": "openai:m", "OPENAI_API_KEY": "k"}
     code, _, err = await run_chorus(["run", "--role", "worker"], env, tmp_path)
     assert code == 2 and "CHORUS_BUS=redis" in err
+
+
+async def test_chorus_run_on_the_console_serves_health_too(tmp_path: Path) -> None:
+    """With no platform configured ``chorus run`` falls back to the console; a deployment
+    probing it (a container's health check) must still find /healthz and /readyz."""
+    port = free_port()
+    async with AnthropicServer() as model:
+        model.replies.append("console answer")
+        env = base_env(tmp_path) | {
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "k",
+            "ANTHROPIC_BASE_URL": model.base_url,
+            "CHORUS_HEALTH_PORT": str(port),
+            "CHORUS_HEALTH_HOST": "127.0.0.1",
+        }
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bot.cli",
+            "run",
+            env=env,
+            cwd=tmp_path,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert proc.stdin is not None
+        try:
+            status = await _first_answer(f"http://127.0.0.1:{port}/readyz", limit=90)
+            proc.stdin.write(b"hello\n")
+            proc.stdin.close()
+            out, err = await asyncio.wait_for(proc.communicate(), 60)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert status == 200, err.decode()[-2000:]
+    assert out.decode().splitlines() == ["console answer"]
+    assert proc.returncode == 0
+
+
+async def _first_answer(url: str, *, limit: float) -> int:
+    """The status of the first answer ``url`` gives (it is not listening yet at first)."""
+    async with asyncio.timeout(limit), aiohttp.ClientSession() as http:
+        while True:
+            try:
+                async with http.get(url) as response:
+                    return response.status
+            except aiohttp.ClientConnectionError:
+                await asyncio.sleep(0.2)
