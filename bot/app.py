@@ -103,6 +103,7 @@ class Chorus:
                 max_message_chars=settings.agent.max_message_chars,
                 reasoning=settings.agent.reasoning,
                 reasoning_max=settings.agent.reasoning_max,
+                max_deliveries=settings.state.max_deliveries,
             ),
         )
         self._owns = owns

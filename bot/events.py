@@ -159,3 +159,13 @@ class MessageDeleted(_Frozen):
     conversation: ConversationKey
     message_id: str | None = None
     author_id: str | None = None
+
+
+class DeadLetter(_Frozen):
+    """An inbound message taken out of circulation: it was delivered ``attempts`` times (each
+    worker that took it died or failed before answering) and is not retried again. Kept on the
+    ``dead_letters`` topic for an operator to look at; nobody answers it."""
+
+    message: ChatMessage
+    attempts: int
+    reason: str

@@ -2,13 +2,16 @@
 
 - ``inbound``: ``ChatMessage`` from every adapter, consumed by the router (agent workers);
 - ``deletions``: ``MessageDeleted`` from adapters, applied to stored history by the router;
-- ``outbound:<platform>``: ``Reply`` from the router, consumed by that platform's adapter.
+- ``outbound:<platform>``: ``Reply`` from the router, consumed by that platform's adapter;
+- ``dead_letters``: ``DeadLetter``, an inbound message delivered too often without an answer
+  (``CHORUS_MAX_DELIVERIES``), kept for an operator and never answered.
 """
 
 from __future__ import annotations
 
 INBOUND = "inbound"
 DELETIONS = "deletions"
+DEAD_LETTERS = "dead_letters"
 
 
 def outbound_topic(platform: str) -> str:

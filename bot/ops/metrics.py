@@ -62,6 +62,7 @@ class MetricsSink(Protocol):
 
     def message_in(self, platform: str) -> None: ...
     def message_out(self, platform: str) -> None: ...
+    def dead_letter(self, platform: str) -> None: ...
     def engagement(self, platform: str, decision: str) -> None: ...
     def observe_ingest_to_reply(self, platform: str, seconds: float) -> None: ...
     def observe_llm(self, model: str, seconds: float) -> None: ...
@@ -137,6 +138,12 @@ class Metrics:
         r = self.registry
         self._in = Counter("chorus_messages_in", "Messages received", ("platform",), registry=r)
         self._out = Counter("chorus_messages_out", "Replies sent", ("platform",), registry=r)
+        self._dead = Counter(
+            "chorus_dead_letters",
+            "Messages delivered too often without an answer, moved to dead letters",
+            ("platform",),
+            registry=r,
+        )
         self._engagement = Counter(
             "chorus_engagement_decisions",
             "Engagement policy decisions",
@@ -216,6 +223,9 @@ class Metrics:
 
     def message_out(self, platform: str) -> None:
         self._out.labels(platform).inc()
+
+    def dead_letter(self, platform: str) -> None:
+        self._dead.labels(platform).inc()
 
     def engagement(self, platform: str, decision: str) -> None:
         self._engagement.labels(platform, str(decision)).inc()
@@ -346,6 +356,8 @@ class NullMetrics:
     def message_in(self, platform: str) -> None: ...
 
     def message_out(self, platform: str) -> None: ...
+
+    def dead_letter(self, platform: str) -> None: ...
 
     def engagement(self, platform: str, decision: str) -> None: ...
 

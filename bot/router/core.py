@@ -20,9 +20,10 @@ import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
@@ -33,8 +34,8 @@ from bot.agent.prompting import PromptAssembler
 from bot.agent.reasoning import Level, decide
 from bot.bus.base import Delivery, EventBus, TransactionalBus
 from bot.bus.claims import Claim, Claims, default_worker_id
-from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
-from bot.events import ChatMessage, ConversationKey, MessageDeleted, Reply, utcnow
+from bot.bus.topics import DEAD_LETTERS, DELETIONS, INBOUND, outbound_topic
+from bot.events import ChatMessage, ConversationKey, DeadLetter, MessageDeleted, Reply, utcnow
 from bot.live.engagement import Action
 from bot.live.turns import LiveChat, ack, covered_context
 from bot.llm.errors import LLMError
@@ -93,6 +94,7 @@ class RouterLimits:
     reasoning_max: Level = "medium"
     concurrency: int = 32
     claim_lease_ms: int = 60_000
+    max_deliveries: int = 3  # a message delivered more often goes to dead letters
     done_seconds: int = 3 * 24 * 3600
 
 
@@ -210,6 +212,9 @@ class Router:
 
     def _dispatch(self, delivery: Delivery[ChatMessage]) -> None:
         message = delivery.event
+        if delivery.attempt > self.limits.max_deliveries:
+            self._background(self._dead_letter(delivery))
+            return
         self.metrics.message_in(message.platform)
         item = _Item(message, delivery, (message.author.id,), message.id)
         if self.live is not None and self.live.applies(message):
@@ -230,11 +235,34 @@ class Router:
                         "reason": decision.reason.value,
                     },
                 )
-                task = asyncio.create_task(delivery.ack())
-                self._acks.add(task)
-                task.add_done_callback(self._acks.discard)
+                self._background(delivery.ack())
                 return
         self._enqueue(item)
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._acks.add(task)
+        task.add_done_callback(self._acks.discard)
+
+    async def _dead_letter(self, delivery: Delivery[ChatMessage]) -> None:
+        """A message every worker so far died or failed on: keep it for an operator and stop
+        its redeliveries, instead of letting it take down worker after worker forever."""
+        message = delivery.event
+        log.error(
+            "message delivered too often without an answer; moved to dead letters",
+            extra={
+                "platform": message.platform,
+                "message_id": message.id,
+                "attempts": delivery.attempt,
+            },
+        )
+        reason = f"delivered {delivery.attempt} times without an answer"
+        letter = DeadLetter(message=message, attempts=delivery.attempt, reason=reason)
+        await until_redis_answers(
+            "dead-letter a message", lambda: self.bus.publish(DEAD_LETTERS, letter)
+        )
+        self.metrics.dead_letter(message.platform)
+        await delivery.ack()
 
     def _enqueue(self, item: _Item) -> None:
         conv = item.message.conversation

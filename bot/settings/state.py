@@ -22,6 +22,7 @@ class StateSettings(Section):
     bus_namespace: str = Field(
         default="main", pattern=r"^[a-z0-9_]+$", validation_alias="CHORUS_BUS_NAMESPACE"
     )
+    max_deliveries: int = Field(default=3, ge=1, le=100, validation_alias="CHORUS_MAX_DELIVERIES")
     history_max_messages: int = Field(default=40, ge=2, validation_alias="CHORUS_HISTORY_MAX")
     history_ttl_seconds: int = Field(
         default=7 * 24 * 3600, ge=60, validation_alias="CHORUS_HISTORY_TTL"
