@@ -12,9 +12,16 @@ consumer holding more *drains* the extras (stops reading them) and releases each
 its in-flight entries are acked, so the next holder continues exactly where it stopped. A dead
 consumer's leases lapse after ``lease_ms``; whoever takes a partition over first reclaims its
 pending entries (``XAUTOCLAIM``, in id order) and only then reads new ones, so order survives a
-crash too. A consumer that was merely paused past its lease (a "zombie") can briefly overlap
-with the new holder: the router's claim protocol keeps replies exactly-once even then; only the
-relative order of that one overlap is not guaranteed.
+crash too.
+
+Fencing: a consumer reads a partition only while it *knows* the lease is still its own, that is
+within half a lease of the last renewal or acquisition that Redis confirmed (dated from when the
+command was sent). A consumer cut off from Redis, or paused, past that point stops reading the
+partition until a renewal succeeds again; by the time its lease can lapse and another consumer
+take the partition over, it has stopped. So after an outage in which every lease lapsed, two
+workers never read one partition at once, and a conversation's messages stay in order. (Reads
+block at most half a lease, which the bus enforces.) The router's claims keep replies
+exactly-once regardless.
 
 There is no Lua here (the embedded ``memory://`` store has no Lua engine), so renewing and
 releasing are ``WATCH`` + ``MGET`` + ``MULTI``/``EXEC`` compare-and-set operations.
@@ -62,11 +69,17 @@ class PartitionLeases:
         self.draining: set[int] = set()  # held, no longer read, released once idle
         self.changed = asyncio.Event()  # set whenever ``readable`` may have changed
         self._acquired: list[int] = []  # taken over since the last ``take_acquired``
+        self._valid_until: dict[int, float] = {}  # partition -> lease surely ours until (clock)
 
     @property
     def readable(self) -> list[int]:
-        """The partitions to read new entries from."""
-        return sorted(self.owned - self.draining)
+        """The partitions to read new entries from: held, not draining, and known to be ours
+        for at least another half lease (see "Fencing" above)."""
+        now = self._clock()
+        margin = self.lease_ms / 2000
+        return sorted(
+            p for p in self.owned - self.draining if self._valid_until.get(p, 0.0) - now > margin
+        )
 
     def take_acquired(self) -> list[int]:
         """Partitions acquired since the last call: reclaim their pending entries first."""
@@ -75,7 +88,8 @@ class PartitionLeases:
 
     async def tick(self) -> None:
         """Heartbeat, notice lost leases, shed or take partitions, renew the rest."""
-        now_ms = int(self._clock() * 1000)
+        sent = self._clock()
+        now_ms = int(sent * 1000)
         lease_keys = [self._lease_key(p) for p in range(self.partitions)]
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.zadd(self._members_key, {self.token: now_ms + self.lease_ms})
@@ -87,13 +101,13 @@ class PartitionLeases:
         self._forget_lost({p for p, holder in enumerate(holders) if holder == self.token})
         target = -(-self.partitions // max(int(live), 1))
         self._rebalance(target)
-        await self._renew_and_release()
-        await self._acquire(target, holders)
+        await self._renew_and_release(sent=sent)
+        await self._acquire(target, holders, sent=sent)
 
     async def release_all(self) -> None:
         """Give every lease back (clean shutdown), so others need not wait for them to lapse."""
         self.draining = set(self.owned)
-        await self._renew_and_release(force=True)
+        await self._renew_and_release(force=True, sent=self._clock())
         await self._redis.zrem(self._members_key, self.token)
 
     # -- internals ------------------------------------------------------------------------------
@@ -109,6 +123,8 @@ class PartitionLeases:
             )
             self.owned -= lost
             self.draining -= lost
+            for p in lost:
+                self._valid_until.pop(p, None)
             self.changed.set()
 
     def _rebalance(self, target: int) -> None:
@@ -121,7 +137,7 @@ class PartitionLeases:
             self.draining.difference_update(back)
             self.changed.set()
 
-    async def _renew_and_release(self, *, force: bool = False) -> None:
+    async def _renew_and_release(self, *, sent: float, force: bool = False) -> None:
         if not self.owned:
             return
         release = {p for p in self.draining if force or self._is_idle(p)}
@@ -144,13 +160,17 @@ class PartitionLeases:
         except WatchError:  # a lease changed under us: the next tick sees who holds what
             log.info("partition lease changed during renewal", extra={"token": self.token})
             return
+        for p in mine - release:
+            self._valid_until[p] = sent + self.lease_ms / 1000
         gone = (set(held) - mine) | (release & mine)
         if gone:
             self.owned -= gone
             self.draining -= gone
-            self.changed.set()
+            for p in gone:
+                self._valid_until.pop(p, None)
+        self.changed.set()  # renewed leases may have become readable again
 
-    async def _acquire(self, target: int, holders: list[str | None]) -> None:
+    async def _acquire(self, target: int, holders: list[str | None], *, sent: float) -> None:
         need = target - len(self.owned - self.draining)
         if need <= 0:
             return
@@ -164,6 +184,8 @@ class PartitionLeases:
             results = await pipe.execute()
         won = [p for p, ok in zip(candidates, results, strict=True) if ok]
         if won:
+            for p in won:
+                self._valid_until[p] = sent + self.lease_ms / 1000
             self.owned.update(won)
             self._acquired.extend(won)
             self.changed.set()

@@ -1,0 +1,68 @@
+"""Partition leases fence reads: a consumer reads a partition only while it knows the lease is
+its own. The clock is injected; Redis (embedded and real) holds the leases."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+
+from bot.bus.leases import PartitionLeases
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def leases(redis: Redis, tag: str, token: str, clock: Clock) -> PartitionLeases:
+    return PartitionLeases(
+        redis,
+        lease_key=lambda p: f"lease:{tag}:{p}",
+        members_key=f"members:{tag}",
+        partitions=2,
+        token=token,
+        lease_ms=10_000,
+        is_idle=lambda p: True,
+        clock=clock,
+    )
+
+
+@pytest.mark.redis
+async def test_a_consumer_that_cannot_renew_stops_reading_before_its_lease_can_lapse(
+    redis_client: Redis, key_tag: str
+) -> None:
+    """A worker cut off from Redis used to keep reading its partitions after its leases lapsed
+    and another worker took them: both read one conversation, and answered it out of order."""
+    clock = Clock()
+    mine = leases(redis_client, key_tag, "a", clock)
+    await mine.tick()
+    assert mine.readable == [0, 1]
+    clock.now += 4.0  # a renewal is late (every lease/3 normally): still surely ours
+    assert mine.readable == [0, 1]
+    clock.now += 1.5  # past half a lease without a confirmed renewal: fenced
+    assert mine.readable == [] and mine.owned == {0, 1}
+    await mine.tick()  # Redis answers again and the leases are still ours
+    assert mine.readable == [0, 1]
+    await redis_client.delete(f"lease:{key_tag}:0", f"lease:{key_tag}:1", f"members:{key_tag}")
+
+
+@pytest.mark.redis
+async def test_after_every_lease_lapsed_only_the_new_holder_reads(
+    redis_client: Redis, key_tag: str
+) -> None:
+    clock = Clock()
+    old = leases(redis_client, key_tag, "old", clock)
+    await old.tick()
+    assert old.readable == [0, 1]
+    clock.now += 11.0  # an outage longer than the lease: nothing was renewed
+    await redis_client.delete(f"lease:{key_tag}:0", f"lease:{key_tag}:1")  # they lapsed
+    new = leases(redis_client, key_tag, "new", clock)
+    await new.tick()
+    assert new.readable == [0, 1]
+    assert old.readable == []  # before it has even noticed the loss
+    await old.tick()
+    assert old.owned == set() and old.readable == []
+    await redis_client.delete(f"lease:{key_tag}:0", f"lease:{key_tag}:1", f"members:{key_tag}")
