@@ -47,20 +47,27 @@ def base_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-async def run_chorus(
-    args: list[str], env: dict[str, str], cwd: Path, stdin: bytes = b""
-) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
+async def spawn_chorus(
+    args: list[str], env: dict[str, str], cwd: Path, *, stdin: int = asyncio.subprocess.DEVNULL
+) -> asyncio.subprocess.Process:
+    """``chorus <args>`` as a real process (``python -m bot.cli``), stdout and stderr piped."""
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "bot.cli",
         *args,
-        stdin=asyncio.subprocess.PIPE,
+        stdin=stdin,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=env,
         cwd=cwd,
     )
+
+
+async def run_chorus(
+    args: list[str], env: dict[str, str], cwd: Path, stdin: bytes = b""
+) -> tuple[int, str, str]:
+    proc = await spawn_chorus(args, env, cwd, stdin=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(stdin), timeout=120)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()

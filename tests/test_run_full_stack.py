@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sys
 from pathlib import Path
 
 import aiohttp
@@ -21,7 +20,7 @@ from tests.loopback.discord_server import (
     plain_message,
 )
 from tests.redis_server import free_port
-from tests.test_chat_e2e import ROOT, base_env
+from tests.test_chat_e2e import ROOT, base_env, spawn_chorus
 
 
 async def test_chorus_run_answers_a_discord_mention_end_to_end(tmp_path: Path) -> None:
@@ -39,17 +38,7 @@ async def test_chorus_run_answers_a_discord_mention_end_to_end(tmp_path: Path) -
             "CHORUS_HEALTH_PORT": str(port),
             "CHORUS_HEALTH_HOST": "127.0.0.1",
         }
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bot.cli",
-            "run",
-            env=env,
-            cwd=tmp_path,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        proc = await spawn_chorus(["run"], env, tmp_path)
         try:
             await discord.wait_for(
                 lambda: bool(discord.ops(2)), limit=90
@@ -107,19 +96,7 @@ async def test_gateway_and_worker_processes_over_redis_streams(
             "DISCORD_GATEWAY_URL": discord.ws_url,
         }
         procs = [
-            await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "bot.cli",
-                "run",
-                "--role",
-                role,
-                env=env,
-                cwd=tmp_path,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-            )
+            await spawn_chorus(["run", "--role", role], env, tmp_path)
             for role, env in (("gateway", gateway_env), ("worker", common))
         ]
         message_id = int(key_tag[1:], 16)  # unique per run: the real Redis remembers ids
@@ -182,17 +159,7 @@ async def test_chorus_run_on_the_console_serves_health_too(tmp_path: Path) -> No
             "CHORUS_HEALTH_PORT": str(port),
             "CHORUS_HEALTH_HOST": "127.0.0.1",
         }
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bot.cli",
-            "run",
-            env=env,
-            cwd=tmp_path,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        proc = await spawn_chorus(["run"], env, tmp_path, stdin=asyncio.subprocess.PIPE)
         assert proc.stdin is not None
         try:
             status = await _first_answer(f"http://127.0.0.1:{port}/readyz", limit=90)

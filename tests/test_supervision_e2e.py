@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 from pathlib import Path
 
 import aiohttp
@@ -22,7 +21,7 @@ from tests.loopback.discord_server import (
 )
 from tests.loopback.youtube_server import VIDEO_ID, YouTubeServer
 from tests.redis_server import free_port
-from tests.test_chat_e2e import ROOT, base_env
+from tests.test_chat_e2e import ROOT, base_env, spawn_chorus
 
 
 async def test_an_ended_youtube_chat_does_not_stop_discord(tmp_path: Path) -> None:
@@ -47,17 +46,7 @@ async def test_an_ended_youtube_chat_does_not_stop_discord(tmp_path: Path) -> No
             "CHORUS_HEALTH_PORT": str(port),
             "CHORUS_HEALTH_HOST": "127.0.0.1",
         }
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bot.cli",
-            "run",
-            env=env,
-            cwd=tmp_path,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        proc = await spawn_chorus(["run"], env, tmp_path)
         try:
             await discord.wait_for(lambda: bool(discord.ops(2)), limit=90)  # IDENTIFY
             # the chat ended, and a new adapter looked the video up again
