@@ -6,6 +6,7 @@ against the loopback Slack (tests/slack_rig.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -130,38 +131,39 @@ async def test_a_thread_the_bot_answered_in_addresses_it(ambient_rig: Rig) -> No
 
 
 # -- the chokepoint: posting is not idempotent -----------------------------------------------------
-async def test_a_post_that_timed_out_after_sending_is_not_posted_again(
-    server: SlackServer,
-) -> None:
-    """Slack does not deduplicate chat.postMessage: a retry after a timeout posted twice."""
+@contextlib.asynccontextmanager
+async def stalled_sender(server: SlackServer, retries: int) -> AsyncIterator[SlackSender]:
+    """A sender whose client gives up after 1 s, talking to a Slack that records each
+    chat.postMessage and then never answers it (until the test ends)."""
     server.stall_posts = asyncio.Event()
     client = AsyncWebClient(
         token=BOT_TOKEN, base_url=server.url + "/api/", timeout=1, retry_handlers=[]
     )
-    sender = SlackSender(client, interval=0.0, policy=RetryPolicy(max_retries=3, base_delay=0.01))
+    policy = RetryPolicy(max_retries=retries, base_delay=0.01)
+    sender = SlackSender(client, interval=0.0, policy=policy)
     try:
-        with pytest.raises(SlackSendError, match="chat.postMessage failed: TimeoutError"):
-            await sender.post_message(PostArgs(channel="C111", text="once", thread_ts=None))
+        yield sender
     finally:
         server.stall_posts.set()
         await sender.aclose()
+
+
+async def test_a_post_that_timed_out_after_sending_is_not_posted_again(
+    server: SlackServer,
+) -> None:
+    """Slack does not deduplicate chat.postMessage: a retry after a timeout posted twice."""
+    async with stalled_sender(server, retries=3) as sender:
+        with pytest.raises(SlackSendError, match="chat.postMessage failed: TimeoutError"):
+            await sender.post_message(PostArgs(channel="C111", text="once", thread_ts=None))
     assert len(server.calls("/api/chat.postMessage")) == 1
 
 
 async def test_a_call_that_may_run_twice_is_retried_after_a_timeout(server: SlackServer) -> None:
     """A call the chokepoint may repeat (the default) is retried after a timeout, as before."""
-    server.stall_posts = asyncio.Event()
-    client = AsyncWebClient(
-        token=BOT_TOKEN, base_url=server.url + "/api/", timeout=1, retry_handlers=[]
-    )
-    sender = SlackSender(client, interval=0.0, policy=RetryPolicy(max_retries=1, base_delay=0.01))
-    try:
+    async with stalled_sender(server, retries=1) as sender:
         with pytest.raises(SlackSendError, match="failed after 2 attempts"):
             await sender.request(
-                lambda: client.chat_postMessage(channel="C111", text="read-like"),
+                lambda: sender.client.chat_postMessage(channel="C111", text="read-like"),
                 what="chat.postMessage (as if idempotent)",
             )
-    finally:
-        server.stall_posts.set()
-        await sender.aclose()
     assert len(server.calls("/api/chat.postMessage")) == 2
