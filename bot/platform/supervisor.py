@@ -69,6 +69,26 @@ class Slot:
         check = getattr(self.adapter, "ready", None)
         return bool(await check()) if check is not None else True
 
+    async def close(self) -> None:
+        """Close the current adapter, once however often it is asked."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.adapter.aclose()
+        except Exception:
+            log.exception("closing an adapter failed", extra={"platform": self.platform})
+
+    def renew(self) -> None:
+        """Replace the closed adapter with a fresh one (``ConfigError`` if it cannot be built)."""
+        self.adapter = self.build()
+        self._closed = False
+        self.restarts += 1
+        self.state = State.RUNNING
+
+    def fail(self, error: str) -> None:
+        self.state, self.error = State.FAILED, error
+
 
 class Supervisor:
     def __init__(
@@ -109,7 +129,7 @@ class Supervisor:
         """Close each current adapter (once); an adapter that returns now is not restarted."""
         self._stopping = True
         for slot in self.slots:
-            await _close(slot)
+            await slot.close()
 
     async def _keep(self, slot: Slot) -> None:
         failures = 0
@@ -119,12 +139,12 @@ class Supervisor:
                 await slot.adapter.run()
                 reason = "finished"
             except ConfigError as exc:
-                slot.state, slot.error = State.FAILED, str(exc)
+                slot.fail(str(exc))
                 log.error(
                     "adapter misconfigured; not restarted (the other platforms go on)",
                     extra={"platform": slot.platform, "error": str(exc)},
                 )
-                await _close(slot)
+                await slot.close()
                 return
             except Exception as exc:
                 if self._stopping:
@@ -134,7 +154,7 @@ class Supervisor:
             if self._stopping:
                 return
             slot.state = State.RESTARTING
-            await _close(slot)
+            await slot.close()
             failures = 1 if self._clock() - started >= self.healthy_after else failures + 1
             delay = self.policy.delay(failures)
             log.warning(
@@ -148,21 +168,8 @@ class Supervisor:
             )
             await self._sleep(delay)
             try:
-                slot.adapter = slot.build()
+                slot.renew()
             except ConfigError as exc:  # the settings cannot have changed; but never loop on it
-                slot.state, slot.error = State.FAILED, str(exc)
+                slot.fail(str(exc))
                 log.error("adapter cannot be rebuilt", extra={"platform": slot.platform})
                 return
-            slot._closed = False
-            slot.restarts += 1
-            slot.state = State.RUNNING
-
-
-async def _close(slot: Slot) -> None:
-    if slot._closed:
-        return
-    slot._closed = True
-    try:
-        await slot.adapter.aclose()
-    except Exception:
-        log.exception("closing an adapter failed", extra={"platform": slot.platform})
