@@ -25,6 +25,7 @@ from bot.live.turns import LiveChat, policy_config
 from bot.llm.base import Provider
 from bot.llm.fallback import build_chain
 from bot.memory.buffers import MemoryStore
+from bot.ops.aio import cancel_and_wait
 from bot.ops.health import HealthServer, adapter_checks, provider_check, redis_check
 from bot.ops.metrics import Metrics, NullMetrics
 from bot.router import memory_commands
@@ -104,7 +105,15 @@ class Chorus:
                 reasoning=settings.agent.reasoning,
                 reasoning_max=settings.agent.reasoning_max,
                 max_deliveries=settings.state.max_deliveries,
+                max_in_flight=settings.agent.max_turns_in_flight,
             ),
+        )
+        self.metrics.register_gauge_callback(
+            "chorus_turns_in_flight",
+            "Messages this process holds: turns running or queued behind their conversation "
+            "(at most CHORUS_MAX_TURNS_IN_FLIGHT)",
+            (),
+            lambda: float(self.router.in_flight),
         )
         self._owns = owns
         self._router_task: asyncio.Task[None] | None = None
@@ -171,14 +180,23 @@ class Chorus:
         if self.health is not None:
             await self.health.start()
 
+    async def drain(self) -> None:
+        """The graceful stop of the router (once): intake stops, the turns in progress get
+        ``CHORUS_SHUTDOWN_GRACE`` seconds to finish, the rest give their claims back. Then the
+        bus may close (``aclose``), handing this process's partitions to the next worker."""
+        if self._router_task is not None:
+            await self.router.shutdown(self.settings.agent.shutdown_grace)
+            await cancel_and_wait(self._router_task)
+
+    def hurry(self) -> None:
+        """A second signal: end the grace now (what still runs is cancelled and released)."""
+        self.router.hurry()
+
     async def aclose(self) -> None:
+        await self.drain()
         if self.health is not None:
             await self.health.aclose()
-        if self._router_task is not None:
-            self._router_task.cancel()
-            await asyncio.gather(self._router_task, return_exceptions=True)
-            await self.router.close()
-        await _close_all(self._owns)
+        await _close_all(self._owns)  # the bus first (newest): its partition leases go back
 
     async def __aenter__(self) -> Chorus:
         await self.start()

@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import getpass
 import logging
-import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -21,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 from bot.events import utcnow
 from bot.llm.base import Provider
 from bot.ops import aio
+from bot.ops.aio import cancel_and_wait, on_stop_signals
 from bot.ops.logs import setup_logging
 from bot.platform.supervisor import Slot, State, Supervisor
 from bot.settings import KEY_ENV, PROVIDERS, ConfigError, Settings, load_settings
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("chorus.cli")
 
 EXIT_CONFIG = 2
+CONSOLE_FLUSH = 0.2  # seconds for the console to print the last answer after the drain
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -124,7 +125,7 @@ async def _run(settings: Settings, *, role: str = "all") -> int:
         async with app.bus_only():
             return await _serve(supervisor)
     async with app, _insights_in_process(app):
-        return await _serve(supervisor)
+        return await _serve(supervisor, app)
 
 
 def _watch(app: Chorus, slots: Sequence[Slot]) -> None:
@@ -190,14 +191,16 @@ def _adapter_gauges(
     return []
 
 
-async def _serve(supervisor: Supervisor) -> int:
+async def _serve(supervisor: Supervisor, app: Chorus | None = None) -> int:
     """Run the supervised adapters (or, for a worker, nothing but the app) until SIGINT or
     SIGTERM. One adapter failing or finishing never ends the process (see ``Supervisor``);
-    when every adapter is misconfigured, their errors stop it."""
+    when every adapter is misconfigured, their errors stop it.
+
+    Stopping is graceful: ``app.drain`` stops intake and lets the turns in progress finish
+    (``CHORUS_SHUTDOWN_GRACE``) while the adapters can still send their replies; then the
+    adapters close; then the bus (``app.aclose``). A second signal cuts the grace short."""
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    on_stop_signals(stop, app.hurry if app is not None else None)
     running = asyncio.create_task(supervisor.run(), name="supervisor")
     stopping = asyncio.create_task(stop.wait(), name="stop")
     platforms = ",".join(s.platform for s in supervisor.slots) or "none"
@@ -208,6 +211,8 @@ async def _serve(supervisor: Supervisor) -> int:
             raise running.exception()  # type: ignore[misc]
         return 0
     finally:
+        if app is not None:
+            await app.drain()
         await supervisor.aclose()
         for task in (running, stopping):
             task.cancel()
@@ -236,7 +241,18 @@ async def _chat(
             reply_timeout=settings.llm.llm_timeout * (settings.llm.llm_max_retries + 2) + 30,
             json_output=json_output,
         )
-        return await adapter.run()
+        stop = asyncio.Event()
+        on_stop_signals(stop, app.hurry)
+        chatting = asyncio.create_task(adapter.run(), name="console")
+        stopping = asyncio.create_task(stop.wait(), name="stop")
+        await asyncio.wait({chatting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if chatting.done():
+            return chatting.result()
+        await app.drain()  # the answer in progress is finished (and printed) first
+        await asyncio.sleep(CONSOLE_FLUSH)
+        await cancel_and_wait(chatting)
+        return 0
 
 
 @asynccontextmanager
@@ -315,9 +331,7 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
             if health is not None:
                 await health.start()
             stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
+            on_stop_signals(stop)
             running = asyncio.create_task(worker.run(), name="insights")
             stopping = asyncio.create_task(stop.wait(), name="insights-stop")
             await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)

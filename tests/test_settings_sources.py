@@ -71,6 +71,8 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_PRICES": (("metrics.prices",), "prices.json", Path("prices.json")),
     "CHORUS_MAX_TOOL_ITERATIONS": (("agent.max_tool_iterations",), "7", 7),
     "CHORUS_TURN_BUDGET": (("agent.turn_budget_seconds",), "30", 30.0),
+    "CHORUS_MAX_TURNS_IN_FLIGHT": (("agent.max_turns_in_flight",), "64", 64),
+    "CHORUS_SHUTDOWN_GRACE": (("agent.shutdown_grace",), "7.5", 7.5),
     "CHORUS_REASONING": (("agent.reasoning",), "high", "high"),
     "CHORUS_REASONING_MAX": (("agent.reasoning_max",), "high", "high"),
     "CHORUS_TOOLS_ENABLED": (

@@ -80,6 +80,14 @@ class EventBus(Protocol):
         """Return once every published event has been acked (TimeoutError otherwise)."""
         ...
 
+    async def stop_consuming(self, topic: str, group: str) -> None:
+        """Stop intake for a graceful shutdown: this process's consumers of ``topic`` in
+        ``group`` fetch nothing more and their iterators end; deliveries already handed out
+        can still be acked. What was not delivered stays for other consumers (the Redis Streams
+        bus keeps its partition leases until ``close``, so nobody reads a partition while its
+        deliveries are still being worked on). Other topics and groups are unaffected."""
+        ...
+
     async def close(self) -> None:
         """Stop: consumers' iterators end, later publishes raise ``BusClosed``."""
         ...
@@ -102,6 +110,7 @@ class _Topic:
     not_full: asyncio.Condition = field(init=False)
     outstanding: int = 0  # published (or being published) and not yet acked
     group: str | None = None
+    stopped: bool = False  # ``stop_consuming``: consumers end, the queue stays
 
     def __post_init__(self) -> None:
         self.not_empty = asyncio.Condition(self.lock)
@@ -170,8 +179,10 @@ class InProcessBus:
             )
         while True:
             async with state.not_empty:
-                await state.not_empty.wait_for(lambda: self._closed or bool(state.items))
-                if self._closed:
+                await state.not_empty.wait_for(
+                    lambda: self._closed or state.stopped or bool(state.items)
+                )
+                if self._closed or state.stopped:
                     return
                 envelope = state.items.popleft()
                 state.not_full.notify()
@@ -207,6 +218,14 @@ class InProcessBus:
             raise TimeoutError(
                 f"the bus did not drain within {timeout}s; events not yet acked: {busy}"
             ) from None
+
+    async def stop_consuming(self, topic: str, group: str) -> None:
+        state = self._topic(topic)
+        if state.group not in (None, group):
+            return  # (one group per topic here: another group's consumers go on)
+        async with state.lock:
+            state.stopped = True
+            state.not_empty.notify_all()
 
     async def close(self) -> None:
         if self._closed:

@@ -70,6 +70,7 @@ class PartitionLeases:
         self.changed = asyncio.Event()  # set whenever ``readable`` may have changed
         self._acquired: list[int] = []  # taken over since the last ``take_acquired``
         self._valid_until: dict[int, float] = {}  # partition -> lease surely ours until (clock)
+        self.frozen = False  # ``freeze``: keep what is held, take and shed nothing
 
     @property
     def readable(self) -> list[int]:
@@ -99,10 +100,18 @@ class PartitionLeases:
             pipe.mget(lease_keys)
             _, _, live, _, holders = await pipe.execute()
         self._forget_lost({p for p, holder in enumerate(holders) if holder == self.token})
+        if self.frozen:
+            await self._renew_and_release(sent=sent)
+            return
         target = -(-self.partitions // max(int(live), 1))
         self._rebalance(target)
         await self._renew_and_release(sent=sent)
         await self._acquire(target, holders, sent=sent)
+
+    def freeze(self) -> None:
+        """A graceful stop: renew what is held until ``release_all``, acquire nothing more (a
+        partition taken now would sit unread), shed nothing more than already draining."""
+        self.frozen = True
 
     async def release_all(self) -> None:
         """Give every lease back (clean shutdown), so others need not wait for them to lapse."""

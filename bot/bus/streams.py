@@ -23,6 +23,11 @@ Outages: every Redis call of ``publish``, ``consume`` and ``ack`` rides over con
 work queued in Redis resumes when it is back. A publish retried after a lost reply may add the
 entry twice: consumers dedupe by message id (at-least-once).
 
+Graceful stop: ``stop_consuming`` ends a consumer's iterator without giving its partitions
+back: it fetches nothing more, its leases are still renewed and acks still work while the turns
+it handed out finish; ``close`` then releases the leases, and the next holder reclaims whatever
+is still unacked at once (``XAUTOCLAIM`` on acquire) instead of waiting for a lease to lapse.
+
 Two modules: ``streams_publish.StreamsPublisher`` holds the configuration, publishing, outage
 riding and drain; this one adds the consume loop (leases, reclaiming, flow control) on top.
 
@@ -47,7 +52,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot.bus.base import BusClosed, Delivery
 from bot.bus.leases import PartitionLeases
-from bot.bus.streams_ops import autoclaim, wait_event
+from bot.bus.streams_ops import autoclaim, hand_back, wait_event
 from bot.bus.streams_publish import FIELD, StreamsPublisher, conversation_of
 from bot.ops.aio import cancel_and_wait
 from bot.state import keys
@@ -74,6 +79,7 @@ class _Consumer:
     recover: dict[int, int] = field(default_factory=dict)  # partition -> min idle ms
     next_stale_check: float = 0.0
     room: asyncio.Event = field(default_factory=asyncio.Event)
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)  # ``stop_consuming``
     task: asyncio.Task[None] | None = None
 
     def is_idle(self, partition: int) -> bool:
@@ -92,11 +98,16 @@ class RedisStreamsBus(StreamsPublisher):
         """The running ``consume`` iterators, stopped by ``close``."""
         return set()
 
+    @functools.cached_property
+    def _intake_stopped(self) -> set[tuple[str, str]]:
+        """(topic, group) pairs whose intake ``stop_consuming`` ended in this process."""
+        return set()
+
     # -- consuming -------------------------------------------------------------------------------
     async def consume(
         self, topic: str, model: type[M], *, group: str = "default", consumer: str = ""
     ) -> AsyncIterator[Delivery[M]]:
-        if self._closed:
+        if self._closed or (topic, group) in self._intake_stopped:
             return
         name = consumer or self.consumer
         token = f"{name}:{uuid.uuid4().hex[:8]}"
@@ -118,17 +129,28 @@ class RedisStreamsBus(StreamsPublisher):
                 return
             state.task = asyncio.create_task(self._keep_leases(state), name=f"leases:{token}")
             while not self._closed:
-                entries = await self._until_closed(self._fetch(state))
+                entries = await self._until_closed(self._fetch(state), state.stopped)
                 if entries is None:
                     return
                 for partition, entry_id, fields, attempt in entries:
+                    if state.stopped.is_set():
+                        return  # the rest stays pending here; the next holder reclaims it
                     delivery = await self._delivery(
                         state, model, partition, entry_id, fields, attempt
                     )
                     if delivery is not None:
                         yield delivery
         finally:
-            await self._stop_consumer(state)
+            if not state.stopped.is_set() or self._closed:
+                await self._stop_consumer(state)
+            # else: intake stopped; the leases stay (renewed) until ``close`` gives them back
+
+    async def stop_consuming(self, topic: str, group: str) -> None:
+        self._intake_stopped.add((topic, group))
+        for state in self._consumers:
+            if state.topic == topic and state.group == group:
+                state.leases.freeze()
+                state.stopped.set()
 
     async def _delivery(
         self,
@@ -301,6 +323,10 @@ class RedisStreamsBus(StreamsPublisher):
             await cancel_and_wait(task)
             try:
                 async with asyncio.timeout(2):
+                    for partition in sorted(state.leases.owned):
+                        stream = self.stream(state.topic, partition)
+                        limit = self.max_inflight + 2 * self.batch
+                        await hand_back(self._redis, stream, state.group, state.name, limit)
                     await state.leases.release_all()
             except (TimeoutError, RedisConnectionError, RedisTimeoutError, OSError):
                 log.warning("could not release partition leases; they will lapse", exc_info=True)
@@ -337,13 +363,17 @@ class RedisStreamsBus(StreamsPublisher):
         )
 
     # -- helpers ---------------------------------------------------------------------------------
-    async def _until_closed(self, work: Coroutine[Any, Any, T]) -> T | None:
-        """``work``'s result, or None as soon as the bus closes (``work`` is cancelled)."""
+    async def _until_closed(
+        self, work: Coroutine[Any, Any, T], stopped: asyncio.Event | None = None
+    ) -> T | None:
+        """``work``'s result, or None as soon as the bus closes or ``stopped`` is set (``work``
+        is cancelled)."""
         task = asyncio.ensure_future(work)
-        closed = asyncio.ensure_future(self._closed_event.wait())
+        ends = [asyncio.ensure_future(e.wait()) for e in (self._closed_event, stopped) if e]
         try:
-            await asyncio.wait({task, closed}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({task, *ends}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            closed.cancel()
+            for end in ends:
+                end.cancel()
             await cancel_and_wait(task)
         return task.result() if task.done() and not task.cancelled() else None

@@ -1,5 +1,5 @@
-"""The Redis Streams bus's single-purpose operations: reclaiming pending entries, counting what
-a drain still waits for. Kept apart from ``bus_redis`` so that module stays about the
+"""The Redis Streams bus's single-purpose operations: reclaiming pending entries, handing them
+back at a graceful stop, counting what a drain still waits for. Kept apart from ``bus_redis`` so that module stays about the
 consume loop; each function is one protocol step with its quirks noted.
 """
 
@@ -57,6 +57,25 @@ async def autoclaim(
     )
     counts = {str(row["message_id"]): int(row["times_delivered"]) for row in rows}
     return [(i, f, counts.get(i, 2)) for i, f in claimed]
+
+
+async def hand_back(redis: Redis, stream: str, group: str, consumer: str, limit: int) -> int:
+    """At a graceful stop, undo this consumer's deliveries of the entries it leaves unacked:
+    each stays pending (the next holder of the partition reclaims it with ``XAUTOCLAIM``) with
+    its delivery count one lower (``XCLAIM ... JUSTID RETRYCOUNT``), so a message that was
+    only queued, or cut short by the shutdown, is not counted as an attempt that failed on it
+    (``CHORUS_MAX_DELIVERIES``). Returns how many entries were handed back."""
+    rows = await redis.xpending_range(stream, group, "-", "+", limit, consumername=consumer)
+    if not rows:
+        return 0
+    async with redis.pipeline(transaction=False) as pipe:
+        for row in rows:
+            count = max(int(row["times_delivered"]) - 1, 0)
+            pipe.xclaim(
+                stream, group, consumer, 0, [row["message_id"]], justid=True, retrycount=count
+            )
+        await pipe.execute()
+    return len(rows)
 
 
 async def unacked(redis: Redis, streams: dict[str, str]) -> dict[str, int]:

@@ -1,4 +1,5 @@
-"""Asyncio helpers the standard library lacks (Python 3.11): a reliable cancel, a fast loop.
+"""Asyncio helpers the standard library lacks (Python 3.11): a reliable cancel, work that a
+cancellation must not cut in half, a fast loop.
 
 Why ``cancel_and_wait`` exists: in Python 3.11, when a cancellation arrives just as an
 ``asyncio.timeout`` block expires, the block may turn it into a ``TimeoutError`` and forget it
@@ -11,8 +12,12 @@ task ends makes stopping reliable.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
+
+log = logging.getLogger("chorus.ops")
 
 T = TypeVar("T")
 
@@ -27,6 +32,43 @@ async def cancel_and_wait(task: asyncio.Future[Any], *, every: float = RECANCEL_
         await asyncio.wait({task}, timeout=every)
     if not task.cancelled():
         task.exception()  # retrieved: no "exception was never retrieved" warning
+
+
+async def shielded(work: Awaitable[T]) -> T:
+    """``work`` run to its end even when the caller is cancelled meanwhile (once or repeatedly,
+    as ``cancel_and_wait`` does); the cancellation is raised after ``work`` has finished.
+
+    Why not ``asyncio.shield`` alone: it protects the inner task but lets the caller go on at
+    once, so a shutdown could close the connection under a commit still in flight.
+    """
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():
+                raise  # the work itself was cancelled (or ended as the caller was)
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
+
+
+def on_stop_signals(stop: asyncio.Event, again: Callable[[], None] | None = None) -> None:
+    """SIGTERM and SIGINT set ``stop``; another one after that calls ``again`` (a process
+    draining its work on the first signal ends its grace on the second)."""
+
+    def on_signal() -> None:
+        if stop.is_set() and again is not None:
+            log.warning("second signal: ending the shutdown grace now")
+            again()
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:

@@ -1,8 +1,11 @@
 """The router: inbound message -> dedupe -> command or agent turn -> reply -> history.
 
 Messages of one conversation are handled strictly in order by one worker task per active
-conversation; different conversations run concurrently up to a limit. The router keeps a
-reference to every task it spawns and cancels them on ``close``.
+conversation; different conversations run concurrently up to a limit, and at most
+``max_in_flight`` are held at once, running or queued (``flow``: a burst waits on the bus).
+``shutdown`` stops intake, lets the turns in progress finish within a grace (the commit
+shielded), then cancels the rest, releasing their claims and leaving their deliveries unacked
+for the next worker. The router keeps a reference to every task it spawns.
 
 Delivery is at-least-once, so each message is claimed in Redis with ``SET NX`` before work
 starts and marked done in the same pipeline that appends the history: a redelivered message that
@@ -16,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections import deque
@@ -34,15 +36,18 @@ from bot.agent.prompting import PromptAssembler
 from bot.agent.reasoning import Level, decide
 from bot.bus.base import Delivery, EventBus, TransactionalBus
 from bot.bus.claims import Claim, Claims, default_worker_id
-from bot.bus.topics import DEAD_LETTERS, DELETIONS, INBOUND, outbound_topic
-from bot.events import ChatMessage, ConversationKey, DeadLetter, MessageDeleted, Reply, utcnow
+from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
+from bot.events import ChatMessage, ConversationKey, Reply, utcnow
 from bot.live.engagement import Action
 from bot.live.turns import LiveChat, ack, covered_context
 from bot.llm.errors import LLMError
-from bot.memory.buffers import MemoryStore, UserBuffer
+from bot.memory.buffers import MemoryStore
 from bot.memory.enrichment import render_context
+from bot.ops.aio import shielded
 from bot.ops.metrics import MetricsSink, NullMetrics
-from bot.router.record import TouchThrottle, queue_activity, turn_entries
+from bot.router.flow import Admission, Shutdown, admit, release_quietly
+from bot.router.housekeeping import consume_deletions, dead_letter
+from bot.router.record import TouchThrottle, TurnRead, queue_activity, read_turn, turn_entries
 from bot.router.text_commands import Commands
 from bot.state.history import HistoryEntry, HistoryStore
 from bot.state.outages import until_redis_answers
@@ -67,6 +72,11 @@ def crash_apology() -> str:
     return prompts.render("router/crash")
 
 
+@dataclass
+class _Progress:
+    committed: bool = False  # the reply and its record are in Redis: never release, ack
+
+
 @dataclass(frozen=True)
 class _Item:
     """One turn to run: an inbound message (with its delivery, acked after), or a live-chat
@@ -79,12 +89,7 @@ class _Item:
     context: str = ""
     forced: str | None = None  # a fixed answer (live-chat pause/resume acknowledgements)
     received: float = field(default_factory=time.perf_counter)  # for the overhead metric
-
-
-@dataclass(frozen=True)
-class _Read:
-    history: list[HistoryEntry]
-    buffer: UserBuffer | None
+    progress: _Progress = field(default_factory=_Progress)
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,7 @@ class RouterLimits:
     reasoning: str = "auto"
     reasoning_max: Level = "medium"
     concurrency: int = 32
+    max_in_flight: int = 128  # messages held at once, running or queued (taken before a pull)
     claim_lease_ms: int = 60_000
     max_deliveries: int = 3  # a message delivered more often goes to dead letters
     done_seconds: int = 3 * 24 * 3600
@@ -136,21 +142,61 @@ class Router:
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
         self._acks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(self.limits.concurrency)
+        self.admission = Admission(self.limits.max_in_flight)
+        self._loops: set[asyncio.Task[None]] = set()  # the consume loops
+        self._ticker: asyncio.Task[None] | None = None
+        self._running = 0
+        self._hurry = asyncio.Event()
+        self._shutdown: Shutdown | None = None
         self._touched = TouchThrottle()
         self.clock: Callable[[], float] = time.monotonic  # for the activity throttle
 
     async def run(self) -> None:
-        """Consume the inbound and deletion topics until the bus closes."""
+        """Consume the inbound and deletion topics until the bus closes or ``shutdown``."""
         async with asyncio.TaskGroup() as group:
             consumers = [
                 group.create_task(self._consume_inbound()),
-                group.create_task(self._consume_deletions()),
+                group.create_task(consume_deletions(self.bus, self.history)),
             ]
-            ticker = group.create_task(self._tick_forever()) if self.live else None
-            await asyncio.gather(*consumers)
-            if ticker is not None:
-                ticker.cancel()
+            self._ticker = group.create_task(self._tick_forever()) if self.live else None
+            self._loops.update(consumers)
+            await asyncio.wait(consumers)
+            if self._ticker is not None:
+                self._ticker.cancel()
         await self.join()
+
+    @property
+    def in_flight(self) -> int:
+        """Messages held now, running or queued behind their conversation."""
+        return self.admission.held
+
+    @property
+    def queued(self) -> int:
+        """Messages waiting behind a busy conversation (or for a concurrency slot)."""
+        return sum(len(queue) for queue in self._queues.values())
+
+    async def shutdown(self, grace: float) -> None:
+        """Stop taking messages; let the turns in progress finish for up to ``grace`` seconds
+        (``hurry`` cuts it short); then cancel what is left, releasing each cancelled turn's
+        claim. Queued messages are not started. A message not answered is not acked, so the
+        bus hands it to the next worker. Call before closing the bus (acks need it open)."""
+        if self._shutdown is not None:
+            await self._shutdown.done.wait()
+            return
+        stop = self._shutdown = Shutdown(grace, hurry=self._hurry)
+        stop.begin(self._running, self.admission.held - self._running)
+        self.admission.close()
+        if self._ticker is not None:
+            self._ticker.cancel()  # no more live-chat turns
+        for topic in (INBOUND, DELETIONS):
+            await self.bus.stop_consuming(topic, "agent")
+        left = await stop.wait({*self._workers.values(), *self._acks, *self._loops})
+        await stop.abandon(left)
+        stop.end()
+
+    def hurry(self) -> None:
+        """End the shutdown grace now (a second SIGTERM or SIGINT)."""
+        self._hurry.set()
 
     async def _tick_forever(self) -> None:
         """Check once a second whether a live-chat batch or idle line came due."""
@@ -160,60 +206,32 @@ class Router:
 
     def live_tick(self) -> int:
         """Queue the live-chat turns that came due (tests call this instead of waiting)."""
-        if self.live is None:
+        if self.live is None or self._shutdown is not None:
             return 0
         turns = self.live.tick()
         for turn in turns:
+            self.admission.take()
             self._enqueue(_Item(turn.message, None, turn.addressed, turn.reply_to_id, turn.context))
         return len(turns)
 
     async def _consume_inbound(self) -> None:
-        async for delivery in self.bus.consume(INBOUND, ChatMessage, group="agent"):
-            self._dispatch(delivery)
-
-    async def _consume_deletions(self) -> None:
-        async for delivery in self.bus.consume(DELETIONS, MessageDeleted, group="agent"):
-            event = delivery.event
-            try:
-                removed = await until_redis_answers(
-                    "apply a deletion", functools.partial(self._delete, event)
-                )
-                log.info(
-                    "deleted from history",
-                    extra={
-                        "conversation": str(event.conversation),
-                        "message_id": event.message_id,
-                        "author_id": event.author_id,
-                        "removed": removed,
-                    },
-                )
-            except Exception:
-                log.exception(
-                    "could not apply a deletion", extra={"conversation": str(event.conversation)}
-                )
-            finally:
-                await delivery.ack()
-
-    async def _delete(self, event: MessageDeleted) -> int:
-        if event.message_id is not None:
-            return await self.history.delete_message(event.conversation, event.message_id)
-        if event.author_id is not None:
-            return await self.history.forget_author(event.conversation, event.author_id)
-        return 0
+        deliveries = self.bus.consume(INBOUND, ChatMessage, group="agent")
+        await admit(deliveries, self.admission, self._dispatch, lambda: self._shutdown)
 
     async def join(self) -> None:
         while self._workers:
             await asyncio.gather(*list(self._workers.values()), return_exceptions=True)
 
     async def close(self) -> None:
-        for task in list(self._workers.values()):
-            task.cancel()
-        await asyncio.gather(*list(self._workers.values()), return_exceptions=True)
+        """Stop at once: ``shutdown`` without a grace."""
+        await self.shutdown(0)
 
     def _dispatch(self, delivery: Delivery[ChatMessage]) -> None:
+        """Queue the delivery's turn (it holds the admission slot the consume loop took), or
+        settle it at once (dead letter, a live-chat line not answered now) and free the slot."""
         message = delivery.event
         if delivery.attempt > self.limits.max_deliveries:
-            self._background(self._dead_letter(delivery))
+            self._background(dead_letter(self.bus, self.metrics, delivery), slot=True)
             return
         self.metrics.message_in(message.platform)
         item = _Item(message, delivery, (message.author.id,), message.id)
@@ -235,32 +253,17 @@ class Router:
                         "reason": decision.reason.value,
                     },
                 )
-                self._background(delivery.ack())
+                self._background(delivery.ack(), slot=True)
                 return
         self._enqueue(item)
 
-    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+    def _background(self, work: Coroutine[Any, Any, None], *, slot: bool = False) -> None:
+        """Run ``work`` as a tracked task; ``slot``: it frees an admission slot when done."""
         task = asyncio.create_task(work)
         self._acks.add(task)
         task.add_done_callback(self._acks.discard)
-
-    async def _dead_letter(self, delivery: Delivery[ChatMessage]) -> None:
-        """A message every worker so far died or failed on: keep it for an operator and stop
-        its redeliveries, instead of letting it take down worker after worker forever."""
-        message = delivery.event
-        log.error(
-            "message delivered too often without an answer; moved to dead letters",
-            extra={
-                "platform": message.platform,
-                "message_id": message.id,
-                "attempts": delivery.attempt,
-            },
-        )
-        reason = f"delivered {delivery.attempt} times without an answer"
-        letter = DeadLetter(message=message, attempts=delivery.attempt, reason=reason)
-        await self.bus.publish(DEAD_LETTERS, letter)  # the bus itself rides out Redis outages
-        self.metrics.dead_letter(message.platform)
-        await delivery.ack()
+        if slot:
+            task.add_done_callback(lambda _: self.admission.release())
 
     def _enqueue(self, item: _Item) -> None:
         conv = item.message.conversation
@@ -271,29 +274,57 @@ class Router:
     async def _drain(self, conv: ConversationKey) -> None:
         queue = self._queues[conv]
         try:
-            while queue:
-                item = queue.popleft()
+            while queue and self._shutdown is None:
                 async with self._slots:
-                    await self._handle(item)
+                    if self._shutdown is not None:
+                        break  # stopping: what has not started is left for the next worker
+                    item = queue.popleft()
+                    try:
+                        await self._turn(item)
+                    finally:
+                        self.admission.release()
         finally:
             self._workers.pop(conv, None)
-            if not queue:
-                self._queues.pop(conv, None)
+            if queue and self._shutdown is not None:
+                self._shutdown.returned += len(queue)
+            for _ in range(len(queue)):
+                self.admission.release()
+            self._queues.pop(conv, None)
+
+    async def _turn(self, item: _Item) -> None:
+        self._running += 1
+        ended = False
+        try:
+            await self._handle(item)
+            ended = True
+        finally:
+            self._running -= 1
+            if self._shutdown is not None:
+                self._shutdown.count(ended or item.progress.committed)
 
     async def _handle(self, item: _Item) -> None:
         message = item.message
         claim = self.claims.new(message.platform, message.id)
+        settled = False  # answered, skipped or apologised for: ack (else another worker redoes it)
         try:
-            read = await until_redis_answers("read a turn", lambda: self._read(message, claim))
+            read = await until_redis_answers(
+                "read a turn",
+                lambda: read_turn(self.redis, self.history, self.memory, message, claim),
+            )
             if read is None:
                 log.info(
                     "duplicate message skipped",
                     extra={"platform": message.platform, "message_id": message.id},
                 )
+                settled = True
                 return
             async with claim.renewing():
                 await self._answer(item, claim, read)
+            settled = True
         except asyncio.CancelledError:
+            settled = item.progress.committed
+            if not settled:  # give the message back now, not when the lease lapses
+                await shielded(release_quietly(claim))
             raise
         except Exception:
             log.exception(
@@ -303,39 +334,12 @@ class Router:
             with contextlib.suppress(Exception):
                 await claim.release()
             await self._send(item, crash_apology(), is_error=True)
+            settled = True
         finally:
-            if item.delivery is not None:
-                await item.delivery.ack()
+            if settled and item.delivery is not None:
+                await shielded(item.delivery.ack())
 
-    async def _read(self, message: ChatMessage, claim: Claim | None) -> _Read | None:
-        """Claim the message and read its history and the author's memory: ONE round trip.
-
-        None when the message was answered already (at-least-once delivery must not mean
-        answering twice). If another worker holds the claim, wait for it, then read again.
-        """
-        conv, author = message.conversation, message.author
-        async with self.redis.pipeline(transaction=False) as pipe:
-            if claim is not None:
-                claim.queue_take(pipe)
-            self.history.queue_load(pipe, conv)
-            if self.memory is not None:
-                self.memory.queue_load(pipe, message.platform, author.id)
-            results = await pipe.execute()
-        if claim is not None:
-            outcome = claim.taken(results.pop(0))
-            if outcome is None:
-                return await self._read(message, None) if await claim.wait_and_take() else None
-            if not outcome:
-                return None
-        history = self.history.parse_load(conv, results[0])
-        buffer = None
-        if self.memory is not None:
-            buffer = self.memory.parse_load(
-                results[1:], platform=message.platform, user_id=author.id
-            )
-        return _Read(history=history, buffer=buffer)
-
-    async def _answer(self, item: _Item, claim: Claim, read: _Read) -> None:
+    async def _answer(self, item: _Item, claim: Claim, read: TurnRead) -> None:
         message = item.message
         if item.forced is not None:
             await self._finish(item, claim, item.forced)
@@ -398,13 +402,12 @@ class Router:
         activity: datetime | None = None,
     ) -> None:
         """The reply and its record (history, done marker, memory activity, the insights job)
-        in ONE transaction; the reply rides inside it when the bus is transactional."""
+        in ONE transaction; the reply rides inside it when the bus is transactional. Shielded:
+        a cancellation (the shutdown grace running out) waits for it instead of cutting it."""
         message = item.message
         reply = self._reply(item, text, is_error=is_error)
         topic = outbound_topic(message.platform)
         transactional = self.bus if isinstance(self.bus, TransactionalBus) else None
-        if transactional is None:
-            await self.bus.publish(topic, reply)
 
         def fill(pipe: Pipeline) -> None:
             if transactional is not None:
@@ -415,7 +418,13 @@ class Router:
                 touch = self._touched.due(message, self.clock())
                 queue_activity(pipe, self.memory, message, activity, touch=touch)
 
-        await claim.commit(fill)
+        async def record() -> None:
+            if transactional is None:
+                await self.bus.publish(topic, reply)
+            await claim.commit(fill)
+            item.progress.committed = True
+
+        await shielded(record())
         self.metrics.message_out(message.platform)
         if self.live is not None:
             self.live.spoke(message.conversation)

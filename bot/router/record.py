@@ -1,30 +1,74 @@
-"""What an answered turn leaves behind besides the reply: its history lines, the author's
-activity, and the insights job.
+"""A turn's two Redis round trips: what it reads (the claim, the history, the author's
+memory: ``read_turn``) and what an answered turn leaves behind besides the reply (its history
+lines, the author's activity, and the insights job).
 
 Why apart from ``core``: the message path decides *whether* and *what* to answer; this module
-decides what is written down once it has, all of it queued into the one pipeline that also
-marks the message done (so a turn is recorded exactly once or not at all). It holds the one
-piece of state that is not Redis's: the throttle that records a user's activity at most once
-a minute per conversation.
+decides what is read before and written down after, the writes all queued into the one pipeline
+that also marks the message done (so a turn is recorded exactly once or not at all). It holds
+the one piece of state that is not Redis's: the throttle that records a user's activity at most
+once a minute per conversation.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import datetime
 
+from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from bot.bus.claims import Claim
 from bot.events import ChatMessage, ConversationKey
-from bot.memory.buffers import MemoryStore
+from bot.memory.buffers import MemoryStore, UserBuffer
 from bot.memory.insight_queue import InsightJob, queue_enqueue
-from bot.state.history import HistoryEntry
+from bot.state.history import HistoryEntry, HistoryStore
 
 # A user's activity (memory TTL of days, conversation set of a window of days) needs no finer
 # grain than this; skipping the 5 commands for a user who spoke in the same conversation a moment
 # ago halves the commit of a busy chat.
 TOUCH_EVERY = 60.0
 TOUCHED_CACHE = 10_000
+
+
+@dataclass(frozen=True)
+class TurnRead:
+    history: list[HistoryEntry]
+    buffer: UserBuffer | None
+
+
+async def read_turn(
+    redis: Redis,
+    history: HistoryStore,
+    memory: MemoryStore | None,
+    message: ChatMessage,
+    claim: Claim | None,
+) -> TurnRead | None:
+    """Claim the message and read its history and the author's memory: ONE round trip.
+
+    None when the message was answered already (at-least-once delivery must not mean
+    answering twice). If another worker holds the claim, wait for it, then read again.
+    """
+    conv, author = message.conversation, message.author
+    async with redis.pipeline(transaction=False) as pipe:
+        if claim is not None:
+            claim.queue_take(pipe)
+        history.queue_load(pipe, conv)
+        if memory is not None:
+            memory.queue_load(pipe, message.platform, author.id)
+        results = await pipe.execute()
+    if claim is not None:
+        outcome = claim.taken(results.pop(0))
+        if outcome is None:
+            if not await claim.wait_and_take():
+                return None
+            return await read_turn(redis, history, memory, message, None)
+        if not outcome:
+            return None
+    buffer = None
+    if memory is not None:
+        buffer = memory.parse_load(results[1:], platform=message.platform, user_id=author.id)
+    return TurnRead(history=history.parse_load(conv, results[0]), buffer=buffer)
 
 
 def turn_entries(message: ChatMessage, answer: str, now: datetime) -> tuple[HistoryEntry, ...]:

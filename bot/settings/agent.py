@@ -1,4 +1,5 @@
-"""How one message is answered: identity, size limits, the tool loop's caps and reasoning.
+"""How one message is answered: identity, size limits, the tool loop's caps and reasoning, and
+how many turns a process holds and how long it lets them finish when it stops.
 
 These are the router's and the agent's knobs, apart from the LLM section because they hold for
 whichever vendor answers.
@@ -28,3 +29,7 @@ class AgentSettings(Section):
     reasoning_max: Literal["low", "medium", "high"] = Field(
         default="medium", validation_alias="CHORUS_REASONING_MAX"
     )
+    max_turns_in_flight: int = Field(
+        default=128, ge=1, validation_alias="CHORUS_MAX_TURNS_IN_FLIGHT"
+    )
+    shutdown_grace: float = Field(default=20.0, ge=0, validation_alias="CHORUS_SHUTDOWN_GRACE")
