@@ -235,3 +235,22 @@ async def test_a_delivery_acks_once(bus: EventBus) -> None:
     await delivery.ack()
     assert delivery.acked
     await bus.drain(timeout=5)
+
+
+async def test_stop_consuming_ends_that_intake_while_acks_and_other_topics_go_on(
+    bus: EventBus,
+) -> None:
+    """A graceful stop: the router's consumers end, what they hold can still be acked, other
+    groups' consumers (an adapter's replies) keep going, and what arrives later waits."""
+    await bus.publish("inbound", message(1))
+    inbound = bus.consume("inbound", ChatMessage, group="agent")
+    held = await anext(inbound)
+    await bus.stop_consuming("inbound", "agent")
+    assert [d async for d in inbound] == []  # the iterator ended
+    assert [d async for d in bus.consume("inbound", ChatMessage, group="agent")] == []
+    await bus.publish("inbound", message(2))  # accepted: it waits for the next worker
+    await held.ack()
+    await bus.publish("outbound:discord", Reply(conversation=conv(), text="hi"))
+    reply = await anext(bus.consume("outbound:discord", Reply, group="discord"))
+    await reply.ack()
+    assert reply.event.text == "hi"

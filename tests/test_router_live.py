@@ -103,12 +103,14 @@ async def test_a_mention_is_answered_and_chatter_waits_for_a_batch(live: Live) -
         await live.chat(user, text)
     await live.bus.drain(timeout=10)
     assert len(live.replies) == 1  # chatter is not answered one by one
+    assert live.router.in_flight == 0  # acked at once, holding no turn slot
     assert live.router.live_tick() == 0  # too soon after the bot last spoke
 
     live.clock[0] += 31
     assert live.router.live_tick() == 1
     await live.router.join()  # the batch turn runs on the conversation's worker
     await live.bus.drain(timeout=10)
+    assert live.router.in_flight == 0
     batch = live.replies[-1]
     assert 1 <= len(batch.addressed_user_ids) <= 2
     assert "bob" in batch.addressed_user_ids  # the question ranks first

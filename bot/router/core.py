@@ -258,12 +258,10 @@ class Router:
         self._enqueue(item)
 
     def _background(self, work: Coroutine[Any, Any, None], *, slot: bool = False) -> None:
-        """Run ``work`` as a tracked task; ``slot``: it frees an admission slot when done."""
-        task = asyncio.create_task(work)
+        """Run ``work`` as a tracked task; ``slot``: free an admission slot as it ends."""
+        task = asyncio.create_task(self.admission.freeing(work) if slot else work)
         self._acks.add(task)
         task.add_done_callback(self._acks.discard)
-        if slot:
-            task.add_done_callback(lambda _: self.admission.release())
 
     def _enqueue(self, item: _Item) -> None:
         conv = item.message.conversation

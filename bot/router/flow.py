@@ -3,12 +3,12 @@ graceful stop did with them.
 
 Why a bound on *admitted* turns, not only on running ones: the router used to move every
 delivery into a per-conversation queue at once, so a burst (or one busy conversation) grew
-those queues without limit while the bus never pushed back. ``Admission`` is taken by the
-consume loop *before* it pulls the next delivery and given back when that delivery's turn is
-over (answered, skipped, acked for a live chat, or returned at shutdown), so a message queued
-behind a busy conversation holds a slot too: the queues can never grow past the bound, and a
-burst waits on the bus (an in-process topic fills and ``publish`` blocks; a Redis stream simply
-keeps its entries) instead of in memory.
+those queues without limit while the bus never pushed back. The consume loop waits for a free
+``Admission`` slot *before* it pulls the next delivery; the delivery holds the slot until its
+turn is over (answered, skipped, acked for a live chat, or returned at shutdown), so a message
+queued behind a busy conversation holds one too: the queues can never grow past the bound, and
+a burst waits on the bus (an in-process topic fills and ``publish`` blocks; a Redis stream
+simply keeps its entries) instead of in memory.
 
 ``Shutdown`` counts what a graceful stop did: turns finished within the grace, turns abandoned
 after it (their claims released, their deliveries left unacked for another worker), and queued
@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -47,36 +47,39 @@ class Admission:
         self.peak = 0  # the high-water mark (benchmarks and tests read it)
         self._room = asyncio.Event()
         self._room.set()
-        self.closed = False  # intake stopped: ``acquire`` gives nothing more
+        self.closed = False  # intake stopped: ``room`` gives nothing more
 
-    async def acquire(self) -> bool:
-        """Wait for a free slot and take it; False (nothing taken) once closed."""
+    async def room(self) -> bool:
+        """Wait until a slot is free; False once closed. The one consume loop then pulls a
+        delivery and ``take``s the slot for it (only it takes slots while it waits, so the
+        slot is still free; a live-chat turn may squeeze in, see ``take``)."""
         while not self.closed and self.held >= self.limit:
             self._room.clear()
             await self._room.wait()
-        if self.closed:
-            return False
-        self._take()
-        return True
+        return not self.closed
 
     def take(self) -> None:
-        """Take a slot without waiting (a live-chat turn the policy made: it has no delivery
-        to hold back, and at most one comes per conversation per tick)."""
-        self._take()
+        """Take a slot without waiting: for a delivery pulled after ``room``, or a live-chat
+        turn the policy made (no delivery to hold back; at most one per conversation a tick)."""
+        self.held += 1
+        self.peak = max(self.peak, self.held)
 
     def release(self) -> None:
         self.held -= 1
         if self.held < self.limit:
             self._room.set()
 
+    async def freeing(self, work: Awaitable[None]) -> None:
+        """``work`` (an ack), then the slot back at once, in the same step."""
+        try:
+            await work
+        finally:
+            self.release()
+
     def close(self) -> None:
-        """Intake stops: a waiting ``acquire`` returns False."""
+        """Intake stops: a waiting ``room`` returns False."""
         self.closed = True
         self._room.set()
-
-    def _take(self) -> None:
-        self.held += 1
-        self.peak = max(self.peak, self.held)
 
 
 @dataclass
@@ -153,21 +156,20 @@ async def admit(
     dispatch: Callable[[D], None],
     stopping: Callable[[], Shutdown | None],
 ) -> None:
-    """The consume loop: take a slot, THEN pull the next delivery and dispatch it (the slot
-    goes with it). Ends when the iterator does or intake stops; a delivery pulled as intake
+    """The consume loop: wait for a free slot, THEN pull the next delivery and dispatch it
+    with the slot. Ends when the iterator does or intake stops; a delivery pulled as intake
     stopped is not dispatched (unacked, it goes to the next worker). The iterator is closed."""
     try:
-        while await admission.acquire():
+        while await admission.room():
             try:
                 delivery = await anext(deliveries)
             except StopAsyncIteration:
-                admission.release()
                 return
             stop = stopping()
             if stop is not None:
-                admission.release()
                 stop.returned += 1
                 return
+            admission.take()
             dispatch(delivery)
     finally:
         close = getattr(deliveries, "aclose", None)

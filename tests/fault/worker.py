@@ -3,7 +3,7 @@ Streams bus, with a scripted model whose every turn awaits a fixed bit of simula
 turns are in flight when the test kills a worker.
 
 Usage: ``python tests/fault/worker.py REDIS_URL NAMESPACE WORKER_NAME [WORK_MS]``; prints
-``ready`` once consuming, exits cleanly on SIGTERM.
+``ready`` once consuming, stops gracefully on SIGTERM (as ``chorus run`` does).
 
 The router is the production one: its claims (``bot/bus/claims.py``) and its transactional reply
 over the Streams bus are what the test proves.
@@ -72,9 +72,9 @@ async def main(url: str, namespace: str, name: str, work_ms: int) -> None:
     running = asyncio.create_task(router.run())
     print("ready", flush=True)
     await stop.wait()
+    await router.shutdown(grace=10)  # as ``chorus`` stops: turns first, then the partitions
     await bus.close()
     await asyncio.gather(running, return_exceptions=True)
-    await router.close()
     await redis.aclose()
 
 

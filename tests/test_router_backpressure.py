@@ -1,0 +1,114 @@
+"""Backpressure: a burst waits on the bus, not in the router's queues.
+
+The router runs over the in-process bus (a small topic) with a model that answers nothing
+until the test opens its gate. Publishing far more messages than the router may hold then
+blocks ``publish`` once the router holds ``max_in_flight`` messages and the topic is full;
+the router's own queues never hold more than the limit. Opening the gate lets everything
+through, each message answered once. The counts are read off the router, never off a clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from bot.agent.loop import Agent
+from bot.agent.prompting import PromptAssembler
+from bot.bus.base import InProcessBus
+from bot.bus.topics import INBOUND, outbound_topic
+from bot.events import Author, ChatMessage, ConversationKey, Reply
+from bot.llm.scripted import ScriptedProvider
+from bot.llm.types import LLMRequest, LLMResponse
+from bot.router.core import Router, RouterLimits
+from bot.router.text_commands import Commands
+from bot.state import connect
+from bot.state.history import HistoryStore
+
+LIMIT, TOPIC_SIZE, CONCURRENCY = 8, 4, 2
+CONVERSATIONS, TOTAL = 5, 100
+
+
+class GatedModel(ScriptedProvider):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        await self.gate.wait()
+        return await super().complete(request)
+
+
+async def until(predicate: Callable[[], bool]) -> None:
+    """Step the event loop until ``predicate`` holds (bounded: Redis I/O may be in between)."""
+    async with asyncio.timeout(30):
+        for _ in iter(predicate, True):
+            await asyncio.sleep(0)
+
+
+@pytest.mark.redis
+async def test_a_burst_blocks_publish_and_the_router_never_holds_more_than_its_limit(
+    redis_url: str, key_tag: str
+) -> None:
+    redis = await connect.open_redis(redis_url)
+    bus = InProcessBus(maxsize=TOPIC_SIZE)
+    history = HistoryStore(redis, max_messages=10, ttl_seconds=600)
+    model = GatedModel()
+    router = Router(
+        bus=bus,
+        redis=redis,
+        history=history,
+        assembler=PromptAssembler(model="m", system_prompt="SYSTEM"),
+        agent=Agent(model),
+        commands=Commands(history),
+        limits=RouterLimits(max_in_flight=LIMIT, concurrency=CONCURRENCY),
+    )
+    published: list[str] = []
+    replies: list[str] = []
+    held: list[int] = []  # what the router held (running + queued) each time a reply came
+
+    async def publish_all() -> None:
+        for n in range(TOTAL):
+            conv = ConversationKey(platform="console", channel=f"c{n % CONVERSATIONS}-{key_tag}")
+            message = ChatMessage(
+                platform="console",
+                id=f"{key_tag}-{n}",
+                conversation=conv,
+                author=Author(id="ada"),
+                text=f"message {n}",
+                is_direct=True,
+            )
+            await bus.publish(INBOUND, message)
+            published.append(message.id)
+
+    async def collect() -> None:
+        async for delivery in bus.consume(outbound_topic("console"), Reply, group="console"):
+            held.append(router.queued + CONCURRENCY)
+            replies.append(delivery.event.reply_to_id or "")
+            await delivery.ack()
+
+    tasks = [asyncio.create_task(router.run()), asyncio.create_task(collect())]
+    publishing = asyncio.create_task(publish_all())
+    try:
+        # Blocked model: the router fills up to its limit, then the topic fills, then publish
+        # waits. Nothing the router holds is ever more than the limit.
+        await until(lambda: router.in_flight == LIMIT and len(published) == LIMIT + TOPIC_SIZE)
+        assert len(model.requests) <= CONCURRENCY  # (a request is recorded once answered)
+        assert router.queued == LIMIT - CONCURRENCY
+        assert bus.backlog()[(INBOUND, "agent")][0] == TOPIC_SIZE  # the topic is full
+        assert not publishing.done(), "the 13th publish waits for room"
+
+        model.gate.set()
+        await asyncio.wait_for(publishing, 60)
+        await bus.drain(timeout=60)
+    finally:
+        await router.close()
+        await bus.close()
+        await asyncio.gather(*tasks, publishing, return_exceptions=True)
+        await redis.aclose()
+
+    assert sorted(replies) == sorted(published) and len(replies) == TOTAL
+    assert router.admission.peak == LIMIT
+    assert max(held) <= LIMIT
+    assert router.in_flight == 0 and router.queued == 0
