@@ -104,6 +104,7 @@ class Chorus:
                 reasoning=settings.agent.reasoning,
                 reasoning_max=settings.agent.reasoning_max,
                 max_deliveries=settings.state.max_deliveries,
+                claim_lease_ms=settings.state.claim_lease_ms,
             ),
         )
         self._owns = owns
@@ -237,6 +238,9 @@ def _make_bus(settings: Settings, redis: Redis) -> EventBus:
                 "set CHORUS_REDIS_URL=redis://... to scale out"
             )
         return RedisStreamsBus(
-            redis, consumer=default_worker_id(), namespace=settings.state.bus_namespace
+            redis,
+            consumer=default_worker_id(),
+            namespace=settings.state.bus_namespace,
+            lease_ms=settings.state.partition_lease_ms,
         )
     return InProcessBus()

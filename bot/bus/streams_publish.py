@@ -55,7 +55,7 @@ class StreamsPublisher:
         block_ms: int = 1000,
         claim_idle_ms: int = 60_000,
         partitions: int = 16,
-        lease_ms: int = 10_000,
+        lease_ms: int = 5_000,
         namespace: str = "main",
         batch: int = 64,
         max_inflight: int = 256,

@@ -93,7 +93,7 @@ class RouterLimits:
     reasoning: str = "auto"
     reasoning_max: Level = "medium"
     concurrency: int = 32
-    claim_lease_ms: int = 60_000
+    claim_lease_ms: int = 10_000
     max_deliveries: int = 3  # a message delivered more often goes to dead letters
     done_seconds: int = 3 * 24 * 3600
 
