@@ -22,6 +22,11 @@ class StateSettings(Section):
     bus_namespace: str = Field(
         default="main", pattern=r"^[a-z0-9_]+$", validation_alias="CHORUS_BUS_NAMESPACE"
     )
+    # How long the Redis Streams bus keeps an entry (bot/bus/retention.py); at least 10 minutes,
+    # since an entry older than this is trimmed even if no worker has read it yet.
+    bus_retention_seconds: int = Field(
+        default=24 * 3600, ge=600, validation_alias="CHORUS_BUS_RETENTION"
+    )
     max_deliveries: int = Field(default=3, ge=1, le=100, validation_alias="CHORUS_MAX_DELIVERIES")
     history_max_messages: int = Field(default=40, ge=2, validation_alias="CHORUS_HISTORY_MAX")
     history_ttl_seconds: int = Field(
