@@ -20,6 +20,8 @@ from bot.agent.loop import Agent, LoopLimits
 from bot.agent.prompting import PromptAssembler, system_prompt
 from bot.bus.base import EventBus, InProcessBus
 from bot.bus.claims import default_worker_id
+from bot.bus.erasure import StreamEraser
+from bot.bus.retention import StreamRetention
 from bot.live.engagement import Engagement
 from bot.live.turns import LiveChat, policy_config
 from bot.llm.base import Provider
@@ -87,7 +89,9 @@ class Chorus:
         self.memory_settings = settings.memory
         self.memory = MemoryStore(redis, self.memory_settings)
         commands = Commands(self.history)
-        memory_commands.register(commands, self.memory, self.history)
+        memory_commands.register(
+            commands, self.memory, self.history, eraser=StreamEraser.for_bus(bus, redis)
+        )
         self.router = Router(
             bus=bus,
             redis=redis,
@@ -133,6 +137,12 @@ class Chorus:
             if bus is None:
                 bus = _make_bus(settings, redis)
                 owned.append(bus)
+                retention = StreamRetention.for_bus(
+                    bus, redis, settings.state.bus_retention_seconds
+                )
+                if retention is not None:  # Redis Streams: entries older than the window go
+                    retention.start()
+                    owned.append(retention)
         except BaseException:
             await _close_all(owned)  # nothing half-started outlives a failed start
             raise

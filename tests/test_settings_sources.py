@@ -97,6 +97,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     ),
     "CHORUS_BUS": (("state.bus",), "redis", "redis"),
     "CHORUS_BUS_NAMESPACE": (("state.bus_namespace",), "staging", "staging"),
+    "CHORUS_BUS_RETENTION": (("state.bus_retention_seconds",), "3600", 3600),
     "CHORUS_HISTORY_MAX": (("state.history_max_messages",), "80", 80),
     "CHORUS_MAX_DELIVERIES": (("state.max_deliveries",), "5", 5),
     "CHORUS_CLAIM_LEASE_MS": (("state.claim_lease_ms",), "20000", 20_000),
