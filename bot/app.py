@@ -20,6 +20,8 @@ from bot.agent.loop import Agent, LoopLimits
 from bot.agent.prompting import PromptAssembler, system_prompt
 from bot.bus.base import EventBus, InProcessBus
 from bot.bus.claims import default_worker_id
+from bot.bus.erasure import StreamEraser
+from bot.bus.retention import StreamRetention
 from bot.live.engagement import Engagement
 from bot.live.turns import LiveChat, policy_config
 from bot.llm.base import Provider
@@ -88,7 +90,9 @@ class Chorus:
         self.memory_settings = settings.memory
         self.memory = MemoryStore(redis, self.memory_settings)
         commands = Commands(self.history)
-        memory_commands.register(commands, self.memory, self.history)
+        memory_commands.register(
+            commands, self.memory, self.history, eraser=StreamEraser.for_bus(bus, redis)
+        )
         self.router = Router(
             bus=bus,
             redis=redis,
@@ -105,6 +109,7 @@ class Chorus:
                 reasoning=settings.agent.reasoning,
                 reasoning_max=settings.agent.reasoning_max,
                 max_deliveries=settings.state.max_deliveries,
+                claim_lease_ms=settings.state.claim_lease_ms,
                 max_in_flight=settings.agent.max_turns_in_flight,
             ),
         )
@@ -141,6 +146,12 @@ class Chorus:
             if bus is None:
                 bus = _make_bus(settings, redis)
                 owned.append(bus)
+                retention = StreamRetention.for_bus(
+                    bus, redis, settings.state.bus_retention_seconds
+                )
+                if retention is not None:  # Redis Streams: entries older than the window go
+                    retention.start()
+                    owned.append(retention)
         except BaseException:
             await _close_all(owned)  # nothing half-started outlives a failed start
             raise
@@ -255,6 +266,9 @@ def _make_bus(settings: Settings, redis: Redis) -> EventBus:
                 "set CHORUS_REDIS_URL=redis://... to scale out"
             )
         return RedisStreamsBus(
-            redis, consumer=default_worker_id(), namespace=settings.state.bus_namespace
+            redis,
+            consumer=default_worker_id(),
+            namespace=settings.state.bus_namespace,
+            lease_ms=settings.state.partition_lease_ms,
         )
     return InProcessBus()

@@ -1,9 +1,9 @@
 """Claims that cannot double: two workers never both commit an answer to one message.
 
-The races are replayed step by step on both backends, with the workers' clocks in the test's
-hands and the lease lapse in Redis played by deleting the key (what expiry, or a Redis restart
-that lost the key, does). Each test first states the interleaving that, before the fix, let
-both workers write the reply.
+The races are replayed step by step on both backends, with the lease lapse in Redis played by
+deleting the key (what expiry, or a Redis restart that lost the key, does). Each test states
+the interleaving that, before the fix, let both workers write the reply: a worker trusted its
+own clock ("my claim is fresh, nobody can have taken it") and committed without checking.
 """
 
 from __future__ import annotations
@@ -18,16 +18,6 @@ from redis.asyncio.client import Pipeline
 from bot.bus.claims import DONE, Claim, Claims
 
 LEASE_MS = 60_000
-
-
-class Clock:
-    """A monotonic clock that moves only when the test says so."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def take(redis: Redis, claim: Claim) -> bool | None:
@@ -47,30 +37,24 @@ def reply_writer(redis_key: str, worker: str) -> Callable[[Pipeline], None]:
 
 
 @pytest.mark.redis
-async def test_a_retried_claim_keeps_the_clock_of_its_first_attempt(
+async def test_a_retried_claim_whose_lease_lapsed_does_not_commit_over_the_next_holder(
     redis_client: Redis, key_tag: str
 ) -> None:
-    """A's claim SET runs at t=0 but its reply is lost; A's retry at t=20 finds its own token
-    (SET NX leaves the key, and its lease, alone). The lease still ends at t=60. Before the
-    fix A dated its lease from t=20, believed it fresh at t=45 and committed without a check
-    after B had taken the lapsed claim and answered: two replies."""
-    clock_a = Clock()
+    """A's claim SET runs but its answer is lost; A's retry finds its own token (SET NX leaves
+    the key, and its lease, alone), so its lease began at the first attempt. The lease lapses;
+    B takes the message and answers. Before the fix A dated its lease from the retry, still
+    believed it fresh, and committed without a check: two replies."""
     message = f"m-{key_tag}"
     replies = f"replies:{key_tag}"
-    a = Claims(redis_client, worker_id="a", lease_ms=LEASE_MS, clock=clock_a).new("slack", message)
-    assert await take(redis_client, a) is True  # t=0: armed (the answer "got lost")
-    clock_a.now = 20.0
+    a = Claims(redis_client, worker_id="a", lease_ms=LEASE_MS).new("slack", message)
+    assert await take(redis_client, a) is True  # armed (the answer "got lost")
     assert await take(redis_client, a) is True  # the retry recognises itself
-    assert a.since == 0.0, "the lease began with the first attempt"
 
-    clock_a.now = 61.0
-    await redis_client.delete(a.key)  # the lease lapses at t=60
+    await redis_client.delete(a.key)  # the lease lapses
     b = Claims(redis_client, worker_id="b", lease_ms=LEASE_MS).new("slack", message)
     assert await take(redis_client, b) is True
     assert await b.commit(reply_writer(replies, "b")) is True
 
-    clock_a.now = 45.0  # A finishes its turn "at t=45" by its own (stale) reckoning
-    assert not a.fresh()
     await a.commit(reply_writer(replies, "a"))
     assert await redis_client.lrange(replies, 0, -1) == ["b"]
     assert await redis_client.get(a.key) == DONE
@@ -78,27 +62,48 @@ async def test_a_retried_claim_keeps_the_clock_of_its_first_attempt(
 
 
 @pytest.mark.redis
-async def test_a_renewal_that_finds_the_claim_lost_forgets_it_at_once(
+async def test_a_just_taken_claim_that_redis_lost_is_not_committed(
     redis_client: Redis, key_tag: str
 ) -> None:
-    """A holds a fresh claim; Redis loses the key (a restart without persistence) and B claims
-    the redelivered message. A's next renewal sees B's token. Before the fix A kept its old
-    clock, still "fresh", and committed without a check: two replies."""
+    """A takes the claim; moments later Redis loses the key (a restart without persistence)
+    and B claims the redelivered message. A finishes well inside its lease, before any renewal
+    could notice. Before the fix A's commit skipped the ownership check for a claim this
+    young and wrote its reply beside B's."""
     message = f"m-{key_tag}"
     replies = f"replies:{key_tag}"
-    a = Claims(redis_client, worker_id="a", lease_ms=300, clock=Clock()).new("slack", message)
+    a = Claims(redis_client, worker_id="a", lease_ms=LEASE_MS).new("slack", message)
     assert await take(redis_client, a) is True
-    assert a.fresh()  # A's clock never moves: only the renewal's finding can make it stale
+    await redis_client.delete(a.key)
+    b = Claims(redis_client, worker_id="b", lease_ms=LEASE_MS).new("slack", message)
+    assert await take(redis_client, b) is True
+
+    assert await a.commit(reply_writer(replies, "a")) is False
+    assert await b.commit(reply_writer(replies, "b")) is True
+    assert await redis_client.lrange(replies, 0, -1) == ["b"]
+    await redis_client.delete(replies, a.key)
+
+
+@pytest.mark.redis
+async def test_a_renewal_that_finds_the_claim_lost_marks_it_and_stops(
+    redis_client: Redis, key_tag: str
+) -> None:
+    """A holds a claim; Redis loses the key and B claims the redelivered message. A's next
+    renewal sees B's token: it must not extend B's lease, and A's claim is marked lost."""
+    message = f"m-{key_tag}"
+    replies = f"replies:{key_tag}"
+    a = Claims(redis_client, worker_id="a", lease_ms=300).new("slack", message)
+    assert await take(redis_client, a) is True
     await redis_client.delete(a.key)
     b = Claims(redis_client, worker_id="b", lease_ms=LEASE_MS).new("slack", message)
     assert await take(redis_client, b) is True
 
     async with a.renewing():
         for _ in range(200):  # the renewal runs every lease/3 = 0.1 s
-            if a.since is None:
+            if a.lost:
                 break
             await asyncio.sleep(0.05)
-    assert a.since is None and not a.fresh()
+    assert a.lost
+    assert await redis_client.pttl(a.key) > 300, "B's lease was not touched by A's renewal"
     assert await a.commit(reply_writer(replies, "a")) is False
     assert await b.commit(reply_writer(replies, "b")) is True
     assert await redis_client.lrange(replies, 0, -1) == ["b"]

@@ -37,25 +37,25 @@ async def test_a_retried_claim_recognises_itself(redis_client: Redis, key_tag: s
 async def test_a_commit_whose_exec_ran_before_the_connection_dropped_is_not_doubled(
     redis_client: Redis, key_tag: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The worst moment: EXEC ran (the reply went out) and then the connection dropped, so
-    the worker cannot know. The retry re-checks the claim under WATCH, finds it done, and
+    """The worst moment: the commit script ran (the reply went out) and then the connection
+    dropped, so the worker cannot know. The retry's ownership check finds the claim done, and
     does not publish a second reply."""
     claim = Claims(redis_client, worker_id="w1").new("discord", f"m-{key_tag}")
     async with redis_client.pipeline(transaction=False) as pipe:
         claim.queue_take(pipe)
         assert claim.taken((await pipe.execute())[0])
     stream = f"replies-{key_tag}"
-    real_execute = Pipeline.execute
+    real_eval = Redis.eval
     drops = [1]
 
-    async def execute_then_drop(self: Pipeline, *args: Any, **kwargs: Any) -> Any:
-        result = await real_execute(self, *args, **kwargs)
-        if drops and self.is_transaction:
+    async def eval_then_drop(self: Redis, *args: Any) -> Any:
+        result = await real_eval(self, *args)
+        if drops:
             drops.pop()
-            raise RedisConnectionError("Connection reset by peer (after EXEC)")
+            raise RedisConnectionError("Connection reset by peer (after the commit ran)")
         return result
 
-    monkeypatch.setattr(Pipeline, "execute", execute_then_drop)
+    monkeypatch.setattr(Redis, "eval", eval_then_drop)
     assert await claim.commit(queue_reply(stream))
     assert not drops, "the drop happened"
     assert await redis_client.xlen(stream) == 1, "one reply, not two"
@@ -72,16 +72,16 @@ async def test_a_commit_that_never_reached_redis_is_retried_until_it_does(
         claim.queue_take(pipe)
         assert claim.taken((await pipe.execute())[0])
     stream = f"replies-{key_tag}"
-    real_execute = Pipeline.execute
+    real_eval = Redis.eval
     failures = [1, 1]
 
-    async def refuse_twice(self: Pipeline, *args: Any, **kwargs: Any) -> Any:
-        if failures and self.is_transaction:
+    async def refuse_twice(self: Redis, *args: Any) -> Any:
+        if failures:
             failures.pop()
             raise RedisConnectionError("Connection refused")
-        return await real_execute(self, *args, **kwargs)
+        return await real_eval(self, *args)
 
-    monkeypatch.setattr(Pipeline, "execute", refuse_twice)
+    monkeypatch.setattr(Redis, "eval", refuse_twice)
     assert await claim.commit(queue_reply(stream))
     assert await redis_client.xlen(stream) == 1
     assert await redis_client.get(claim.key) == DONE

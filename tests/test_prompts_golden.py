@@ -30,6 +30,9 @@ from adapters.discord.adapter import no_answer_in_time
 from adapters.discord.slash import build_group
 from bot.agent.loop import ExitReason, fallback_text
 from bot.agent.prompting import system_prompt
+from bot.bus.erasure import StreamEraser
+from bot.bus.streams import RedisStreamsBus
+from bot.bus.topics import INBOUND
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.live.engagement import Action, Batch, BatchChatter, Decision, PendingMessage, Reason
 from bot.live.turns import ack, batch_turn, covered_context, idle_turn
@@ -211,16 +214,30 @@ async def _live_acks(redis: Redis) -> str:
 
 
 # -- commands -----------------------------------------------------------------------------------
-async def run_commands(redis: Redis, *texts: str, user: str = "ada", conversations: int = 1) -> str:
-    """Each command's reply, after ``user`` said "hi" in ``conversations`` conversations."""
+async def run_commands(
+    redis: Redis, *texts: str, user: str = "ada", conversations: int = 1, streams: bool = False
+) -> str:
+    """Each command's reply, after ``user`` said "hi" in ``conversations`` conversations (over
+    the Redis Streams bus with ``streams``, which keeps each "hi" in a stream)."""
     history = HistoryStore(redis, max_messages=50, ttl_seconds=3600)
     memory = MemoryStore(redis, MemorySettings())
     commands = Commands(history)
     queue = f"golden_{uuid.uuid4().hex[:8]}"
-    memory_commands.register(commands, memory, history, clock=lambda: NOW, insights_queue=queue)
+    bus = RedisStreamsBus(redis, consumer="golden", namespace=queue) if streams else None
+    memory_commands.register(
+        commands,
+        memory,
+        history,
+        clock=lambda: NOW,
+        insights_queue=queue,
+        eraser=StreamEraser.for_bus(bus, redis),
+    )
     for n in range(conversations):
         conv = DISCORD if n == 0 else ConversationKey(platform="discord", channel=f"other{n}")
-        await history.append(conv, HistoryEntry.from_message(message("hi", user, conv=conv)))
+        said = message("hi", user, conv=conv, msg_id=f"hi{n}")
+        await history.append(conv, HistoryEntry.from_message(said))
+        if bus is not None:
+            await bus.publish(INBOUND, said)
         async with redis.pipeline(transaction=True) as pipe:
             memory.queue_touch(pipe, "discord", user, conv, now=NOW)
             await pipe.execute()
@@ -262,7 +279,7 @@ async def _pins_full(redis: Redis) -> str:
     memory = MemoryStore(redis, MemorySettings())
     full = sample_buffer().model_copy(update={"user_id": "cy"})
     await memory.update("discord", "cy", lambda _: full)
-    return await run_commands(redis, "/pins", "/timezone", "/forget", user="cy")
+    return await run_commands(redis, "/pins", "/timezone", "/forget", user="cy", streams=True)
 
 
 @case("command_pins_without_notes")
@@ -271,7 +288,7 @@ async def _pins_recs_only(redis: Redis) -> str:
     rec = sample_buffer().recommendations[:1]
     only = UserBuffer(platform="discord", user_id="di", recommendations=rec)
     await memory.update("discord", "di", lambda _: only)
-    return await run_commands(redis, "/pins", "/forget", user="di", conversations=2)
+    return await run_commands(redis, "/pins", "/forget", user="di", conversations=2, streams=True)
 
 
 # -- tools, console, Discord --------------------------------------------------------------------

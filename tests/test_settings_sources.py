@@ -99,8 +99,11 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     ),
     "CHORUS_BUS": (("state.bus",), "redis", "redis"),
     "CHORUS_BUS_NAMESPACE": (("state.bus_namespace",), "staging", "staging"),
+    "CHORUS_BUS_RETENTION": (("state.bus_retention_seconds",), "3600", 3600),
     "CHORUS_HISTORY_MAX": (("state.history_max_messages",), "80", 80),
     "CHORUS_MAX_DELIVERIES": (("state.max_deliveries",), "5", 5),
+    "CHORUS_CLAIM_LEASE_MS": (("state.claim_lease_ms",), "20000", 20_000),
+    "CHORUS_PARTITION_LEASE_MS": (("state.partition_lease_ms",), "8000", 8_000),
     "CHORUS_HISTORY_TTL": (
         ("state.history_ttl_seconds", "memory.history_ttl_seconds"),
         "3600",

@@ -10,15 +10,21 @@ Delivery is at-least-once (a Redis Streams entry is redelivered when its worker 
   again. Nobody deletes another worker's claim: takeover happens only through expiry.
 - **renewal**: while a turn runs longer than a third of the lease, a background task extends it
   (``WATCH``/``GET`` must still be our token, then ``PEXPIRE``). A renewal that finds the claim
-  gone or someone else's forgets that the claim was ours at once, so the commit re-checks.
-- **the clock**: ``since`` is a lower bound of when the lease in Redis began: the time the
-  command that armed it was *sent*. A retried claim that finds its own token did not re-arm
-  the lease (``SET NX`` leaves an existing key alone), so its lease began at the first attempt.
+  gone or someone else's marks it ``lost`` and stops. A retried claim that finds its own token
+  (its first answer was lost) holds a lease that began at the first attempt; nothing here
+  dates a lease from our own clock, because the commit does not trust any such date.
 - **commit**: the reply (when the bus can publish inside a transaction), the history, the
-  ``done`` marker and the rest of the side effect go out in one ``MULTI``/``EXEC``. A worker killed
-  before it is answered is redone by another; killed after, the redelivery finds ``done``. While
-  the claim is known to be fresh (taken or renewed less than half a lease ago) nobody can have
-  taken it over, so the commit needs no extra ``WATCH`` round trip.
+  ``done`` marker and the rest of the side effect run in one Lua script that first checks the
+  claim still holds our token (``GUARDED``): ownership is checked on every path, atomically, in
+  one round trip. A worker killed before it is answered is redone by another; killed after, the
+  redelivery finds ``done``. (An earlier fast path skipped the check while the claim looked
+  "fresh" by the worker's own clock; a paused process, or a Redis restart that lost the key,
+  made that belief wrong and two workers committed.) Renewal and release use the same script.
+  The script runs the commands a ``Pipeline`` would have sent, so callers still "fill a
+  pipeline"; the keys they touch are not declared, which is fine on one Redis (not Cluster).
+  The embedded store runs it too (fakeredis with its Lua engine, ``lupa``).
+- **leases are short** (``CHORUS_CLAIM_LEASE_MS``, 10 s by default) and renewed every third of
+  a lease while the turn runs, so a worker that dies holds its messages for at most one lease.
 """
 
 from __future__ import annotations
@@ -28,14 +34,14 @@ import contextlib
 import logging
 import os
 import socket
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.exceptions import WatchError
+from redis.typing import EncodableT
 
 from bot.ops.aio import cancel_and_wait
 from bot.state import keys
@@ -46,6 +52,18 @@ log = logging.getLogger("chorus.claims")
 DONE = "done"
 WAIT_CAP_MS = 1000  # how stale a wait for another worker's claim may get
 
+# KEYS[1] the claim; ARGV[1] our token, then each command as its argument count and arguments.
+GUARDED = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local i = 2
+while i <= #ARGV do
+  local n = tonumber(ARGV[i])
+  redis.call(unpack(ARGV, i + 1, i + n))
+  i = i + n + 1
+end
+return 1
+"""
+
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
@@ -55,9 +73,8 @@ def default_worker_id() -> str:
 class Claims:
     redis: Redis
     worker_id: str = field(default_factory=default_worker_id)
-    lease_ms: int = 60_000
+    lease_ms: int = 10_000
     done_seconds: int = 3 * 24 * 3600
-    clock: Callable[[], float] = time.monotonic
 
     def new(self, platform: str, message_id: str) -> Claim:
         token = f"claimed:{self.worker_id}:{uuid.uuid4().hex[:12]}"
@@ -69,30 +86,19 @@ class Claim:
     owner: Claims
     key: str
     token: str
-    since: float | None = None  # the lease in Redis began no earlier than this (monotonic)
-    first_sent: float | None = None  # when a claim command was first sent
-    last_sent: float | None = None  # when the latest one was sent
+    lost: bool = False  # a renewal found the claim gone or someone else's
 
     # -- taking it -------------------------------------------------------------------------
     def queue_take(self, pipe: Pipeline) -> None:
         """Queue the claim (1 result) on the caller's read pipeline; see ``taken``."""
-        self._sending()
         pipe.set(self.key, self.token, nx=True, px=self.owner.lease_ms, get=True)
 
     def taken(self, previous: object) -> bool | None:
-        """True: ours now. False: already answered. None: another worker holds it."""
-        if previous is None:  # this attempt's SET armed the lease, after it was sent
-            self.since = self.last_sent
-            return True
-        if previous == self.token:  # an earlier attempt armed it and this one left it alone
-            self.since = self.first_sent
+        """True: ours now (armed by this attempt, or by an earlier one whose answer was lost).
+        False: already answered. None: another worker holds it."""
+        if previous is None or previous == self.token:
             return True
         return False if previous == DONE else None
-
-    def _sending(self) -> None:
-        self.last_sent = self.owner.clock()
-        if self.first_sent is None:
-            self.first_sent = self.last_sent
 
     async def wait_and_take(self) -> bool:
         """Wait out another worker's claim: True once ours, False once it is answered.
@@ -103,7 +109,6 @@ class Claim:
         redis, lease = self.owner.redis, self.owner.lease_ms
         pause_ms = 50
         while True:
-            self._sending()
             previous = await redis.set(self.key, self.token, nx=True, px=lease, get=True)
             outcome = self.taken(previous)
             if outcome is not None:
@@ -117,11 +122,6 @@ class Claim:
             pause_ms = min(pause_ms * 2, WAIT_CAP_MS)
 
     # -- holding it ------------------------------------------------------------------------
-    def fresh(self) -> bool:
-        return self.since is not None and (
-            self.owner.clock() - self.since < self.owner.lease_ms / 2000
-        )
-
     @contextlib.asynccontextmanager
     async def renewing(self) -> AsyncIterator[None]:
         """Keep the lease alive while the body runs (a long model call or tool loop)."""
@@ -134,17 +134,15 @@ class Claim:
     async def _renew(self) -> None:
         while True:
             await asyncio.sleep(self.owner.lease_ms / 3000)
-            sent = self.owner.clock()
             try:
                 ours = await self._if_ours(lambda pipe: pipe.pexpire(self.key, self.owner.lease_ms))
             except TRANSIENT:
                 log.warning("redis unavailable while renewing a claim", extra={"key": self.key})
-                continue  # ``since`` still bounds the old lease; the commit re-checks when stale
+                continue  # the commit checks ownership anyway
             if not ours:
-                self.since = None  # never commit on the strength of a claim we know we lost
+                self.lost = True
                 log.warning("lost the claim while working", extra={"key": self.key})
                 return
-            self.since = sent
 
     # -- finishing -------------------------------------------------------------------------
     async def commit(self, fill: Callable[[Pipeline], None]) -> bool:
@@ -154,19 +152,8 @@ class Claim:
             fill(pipe)
             pipe.set(self.key, DONE, ex=self.owner.done_seconds)
 
-        if self.fresh():
-            try:
-                async with self.owner.redis.pipeline(transaction=True) as pipe:
-                    effect(pipe)
-                    await pipe.execute()
-                return True
-            except TRANSIENT:
-                # Redis went away; the EXEC may or may not have run. Retry only under WATCH
-                # while the claim is ours: if it ran, the claim reads "done" and nothing doubles.
-                log.warning(
-                    "redis unavailable while recording an answer; retrying",
-                    extra={"key": self.key},
-                )
+        # Retried while Redis is away: if an EXEC ran before the connection dropped, the retry
+        # finds "done" instead of our token and nothing doubles.
         if await until_redis_answers("commit an answer", lambda: self._if_ours(effect)):
             return True
         if (
@@ -191,17 +178,14 @@ class Claim:
             log.warning("redis unavailable; the claim will lapse instead", extra={"key": self.key})
 
     async def _if_ours(self, queue: Callable[[Pipeline], object]) -> bool:
-        async with self.owner.redis.pipeline(transaction=True) as pipe:
-            for _ in range(5):
-                try:
-                    await pipe.watch(self.key)
-                    if await pipe.get(self.key) != self.token:
-                        await pipe.unwatch()  # type: ignore[no-untyped-call]
-                        return False
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    queue(pipe)
-                    await pipe.execute()
-                    return True
-                except WatchError:
-                    continue
-        return False
+        """Run ``queue``'s commands only if the claim still holds our token, atomically, in ONE
+        round trip: a Lua script checks the token and runs the commands (``GUARDED``)."""
+        async with self.owner.redis.pipeline(transaction=False) as pipe:
+            queue(pipe)  # only to capture the commands; this pipeline never executes
+            commands = [args for args, _ in pipe.command_stack]
+        argv: list[EncodableT] = [self.token]
+        for args in commands:
+            argv.append(len(args))
+            argv.extend(args)
+        run = cast("Awaitable[int]", self.owner.redis.eval(GUARDED, 1, self.key, *argv))
+        return bool(await run)

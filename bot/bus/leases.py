@@ -23,8 +23,8 @@ workers never read one partition at once, and a conversation's messages stay in 
 block at most half a lease, which the bus enforces.) The router's claims keep replies
 exactly-once regardless.
 
-There is no Lua here (the embedded ``memory://`` store has no Lua engine), so renewing and
-releasing are ``WATCH`` + ``MGET`` + ``MULTI``/``EXEC`` compare-and-set operations.
+Renewing and releasing are compare-and-set operations over many keys at once, done as
+``WATCH`` + ``MGET`` + ``MULTI``/``EXEC`` (they run every few seconds, not per message).
 """
 
 from __future__ import annotations

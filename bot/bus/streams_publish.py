@@ -7,6 +7,10 @@ over a Redis outage (``bot.state.outages``: retried until Redis answers, logged 
 traceback; a publish retried after a lost reply may add the entry twice, and consumers dedupe
 by message id) and ``drain``. ``StreamsPublisher`` holds exactly that; ``RedisStreamsBus``
 extends it with ``consume`` and ``close``. See ``streams`` for the design as a whole.
+
+``MAXLEN ~`` bounds a stream's size; its time bound is ``bot.bus.retention`` (a periodic exact
+``XTRIM MINID``: ``XADD`` takes one trim strategy, and an idle stream gets no ``XADD``), and
+``/forget`` deletes a user's entries with ``bot.bus.erasure``.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ class StreamsPublisher:
         block_ms: int = 1000,
         claim_idle_ms: int = 60_000,
         partitions: int = 16,
-        lease_ms: int = 10_000,
+        lease_ms: int = 5_000,
         namespace: str = "main",
         batch: int = 64,
         max_inflight: int = 256,

@@ -99,7 +99,7 @@ class RouterLimits:
     reasoning_max: Level = "medium"
     concurrency: int = 32
     max_in_flight: int = 128  # messages held at once, running or queued (taken before a pull)
-    claim_lease_ms: int = 60_000
+    claim_lease_ms: int = 10_000
     max_deliveries: int = 3  # a message delivered more often goes to dead letters
     done_seconds: int = 3 * 24 * 3600
 

@@ -3,8 +3,10 @@
 Each acts on the speaker only: identity is the platform plus the author's platform user id,
 so nobody can read or erase another person's memory by taking their display name. ``/forget``
 erases everything kept about the speaker -- the buffer, their lines in every conversation they
-spoke in (tracked per user by ``MemoryStore.queue_touch``), their pending insights job -- and
-leaves a tombstone so an analysis already running cannot write their pins back.
+spoke in (tracked per user by ``MemoryStore.queue_touch``), their pending insights job, and on
+the Redis Streams bus their entries still held in the streams (``bot.bus.erasure``; the
+in-process bus keeps nothing) -- and leaves a tombstone so an analysis already running cannot
+write their pins back.
 
 Every sentence they answer with is ``prompts/commands/*``.
 """
@@ -17,12 +19,14 @@ from functools import cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 import prompts
+from bot.bus.erasure import BusEraser
 from bot.events import ChatMessage, ConversationKey, utcnow
 from bot.memory import insight_queue
 from bot.memory.buffers import PIN_TEXT_MAX, MemoryStore, UserBuffer, clean_text
 from bot.memory.edit import Outcome, add_pin
 from bot.router.text_commands import Command, Commands
 from bot.state.history import HistoryStore
+from bot.state.outages import until_redis_answers
 
 Clock = Callable[[], datetime]
 
@@ -36,9 +40,11 @@ def register(
     *,
     clock: Clock = utcnow,
     insights_queue: str = insight_queue.DEFAULT_QUEUE,
+    eraser: BusEraser | None = None,
 ) -> None:
-    """Add the memory commands to ``commands``."""
-    handlers = _Handlers(memory, history, clock, insights_queue)
+    """Add the memory commands to ``commands``; ``eraser`` reaches into a bus that keeps
+    events after they are handled (``StreamEraser.for_bus``: None for the in-process bus)."""
+    handlers = _Handlers(memory, history, clock, insights_queue, eraser)
     for name, summary, handler in (
         ("pins", "commands/summary_pins", handlers.pins),
         ("remember", "commands/summary_remember", handlers.remember),
@@ -72,12 +78,18 @@ def _zones() -> dict[str, str]:
 
 class _Handlers:
     def __init__(
-        self, memory: MemoryStore, history: HistoryStore, clock: Clock, queue: str
+        self,
+        memory: MemoryStore,
+        history: HistoryStore,
+        clock: Clock,
+        queue: str,
+        eraser: BusEraser | None,
     ) -> None:
         self._memory = memory
         self._history = history
         self._clock = clock
         self._queue = queue
+        self._eraser = eraser
 
     async def pins(self, message: ChatMessage, args: str) -> str:
         buffer = await self._memory.load(message.platform, message.author.id)
@@ -148,6 +160,7 @@ class _Handlers:
             self._memory.queue_forget(pipe, platform, user_id, now=self._clock())
             insight_queue.queue_cancel(pipe, platform, user_id, queue=self._queue)
             await pipe.execute()
+        queued = await self._erase_queued(message)  # last: a failure here keeps the rest done
         parts = [
             _count(len(buffer.pins), "commands/count_note_one", "commands/count_note_other"),
             _count(
@@ -165,7 +178,21 @@ class _Handlers:
         parts.append(
             prompts.render("commands/forget_messages", messages=messages, conversations=where)
         )
+        if queued is not None:
+            parts.append(_count(queued, "commands/count_queued_one", "commands/count_queued_other"))
         return prompts.render("commands/forget_done", deleted=", ".join(parts))
+
+    async def _erase_queued(self, message: ChatMessage) -> int | None:
+        """The speaker's entries still held by the bus, erased (None: the bus keeps none).
+        Idempotent, so a Redis outage is waited out and the erasure retried."""
+        eraser = self._eraser
+        if eraser is None:
+            return None
+        erased = await until_redis_answers(
+            "erase a user's bus entries",
+            lambda: eraser.erase_user(message.platform, message.author.id, request=message),
+        )
+        return erased.total
 
     async def timezone(self, message: ChatMessage, args: str) -> str:
         platform, user_id = message.platform, message.author.id

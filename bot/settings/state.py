@@ -22,7 +22,21 @@ class StateSettings(Section):
     bus_namespace: str = Field(
         default="main", pattern=r"^[a-z0-9_]+$", validation_alias="CHORUS_BUS_NAMESPACE"
     )
+    # How long the Redis Streams bus keeps an entry (bot/bus/retention.py); at least 10 minutes,
+    # since an entry older than this is trimmed even if no worker has read it yet.
+    bus_retention_seconds: int = Field(
+        default=24 * 3600, ge=600, validation_alias="CHORUS_BUS_RETENTION"
+    )
     max_deliveries: int = Field(default=3, ge=1, le=100, validation_alias="CHORUS_MAX_DELIVERIES")
+    # How long a worker's hold on a message (claim) and on a bus partition lasts without
+    # renewal: a worker that dies stalls its messages for about this long (renewed every third
+    # of a lease while it lives). Shorter means faster takeover and more renewal traffic.
+    claim_lease_ms: int = Field(
+        default=10_000, ge=1_000, le=600_000, validation_alias="CHORUS_CLAIM_LEASE_MS"
+    )
+    partition_lease_ms: int = Field(
+        default=5_000, ge=2_000, le=600_000, validation_alias="CHORUS_PARTITION_LEASE_MS"
+    )
     history_max_messages: int = Field(default=40, ge=2, validation_alias="CHORUS_HISTORY_MAX")
     history_ttl_seconds: int = Field(
         default=7 * 24 * 3600, ge=60, validation_alias="CHORUS_HISTORY_TTL"

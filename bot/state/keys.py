@@ -41,12 +41,16 @@ Keys (``{platform}`` is ``[a-z0-9_]+``; every other ``{...}`` part is escaped):
 ``chorus:v1:bus:{ns}:stream:{topic}:{partition}`` -- Redis stream, one partition of a bus topic
     (``topic`` is ``[a-z0-9_]+`` parts joined by ``:``, e.g. ``outbound:discord``; the partition
     number is always the last part). Entries hold one field ``e`` (the event's JSON). Capped by
-    ``XADD MAXLEN ~``, no TTL. ``ns`` is ``[a-z0-9_]+``, ``main`` unless a deployment (or a
+    ``XADD MAXLEN ~`` and trimmed to CHORUS_BUS_RETENTION by a periodic ``XTRIM MINID``
+    (bot/bus/retention.py), no TTL; ``/forget`` deletes a user's entries (bot/bus/erasure.py).
+    ``ns`` is ``[a-z0-9_]+``, ``main`` unless a deployment (or a
     test) wants its own. Written by ``RedisStreamsBus`` (bot/bus/streams.py).
 ``chorus:v1:bus:{ns}:members:{group}:{topic}`` -- zset, consumer token -> heartbeat deadline
     (epoch ms) of the live consumers of one group; TTL 3 leases, refreshed by every heartbeat.
 ``chorus:v1:bus:{ns}:lease:{group}:{topic}:{partition}`` -- string, the token of the consumer
     that reads that partition (``SET NX PX``, renewed by compare-and-set); lapses when it dies.
+``chorus:v1:bus:{ns}:retention`` -- string, the token of the process that swept the streams
+    last (``SET NX PX`` one sweep interval), so one process per interval trims them.
 
 A history list holds JSON ``HistoryEntry`` values, oldest first, capped by CHORUS_HISTORY_MAX.
 A user key belongs to a person, so it must always carry a TTL: whoever writes one sets it in the
@@ -205,6 +209,16 @@ def bus_lease(topic: str, group: str, partition: int, namespace: str = "main") -
     """The lease naming the one consumer of ``group`` that reads a partition of ``topic``."""
     _check_token("group", group)
     return f"{_bus(namespace)}:lease:{group}:{_bus_topic(topic)}:{_partition(partition)}"
+
+
+def bus_streams_pattern(namespace: str = "main") -> str:
+    """A ``SCAN MATCH`` pattern for every stream of the bus namespace (the retention sweep)."""
+    return f"{_bus(namespace)}:stream:*"
+
+
+def bus_retention(namespace: str = "main") -> str:
+    """The sweep lease of the bus namespace: one process per interval trims the streams."""
+    return f"{_bus(namespace)}:retention"
 
 
 def _bus(namespace: str) -> str:
