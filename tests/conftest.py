@@ -163,3 +163,21 @@ async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+async def real_redis(real_redis_url: str, key_tag: str) -> AsyncIterator[Redis]:
+    """A client of the real Redis server; afterwards every key carrying ``key_tag`` is removed
+    (for tests that need a real server: other processes, stream semantics)."""
+    client = await connect.open_redis(real_redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        cleanup = redis.Redis.from_url(real_redis_url)
+        try:
+            doomed = list(cleanup.scan_iter(match=f"*{key_tag}*", count=1000))
+            if doomed:
+                cleanup.delete(*doomed)
+        finally:
+            cleanup.close()

@@ -15,11 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import cast
 
 import pytest
-import redis as sync_redis
 from redis.asyncio import Redis
 
 from bot.agent.loop import Agent
@@ -32,7 +31,7 @@ from bot.llm.scripted import ScriptedProvider
 from bot.llm.types import LLMRequest, LLMResponse
 from bot.router.core import Router, RouterLimits
 from bot.router.text_commands import Commands
-from bot.state import connect, keys
+from bot.state import keys
 from bot.state.history import HistoryStore
 
 CLAIM_LEASE_MS = 60_000  # long: a takeover that waited for it would blow every limit below
@@ -60,17 +59,8 @@ class GatedModel(ScriptedProvider):
 
 
 @pytest.fixture
-async def redis(real_redis_url: str, key_tag: str) -> AsyncIterator[Redis]:
-    client = await connect.open_redis(real_redis_url)
-    yield client
-    await client.aclose()
-    cleanup = sync_redis.Redis.from_url(real_redis_url)
-    try:
-        doomed = list(cleanup.scan_iter(match=f"*{key_tag}*", count=1000))
-        if doomed:
-            cleanup.delete(*doomed)
-    finally:
-        cleanup.close()
+def redis(real_redis: Redis) -> Redis:
+    return real_redis
 
 
 def _bus(redis: Redis, tag: str, name: str) -> RedisStreamsBus:
@@ -133,6 +123,23 @@ async def until(predicate: Callable[[], bool]) -> None:
             await asyncio.sleep(0)
 
 
+async def _next_worker(redis: Redis, tag: str, publisher: RedisStreamsBus) -> list[Reply]:
+    """A second worker ("w2", a model that answers at once) until both messages are answered
+    and every inbound entry is acked; the two replies."""
+    bus = _bus(redis, tag, "w2")
+    router = _router(redis, bus, GatedModel("w2", open_gate=True))
+    running = asyncio.create_task(router.run())
+    try:
+        replies = await asyncio.wait_for(_replies(redis, tag, 2), 20)
+        await asyncio.wait_for(publisher.drain(), 20)
+    finally:
+        await router.close()
+        await bus.close()
+        await asyncio.gather(running, return_exceptions=True)
+        await publisher.close()
+    return replies
+
+
 def _drain_record(caplog: pytest.LogCaptureFixture) -> logging.LogRecord:
     [record] = [r for r in caplog.records if r.getMessage() == "shutdown drain finished"]
     return record
@@ -165,17 +172,7 @@ async def test_a_turn_in_progress_finishes_within_the_grace_and_nothing_new_is_t
     assert (record.finished, record.abandoned) == (1, 0)  # type: ignore[attr-defined]
     await first_bus.close()
 
-    second_bus = _bus(redis, key_tag, "w2")
-    second = _router(redis, second_bus, GatedModel("w2", open_gate=True))
-    taking_over = asyncio.create_task(second.run())
-    try:
-        replies = await asyncio.wait_for(_replies(redis, key_tag, 2), 20)
-        await asyncio.wait_for(publisher.drain(), 20)  # every inbound entry acked
-    finally:
-        await second.close()
-        await second_bus.close()
-        await asyncio.gather(taking_over, return_exceptions=True)
-        await publisher.close()
+    replies = await _next_worker(redis, key_tag, publisher)
     assert [(r.reply_to_id, r.text) for r in replies] == [
         (f"{key_tag}-m1", "w1: message 1"),
         (f"{key_tag}-m2", "w2: message 2"),
@@ -209,18 +206,8 @@ async def test_past_the_grace_a_turn_is_released_and_taken_over_at_once(
     # handed back: still pending, but the stop does not count as an attempt that failed
     assert await _pending(redis, key_tag, "w1") == {f"{key_tag}-m1": 0, f"{key_tag}-m2": 0}
 
-    second_bus = _bus(redis, key_tag, "w2")
-    second = _router(redis, second_bus, GatedModel("w2", open_gate=True))
-    taking_over = asyncio.create_task(second.run())
-    try:
-        # 20 s: a takeover that waited for the 60 s claim lease could not make it
-        replies = await asyncio.wait_for(_replies(redis, key_tag, 2), 20)
-        await asyncio.wait_for(publisher.drain(), 20)  # every inbound entry acked
-    finally:
-        await second.close()
-        await second_bus.close()
-        await asyncio.gather(taking_over, return_exceptions=True)
-        await publisher.close()
+    # (within 20 s: a takeover that waited for the 60 s claim lease could not make it)
+    replies = await _next_worker(redis, key_tag, publisher)
     assert [(r.reply_to_id, r.text) for r in replies] == [
         (f"{key_tag}-m1", "w2: message 1"),
         (f"{key_tag}-m2", "w2: message 2"),
