@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("chorus.app")
 
+REPLY_FLUSH_SECONDS = 5.0  # how long a stopping process waits for the last replies to go out
+
 
 class Chorus:
     """One running bot. Use ``async with Chorus.from_settings(settings) as app:``."""
@@ -198,6 +200,25 @@ class Chorus:
         if self._router_task is not None:
             await self.router.shutdown(self.settings.agent.shutdown_grace)
             await cancel_and_wait(self._router_task)
+            await self._replies_sent()
+
+    async def _replies_sent(self, limit: float = REPLY_FLUSH_SECONDS) -> None:
+        """In-process bus: wait (a little) until the adapters took the replies the drain
+        produced, before they close; the queue dies with the process (Redis keeps them)."""
+        bus = self.bus
+        if not isinstance(bus, InProcessBus):
+            return
+
+        def sent() -> bool:
+            backlog = bus.backlog().items()
+            return not any(sum(n) for (topic, _), n in backlog if topic.startswith("outbound:"))
+
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(limit):
+                while True:
+                    if sent():
+                        return
+                    await asyncio.sleep(0.02)  # the adapters' progress
 
     def hurry(self) -> None:
         """A second signal: end the grace now (what still runs is cancelled and released)."""

@@ -1,9 +1,11 @@
-"""SIGTERM to ``chorus chat`` while it answers: the answer in progress still arrives, then it
-exits 0; a second SIGTERM ends the grace at once (README, "Stopping").
+"""SIGTERM to ``chorus chat`` or ``chorus run`` while it answers: the answer in progress still
+reaches the user, then the process exits 0; a second SIGTERM ends the grace at once (README,
+"Stopping").
 
-Real parts: ``chorus chat`` as a process (the in-process bus and store, the console adapter),
-the official Anthropic SDK against a loopback server here that holds each answer until the
-test lets it go, so the answer is provably in progress when the signal arrives. Waiting is on
+Real parts: ``chorus chat`` and ``chorus run`` as processes (the in-process bus and store; the
+console adapter, or real discord.py against the loopback Discord gateway and REST), the
+official Anthropic SDK against a loopback server here that holds each answer until the test
+lets it go, so the answer is provably in progress when the signal arrives. Waiting is on
 the server's events and the process's own log lines; the one bound (the second test's 60 s
 against a 120 s grace) measures that the second signal, not the grace, ended the wait.
 """
@@ -19,6 +21,14 @@ import pytest
 from aiohttp import web
 
 from tests.loopback.anthropic_server import AnthropicServer
+from tests.loopback.discord_server import (
+    BOT_ID,
+    CHANNEL_ID,
+    DiscordServer,
+    bot_mention,
+    plain_message,
+    rate_limited,
+)
 from tests.test_chat_e2e import ROOT, base_env, spawn_chorus
 
 
@@ -105,3 +115,44 @@ async def test_a_second_sigterm_ends_the_grace_at_once(
     assert out.decode() == ""  # the answer never came
     assert "second signal" in logs
     assert "finished=0 abandoned=1" in logs, logs
+
+
+async def test_chorus_run_posts_the_answer_in_progress_to_discord_before_it_exits(
+    model: HeldAnthropic, tmp_path: Path
+) -> None:
+    """One process, the in-process bus: the turn finishes within the grace, and the Discord
+    adapter, though its first POST is rate limited for a second, sends the reply before it is
+    closed (the stop waits for the replies the drain produced)."""
+    async with DiscordServer() as discord:
+        discord.failures.append(rate_limited(1.0))
+        env = base_env(tmp_path) | {
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "k",
+            "ANTHROPIC_BASE_URL": model.base_url,
+            "DISCORD_TOKEN": "loopback-token-not-secret",
+            "DISCORD_API_BASE_URL": discord.api_url,
+            "DISCORD_GATEWAY_URL": discord.ws_url,
+            "CHORUS_INSIGHTS_ENABLED": "false",
+            "CHORUS_LOG_LEVEL": "INFO",
+        }
+        proc = await spawn_chorus(["run"], env, tmp_path)
+        try:
+            await discord.wait_for(lambda: bool(discord.ops(2)), limit=90)  # IDENTIFY
+            await discord.dispatch(
+                "MESSAGE_CREATE",
+                plain_message(4243, f"<@{BOT_ID}> still there?", mentions=[bot_mention()]),
+            )
+            await asyncio.wait_for(model.asked.wait(), 60)
+            proc.send_signal(signal.SIGTERM)
+            before = await asyncio.wait_for(_stderr_until(proc, "shutting down"), 30)
+            model.release.set()
+            _, err = await asyncio.wait_for(proc.communicate(), 60)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        logs = before + err.decode(errors="replace")
+        assert proc.returncode == 0, logs[-3000:]
+        limited, post = discord.requests_to("POST", f"/channels/{CHANNEL_ID}/messages")
+        assert limited.body == post.body and post.body["content"].startswith("the answer")
+        assert "finished=1 abandoned=0" in logs
