@@ -12,7 +12,7 @@ from bot.ops import aio
 
 
 async def _main() -> None:
-    from bench import cache, memory, overhead, replay, scaling
+    from bench import backpressure, cache, memory, overhead, replay, scaling
 
     sections = [
         await cache.main(),
@@ -20,6 +20,7 @@ async def _main() -> None:
         await overhead.main(memory.REAL),
         replay.main(),
         await scaling.main(memory.REAL),
+        await backpressure.main(memory.REAL),
     ]
     print(
         f"# Chorus benchmarks\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "

@@ -26,6 +26,7 @@ import yaml
 
 from bot import cli
 from bot.cli import _parser
+from bot.settings.agent import AgentSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,6 +41,11 @@ SCHEMAS = ROOT / "tests" / "fixtures" / "schemas"
 
 
 K8S_VERSION = kubernetes_validate.utils.latest_version()
+
+
+# A stopping chorus drains this long by default; every stop timeout in deploy/ must exceed it
+# with room for the hand-over (grace + 10 s).
+SHUTDOWN_GRACE: float = AgentSettings.model_fields["shutdown_grace"].default
 
 
 # Variables the recipes may set that are not Chorus settings (so not in .env.example).

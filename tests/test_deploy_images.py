@@ -22,6 +22,7 @@ from tests.deploy_recipes import (
     DEPLOY,
     ROOT,
     SCHEMAS,
+    SHUTDOWN_GRACE,
     _assert_cli,
     _chorus_containers,
     _compose,
@@ -205,6 +206,8 @@ def test_compose_wires_redis_and_the_three_roles() -> None:
             assert service["healthcheck"] == {"disable": True}, f"{name}: nothing answers"
         assert service["depends_on"] == {"redis": {"condition": "service_healthy"}}
         assert service["restart"] == "unless-stopped"
+        stop = service.get("stop_grace_period", "10s")  # Compose's default
+        assert stop.endswith("s") and float(stop[:-1]) >= SHUTDOWN_GRACE + 10, f"{name}: drain"
         assert (DEPLOY / service["env_file"]).resolve() == ROOT / ".env"
         assert (DEPLOY / service["build"]["context"] / service["build"]["dockerfile"]).is_file()
         assert not [k for k in service["environment"] if _SECRET_NAME.search(k)], "secrets: .env"

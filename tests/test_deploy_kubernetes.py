@@ -25,6 +25,7 @@ from tests.deploy_recipes import (
     K8S_VERSION,
     ROOT,
     SCHEMAS,
+    SHUTDOWN_GRACE,
     _assert_cli,
     _chorus_containers,
     _containers,
@@ -158,6 +159,8 @@ def test_pods_are_probed_hardened_and_bounded() -> None:
             assert set(container["resources"][kind]) == {"cpu", "memory"}, name
         if not container["image"].startswith("chorus"):
             continue
+        grace = float(config.get("CHORUS_SHUTDOWN_GRACE", SHUTDOWN_GRACE))
+        assert pod["terminationGracePeriodSeconds"] >= grace + 10, f"{name}: room to drain"
         commands[name] = container["args"]
         _assert_cli(container["args"])
         sources = [next(iter(s.values()))["name"] for s in container["envFrom"]]

@@ -16,6 +16,7 @@ from tests.deploy_recipes import (
     _TOKEN_SHAPES,
     DEPLOY,
     ROOT,
+    SHUTDOWN_GRACE,
     _assert_cli,
     _chorus_containers,
     _compose,
@@ -66,6 +67,8 @@ def test_systemd_unit_runs_chorus_unprivileged_and_hardened(name: str, args: lis
     }
     assert hardening.items() <= service.items()
     assert service["StateDirectory"] == "chorus" and "ReadWritePaths" not in service
+    assert service["KillSignal"] == "SIGTERM"  # a graceful stop, with room to drain:
+    assert float(service["TimeoutStopSec"]) >= SHUTDOWN_GRACE + 10
     if name.endswith("@.service"):
         assert exec_start[:venv] == ["/usr/bin/env", "CHORUS_HEALTH_PORT=%i"], (
             "one port per instance"

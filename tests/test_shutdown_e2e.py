@@ -1,6 +1,6 @@
 """SIGTERM to ``chorus chat`` or ``chorus run`` while it answers: the answer in progress still
 reaches the user, then the process exits 0; a second SIGTERM ends the grace at once (README,
-"Stopping").
+"Stopping and backpressure").
 
 Real parts: ``chorus chat`` and ``chorus run`` as processes (the in-process bus and store; the
 console adapter, or real discord.py against the loopback Discord gateway and REST), the
