@@ -16,13 +16,16 @@ import pytest
 
 from bot.agent.loop import Agent
 from bot.agent.prompting import PromptAssembler
+from bot.app import Chorus
 from bot.bus.base import InProcessBus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.llm.scripted import ScriptedProvider
 from bot.llm.types import LLMRequest, LLMResponse
+from bot.ops.metrics import Metrics
 from bot.router.core import Router, RouterLimits
 from bot.router.text_commands import Commands
+from bot.settings import settings_from
 from bot.state import connect
 from bot.state.history import HistoryStore
 
@@ -112,3 +115,33 @@ async def test_a_burst_blocks_publish_and_the_router_never_holds_more_than_its_l
     assert router.admission.peak == LIMIT
     assert max(held) <= LIMIT
     assert router.in_flight == 0 and router.queued == 0
+
+
+async def test_the_turns_in_flight_gauge_counts_running_and_queued_messages(key_tag: str) -> None:
+    settings = settings_from(
+        {
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "test-key",
+            "CHORUS_REDIS_URL": f"memory://gauge-{key_tag}",
+            "CHORUS_INSIGHTS_ENABLED": "false",
+        }
+    )
+    model = GatedModel()
+    app = await Chorus.from_settings(settings, provider=model)
+    async with app:
+        conv = ConversationKey(platform="console", channel=f"c-{key_tag}")
+        for n in range(3):  # one conversation: one runs, two wait behind it
+            message = ChatMessage(
+                platform="console",
+                id=f"{key_tag}-{n}",
+                conversation=conv,
+                author=Author(id="ada"),
+                text=f"message {n}",
+                is_direct=True,
+            )
+            await app.bus.publish(INBOUND, message)
+        await until(lambda: app.router.in_flight == 3)
+        assert isinstance(app.metrics, Metrics)
+        rendered = (await app.metrics.render())[0].decode()
+        model.gate.set()
+    assert "chorus_turns_in_flight 3.0" in rendered
