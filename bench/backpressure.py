@@ -16,6 +16,9 @@ is the router's and the bus's, not the store's.
 
 "Steady" is the RSS once the first 10% of the messages were published (the process warmed
 up, its caches and queues filled); the ratio peak / steady is the figure that must stay near 1.
+Wall time is until every message is answered (in-process) or published (Streams); CPU per
+answer is the process's own CPU time per answered message, which a busy neighbour on a shared
+machine barely moves.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ class Run:
     published: int = 0
     answered: int = 0
     seconds: float = 0.0
+    cpu_ms_per_message: float = 0.0  # process CPU: a shared machine's load barely moves it
     rss: list[float] = field(default_factory=list)
     steady: float = 0.0
     peak_in_flight: int = 0
@@ -94,9 +98,12 @@ class Run:
         return self.peak / self.steady
 
     def row(self) -> str:
+        # (publishing shares the process: CPU per answer means something once all are answered)
+        cpu = f"{self.cpu_ms_per_message:.2f} ms" if self.answered == self.published else "-"
         return (
             f"| {self.label} | {self.limit:,} | {self.published:,} | {self.answered:,} "
-            f"| {self.seconds:.1f} s | {self.steady:.0f} MiB | {self.peak:.0f} MiB "
+            f"| {self.seconds:.0f} s | {cpu} "
+            f"| {self.steady:.0f} MiB | {self.peak:.0f} MiB "
             f"| {self.ratio:.2f} | {self.peak_in_flight:,} | {self.peak_queued:,} "
             f"| {self.peak_topic:,} |"
         )
@@ -163,12 +170,13 @@ async def run(
 
     tasks = [asyncio.create_task(collect()), asyncio.create_task(sample())]
     await app.start()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     try:
         await asyncio.gather(*(publish(first) for first in range(PUBLISHERS)))
         if bus == "memory":
             await asyncio.wait_for(answered.wait(), 1800)
         result.seconds = time.perf_counter() - started
+        result.cpu_ms_per_message = (time.process_time() - cpu) * 1000 / max(result.answered, 1)
         result.rss.append(rss_mb())
     finally:
         await app.aclose()  # a graceful stop: the Streams run leaves its backlog in Redis
@@ -205,10 +213,10 @@ async def main(real_redis: str, n: int = MESSAGES) -> list[str]:
         f"publishers as fast as the bus takes them; the model answers each after "
         f"{MODEL_SECONDS * 1000:g} ms (32 at a time). One fresh process per row.",
         "",
-        "| bus | turns in flight limit | published | answered | publish time | RSS steady "
-        "| RSS peak | peak / steady | router held, peak | queued behind a conversation, peak "
-        "| topic depth, peak |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| bus | turns in flight limit | published | answered | wall time | CPU per answer "
+        "| RSS steady | RSS peak | peak / steady | router held, peak "
+        "| queued behind a conversation, peak | topic depth, peak |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, bus, limit in SCENARIOS:
         args = [label, real_redis, bus, str(limit or 10 * n), str(n)]
@@ -223,7 +231,7 @@ async def main(real_redis: str, n: int = MESSAGES) -> list[str]:
         )
         out, err = await proc.communicate()
         if proc.returncode != 0:
-            lines.append(f"| {label} | not measured: {err.decode()[-300:]!r} | | | | | | | | | |")
+            lines.append(f"| {label} | not measured: {err.decode()[-300:]!r} |" + " |" * 10)
             continue
         lines.append(Run.from_json(out.decode()).row())
     return lines

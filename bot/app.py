@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("chorus.app")
 
-REPLY_FLUSH_SECONDS = 5.0  # how long a stopping process waits for the last replies to go out
+REPLY_FLUSH_SECONDS = 3.0  # how long a stopping process waits for the last replies to go out
 
 
 class Chorus:

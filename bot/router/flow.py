@@ -33,7 +33,7 @@ log = logging.getLogger("chorus.router")
 D = TypeVar("D")
 
 RELEASE_TIMEOUT = 2.0  # seconds a cancelled turn may spend giving its claim back
-ABANDON_WAIT = 5.0  # seconds to wait for cancelled turns (a commit in flight) to end
+ABANDON_WAIT = 3.0  # seconds to wait for cancelled turns (a commit in flight) to end
 
 
 class Admission:
