@@ -176,6 +176,13 @@ def _adapter_gauges(
                 lambda: {(k,): v for k, v in slot.adapter.dropped.items()},
                 "counter",
             ),
+            (
+                "chorus_twitch_eventsub_duplicates",
+                "EventSub notifications Twitch delivered again, dropped unpublished",
+                (),
+                lambda: slot.adapter.client.recent_events.duplicates,
+                "counter",
+            ),
         ]
     if slot.platform == "youtube":
         return [
