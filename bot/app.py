@@ -104,7 +104,7 @@ class Chorus:
             commands=commands,
             tools=self.tools,
             memory=self.memory,
-            live=LiveChat(Engagement(policy_config(settings.engagement))),
+            live=LiveChat(Engagement(policy_config(settings.engagement)), metrics=self.metrics),
             metrics=self.metrics,
             limits=RouterLimits(
                 max_message_chars=settings.agent.max_message_chars,

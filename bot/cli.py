@@ -177,6 +177,13 @@ def _adapter_gauges(
                 lambda: {(k,): v for k, v in slot.adapter.dropped.items()},
                 "counter",
             ),
+            (
+                "chorus_twitch_eventsub_duplicates",
+                "EventSub notifications Twitch delivered again, dropped unpublished",
+                (),
+                lambda: slot.adapter.client.recent_events.duplicates,
+                "counter",
+            ),
         ]
     if slot.platform == "youtube":
         return [
@@ -350,7 +357,8 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
 
 def _replay(trace: str, settings: Settings) -> int:
     """``chorus replay TRACE.jsonl``: the policy on a trace, with a scripted model; exits 1 if a
-    message was answered twice or a platform's send limit was exceeded."""
+    message was answered twice, a mention was neither answered nor declined with a reason, or a
+    platform's send limit was exceeded."""
     from bot.live.replay import format_report, replay
     from bot.live.turns import policy_config
 
@@ -360,7 +368,8 @@ def _replay(trace: str, settings: Settings) -> int:
         print(f"chorus: cannot read {trace}: {exc.strerror}", file=sys.stderr)
         return EXIT_CONFIG
     print(format_report(report))
-    return 0 if report.double_answers == 0 and report.within_send_limits else 1
+    ok = report.double_answers == 0 and report.mentions_lost == 0 and report.within_send_limits
+    return 0 if ok else 1
 
 
 def _default_user() -> str:

@@ -88,6 +88,33 @@ def test_every_mention_in_the_shipped_trace_is_answered_within_seconds() -> None
     assert worst is not None and worst <= 20.0  # model latency plus at most one user cooldown
 
 
+def test_busy_regulars_flooding_between_mentions_lose_no_mention() -> None:
+    """``busy_regulars.jsonl``: regulars mention the bot twice within their cooldown, then flood.
+    Before flood control spared mentions, 109 of its 326 mentions were never answered."""
+    make_trace = _make_trace_module()
+    rows = make_trace.generate_regulars(make_trace.SEED)
+    shipped = (TRACES / "busy_regulars.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(text) for text in shipped] == rows
+    report = replay(TRACES / "busy_regulars.jsonl")
+    assert report.ignored["flood"] >= 100 and report.dropped["flood"] >= 100  # they do flood
+    regulars = {r["id"] for r in rows if r["user_id"].startswith("r") and r.get("mentions_bot")}
+    assert len(regulars) >= 100 and report.mentions_total >= len(regulars)
+    answered = {i for r in report.replies for i in r.message_ids}
+    assert regulars <= answered  # every regular's mention, the waiting ones too
+    assert report.mentions_answered == report.mentions_total and report.mentions_lost == 0
+    assert report.double_answers == 0 and report.within_send_limits
+    assert "| mentions lost (neither answered nor declined) | 0 |" in format_report(report)
+
+
+def test_a_declined_mention_is_counted_with_its_reason_not_lost() -> None:
+    trace = [line(0.0, "reg", "hi", mentions_bot=True)]
+    trace += [line(1.0 + i, "reg", f"again {i}?", mentions_bot=True) for i in range(4)]
+    report = replay_lines(trace, config=PolicyConfig(max_pending_per_chatter=3))
+    assert report.mentions_total == 5 and report.mentions_answered == 4
+    assert report.mentions_declined == {"superseded": 1} and report.mentions_lost == 0
+    assert "| mentions declined with a reason | 1 superseded |" in format_report(report)
+
+
 def test_the_shipped_trace_stays_within_every_send_limit() -> None:
     report = busy()
     assert report.sends and report.within_send_limits
@@ -250,3 +277,4 @@ def test_random_traces_never_exceed_a_send_limit_or_answer_twice(
     )
     ids = [i for r in report.replies for i in r.message_ids]
     assert len(ids) == len(set(ids)) and report.double_answers == 0
+    assert report.mentions_lost == 0  # every accepted mention answered or declined with a reason

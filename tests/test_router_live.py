@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bot.agent.loop import Agent
 from bot.agent.prompting import PromptAssembler
@@ -17,6 +19,7 @@ from bot.events import Author, ChatMessage, ConversationKey, Reply, Role
 from bot.live.engagement import Engagement, PolicyConfig, Reason
 from bot.live.turns import LiveChat, ack
 from bot.llm.scripted import ScriptedProvider
+from bot.ops.metrics import Metrics
 from bot.router.core import Router
 from bot.router.text_commands import Commands
 from bot.state import connect
@@ -31,6 +34,7 @@ class Live:
     replies: list[Reply]
     clock: list[float]
     conv: ConversationKey
+    metrics: Metrics
     n: int = 0
 
     async def chat(
@@ -61,6 +65,7 @@ async def live(key_tag: str) -> AsyncIterator[Live]:
     provider = ScriptedProvider()
     clock = [1000.0]
     policy = PolicyConfig(min_pending=3, min_gap_seconds=30, channel_cooldown_seconds=0)
+    metrics = Metrics(process_metrics=False)
     router = Router(
         bus=bus,
         redis=redis,
@@ -68,7 +73,8 @@ async def live(key_tag: str) -> AsyncIterator[Live]:
         assembler=PromptAssembler(model="m", system_prompt="S"),
         agent=Agent(provider),
         commands=Commands(history),
-        live=LiveChat(Engagement(policy), clock=lambda: clock[0]),
+        live=LiveChat(Engagement(policy), clock=lambda: clock[0], metrics=metrics),
+        metrics=metrics,
     )
     replies: list[Reply] = []
 
@@ -86,6 +92,7 @@ async def live(key_tag: str) -> AsyncIterator[Live]:
             replies,
             clock,
             ConversationKey(platform="twitch", channel=f"chan{key_tag}"),
+            metrics,
         )
     finally:
         await bus.close()
@@ -131,3 +138,48 @@ async def test_pause_and_resume_only_for_moderators(live: Live) -> None:
     await live.bus.drain(timeout=10)
     assert live.replies[-1].text == ack(Reason.RESUME)
     assert live.provider.requests == []  # acknowledgements never call the model
+
+
+async def _decisions(live: Live) -> dict[str, float]:
+    body, _ = await live.metrics.render()
+    found = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            if sample.name == "chorus_engagement_decisions_total":
+                found[sample.labels["decision"]] = sample.value
+    return found
+
+
+async def test_a_busy_regular_flooding_between_mentions_is_answered_once(live: Live) -> None:
+    first = await live.chat("reg", "hey bot?", mention=True)
+    live.clock[0] += 2
+    waiting = await live.chat("reg", "and one more thing?", mention=True)
+    for i in range(8):  # then a flood of ordinary lines inside the 15 s flood window
+        live.clock[0] += 0.5
+        await live.chat("reg", f"spam line {i}")
+    await live.bus.drain(timeout=10)
+    assert [r.reply_to_id for r in live.replies] == [first]
+    assert (await _decisions(live))["ignore"] >= 1  # the flood lines were ignored
+    live.clock[0] += 10  # the regular's 10 s cooldown is over
+    assert live.router.live_tick() == 1
+    await live.router.join()
+    await live.bus.drain(timeout=10)
+    assert [r.reply_to_id for r in live.replies] == [first, waiting]
+    prompt = live.provider.requests[-1].messages[-1].text
+    assert "and one more thing?" in prompt and "spam line" not in prompt
+    live.clock[0] += 30
+    assert live.router.live_tick() == 0  # answered once
+    assert live.router.live is not None and live.router.live.declined == 0
+
+
+async def test_a_declined_mention_is_logged_and_counted(
+    live: Live, caplog: pytest.LogCaptureFixture
+) -> None:
+    await live.chat("reg", "hi bot", mention=True)
+    waiting = await live.chat("reg", "still there?", mention=True)  # waits for the cooldown
+    with caplog.at_level(logging.INFO, logger="chorus.live"):
+        await live.chat("mod", "!chorus pause", roles=frozenset({Role.MODERATOR}))
+        await live.bus.drain(timeout=10)
+    (record,) = [r for r in caplog.records if r.getMessage() == "live chat: mention declined"]
+    assert (record.message_id, record.reason) == (waiting, "paused")  # type: ignore[attr-defined]
+    assert (await _decisions(live))["declined_paused"] == 1

@@ -2,8 +2,9 @@
 
 Chorus reads chat as the bot user: one ``channel.chat.message`` subscription per configured
 channel (plus ``message_delete`` and ``clear_user_messages`` so removed text leaves the stored
-history too), over twitchio's EventSub websocket. twitchio follows ``session_reconnect`` by
-itself (Twitch moves the subscriptions to the new connection; nothing is re-subscribed). It
+history too), over twitchio's EventSub websocket. ``session_reconnect`` is followed without
+losing or doubling an event (``eventsub.HandoverWebsocket``: Twitch moves the subscriptions to the
+new connection, nothing is re-subscribed, the old one is read until Twitch closes it). It
 refreshes the bot's token when Helix answers 401 "Invalid OAuth token" and in a background
 validation loop; every new pair is written to the operator's ``TokenStore``.
 

@@ -6,8 +6,12 @@ directory unless told not to (``ChorusTwitchClient`` makes the file impossible);
 are class/module globals (``Route.BASE``, ``Route.ID_BASE``, ``websockets.WSS``), so
 ``configure_endpoints`` sets them for the process; when a reconnect keeps the session id (Twitch
 keeps it) twitchio drops the new socket from its registry and ``Client.close`` would leave it
-running, so ``_Sockets`` remembers every socket to close it; and its ``HTTPException`` message
-carries the request URL, which for the OAuth refresh holds secrets (``TwitchAPIError``).
+running, so ``_Sockets`` remembers every socket to close it; its ``HTTPException`` message
+carries the request URL, which for the OAuth refresh holds secrets (``TwitchAPIError``); and its
+``session_reconnect`` loses the events Twitch sends on the old socket during the handover, so
+``ChorusTwitchClient.subscribe_websocket`` puts every subscription on a ``HandoverWebsocket``
+(``adapters/twitch/eventsub.py``), which reads the old socket through the handover and drops
+redelivered events by message id.
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ from typing import Any, TypeVar
 
 import twitchio
 import twitchio.eventsub.websockets as twitch_ws
+from twitchio.eventsub import SubscriptionPayload
 from twitchio.eventsub.websockets import Websocket
 from twitchio.http import Route
+from twitchio.types_.eventsub import SubscriptionResponse
 
+from adapters.twitch.eventsub import HandoverWebsocket, RecentIds, check_twitchio
 from bot.settings import TwitchSettings
 
 T = TypeVar("T")
@@ -80,11 +87,42 @@ class _Sockets(dict[str, dict[str, Websocket]]):
 
 
 class ChorusTwitchClient(twitchio.Client):
-    """A twitchio ``Client`` that never touches ``.tio.tokens.json`` and tracks its sockets."""
+    """A twitchio ``Client`` that never touches ``.tio.tokens.json``, tracks its sockets and
+    subscribes on lossless, de-duplicating EventSub sockets (``HandoverWebsocket``)."""
 
     def __init__(self, *, client_id: str, client_secret: str) -> None:
+        check_twitchio()
         super().__init__(client_id=client_id, client_secret=client_secret, fetch_client_user=False)
         self._websockets = _Sockets()
+        self.recent_events = RecentIds()  # EventSub message ids already dispatched
+
+    async def subscribe_websocket(
+        self,
+        payload: SubscriptionPayload,
+        *,
+        as_bot: bool | None = None,
+        token_for: str | twitchio.PartialUser | None = None,
+        socket_id: str | None = None,
+    ) -> SubscriptionResponse | None:
+        """twitchio's, but on a ``HandoverWebsocket`` of ``token_for`` (opened if need be)."""
+        if socket_id is None and token_for is not None:
+            user = token_for if isinstance(token_for, str) else token_for.id
+            socket_id = (await self._eventsub_socket(user)).session_id
+        return await super().subscribe_websocket(
+            payload, as_bot=as_bot, token_for=token_for, socket_id=socket_id
+        )
+
+    async def _eventsub_socket(self, token_for: str) -> HandoverWebsocket:
+        sockets = self._websockets[token_for]
+        for socket in sockets.values():
+            if isinstance(socket, HandoverWebsocket) and socket.can_subscribe and socket.connected:
+                return socket
+        socket = HandoverWebsocket(
+            recent=self.recent_events, client=self, token_for=token_for, http=self._http
+        )
+        await socket.connect(fail_once=True)
+        sockets[socket.session_id or ""] = socket
+        return socket
 
     async def load_tokens(self, path: str | None = None, /) -> None:
         """Tokens come from the adapter's ``TokenStore``, never from a file in the cwd."""

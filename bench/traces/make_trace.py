@@ -10,6 +10,13 @@ same seed always writes the same bytes:
 
     python bench/traces/make_trace.py            # rewrites bench/traces/busy_chat.jsonl
     python bench/traces/make_trace.py --seed 7 --out /tmp/other.jsonl
+    python bench/traces/make_trace.py --regulars # rewrites bench/traces/busy_regulars.jsonl
+
+``--regulars`` writes the second shipped trace, ``busy_regulars.jsonl``: 30 minutes of a busy
+Twitch channel where a few regulars mention the bot twice within seconds (the second mention
+waits out their 10 s cooldown) and then flood the chat with ordinary lines. Before mentions were
+exempt from flood control, the flood dropped the waiting mention with the rest of the regular's
+queue: the trace exists to show that every mention is answered or declined with a reason.
 """
 
 from __future__ import annotations
@@ -224,12 +231,55 @@ def generate(seed: int = SEED) -> list[dict[str, Any]]:
     return trace.rows
 
 
+REGULARS_PHASES = [(0, 600, 2.0), (600, 1200, 3.0), (1200, 1800, 2.0)]
+
+
+def _regular_visits(trace: _Trace, channel: str, regulars: list[tuple[str, str]]) -> None:
+    """Each regular, about every 80 s: a mention, a second one 2-8 s later (inside the 10 s
+    cooldown, so it waits in the ledger), then 7-10 ordinary lines within 12 s (a flood)."""
+    rng = trace.rng
+    for regular in regulars:
+        t = rng.uniform(5, 60)
+        while t < 1780:
+            trace.add(
+                t, "twitch", channel, regular, f"@{BOT} {rng.choice(ASKS)}", mentions_bot=True
+            )
+            t += rng.uniform(2, 8)
+            trace.add(
+                t, "twitch", channel, regular, f"@{BOT} {rng.choice(ASKS)}", mentions_bot=True
+            )
+            for _ in range(rng.randrange(7, 11)):
+                t += rng.uniform(0.5, 1.5)
+                trace.add(
+                    t, "twitch", channel, regular, f"{rng.choice(CHATTER)} {rng.randrange(99)}"
+                )
+            t += rng.uniform(50, 100)
+
+
+def generate_regulars(seed: int = SEED) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    trace = _Trace(rng)
+    viewers = _users(rng, "t", 40)
+    regulars = [(f"r{i}", name) for i, (_, name) in enumerate(_users(rng, "r", 6))]
+    for start, end, rate in REGULARS_PHASES:
+        t = float(start)
+        while (t := t + rng.expovariate(rate)) < end:
+            text, flags = _line(rng)
+            trace.add(t, "twitch", "busystreamer", rng.choice(viewers), text, **flags)
+    _regular_visits(trace, "busystreamer", regulars)
+    trace.rows.sort(key=lambda row: row["t"])
+    return trace.rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=SEED)
-    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("busy_chat.jsonl"))
+    parser.add_argument("--regulars", action="store_true", help="write busy_regulars.jsonl")
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    rows = generate(args.seed)
+    name = "busy_regulars.jsonl" if args.regulars else "busy_chat.jsonl"
+    args.out = args.out or Path(__file__).with_name(name)
+    rows = (generate_regulars if args.regulars else generate)(args.seed)
     with args.out.open("w", encoding="utf-8", newline="\n") as out:
         for row in rows:
             out.write(json.dumps(row, separators=(",", ":"), ensure_ascii=False) + "\n")

@@ -30,7 +30,17 @@ Rules in brief: addressed messages skip the spam filters (only the per-user cool
 a second mention inside it is queued and answered when the cooldown ends); ``!chorus pause``
 from the owner or a moderator silences the channel completely and empties its ledger until
 ``!chorus resume`` (from anyone else both are ignored); repeats, floods and walls of text are
-ignored with a reason, and a flooder's queued lines are dropped so a spammer is never named.
+ignored with a reason, and a flooder's queued *ambient* lines are dropped.
+
+Mentions are never dropped by flood control: the flood, repeat and wall filters judge ambient
+lines only, a flood drops only the flooder's ambient lines, and in a chatter's slots of the
+ledger an ambient line always gives way before a mention. A busy regular who mentions the bot
+inside their cooldown and then floods the chat is still answered, once, when the cooldown ends
+(one reply to all their waiting mentions, threaded to the latest). A waiting mention leaves the
+ledger unanswered only for a reason - ``superseded`` by a newer mention of the same user when
+all their slots hold mentions (the latest mention wins), ``stale``, ``overflow`` (every chatter
+in a full ledger has a mention waiting) or ``paused`` - and each such mention is kept in
+``state.declined`` until the caller takes it (``take_declined``) to log and count it.
 
 This module is the rules only. Their vocabulary (``PolicyConfig``, ``Decision``, ``Batch``, the
 ``ChannelState`` ledger) is ``bot.live.ledger`` and the platforms' send budgets are
@@ -42,9 +52,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator
 
-from bot.events import ChatMessage, ConversationKey
+from bot.events import ChatMessage
 from bot.live.ledger import (
     NEVER,
     Action,
@@ -52,6 +62,8 @@ from bot.live.ledger import (
     BatchChatter,
     ChannelState,
     Decision,
+    DeclinedMention,
+    Engagement,
     PendingChatter,
     PendingMessage,
     PolicyConfig,
@@ -67,6 +79,7 @@ __all__ = [
     "BatchChatter",
     "ChannelState",
     "Decision",
+    "DeclinedMention",
     "Engagement",
     "PendingMessage",
     "PolicyConfig",
@@ -78,6 +91,7 @@ __all__ = [
     "is_wall",
     "mark_spoke",
     "observe",
+    "take_declined",
     "send_limit",
 ]
 
@@ -171,8 +185,8 @@ def observe(state: ChannelState, message: ChatMessage, now: float) -> Decision:
         return _DECISIONS[Reason.EMPTY]
     if is_wall(text, cfg.wall_max_chars):
         return _DECISIONS[Reason.WALL]
-    if flooding:  # a flooder's queued messages go too: a spammer is never addressed
-        state.dropped["flood"] += len(_pop_chatter(state, author.id))
+    if flooding:  # a flooder's queued ambient lines go too; a waiting mention stays
+        state.dropped["flood"] += _drop_ambient(state, author.id)
         return _DECISIONS[Reason.FLOOD]
     digest = _normalised_hash(text)
     for seen_digest, at in user.recent:
@@ -238,6 +252,13 @@ def idle_due(state: ChannelState, now: float) -> bool:
     return True
 
 
+def take_declined(state: ChannelState) -> list[DeclinedMention]:
+    """The mentions the ledger let go unanswered since the last call (oldest first)."""
+    declined = list(state.declined)
+    state.declined.clear()
+    return declined
+
+
 def mark_spoke(state: ChannelState, now: float) -> None:
     """Record that the bot sent a message in this channel (starts the gap and the cooldown)."""
     state.last_spoke = max(state.last_spoke, now)
@@ -251,6 +272,8 @@ def _command(state: ChannelState, command: str, allowed: bool, now: float) -> De
     if command == "pause":
         state.paused = True
         state.dropped["paused"] += state.pending_messages
+        for chatter in state.pending.values():
+            _decline(state, (p for p in chatter.messages if p.addressed), "paused")
         _clear(state)
         return _DECISIONS[Reason.PAUSE]
     state.paused = False
@@ -278,19 +301,57 @@ def _enqueue(
     chatter = state.pending.get(message.author.id)
     if chatter is None:
         if len(state.pending) >= cfg.max_pending_chatters:
-            _, oldest = state.pending.popitem(last=False)
-            _forget(state, oldest)
-            state.dropped["overflow"] += len(oldest.messages)
+            _evict_chatter(state)
         chatter = PendingChatter(deque(maxlen=cfg.max_pending_per_chatter), now)
         state.pending[message.author.id] = chatter
     if len(chatter.messages) == chatter.messages.maxlen:
-        _discount(state, chatter, chatter.messages[0])
+        # The oldest ambient line gives way; a mention only to a newer mention (latest wins).
+        slot = next((i for i, p in enumerate(chatter.messages) if not p.addressed), None)
+        if slot is None and not addressed:
+            state.dropped["superseded"] += 1  # every slot holds a mention: the line goes
+            return
+        gone = chatter.messages[slot or 0]
+        del chatter.messages[slot or 0]
+        _discount(state, chatter, gone)
         state.dropped["superseded"] += 1
+        if gone.addressed:
+            _decline(state, (gone,), "superseded")
     chatter.messages.append(item)
     chatter.addressed += addressed
     chatter.questions += question
     state.pending_messages += 1
     state.addressed_pending += addressed
+
+
+def _evict_chatter(state: ChannelState) -> None:
+    """Make room in a full ledger: the longest-waiting chatter without a waiting mention goes
+    (scans the capped ledger, only on overflow); if every chatter has one, the oldest goes."""
+    uid = next((u for u, c in state.pending.items() if not c.addressed), None)
+    if uid is None:
+        uid = next(iter(state.pending))
+    oldest = state.pending.pop(uid)
+    _forget(state, oldest)
+    state.dropped["overflow"] += len(oldest.messages)
+    _decline(state, (p for p in oldest.messages if p.addressed), "overflow")
+
+
+def _drop_ambient(state: ChannelState, user_id: str) -> int:
+    """Drop ``user_id``'s queued ambient lines, keeping any waiting mention; how many went."""
+    chatter = state.pending.get(user_id)
+    if chatter is None:
+        return 0
+    if not chatter.addressed:
+        return len(_pop_chatter(state, user_id))
+    ambient = [p for p in chatter.messages if not p.addressed]
+    for item in ambient:
+        chatter.messages.remove(item)
+        _discount(state, chatter, item)
+    return len(ambient)
+
+
+def _decline(state: ChannelState, items: Iterable[PendingMessage], reason: str) -> None:
+    for item in items:
+        state.declined.append(DeclinedMention(item.message, reason))
 
 
 def _discount(state: ChannelState, chatter: PendingChatter, item: PendingMessage) -> None:
@@ -327,8 +388,11 @@ def _prune(state: ChannelState, now: float) -> None:
     for uid in list(state.pending):
         chatter = state.pending[uid]
         while chatter.messages and chatter.messages[0].at < horizon:
-            _discount(state, chatter, chatter.messages.popleft())
+            gone = chatter.messages.popleft()
+            _discount(state, chatter, gone)
             state.dropped["stale"] += 1
+            if gone.addressed:
+                _decline(state, (gone,), "stale")
         if not chatter.messages:
             del state.pending[uid]
             continue
@@ -362,30 +426,3 @@ def _recent_context(state: ChannelState, limit: int) -> Iterator[PendingMessage]
         return
     newest = sorted((p for c in state.pending.values() for p in c.messages), key=lambda p: p.at)
     yield from newest[-limit:]
-
-
-class Engagement:
-    """The channel states of one process, each with its resolved ``PolicyConfig``.
-
-    ``overrides`` maps ``str(conversation_key)`` (``"twitch:somechannel"``) or a platform name
-    (``"youtube"``) to a config; the most specific match wins, else ``default``.
-    """
-
-    def __init__(
-        self,
-        default: PolicyConfig | None = None,
-        overrides: Mapping[str, PolicyConfig] | None = None,
-    ) -> None:
-        self.default = default or PolicyConfig()
-        self.overrides = dict(overrides or {})
-        self.states: dict[ConversationKey, ChannelState] = {}
-
-    def config_for(self, key: ConversationKey) -> PolicyConfig:
-        found = self.overrides.get(str(key)) or self.overrides.get(key.platform)
-        return found or self.default
-
-    def state(self, key: ConversationKey) -> ChannelState:
-        state = self.states.get(key)
-        if state is None:
-            state = self.states[key] = ChannelState(self.config_for(key))
-        return state

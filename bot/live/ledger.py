@@ -4,19 +4,21 @@ Why apart from the policy (``bot/live/engagement.py``): these are the types ever
 policy shares -- the router reads a ``Decision``, ``turns`` renders a ``Batch``, the replay and
 the benchmark build ``PolicyConfig``s and look into ``ChannelState`` -- while the rules that
 mutate the ledger are one module of functions. Keeping the data here keeps each file about one
-thing and the policy's hot path free of declarations.
+thing and the policy's hot path free of declarations. ``Engagement`` (a process's channel
+states, each with its resolved config) is data too, and lives here for the same reason.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter, OrderedDict, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from bot.events import ChatMessage
+from bot.events import ChatMessage, ConversationKey
 
 NEVER = -math.inf
 
@@ -134,6 +136,16 @@ class Batch:
         return tuple(c.user_id for c in self.chatters)
 
 
+@dataclass(frozen=True, slots=True)
+class DeclinedMention:
+    """A mention the ledger let go unanswered, and why: ``superseded`` (a newer mention of the
+    same user took its place), ``stale``, ``overflow`` (ledger full of waiting mentions) or
+    ``paused``. The caller logs and counts each one (``take_declined``)."""
+
+    message: ChatMessage
+    reason: str
+
+
 @dataclass(slots=True)
 class TrackedUser:
     last_answered: float = NEVER
@@ -172,3 +184,32 @@ class ChannelState:
     seen: set[str] = field(default_factory=set)
     seen_order: deque[str] = field(default_factory=deque)
     dropped: Counter[str] = field(default_factory=Counter)  # stale|overflow|superseded|paused|flood
+    # Mentions let go unanswered, until the caller takes them (bounded if nobody does).
+    declined: deque[DeclinedMention] = field(default_factory=lambda: deque(maxlen=1024))
+
+
+class Engagement:
+    """The channel states of one process, each with its resolved ``PolicyConfig``.
+
+    ``overrides`` maps ``str(conversation_key)`` (``"twitch:somechannel"``) or a platform name
+    (``"youtube"``) to a config; the most specific match wins, else ``default``.
+    """
+
+    def __init__(
+        self,
+        default: PolicyConfig | None = None,
+        overrides: Mapping[str, PolicyConfig] | None = None,
+    ) -> None:
+        self.default = default or PolicyConfig()
+        self.overrides = dict(overrides or {})
+        self.states: dict[ConversationKey, ChannelState] = {}
+
+    def config_for(self, key: ConversationKey) -> PolicyConfig:
+        found = self.overrides.get(str(key)) or self.overrides.get(key.platform)
+        return found or self.default
+
+    def state(self, key: ConversationKey) -> ChannelState:
+        state = self.states.get(key)
+        if state is None:
+            state = self.states[key] = ChannelState(self.config_for(key))
+        return state

@@ -83,6 +83,7 @@ class ReplayReport:
     mentions_total: int  # addressed messages the policy accepted (not ignored)
     mentions_while_paused: int  # addressed messages ignored because the channel was paused
     mentions_answered: int
+    mentions_declined: dict[str, int]  # unanswered with a reason (superseded|stale|overflow|...)
     mention_latencies: tuple[float, ...]  # simulated seconds from message to answer, sorted
     questions_total: int  # unaddressed questions queued in the ledger
     questions_answered: int
@@ -93,6 +94,11 @@ class ReplayReport:
     double_answers: int  # messages answered by more than one reply; must be 0
     sends: tuple[PlatformSends, ...]
     malformed: tuple[Malformed, ...]
+
+    @property
+    def mentions_lost(self) -> int:
+        """Accepted mentions neither answered nor declined with a reason; must be 0."""
+        return self.mentions_total - self.mentions_answered - sum(self.mentions_declined.values())
 
     @property
     def replies_sent(self) -> int:
@@ -229,6 +235,7 @@ class _Simulation:
         self.decisions: Counter[tuple[Action, Reason]] = Counter()
         self.mentions: dict[str, float] = {}  # message id -> t, accepted addressed messages
         self.mentions_paused = 0
+        self.declined: dict[str, str] = {}  # message id -> reason, mentions let go unanswered
         self.questions: set[str] = set()
 
     def limit(self, platform: str) -> SendLimit:
@@ -238,6 +245,7 @@ class _Simulation:
     def observe(self, message: ChatMessage, t: float) -> None:
         state = self.engagement.state(message.conversation)
         decision = policy.observe(state, message, t)
+        self._take_declined(state)
         self.decisions[decision.action, decision.reason] += 1
         if message.addressed and decision.action in (Action.ANSWER_NOW, Action.QUEUE):
             self.mentions[message.id] = t
@@ -288,12 +296,17 @@ class _Simulation:
     def _tick(self, now: float) -> None:
         for key, state in self.engagement.states.items():
             batch = policy.due(state, now)
+            self._take_declined(state)
             if batch is not None:
                 names = " ".join(f"@{c.user_name}" for c in batch.chatters)
                 text = f"{names} thanks for chatting! ({len(batch.message_ids)} messages)"
                 self.schedule(now, key, "batch", text, batch.message_ids, batch.user_ids)
             if policy.idle_due(state, now):
                 self.schedule(now, key, "idle", "So, what is everyone up to?", (), ())
+
+    def _take_declined(self, state: policy.ChannelState) -> None:
+        for declined in policy.take_declined(state):
+            self.declined[declined.message.id] = declined.reason
 
     def _send(self, reply: SentReply) -> None:
         key = reply.conversation
@@ -337,6 +350,7 @@ class _Simulation:
             mentions_total=len(self.mentions),
             mentions_while_paused=self.mentions_paused,
             mentions_answered=len(latencies),
+            mentions_declined=dict(sorted(Counter(self.declined.values()).items())),
             mention_latencies=tuple(latencies),
             questions_total=len(self.questions),
             questions_answered=sum(1 for i in self.questions if i in answered),
@@ -398,6 +412,9 @@ def format_report(report: ReplayReport) -> str:
         f"| mentions answered | {pct(report.mentions_answered, report.mentions_total)}"
         + (f"; {paused} more arrived while paused (ignored by design)" if paused else "")
         + " |",
+        "| mentions declined with a reason | "
+        + (", ".join(f"{n} {r}" for r, n in report.mentions_declined.items()) or "0")
+        + f" |\n| mentions lost (neither answered nor declined) | {report.mentions_lost} |",
         f"| time to answer a mention (simulated) | {latency} |",
         f"| questions answered | {pct(report.questions_answered, report.questions_total)} |",
         f"| chatters addressed (distinct) | {report.chatters_addressed} |",
@@ -425,7 +442,7 @@ def format_report(report: ReplayReport) -> str:
             "Dropped from the ledger: *superseded* = an older line of a chatter who kept talking "
             "(each chatter's newest lines are kept), *stale* = waited past "
             "`stale_after_seconds`, *overflow* = ledger full, *paused* = cleared by "
-            "`!chorus pause`, *flood* = a flooder's queued lines.",
+            "`!chorus pause`, *flood* = a flooder's queued ambient lines.",
         ]
     for m in report.malformed[:10]:
         lines.append(f"\nline {m.line}: {m.error}")

@@ -13,6 +13,11 @@ arrival time. Its decisions become turns of the router:
 - an idle line (optional per channel): one on-topic line after a quiet period;
 - ``!chorus pause`` / ``resume`` from the broadcaster or a moderator: a short acknowledgement.
 
+A mention the ledger lets go unanswered (superseded by the same user's newer mention, stale,
+overflow, paused) is never silent: each one is logged ("live chat: mention declined", with its
+message id and reason) and counted as the engagement decision ``declined_<reason>``
+(``chorus_engagement_decisions_total``) as soon as ``observe`` or ``tick`` lets it go.
+
 Everything a user wrote stays inside the prompt's data blocks (the synthetic turn's text is
 rendered as a ``<user_message>`` like any other). The instructions and acknowledgements are
 ``prompts/live/*``.
@@ -20,6 +25,7 @@ rendered as a ``<user_message>`` like any other). The instructions and acknowled
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,8 +43,13 @@ from bot.live.engagement import (
     idle_due,
     mark_spoke,
     observe,
+    take_declined,
 )
+from bot.live.ledger import ChannelState
+from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.settings import EngagementSettings
+
+log = logging.getLogger("chorus.live")
 
 LIVE_PLATFORMS = frozenset({"twitch", "youtube"})
 CHAT_AUTHOR = Author(id="chat", display_name="live chat")
@@ -70,16 +81,25 @@ class Turn:
 
 class LiveChat:
     def __init__(
-        self, engagement: Engagement | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        engagement: Engagement | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        metrics: MetricsSink | None = None,
     ) -> None:
         self.engagement = engagement or Engagement()
         self.clock = clock
+        self.metrics: MetricsSink = metrics or NullMetrics()
+        self.declined = 0  # mentions let go unanswered, with a reason, since start
 
     def applies(self, message: ChatMessage) -> bool:
         return message.ambient or message.platform in LIVE_PLATFORMS
 
     def observe(self, message: ChatMessage) -> Decision:
-        return observe(self.engagement.state(message.conversation), message, self.clock())
+        state = self.engagement.state(message.conversation)
+        decision = observe(state, message, self.clock())
+        if state.declined:
+            self._report_declined(state)
+        return decision
 
     def spoke(self, conversation: ConversationKey) -> None:
         state = self.engagement.states.get(conversation)
@@ -92,11 +112,28 @@ class LiveChat:
         turns: list[Turn] = []
         for conv, state in list(self.engagement.states.items()):
             batch = due(state, now)
+            if state.declined:
+                self._report_declined(state)
             if batch is not None:
                 turns.append(batch_turn(conv, batch))
             elif idle_due(state, now):
                 turns.append(idle_turn(conv))
         return turns
+
+    def _report_declined(self, state: ChannelState) -> None:
+        for declined in take_declined(state):
+            message = declined.message
+            self.declined += 1
+            self.metrics.engagement(message.platform, f"declined_{declined.reason}")
+            log.info(
+                "live chat: mention declined",
+                extra={
+                    "conversation": str(message.conversation),
+                    "message_id": message.id,
+                    "author_id": message.author.id,
+                    "reason": declined.reason,
+                },
+            )
 
 
 def covered_context(decision: Decision) -> str:

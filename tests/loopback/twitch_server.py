@@ -9,6 +9,10 @@ Point twitchio 3 at it with ``TWITCH_API_BASE_URL=server.helix_url``,
   ``/ws?reconnect=<session>``. Connecting there moves the session's subscriptions to the new
   connection (Twitch does: the client must not re-subscribe), welcomes it, then closes the old
   connection. ``same_session_on_reconnect`` picks whether the welcome keeps the session id.
+  ``reconnect_with_traffic`` is the handover as Twitch runs it with chat in flight: while the new
+  connection waits for its welcome (held by ``handover_gate``) events still go to the old one,
+  which is closed only after the welcome; ``redeliver`` sends a notification again with the same
+  ``message_id`` (Twitch delivers at least once), on whichever connection now holds it.
 - ``POST /helix/eventsub/subscriptions`` -- needs a valid user token and a live session id.
 - ``GET /helix/users`` -- ``login``/``id`` lookups in ``users``.
 - ``POST /helix/chat/messages`` -- records the body; answers ``is_sent: true``, or a queued
@@ -63,6 +67,7 @@ class Connection:
     session_id: str = ""
     received: list[dict[str, Any]] = field(default_factory=list)  # what the server sent it
     closed: bool = False
+    welcomed: bool = False
 
 
 @dataclass
@@ -108,6 +113,9 @@ class TwitchServer(LoopbackServer):
         self.sent: list[dict[str, Any]] = []  # bodies of accepted chat messages
         self.drops: deque[dict[str, str]] = deque()  # scripted drop_reason objects
         self.same_session_on_reconnect = False
+        self.handover_gate: asyncio.Event | None = None  # set: a reconnect's welcome waits for it
+        self.waiting: Connection | None = None  # a reconnecting connection not yet welcomed
+        self.notifications: dict[str, dict[str, Any]] = {}  # message_id -> the notification
         self.changed = asyncio.Condition()
         self._ids = itertools.count(1)
         self._closing: set[asyncio.Task[bool]] = set()
@@ -169,7 +177,11 @@ class TwitchServer(LoopbackServer):
 
     async def notify(self, sub_type: str, event: dict[str, Any]) -> int:
         """Deliver ``event`` to every subscription of ``sub_type`` for its broadcaster."""
-        delivered = 0
+        return len(await self.notify_ids(sub_type, event))
+
+    async def notify_ids(self, sub_type: str, event: dict[str, Any]) -> list[str]:
+        """``notify``, returning the EventSub message ids delivered."""
+        delivered: list[str] = []
         for sub in list(self.subscriptions.values()):
             if sub.type != sub_type:
                 continue
@@ -178,9 +190,10 @@ class TwitchServer(LoopbackServer):
             conn = self._live(sub.session_id)
             if conn is None:
                 continue
-            message = {
+            message_id = str(uuid.uuid4())
+            message: dict[str, Any] = {
                 "metadata": {
-                    "message_id": str(uuid.uuid4()),
+                    "message_id": message_id,
                     "message_type": "notification",
                     "message_timestamp": _now(),
                     "subscription_type": sub.type,
@@ -188,9 +201,39 @@ class TwitchServer(LoopbackServer):
                 },
                 "payload": {"subscription": sub.wire(), "event": event},
             }
+            self.notifications[message_id] = message
             await self._send(conn, message)
-            delivered += 1
+            delivered.append(message_id)
         return delivered
+
+    async def redeliver(self, message_id: str) -> None:
+        """Send notification ``message_id`` again, unchanged, where its subscription is now."""
+        message = self.notifications[message_id]
+        sub = self.subscriptions[message["payload"]["subscription"]["id"]]
+        conn = self._live(sub.session_id)
+        assert conn is not None, f"no live connection holds subscription {sub.id}"
+        await self._send(conn, message)
+
+    async def reconnect_with_traffic(
+        self, session_id: str, during: list[tuple[str, dict[str, Any]]], limit: float = 30.0
+    ) -> list[str]:
+        """A ``session_reconnect`` with events in flight: ``during`` ((type, event) pairs) is
+        delivered on the old connection while the new one waits for its welcome; then the new
+        one is welcomed and the old closed. Returns the message ids sent on the old connection.
+        """
+        self.handover_gate = gate = asyncio.Event()
+        try:
+            await self.reconnect(session_id)
+            await self.wait_until(lambda: self.waiting is not None, limit)
+            old = self._live(session_id)
+            assert old is not None
+            sent = [i for sub_type, event in during for i in await self.notify_ids(sub_type, event)]
+            assert all(self.notifications[i] in old.received for i in sent)
+            gate.set()
+            await self.wait_until(lambda: self.waiting is None and old.closed, limit)
+            return sent
+        finally:
+            self.handover_gate = None
 
     async def keepalive(self) -> None:
         message = fixture("twitch_session_keepalive")
@@ -219,7 +262,7 @@ class TwitchServer(LoopbackServer):
 
     def _live(self, session_id: str) -> Connection | None:
         for conn in reversed(self.connections):
-            if conn.session_id == session_id and not conn.closed:
+            if conn.session_id == session_id and conn.welcomed and not conn.closed:
                 return conn
         return None
 
@@ -243,6 +286,11 @@ class TwitchServer(LoopbackServer):
         else:
             conn.session_id = f"session-{next(self._ids)}"
         self.connections.append(conn)
+        if old is not None and self.handover_gate is not None:
+            self.waiting = conn  # events still go to the old connection until the welcome
+            await self._changed()
+            await self.handover_gate.wait()
+            self.waiting = None
         if old is not None:  # Twitch moves the subscriptions to the new connection
             for sub in self.subscriptions.values():
                 if sub.session_id == old.session_id:
@@ -251,6 +299,7 @@ class TwitchServer(LoopbackServer):
         welcome["metadata"]["message_id"] = str(uuid.uuid4())
         welcome["metadata"]["message_timestamp"] = _now()
         welcome["payload"]["session"].update(id=conn.session_id, connected_at=_now())
+        conn.welcomed = True
         await self._send(conn, welcome)
         if old is not None:  # closed once the new connection is welcomed, as Twitch does
             old.closed = True

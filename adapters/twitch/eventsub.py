@@ -1,0 +1,180 @@
+"""Lossless EventSub reconnects: read the old socket through the handover, drop redeliveries.
+
+Twitch moves a websocket session with ``session_reconnect``: the client connects to
+``reconnect_url``, the new connection is welcomed and keeps the subscriptions, and until that
+welcome Twitch still delivers notifications on the old connection, which it then closes. It
+also delivers "at least once": a notification it is unsure about is sent again with the same
+``metadata.message_id``, possibly on the other connection.
+
+twitchio 3.3 (and its upstream ``Websocket._reconnect`` as of this writing) handles the
+reconnect *inside* the old socket's read loop: it awaits the new socket's welcome without
+reading the old socket, then closes it, so whatever Twitch sent on the old connection meanwhile
+is discarded unread (9 of 10 events in flight were lost in every measured run), and it never
+de-duplicates.
+
+Why a subclass of twitchio's ``Websocket`` rather than owning the socket: everything else it
+does is right and tested upstream - keepalive timeouts, backoff and re-subscribing after a
+plain disconnect, parsing payloads into the models ``convert`` reads, dispatching to the
+client's listeners - and owning the socket would mean rewriting all of it. The flaw is confined
+to three methods, which ``HandoverWebsocket`` overrides:
+
+- ``_process_reconnect`` starts the handover as its own task and returns, so the old socket's
+  read loop keeps dispatching what arrives on it;
+- the handover connects the new socket (welcomed, registered with the client), then keeps
+  reading the old one until Twitch closes it (``HANDOVER_DRAIN_SECONDS`` at most) and closes
+  it; if the reconnect URL fails it falls back to twitchio's fresh connect and re-subscribe.
+  While a handover runs or after it, the old socket never reconnects by itself;
+- ``_process_notification`` drops a notification whose ``message_id`` was already dispatched
+  (``RecentIds``, one per client, shared by every socket), so nothing is published twice.
+  Bounded, in-process only: exactly-once across processes is the router's claims' job.
+
+``_cleanup`` is narrowed too: twitchio removes a closing socket's session id from the client's
+registry even when that id now names the new socket (Twitch keeps the session id across a
+reconnect). The overridden names are twitchio 3.3's private API, pinned in constraints.txt;
+``tests/test_twitch_eventsub.py`` checks they still exist, so an upgrade that renames one fails
+the tests instead of silently losing events again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from twitchio.eventsub.websockets import Websocket
+
+if TYPE_CHECKING:
+    from twitchio.types_.conduits import NotificationMessage, ReconnectMessage
+
+log = logging.getLogger("chorus.twitch")
+
+HANDOVER_DRAIN_SECONDS = 5.0
+RECENT_IDS = 10_000  # about an hour of a busy channel's chat, deletions and notices
+OVERRIDDEN = (
+    "_process_reconnect",
+    "_create_connection_task",
+    "_process_notification",
+    "_cleanup",
+    "_listen_task",
+    "_subscriptions",
+    "_original_attempts",
+)
+
+
+class RecentIds:
+    """The last ``capacity`` EventSub message ids, least recently seen forgotten first."""
+
+    def __init__(self, capacity: int = RECENT_IDS) -> None:
+        self.capacity = capacity
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self.duplicates = 0
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def first_time(self, message_id: str) -> bool:
+        """True the first time ``message_id`` is seen (and remembers it); False for a repeat."""
+        if message_id in self._ids:
+            self._ids.move_to_end(message_id)
+            self.duplicates += 1
+            return False
+        self._ids[message_id] = None
+        if len(self._ids) > self.capacity:
+            self._ids.popitem(last=False)
+        return True
+
+
+class HandoverWebsocket(Websocket):
+    """twitchio's EventSub ``Websocket`` with a lossless ``session_reconnect`` and de-duplication."""
+
+    __slots__ = ("_handover", "_recent", "_read_during_handover")
+
+    def __init__(self, *, recent: RecentIds, **options: Any) -> None:
+        super().__init__(**options)
+        self._recent = recent
+        self._handover: str | None = None  # None | "running" | "done"
+        self._read_during_handover = 0
+
+    async def _process_reconnect(self, data: ReconnectMessage) -> None:
+        if self._handover is not None:
+            return  # one handover at a time; Twitch sends one reconnect per session
+        self._handover = "running"
+        url = data["payload"]["session"]["reconnect_url"]
+        log.info("twitch eventsub reconnect requested", extra={"session": self.session_id})
+        task = asyncio.create_task(self._hand_over(url), name=f"twitch-handover-{self}")
+        self._connection_tasks.add(task)
+        task.add_done_callback(self._connection_tasks.discard)
+
+    async def _hand_over(self, url: str) -> None:
+        new = HandoverWebsocket(
+            recent=self._recent,
+            keep_alive_timeout=self._keep_alive_timeout,
+            reconnect_attempts=self._original_attempts,
+            client=self._client,
+            token_for=self._token_for,
+            http=self._http,
+        )
+        new._subscriptions = self._subscriptions  # Twitch moves them; nothing is re-subscribed
+        try:
+            await new.connect(url=url, reconnect=False, fail_once=True)
+        except Exception:
+            log.warning(
+                "twitch eventsub reconnect URL failed; reconnecting afresh and re-subscribing",
+                extra={"session": self.session_id},
+                exc_info=True,
+            )
+            self._handover = None
+            await self.connect(reconnect=True)  # twitchio's own fallback
+            return
+        self._handover = "done"
+        if self._client is not None and self._token_for is not None:
+            self._client._websockets[self._token_for][new.session_id or ""] = new
+        listen = self._listen_task
+        if listen is not None and not listen.done():  # Twitch closes the old one after the welcome
+            await asyncio.wait({listen}, timeout=HANDOVER_DRAIN_SECONDS)
+        log.info(
+            "twitch eventsub handed over",
+            extra={
+                "old_session": self.session_id,
+                "session": new.session_id,
+                "read_on_old_socket": self._read_during_handover,
+            },
+        )
+        await self.close()
+
+    async def _create_connection_task(self) -> None:
+        if self._handover is not None:
+            return  # the handover owns what happens next; the old socket never reconnects
+        await super()._create_connection_task()
+
+    async def _process_notification(self, data: NotificationMessage) -> None:
+        metadata = data["metadata"]
+        if not self._recent.first_time(metadata["message_id"]):
+            log.info(
+                "twitch eventsub duplicate dropped",
+                extra={"eventsub_id": metadata["message_id"], "session": self.session_id},
+            )
+            return
+        if self._handover is not None:
+            self._read_during_handover += 1
+        await super()._process_notification(data)
+
+    def _cleanup(self, closed: bool = True) -> None:
+        """Leave the client's registry entry alone when it names another socket (same id)."""
+        self._closed = closed
+        if self._client is None or self._token_for is None:
+            return
+        sockets = self._client._websockets.get(self._token_for, {})
+        if sockets.get(self.session_id or "") is self:
+            del sockets[self.session_id or ""]
+
+
+def check_twitchio() -> None:
+    """Fail loudly if twitchio no longer has what ``HandoverWebsocket`` overrides."""
+    missing = [name for name in OVERRIDDEN if not hasattr(Websocket, name)]
+    if missing:
+        raise RuntimeError(
+            f"twitchio's EventSub Websocket has no {', '.join(missing)}: this twitchio is not "
+            "the one Chorus's lossless reconnect was written for (see constraints.txt)"
+        )
