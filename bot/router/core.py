@@ -45,9 +45,9 @@ from bot.memory.buffers import MemoryStore
 from bot.memory.enrichment import render_context
 from bot.ops.aio import shielded
 from bot.ops.metrics import MetricsSink, NullMetrics
+from bot.router import record
 from bot.router.flow import Admission, Shutdown, admit, release_quietly
 from bot.router.housekeeping import consume_deletions, dead_letter
-from bot.router.record import TouchThrottle, TurnRead, queue_activity, read_turn, turn_entries
 from bot.router.text_commands import Commands
 from bot.state.history import HistoryEntry, HistoryStore
 from bot.state.outages import until_redis_answers
@@ -75,6 +75,7 @@ def crash_apology() -> str:
 @dataclass
 class _Progress:
     committed: bool = False  # the reply and its record are in Redis: never release, ack
+    elsewhere: bool = False  # our lapsed claim is another worker's now: it answers and acks
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ class Router:
         self._running = 0
         self._hurry = asyncio.Event()
         self._shutdown: Shutdown | None = None
-        self._touched = TouchThrottle()
+        self._touched = record.TouchThrottle()
         self.clock: Callable[[], float] = time.monotonic  # for the activity throttle
 
     async def run(self) -> None:
@@ -307,7 +308,7 @@ class Router:
         try:
             read = await until_redis_answers(
                 "read a turn",
-                lambda: read_turn(self.redis, self.history, self.memory, message, claim),
+                lambda: record.read_turn(self.redis, self.history, self.memory, message, claim),
             )
             if read is None:
                 log.info(
@@ -318,7 +319,7 @@ class Router:
                 return
             async with claim.renewing():
                 await self._answer(item, claim, read)
-            settled = True
+            settled = not item.progress.elsewhere
         except asyncio.CancelledError:
             settled = item.progress.committed
             if not settled:  # give the message back now, not when the lease lapses
@@ -337,7 +338,7 @@ class Router:
             if settled and item.delivery is not None:
                 await shielded(item.delivery.ack())
 
-    async def _answer(self, item: _Item, claim: Claim, read: TurnRead) -> None:
+    async def _answer(self, item: _Item, claim: Claim, read: record.TurnRead) -> None:
         message = item.message
         if item.forced is not None:
             await self._finish(item, claim, item.forced)
@@ -381,7 +382,7 @@ class Router:
             await self._send(item, apology(), is_error=True)
             return
         now = utcnow()
-        entries = turn_entries(message, result.text, now)
+        entries = record.turn_entries(message, result.text, now)
         await self._finish(item, claim, result.text, entries=entries, activity=now)
         self.metrics.observe_overhead(
             time.perf_counter() - item.received - result.llm_seconds - result.tool_seconds
@@ -414,15 +415,15 @@ class Router:
                 self.history.queue_append(pipe, message.conversation, *entries)
             if activity is not None and self.memory is not None:
                 touch = self._touched.due(message, self.clock())
-                queue_activity(pipe, self.memory, message, activity, touch=touch)
+                record.queue_activity(pipe, self.memory, message, activity, touch=touch)
 
-        async def record() -> None:
+        async def write() -> None:
             if transactional is None:
                 await self.bus.publish(topic, reply)
-            await claim.commit(fill)
-            item.progress.committed = True
+            outcome = await claim.commit(fill) or await record.recommit(self.claims, message, fill)
+            item.progress.committed, item.progress.elsewhere = outcome is not None, outcome is None
 
-        await shielded(record())
+        await shielded(write())
         self.metrics.message_out(message.platform)
         if self.live is not None:
             self.live.spoke(message.conversation)

@@ -11,18 +11,23 @@ once a minute per conversation.
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from bot.bus.claims import Claim
+from bot.bus.claims import Claim, Claims
 from bot.events import ChatMessage, ConversationKey
 from bot.memory.buffers import MemoryStore, UserBuffer
 from bot.memory.insight_queue import InsightJob, queue_enqueue
 from bot.state.history import HistoryEntry, HistoryStore
+from bot.state.outages import until_redis_answers
+
+log = logging.getLogger("chorus.router")
 
 # A user's activity (memory TTL of days, conversation set of a window of days) needs no finer
 # grain than this; skipping the 5 commands for a user who spoke in the same conversation a moment
@@ -69,6 +74,29 @@ async def read_turn(
     if memory is not None:
         buffer = memory.parse_load(results[1:], platform=message.platform, user_id=author.id)
     return TurnRead(history=history.parse_load(conv, results[0]), buffer=buffer)
+
+
+async def recommit(
+    claims: Claims, message: ChatMessage, fill: Callable[[Pipeline], None]
+) -> bool | None:
+    """After ``Claim.commit`` found the claim gone (it lapsed while Redis was away longer than
+    the lease): take it again and record the answer we have, unless someone else did. True:
+    recorded now. False: another worker recorded its answer meanwhile. None: another worker
+    holds the claim; it answers and acks, so this delivery must not be acked here."""
+
+    async def attempt() -> bool | None:
+        claim = claims.new(message.platform, message.id)
+        async with claims.redis.pipeline(transaction=False) as pipe:
+            claim.queue_take(pipe)
+            [previous] = await pipe.execute()
+        outcome = claim.taken(previous)
+        if outcome:
+            return await claim.commit(fill) or None
+        return outcome
+
+    outcome = await until_redis_answers("record an answer again", attempt)
+    log.info("re-took a lapsed claim", extra={"message_id": message.id, "outcome": outcome})
+    return outcome
 
 
 def turn_entries(message: ChatMessage, answer: str, now: datetime) -> tuple[HistoryEntry, ...]:
