@@ -10,7 +10,6 @@ through, each message answered once. The counts are read off the router, never o
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
@@ -20,34 +19,27 @@ from bot.app import Chorus
 from bot.bus.base import InProcessBus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
-from bot.llm.scripted import ScriptedProvider
-from bot.llm.types import LLMRequest, LLMResponse
 from bot.ops.metrics import Metrics
 from bot.router.core import Router, RouterLimits
 from bot.router.text_commands import Commands
 from bot.settings import settings_from
 from bot.state import connect
 from bot.state.history import HistoryStore
+from tests.test_router_shutdown import GatedModel, until
 
 LIMIT, TOPIC_SIZE, CONCURRENCY = 8, 4, 2
 CONVERSATIONS, TOTAL = 5, 100
 
 
-class GatedModel(ScriptedProvider):
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = asyncio.Event()
-
-    async def complete(self, request: LLMRequest) -> LLMResponse:
-        await self.gate.wait()
-        return await super().complete(request)
-
-
-async def until(predicate: Callable[[], bool]) -> None:
-    """Step the event loop until ``predicate`` holds (bounded: Redis I/O may be in between)."""
-    async with asyncio.timeout(30):
-        for _ in iter(predicate, True):
-            await asyncio.sleep(0)
+def _message(tag: str, n: int, conversation: str) -> ChatMessage:
+    return ChatMessage(
+        platform="console",
+        id=f"{tag}-{n}",
+        conversation=ConversationKey(platform="console", channel=f"{conversation}-{tag}"),
+        author=Author(id="ada"),
+        text=f"message {n}",
+        is_direct=True,
+    )
 
 
 @pytest.mark.redis
@@ -57,7 +49,7 @@ async def test_a_burst_blocks_publish_and_the_router_never_holds_more_than_its_l
     redis = await connect.open_redis(redis_url)
     bus = InProcessBus(maxsize=TOPIC_SIZE)
     history = HistoryStore(redis, max_messages=10, ttl_seconds=600)
-    model = GatedModel()
+    model = GatedModel("bp")
     router = Router(
         bus=bus,
         redis=redis,
@@ -73,15 +65,7 @@ async def test_a_burst_blocks_publish_and_the_router_never_holds_more_than_its_l
 
     async def publish_all() -> None:
         for n in range(TOTAL):
-            conv = ConversationKey(platform="console", channel=f"c{n % CONVERSATIONS}-{key_tag}")
-            message = ChatMessage(
-                platform="console",
-                id=f"{key_tag}-{n}",
-                conversation=conv,
-                author=Author(id="ada"),
-                text=f"message {n}",
-                is_direct=True,
-            )
+            message = _message(key_tag, n, f"c{n % CONVERSATIONS}")
             await bus.publish(INBOUND, message)
             published.append(message.id)
 
@@ -126,20 +110,11 @@ async def test_the_turns_in_flight_gauge_counts_running_and_queued_messages(key_
             "CHORUS_INSIGHTS_ENABLED": "false",
         }
     )
-    model = GatedModel()
+    model = GatedModel("bp")
     app = await Chorus.from_settings(settings, provider=model)
     async with app:
-        conv = ConversationKey(platform="console", channel=f"c-{key_tag}")
         for n in range(3):  # one conversation: one runs, two wait behind it
-            message = ChatMessage(
-                platform="console",
-                id=f"{key_tag}-{n}",
-                conversation=conv,
-                author=Author(id="ada"),
-                text=f"message {n}",
-                is_direct=True,
-            )
-            await app.bus.publish(INBOUND, message)
+            await app.bus.publish(INBOUND, _message(key_tag, n, "c"))
         await until(lambda: app.router.in_flight == 3)
         assert isinstance(app.metrics, Metrics)
         rendered = (await app.metrics.render())[0].decode()
