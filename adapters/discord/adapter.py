@@ -5,7 +5,8 @@ backoff (``connect(reconnect=True)``), and the REST rate limits. This module onl
 the bus: messages the bot should see become ``ChatMessage`` on ``inbound`` (``convert.py``
 decides which), deletions become ``MessageDeleted`` on ``deletions``, ``/chorus`` slash
 commands become text commands answered ephemerally, and each ``Reply`` on
-``outbound:discord`` is sent through the one chokepoint (``sender.py``).
+``outbound:discord`` is sent through the one chokepoint (``sender.py``). ``ready()`` (the
+``adapter:discord`` check of ``/readyz``) reads discord.py's own state of the gateway session.
 
 Without the privileged Message Content intent Discord sends empty ``content`` for guild
 messages that do not mention the bot, so only mentions, replies to the bot and DMs carry text;
@@ -125,6 +126,15 @@ class _ChorusClient(discord.Client):
     async def setup_hook(self) -> None:
         await self._adapter._setup()
 
+    async def on_ready(self) -> None:
+        self._adapter.session_live = True
+
+    async def on_resumed(self) -> None:
+        self._adapter.session_live = True
+
+    async def on_disconnect(self) -> None:
+        self._adapter.session_live = False
+
     async def on_message(self, message: discord.Message) -> None:
         await self._adapter._on_message(message)
 
@@ -165,6 +175,7 @@ class DiscordAdapter:
         }
         options.update(client_options or {})
         self.parser_guard = ParserGuard()
+        self.session_live = False  # READY or RESUMED seen since the last disconnect
         self.client = _ChorusClient(self, **options)
         self.policy: convert.Policy | None = None
         self.typing = TypingIndicators(
@@ -204,7 +215,22 @@ class DiscordAdapter:
             await self.client.close()
             await self._stop_tasks()
 
+    async def ready(self) -> bool:
+        """Connected: the gateway session is READY (or RESUMED since the last drop) and its
+        websocket is open, as discord.py itself knows it; no request is made. While discord.py
+        reconnects (Discord down, a drop, a missed heartbeat ACK) this is False, and it turns
+        True again by itself once the session is back."""
+        client, ws = self.client, self.client.ws
+        return (
+            self.session_live
+            and client.is_ready()
+            and not client.is_closed()
+            and ws is not None
+            and ws.open
+        )
+
     async def aclose(self) -> None:
+        self.session_live = False
         await self.client.close()
         await self._stop_tasks()
         self._restore_endpoints()

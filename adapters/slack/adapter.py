@@ -13,6 +13,8 @@ Outbound, replies are consumed from ``outbound:slack`` and sent in per-channel l
 kept within a channel; a rate-limited channel does not hold up the others) through
 ``SlackSender``, which owns every wait and retry. A slash command's answer goes to its
 ``response_url`` as an ephemeral message; everything else is posted in the conversation's thread.
+``ready()`` (``/readyz``'s ``adapter:slack``) is the socket's state as slack-sdk keeps it, or
+whether the HTTP endpoint listens.
 """
 
 from __future__ import annotations
@@ -148,6 +150,16 @@ class SlackAdapter:
         await self.start()
         assert self._outbound is not None
         await asyncio.wait({self._outbound})
+
+    async def ready(self) -> bool:
+        """Connected: the Socket Mode websocket is up as slack-sdk sees it (open, not stale,
+        pings answered; the SDK reconnects by itself and this follows), or in HTTP mode the
+        events endpoint is listening. No request is made."""
+        if self._outbound is None or self._outbound.done():
+            return False
+        if self._socket is not None:
+            return bool(await self._socket.client.is_connected())
+        return self._runner is not None and bool(self._runner.addresses)
 
     async def idle(self) -> None:
         """Wait until every inbound event received so far is converted and published."""

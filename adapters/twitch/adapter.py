@@ -11,7 +11,8 @@ Sending has one chokepoint, ``send``: the Redis-shared window (20 messages per 3
 the bot moderates) is awaited before every call, server errors and 429s are retried with
 jittered backoff, and a message Twitch refuses (``is_sent: false``) is logged with its
 ``drop_reason``, counted in ``dropped``, and on ``msg_ratelimit`` the whole bucket pauses
-(every process) and the message is retried.
+(every process) and the message is retried. ``ready()`` (``/readyz``'s ``adapter:twitch``)
+reads twitchio's state of the EventSub socket.
 
 The waits and retries of ``send`` are ``bot.resilience``'s; twitchio's quirks (token files,
 global endpoints, lost sockets, secrets in error messages) are worked around in ``client``.
@@ -31,6 +32,7 @@ from twitchio.eventsub import (
     ChatMessageDeleteSubscription,
     ChatMessageSubscription,
 )
+from twitchio.eventsub.websockets import Websocket
 
 from adapters.twitch import convert
 from adapters.twitch.client import ChorusTwitchClient, TwitchAPIError, api, configure_endpoints
@@ -63,6 +65,15 @@ def _classify_send(exc: BaseException) -> Failure:
         retryable = exc.status == 429 or exc.status >= 500
         return Failure(retryable, exc.status, reason=f"HTTP {exc.status}")
     return Failure(retryable=False)
+
+
+def _live(socket: Websocket) -> bool:
+    """twitchio's own state of one EventSub socket: open, welcomed, subscriptions on it."""
+    return (
+        socket.connected
+        and socket._ready.is_set()  # set by session_welcome, cleared while (re)connecting
+        and socket.subscription_count > 0
+    )
 
 
 class TwitchAdapter:
@@ -138,6 +149,15 @@ class TwitchAdapter:
         await self._resolve_channels()
         await self._subscribe()
         self._outbound = asyncio.create_task(self._consume(), name="twitch-outbound")
+
+    async def ready(self) -> bool:
+        """Connected: one of the bot's EventSub websockets, as twitchio keeps them, is open,
+        welcomed (it has its session) and carries the subscriptions. False while twitchio
+        reconnects after a drop; True again once it is welcomed and re-subscribed."""
+        if self.bot is None or self._outbound is None or self._stopped.is_set():
+            return False
+        sockets = self.client._websockets.get(self.bot.id) or {}
+        return any(_live(socket) for socket in sockets.values())
 
     async def aclose(self) -> None:
         self._stopped.set()

@@ -11,7 +11,9 @@ When the chat ends (``liveChatEnded``/``liveChatNotFound``/``liveChatDisabled``/
 adapter is then done; for a channel it looks for the next broadcast every
 ``YOUTUBE_BROADCAST_CHECK_SECONDS``. ``quotaExceeded`` pauses everything until the quota day
 resets (midnight Pacific). ``quota_status`` exposes the day's spend for metrics, and a log line
-reports it every five minutes.
+reports it every five minutes. ``ready()`` (``/readyz``'s ``adapter:youtube``) is whether the
+last read of the API answered and the next one is not overdue: False while the API keeps
+failing or the quota is spent, True again after the next good read.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ PLATFORM = convert.PLATFORM
 _QUOTA_LOG_EVERY = timedelta(minutes=5)
 _DEFAULT_POLL_S = 5.0
 _RETRY_LATER_S = 60.0
+_READ_GRACE = timedelta(seconds=60)  # how late the next read may be (its own retries)
 _KNOWN_NAMES = 5000
 T = TypeVar("T")
 
@@ -105,6 +108,7 @@ class YouTubeAdapter:
         self._poller: asyncio.Task[None] | None = None
         self._sender: asyncio.Task[None] | None = None
         self._closing = False
+        self._fresh_until: datetime | None = None  # ready until then (the next read is due)
 
     @classmethod
     def from_section(cls, settings: YouTubeSettings, bus: EventBus, redis: Redis) -> YouTubeAdapter:
@@ -156,6 +160,16 @@ class YouTubeAdapter:
         finally:
             await _cancel(self._sender)
 
+    async def ready(self) -> bool:
+        """Connected: the last read (a chat poll, or the broadcast lookup while no chat is
+        live) succeeded and the next is not overdue. No request is made."""
+        fresh_until = self._fresh_until
+        return not self._closing and fresh_until is not None and self._clock() <= fresh_until
+
+    def _read(self, ok: bool, next_in: float = 0.0) -> None:
+        """Record a read's outcome; ``next_in`` seconds until the next one is due."""
+        self._fresh_until = self._clock() + timedelta(seconds=next_in) + _READ_GRACE if ok else None
+
     async def aclose(self) -> None:
         self._closing = True
         await _cancel(self._poller)
@@ -192,6 +206,7 @@ class YouTubeAdapter:
                         )
                         return
                 else:
+                    self._read(True, self.settings.broadcast_check_seconds)
                     log.info(
                         "no active youtube live chat; looking again later",
                         extra={
@@ -243,15 +258,18 @@ class YouTubeAdapter:
             except YouTubeAuthError:
                 raise
             except (YouTubeUnavailable, ChatUnavailable):
+                self._read(False)
                 log.warning("youtube lookup failed; retrying later", exc_info=True)
                 await self._sleep(self.settings.broadcast_check_seconds)
             except YouTubeError:
+                self._read(False)
                 log.error("youtube lookup refused; retrying later", exc_info=True)
                 await self._sleep(self.settings.broadcast_check_seconds)
 
     async def _wait_for_reset(self) -> None:
         now = self._clock()
         resets_at = next_reset(now)
+        self._read(False)
         log.error(
             "youtube quota exhausted: polling paused until the daily reset (midnight Pacific)",
             extra={"resets_at": resets_at.isoformat(), **self._quota_fields()},
@@ -283,10 +301,12 @@ class YouTubeAdapter:
                 )
                 return
             except YouTubeUnavailable:
+                self._read(False)
                 log.warning("youtube chat poll failed; retrying", exc_info=True)
                 await self._sleep(_RETRY_LATER_S)
                 continue
             except YouTubeError:
+                self._read(False)
                 log.error("youtube chat poll refused; stopped following", exc_info=True)
                 return
             page_token = page.get("nextPageToken") or page_token
@@ -301,7 +321,9 @@ class YouTubeAdapter:
                     extra={"live_chat_id": chat.live_chat_id, "offline_at": page.get("offlineAt")},
                 )
                 return
-            await self._sleep(self._next_delay(page, chat))
+            delay = self._next_delay(page, chat)
+            self._read(self._plan is None or self._plan.limited_by != "exhausted", delay)
+            await self._sleep(delay)
 
     def _next_delay(self, page: Mapping[str, Any], chat: _Chat) -> float:
         server = page.get("pollingIntervalMillis")
