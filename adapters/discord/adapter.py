@@ -126,7 +126,7 @@ class _ChorusClient(discord.Client):
     async def setup_hook(self) -> None:
         await self._adapter._setup()
 
-    async def on_ready(self) -> None:
+    async def on_connect(self) -> None:  # READY parsed (on_ready waits for the guild data)
         self._adapter.session_live = True
 
     async def on_resumed(self) -> None:
@@ -220,14 +220,8 @@ class DiscordAdapter:
         websocket is open, as discord.py itself knows it; no request is made. While discord.py
         reconnects (Discord down, a drop, a missed heartbeat ACK) this is False, and it turns
         True again by itself once the session is back."""
-        client, ws = self.client, self.client.ws
-        return (
-            self.session_live
-            and client.is_ready()
-            and not client.is_closed()
-            and ws is not None
-            and ws.open
-        )
+        ws = self.client.ws
+        return self.session_live and not self.client.is_closed() and ws is not None and ws.open
 
     async def aclose(self) -> None:
         self.session_live = False

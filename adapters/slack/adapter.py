@@ -223,6 +223,7 @@ class SlackAdapter:
             request_verification_enabled=http,
             process_before_response=True,
         )
+        app.error(self._bolt_error)
         app.middleware(self._dedupe)
         app.event("app_mention")(self._on_event)
         app.event("message")(self._on_event)
@@ -230,6 +231,16 @@ class SlackAdapter:
         return app
 
     # -- inbound -----------------------------------------------------------------------------
+    async def _bolt_error(self, error: Exception) -> BoltResponse:
+        """A request bolt's middleware or listener matching cannot handle (a field of another
+        type than Slack sends): one line, a 400, and the adapter goes on. Our listeners only
+        spawn tasks, which log their own failures."""
+        log.warning(
+            "slack request skipped: bolt could not handle it",
+            extra={"status": 400, "error": f"{type(error).__name__}: {error}"},
+        )
+        return BoltResponse(status=400, body="")
+
     async def _dedupe(
         self, body: dict[str, Any], next_: Callable[[], Awaitable[BoltResponse]]
     ) -> BoltResponse:

@@ -3,7 +3,8 @@
 HTTP (``SLACK_SIGNING_SECRET``): an aiohttp server on ``SLACK_HTTP_PORT`` with bolt's own
 request/response conversion on ``POST /slack/events`` (events and slash commands) and a
 ``GET /healthz`` for probes. Every request passes ``ingress.screen`` (signature, then shape)
-before bolt parses it, so junk gets a 4xx and one log line, never a 500. Socket Mode (``SLACK_APP_TOKEN``): slack-sdk's aiohttp client. The
+before bolt parses it, and a body bolt cannot read (an id of another type than Slack sends)
+is refused too, so junk gets a 4xx and one log line, never a 500. Socket Mode (``SLACK_APP_TOKEN``): slack-sdk's aiohttp client. The
 app token is checked first with one ``apps.connections.open`` through the sender, because the
 SDK's ``connect()`` retries a rejected token forever with nothing but a log line; the URL that
 call returns is then used for the first connection. After that the SDK reconnects by itself:
@@ -20,7 +21,7 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 
-from adapters.slack.ingress import MAX_BODY_BYTES, screen
+from adapters.slack.ingress import MAX_BODY_BYTES, Refusal, screen
 from adapters.slack.sender import SlackSender, SlackSendError
 from bot.settings import ConfigError
 from bot.settings.slack import APPS_URL
@@ -47,14 +48,17 @@ async def serve_http(
 
     async def events(request: web.Request) -> web.Response:
         refused = screen(await request.read(), request.headers, signing_secret)
-        if refused is not None:
-            log.warning(
-                "slack request refused",
-                extra={"status": refused.status, "reason": refused.reason, "peer": request.remote},
-            )
-            return web.Response(status=refused.status, text=refused.reason)
-        response = await app.async_dispatch(await to_bolt_request(request))
-        return await to_aiohttp_response(response)
+        if refused is None:
+            try:
+                response = await app.async_dispatch(await to_bolt_request(request))
+                return await to_aiohttp_response(response)
+            except Exception as exc:  # bolt assumes Slack's field types (an id a str or object)
+                refused = Refusal(400, f"bolt cannot read the body ({type(exc).__name__}: {exc})")
+        log.warning(
+            "slack request refused",
+            extra={"status": refused.status, "reason": refused.reason, "peer": request.remote},
+        )
+        return web.Response(status=refused.status, text=refused.reason)
 
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok")

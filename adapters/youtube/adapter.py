@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -309,30 +309,31 @@ class YouTubeAdapter:
                 self._read(False)
                 log.error("youtube chat poll refused; stopped following", exc_info=True)
                 return
-            page_token = page.get("nextPageToken") or page_token
-            items = page.get("items") or []
-            ended = await self._publish(items, ctx, backlog=backlog)
+            read = convert.read_page(page)
+            if read.problems:
+                log.warning("youtube chat page partly unreadable", extra={"skipped": read.problems})
+            page_token = read.next_page_token or page_token
+            ended = await self._publish(read.items, ctx, backlog=backlog)
             if backlog:
-                log.info("skipped the chat backlog", extra={"messages": len(items)})
+                log.info("skipped the chat backlog", extra={"messages": len(read.items)})
                 backlog = False
-            if ended or page.get("offlineAt"):
+            if ended or read.offline_at:
                 log.info(
                     "youtube live chat ended",
-                    extra={"live_chat_id": chat.live_chat_id, "offline_at": page.get("offlineAt")},
+                    extra={"live_chat_id": chat.live_chat_id, "offline_at": read.offline_at},
                 )
                 return
-            delay = self._next_delay(page, chat)
+            delay = self._next_delay(read.polling_interval, chat)
             self._read(self._plan is None or self._plan.limited_by != "exhausted", delay)
             await self._sleep(delay)
 
-    def _next_delay(self, page: Mapping[str, Any], chat: _Chat) -> float:
-        server = page.get("pollingIntervalMillis")
+    def _next_delay(self, server_interval: float | None, chat: _Chat) -> float:
         plan = self._plan = plan_poll(
             self.api.ledger.config,
             self.api.ledger.usage,
             now=self._clock(),
             stream_started=chat.started_at,
-            server_interval=float(server) / 1000 if server else _DEFAULT_POLL_S,
+            server_interval=server_interval or _DEFAULT_POLL_S,
         )
         now = self._clock()
         if plan.limited_by == "exhausted":
@@ -358,7 +359,7 @@ class YouTubeAdapter:
         }
 
     async def _publish(
-        self, items: list[Mapping[str, Any]], ctx: convert.ChatContext, *, backlog: bool
+        self, items: Sequence[Mapping[str, Any]], ctx: convert.ChatContext, *, backlog: bool
     ) -> bool:
         """Publish a page's events (not the backlog's); True when the chat ended."""
         ended = False
@@ -370,11 +371,10 @@ class YouTubeAdapter:
                 continue
             try:
                 event = convert.to_event(item, ctx)
-            except (KeyError, TypeError, ValueError):
+            except ValueError as exc:  # convert.Malformed, or the event model refusing a value
                 log.warning(
                     "dropping a malformed youtube chat item",
-                    extra={"message_id": item.get("id")},
-                    exc_info=True,
+                    extra={"message_id": str(item.get("id"))[:100], "reason": str(exc)[:300]},
                 )
                 continue
             if isinstance(event, ChatMessage):
