@@ -114,6 +114,14 @@ class ParserGuard:
         return guarded
 
 
+def _skipped(what: str, error: ValueError, ref: object) -> None:
+    """One line for a payload discord.py parsed but whose values Chorus cannot use."""
+    log.warning(
+        f"discord {what} skipped: a value is not usable",
+        extra={"ref": str(ref)[:40], "error": str(error).splitlines()[0][:200]},
+    )
+
+
 class _ChorusClient(discord.Client):
     """discord.py's client with its events routed to the adapter (no name-based magic)."""
 
@@ -280,6 +288,9 @@ class DiscordAdapter:
             return
         try:
             chat = convert.message_to_chat(message, self.policy)
+        except ValueError as exc:  # a value the event model refuses (an id, a text of junk)
+            _skipped("message", exc, message.id)
+            return
         except Exception:
             log.exception(
                 "dropping a Discord message that could not be converted",
@@ -300,7 +311,12 @@ class DiscordAdapter:
         allowed = self.settings.allowed_channels
         if guild_id is not None and allowed and not {channel_id, parent_id} & allowed:
             return
-        for event in convert.deletions(channel_id, parent_id, message_ids):
+        try:
+            events = convert.deletions(channel_id, parent_id, message_ids)
+        except ValueError as exc:
+            _skipped("deletion", exc, channel_id)
+            return
+        for event in events:
             self.typing.stop(event.message_id)
             await self._publish(DELETIONS, event)
 

@@ -92,8 +92,12 @@ def message_to_chat(message: discord.Message, policy: Policy) -> ChatMessage | N
     system messages (joins, pins, boosts...), channels outside the allowlist, unaddressed
     messages outside the always-answer and ambient channels, and messages with nothing to read
     (no text, no attachment) unless they ping the bot.
+
+    Raises ``ValueError`` for a message discord.py parsed without what it needs (an author).
     """
-    author = message.author
+    author = getattr(message, "author", None)  # discord.py leaves it unset when it was absent
+    if author is None:
+        raise ValueError("a message without an author")
     if author.id == policy.bot_id:
         return None
     is_bot = author.bot or message.webhook_id is not None

@@ -34,7 +34,7 @@ from twitchio.eventsub import (
 )
 from twitchio.eventsub.websockets import Websocket
 
-from adapters.twitch import convert
+from adapters.twitch import convert, guard
 from adapters.twitch.client import ChorusTwitchClient, TwitchAPIError, api, configure_endpoints
 from adapters.twitch.convert import BotIdentity, SendArgs
 from adapters.twitch.ratelimit import MODERATOR_LIMIT, USER_LIMIT, SharedRateLimiter
@@ -65,6 +65,14 @@ def _classify_send(exc: BaseException) -> Failure:
         retryable = exc.status == 429 or exc.status >= 500
         return Failure(retryable, exc.status, reason=f"HTTP {exc.status}")
     return Failure(retryable=False)
+
+
+def _skipped(what: str, error: ValueError) -> None:
+    """One line for an event twitchio parsed but whose values Chorus cannot use."""
+    log.warning(
+        f"twitch {what} skipped: a field is not usable",
+        extra={"error": str(error).splitlines()[0][:200]},
+    )
 
 
 def _live(socket: Websocket) -> bool:
@@ -106,6 +114,7 @@ class TwitchAdapter:
         self._token_lock = asyncio.Lock()
         self._outbound: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
+        self.parse_guard = guard.install()  # twitchio's parse failures: one line, skipped
 
     @classmethod
     def from_section(cls, settings: TwitchSettings, bus: EventBus, redis: Redis) -> TwitchAdapter:
@@ -260,20 +269,26 @@ class TwitchAdapter:
             message = convert.chat_message(event, bot=bot, ambient=self.settings.ambient)
             if message is not None:
                 await self.bus.publish(INBOUND, message)
+        except ValueError as exc:  # convert.Malformed, or the event model refusing a value
+            _skipped("message", exc)
         except Exception:
-            log.exception("twitch message dropped", extra={"message_id": event.id})
+            log.exception("twitch message dropped", extra={"message_id": str(event.id)})
 
     async def _on_delete(self, event: twitchio.ChatMessageDelete) -> None:
         try:
             await self.bus.publish(DELETIONS, convert.message_deleted(event))
+        except ValueError as exc:
+            _skipped("deletion", exc)
         except Exception:
-            log.exception("twitch deletion dropped", extra={"message_id": event.message_id})
+            log.exception("twitch deletion dropped", extra={"message_id": str(event.message_id)})
 
     async def _on_clear_user(self, event: twitchio.ChannelChatClearUserMessages) -> None:
         try:
             await self.bus.publish(DELETIONS, convert.user_cleared(event))
+        except ValueError as exc:
+            _skipped("clear-user", exc)
         except Exception:
-            log.exception("twitch clear-user dropped", extra={"user_id": event.user.id})
+            log.exception("twitch clear-user dropped", extra={"user_id": str(event.user.id)})
 
     async def _on_token_refreshed(self, payload: Any) -> None:
         await self._persist_tokens()
@@ -287,8 +302,8 @@ class TwitchAdapter:
             log.info("twitch send limit changed", extra={"channel": channel, "moderator": is_mod})
             self._moderator[channel] = is_mod
 
-    def _remember_login(self, user_id: str, login: str | None) -> None:
-        if not login:
+    def _remember_login(self, user_id: object, login: object) -> None:
+        if not (isinstance(user_id, str) and isinstance(login, str) and login):
             return
         self._logins[user_id] = login
         self._logins.move_to_end(user_id)
