@@ -252,7 +252,7 @@ class SlackAdapter:
         return await next_()
 
     async def _on_event(self, event: dict[str, Any]) -> None:
-        self._spawn(self._ingest(event), f"slack-event-{event.get('ts')}")
+        self._spawn(self._ingest(event), f"slack-event-{str(event.get('ts'))[:40]}")
 
     async def _on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
         await ack()
@@ -290,10 +290,15 @@ class SlackAdapter:
                 }
             )
             await self.bus.publish(INBOUND, message)
+        except ValueError as exc:  # the event model refusing a value Slack does not send
+            log.warning(
+                "slack event skipped: a field is not usable",
+                extra={"error": str(exc).splitlines()[0][:200]},
+            )
         except Exception:
             log.exception(
                 "could not handle a slack event",
-                extra={"channel": event.get("channel"), "ts": event.get("ts")},
+                extra={"channel": str(event.get("channel")), "ts": str(event.get("ts"))},
             )
 
     async def _ingest_command(self, command: Mapping[str, Any]) -> None:
