@@ -5,7 +5,9 @@ mutated (``tests/payload_fuzz.py``: fields removed, nulled, retyped, nested too)
 by the loopback gateway as a received frame: discord.py's read loop parses it under the
 adapter's ``ParserGuard``, then our handlers convert what parsed. Twitch: each recorded
 EventSub event (chat message, deletion, clear-user), mutated the same way, is delivered by the
-loopback as a ``notification`` on the subscribed websocket and parsed by twitchio 3.
+loopback as a ``notification`` on the subscribed websocket and parsed by twitchio 3. Slack
+Socket Mode: each recorded Events API body, mutated, is pushed as an ``events_api`` envelope
+through slack-sdk's socket client into bolt; every envelope must be acknowledged.
 
 The property, per example: nothing escapes (no ERROR log: no "exception in handler", no dead
 read loop), and a well-formed message right after is converted and published on the same
@@ -28,7 +30,12 @@ from bot.events import ChatMessage
 from tests.discord_rig import Rig as DiscordRig
 from tests.discord_rig import mention, running
 from tests.loopback.discord_server import DiscordServer, guild_create
+from tests.loopback.slack_server import SlackServer
 from tests.payload_fuzz import Held, Pick, apply, escapes, fixture, mutations
+from tests.slack_rig import BOT_TOKEN, running_rig
+from tests.slack_rig import Rig as SlackRig
+from tests.slack_rig import mention as slack_mention
+from tests.test_payload_fuzz_http import SLACK
 from tests.test_twitch_e2e import CHANNEL, CHAT, chat_event, rig, server, twitch_env  # noqa: F401  (fixtures)
 from tests.test_twitch_e2e import Rig as TwitchRig
 
@@ -168,3 +175,36 @@ async def test_twitchio_parse_failures_are_one_warning_a_minute_and_counted(
     assert len(skipped) == 1 and skipped[0].levelno == logging.WARNING
     assert skipped[0].exc_info is None and skipped[0].__dict__["error"] == "KeyError"
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+# -- Slack Socket Mode -----------------------------------------------------------------------------
+@pytest.fixture
+async def slack_socket() -> AsyncIterator[Held[SlackRig]]:
+    async with SlackServer(bot_token=BOT_TOKEN) as slack:
+        async for socket_rig in running_rig(slack, app_token="xapp-test", signing_secret=None):
+            await slack.wait_for(lambda: slack.socket_connections == 1)
+            yield Held(socket_rig)
+
+
+@FUZZ
+@given(name=st.sampled_from(SLACK), picks=mutations())
+async def test_slack_socket_mode_survives_mutated_envelopes(
+    slack_socket: Held[SlackRig], name: str, picks: list[Pick]
+) -> None:
+    bot, n = slack_socket.value, next(_numbers)
+    body = fixture("slack", name)
+    if "event_id" in body:
+        body["event_id"] = f"EvSocket{n}"
+    junk = apply(body, picks)
+    sentinel = f"sentinel {n}"
+    with escapes() as caught:
+        await bot.server.wait_acked(await bot.server.send_envelope("events_api", junk))
+        await bot.settle()
+        envelope = await bot.server.send_envelope(
+            "events_api", slack_mention(f"EvSocketSentinel{n}", sentinel)
+        )
+        await bot.server.wait_acked(envelope)
+        await bot.settle()
+    assert caught.take() == [], junk
+    assert any(m.text == sentinel for m in bot.seen), junk
+    assert bot.server.socket_connections == 1, "the socket stayed up"

@@ -10,16 +10,27 @@ SDK's ``connect()`` retries a rejected token forever with nothing but a log line
 call returns is then used for the first connection. After that the SDK reconnects by itself:
 on a server CLOSE or a ``disconnect`` message at once with a new URL, and after a failed
 attempt or a stale ping every ``ping_interval`` seconds (a fixed interval, not exponential).
+An envelope bolt cannot read, or answers with an error, is acknowledged anyway (Slack would
+deliver it again and again) with one log line, the socket's counterpart of the HTTP 400.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.adapter.socket_mode.async_internals import (
+    run_async_bolt_app,
+    send_async_response,
+)
 from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.response import BoltResponse
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
 
 from adapters.slack.ingress import MAX_BODY_BYTES, Refusal, screen
 from adapters.slack.sender import SlackSender, SlackSendError
@@ -74,6 +85,25 @@ async def serve_http(
     return runner, url
 
 
+class _SocketHandler(AsyncSocketModeHandler):
+    """bolt's Socket Mode handler; an envelope bolt cannot read is logged and acknowledged."""
+
+    async def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]
+        started = time.time()
+        try:
+            response: BoltResponse = await run_async_bolt_app(self.app, req)
+        except Exception as exc:  # bolt assumes Slack's field types, as on the HTTP endpoint
+            log.warning(
+                "slack envelope skipped: bolt cannot read it",
+                extra={"error": f"{type(exc).__name__}: {exc}"[:300]},
+            )
+            response = BoltResponse(status=400, body="")
+        if response.status != 200:  # acknowledged, or Slack delivers it again
+            await client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
+            return
+        await send_async_response(client, req, response, started)
+
+
 async def connect_socket(
     app: AsyncApp, sender: SlackSender, app_token: str, *, ping_interval: float
 ) -> AsyncSocketModeHandler:
@@ -91,7 +121,7 @@ async def connect_socket(
                 f"at {APPS_URL}, and enable Socket Mode"
             ) from None
         raise
-    handler = AsyncSocketModeHandler(
+    handler = _SocketHandler(
         app,
         app_token=app_token,
         web_client=sender.client,
