@@ -35,7 +35,7 @@ from tests.test_youtube_e2e import Rig as YouTubeRig
 
 FUZZ = settings(
     derandomize=True,
-    max_examples=120,
+    max_examples=250,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
