@@ -60,6 +60,15 @@ _numbers = itertools.count(1)
 
 
 # -- Slack -----------------------------------------------------------------------------------------
+def slack_junk(name: str, picks: list[Pick], event_id: str) -> Any:
+    """A recorded Events body, mutated; a fresh ``event_id`` first, or the adapter's dedupe
+    drops it as Slack's retry of an event already seen."""
+    body = fixture("slack", name)
+    if "event_id" in body:
+        body["event_id"] = event_id
+    return apply(body, picks)
+
+
 @pytest.fixture
 async def slack_rig() -> AsyncIterator[Held[Rig]]:
     async with SlackServer(bot_token=BOT_TOKEN) as server:
@@ -73,10 +82,7 @@ async def test_slack_events_endpoint_survives_mutated_bodies(
     slack_rig: Held[Rig], name: str, picks: list[Pick]
 ) -> None:
     slack, n = slack_rig.value, next(_numbers)
-    body = fixture("slack", name)
-    if "event_id" in body:
-        body["event_id"] = f"EvFuzz{n}"  # else the adapter's dedupe drops it as a retry
-    junk = apply(body, picks)
+    junk = slack_junk(name, picks, f"EvFuzz{n}")
     with escapes() as caught:
         status, answer = await slack.post(junk)
         await slack.settle()

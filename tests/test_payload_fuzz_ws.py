@@ -35,7 +35,7 @@ from tests.payload_fuzz import Held, Pick, apply, escapes, fixture, mutations
 from tests.slack_rig import BOT_TOKEN, running_rig
 from tests.slack_rig import Rig as SlackRig
 from tests.slack_rig import mention as slack_mention
-from tests.test_payload_fuzz_http import SLACK
+from tests.test_payload_fuzz_http import SLACK, slack_junk
 from tests.test_twitch_e2e import CHANNEL, CHAT, chat_event, rig, server, twitch_env  # noqa: F401  (fixtures)
 from tests.test_twitch_e2e import Rig as TwitchRig
 
@@ -192,10 +192,7 @@ async def test_slack_socket_mode_survives_mutated_envelopes(
     slack_socket: Held[SlackRig], name: str, picks: list[Pick]
 ) -> None:
     bot, n = slack_socket.value, next(_numbers)
-    body = fixture("slack", name)
-    if "event_id" in body:
-        body["event_id"] = f"EvSocket{n}"
-    junk = apply(body, picks)
+    junk = slack_junk(name, picks, f"EvSocket{n}")
     sentinel = f"sentinel {n}"
     with escapes() as caught:
         await bot.server.wait_acked(await bot.server.send_envelope("events_api", junk))

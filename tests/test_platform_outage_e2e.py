@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.discord_rig import discord_env
 from tests.discord_rig import mention as discord_mention
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.discord_server import CHANNEL_ID, DiscordServer, guild_create
@@ -94,9 +95,7 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
             "CHORUS_MODEL": "anthropic:claude-test",
             "ANTHROPIC_API_KEY": "k",
             "ANTHROPIC_BASE_URL": model.base_url,
-            "DISCORD_TOKEN": "loopback-token-not-secret",
-            "DISCORD_API_BASE_URL": discord.api_url,
-            "DISCORD_GATEWAY_URL": discord.ws_url,
+            **discord_env(discord),
             "SLACK_BOT_TOKEN": BOT_TOKEN,
             "SLACK_SIGNING_SECRET": SECRET,
             "SLACK_API_BASE_URL": slack.api_url,
