@@ -13,6 +13,8 @@ Outbound, replies are consumed from ``outbound:slack`` and sent in per-channel l
 kept within a channel; a rate-limited channel does not hold up the others) through
 ``SlackSender``, which owns every wait and retry. A slash command's answer goes to its
 ``response_url`` as an ephemeral message; everything else is posted in the conversation's thread.
+``ready()`` (``/readyz``'s ``adapter:slack``) is the socket's state as slack-sdk keeps it, or
+whether the HTTP endpoint listens.
 """
 
 from __future__ import annotations
@@ -149,6 +151,16 @@ class SlackAdapter:
         assert self._outbound is not None
         await asyncio.wait({self._outbound})
 
+    async def ready(self) -> bool:
+        """Connected: the Socket Mode websocket is up as slack-sdk sees it (open, not stale,
+        pings answered; the SDK reconnects by itself and this follows), or in HTTP mode the
+        events endpoint is listening. No request is made."""
+        if self._outbound is None or self._outbound.done():
+            return False
+        if self._socket is not None:
+            return bool(await self._socket.client.is_connected())
+        return self._runner is not None and bool(self._runner.addresses)
+
     async def idle(self) -> None:
         """Wait until every inbound event received so far is converted and published."""
         while self._inbound:
@@ -211,6 +223,7 @@ class SlackAdapter:
             request_verification_enabled=http,
             process_before_response=True,
         )
+        app.error(self._bolt_error)
         app.middleware(self._dedupe)
         app.event("app_mention")(self._on_event)
         app.event("message")(self._on_event)
@@ -218,6 +231,16 @@ class SlackAdapter:
         return app
 
     # -- inbound -----------------------------------------------------------------------------
+    async def _bolt_error(self, error: Exception) -> BoltResponse:
+        """A request bolt's middleware or listener matching cannot handle (a field of another
+        type than Slack sends): one line, a 400, and the adapter goes on. Our listeners only
+        spawn tasks, which log their own failures."""
+        log.warning(
+            "slack request skipped: bolt could not handle it",
+            extra={"status": 400, "error": f"{type(error).__name__}: {error}"},
+        )
+        return BoltResponse(status=400, body="")
+
     async def _dedupe(
         self, body: dict[str, Any], next_: Callable[[], Awaitable[BoltResponse]]
     ) -> BoltResponse:
@@ -229,7 +252,7 @@ class SlackAdapter:
         return await next_()
 
     async def _on_event(self, event: dict[str, Any]) -> None:
-        self._spawn(self._ingest(event), f"slack-event-{event.get('ts')}")
+        self._spawn(self._ingest(event), f"slack-event-{str(event.get('ts'))[:40]}")
 
     async def _on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
         await ack()
@@ -267,10 +290,15 @@ class SlackAdapter:
                 }
             )
             await self.bus.publish(INBOUND, message)
+        except ValueError as exc:  # the event model refusing a value Slack does not send
+            log.warning(
+                "slack event skipped: a field is not usable",
+                extra={"error": str(exc).splitlines()[0][:200]},
+            )
         except Exception:
             log.exception(
                 "could not handle a slack event",
-                extra={"channel": event.get("channel"), "ts": event.get("ts")},
+                extra={"channel": str(event.get("channel")), "ts": str(event.get("ts"))},
             )
 
     async def _ingest_command(self, command: Mapping[str, Any]) -> None:
