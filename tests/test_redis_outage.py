@@ -18,14 +18,9 @@ drain plus one reply per message.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 import os
-import shutil
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -40,20 +35,17 @@ from bot.bus.streams import FIELD, RedisStreamsBus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.state import connect, keys
+from tests import outage_rig
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.slack_server import BOT_USER_ID, SlackServer
+from tests.outage_rig import AOF, SLACK_TOKEN, Fleet, chorus_env, post_event, slack_gateway_env
 from tests.redis_server import free_port, start_redis, stop_redis
 
-ROOT = Path(__file__).resolve().parent.parent
-CHORUS = Path(sys.executable).with_name("chorus")
-AOF = ("--appendonly", "yes", "--appendfsync", "always")
 OUTAGE_SECONDS = 10.0
 CONVERSATIONS = 12
 BEFORE, DURING = 60, 60  # messages published before the kill, and while Redis is down
 PARTITIONS = 16  # the app's default
 SLACK_CHANNELS, SLACK_EACH = 6, 2  # events per channel, before and again during the outage
-SLACK_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
-SLACK_TOKEN = "xoxb-test-token"
 
 
 class SlowAnthropic(AnthropicServer):
@@ -72,73 +64,7 @@ def _model(body: dict[str, Any]) -> str:
 
 @pytest.fixture
 def redis_binary() -> str:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("CI=true requires redis-server for the outage test", pytrace=False)
-        pytest.skip("redis-server is not installed: cannot stop and restart a private Redis")
-    return binary
-
-
-class Fleet:
-    """The chorus processes of the test, each with its own health port and log file."""
-
-    def __init__(self, env: dict[str, str], logs: Path) -> None:
-        self.env, self.logs = env, logs
-        self.env_for: dict[str, dict[str, str]] = {}  # extra settings of one process
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.ports: dict[str, int] = {}
-
-    def start(self, name: str, *args: str) -> None:
-        port = free_port()
-        log = (self.logs / f"{name}.log").open("wb")
-        self.procs[name] = subprocess.Popen(
-            [str(CHORUS), *args],
-            cwd=ROOT,
-            env={**self.env, **self.env_for.get(name, {}), "CHORUS_HEALTH_PORT": str(port)},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        self.ports[name] = port
-
-    def exited(self) -> dict[str, int]:
-        return {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
-
-    def tails(self) -> str:
-        return "\n".join(
-            f"--- {n} ---\n{(self.logs / f'{n}.log').read_text(errors='replace')[-3000:]}"
-            for n in self.procs
-        )
-
-    async def status(self, session: aiohttp.ClientSession, name: str, path: str) -> int | None:
-        try:
-            url = f"http://127.0.0.1:{self.ports[name]}{path}"
-            async with session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as response:
-                await response.read()
-                return response.status
-        except (aiohttp.ClientError, TimeoutError):
-            return None
-
-    async def until_ready(self, session: aiohttp.ClientSession, ready: bool) -> None:
-        """Every process's /readyz says ``ready`` (200) or not (503)."""
-        want = 200 if ready else 503
-        while True:
-            assert not self.exited(), f"a process exited: {self.exited()}\n{self.tails()}"
-            codes = [await self.status(session, n, "/readyz") for n in self.procs]
-            if all(code == want for code in codes):
-                return
-            await asyncio.sleep(0.1)  # another process's state
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    return outage_rig.redis_binary()
 
 
 @pytest.fixture
@@ -176,21 +102,6 @@ def _mention(n: int) -> dict[str, Any]:
     }
 
 
-async def _post_event(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> int:
-    """POST an event as Slack does (``v0`` HMAC signature); returns the HTTP status."""
-    raw = json.dumps(body)
-    stamp = str(int(time.time()))
-    digest = hmac.new(SLACK_SECRET.encode(), f"v0:{stamp}:{raw}".encode(), hashlib.sha256)
-    headers = {
-        "X-Slack-Request-Timestamp": stamp,
-        "X-Slack-Signature": f"v0={digest.hexdigest()}",
-        "Content-Type": "application/json",
-    }
-    timeout = aiohttp.ClientTimeout(total=3)  # Slack's limit for the acknowledgement
-    async with session.post(url, data=raw.encode(), headers=headers, timeout=timeout) as response:
-        return response.status
-
-
 async def test_a_10s_redis_outage_loses_and_doubles_nothing_and_nothing_exits(
     redis_binary: str, tmp_path: Path, model: SlowAnthropic, slack: SlackServer, key_tag: str
 ) -> None:
@@ -199,27 +110,7 @@ async def test_a_10s_redis_outage_loses_and_doubles_nothing_and_nothing_exits(
     data.mkdir()
     server = await asyncio.to_thread(start_redis, redis_binary, port, data, *AOF)
     url = f"redis://127.0.0.1:{port}/0"
-    env = {
-        **{
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(
-                ("CHORUS_", "ANTHROPIC_", "SLACK_", "DISCORD_", "TWITCH_", "YOUTUBE_")
-            )
-        },
-        "CHORUS_REDIS_URL": url,
-        "CHORUS_BUS": "redis",
-        "CHORUS_BUS_NAMESPACE": key_tag,
-        "CHORUS_MODEL": "anthropic:claude-test",
-        "ANTHROPIC_API_KEY": "test-key",
-        "ANTHROPIC_BASE_URL": model.base_url,
-        "CHORUS_HEALTH_HOST": "127.0.0.1",
-        "CHORUS_INSIGHTS_IN_PROCESS": "false",
-        "CHORUS_INSIGHTS_DEBOUNCE": "0.5",
-        "CHORUS_INSIGHTS_POLL": "0.5",
-        "CHORUS_BLOCK_REAL_LLM": "1",
-        "CHORUS_LOG_LEVEL": "WARNING",
-    }
+    env = chorus_env(url, key_tag, model.base_url, tmp_path / "spool")
     fleet = Fleet(env, tmp_path)
     client = await connect.open_redis(url)
     publisher = RedisStreamsBus(client, consumer="gateway", namespace=key_tag, backoff_cap=0.5)
@@ -242,13 +133,7 @@ async def test_a_10s_redis_outage_loses_and_doubles_nothing_and_nothing_exits(
 
     try:
         slack_port = free_port()
-        fleet.env_for["gateway"] = {
-            "SLACK_BOT_TOKEN": SLACK_TOKEN,
-            "SLACK_SIGNING_SECRET": SLACK_SECRET,
-            "SLACK_API_BASE_URL": slack.url + "/api/",
-            "SLACK_HTTP_HOST": "127.0.0.1",
-            "SLACK_HTTP_PORT": str(slack_port),
-        }
+        fleet.env_for["gateway"] = slack_gateway_env(slack, slack_port)
         events_url = f"http://127.0.0.1:{slack_port}/slack/events"
         fleet.start("gateway", "run", "--role", "gateway")
         fleet.start("worker1", "run", "--role", "worker")
@@ -258,7 +143,7 @@ async def test_a_10s_redis_outage_loses_and_doubles_nothing_and_nothing_exits(
             await asyncio.wait_for(fleet.until_ready(session, True), 60)
             events = SLACK_CHANNELS * SLACK_EACH
             for n in range(events):
-                assert await _post_event(session, events_url, _mention(n)) == 200
+                assert await post_event(session, events_url, _mention(n)) == 200
             await publish(0, BEFORE)
             await asyncio.wait_for(_until_replies(client, key_tag, BEFORE // 3), 30)
 
@@ -267,7 +152,7 @@ async def test_a_10s_redis_outage_loses_and_doubles_nothing_and_nothing_exits(
             down_at = time.monotonic()
             during = asyncio.create_task(publish(BEFORE, DURING))  # waits for Redis
             for n in range(events, 2 * events):  # acknowledged in time, Redis or not
-                assert await _post_event(session, events_url, _mention(n)) == 200
+                assert await post_event(session, events_url, _mention(n)) == 200
             await asyncio.wait_for(fleet.until_ready(session, False), OUTAGE_SECONDS)
             for name in fleet.procs:  # alive, and still scrapeable without Redis
                 assert await fleet.status(session, name, "/healthz") == 200, name
