@@ -25,7 +25,9 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
+from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.slack_server import SlackServer
 from tests.redis_server import free_port
 
@@ -97,6 +99,14 @@ async def post_event(session: aiohttp.ClientSession, url: str, body: dict[str, A
     timeout = aiohttp.ClientTimeout(total=3)  # Slack's limit for the acknowledgement
     async with session.post(url, data=raw.encode(), headers=headers, timeout=timeout) as response:
         return response.status
+
+
+class SlowAnthropic(AnthropicServer):
+    """Answers after 50 ms, so turns are in flight when Redis dies."""
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(0.05)
+        return await super()._messages(request)
 
 
 class Fleet:

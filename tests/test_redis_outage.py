@@ -12,7 +12,8 @@ onto the bus, as a gateway does (``RedisStreamsBus.publish``, which waits out th
 
 Waiting: readiness and unreadiness are read off each process's /readyz (another process's
 state: polled every 100 ms); replies are followed with ``XREAD BLOCK``; the end is the bus's
-drain plus one reply per message.
+drain plus one reply per message. The rig (processes, Slack signing, settings) is shared with
+``test_outbox_e2e`` (the gateway's order and shutdown through an outage) in ``outage_rig``.
 """
 
 from __future__ import annotations
@@ -29,16 +30,22 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from bot.bus.streams import FIELD, RedisStreamsBus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.state import connect, keys
 from tests import outage_rig
-from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.slack_server import BOT_USER_ID, SlackServer
-from tests.outage_rig import AOF, SLACK_TOKEN, Fleet, chorus_env, post_event, slack_gateway_env
+from tests.outage_rig import (
+    AOF,
+    SLACK_TOKEN,
+    Fleet,
+    SlowAnthropic,
+    chorus_env,
+    post_event,
+    slack_gateway_env,
+)
 from tests.redis_server import free_port, start_redis, stop_redis
 
 OUTAGE_SECONDS = 10.0
@@ -46,14 +53,6 @@ CONVERSATIONS = 12
 BEFORE, DURING = 60, 60  # messages published before the kill, and while Redis is down
 PARTITIONS = 16  # the app's default
 SLACK_CHANNELS, SLACK_EACH = 6, 2  # events per channel, before and again during the outage
-
-
-class SlowAnthropic(AnthropicServer):
-    """Answers after 50 ms, so turns are in flight when Redis dies."""
-
-    async def _messages(self, request: web.Request) -> web.StreamResponse:
-        await asyncio.sleep(0.05)
-        return await super()._messages(request)
 
 
 def _model(body: dict[str, Any]) -> str:
