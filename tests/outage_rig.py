@@ -148,6 +148,11 @@ class Fleet:
         except (aiohttp.ClientError, TimeoutError):
             return None
 
+    async def metrics(self, session: aiohttp.ClientSession, name: str) -> str:
+        """The process's /metrics exposition."""
+        async with session.get(f"http://127.0.0.1:{self.ports[name]}/metrics") as response:
+            return await response.text()
+
     async def until_ready(
         self, session: aiohttp.ClientSession, ready: bool, names: tuple[str, ...] = ()
     ) -> None:
@@ -172,3 +177,13 @@ class Fleet:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def sample(text: str, name: str, labels: str = "") -> float:
+    """The sum of ``name``'s samples in a /metrics exposition whose labels contain ``labels``."""
+    total = 0.0
+    for line in text.splitlines():
+        series, _, value = line.rpartition(" ")
+        if (series == name or series.startswith(f"{name}{{")) and labels in series:
+            total += float(value)
+    return total

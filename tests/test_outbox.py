@@ -23,12 +23,14 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from bot.app import Chorus
 from bot.bus.base import BusClosed
 from bot.bus.outbox import Outbox
 from bot.bus.spool import Spool
 from bot.bus.streams import RedisStreamsBus
 from bot.bus.topics import DELETIONS, INBOUND
 from bot.events import Author, ChatMessage, ConversationKey, MessageDeleted
+from bot.settings import settings_from
 from bot.state import connect
 from tests import outage_rig
 from tests.redis_server import free_port, start_redis, stop_redis
@@ -261,3 +263,38 @@ async def _deletions(outbox: Outbox, into: list[MessageDeleted]) -> None:
     async for delivery in outbox.consume(DELETIONS, MessageDeleted, group="agent"):
         into.append(delivery.event)
         await delivery.ack()
+
+
+@pytest.mark.parametrize(
+    ("bus", "gateway", "wrapped"),
+    [("redis", True, True), ("redis", False, False), ("memory", True, False)],
+    ids=["gateway-on-streams", "worker-on-streams", "in-process-bus"],
+)
+async def test_only_the_platform_side_on_redis_streams_publishes_through_an_outbox(
+    rig: Rig, tmp_path: Path, bus: str, gateway: bool, wrapped: bool
+) -> None:
+    """``chorus run`` asks for the outbox in every role that runs adapters; the app builds it
+    only over Redis Streams, and the router keeps publishing through the bus itself."""
+    spool = tmp_path / "spool"
+    await asyncio.to_thread(Spool(spool).write, [(INBOUND, message(0, 0))])
+    settings = settings_from(
+        {
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "k",
+            "CHORUS_REDIS_URL": rig.url if bus == "redis" else "memory://outbox-wiring",
+            "CHORUS_BUS": bus,
+            "CHORUS_SPOOL_DIR": str(spool),
+        }
+    )
+    app = await Chorus.from_settings(settings, outbox=gateway)
+    try:
+        assert (app.outbox is not None) is wrapped
+        assert (app.ingress_bus is app.outbox) if wrapped else (app.ingress_bus is app.bus)
+        assert app.router.bus is app.bus
+        if app.outbox is not None:  # the spool of an earlier run is published at start
+            assert app.outbox.recovered == 1
+            assert await asyncio.wait_for(take(app.outbox, 1), 30) == ["0:0"]
+    finally:
+        await app.aclose()
+    left = await asyncio.to_thread(lambda: len(list(spool.glob("outbox-*"))))
+    assert left == (0 if wrapped else 1), "only a gateway replays (and removes) the spool"

@@ -38,7 +38,15 @@ from bot.state import connect, keys
 from tests import outage_rig
 from tests.loopback.base import Recorded
 from tests.loopback.slack_server import BOT_USER_ID, SlackServer
-from tests.outage_rig import AOF, SLACK_TOKEN, Fleet, SlowAnthropic, chorus_env, post_event
+from tests.outage_rig import (
+    AOF,
+    SLACK_TOKEN,
+    Fleet,
+    SlowAnthropic,
+    chorus_env,
+    post_event,
+    sample,
+)
 from tests.redis_server import free_port, start_redis, stop_redis
 
 CONVERSATIONS = 20
@@ -173,6 +181,13 @@ class Deployment:
         finally:
             await client.aclose()
 
+    async def until_metric(self, session: aiohttp.ClientSession, name: str, value: float) -> None:
+        """Until the gateway's /metrics shows ``value`` for ``name`` (another process: polled)."""
+        while True:
+            if sample(await self.fleet.metrics(session, "gateway"), name) == value:
+                return
+            await asyncio.sleep(0.1)
+
     def check(self) -> None:
         """Exactly once, and per conversation in the order Slack accepted the events."""
         answered = Counter((c, n) for _, c, n in self.slack.answered)
@@ -214,6 +229,8 @@ async def test_every_message_is_answered_once_and_in_order_through_a_redis_outag
             await asyncio.to_thread(rig.kill_redis)
             down_at = time.monotonic()
             await rig.send(session, during)  # acknowledged in time, Redis or not
+            held = CONVERSATIONS * len(during)
+            await asyncio.wait_for(rig.until_metric(session, "chorus_outbox_depth", held), 30)
             assert not rig.fleet.exited()
             await asyncio.sleep(max(0.0, outage - (time.monotonic() - down_at)))  # the outage
             back_at = await asyncio.to_thread(rig.restart_redis)
@@ -228,6 +245,7 @@ async def test_every_message_is_answered_once_and_in_order_through_a_redis_outag
     rig.check()
     p50, worst = rig.backlog_times(back_at, during)
     print(f"\nbacklog answered after a {outage:g}s outage: p50 {p50:.1f}s, max {worst:.1f}s")
+    assert worst < 60, "the backlog is answered within seconds of Redis' return"
 
 
 async def test_a_gateway_stopped_during_an_outage_keeps_what_slack_got_a_200_for(
@@ -267,6 +285,9 @@ async def test_a_gateway_stopped_during_an_outage_keeps_what_slack_got_a_200_for
             await asyncio.wait_for(rig.until_drained(), 60)
             assert await asyncio.to_thread(lambda: list(rig.spool.glob("outbox-*"))) == []
             assert "outbox recovered" in rig.fleet.log("gateway2")
+            metrics = await rig.fleet.metrics(session, "gateway2")
+            assert sample(metrics, "chorus_outbox_recovered_total") == CONVERSATIONS * 3
+            assert sample(metrics, "chorus_outbox_depth") == 0
             assert set(rig.fleet.exited()) == {"gateway1"}
     except BaseException:
         print(rig.fleet.tails())

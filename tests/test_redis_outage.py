@@ -44,6 +44,7 @@ from tests.outage_rig import (
     SlowAnthropic,
     chorus_env,
     post_event,
+    sample,
     slack_gateway_env,
 )
 from tests.redis_server import free_port, start_redis, stop_redis
@@ -168,7 +169,7 @@ async def test_a_10s_redis_outage_loses_and_doubles_nothing_and_nothing_exits(
             # as long as the replies above may take: the posts follow them on a loaded machine
             await slack.wait_for(lambda: len(slack.posts) >= 2 * events, limit=30)
             replies = await _replies(client, key_tag)
-            metrics = {name: await _metrics(session, fleet.ports[name]) for name in fleet.procs}
+            metrics = {name: await fleet.metrics(session, name) for name in fleet.procs}
             assert not fleet.exited(), f"exited after the outage: {fleet.exited()}"
     except BaseException:
         print(fleet.tails())
@@ -191,11 +192,11 @@ async def test_a_10s_redis_outage_loses_and_doubles_nothing_and_nothing_exits(
     assert [ts for ts, n in threads.items() if n > 1] == [], "a Slack event was answered twice"
     assert all(post["text"] == "noted" for post in slack.posts), "no apology on Slack either"
     answered = sum(
-        _sample(metrics[w], "chorus_messages_out_total", 'platform="console"')
+        sample(metrics[w], "chorus_messages_out_total", 'platform="console"')
         for w in ("worker1", "worker2")
     )
     assert answered >= BEFORE + DURING  # (a message answered by one worker counts once there)
-    assert _sample(metrics["insights"], "chorus_insights_jobs_total", 'outcome="unchanged"') > 0
+    assert sample(metrics["insights"], "chorus_insights_jobs_total", 'outcome="unchanged"') > 0
 
 
 async def _until_replies(client: Any, tag: str, count: int) -> None:
@@ -215,16 +216,3 @@ async def _replies(client: Any, tag: str) -> list[Reply]:
         for _, fields in await client.xrange(stream):
             replies.append(Reply.model_validate_json(fields[FIELD]))
     return replies
-
-
-async def _metrics(session: aiohttp.ClientSession, port: int) -> str:
-    async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
-        return await response.text()
-
-
-def _sample(text: str, name: str, labels: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(f"{name}{{") and labels in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
