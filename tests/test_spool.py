@@ -7,6 +7,7 @@ still starts. The outbox's use of it over Redis is in ``test_outbox``.
 from __future__ import annotations
 
 import logging
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -121,3 +122,13 @@ async def test_an_outbox_starts_past_a_corrupt_spool_and_replays_the_rest(
     assert got == [message(0), message(1)]
     assert names(tmp_path) == ["corrupt-outbox-00000000000000000001-1-deadbeef.jsonl"]
     await outbox.close()
+
+
+def test_writable_is_checked_without_creating_the_directory(tmp_path: Path) -> None:
+    assert Spool(tmp_path / "a" / "b").writable()
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "ro").mkdir(mode=0o500)
+    try:
+        assert Spool(tmp_path / "ro" / "spool").writable() is (os.geteuid() == 0)
+    finally:
+        (tmp_path / "ro").chmod(0o700)

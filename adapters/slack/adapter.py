@@ -186,6 +186,11 @@ class SlackAdapter:
             self._runner = None
         if self._inbound:  # acknowledged to Slack: let them reach the bus (it holds them)
             await asyncio.wait(set(self._inbound), timeout=INGEST_GRACE)
+            if self._inbound:
+                log.error(
+                    "slack events acknowledged but not handed to the bus in time; dropped",
+                    extra={"count": len(self._inbound), "grace_s": INGEST_GRACE},
+                )
         tasks = [*self._inbound, *self._lane_tasks.values()]
         if self._outbound is not None:
             tasks.append(self._outbound)

@@ -173,6 +173,12 @@ class Outbox:
         count. Call once, before the adapters start publishing."""
         if self.spool is None:
             return 0
+        if not await asyncio.to_thread(self.spool.writable):
+            log.warning(
+                "the spool directory is not writable: a gateway stopped while Redis is down "
+                "would lose the messages it holds (set CHORUS_SPOOL_DIR to a writable volume)",
+                extra={"dir": str(self.spool.directory)},
+            )
         claims = await asyncio.to_thread(self.spool.claim)
         for claim in claims:
             if not claim.events:

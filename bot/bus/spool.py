@@ -106,6 +106,16 @@ class Spool:
                 f"{name} cannot be spooled: not one of the spool's models ({', '.join(self.models)})"
             )
 
+    def writable(self) -> bool:
+        """Whether ``write`` can create its file here (the directory, or the nearest existing
+        parent it would be made in, is writable), checked without creating anything."""
+        path = self.directory
+        while not path.exists():
+            if path.parent == path:
+                return False
+            path = path.parent
+        return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
+
     # -- writing ---------------------------------------------------------------------------------
     def write(self, items: Iterable[tuple[str, BaseModel]]) -> tuple[Path, int]:
         """Write ``items`` (topic, event), in order, to a new file; returns it and the count."""
