@@ -196,18 +196,27 @@ class Deployment:
             await asyncio.sleep(0.1)
 
     def check(self) -> None:
-        """Exactly once, and per conversation in the order Slack accepted the events."""
+        """Exactly once, and per conversation in the order Slack accepted the events. (Run
+        after the fleet stopped; on failure the processes' logs are printed.)"""
+        try:
+            self._check()
+        except AssertionError:
+            print(self.fleet.tails())
+            raise
+
+    def _check(self) -> None:
         answered = Counter((c, n) for _, c, n in self.slack.answered)
         sent = {(c, n) for c, ns in self.accepted.items() for n in ns}
         assert set(answered) == sent, f"unanswered: {sorted(sent - set(answered))}"
-        assert [k for k, times in answered.items() if times > 1] == [], "answered twice"
+        twice = [k for k, times in answered.items() if times > 1]
+        assert twice == [], f"answered twice: {twice}"
         assert all(p["text"].startswith("re q-") for p in self.slack.posts), "no apology"
-        violations = [
-            c
+        violations = {
+            c: got
             for c in range(CONVERSATIONS)
-            if [n for _, cc, n in self.slack.answered if cc == c] != self.accepted[c]
-        ]
-        assert violations == [], f"answered out of order: {violations}"
+            if (got := [n for _, cc, n in self.slack.answered if cc == c]) != self.accepted[c]
+        }
+        assert violations == {}, f"answered out of order (conversation: answers): {violations}"
 
     def backlog_times(self, back_at: float, numbers: range) -> tuple[float, float]:
         """p50 and max seconds from Redis' return to the answer of messages ``numbers``."""
