@@ -86,6 +86,20 @@ def slack_gateway_env(slack: SlackServer, port: int) -> dict[str, str]:
     }
 
 
+async def until_listening(session: aiohttp.ClientSession, port: int) -> None:
+    """Until the gateway's Slack endpoint answers (its /healthz): /readyz may say ready before
+    the adapter has bound its port (another process's state: polled)."""
+    while True:
+        try:
+            url = f"http://127.0.0.1:{port}/healthz"
+            async with session.get(url, timeout=aiohttp.ClientTimeout(total=3)) as response:
+                if response.status == 200:
+                    return
+        except (aiohttp.ClientError, TimeoutError):
+            pass
+        await asyncio.sleep(0.1)
+
+
 async def post_event(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> int:
     """POST an event as Slack does (``v0`` HMAC signature); returns the HTTP status."""
     raw = json.dumps(body)

@@ -46,6 +46,7 @@ from tests.outage_rig import (
     chorus_env,
     post_event,
     sample,
+    until_listening,
 )
 from tests.redis_server import free_port, start_redis, stop_redis
 
@@ -140,6 +141,7 @@ class Deployment:
         for n in (1, 2, 3):
             self.fleet.start(f"worker{n}", "run", "--role", "worker")
         await asyncio.wait_for(self.fleet.until_ready(session, True), 60)
+        await asyncio.wait_for(until_listening(session, self.slack_port), 30)
 
     def start_gateway(self, name: str) -> None:
         self.fleet.env_for[name] = outage_rig.slack_gateway_env(self.slack, self.slack_port)

@@ -46,6 +46,7 @@ from tests.outage_rig import (
     post_event,
     sample,
     slack_gateway_env,
+    until_listening,
 )
 from tests.redis_server import free_port, start_redis, stop_redis
 
@@ -141,6 +142,7 @@ async def test_a_10s_redis_outage_loses_and_doubles_nothing_and_nothing_exits(
         fleet.start("insights", "insights")
         async with aiohttp.ClientSession() as session:
             await asyncio.wait_for(fleet.until_ready(session, True), 60)
+            await asyncio.wait_for(until_listening(session, slack_port), 30)
             events = SLACK_CHANNELS * SLACK_EACH
             for n in range(events):
                 assert await post_event(session, events_url, _mention(n)) == 200
