@@ -7,10 +7,9 @@ acknowledge at once and hand the work (user lookup, image download, publish) to 
 adapter keeps a reference to. Slack wants the ack within 3 seconds; nothing on the ack path
 waits for I/O. bolt runs with ``process_before_response=True`` so the ack is sent after the
 listener *returned* (it only spawns a task), instead of bolt's default of an untracked
-``ensure_future`` plus a 10 ms polling loop for the ack. Those tasks look things up side by
-side but publish one after the other per channel, in the order Slack delivered the events, and
-``aclose`` stops the intake first, then gives them ``INGEST_GRACE`` to publish: an event Slack
-got its ack for is not dropped at shutdown (a gateway's outbox holds or spools it).
+``ensure_future`` plus a 10 ms polling loop for the ack. Those tasks (``intake``) publish a
+channel's events in the order Slack delivered them, and ``aclose`` stops the intake first, then
+lets them finish: an event Slack got its ack for is not dropped at shutdown.
 
 Outbound, replies are consumed from ``outbound:slack`` and sent in per-channel lanes (order is
 kept within a channel; a rate-limited channel does not hold up the others) through
@@ -25,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -49,6 +48,7 @@ from adapters.slack.convert import (
     reply_to_posts,
     thread_root,
 )
+from adapters.slack.intake import Before, Intake, after
 from adapters.slack.sender import SlackSender, SlackSendError, file_hosts, host_allowed
 from adapters.slack.state import SeenSet, TTLCache
 from adapters.slack.transport import AUTH_ERRORS, connect_socket, serve_http
@@ -61,13 +61,6 @@ from bot.settings.slack import APPS_URL, SlackMode
 log = logging.getLogger("chorus.slack")
 
 MAX_IN_FLIGHT_REPLIES = 256
-INGEST_GRACE = 5.0  # seconds ``aclose`` waits for events Slack already got its ack for
-
-
-async def _after(task: asyncio.Task[None] | None) -> None:
-    """Wait until ``task`` (the channel's previous event) has ended, however it ended."""
-    if task is not None and not task.done():
-        await asyncio.wait({task})
 
 
 class _StaticAuthorize(AsyncAuthorize):
@@ -116,8 +109,7 @@ class SlackAdapter:
         self._threads = SeenSet(ttl=7 * 24 * 3600, maxsize=20_000)
         self._users: TTLCache[str, Author] = TTLCache(ttl=3600, maxsize=10_000)
         self._commands: TTLCache[str, tuple[str, str]] = TTLCache(ttl=30 * 60, maxsize=10_000)
-        self._inbound: set[asyncio.Task[None]] = set()
-        self._last_in: dict[str, asyncio.Task[None]] = {}  # channel -> its newest inbound task
+        self._intake = Intake()
         self._lanes: dict[str, deque[Delivery[Reply]]] = {}
         self._lane_tasks: dict[str, asyncio.Task[None]] = {}
         self._capacity: asyncio.Semaphore | None = None
@@ -174,8 +166,7 @@ class SlackAdapter:
 
     async def idle(self) -> None:
         """Wait until every inbound event received so far is converted and published."""
-        while self._inbound:
-            await asyncio.gather(*list(self._inbound), return_exceptions=True)
+        await self._intake.idle()
 
     async def aclose(self) -> None:
         if self._socket is not None:
@@ -184,14 +175,8 @@ class SlackAdapter:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        if self._inbound:  # acknowledged to Slack: let them reach the bus (it holds them)
-            await asyncio.wait(set(self._inbound), timeout=INGEST_GRACE)
-            if self._inbound:
-                log.error(
-                    "slack events acknowledged but not handed to the bus in time; dropped",
-                    extra={"count": len(self._inbound), "grace_s": INGEST_GRACE},
-                )
-        tasks = [*self._inbound, *self._lane_tasks.values()]
+        await self._intake.close()  # acknowledged to Slack: let them reach the bus first
+        tasks = list(self._lane_tasks.values())
         if self._outbound is not None:
             tasks.append(self._outbound)
         for task in tasks:
@@ -271,7 +256,7 @@ class SlackAdapter:
 
     async def _on_event(self, event: dict[str, Any]) -> None:
         channel = str(event.get("channel"))
-        self._spawn(
+        self._intake.spawn(
             lambda before: self._ingest(event, before),
             channel,
             f"slack-event-{str(event.get('ts'))[:40]}",
@@ -279,39 +264,18 @@ class SlackAdapter:
 
     async def _on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
         await ack()
-        self._spawn(
+        self._intake.spawn(
             lambda before: self._ingest_command(command, before),
             str(command.get("channel_id")),
             f"slack-command-{command.get('trigger_id')}",
         )
 
-    def _spawn(
-        self,
-        work: Callable[[asyncio.Task[None] | None], Coroutine[Any, Any, None]],
-        channel: str,
-        name: str,
-    ) -> None:
-        """Run ``work`` as a task; it publishes only after the channel's previous event did, so
-        a channel's events reach the bus in the order Slack delivered them (the lookups before
-        the publish, such as ``users.info``, still run side by side)."""
-        before = self._last_in.get(channel)
-        task = asyncio.create_task(work(before), name=name)
-        self._last_in[channel] = task
-        self._inbound.add(task)
-
-        def done(task: asyncio.Task[None]) -> None:
-            self._inbound.discard(task)
-            if self._last_in.get(channel) is task:
-                del self._last_in[channel]
-
-        task.add_done_callback(done)
-
-    async def _ingest(self, event: Mapping[str, Any], before: asyncio.Task[None] | None) -> None:
+    async def _ingest(self, event: Mapping[str, Any], before: Before) -> None:
         assert self.identity is not None
         try:
             deletions = deletions_from_event(event, channels=self.channels)
             if deletions:
-                await _after(before)
+                await after(before)
             for deletion in deletions:
                 await self.bus.publish(DELETIONS, deletion)
             if deletions:
@@ -334,7 +298,7 @@ class SlackAdapter:
                     "attachments": await self._download(message.attachments),
                 }
             )
-            await _after(before)
+            await after(before)
             await self.bus.publish(INBOUND, message)
         except ValueError as exc:  # the event model refusing a value Slack does not send
             log.warning(
@@ -347,16 +311,14 @@ class SlackAdapter:
                 extra={"channel": str(event.get("channel")), "ts": str(event.get("ts"))},
             )
 
-    async def _ingest_command(
-        self, command: Mapping[str, Any], before: asyncio.Task[None] | None
-    ) -> None:
+    async def _ingest_command(self, command: Mapping[str, Any], before: Before) -> None:
         try:
             author = await self._author(str(command["user_id"]))
             message = command_message(command, author=author)
             self._commands.put(
                 message.id, (str(command["response_url"]), message.conversation.channel)
             )
-            await _after(before)
+            await after(before)
             await self.bus.publish(INBOUND, message)
         except Exception:
             log.exception(
