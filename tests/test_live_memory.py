@@ -84,7 +84,6 @@ async def test_memory_stays_bounded_but_keeps_a_waiting_mention() -> None:
     states = chat.live.engagement.states
     assert len(states) == 50
     assert ConversationKey(platform="twitch", channel="waiting") in states
-    assert len(chat.live.durable.last_seen) == 50
 
 
 async def test_a_busy_channel_is_read_once_and_again_only_after_a_quiet_spell() -> None:
@@ -135,3 +134,22 @@ async def test_an_answer_now_records_what_it_answered_for_its_commit() -> None:
     _, changes = chat.live.durable.turns[(conv, "m2")]
     assert changes.answered == {"m1": chat.now, "m2": chat.now}  # the covered line too
     assert changes.users == {"bob": chat.now} and changes.spoke == chat.now
+
+
+async def test_a_pause_holds_while_chat_goes_on_and_lapses_after_a_quiet_spell() -> None:
+    timer = [0.0]  # the store's TTL clock, moved with the chat's
+    chat = Chat(MemoryLiveStore(pause_seconds=100, timer=lambda: timer[0]))
+
+    def wait(seconds: float) -> None:
+        chat.now += seconds
+        timer[0] += seconds
+
+    assert await chat.say("c", "!chorus pause", mod=True) is Reason.PAUSE
+    await chat.live.maintain()
+    for _ in range(10):  # five minutes of chat, three times the TTL
+        wait(30)
+        assert await chat.say("c", "is it quiet?") is Reason.PAUSED
+        await chat.live.maintain()
+    wait(101)  # no chat for longer than the TTL: the pause lapses
+    await chat.live.maintain()
+    assert await chat.say("c", "hello again") is Reason.CHATTER

@@ -59,14 +59,15 @@ class DurableLedger:
         self.evict_after_seconds = evict_after_seconds
         self.max_channels = max_channels
         self.pause_refresh_seconds = pause_refresh_seconds
-        self.last_seen: OrderedDict[ConversationKey, float] = OrderedDict()  # least recent first
         self.pauses: dict[ConversationKey, tuple[bool, float]] = {}  # unsaved: (paused, when)
         self.turns: OrderedDict[tuple[ConversationKey, str], tuple[float, Changes]] = OrderedDict()
         self.refreshed: dict[ConversationKey, float] = {}  # when each pause TTL last restarted
 
     # -- reads --------------------------------------------------------------------------------
-    def needs_load(self, conv: ConversationKey, now: float) -> bool:
-        seen = self.last_seen.get(conv)
+    def needs_load(self, state: ChannelState | None, now: float) -> bool:
+        """Whether the channel is new here, or quiet long enough for another process to have
+        held it meanwhile."""
+        seen = None if state is None else state.last_seen
         return seen is None or now - seen > self.resync_seconds
 
     async def load(self, conv: ConversationKey, now: float) -> None:
@@ -101,11 +102,6 @@ class DurableLedger:
         _trim_seen(state.seen, state.seen_order)
 
     # -- what happened ------------------------------------------------------------------------
-    def seen(self, conv: ConversationKey, now: float) -> None:
-        """A message of ``conv`` was observed (O(1): the LRU order of channels)."""
-        self.last_seen[conv] = now
-        self.last_seen.move_to_end(conv)
-
     def paused(self, conv: ConversationKey, paused: bool, now: float) -> None:
         self.pauses[conv] = (paused, now)
         self.refreshed[conv] = now
@@ -152,7 +148,7 @@ class DurableLedger:
             and conv in states
             and states[conv].paused
             and now - at >= self.pause_refresh_seconds
-            and self.last_seen.get(conv, at) > at  # chat went on since the last refresh
+            and (states[conv].last_seen or at) > at  # chat went on since the last refresh
         ]
         if not due:
             return
@@ -164,19 +160,23 @@ class DurableLedger:
                 log.info("live chat: the pause ended elsewhere", extra={"conversation": str(conv)})
 
     def _evict(self, now: float) -> None:
-        """Forget channels idle for ``evict_after_seconds`` (or the least recently seen beyond
-        ``max_channels``) that hold no waiting mention and nothing unsaved."""
+        """Forget channels idle for ``evict_after_seconds`` (and, beyond ``max_channels``, the
+        least recently seen) that hold no waiting mention and nothing unsaved."""
         states = self.engagement.states
-        for conv, seen in list(self.last_seen.items()):
-            over = len(self.last_seen) > self.max_channels
-            if not over and now - seen < self.evict_after_seconds:
-                break
-            state = states.get(conv)
-            if conv in self.pauses or (state is not None and _busy(state, over)):
+        over = len(states) - self.max_channels
+        idle = now - self.evict_after_seconds
+        candidates = [(s.last_seen or 0.0, conv) for conv, s in states.items()]
+        if over > 0:  # least recently seen first (a walk of every channel, once a second)
+            candidates.sort(key=lambda item: item[0])
+        for seen, conv in candidates:
+            if seen > idle and over <= 0:
                 continue
-            del self.last_seen[conv]
-            states.pop(conv, None)
+            state = states[conv]
+            if conv in self.pauses or _busy(state, over > 0):
+                continue
+            del states[conv]
             self.refreshed.pop(conv, None)
+            over -= 1
 
 
 def _busy(state: ChannelState, over: bool) -> bool:
