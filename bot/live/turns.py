@@ -126,7 +126,9 @@ class LiveChat:
                     "load a live channel", lambda: self.durable.load(conv, now)
                 )
             except Exception:  # a bug must not stop the chat: the ledger runs on what it knows
-                log.exception("live chat: could not load its state", extra={"conv": str(conv)})
+                log.exception(
+                    "live chat: could not load its state", extra={"conversation": str(conv)}
+                )
             state = self.engagement.states.get(conv)
             if state is not None and state.declined:
                 self._report_declined(state)
