@@ -25,6 +25,7 @@ from bot.bus.outbox import Outbox
 from bot.bus.retention import StreamRetention
 from bot.bus.spool import Spool
 from bot.live.engagement import Engagement
+from bot.live.store import RedisLiveStore
 from bot.live.turns import LiveChat, policy_config
 from bot.llm.base import Provider
 from bot.llm.fallback import build_chain
@@ -108,7 +109,13 @@ class Chorus:
             commands=commands,
             tools=self.tools,
             memory=self.memory,
-            live=LiveChat(Engagement(policy_config(settings.engagement)), metrics=self.metrics),
+            live=LiveChat(
+                Engagement(policy_config(settings.engagement)),
+                metrics=self.metrics,
+                store=RedisLiveStore(
+                    redis, pause_seconds=round(settings.engagement.pause_hours * 3600)
+                ),
+            ),
             metrics=self.metrics,
             limits=RouterLimits(
                 max_message_chars=settings.agent.max_message_chars,

@@ -117,6 +117,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_ENGAGE_CHANNEL_COOLDOWN_SECONDS": (("engagement.channel_cooldown_seconds",), "2", 2.0),
     "CHORUS_ENGAGE_USER_COOLDOWN_SECONDS": (("engagement.user_cooldown_seconds",), "4", 4.0),
     "CHORUS_ENGAGE_WALL_MAX_CHARS": (("engagement.wall_max_chars",), "200", 200),
+    "CHORUS_ENGAGE_PAUSE_HOURS": (("engagement.pause_hours",), "2.5", 2.5),
     "CHORUS_ENGAGE_IDLE_PROMPT_AFTER_SECONDS": (
         ("engagement.idle_prompt_after_seconds",),
         "600",

@@ -156,6 +156,8 @@ class Router:
         """Check once a second whether a live-chat batch or idle line came due."""
         while True:
             await asyncio.sleep(1.0)
+            if self.live is not None:
+                await self.live.maintain()  # durable live state: save, refresh, evict
             self.live_tick()
 
     def live_tick(self) -> int:
@@ -169,6 +171,8 @@ class Router:
 
     async def _consume_inbound(self) -> None:
         async for delivery in self.bus.consume(INBOUND, ChatMessage, group="agent"):
+            if self.live is not None:  # a channel's durable state, when it becomes active here
+                await self.live.prepare(delivery.event)
             self._dispatch(delivery)
 
     async def _consume_deletions(self) -> None:
@@ -414,6 +418,8 @@ class Router:
             if activity is not None and self.memory is not None:
                 touch = self._touched.due(message, self.clock())
                 queue_activity(pipe, self.memory, message, activity, touch=touch)
+            if self.live is not None:  # what the turn decided (answered, cooldowns, pause)
+                self.live.queue_save(pipe, message)
 
         await claim.commit(fill)
         self.metrics.message_out(message.platform)
