@@ -1,9 +1,12 @@
 """Live-chat benchmark: the shipped busy-chat trace replayed through the engagement policy
 (`chorus replay bench/traces/busy_chat.jsonl`), and raw ingest throughput: normalising a
-platform payload, deduplicating it and running the policy, on one process."""
+platform payload, deduplicating it and running the policy, on one process. The policy runs as
+the router runs it, through ``LiveChat`` (``prepare`` awaited, then ``observe``) with its
+durable-state bookkeeping on the in-memory twin store, so no Redis is involved."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import OrderedDict
@@ -12,8 +15,10 @@ from pathlib import Path
 from twitchio.models.eventsub_ import create_event_instance
 
 from adapters.twitch.convert import BotIdentity, chat_message
-from bot.live.engagement import Engagement, observe
+from bot.live.engagement import Engagement
 from bot.live.replay import format_report, replay
+from bot.live.store import MemoryLiveStore
+from bot.live.turns import LiveChat
 
 TRACE = Path(__file__).parent / "traces" / "busy_chat.jsonl"
 FIXTURE = Path(__file__).parent.parent / "tests" / "fixtures" / "twitch"
@@ -22,12 +27,17 @@ FIXTURE = Path(__file__).parent.parent / "tests" / "fixtures" / "twitch"
 def ingest_throughput(n: int = 100_000) -> float:
     """Messages per second through normalise (the EventSub notification parsed by twitchio,
     then ``convert.chat_message``) + dedupe (a bounded id cache) + policy, one process."""
+    return asyncio.run(_ingest(n))
+
+
+async def _ingest(n: int) -> float:
     payload = json.loads((FIXTURE / "twitch_channel_chat_message.json").read_text())
     event = payload["payload"]["event"]
     bot = BotIdentity(id="999", login="chorus")
     seen: OrderedDict[str, None] = OrderedDict()
-    engagement = Engagement()
     started = time.perf_counter()
+    now = [started]
+    live = LiveChat(Engagement(), clock=lambda: now[0], store=MemoryLiveStore())
     for i in range(n):
         event["message_id"] = f"m{i}"
         event["chatter_user_id"] = str(i % 500)
@@ -48,7 +58,9 @@ def ingest_throughput(n: int = 100_000) -> float:
         seen[message.id] = None
         if len(seen) > 50_000:
             seen.popitem(last=False)
-        observe(engagement.state(message.conversation), message, started + i / 1000)
+        now[0] = started + i / 1000
+        await live.prepare(message)
+        live.observe(message)
     return n / (time.perf_counter() - started)
 
 

@@ -21,8 +21,11 @@ from bot.agent.prompting import PromptAssembler, system_prompt
 from bot.bus.base import EventBus, InProcessBus
 from bot.bus.claims import default_worker_id
 from bot.bus.erasure import StreamEraser
+from bot.bus.outbox import Outbox
 from bot.bus.retention import StreamRetention
+from bot.bus.spool import Spool
 from bot.live.engagement import Engagement
+from bot.live.store import RedisLiveStore
 from bot.live.turns import LiveChat, policy_config
 from bot.llm.base import Provider
 from bot.llm.fallback import build_chain
@@ -61,6 +64,7 @@ class Chorus:
         tools: Toolbox | None = None,
         metrics: Metrics | NullMetrics | None = None,
         owns: tuple[object, ...] = (),
+        outbox: Outbox | None = None,
     ) -> None:
         self.metrics: Metrics | NullMetrics = metrics or NullMetrics()
         self.health: HealthServer | None = None
@@ -68,6 +72,10 @@ class Chorus:
         self.provider = provider
         self.redis = redis
         self.bus = bus
+        self.outbox = outbox
+        # What platform adapters publish through: the gateway's ordered outbox on Redis Streams
+        # (bot/bus/outbox.py), the bus itself otherwise. The router always uses the bus.
+        self.ingress_bus: EventBus = outbox if outbox is not None else bus
         self.history = HistoryStore(
             redis,
             max_messages=settings.state.history_max_messages,
@@ -104,7 +112,13 @@ class Chorus:
             commands=commands,
             tools=self.tools,
             memory=self.memory,
-            live=LiveChat(Engagement(policy_config(settings.engagement)), metrics=self.metrics),
+            live=LiveChat(
+                Engagement(policy_config(settings.engagement)),
+                metrics=self.metrics,
+                store=RedisLiveStore(
+                    redis, pause_seconds=round(settings.engagement.pause_hours * 3600)
+                ),
+            ),
             metrics=self.metrics,
             limits=RouterLimits(
                 max_message_chars=settings.agent.max_message_chars,
@@ -127,9 +141,16 @@ class Chorus:
 
     @classmethod
     async def from_settings(
-        cls, settings: Settings, *, provider: Provider | None = None, bus: EventBus | None = None
+        cls,
+        settings: Settings,
+        *,
+        provider: Provider | None = None,
+        bus: EventBus | None = None,
+        outbox: bool = False,
     ) -> Chorus:
-        """Build every component the settings describe; what is built here is closed here."""
+        """Build every component the settings describe; what is built here is closed here.
+        ``outbox``: this process runs platform adapters (a gateway), so on the Redis Streams bus
+        they publish through an ordered outbox that first replays the spool of earlier runs."""
         spec = settings.llm.model_spec()
         owned: list[object] = []
         try:
@@ -145,6 +166,7 @@ class Chorus:
                 owned.append(provider)
             redis = await connect.open_redis(settings.state.redis_url)
             owned.append(redis)
+            ordered: Outbox | None = None
             if bus is None:
                 bus = _make_bus(settings, redis)
                 owned.append(bus)
@@ -154,6 +176,10 @@ class Chorus:
                 if retention is not None:  # Redis Streams: entries older than the window go
                     retention.start()
                     owned.append(retention)
+                if outbox and settings.state.bus == "redis":
+                    ordered = _make_outbox(settings, bus)
+                    owned.append(ordered)  # closed before the bus it closes in turn
+                    await ordered.recover()
         except BaseException:
             await _close_all(owned)  # nothing half-started outlives a failed start
             raise
@@ -166,6 +192,7 @@ class Chorus:
             tools=tools,
             metrics=metrics,
             owns=tuple(owned),
+            outbox=ordered,
         )
 
     async def start(self) -> None:
@@ -272,6 +299,17 @@ async def _close_all(things: Sequence[object]) -> None:
                 await close()
         except Exception:
             log.warning("error while closing %s", type(thing).__name__, exc_info=True)
+
+
+def _make_outbox(settings: Settings, bus: EventBus) -> Outbox:
+    """The gateway's ordered outbox over the Redis Streams bus, spooling to CHORUS_SPOOL_DIR."""
+    state = settings.state
+    return Outbox(
+        bus,
+        spool=Spool(state.spool_dir),
+        limit=state.outbox_limit,
+        flush_seconds=state.outbox_flush_seconds,
+    )
 
 
 def _make_bus(settings: Settings, redis: Redis) -> EventBus:

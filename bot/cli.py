@@ -110,8 +110,8 @@ async def _run(settings: Settings, *, role: str = "all") -> int:
             f"--role {role} needs the Redis Streams bus between processes: set CHORUS_BUS=redis "
             "and CHORUS_REDIS_URL=redis://... (the same for every process)"
         )
-    app = await Chorus.from_settings(settings)
-    slots = [] if role == "worker" else build_slots(settings, app.bus, app.redis)
+    app = await Chorus.from_settings(settings, outbox=role != "worker")
+    slots = [] if role == "worker" else build_slots(settings, app.ingress_bus, app.redis)
     supervisor = Supervisor(slots)
     _watch(app, slots)
     await app.start_health(slots)
@@ -132,12 +132,15 @@ def _watch(app: Chorus, slots: Sequence[Slot]) -> None:
     """Scrape-time gauges: the bus's lag and pending counts, each supervised adapter's state
     and restarts, and the adapters' own counters (read from whichever adapter runs now)."""
     from adapters.registry import configured_platforms
-    from bot.bus.gauges import bus_gauges
+    from bot.bus.gauges import bus_gauges, outbox_gauges
     from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 
     platforms = configured_platforms(app.settings)
     topics = (INBOUND, DELETIONS, *(outbound_topic(p) for p in platforms))
     app.metrics.watch_bus(bus_gauges(app.bus, redis=app.redis, topics=topics))
+    if app.outbox is not None:
+        for name, help_text, read, kind in outbox_gauges(app.outbox):
+            app.metrics.register_gauge_callback(name, help_text, (), read, kind=kind)
     if slots:
         app.metrics.register_gauge_callback(
             "chorus_adapter_up",

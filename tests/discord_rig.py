@@ -94,14 +94,17 @@ async def _deletions(rig: Rig) -> None:
         await delivery.ack()
 
 
-def _settings(server: DiscordServer, **env: Any) -> DiscordSettings:
-    values = {
+def discord_env(server: DiscordServer) -> dict[str, str]:
+    """The variables that point a ``chorus`` process's Discord adapter at ``server``."""
+    return {
         "DISCORD_TOKEN": TOKEN,
         "DISCORD_API_BASE_URL": server.api_url,
         "DISCORD_GATEWAY_URL": server.ws_url,
-        **env,
     }
-    return DiscordSettings(**values)
+
+
+def _settings(server: DiscordServer, **env: Any) -> DiscordSettings:
+    return DiscordSettings(**(discord_env(server) | env))
 
 
 @asynccontextmanager

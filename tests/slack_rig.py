@@ -47,6 +47,29 @@ def mention(event_id: str = "Ev111", text: str = "Hi there!") -> dict[str, Any]:
     return body
 
 
+async def post_signed(
+    url: str,
+    raw: bytes,
+    content_type: str = "application/json",
+    *,
+    secret: str | None = SECRET,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, str]:
+    """POST exactly ``raw`` to a Slack events URL, signed as Slack signs (unsigned if None)."""
+    sent = {"Content-Type": content_type}
+    if secret is not None:
+        stamp = str(int(time.time()))
+        digest = hmac.new(secret.encode(), b"v0:" + stamp.encode() + b":" + raw, hashlib.sha256)
+        sent["X-Slack-Request-Timestamp"] = stamp
+        sent["X-Slack-Signature"] = f"v0={digest.hexdigest()}"
+    sent.update(headers or {})
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=raw, headers=sent) as response,
+    ):
+        return response.status, await response.text()
+
+
 class FakeTime:
     """A clock that only moves when the code under test sleeps."""
 
@@ -94,19 +117,10 @@ class Rig:
         headers: dict[str, str] | None = None,
     ) -> tuple[int, str]:
         """POST exactly ``raw``, signed with ``secret`` (unsigned when it is None)."""
-        sent = {"Content-Type": content_type}
-        if secret is not None:
-            stamp = str(int(time.time()))
-            digest = hmac.new(secret.encode(), b"v0:" + stamp.encode() + b":" + raw, hashlib.sha256)
-            sent["X-Slack-Request-Timestamp"] = stamp
-            sent["X-Slack-Signature"] = f"v0={digest.hexdigest()}"
-        sent.update(headers or {})
         assert self.adapter.http_url is not None
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(self.adapter.http_url, data=raw, headers=sent) as response,
-        ):
-            return response.status, await response.text()
+        return await post_signed(
+            self.adapter.http_url, raw, content_type, secret=secret, headers=headers
+        )
 
     async def settle(self) -> None:
         await self.adapter.idle()

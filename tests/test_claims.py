@@ -108,3 +108,24 @@ async def test_a_renewal_that_finds_the_claim_lost_marks_it_and_stops(
     assert await b.commit(reply_writer(replies, "b")) is True
     assert await redis_client.lrange(replies, 0, -1) == ["b"]
     await redis_client.delete(replies, a.key)
+
+
+@pytest.mark.redis
+async def test_a_claim_that_lapsed_with_nobody_taking_it_is_taken_back_and_committed(
+    redis_client: Redis, key_tag: str
+) -> None:
+    """A holds a claim when Redis goes away for longer than the lease; the key lapses and no
+    other worker takes the message. A's answer is the only one coming: before the fix the
+    commit found the claim gone, gave up, and the acked message was never answered."""
+    message = f"m-{key_tag}"
+    replies = f"replies:{key_tag}"
+    a = Claims(redis_client, worker_id="a", lease_ms=LEASE_MS).new("slack", message)
+    assert await take(redis_client, a) is True
+    await redis_client.delete(a.key)  # the lease lapsed during the outage
+
+    assert await a.commit(reply_writer(replies, "a")) is True
+    assert await redis_client.lrange(replies, 0, -1) == ["a"]
+    assert await redis_client.get(a.key) == DONE
+    b = Claims(redis_client, worker_id="b", lease_ms=LEASE_MS).new("slack", message)
+    assert await take(redis_client, b) is False, "the redelivery finds it answered"
+    await redis_client.delete(replies, a.key)

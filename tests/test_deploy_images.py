@@ -216,3 +216,19 @@ def test_compose_wires_redis_and_the_three_roles() -> None:
     slack_port = _env_default("SLACK_HTTP_PORT")
     assert f"{slack_port}:{slack_port}" in services["gateway"]["ports"]
     assert ".env" in (ROOT / ".gitignore").read_text().split()
+
+
+def test_the_compose_gateway_spools_to_a_named_volume_the_image_makes_writable() -> None:
+    """The gateway's spool (CHORUS_SPOOL_DIR, by default .chorus/spool under the working
+    directory) must survive the read-only container: a named volume, mounted on a directory the
+    image creates as its user, so Docker initialises the volume with that owner."""
+    compose = _compose()
+    gateway = compose["services"]["gateway"]
+    workdir = _final_stage("WORKDIR")[-1]
+    spool = f"{workdir}/{_env_default('CHORUS_SPOOL_DIR')}"
+    assert "CHORUS_SPOOL_DIR" not in gateway.get("environment", {})
+    [volume] = [v for v in gateway["volumes"] if v.split(":")[1] == spool]
+    assert volume.split(":")[0] in compose["volumes"]
+    final = [(kw, args) for stage, kw, args in _instructions() if stage == 1]
+    made = final.index(("RUN", f"mkdir -p {spool}"))
+    assert [kw for kw, _ in final[:made]].count("USER") == 1, "made as the user, not root"

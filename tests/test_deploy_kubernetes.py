@@ -205,6 +205,8 @@ def test_selectors_and_named_ports_resolve() -> None:
         names = [{p["name"] for c in pod["containers"] for p in c.get("ports", [])} for pod in pods]
         for port in service["spec"]["ports"]:
             assert [n for n in names if port["targetPort"] in n], service["metadata"]["name"]
+    # /readyz fails while any one platform is down; Slack's events must reach the pod anyway
+    assert _named("Service", "chorus-slack")["spec"]["publishNotReadyAddresses"] is True
     scraped = _named("Service", "chorus-metrics")["spec"]["selector"]
     for name, _, container in _containers():
         if "metrics" in {p["name"] for p in container.get("ports", [])}:
@@ -262,3 +264,17 @@ def test_readme_kubernetes_snippets_are_valid() -> None:
     backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
     service = _named("Service", backend["name"])
     assert backend["port"]["name"] in {p["name"] for p in service["spec"]["ports"]}
+
+
+def test_the_gateway_spools_to_a_volume_that_outlives_the_pod() -> None:
+    """What a gateway stopped during a Redis outage acknowledged but could not publish goes to
+    CHORUS_SPOOL_DIR; that must be a PersistentVolumeClaim (an emptyDir dies with the pod)."""
+    pod = _named("Deployment", "chorus-gateway")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volume = mounts[env["CHORUS_SPOOL_DIR"]]
+    [source] = [v for v in pod["volumes"] if v["name"] == volume]
+    claim = _named("PersistentVolumeClaim", source["persistentVolumeClaim"]["claimName"])
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]  # one replica, Recreate
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsUser"]  # writable

@@ -365,3 +365,21 @@ def test_a_bare_mention_is_still_a_message() -> None:
     data["attachments"] = []
     msg = chat(data)
     assert msg is not None and msg.mentions_bot and msg.text == ""
+
+
+def test_values_discord_py_copies_unchecked_are_read_defensively() -> None:
+    """discord.py copies these fields without checking their type; a bad attachment is left
+    out alone, a name of another type falls back to the id, a text that is not one is refused."""
+    data = load_fixture("discord_message_create_reply")["d"]
+    good = data["attachments"][0]
+    data["attachments"] = [dict(good, id="2", url=None), good, dict(good, id="3", size="big")]
+    data["member"] = dict(data["member"], nick=None)
+    data["author"] = dict(data["author"], username=["not", "a", "name"], global_name=None)
+    msg = chat(data)
+    assert [a.filename for a in msg.attachments] == ["IMG.jpg"]  # the readable one is kept
+    assert msg.author.display_name == str(HUMAN_ID)
+    for content in (None, 42, ["text"]):
+        with pytest.raises(ValueError, match="content"):
+            chat(dict(data, content=content))
+    with pytest.raises(ValueError, match="author"):
+        chat({k: v for k, v in data.items() if k not in ("author", "member")})

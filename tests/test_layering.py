@@ -36,7 +36,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "bot.ops": BASE | {"bot.state", "bot.llm"},
     "bot.bus": BASE | {"bot.state", "bot.ops"},
     "bot.platform": BASE,
-    "bot.live": BASE | {"bot.ops"},
+    "bot.live": BASE | {"bot.state", "bot.ops"},
     "bot.memory": BASE | {"bot.state", "bot.ops"},
     "bot.agent": BASE | {"bot.llm", "bot.tools", "bot.ops", "bot.state"},
     "bot.router": BASE

@@ -104,6 +104,9 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_MAX_DELIVERIES": (("state.max_deliveries",), "5", 5),
     "CHORUS_CLAIM_LEASE_MS": (("state.claim_lease_ms",), "20000", 20_000),
     "CHORUS_PARTITION_LEASE_MS": (("state.partition_lease_ms",), "8000", 8_000),
+    "CHORUS_OUTBOX_LIMIT": (("state.outbox_limit",), "500", 500),
+    "CHORUS_OUTBOX_FLUSH_SECONDS": (("state.outbox_flush_seconds",), "2.5", 2.5),
+    "CHORUS_SPOOL_DIR": (("state.spool_dir",), "/var/lib/chorus/spool", "/var/lib/chorus/spool"),
     "CHORUS_HISTORY_TTL": (
         ("state.history_ttl_seconds", "memory.history_ttl_seconds"),
         "3600",
@@ -116,6 +119,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_ENGAGE_CHANNEL_COOLDOWN_SECONDS": (("engagement.channel_cooldown_seconds",), "2", 2.0),
     "CHORUS_ENGAGE_USER_COOLDOWN_SECONDS": (("engagement.user_cooldown_seconds",), "4", 4.0),
     "CHORUS_ENGAGE_WALL_MAX_CHARS": (("engagement.wall_max_chars",), "200", 200),
+    "CHORUS_ENGAGE_PAUSE_HOURS": (("engagement.pause_hours",), "2.5", 2.5),
     "CHORUS_ENGAGE_IDLE_PROMPT_AFTER_SECONDS": (
         ("engagement.idle_prompt_after_seconds",),
         "600",

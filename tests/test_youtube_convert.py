@@ -127,12 +127,44 @@ def test_super_chat_without_comment_and_chat_end_are_ignored() -> None:
 
 
 def test_malformed_items_raise_for_the_adapter_to_log() -> None:
-    with pytest.raises(KeyError):
+    with pytest.raises(convert.Malformed, match="snippet"):
         to_event({"id": "x"}, CTX)
     item = json.loads(json.dumps(MIXED[0]))
     item["snippet"]["publishedAt"] = "2018-01-01T00:00:00"  # no timezone
-    with pytest.raises(ValueError):
+    with pytest.raises(convert.Malformed, match="publishedAt"):
         to_event(item, CTX)
+    for field in ("id", "authorDetails"):  # ids of another type than string count as missing
+        retyped = json.loads(json.dumps(MIXED[0]))
+        retyped[field] = 42 if field == "id" else []
+        retyped["snippet"]["authorChannelId"] = ["not", "an", "id"]
+        with pytest.raises(convert.Malformed, match="id"):
+            to_event(retyped, CTX)
+
+
+def test_retyped_fields_never_raise_anything_but_malformed_nor_grant_a_role() -> None:
+    item = json.loads(json.dumps(MIXED[0]))
+    item["authorDetails"]["isChatOwner"] = "yes"  # truthy, but not the documented boolean
+    item["snippet"]["textMessageDetails"] = ["text"]  # falls back to displayMessage
+    event = to_event(item, CTX)
+    assert isinstance(event, ChatMessage) and event.author.roles == frozenset()
+    item["snippet"]["displayMessage"] = {"text": "x"}
+    assert to_event(item, CTX) is None  # no text left: nothing to answer
+
+
+def test_a_malformed_page_keeps_what_is_readable() -> None:
+    page = convert.read_page(
+        {"items": [MIXED[0], "junk", None], "nextPageToken": 7, "pollingIntervalMillis": "5000"}
+    )
+    assert page.items == (MIXED[0],)
+    assert page.next_page_token is None and page.polling_interval is None
+    assert page.problems == (
+        "2 items are not objects",
+        "nextPageToken is not a string",
+        "pollingIntervalMillis is not a positive number",
+    )
+    assert convert.read_page({"items": {"a": 1}}).problems == ("items is not a list",)
+    fine = convert.read_page({"items": [], "nextPageToken": "p", "pollingIntervalMillis": 2500})
+    assert (fine.next_page_token, fine.polling_interval, fine.problems) == ("p", 2.5, ())
 
 
 @pytest.mark.parametrize(

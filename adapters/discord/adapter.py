@@ -5,7 +5,8 @@ backoff (``connect(reconnect=True)``), and the REST rate limits. This module onl
 the bus: messages the bot should see become ``ChatMessage`` on ``inbound`` (``convert.py``
 decides which), deletions become ``MessageDeleted`` on ``deletions``, ``/chorus`` slash
 commands become text commands answered ephemerally, and each ``Reply`` on
-``outbound:discord`` is sent through the one chokepoint (``sender.py``).
+``outbound:discord`` is sent through the one chokepoint (``sender.py``). ``ready()`` (the
+``adapter:discord`` check of ``/readyz``) reads discord.py's own state of the gateway session.
 
 Without the privileged Message Content intent Discord sends empty ``content`` for guild
 messages that do not mention the bot, so only mentions, replies to the bot and DMs carry text;
@@ -113,6 +114,14 @@ class ParserGuard:
         return guarded
 
 
+def _skipped(what: str, error: ValueError, ref: object) -> None:
+    """One line for a payload discord.py parsed but whose values Chorus cannot use."""
+    log.warning(
+        f"discord {what} skipped: a value is not usable",
+        extra={"ref": str(ref)[:40], "error": str(error).splitlines()[0][:200]},
+    )
+
+
 class _ChorusClient(discord.Client):
     """discord.py's client with its events routed to the adapter (no name-based magic)."""
 
@@ -124,6 +133,15 @@ class _ChorusClient(discord.Client):
 
     async def setup_hook(self) -> None:
         await self._adapter._setup()
+
+    async def on_connect(self) -> None:  # READY parsed (on_ready waits for the guild data)
+        self._adapter.session_live = True
+
+    async def on_resumed(self) -> None:
+        self._adapter.session_live = True
+
+    async def on_disconnect(self) -> None:
+        self._adapter.session_live = False
 
     async def on_message(self, message: discord.Message) -> None:
         await self._adapter._on_message(message)
@@ -165,6 +183,7 @@ class DiscordAdapter:
         }
         options.update(client_options or {})
         self.parser_guard = ParserGuard()
+        self.session_live = False  # READY or RESUMED seen since the last disconnect
         self.client = _ChorusClient(self, **options)
         self.policy: convert.Policy | None = None
         self.typing = TypingIndicators(
@@ -204,7 +223,16 @@ class DiscordAdapter:
             await self.client.close()
             await self._stop_tasks()
 
+    async def ready(self) -> bool:
+        """Connected: the gateway session is READY (or RESUMED since the last drop) and its
+        websocket is open, as discord.py itself knows it; no request is made. While discord.py
+        reconnects (Discord down, a drop, a missed heartbeat ACK) this is False, and it turns
+        True again by itself once the session is back."""
+        ws = self.client.ws
+        return self.session_live and not self.client.is_closed() and ws is not None and ws.open
+
     async def aclose(self) -> None:
+        self.session_live = False
         await self.client.close()
         await self._stop_tasks()
         self._restore_endpoints()
@@ -260,6 +288,9 @@ class DiscordAdapter:
             return
         try:
             chat = convert.message_to_chat(message, self.policy)
+        except ValueError as exc:  # a value the event model refuses (an id, a text of junk)
+            _skipped("message", exc, message.id)
+            return
         except Exception:
             log.exception(
                 "dropping a Discord message that could not be converted",
@@ -280,7 +311,12 @@ class DiscordAdapter:
         allowed = self.settings.allowed_channels
         if guild_id is not None and allowed and not {channel_id, parent_id} & allowed:
             return
-        for event in convert.deletions(channel_id, parent_id, message_ids):
+        try:
+            events = convert.deletions(channel_id, parent_id, message_ids)
+        except ValueError as exc:
+            _skipped("deletion", exc, channel_id)
+            return
+        for event in events:
             self.typing.stop(event.message_id)
             await self._publish(DELETIONS, event)
 

@@ -6,6 +6,11 @@ sent and the cache it keeps), and these functions decide what Chorus sees of the
 ``Reply`` goes back out. That keeps every policy decision (who is answered, which channel is
 ambient, what may ping whom) in one table-testable place.
 
+discord.py does not check the types of what it copies from a payload (``content``, names, an
+attachment's fields), so inbound reads each such value defensively: a text that is not a
+string makes the message ``ValueError`` (the adapter logs one line and skips it), a name of
+another type falls back to the id, and an attachment that cannot be read is left out alone.
+
 Safety on the way out is belt and braces: ``allowed_mentions`` lets through only the users the
 bot means to address, and the text itself neutralises ``@everyone``, ``@here`` and role
 mentions with a zero-width space, so even a client that ignored ``allowed_mentions`` would not
@@ -92,11 +97,20 @@ def message_to_chat(message: discord.Message, policy: Policy) -> ChatMessage | N
     system messages (joins, pins, boosts...), channels outside the allowlist, unaddressed
     messages outside the always-answer and ambient channels, and messages with nothing to read
     (no text, no attachment) unless they ping the bot.
+
+    Raises ``ValueError`` for a message discord.py parsed without what it needs (an author, a
+    text, an id that is a snowflake).
     """
-    author = message.author
+    author = getattr(message, "author", None)  # discord.py leaves it unset when it was absent
+    if author is None:
+        raise ValueError("a message without an author")
+    if not isinstance(message.content, str):
+        raise ValueError("a message whose content is not a string")
+    if not 0 < message.id < 2**64:
+        raise ValueError("a message id that is not a snowflake")
     if author.id == policy.bot_id:
         return None
-    is_bot = author.bot or message.webhook_id is not None
+    is_bot = bool(author.bot) or message.webhook_id is not None
     if is_bot and not policy.answer_bots:
         return None
     if message.type not in _ANSWERABLE_TYPES:
@@ -106,7 +120,8 @@ def message_to_chat(message: discord.Message, policy: Policy) -> ChatMessage | N
     places = _places(conversation)
     if not is_direct and policy.allowed_channels and not places & policy.allowed_channels:
         return None
-    mentions_bot = any(user.id == policy.bot_id for user in message.mentions)
+    mentioned = getattr(message, "mentions", [])  # unset when the payload had none
+    mentions_bot = any(user.id == policy.bot_id for user in mentioned)
     reply_to_id, reply_to_bot = _reference(message, policy.bot_id)
     addressed = is_direct or mentions_bot or reply_to_bot
     if addressed or places & policy.always_answer_channels:
@@ -115,7 +130,7 @@ def message_to_chat(message: discord.Message, policy: Policy) -> ChatMessage | N
         ambient = True
     else:
         return None
-    text = _readable_text(message.content, policy.bot_id, message.mentions)
+    text = _readable_text(message.content, policy.bot_id, mentioned)
     if not text and not message.attachments and not mentions_bot:
         # Nothing to read. Without the Message Content intent Discord sends the text only of
         # DMs and of messages that ping the bot, so an unaddressed message or a reply to the
@@ -132,7 +147,7 @@ def message_to_chat(message: discord.Message, policy: Policy) -> ChatMessage | N
         is_direct=is_direct,
         reply_to_id=reply_to_id,
         reply_to_bot=reply_to_bot,
-        attachments=tuple(_attachment(a) for a in message.attachments),
+        attachments=tuple(a for a in map(_attachment, message.attachments) if a is not None),
         sent_at=message.created_at,
         ambient=ambient,
     )
@@ -184,7 +199,8 @@ def _reference(message: discord.Message, bot_id: int) -> tuple[str | None, bool]
     if ref is None or ref.message_id is None or ref.type is discord.MessageReferenceType.forward:
         return None, False
     target = ref.resolved if isinstance(ref.resolved, discord.Message) else ref.cached_message
-    return str(ref.message_id), target is not None and target.author.id == bot_id
+    target_author = getattr(target, "author", None)
+    return str(ref.message_id), target_author is not None and target_author.id == bot_id
 
 
 def _author(
@@ -199,9 +215,10 @@ def _author(
             perms = user.guild_permissions
             if perms.administrator or perms.manage_messages or perms.moderate_members:
                 roles.add(Role.MODERATOR)
+    name = user.display_name
     return Author(
         id=str(user.id),
-        display_name=user.display_name[:256],
+        display_name=(name if isinstance(name, str) else str(user.id))[:256],
         roles=frozenset(roles),
         is_bot=is_bot,
     )
@@ -210,7 +227,7 @@ def _author(
 def _readable_text(content: str, bot_id: int, mentions: Iterable[discord.abc.User]) -> str:
     """The bot's leading mention removed; other ``<@id>`` shown as ``@name`` for the model."""
     text = re.sub(rf"^\s*<@!?{bot_id}>[\s,:]*", "", content)
-    names = {user.id: user.display_name for user in mentions}
+    names = {user.id: user.display_name for user in mentions if isinstance(user.display_name, str)}
 
     def name(match: re.Match[str]) -> str:
         found = names.get(int(match.group(1)))
@@ -219,12 +236,15 @@ def _readable_text(content: str, bot_id: int, mentions: Iterable[discord.abc.Use
     return _USER_MENTION.sub(name, text).strip()
 
 
-def _attachment(attachment: discord.Attachment) -> Attachment:
-    mime = attachment.content_type
+def _attachment(attachment: discord.Attachment) -> Attachment | None:
+    """The attachment, or None when its url or size is unusable (the message keeps the rest)."""
+    url, size = attachment.url, attachment.size
+    if not isinstance(url, str) or not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return None
+    mime = attachment.content_type if isinstance(attachment.content_type, str) else None
+    filename = attachment.filename if isinstance(attachment.filename, str) else None
     kind = AttachmentKind.IMAGE if mime and mime.startswith("image/") else AttachmentKind.FILE
-    return Attachment(
-        kind=kind, url=attachment.url, mime=mime, filename=attachment.filename, size=attachment.size
-    )
+    return Attachment(kind=kind, url=url, mime=mime, filename=filename, size=size)
 
 
 # -- outbound ------------------------------------------------------------------------------------

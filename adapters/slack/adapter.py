@@ -7,12 +7,16 @@ acknowledge at once and hand the work (user lookup, image download, publish) to 
 adapter keeps a reference to. Slack wants the ack within 3 seconds; nothing on the ack path
 waits for I/O. bolt runs with ``process_before_response=True`` so the ack is sent after the
 listener *returned* (it only spawns a task), instead of bolt's default of an untracked
-``ensure_future`` plus a 10 ms polling loop for the ack.
+``ensure_future`` plus a 10 ms polling loop for the ack. Those tasks (``intake``) publish a
+channel's events in the order Slack delivered them, and ``aclose`` stops the intake first, then
+lets them finish: an event Slack got its ack for is not dropped at shutdown.
 
 Outbound, replies are consumed from ``outbound:slack`` and sent in per-channel lanes (order is
 kept within a channel; a rate-limited channel does not hold up the others) through
 ``SlackSender``, which owns every wait and retry. A slash command's answer goes to its
 ``response_url`` as an ephemeral message; everything else is posted in the conversation's thread.
+``ready()`` (``/readyz``'s ``adapter:slack``) is the socket's state as slack-sdk keeps it, or
+whether the HTTP endpoint listens.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -44,6 +48,7 @@ from adapters.slack.convert import (
     reply_to_posts,
     thread_root,
 )
+from adapters.slack.intake import Before, Intake, after
 from adapters.slack.sender import SlackSender, SlackSendError, file_hosts, host_allowed
 from adapters.slack.state import SeenSet, TTLCache
 from adapters.slack.transport import AUTH_ERRORS, connect_socket, serve_http
@@ -104,7 +109,7 @@ class SlackAdapter:
         self._threads = SeenSet(ttl=7 * 24 * 3600, maxsize=20_000)
         self._users: TTLCache[str, Author] = TTLCache(ttl=3600, maxsize=10_000)
         self._commands: TTLCache[str, tuple[str, str]] = TTLCache(ttl=30 * 60, maxsize=10_000)
-        self._inbound: set[asyncio.Task[None]] = set()
+        self._intake = Intake()
         self._lanes: dict[str, deque[Delivery[Reply]]] = {}
         self._lane_tasks: dict[str, asyncio.Task[None]] = {}
         self._capacity: asyncio.Semaphore | None = None
@@ -149,10 +154,19 @@ class SlackAdapter:
         assert self._outbound is not None
         await asyncio.wait({self._outbound})
 
+    async def ready(self) -> bool:
+        """Connected: the Socket Mode websocket is up as slack-sdk sees it (open, not stale,
+        pings answered; the SDK reconnects by itself and this follows), or in HTTP mode the
+        events endpoint is listening. No request is made."""
+        if self._outbound is None or self._outbound.done():
+            return False
+        if self._socket is not None:
+            return bool(await self._socket.client.is_connected())
+        return self._runner is not None and bool(self._runner.addresses)
+
     async def idle(self) -> None:
         """Wait until every inbound event received so far is converted and published."""
-        while self._inbound:
-            await asyncio.gather(*list(self._inbound), return_exceptions=True)
+        await self._intake.idle()
 
     async def aclose(self) -> None:
         if self._socket is not None:
@@ -161,7 +175,8 @@ class SlackAdapter:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        tasks = [*self._inbound, *self._lane_tasks.values()]
+        await self._intake.close()  # acknowledged to Slack: let them reach the bus first
+        tasks = list(self._lane_tasks.values())
         if self._outbound is not None:
             tasks.append(self._outbound)
         for task in tasks:
@@ -211,6 +226,7 @@ class SlackAdapter:
             request_verification_enabled=http,
             process_before_response=True,
         )
+        app.error(self._bolt_error)
         app.middleware(self._dedupe)
         app.event("app_mention")(self._on_event)
         app.event("message")(self._on_event)
@@ -218,6 +234,16 @@ class SlackAdapter:
         return app
 
     # -- inbound -----------------------------------------------------------------------------
+    async def _bolt_error(self, error: Exception) -> BoltResponse:
+        """A request bolt's middleware or listener matching cannot handle (a field of another
+        type than Slack sends): one line, a 400, and the adapter goes on. Our listeners only
+        spawn tasks, which log their own failures."""
+        log.warning(
+            "slack request skipped: bolt could not handle it",
+            extra={"status": 400, "error": f"{type(error).__name__}: {error}"},
+        )
+        return BoltResponse(status=400, body="")
+
     async def _dedupe(
         self, body: dict[str, Any], next_: Callable[[], Awaitable[BoltResponse]]
     ) -> BoltResponse:
@@ -229,21 +255,27 @@ class SlackAdapter:
         return await next_()
 
     async def _on_event(self, event: dict[str, Any]) -> None:
-        self._spawn(self._ingest(event), f"slack-event-{event.get('ts')}")
+        channel = str(event.get("channel"))
+        self._intake.spawn(
+            lambda before: self._ingest(event, before),
+            channel,
+            f"slack-event-{str(event.get('ts'))[:40]}",
+        )
 
     async def _on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
         await ack()
-        self._spawn(self._ingest_command(command), f"slack-command-{command.get('trigger_id')}")
+        self._intake.spawn(
+            lambda before: self._ingest_command(command, before),
+            str(command.get("channel_id")),
+            f"slack-command-{command.get('trigger_id')}",
+        )
 
-    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
-        task = asyncio.create_task(work, name=name)
-        self._inbound.add(task)
-        task.add_done_callback(self._inbound.discard)
-
-    async def _ingest(self, event: Mapping[str, Any]) -> None:
+    async def _ingest(self, event: Mapping[str, Any], before: Before) -> None:
         assert self.identity is not None
         try:
             deletions = deletions_from_event(event, channels=self.channels)
+            if deletions:
+                await after(before)
             for deletion in deletions:
                 await self.bus.publish(DELETIONS, deletion)
             if deletions:
@@ -266,20 +298,27 @@ class SlackAdapter:
                     "attachments": await self._download(message.attachments),
                 }
             )
+            await after(before)
             await self.bus.publish(INBOUND, message)
+        except ValueError as exc:  # the event model refusing a value Slack does not send
+            log.warning(
+                "slack event skipped: a field is not usable",
+                extra={"error": str(exc).splitlines()[0][:200]},
+            )
         except Exception:
             log.exception(
                 "could not handle a slack event",
-                extra={"channel": event.get("channel"), "ts": event.get("ts")},
+                extra={"channel": str(event.get("channel")), "ts": str(event.get("ts"))},
             )
 
-    async def _ingest_command(self, command: Mapping[str, Any]) -> None:
+    async def _ingest_command(self, command: Mapping[str, Any], before: Before) -> None:
         try:
             author = await self._author(str(command["user_id"]))
             message = command_message(command, author=author)
             self._commands.put(
                 message.id, (str(command["response_url"]), message.conversation.channel)
             )
+            await after(before)
             await self.bus.publish(INBOUND, message)
         except Exception:
             log.exception(

@@ -106,10 +106,15 @@ def is_from_bot(event: Mapping[str, Any], bot: BotIdentity) -> bool:
     )
 
 
+def _id(value: object) -> str | None:
+    """An id or ``ts`` as Slack sends it (a non-empty string); anything else counts as absent."""
+    return value if isinstance(value, str) and value else None
+
+
 def thread_root(event: Mapping[str, Any]) -> str | None:
     """The ``ts`` of the thread the event belongs to, None for a top-level message."""
-    thread_ts = event.get("thread_ts")
-    return str(thread_ts) if thread_ts and thread_ts != event.get("ts") else None
+    thread_ts = _id(event.get("thread_ts"))
+    return thread_ts if thread_ts and thread_ts != event.get("ts") else None
 
 
 def message_from_event(
@@ -125,13 +130,15 @@ def message_from_event(
     ``in_bot_thread``: the bot answered or was mentioned in the event's thread (adapter state).
     ``author``: the profile the adapter looked up; by default just the user id.
     """
-    kind = event.get("type")
-    if kind not in ("app_mention", "message") or event.get("subtype") not in _SPOKEN_SUBTYPES:
+    kind, subtype = event.get("type"), event.get("subtype")
+    if kind not in ("app_mention", "message") or not isinstance(subtype, str | None):
+        return None
+    if subtype not in _SPOKEN_SUBTYPES:
         return None
     if event.get("hidden") or is_from_bot(event, bot):
         return None
-    user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
-    if not (isinstance(user, str) and isinstance(channel, str) and isinstance(ts, str)):
+    user, channel, ts = _id(event.get("user")), _id(event.get("channel")), _id(event.get("ts"))
+    if not (user and channel and ts):
         return None
     raw_text = str(event.get("text") or "")
     root = thread_root(event)
@@ -173,11 +180,12 @@ def deletions_from_event(
     """``message_deleted`` -> one ``MessageDeleted`` per conversation that may hold the text."""
     if event.get("type") != "message" or event.get("subtype") != "message_deleted":
         return ()
-    channel, deleted_ts = event.get("channel"), event.get("deleted_ts")
-    if not (isinstance(channel, str) and isinstance(deleted_ts, str)):
+    channel, deleted_ts = _id(event.get("channel")), _id(event.get("deleted_ts"))
+    if not (channel and deleted_ts):
         return ()
-    previous = event.get("previous_message") or {}
-    root = previous.get("thread_ts") if previous.get("thread_ts") != deleted_ts else None
+    previous = event.get("previous_message")
+    previous = previous if isinstance(previous, Mapping) else {}
+    root = thread_root({"thread_ts": previous.get("thread_ts"), "ts": deleted_ts})
     if event.get("channel_type") == "im":
         threads: list[str | None] = [root]
     elif root:
@@ -190,7 +198,7 @@ def deletions_from_event(
         MessageDeleted(
             conversation=ConversationKey(platform=PLATFORM, channel=channel, thread=thread),
             message_id=message_id(channel, deleted_ts),
-            author_id=previous.get("user"),
+            author_id=_id(previous.get("user")),
         )
         for thread in threads
     )

@@ -3,24 +3,36 @@
 HTTP (``SLACK_SIGNING_SECRET``): an aiohttp server on ``SLACK_HTTP_PORT`` with bolt's own
 request/response conversion on ``POST /slack/events`` (events and slash commands) and a
 ``GET /healthz`` for probes. Every request passes ``ingress.screen`` (signature, then shape)
-before bolt parses it, so junk gets a 4xx and one log line, never a 500. Socket Mode (``SLACK_APP_TOKEN``): slack-sdk's aiohttp client. The
+before bolt parses it, and a body bolt cannot read (an id of another type than Slack sends)
+is refused too, so junk gets a 4xx and one log line, never a 500. Socket Mode (``SLACK_APP_TOKEN``): slack-sdk's aiohttp client. The
 app token is checked first with one ``apps.connections.open`` through the sender, because the
 SDK's ``connect()`` retries a rejected token forever with nothing but a log line; the URL that
 call returns is then used for the first connection. After that the SDK reconnects by itself:
 on a server CLOSE or a ``disconnect`` message at once with a new URL, and after a failed
 attempt or a stale ping every ``ping_interval`` seconds (a fixed interval, not exponential).
+An envelope bolt cannot read, or answers with an error, is acknowledged anyway (Slack would
+deliver it again and again) with one log line, the socket's counterpart of the HTTP 400.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.adapter.socket_mode.async_internals import (
+    run_async_bolt_app,
+    send_async_response,
+)
 from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.response import BoltResponse
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
 
-from adapters.slack.ingress import MAX_BODY_BYTES, screen
+from adapters.slack.ingress import MAX_BODY_BYTES, Refusal, screen
 from adapters.slack.sender import SlackSender, SlackSendError
 from bot.settings import ConfigError
 from bot.settings.slack import APPS_URL
@@ -47,14 +59,17 @@ async def serve_http(
 
     async def events(request: web.Request) -> web.Response:
         refused = screen(await request.read(), request.headers, signing_secret)
-        if refused is not None:
-            log.warning(
-                "slack request refused",
-                extra={"status": refused.status, "reason": refused.reason, "peer": request.remote},
-            )
-            return web.Response(status=refused.status, text=refused.reason)
-        response = await app.async_dispatch(await to_bolt_request(request))
-        return await to_aiohttp_response(response)
+        if refused is None:
+            try:
+                response = await app.async_dispatch(await to_bolt_request(request))
+                return await to_aiohttp_response(response)
+            except Exception as exc:  # bolt assumes Slack's field types (an id a str or object)
+                refused = Refusal(400, f"bolt cannot read the body ({type(exc).__name__}: {exc})")
+        log.warning(
+            "slack request refused",
+            extra={"status": refused.status, "reason": refused.reason, "peer": request.remote},
+        )
+        return web.Response(status=refused.status, text=refused.reason)
 
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -68,6 +83,25 @@ async def serve_http(
     url = f"http://{bound_host}:{bound_port}{EVENTS_PATH}"
     log.info("slack events api listening", extra={"url": url})
     return runner, url
+
+
+class _SocketHandler(AsyncSocketModeHandler):
+    """bolt's Socket Mode handler; an envelope bolt cannot read is logged and acknowledged."""
+
+    async def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]
+        started = time.time()
+        try:
+            response: BoltResponse = await run_async_bolt_app(self.app, req)
+        except Exception as exc:  # bolt assumes Slack's field types, as on the HTTP endpoint
+            log.warning(
+                "slack envelope skipped: bolt cannot read it",
+                extra={"error": f"{type(exc).__name__}: {exc}"[:300]},
+            )
+            response = BoltResponse(status=400, body="")
+        if response.status != 200:  # acknowledged, or Slack delivers it again
+            await client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
+            return
+        await send_async_response(client, req, response, started)
 
 
 async def connect_socket(
@@ -87,7 +121,7 @@ async def connect_socket(
                 f"at {APPS_URL}, and enable Socket Mode"
             ) from None
         raise
-    handler = AsyncSocketModeHandler(
+    handler = _SocketHandler(
         app,
         app_token=app_token,
         web_client=sender.client,

@@ -12,7 +12,8 @@ Sending has one chokepoint, ``send``: the Redis-shared window (20 messages per 3
 the bot moderates) is awaited before every call, server errors and 429s are retried with
 jittered backoff, and a message Twitch refuses (``is_sent: false``) is logged with its
 ``drop_reason``, counted in ``dropped``, and on ``msg_ratelimit`` the whole bucket pauses
-(every process) and the message is retried.
+(every process) and the message is retried. ``ready()`` (``/readyz``'s ``adapter:twitch``)
+reads twitchio's state of the EventSub socket.
 
 The waits and retries of ``send`` are ``bot.resilience``'s; twitchio's quirks (token files,
 global endpoints, lost sockets, secrets in error messages) are worked around in ``client``.
@@ -32,8 +33,9 @@ from twitchio.eventsub import (
     ChatMessageDeleteSubscription,
     ChatMessageSubscription,
 )
+from twitchio.eventsub.websockets import Websocket
 
-from adapters.twitch import convert
+from adapters.twitch import convert, guard
 from adapters.twitch.client import ChorusTwitchClient, TwitchAPIError, api, configure_endpoints
 from adapters.twitch.convert import BotIdentity, SendArgs
 from adapters.twitch.ratelimit import MODERATOR_LIMIT, USER_LIMIT, SharedRateLimiter
@@ -66,6 +68,23 @@ def _classify_send(exc: BaseException) -> Failure:
     return Failure(retryable=False)
 
 
+def _skipped(what: str, error: ValueError) -> None:
+    """One line for an event twitchio parsed but whose values Chorus cannot use."""
+    log.warning(
+        f"twitch {what} skipped: a field is not usable",
+        extra={"error": str(error).splitlines()[0][:200]},
+    )
+
+
+def _live(socket: Websocket) -> bool:
+    """twitchio's own state of one EventSub socket: open, welcomed, subscriptions on it."""
+    return (
+        socket.connected
+        and socket._ready.is_set()  # set by session_welcome, cleared while (re)connecting
+        and socket.subscription_count > 0
+    )
+
+
 class TwitchAdapter:
     platform = PLATFORM
 
@@ -96,6 +115,7 @@ class TwitchAdapter:
         self._token_lock = asyncio.Lock()
         self._outbound: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
+        self.parse_guard = guard.install()  # twitchio's parse failures: one line, skipped
 
     @classmethod
     def from_section(cls, settings: TwitchSettings, bus: EventBus, redis: Redis) -> TwitchAdapter:
@@ -139,6 +159,15 @@ class TwitchAdapter:
         await self._resolve_channels()
         await self._subscribe()
         self._outbound = asyncio.create_task(self._consume(), name="twitch-outbound")
+
+    async def ready(self) -> bool:
+        """Connected: one of the bot's EventSub websockets, as twitchio keeps them, is open,
+        welcomed (it has its session) and carries the subscriptions. False while twitchio
+        reconnects after a drop; True again once it is welcomed and re-subscribed."""
+        if self.bot is None or self._outbound is None or self._stopped.is_set():
+            return False
+        sockets = self.client._websockets.get(self.bot.id) or {}
+        return any(_live(socket) for socket in sockets.values())
 
     async def aclose(self) -> None:
         self._stopped.set()
@@ -241,20 +270,26 @@ class TwitchAdapter:
             message = convert.chat_message(event, bot=bot, ambient=self.settings.ambient)
             if message is not None:
                 await self.bus.publish(INBOUND, message)
+        except ValueError as exc:  # convert.Malformed, or the event model refusing a value
+            _skipped("message", exc)
         except Exception:
-            log.exception("twitch message dropped", extra={"message_id": event.id})
+            log.exception("twitch message dropped", extra={"message_id": str(event.id)})
 
     async def _on_delete(self, event: twitchio.ChatMessageDelete) -> None:
         try:
             await self.bus.publish(DELETIONS, convert.message_deleted(event))
+        except ValueError as exc:
+            _skipped("deletion", exc)
         except Exception:
-            log.exception("twitch deletion dropped", extra={"message_id": event.message_id})
+            log.exception("twitch deletion dropped", extra={"message_id": str(event.message_id)})
 
     async def _on_clear_user(self, event: twitchio.ChannelChatClearUserMessages) -> None:
         try:
             await self.bus.publish(DELETIONS, convert.user_cleared(event))
+        except ValueError as exc:
+            _skipped("clear-user", exc)
         except Exception:
-            log.exception("twitch clear-user dropped", extra={"user_id": event.user.id})
+            log.exception("twitch clear-user dropped", extra={"user_id": str(event.user.id)})
 
     async def _on_token_refreshed(self, payload: Any) -> None:
         await self._persist_tokens()
@@ -268,8 +303,8 @@ class TwitchAdapter:
             log.info("twitch send limit changed", extra={"channel": channel, "moderator": is_mod})
             self._moderator[channel] = is_mod
 
-    def _remember_login(self, user_id: str, login: str | None) -> None:
-        if not login:
+    def _remember_login(self, user_id: object, login: object) -> None:
+        if not (isinstance(user_id, str) and isinstance(login, str) and login):
             return
         self._logins[user_id] = login
         self._logins.move_to_end(user_id)

@@ -57,8 +57,19 @@ class SendArgs:
 
 
 # -- inbound ------------------------------------------------------------------------------------
+class Malformed(ValueError):
+    """twitchio parsed the event, but a field Chorus needs is missing or of another type."""
+
+
+def _text(value: object, field: str) -> str:
+    """``value`` if it is a non-empty string (twitchio does not check types), else Malformed."""
+    if isinstance(value, str) and value:
+        return value
+    raise Malformed(f"{field} is missing or not a string")
+
+
 def roles(badges: Iterable[ChatMessageBadge], *, is_broadcaster: bool = False) -> frozenset[Role]:
-    set_ids = {badge.set_id for badge in badges}
+    set_ids = {badge.set_id for badge in badges if isinstance(badge.set_id, str)}
     found: set[Role] = set()
     if is_broadcaster or set_ids & _OWNER_BADGES:
         found.add(Role.OWNER)
@@ -87,15 +98,22 @@ def chat_message(
 
     Ignored: the bot's own messages, messages relayed from another channel of a shared chat
     session (the bot hears them in their own channel when it is there), and, when ``ambient`` is
-    off, every message that does not address the bot.
+    off, every message that does not address the bot. ``Malformed`` when an id or the text is
+    missing or of another type.
     """
     if is_own(event, bot):
         return None
+    chatter_id = _text(event.chatter.id, "chatter_user_id")
+    channel = _text(event.broadcaster.id, "broadcaster_user_id")
+    message_id = _text(event.id, "message_id")
+    if not isinstance(event.text, str):
+        raise Malformed("message.text is missing or not a string")
     source = event.source_broadcaster
     if source is not None and source.id != event.broadcaster.id:
         return None
     reply = event.reply
     reply_to_bot = reply is not None and reply.parent_user.id == bot.id
+    parent_id = reply.parent_message_id if reply is not None else None
     text = _without_reply_prefix(event)
     mentions_bot = any(
         f.mention is not None and f.mention.id == bot.id for f in event.fragments
@@ -104,18 +122,19 @@ def chat_message(
     if not addressed and not ambient:
         return None
     chatter = event.chatter
+    names = [n for n in (chatter.display_name, chatter.name) if isinstance(n, str) and n]
     return ChatMessage(
         platform=PLATFORM,
-        id=event.id,
-        conversation=ConversationKey(platform=PLATFORM, channel=event.broadcaster.id),
+        id=message_id,
+        conversation=ConversationKey(platform=PLATFORM, channel=channel),
         author=Author(
-            id=chatter.id,
-            display_name=chatter.display_name or chatter.name or chatter.id,
+            id=chatter_id,
+            display_name=(names or [chatter_id])[0],
             roles=roles(event.badges, is_broadcaster=_is_broadcaster(event)),
         ),
         text=text,
         mentions_bot=mentions_bot,
-        reply_to_id=reply.parent_message_id if reply is not None else None,
+        reply_to_id=parent_id if isinstance(parent_id, str) and parent_id else None,
         reply_to_bot=reply_to_bot,
         sent_at=event.timestamp or utcnow(),
         ambient=not addressed,
@@ -145,7 +164,7 @@ def _is_broadcaster(event: TwitchChatMessage) -> bool:
 def _without_reply_prefix(event: TwitchChatMessage) -> str:
     """The text without the ``@parent`` Twitch puts in front of every reply."""
     text = event.text
-    if event.reply is not None and event.reply.parent_user.name:
+    if event.reply is not None and isinstance(event.reply.parent_user.name, str):
         prefix = f"@{event.reply.parent_user.name}"
         if text.lower().startswith(prefix.lower()):
             stripped = text[len(prefix) :].lstrip()

@@ -11,7 +11,9 @@ When the chat ends (``liveChatEnded``/``liveChatNotFound``/``liveChatDisabled``/
 adapter is then done; for a channel it looks for the next broadcast every
 ``YOUTUBE_BROADCAST_CHECK_SECONDS``. ``quotaExceeded`` pauses everything until the quota day
 resets (midnight Pacific). ``quota_status`` exposes the day's spend for metrics, and a log line
-reports it every five minutes.
+reports it every five minutes. ``ready()`` (``/readyz``'s ``adapter:youtube``) is whether the
+last read of the API answered and the next one is not overdue: False while the API keeps
+failing or the quota is spent, True again after the next good read.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -52,6 +54,7 @@ PLATFORM = convert.PLATFORM
 _QUOTA_LOG_EVERY = timedelta(minutes=5)
 _DEFAULT_POLL_S = 5.0
 _RETRY_LATER_S = 60.0
+_READ_GRACE = timedelta(seconds=60)  # how late the next read may be (its own retries)
 _KNOWN_NAMES = 5000
 T = TypeVar("T")
 
@@ -105,6 +108,7 @@ class YouTubeAdapter:
         self._poller: asyncio.Task[None] | None = None
         self._sender: asyncio.Task[None] | None = None
         self._closing = False
+        self._fresh_until: datetime | None = None  # ready until then (the next read is due)
 
     @classmethod
     def from_section(cls, settings: YouTubeSettings, bus: EventBus, redis: Redis) -> YouTubeAdapter:
@@ -156,6 +160,16 @@ class YouTubeAdapter:
         finally:
             await _cancel(self._sender)
 
+    async def ready(self) -> bool:
+        """Connected: the last read (a chat poll, or the broadcast lookup while no chat is
+        live) succeeded and the next is not overdue. No request is made."""
+        fresh_until = self._fresh_until
+        return not self._closing and fresh_until is not None and self._clock() <= fresh_until
+
+    def _read(self, ok: bool, next_in: float = 0.0) -> None:
+        """Record a read's outcome; ``next_in`` seconds until the next one is due."""
+        self._fresh_until = self._clock() + timedelta(seconds=next_in) + _READ_GRACE if ok else None
+
     async def aclose(self) -> None:
         self._closing = True
         await _cancel(self._poller)
@@ -192,6 +206,7 @@ class YouTubeAdapter:
                         )
                         return
                 else:
+                    self._read(True, self.settings.broadcast_check_seconds)
                     log.info(
                         "no active youtube live chat; looking again later",
                         extra={
@@ -243,15 +258,18 @@ class YouTubeAdapter:
             except YouTubeAuthError:
                 raise
             except (YouTubeUnavailable, ChatUnavailable):
+                self._read(False)
                 log.warning("youtube lookup failed; retrying later", exc_info=True)
                 await self._sleep(self.settings.broadcast_check_seconds)
             except YouTubeError:
+                self._read(False)
                 log.error("youtube lookup refused; retrying later", exc_info=True)
                 await self._sleep(self.settings.broadcast_check_seconds)
 
     async def _wait_for_reset(self) -> None:
         now = self._clock()
         resets_at = next_reset(now)
+        self._read(False)
         log.error(
             "youtube quota exhausted: polling paused until the daily reset (midnight Pacific)",
             extra={"resets_at": resets_at.isoformat(), **self._quota_fields()},
@@ -283,34 +301,39 @@ class YouTubeAdapter:
                 )
                 return
             except YouTubeUnavailable:
+                self._read(False)
                 log.warning("youtube chat poll failed; retrying", exc_info=True)
                 await self._sleep(_RETRY_LATER_S)
                 continue
             except YouTubeError:
+                self._read(False)
                 log.error("youtube chat poll refused; stopped following", exc_info=True)
                 return
-            page_token = page.get("nextPageToken") or page_token
-            items = page.get("items") or []
-            ended = await self._publish(items, ctx, backlog=backlog)
+            read = convert.read_page(page)
+            if read.problems:
+                log.warning("youtube chat page partly unreadable", extra={"skipped": read.problems})
+            page_token = read.next_page_token or page_token
+            ended = await self._publish(read.items, ctx, backlog=backlog)
             if backlog:
-                log.info("skipped the chat backlog", extra={"messages": len(items)})
+                log.info("skipped the chat backlog", extra={"messages": len(read.items)})
                 backlog = False
-            if ended or page.get("offlineAt"):
+            if ended or read.offline_at:
                 log.info(
                     "youtube live chat ended",
-                    extra={"live_chat_id": chat.live_chat_id, "offline_at": page.get("offlineAt")},
+                    extra={"live_chat_id": chat.live_chat_id, "offline_at": read.offline_at},
                 )
                 return
-            await self._sleep(self._next_delay(page, chat))
+            delay = self._next_delay(read.polling_interval, chat)
+            self._read(self._plan is None or self._plan.limited_by != "exhausted", delay)
+            await self._sleep(delay)
 
-    def _next_delay(self, page: Mapping[str, Any], chat: _Chat) -> float:
-        server = page.get("pollingIntervalMillis")
+    def _next_delay(self, server_interval: float | None, chat: _Chat) -> float:
         plan = self._plan = plan_poll(
             self.api.ledger.config,
             self.api.ledger.usage,
             now=self._clock(),
             stream_started=chat.started_at,
-            server_interval=float(server) / 1000 if server else _DEFAULT_POLL_S,
+            server_interval=server_interval or _DEFAULT_POLL_S,
         )
         now = self._clock()
         if plan.limited_by == "exhausted":
@@ -336,7 +359,7 @@ class YouTubeAdapter:
         }
 
     async def _publish(
-        self, items: list[Mapping[str, Any]], ctx: convert.ChatContext, *, backlog: bool
+        self, items: Sequence[Mapping[str, Any]], ctx: convert.ChatContext, *, backlog: bool
     ) -> bool:
         """Publish a page's events (not the backlog's); True when the chat ended."""
         ended = False
@@ -348,11 +371,10 @@ class YouTubeAdapter:
                 continue
             try:
                 event = convert.to_event(item, ctx)
-            except (KeyError, TypeError, ValueError):
+            except ValueError as exc:  # convert.Malformed, or the event model refusing a value
                 log.warning(
                     "dropping a malformed youtube chat item",
-                    extra={"message_id": item.get("id")},
-                    exc_info=True,
+                    extra={"message_id": str(item.get("id"))[:100], "reason": str(exc)[:300]},
                 )
                 continue
             if isinstance(event, ChatMessage):

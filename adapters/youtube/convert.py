@@ -9,6 +9,10 @@ Inbound, one ``liveChatMessage`` resource (an item of ``liveChatMessages.list``)
   bot's context too;
 - everything else (new members, stickers, polls, gifting, mode changes) -> None.
 
+A page (``read_page``) and an item are read defensively: a field of the wrong type counts as
+missing, an item the bot needs but cannot read raises ``Malformed`` (the adapter logs one line
+and drops that item alone), and a malformed page keeps what is readable of it.
+
 The conversation is the live chat (``channel`` = ``liveChatId``), which is also what a send
 needs. YouTube has no replies or DMs, so a message is addressed only by an ``@Name`` mention of
 the bot's channel; the rest are published as ambient (or answered, or dropped, per settings).
@@ -38,6 +42,58 @@ _ELLIPSIS = "…"
 Unaddressed = Literal["ambient", "answer", "ignore"]
 
 
+class Malformed(ValueError):
+    """An item (or page) lacks what converting it needs; the reason names the field."""
+
+
+@dataclass(frozen=True)
+class Page:
+    """What the adapter uses of a ``liveChatMessageListResponse``, each part checked."""
+
+    items: tuple[Mapping[str, Any], ...] = ()
+    next_page_token: str | None = None
+    polling_interval: float | None = None  # seconds
+    offline_at: str | None = None
+    problems: tuple[str, ...] = ()  # what was malformed (and skipped), for one log line
+
+
+def read_page(page: Mapping[str, Any]) -> Page:
+    """The readable parts of a list response; ``problems`` names what was not."""
+    problems = []
+    raw_items = page.get("items")
+    if raw_items is None:
+        raw_items = []
+    elif not isinstance(raw_items, list):
+        problems.append("items is not a list")
+        raw_items = []
+    items = tuple(item for item in raw_items if isinstance(item, Mapping))
+    if len(items) < len(raw_items):
+        problems.append(f"{len(raw_items) - len(items)} items are not objects")
+    token = page.get("nextPageToken")
+    if token is not None and not _text(token):
+        problems.append("nextPageToken is not a string")
+    interval = page.get("pollingIntervalMillis")
+    seconds = None
+    if isinstance(interval, int | float) and not isinstance(interval, bool) and interval > 0:
+        seconds = min(float(interval) / 1000, 3600.0)
+    elif interval is not None:
+        problems.append("pollingIntervalMillis is not a positive number")
+    offline = page.get("offlineAt")
+    if offline is not None and not _text(offline):
+        problems.append("offlineAt is not a string")
+    return Page(items, _text(token), seconds, _text(offline), tuple(problems))
+
+
+def _obj(value: object) -> Mapping[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (a field of the wrong type)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(value: object) -> str | None:
+    """``value`` if it is a non-empty string, else None."""
+    return value if isinstance(value, str) and value else None
+
+
 @dataclass(frozen=True)
 class ChatContext:
     """What converting one chat's items needs to know about the bot and the chat."""
@@ -55,22 +111,32 @@ class ChatContext:
 def to_event(item: Mapping[str, Any], ctx: ChatContext) -> ChatMessage | MessageDeleted | None:
     """The event for one ``liveChatMessage`` resource; None for what the bot ignores.
 
-    Raises ``ValueError`` (or ``KeyError``/``TypeError``) for an item missing required fields;
-    the adapter logs it with its id and drops it.
+    Raises ``Malformed`` for an item that lacks what its event needs; the adapter logs it with
+    its id and drops it.
     """
-    snippet: Mapping[str, Any] = item["snippet"]
+    snippet = item.get("snippet")
+    if not isinstance(snippet, Mapping):
+        raise Malformed("an item without a snippet object")
     kind = snippet.get("type")
     if kind == "messageDeletedEvent":
-        deleted = snippet["messageDeletedDetails"]["deletedMessageId"]
-        return MessageDeleted(conversation=ctx.conversation, message_id=str(deleted))
+        deleted = _text(_obj(snippet.get("messageDeletedDetails")).get("deletedMessageId"))
+        if deleted is None:
+            raise Malformed("messageDeletedEvent without a deletedMessageId")
+        return MessageDeleted(conversation=ctx.conversation, message_id=deleted)
     if kind == "userBannedEvent":
-        banned = snippet["userBannedDetails"]["bannedUserDetails"]["channelId"]
-        return MessageDeleted(conversation=ctx.conversation, author_id=str(banned))
+        banned = _obj(_obj(snippet.get("userBannedDetails")).get("bannedUserDetails"))
+        channel = _text(banned.get("channelId"))
+        if channel is None:
+            raise Malformed("userBannedEvent without the banned user's channelId")
+        return MessageDeleted(conversation=ctx.conversation, author_id=channel)
     text = _message_text(kind, snippet)
     if text is None or not text.strip():
         return None
-    details: Mapping[str, Any] = item.get("authorDetails") or {}
-    author_id = str(details.get("channelId") or snippet["authorChannelId"])
+    details = _obj(item.get("authorDetails"))
+    author_id = _text(details.get("channelId")) or _text(snippet.get("authorChannelId"))
+    message_id = _text(item.get("id"))
+    if author_id is None or message_id is None:
+        raise Malformed("a chat message without its id or its author's channel id")
     if author_id == ctx.bot_channel_id:
         return None  # our own message, echoed back by the next page
     mentioned = mentions(text, ctx.bot_names)
@@ -78,11 +144,11 @@ def to_event(item: Mapping[str, Any], ctx: ChatContext) -> ChatMessage | Message
         return None
     return ChatMessage(
         platform=PLATFORM,
-        id=str(item["id"]),
+        id=message_id,
         conversation=ctx.conversation,
         author=Author(
             id=author_id,
-            display_name=str(details.get("displayName") or "")[:256],
+            display_name=(_text(details.get("displayName")) or "")[:256],
             roles=_roles(details),
         ),
         text=text,
@@ -94,35 +160,35 @@ def to_event(item: Mapping[str, Any], ctx: ChatContext) -> ChatMessage | Message
 
 def is_chat_end(item: Mapping[str, Any]) -> bool:
     """A ``chatEndedEvent``: the chat is over, stop polling it."""
-    return bool((item.get("snippet") or {}).get("type") == "chatEndedEvent")
+    return _obj(item.get("snippet")).get("type") == "chatEndedEvent"
 
 
 def _message_text(kind: object, snippet: Mapping[str, Any]) -> str | None:
     if kind == "textMessageEvent":
-        details = snippet.get("textMessageDetails") or {}
-        return str(details.get("messageText") or snippet.get("displayMessage") or "")
+        details = _obj(snippet.get("textMessageDetails"))
+        return _text(details.get("messageText")) or _text(snippet.get("displayMessage"))
     if kind == "superChatEvent":
-        return (snippet.get("superChatDetails") or {}).get("userComment")
+        return _text(_obj(snippet.get("superChatDetails")).get("userComment"))
     if kind == "memberMilestoneChatEvent":
-        return (snippet.get("memberMilestoneChatDetails") or {}).get("userComment")
+        return _text(_obj(snippet.get("memberMilestoneChatDetails")).get("userComment"))
     return None
 
 
 def _roles(details: Mapping[str, Any]) -> frozenset[Role]:
-    roles = set()
-    if details.get("isChatOwner"):
+    roles = set()  # ``is True``: a malformed flag ("x", 1) grants nothing
+    if details.get("isChatOwner") is True:
         roles.add(Role.OWNER)
-    if details.get("isChatModerator"):
+    if details.get("isChatModerator") is True:
         roles.add(Role.MODERATOR)
-    if details.get("isChatSponsor"):
+    if details.get("isChatSponsor") is True:
         roles.add(Role.SUBSCRIBER)  # a channel member ("sponsor" in the API)
     return frozenset(roles)
 
 
 def _published_at(snippet: Mapping[str, Any]) -> datetime:
-    parsed = parse_time(snippet["publishedAt"])
+    parsed = parse_time(snippet.get("publishedAt"))
     if parsed is None:
-        raise ValueError(f"publishedAt is not an aware timestamp: {snippet['publishedAt']!r}")
+        raise Malformed("publishedAt is missing or not an aware timestamp")
     return parsed
 
 

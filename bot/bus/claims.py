@@ -17,7 +17,9 @@ Delivery is at-least-once (a Redis Streams entry is redelivered when its worker 
   ``done`` marker and the rest of the side effect run in one Lua script that first checks the
   claim still holds our token (``GUARDED``): ownership is checked on every path, atomically, in
   one round trip. A worker killed before it is answered is redone by another; killed after, the
-  redelivery finds ``done``. (An earlier fast path skipped the check while the claim looked
+  redelivery finds ``done``. A claim that lapsed while Redis was away, with nobody taking it
+  over, is taken back (``SET NX``) and committed: nobody else is answering that message, and
+  dropping the answer would lose it (its delivery is acked after the commit). (An earlier fast path skipped the check while the claim looked
   "fresh" by the worker's own clock; a paused process, or a Redis restart that lost the key,
   made that belief wrong and two workers committed.) Renewal and release use the same script.
   The script runs the commands a ``Pipeline`` would have sent, so callers still "fill a
@@ -154,20 +156,31 @@ class Claim:
 
         # Retried while Redis is away: if an EXEC ran before the connection dropped, the retry
         # finds "done" instead of our token and nothing doubles.
-        if await until_redis_answers("commit an answer", lambda: self._if_ours(effect)):
-            return True
-        if (
-            await until_redis_answers("read a claim", lambda: self.owner.redis.get(self.key))
-            == DONE
-        ):
-            log.info(
-                "the message is recorded as answered (before the connection dropped, or by "
-                "another worker after our lease lapsed)",
-                extra={"key": self.key},
-            )
-            return True
+        for _ in range(3):  # (a take-back can race another worker's claim: then it wins)
+            if await until_redis_answers("commit an answer", lambda: self._if_ours(effect)):
+                return True
+            # Not ours: answered already, held by another worker, or lapsed with nobody taking
+            # it (a Redis outage longer than the lease). Then nobody else is answering it, so
+            # take it back (SET NX) and commit, instead of dropping an answer we hold.
+            previous = await until_redis_answers("take back a claim", self._take_back)
+            outcome = self.taken(previous)
+            if outcome is False:
+                log.info(
+                    "the message is recorded as answered (before the connection dropped, or "
+                    "by another worker after our lease lapsed)",
+                    extra={"key": self.key},
+                )
+                return True
+            if outcome is None:
+                break
+            log.info("our claim lapsed and nobody took it; taken back", extra={"key": self.key})
         log.warning("lost the claim; the answer is not recorded", extra={"key": self.key})
         return False
+
+    async def _take_back(self) -> object:
+        return await self.owner.redis.set(
+            self.key, self.token, nx=True, px=self.owner.lease_ms, get=True
+        )
 
     async def release(self) -> None:
         """Give the claim up (after a failure) so a later delivery may try again. Best effort:

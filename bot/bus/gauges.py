@@ -2,19 +2,24 @@
 
 Why here and not in ``bot.ops.metrics``: only the bus knows how it counts (an in-process queue
 depth, or ``XINFO GROUPS`` over every partition of a stream), and operations must not import
-what they observe. ``bus_gauges`` returns the reader that ``Metrics.watch_bus`` registers.
+what they observe. ``bus_gauges`` returns the reader that ``Metrics.watch_bus`` registers;
+``outbox_gauges`` the gateway outbox's depth and what it recovered from its spool.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Literal
 
 from redis.asyncio import Redis
 
 from bot.bus.base import InProcessBus
+from bot.bus.outbox import Outbox
 from bot.bus.streams import RedisStreamsBus
 from bot.bus.topics import DELETIONS, INBOUND
 from bot.ops.metrics import Labels, Reader
+
+OutboxGauge = tuple[str, str, Callable[[], float], Literal["gauge", "counter"]]
 
 LAG = "chorus_bus_lag"
 PENDING = "chorus_bus_pending"
@@ -71,3 +76,23 @@ def _streams_reader(bus: RedisStreamsBus, redis: Redis, topics: tuple[str, ...])
         return {LAG: lag, PENDING: pending}
 
     return read
+
+
+def outbox_gauges(outbox: Outbox) -> list[OutboxGauge]:
+    """The gateway outbox's series (name, help, reader, kind), for
+    ``Metrics.register_gauge_callback``: what it holds now, and what it read back from the
+    spool at start. (What it spools is logged at shutdown: no scrape would see a counter.)"""
+    return [
+        (
+            "chorus_outbox_depth",
+            "Inbound events the gateway holds, not yet in Redis",
+            lambda: float(outbox.depth),
+            "gauge",
+        ),
+        (
+            "chorus_outbox_recovered",
+            "Events read back from the spool at start and published first",
+            lambda: float(outbox.recovered),
+            "counter",
+        ),
+    ]

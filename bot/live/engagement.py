@@ -73,6 +73,7 @@ from bot.live.ledger import (
 from bot.live.send_limits import SEND_LIMITS, SendLimit, send_limit
 
 __all__ = [
+    "SEEN_CAP",
     "SEND_LIMITS",
     "Action",
     "Batch",
@@ -85,6 +86,7 @@ __all__ = [
     "PolicyConfig",
     "Reason",
     "SendLimit",
+    "apply_pause",
     "due",
     "idle_due",
     "is_question",
@@ -93,9 +95,10 @@ __all__ = [
     "observe",
     "take_declined",
     "send_limit",
+    "touch_user",
 ]
 
-_SEEN_CAP = 4096
+SEEN_CAP = 4096
 _QUESTION_WORDS = frozenset(
     ("what", "why", "how", "when", "where", "who", "whom", "whose", "which", "can", "could")
     + ("would", "should", "will", "shall", "is", "are", "am", "do", "does", "did", "anyone")
@@ -151,7 +154,7 @@ def observe(state: ChannelState, message: ChatMessage, now: float) -> Decision:
         return _DECISIONS[Reason.DUPLICATE]
     state.seen.add(message.id)
     state.seen_order.append(message.id)
-    if len(state.seen_order) > _SEEN_CAP:
+    if len(state.seen_order) > SEEN_CAP:
         state.seen.discard(state.seen_order.popleft())
     author = message.author
     if author.is_bot:
@@ -164,7 +167,7 @@ def observe(state: ChannelState, message: ChatMessage, now: float) -> Decision:
         return _DECISIONS[Reason.PAUSED]
     state.last_activity = now
     state.idle_fired = False
-    user = _touch_user(state, author.id)
+    user = touch_user(state, author.id)
     flooding = (
         len(user.times) == user.times.maxlen and now - user.times[0] < cfg.flood_window_seconds
     )
@@ -269,19 +272,25 @@ def _command(state: ChannelState, command: str, allowed: bool, now: float) -> De
         return _DECISIONS[Reason.UNKNOWN_COMMAND]
     if not allowed:
         return _DECISIONS[Reason.NOT_PERMITTED]
-    if command == "pause":
+    apply_pause(state, command == "pause", now)
+    return _DECISIONS[Reason.PAUSE if state.paused else Reason.RESUME]
+
+
+def apply_pause(state: ChannelState, paused: bool, now: float) -> None:
+    """Pause (empty the ledger, its waiting mentions declined ``paused``) or resume a channel:
+    a ``!chorus`` command here, or the durable state another process left (bot/live/durable.py)."""
+    if paused:
         state.paused = True
         state.dropped["paused"] += state.pending_messages
         for chatter in state.pending.values():
             _decline(state, (p for p in chatter.messages if p.addressed), "paused")
         _clear(state)
-        return _DECISIONS[Reason.PAUSE]
+        return
     state.paused = False
     state.last_activity = None if state.last_activity is None else max(state.last_activity, now)
-    return _DECISIONS[Reason.RESUME]
 
 
-def _touch_user(state: ChannelState, user_id: str) -> TrackedUser:
+def touch_user(state: ChannelState, user_id: str) -> TrackedUser:
     users = state.users
     user = users.get(user_id)
     if user is None:
@@ -416,7 +425,7 @@ def _tier(chatter: PendingChatter, now: float, cfg: PolicyConfig) -> int:
 
 def _answer(state: ChannelState, user_id: str, now: float) -> BatchChatter:
     messages = _pop_chatter(state, user_id)
-    _touch_user(state, user_id).last_answered = now
+    touch_user(state, user_id).last_answered = now
     author = messages[-1].message.author
     return BatchChatter(user_id, author.display_name or user_id, messages)
 

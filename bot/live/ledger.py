@@ -173,6 +173,7 @@ class ChannelState:
 
     config: PolicyConfig
     paused: bool = False
+    last_seen: float | None = None  # the latest message of any kind (bot/live/durable.py)
     last_spoke: float = NEVER
     last_activity: float | None = None
     idle_fired: bool = False

@@ -18,6 +18,12 @@ overflow, paused) is never silent: each one is logged ("live chat: mention decli
 message id and reason) and counted as the engagement decision ``declined_<reason>``
 (``chorus_engagement_decisions_total``) as soon as ``observe`` or ``tick`` lets it go.
 
+What must outlive this process (the pause, cooldowns, which messages were answered) is kept
+in a ``LiveStore`` by ``bot/live/durable.py``: the router awaits ``prepare`` before a message
+(a store read only when a channel becomes active here), adds ``queue_save`` to each reply's
+commit and awaits ``maintain`` once a second. The policy's clock is epoch seconds, so stored
+times mean the same in every process.
+
 Everything a user wrote stays inside the prompt's data blocks (the synthetic turn's text is
 rendered as a ``<user_message>`` like any other). The instructions and acknowledgements are
 ``prompts/live/*``.
@@ -25,13 +31,17 @@ rendered as a ``<user_message>`` like any other). The instructions and acknowled
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from redis.asyncio.client import Pipeline
+
 import prompts
 from bot.events import Author, ChatMessage, ConversationKey
+from bot.live.durable import DurableLedger
 from bot.live.engagement import (
     Action,
     Batch,
@@ -46,13 +56,16 @@ from bot.live.engagement import (
     take_declined,
 )
 from bot.live.ledger import ChannelState
+from bot.live.store import Changes, LiveStore, MemoryLiveStore
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.settings import EngagementSettings
+from bot.state.outages import until_redis_answers
 
 log = logging.getLogger("chorus.live")
 
 LIVE_PLATFORMS = frozenset({"twitch", "youtube"})
 CHAT_AUTHOR = Author(id="chat", display_name="live chat")
+MAINTAIN_TIMEOUT = 5.0  # seconds: the one-second tick never waits longer on the store
 
 
 def ack(reason: Reason) -> str | None:
@@ -66,7 +79,7 @@ def ack(reason: Reason) -> str | None:
 
 def policy_config(settings: EngagementSettings) -> PolicyConfig:
     """The policy's thresholds from the ``CHORUS_ENGAGE_*`` section (same field names)."""
-    return PolicyConfig(**settings.model_dump())
+    return PolicyConfig(**settings.model_dump(exclude={"pause_hours"}))
 
 
 @dataclass(frozen=True)
@@ -80,23 +93,63 @@ class Turn:
 
 
 class LiveChat:
+    """The policy's channels in this process, their durable side, and the turns they ask for."""
+
     def __init__(
         self,
         engagement: Engagement | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
         metrics: MetricsSink | None = None,
+        store: LiveStore | None = None,
     ) -> None:
         self.engagement = engagement or Engagement()
         self.clock = clock
         self.metrics: MetricsSink = metrics or NullMetrics()
         self.declined = 0  # mentions let go unanswered, with a reason, since start
+        self.durable = DurableLedger(self.engagement, store or MemoryLiveStore(), clock)
+        self._store_failing = False
+        self._prepared: tuple[ChatMessage, ChannelState | None] | None = None
 
     def applies(self, message: ChatMessage) -> bool:
         return message.ambient or message.platform in LIVE_PLATFORMS
 
+    async def prepare(self, message: ChatMessage) -> None:
+        """Before ``observe``: load the channel's durable state when it becomes active here
+        (first seen, or quiet for a few seconds); nothing at all for a busy channel."""
+        if not self.applies(message):
+            return
+        conv, now = message.conversation, self.clock()
+        state = self.engagement.states.get(conv)
+        if self.durable.needs_load(state, now):
+            try:
+                await until_redis_answers(
+                    "load a live channel", lambda: self.durable.load(conv, now)
+                )
+            except Exception:  # a bug must not stop the chat: the ledger runs on what it knows
+                log.exception(
+                    "live chat: could not load its state", extra={"conversation": str(conv)}
+                )
+            state = self.engagement.states.get(conv)
+            if state is not None and state.declined:
+                self._report_declined(state)
+        # ``observe`` of this same message reuses the lookup: a ConversationKey is a pydantic
+        # model, and comparing two costs about a microsecond, a few percent of the ingest budget.
+        self._prepared = (message, state)
+
     def observe(self, message: ChatMessage) -> Decision:
-        state = self.engagement.state(message.conversation)
-        decision = observe(state, message, self.clock())
+        conv, now = message.conversation, self.clock()
+        prepared, self._prepared = self._prepared, None
+        state = prepared[1] if prepared is not None and prepared[0] is message else None
+        if state is None:
+            state = self.engagement.state(conv)
+        decision = observe(state, message, now)
+        state.last_seen = now
+        if decision.action is Action.ANSWER_NOW:
+            answered = {message.id: now} | {p.message.id: now for p in decision.covered}
+            changes = Changes(spoke=now, users={message.author.id: now}, answered=answered)
+            self.durable.turn(conv, message.id, changes, now)
+        elif decision.reason is Reason.PAUSE or decision.reason is Reason.RESUME:
+            self.durable.paused(conv, state.paused, now)
         if state.declined:
             self._report_declined(state)
         return decision
@@ -116,9 +169,33 @@ class LiveChat:
                 self._report_declined(state)
             if batch is not None:
                 turns.append(batch_turn(conv, batch))
+                users = dict.fromkeys(batch.user_ids, now)
+                changes = Changes(
+                    spoke=now, users=users, answered=dict.fromkeys(batch.message_ids, now)
+                )
+                self.durable.turn(conv, turns[-1].message.id, changes, now)
             elif idle_due(state, now):
                 turns.append(idle_turn(conv))
+                self.durable.turn(conv, turns[-1].message.id, Changes(spoke=now), now)
         return turns
+
+    def queue_save(self, pipe: Pipeline, message: ChatMessage) -> None:
+        """Add what the turn of ``message`` decided to the transaction that commits its reply."""
+        self.durable.queue_save(pipe, message.conversation, message.id)
+
+    async def maintain(self) -> None:
+        """Once a second: save pauses, refresh paused channels, evict idle ones. Never raises;
+        a store that does not answer is tried again on the next call."""
+        try:
+            await asyncio.wait_for(self.durable.maintain(), MAINTAIN_TIMEOUT)
+        except Exception:
+            if not self._store_failing:
+                log.warning("live chat: could not save or refresh live state", exc_info=True)
+            self._store_failing = True
+            return
+        if self._store_failing:
+            log.info("live chat: live state saved again")
+        self._store_failing = False
 
     def _report_declined(self, state: ChannelState) -> None:
         for declined in take_declined(state):

@@ -16,7 +16,8 @@ adapter runs in its own ``Slot`` under ``Supervisor.run``:
 The process ends on a signal, or when every adapter has failed: then ``run`` raises one
 ``ConfigError`` naming each, so a deployment with a single misconfigured platform still stops
 with its clear message. Each slot is a readiness check (``adapter:<platform>`` on ``/readyz``):
-ready while its adapter runs and, where the adapter can tell, is connected.
+ready while its adapter runs and is connected, as its ``ready()`` reads from its SDK (every
+platform adapter has one; the console has none and is ready while it runs).
 """
 
 from __future__ import annotations

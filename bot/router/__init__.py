@@ -4,9 +4,9 @@
 commit); ``record`` is a turn's two round trips (the claim and reads; what an answered turn
 writes down inside its commit: history lines, activity, the insights job); ``flow`` bounds the
 turns in flight and keeps the books of a graceful shutdown; ``housekeeping`` applies deletions
-and moves poison messages to the dead letters; ``text_commands`` answers ``/help`` and
-``/reset`` without a model call, and ``memory_commands`` adds ``/pins``, ``/remember``,
-``/forget`` and ``/timezone``.
+and moves poison messages to the dead letters; ``texts`` renders the router's own refusal and
+apologies; ``text_commands`` answers ``/help`` and ``/reset`` without a model call, and
+``memory_commands`` adds ``/pins``, ``/remember``, ``/forget`` and ``/timezone``.
 
 May import every other core package (bus, state, memory, live, agent, ops, settings) and
 ``prompts``; only the composition root (``bot.cli``, ``bot.app``) imports it.

@@ -30,7 +30,6 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-import prompts
 from bot.agent.loop import Agent
 from bot.agent.prompting import PromptAssembler
 from bot.agent.reasoning import Level, decide
@@ -49,6 +48,7 @@ from bot.router import record
 from bot.router.flow import Admission, Shutdown, admit, release_quietly
 from bot.router.housekeeping import consume_deletions, dead_letter
 from bot.router.text_commands import Commands
+from bot.router.texts import apology, crash_apology, too_long
 from bot.state.history import HistoryEntry, HistoryStore
 from bot.state.outages import until_redis_answers
 from bot.tools.base import ToolContext
@@ -56,20 +56,7 @@ from bot.tools.toolbox import Toolbox
 
 log = logging.getLogger("chorus.router")
 
-
-def too_long(length: int, limit: int) -> str:
-    """The refusal of a message over ``CHORUS_MAX_MESSAGE_CHARS``."""
-    return prompts.render("router/too_long", length=f"{length:,}", limit=f"{limit:,}")
-
-
-def apology() -> str:
-    """The reply when no model answered (after retries and fallbacks)."""
-    return prompts.render("router/llm_unavailable")
-
-
-def crash_apology() -> str:
-    """The reply when answering failed for any other reason (a bug, logged)."""
-    return prompts.render("router/crash")
+__all__ = ["Router", "RouterLimits", "apology", "crash_apology", "too_long"]
 
 
 @dataclass
@@ -203,6 +190,8 @@ class Router:
         """Check once a second whether a live-chat batch or idle line came due."""
         while True:
             await asyncio.sleep(1.0)
+            if self.live is not None:
+                await self.live.maintain()  # durable live state: save, refresh, evict
             self.live_tick()
 
     def live_tick(self) -> int:
@@ -217,7 +206,12 @@ class Router:
 
     async def _consume_inbound(self) -> None:
         deliveries = self.bus.consume(INBOUND, ChatMessage, group="agent")
-        await admit(deliveries, self.admission, self._dispatch, lambda: self._shutdown)
+        await admit(deliveries, self.admission, self._admit, lambda: self._shutdown)
+
+    async def _admit(self, delivery: Delivery[ChatMessage]) -> None:
+        if self.live is not None:  # a channel's durable state, when it becomes active here
+            await self.live.prepare(delivery.event)
+        self._dispatch(delivery)
 
     async def join(self) -> None:
         while self._workers:
@@ -416,6 +410,8 @@ class Router:
             if activity is not None and self.memory is not None:
                 touch = self._touched.due(message, self.clock())
                 record.queue_activity(pipe, self.memory, message, activity, touch=touch)
+            if self.live is not None:  # what the turn decided (answered, cooldowns, pause)
+                self.live.queue_save(pipe, message)
 
         async def write() -> None:
             if transactional is None:

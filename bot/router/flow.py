@@ -153,7 +153,7 @@ class Shutdown:
 async def admit(
     deliveries: AsyncIterator[D],
     admission: Admission,
-    dispatch: Callable[[D], None],
+    dispatch: Callable[[D], Awaitable[None]],
     stopping: Callable[[], Shutdown | None],
 ) -> None:
     """The consume loop: wait for a free slot, THEN pull the next delivery and dispatch it
@@ -170,7 +170,11 @@ async def admit(
                 stop.returned += 1
                 return
             admission.take()
-            dispatch(delivery)
+            try:
+                await dispatch(delivery)
+            except BaseException:
+                admission.release()  # not dispatched: nothing holds the slot
+                raise
     finally:
         close = getattr(deliveries, "aclose", None)
         if close is not None:

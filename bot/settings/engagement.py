@@ -1,7 +1,9 @@
 """``CHORUS_ENGAGE_*``: the live-chat policy's thresholds for every live or ambient channel.
 
 The policy itself (``bot.live.engagement.PolicyConfig``) validates the same fields; this section
-only says which variable fills which, so the settings stay free of the policy's code.
+only says which variable fills which, so the settings stay free of the policy's code. One field
+is not the policy's: ``pause_hours``, how long a ``!chorus pause`` is kept in Redis for a
+channel that has gone quiet (bot/live/store.py).
 """
 
 from __future__ import annotations
@@ -28,4 +30,9 @@ class EngagementSettings(Section):
     wall_max_chars: int = Field(default=400, ge=20, validation_alias="CHORUS_ENGAGE_WALL_MAX_CHARS")
     idle_prompt_after_seconds: float | None = Field(
         default=None, gt=0, validation_alias="CHORUS_ENGAGE_IDLE_PROMPT_AFTER_SECONDS"
+    )
+    # A pause holds until "!chorus resume", across restarts; a paused channel that stays quiet
+    # this long (no chat at all) wakes up again by itself.
+    pause_hours: float = Field(
+        default=12.0, gt=0, le=24 * 30, validation_alias="CHORUS_ENGAGE_PAUSE_HOURS"
     )

@@ -37,6 +37,16 @@ class StateSettings(Section):
     partition_lease_ms: int = Field(
         default=5_000, ge=2_000, le=600_000, validation_alias="CHORUS_PARTITION_LEASE_MS"
     )
+    # The gateway's ordered outbox on the Redis Streams bus (bot/bus/outbox.py): how many
+    # events it holds before adapters wait, how long it publishes at shutdown, and where it
+    # spools what is left (a volume in a container).
+    outbox_limit: int = Field(default=10_000, ge=1, validation_alias="CHORUS_OUTBOX_LIMIT")
+    outbox_flush_seconds: float = Field(
+        default=5.0, ge=0, le=600, validation_alias="CHORUS_OUTBOX_FLUSH_SECONDS"
+    )
+    spool_dir: str = Field(
+        default=".chorus/spool", min_length=1, validation_alias="CHORUS_SPOOL_DIR"
+    )
     history_max_messages: int = Field(default=40, ge=2, validation_alias="CHORUS_HISTORY_MAX")
     history_ttl_seconds: int = Field(
         default=7 * 24 * 3600, ge=60, validation_alias="CHORUS_HISTORY_TTL"

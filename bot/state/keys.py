@@ -65,6 +65,15 @@ same pipeline as the write. A dedupe key is ``SET NX`` by the router when it cla
 ``chorus:v1:quota:{platform}:{project}:{yyyymmdd}`` -- hash ``units``, ``inserts``: the API quota
     spent that quota day (YouTube: Pacific time); expires an hour after the day's reset.
     adapters/youtube/api.py.
+``chorus:v1:live:{kind}:{platform}:{channel}[:{thread}]`` -- what of a live channel's engagement
+    ledger outlives the process that holds it (``RedisLiveStore``, bot/live/store.py). ``chan``:
+    zset, ``paused``/``resumed``/``spoke`` -> epoch seconds of the latest pause, resume and
+    decision to speak (``ZADD GT``: the newest wins; paused while ``paused`` > ``resumed``); TTL
+    CHORUS_ENGAGE_PAUSE_HOURS (default 12 h), refreshed by every write and while chat goes on in
+    a paused channel. ``users``: zset, user id -> epoch seconds last answered (the per-user
+    cooldown). ``answered``: zset, message id -> epoch seconds it was answered (no second answer
+    after a restart; the newest 1,024 kept). Those two: TTL ``LIVE_LEDGER_SECONDS`` (30 minutes),
+    refreshed and pruned by score by every write.
 """
 
 from __future__ import annotations
@@ -78,6 +87,8 @@ PREFIX = "chorus:v1"
 
 # A per-user key (pins, recommendations...) outlives inactivity by this much, then Redis forgets it.
 USER_TTL_SECONDS = 30 * 24 * 3600
+# A live channel's cooldowns and answered messages outlive its last write by this much.
+LIVE_LEDGER_SECONDS = 30 * 60
 
 _TOKEN = re.compile(r"^[a-z0-9_]+$")
 
@@ -258,3 +269,14 @@ def quota(platform: str, project: str, day: str) -> str:
     _check_id("project", project)
     _check_token("day", day)
     return f"{PREFIX}:quota:{platform}:{_escape_part(project)}:{day}"
+
+
+# -- live chat -----------------------------------------------------------------------------------
+LIVE_KINDS = ("chan", "users", "answered")
+
+
+def live(kind: str, conv: ConversationKey) -> str:
+    """One durable part (``LIVE_KINDS``) of a live channel's engagement state."""
+    if kind not in LIVE_KINDS:
+        raise ValueError(f"kind must be one of {LIVE_KINDS}, got {kind!r}")
+    return f"{PREFIX}:live:{kind}:{conv}"

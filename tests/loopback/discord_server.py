@@ -8,6 +8,8 @@ protocol (https://discord.com/developers/docs/events/gateway):
   configured guilds) for IDENTIFY, RESUMED for RESUME; ``dispatch`` pushes any event; ``drop``
   closes the socket with 4000 so the client resumes on READY's ``resume_gateway_url`` (this
   server); ``identify_close_code`` closes at IDENTIFY instead (4014: disallowed intents);
+  ``go_down`` is an outage: the live connection is dropped and new ones are refused with 503
+  (counted in ``refused``) until ``come_back``;
 * REST: ``/users/@me`` (401 when ``reject_token``), ``/oauth2/applications/@me``, command sync,
   message create, typing, interaction callback and webhook follow-ups; queued ``failures``
   answer message creates first. 429s carry ``Via: 1.1 google``: discord.py treats a 429
@@ -70,6 +72,8 @@ class DiscordServer(LoopbackServer):
         self.identify_close_code: int | None = None
         self.frames: list[GatewayFrame] = []
         self.connections = 0
+        self.down = False
+        self.refused = 0
         self.created: list[dict[str, Any]] = []  # messages that were actually created
         self._ws: web.WebSocketResponse | None = None
         self._seq = itertools.count(2)
@@ -139,7 +143,20 @@ class DiscordServer(LoopbackServer):
         ws, self._ws = self._ws, None
         await ws.close(code=code, message=b"loopback drop")
 
-    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+    async def go_down(self) -> None:
+        """An outage of the gateway: drop the live connection, refuse new ones (503)."""
+        self.down = True
+        if self._ws is not None:
+            await self.drop()
+
+    def come_back(self) -> None:
+        self.down = False
+
+    async def _gateway(self, request: web.Request) -> web.StreamResponse:
+        if self.down:
+            self.refused += 1
+            await self._notify()
+            return web.Response(status=503, text="gateway unavailable")
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         self.connections += 1

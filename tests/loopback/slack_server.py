@@ -17,7 +17,8 @@ error is HTTP 200 ``{"ok": false, "error": "invalid_auth"}``, and rate limiting 
   without it;
 - ``POST /response/<id>`` -> recorded (a slash command's ``response_url``);
 - ``GET /socket`` -> a Socket Mode websocket: ``hello`` on connect, then the envelopes pushed
-  with ``send_envelope``; acks are recorded. ``drop_socket()`` closes it from the server side.
+  with ``send_envelope``; acks are recorded. ``drop_socket()`` closes it from the server side;
+  while ``refuse_sockets`` is set new connections get 503 (counted in ``refused_sockets``).
 
 Tests await ``wait_for(predicate)`` (a condition notified on every request), never sleep.
 """
@@ -51,6 +52,8 @@ class SlackServer(LoopbackServer):
         self.files: dict[str, tuple[bytes, str]] = {}
         self.acks: list[dict[str, Any]] = []
         self.socket_connections = 0
+        self.refuse_sockets = False
+        self.refused_sockets = 0
         self._ts = itertools.count(1)
         self._changed: asyncio.Condition | None = None
         self._sockets: list[web.WebSocketResponse] = []
@@ -224,7 +227,11 @@ class SlackServer(LoopbackServer):
         finally:
             await self._notify()
 
-    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+    async def _socket(self, request: web.Request) -> web.StreamResponse:
+        if self.refuse_sockets:
+            self.refused_sockets += 1
+            await self._notify()
+            return web.Response(status=503, text="socket mode unavailable")
         socket = web.WebSocketResponse()
         await socket.prepare(request)
         self._sockets.append(socket)

@@ -5,7 +5,8 @@ Speaks the wire format the adapter uses (paths under ``/youtube/v3``, Google's e
 quota units the way Google does: per request, failed ones included. Tests script it with
 
 - ``backlog`` (the first list page), ``pages`` (later pages, one per poll) or ``page_source``
-  (a function of the poll number, for long simulations);
+  (a function of the poll number, for long simulations); ``raw_lists`` answer the next polls
+  verbatim (whole response bodies, malformed ones included) before any of those;
 - ``fail(endpoint, status, reason)`` to make the next call of an endpoint fail;
 - ``broadcast_live`` / ``offline_at`` / ``revoke_tokens()`` for the chat's and token's state.
 
@@ -104,6 +105,7 @@ class YouTubeServer(LoopbackServer):
         self.offline_at: str | None = None
         self.backlog: list[dict[str, Any]] = []
         self.pages: deque[list[dict[str, Any]]] = deque()
+        self.raw_lists: deque[Any] = deque()
         self.page_source: Callable[[int], list[dict[str, Any]]] | None = None
         self.units = 0
         self.calls: Counter[str] = Counter()
@@ -253,6 +255,8 @@ class YouTubeServer(LoopbackServer):
         if token != self._issued_page_token:
             self.token_mismatches.append((token, self._issued_page_token))
         number = self.calls["list"]
+        if self.raw_lists and not (number == 1 and token is None):
+            return web.json_response(self.raw_lists.popleft())
         if number == 1 and token is None:
             items = list(self.backlog)
         elif self.page_source is not None:
