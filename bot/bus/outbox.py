@@ -125,6 +125,9 @@ class Outbox:
     ) -> AsyncIterator[Delivery[M]]:
         return self.bus.consume(topic, model, group=group, consumer=consumer)
 
+    async def stop_consuming(self, topic: str, group: str) -> None:
+        await self.bus.stop_consuming(topic, group)
+
     async def drain(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (the contract)
         """Wait until the outbox is empty and then until the bus has drained."""
         loop = asyncio.get_running_loop()
