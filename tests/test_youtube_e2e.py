@@ -84,6 +84,7 @@ class Rig:
             "refresh_token": self.server.refresh_token,
             "api_base_url": self.server.api_base,
             "token_url": self.server.token_url,
+            "read_mode": "poll",  # these tests poll; test_youtube_stream.py streams
         }
         return YouTubeSettings(**(values | overrides))
 

@@ -1,10 +1,16 @@
-"""The YouTube live chat adapter: find the chat, poll it on a quota plan, send replies.
+"""The YouTube live chat adapter: find the chat, read it (streamed, or polled on a quota plan),
+send replies.
 
 Two tasks: the *poller* finds the live chat (``YOUTUBE_VIDEO_ID``'s, or the authorised
 channel's active broadcast), skips the backlog (the first page: old messages are not answered),
-then polls ``liveChatMessages.list`` with the page token, sleeping what ``quota.plan_poll``
-says between polls; the *sender* consumes ``outbound:youtube`` and inserts each reply. All
-calls go through ``YouTubeAPI`` (api.py), the one chokepoint for OAuth, retries and quota.
+then reads it. By default (``YOUTUBE_READ_MODE=auto``) it reads over the gRPC
+``liveChatMessages.streamList`` stream, which spends no polling quota (streaming.py); when the
+stream is unavailable it polls ``liveChatMessages.list`` with the page token on the quota plan
+(polling.py), and after an outage tries the stream again every ``_STREAM_RETRY``. Both readers
+publish through ``_publish``, which drops message ids already handled, so switching between
+them repeats nothing. The *sender* consumes ``outbound:youtube``
+and inserts each reply. All REST calls go through ``YouTubeAPI`` (api.py), the one chokepoint
+for OAuth, retries and quota; the stream takes its token and quota charge from it too.
 
 When the chat ends (``liveChatEnded``/``liveChatNotFound``/``liveChatDisabled``/``forbidden``, a
 ``chatEndedEvent`` or ``offlineAt``) the poller stops following it. With ``YOUTUBE_VIDEO_ID`` the
@@ -12,15 +18,14 @@ adapter is then done; for a channel it looks for the next broadcast every
 ``YOUTUBE_BROADCAST_CHECK_SECONDS``. ``quotaExceeded`` pauses everything until the quota day
 resets (midnight Pacific). ``quota_status`` exposes the day's spend for metrics, and a log line
 reports it every five minutes. ``ready()`` (``/readyz``'s ``adapter:youtube``) is whether the
-last read of the API answered and the next one is not overdue: False while the API keeps
-failing or the quota is spent, True again after the next good read.
+chat stream is open, or the last read of the API answered and the next one is not overdue:
+False while the API keeps failing or the quota is spent, True again after the next good read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -40,11 +45,14 @@ from adapters.youtube.api import (
     YouTubeError,
     YouTubeUnavailable,
 )
-from adapters.youtube.quota import RESET_SLACK, PollPlan, next_reset, plan_poll, quota_day
+from adapters.youtube.polling import Poller
+from adapters.youtube.quota import RESET_SLACK, next_reset, quota_day
+from adapters.youtube.sender import Sender
 from adapters.youtube.settings import check, quota_config
+from adapters.youtube.streaming import SeenIds, StreamReader
 from bot.bus.base import EventBus
-from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
-from bot.events import ChatMessage, MessageDeleted, Reply
+from bot.bus.topics import DELETIONS, INBOUND
+from bot.events import ChatMessage, MessageDeleted
 from bot.resilience import Sleep
 from bot.settings import YouTubeSettings
 
@@ -52,10 +60,8 @@ log = logging.getLogger("chorus.youtube")
 
 PLATFORM = convert.PLATFORM
 _QUOTA_LOG_EVERY = timedelta(minutes=5)
-_DEFAULT_POLL_S = 5.0
-_RETRY_LATER_S = 60.0
 _READ_GRACE = timedelta(seconds=60)  # how late the next read may be (its own retries)
-_KNOWN_NAMES = 5000
+_STREAM_RETRY = timedelta(minutes=10)  # polling after a stream outage tries the stream again
 T = TypeVar("T")
 
 
@@ -74,6 +80,7 @@ class QuotaStatus:
     poll_interval_s: float | None
     limited_by: str | None
     resets_at: datetime
+    reading: str | None = None  # "stream" or "poll" while a chat is followed
 
 
 @dataclass(frozen=True)
@@ -101,12 +108,24 @@ class YouTubeAdapter:
         self._sleep = sleep
         self._bot_channel_id = ""
         self._bot_names: tuple[str, ...] = ()
-        self._names: OrderedDict[str, str] = OrderedDict()  # channel id -> display name
-        self._sent_ids: deque[str] = deque(maxlen=200)
-        self._plan: PollPlan | None = None
+        self._seen = SeenIds()
+        self._sender = Sender(
+            bus,
+            api,
+            max_pieces=settings.max_pieces,
+            seen=self._seen,
+            quota_fields=self._quota_fields,
+        )
+        self._stream = (
+            StreamReader(api, settings, clock=clock, sleep=sleep)
+            if settings.read_mode != "poll"
+            else None
+        )
+        self._polling = Poller(api, clock=clock, sleep=sleep)
+        self._reading: str | None = None  # "stream" or "poll" while a chat is followed
         self._quota_logged_at: datetime | None = None
         self._poller: asyncio.Task[None] | None = None
-        self._sender: asyncio.Task[None] | None = None
+        self._sending: asyncio.Task[None] | None = None
         self._closing = False
         self._fresh_until: datetime | None = None  # ready until then (the next read is due)
 
@@ -151,20 +170,26 @@ class YouTubeAdapter:
     async def run(self) -> None:
         """Follow live chats until ``aclose`` (or until a configured video's chat is over)."""
         self._poller = asyncio.create_task(self._watch(), name="youtube-poller")
-        self._sender = asyncio.create_task(self._send_loop(), name="youtube-sender")
+        self._sending = asyncio.create_task(self._sender.run(), name="youtube-sender")
         try:
             await self._poller
         except asyncio.CancelledError:
             if not self._closing:
                 raise
         finally:
-            await _cancel(self._sender)
+            await _cancel(self._sending)
 
     async def ready(self) -> bool:
-        """Connected: the last read (a chat poll, or the broadcast lookup while no chat is
-        live) succeeded and the next is not overdue. No request is made."""
+        """Connected: the chat stream is open and answering, or the last read (a streamed
+        response, a chat poll, or the broadcast lookup while no chat is live) succeeded and the
+        next is not overdue. No request is made. (An open stream may push nothing for minutes
+        in a quiet chat; it is still connected.)"""
+        if self._closing:
+            return False
+        if self._stream is not None and self._stream.connected:
+            return True
         fresh_until = self._fresh_until
-        return not self._closing and fresh_until is not None and self._clock() <= fresh_until
+        return fresh_until is not None and self._clock() <= fresh_until
 
     def _read(self, ok: bool, next_in: float = 0.0) -> None:
         """Record a read's outcome; ``next_in`` seconds until the next one is due."""
@@ -173,21 +198,22 @@ class YouTubeAdapter:
     async def aclose(self) -> None:
         self._closing = True
         await _cancel(self._poller)
-        await _cancel(self._sender)
+        await _cancel(self._sending)
         await self.api.aclose()
 
     @property
     def quota_status(self) -> QuotaStatus:
         now = self._clock()
-        usage = self.api.ledger.usage
+        usage, plan = self.api.ledger.usage, self._polling.plan
         return QuotaStatus(
             day=quota_day(now),
             units_spent=usage.units,
             units_remaining=max(0, self.api.ledger.config.daily_units - usage.units),
             inserts=usage.inserts,
-            poll_interval_s=round(self._plan.delay, 3) if self._plan else None,
-            limited_by=self._plan.limited_by if self._plan else None,
+            poll_interval_s=round(plan.delay, 3) if plan else None,
+            limited_by=plan.limited_by if plan else None,
             resets_at=next_reset(now),
+            reading=self._reading,
         )
 
     # -- finding the chat -----------------------------------------------------------------------
@@ -276,9 +302,9 @@ class YouTubeAdapter:
         )
         await self._sleep((resets_at - now + RESET_SLACK).total_seconds())
 
-    # -- polling --------------------------------------------------------------------------------
+    # -- reading --------------------------------------------------------------------------------
     async def _follow(self, chat: _Chat) -> None:
-        """Poll one chat until it is over."""
+        """Read one chat until it is over: streamed when possible, else polled."""
         ctx = convert.ChatContext(
             live_chat_id=chat.live_chat_id,
             bot_channel_id=self._bot_channel_id,
@@ -286,66 +312,55 @@ class YouTubeAdapter:
             unaddressed=self.settings.unaddressed,
         )
         log.info("following youtube live chat", extra={"live_chat_id": chat.live_chat_id})
-        page_token: str | None = None
-        backlog = True
-        while True:
-            try:
-                page = await self.api.list_messages(chat.live_chat_id, page_token)
-            except QuotaExceeded:
-                await self._wait_for_reset()
-                continue
-            except ChatUnavailable as exc:
-                log.warning(
-                    "youtube live chat is over or unavailable; stopped following it",
-                    extra={"live_chat_id": chat.live_chat_id, "reason": exc.reason},
-                )
-                return
-            except YouTubeUnavailable:
-                self._read(False)
-                log.warning("youtube chat poll failed; retrying", exc_info=True)
-                await self._sleep(_RETRY_LATER_S)
-                continue
-            except YouTubeError:
-                self._read(False)
-                log.error("youtube chat poll refused; stopped following", exc_info=True)
-                return
-            read = convert.read_page(page)
-            if read.problems:
-                log.warning("youtube chat page partly unreadable", extra={"skipped": read.problems})
-            page_token = read.next_page_token or page_token
-            ended = await self._publish(read.items, ctx, backlog=backlog)
-            if backlog:
-                log.info("skipped the chat backlog", extra={"messages": len(read.items)})
-                backlog = False
-            if ended or read.offline_at:
-                log.info(
-                    "youtube live chat ended",
-                    extra={"live_chat_id": chat.live_chat_id, "offline_at": read.offline_at},
-                )
-                return
-            delay = self._next_delay(read.polling_interval, chat)
-            self._read(self._plan is None or self._plan.limited_by != "exhausted", delay)
-            await self._sleep(delay)
 
-    def _next_delay(self, server_interval: float | None, chat: _Chat) -> float:
-        plan = self._plan = plan_poll(
-            self.api.ledger.config,
-            self.api.ledger.usage,
-            now=self._clock(),
-            stream_started=chat.started_at,
-            server_interval=server_interval or _DEFAULT_POLL_S,
-        )
+        async def publish(items: Sequence[Mapping[str, Any]], backlog: bool) -> bool:
+            return await self._publish(items, ctx, backlog=backlog)
+
+        where: tuple[str | None, bool] | None = (None, True)  # page token, backlog
+        try:
+            while where is not None:
+                page_token, backlog = where
+                stream_again: datetime | None = None
+                if self._stream is not None and self._stream.disabled is None:
+                    self._reading, self._polling.plan = "stream", None
+                    end = await self._stream.read(
+                        chat.live_chat_id,
+                        chat.started_at,
+                        publish=publish,
+                        wait_for_reset=self._wait_for_reset,
+                        on_read=self._on_read,
+                        page_token=page_token,
+                        backlog=backlog,
+                    )
+                    if end.ended:
+                        return
+                    page_token, backlog = end.page_token, end.backlog
+                    if end.retry_later:
+                        stream_again = self._clock() + _STREAM_RETRY
+                self._reading = "poll"
+                where = await self._polling.read(
+                    chat.live_chat_id,
+                    chat.started_at,
+                    publish=publish,
+                    wait_for_reset=self._wait_for_reset,
+                    on_read=self._on_read,
+                    quota_fields=self._quota_fields,
+                    page_token=page_token,
+                    backlog=backlog,
+                    until=stream_again,
+                )
+        finally:
+            self._reading = None
+
+    def _on_read(self, ok: bool, next_in: float) -> None:
+        """A read of the chat (a streamed response, a poll) answered or failed."""
+        self._read(ok, next_in)
         now = self._clock()
-        if plan.limited_by == "exhausted":
-            log.error(
-                "youtube quota for reading the chat is spent (the rest is kept for replies); "
-                "polling paused until the daily reset (midnight Pacific)",
-                extra=self._quota_fields(),
-            )
-        elif self._quota_logged_at is None or now - self._quota_logged_at >= _QUOTA_LOG_EVERY:
+        if ok and (
+            self._quota_logged_at is None or now - self._quota_logged_at >= _QUOTA_LOG_EVERY
+        ):
             self._quota_logged_at = now
             log.info("youtube quota", extra=self._quota_fields())
-        return plan.delay
 
     def _quota_fields(self) -> dict[str, object]:
         status = self.quota_status
@@ -356,18 +371,24 @@ class YouTubeAdapter:
             "inserts": status.inserts,
             "poll_interval_s": status.poll_interval_s,
             "limited_by": status.limited_by,
+            "reading": status.reading,
         }
 
     async def _publish(
         self, items: Sequence[Mapping[str, Any]], ctx: convert.ChatContext, *, backlog: bool
     ) -> bool:
-        """Publish a page's events (not the backlog's); True when the chat ended."""
+        """Publish a page's events (not the backlog's, none twice); True when the chat ended."""
         ended = False
         for item in items:
             if convert.is_chat_end(item):
                 ended = True
                 continue
-            if backlog or item.get("id") in self._sent_ids:
+            message_id = item.get("id")
+            if message_id in self._seen:  # read before, or our own message echoed back
+                continue
+            if message_id:
+                self._seen.add(str(message_id))
+            if backlog:
                 continue
             try:
                 event = convert.to_event(item, ctx)
@@ -378,49 +399,11 @@ class YouTubeAdapter:
                 )
                 continue
             if isinstance(event, ChatMessage):
-                self._remember(event.author.id, event.author.display_name)
+                self._sender.remember(event.author.id, event.author.display_name)
                 await self.bus.publish(INBOUND, event)
             elif isinstance(event, MessageDeleted):
                 await self.bus.publish(DELETIONS, event)
         return ended
-
-    def _remember(self, channel_id: str, name: str) -> None:
-        if name:
-            self._names[channel_id] = name
-            self._names.move_to_end(channel_id)
-            while len(self._names) > _KNOWN_NAMES:
-                self._names.popitem(last=False)
-
-    # -- sending --------------------------------------------------------------------------------
-    async def _send_loop(self) -> None:
-        topic = outbound_topic(PLATFORM)
-        async for delivery in self.bus.consume(topic, Reply, group="outbound"):
-            try:
-                await self._send(delivery.event)
-            except asyncio.CancelledError:
-                raise
-            except QuotaExceeded:
-                log.error(
-                    "youtube reply dropped: the quota is spent",
-                    extra={"reply_to_id": delivery.event.reply_to_id, **self._quota_fields()},
-                )
-            except ChatUnavailable as exc:
-                log.warning(
-                    "youtube reply dropped: the chat is unavailable",
-                    extra={"reply_to_id": delivery.event.reply_to_id, "reason": exc.reason},
-                )
-            except Exception:
-                log.exception(
-                    "youtube reply failed", extra={"reply_to_id": delivery.event.reply_to_id}
-                )
-            await delivery.ack()
-
-    async def _send(self, reply: Reply) -> None:
-        pieces = convert.reply_texts(reply, names=self._names, max_pieces=self.settings.max_pieces)
-        for text in pieces:
-            sent = await self.api.insert_message(reply.conversation.channel, text)
-            if sent.get("id"):
-                self._sent_ids.append(str(sent["id"]))
 
 
 async def _cancel(task: asyncio.Task[None] | None) -> None:

@@ -13,12 +13,11 @@ Every request goes through ``YouTubeAPI._call``, which
    chat is gone; ``rateLimitExceeded``, 429 and 5xx -> retried here with jittered backoff
    (honouring ``Retry-After``) through the injected ``sleep``; anything else -> a request error.
 
-Why not the official client or ``streamList``: ``google-api-python-client`` is synchronous
-(httplib2) and would block the event loop; ``liveChatMessages.streamList`` (the server-streaming
-alternative to polling) is a gRPC method whose ``stream_list.proto`` Google only publishes in a
-guide for users to compile themselves -- no maintained package ships the stubs -- and each
-(re)connection still costs 5 units. So the REST API is called with aiohttp and polled on a
-quota-planned cadence (see quota.py).
+Why not the official client: ``google-api-python-client`` is synchronous (httplib2) and would
+block the event loop, so the REST API is called with aiohttp. The chat itself is read over gRPC
+(``liveChatMessages.streamList``, stream.py) when it can be; that connection takes its OAuth
+token and its quota charge from here too (``access_token``, ``charge``), so both transports
+share one token and one ledger.
 """
 
 from __future__ import annotations
@@ -237,6 +236,19 @@ class YouTubeAPI:
             cost=cost,
             insert=True,
         )
+
+    # -- for calls made outside _call (the gRPC stream) ----------------------------------------
+    async def access_token(self, *, renew: bool = False) -> str:
+        """A valid access token; ``renew`` drops the cached one first (the server refused it)."""
+        if renew:
+            self._token = None
+        return await self._access_token()
+
+    async def charge(self, name: str, cost: int) -> None:
+        """Charge a call before it is made; ``QuotaExceeded`` when today's budget cannot pay."""
+        if not may_spend(self.ledger.config, self.ledger.usage, cost):
+            raise QuotaExceeded(f"{name}: today's YouTube quota is spent", reason="quotaExceeded")
+        await self.ledger.charge(cost)
 
     # -- the chokepoint -------------------------------------------------------------------------
     async def _call(

@@ -18,6 +18,14 @@ slow polls leave budget that later polls may use, extra sends slow polling down.
 expected length a stream is given ``overtime`` more at a time, so polling slows instead of
 stopping.
 
+Reading with ``liveChatMessages.streamList`` (stream.py) spends no polling quota: the server
+pushes messages on one open connection. Google's newer reference page gives streamList a cost
+of 5 units a call and does not say whether a call is a connection or a pushed response; we read
+it as one charge per connection (``stream_cost``, charged before connecting like every call).
+``plan_stream`` spaces reconnections the way ``plan_poll`` spaces polls, so even a server that
+closed the stream every few seconds could not spend more than polling would; a stream that
+stays open costs ``stream_cost`` once.
+
 The quota day resets at midnight Pacific time (America/Los_Angeles, per Google's quota docs).
 The US daylight-saving rule (since 2007) is computed here instead of read from the tz database,
 so a slim container without ``tzdata`` still gets it right; the tests check it against zoneinfo.
@@ -25,7 +33,7 @@ so a slim container without ``tzdata`` still gets it right; the tests check it a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Literal
 
@@ -41,6 +49,7 @@ class QuotaConfig:
     list_cost: int = 5
     insert_cost: int = 50
     other_cost: int = 1
+    stream_cost: int = 5  # per streamList connection
     reserved_sends: int = 40
     stream_hours: float = 4.0
     # How much longer to plan for once a stream runs past its expected length.
@@ -106,6 +115,31 @@ def plan_poll(
     if budget_delay > server_interval:
         return PollPlan(budget_delay, "budget", spare, horizon)
     return PollPlan(server_interval, "server", spare, horizon)
+
+
+# Once the spare units are gone, a stream may still reconnect this rarely (from the send reserve):
+# reading must not stop, and a connection costs a tenth of a reply.
+EXHAUSTED_RECONNECT_S = 300.0
+
+
+def plan_stream(
+    config: QuotaConfig,
+    usage: Usage,
+    *,
+    now: datetime,
+    stream_started: datetime,
+    min_interval: float,
+) -> PollPlan:
+    """The least time between the starts of two ``streamList`` connections."""
+    if config.stream_cost <= 0:
+        return PollPlan(min_interval, "server", max(0, config.daily_units - usage.units), 0.0)
+    paced = replace(config, list_cost=config.stream_cost)
+    plan = plan_poll(
+        paced, usage, now=now, stream_started=stream_started, server_interval=min_interval
+    )
+    if plan.limited_by == "exhausted":
+        return replace(plan, delay=EXHAUSTED_RECONNECT_S)
+    return plan
 
 
 # -- the quota day (midnight Pacific) -------------------------------------------------------------

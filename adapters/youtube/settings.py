@@ -6,6 +6,8 @@ arithmetic is the adapter's, so the check that the quota leaves room to read the
 
 from __future__ import annotations
 
+import importlib.util
+
 from adapters.youtube.quota import QuotaConfig
 from bot.settings.base import ConfigError
 from bot.settings.youtube import YouTubeSettings
@@ -17,6 +19,7 @@ def quota_config(settings: YouTubeSettings) -> QuotaConfig:
         list_cost=settings.cost_list,
         insert_cost=settings.cost_insert,
         other_cost=settings.cost_other,
+        stream_cost=settings.cost_stream,
         reserved_sends=settings.reserved_sends,
         stream_hours=settings.stream_hours,
     )
@@ -25,6 +28,11 @@ def quota_config(settings: YouTubeSettings) -> QuotaConfig:
 def check(settings: YouTubeSettings) -> None:
     """Raise ``ConfigError`` when an enabled configuration cannot work."""
     settings.check()
+    if settings.read_mode == "stream" and importlib.util.find_spec("grpc") is None:
+        raise ConfigError(
+            "YOUTUBE_READ_MODE=stream reads the chat over gRPC, but grpcio is not installed: "
+            "pip install 'chorus-bot[youtube]' (or use auto, which polls without it)"
+        )
     quota = quota_config(settings)
     polls_left = quota.daily_units - quota.reserve(0)
     if polls_left < 100 * quota.list_cost:

@@ -3,11 +3,17 @@
 The bot speaks as the YouTube channel that granted an OAuth refresh token (scope
 ``youtube.force-ssl``); without ``YOUTUBE_REFRESH_TOKEN`` the adapter is simply off. Problems
 are ``ConfigError`` naming the variable and where to get its value.
+
+The chat is read with ``liveChatMessages.streamList`` (gRPC, ``YOUTUBE_GRPC_TARGET``) and, when
+that is unavailable, by polling ``liveChatMessages.list`` (``YOUTUBE_READ_MODE`` chooses).
+``YOUTUBE_GRPC_INSECURE`` (plaintext gRPC) exists for the loopback test servers only and is
+refused for any target that is not on this machine.
 """
 
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr
 
@@ -18,6 +24,8 @@ TOKEN_HELP = (
     "create an OAuth client (type: Desktop app) at "
     f"{CREDENTIALS_URL} and get a refresh token with the youtube.force-ssl scope (see README)"
 )
+
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 class YouTubeSettings(Section):
@@ -37,10 +45,19 @@ class YouTubeSettings(Section):
         default="https://oauth2.googleapis.com/token", validation_alias="GOOGLE_OAUTH_TOKEN_URL"
     )
 
+    read_mode: Literal["auto", "stream", "poll"] = Field(
+        default="auto", validation_alias="YOUTUBE_READ_MODE"
+    )
+    grpc_target: str = Field(
+        default="youtube.googleapis.com:443", validation_alias="YOUTUBE_GRPC_TARGET"
+    )
+    grpc_insecure: bool = Field(default=False, validation_alias="YOUTUBE_GRPC_INSECURE")
+
     daily_quota: int = Field(default=10_000, ge=100, validation_alias="YOUTUBE_DAILY_QUOTA")
     cost_list: int = Field(default=5, ge=1, validation_alias="YOUTUBE_COST_LIST")
     cost_insert: int = Field(default=50, ge=1, validation_alias="YOUTUBE_COST_INSERT")
     cost_other: int = Field(default=1, ge=1, validation_alias="YOUTUBE_COST_OTHER")
+    cost_stream: int = Field(default=5, ge=0, validation_alias="YOUTUBE_COST_STREAM")
     stream_hours: float = Field(default=4.0, gt=0, le=48, validation_alias="YOUTUBE_STREAM_HOURS")
     reserved_sends: int = Field(default=40, ge=0, validation_alias="YOUTUBE_RESERVED_SENDS")
     broadcast_check_seconds: float = Field(
@@ -75,6 +92,14 @@ class YouTubeSettings(Section):
         ):
             if not url.startswith(("https://", "http://")):
                 raise ConfigError(f"{name}={url!r} is not an http(s) URL")
+        host = urlsplit(f"//{self.grpc_target}").hostname
+        if not host or "/" in self.grpc_target:
+            raise ConfigError(f"YOUTUBE_GRPC_TARGET={self.grpc_target!r} is not host:port")
+        if self.grpc_insecure and host not in _LOOPBACK:
+            raise ConfigError(
+                "YOUTUBE_GRPC_INSECURE is for loopback test servers only; "
+                f"YOUTUBE_GRPC_TARGET={self.grpc_target!r} must be reached over TLS"
+            )
 
     def secret_values(self) -> list[str]:
         """For the log redactor."""

@@ -10,7 +10,8 @@ quota units the way Google does: per request, failed ones included. Tests script
 - ``fail(endpoint, status, reason)`` to make the next call of an endpoint fail;
 - ``broadcast_live`` / ``offline_at`` / ``revoke_tokens()`` for the chat's and token's state.
 
-Inserted messages are echoed into the next page as the bot's own, as YouTube does.
+Inserted messages are echoed into the next page as the bot's own, as YouTube does (and to
+``on_insert`` listeners: the gRPC stand-in, youtube_grpc.py, echoes them into its stream).
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ class YouTubeServer(LoopbackServer):
         self._token_numbers = itertools.count(1)
         self._issued_page_token: str | None = None
         self._echo: list[dict[str, Any]] = []
+        self.on_insert: list[Callable[[dict[str, Any]], None]] = []
 
     @property
     def api_base(self) -> str:
@@ -137,6 +139,10 @@ class YouTubeServer(LoopbackServer):
 
     def revoke_tokens(self) -> None:
         self._valid_tokens.clear()
+
+    def token_valid(self, token: str) -> bool:
+        """Whether ``token`` is an access token this server issued and has not revoked."""
+        return token in self._valid_tokens
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -294,4 +300,6 @@ class YouTubeServer(LoopbackServer):
             f"LCC.sent-{len(self.inserted)}", text, author_id=BOT_CHANNEL_ID, name=BOT_TITLE
         )
         self._echo.append(resource)
+        for listener in self.on_insert:
+            listener(resource)
         return web.json_response(resource)

@@ -1,0 +1,82 @@
+"""The YouTube adapter's writing half: ``outbound:youtube`` replies -> ``liveChatMessages.insert``.
+
+Kept apart from the reading half (adapter.py, streaming.py) because the two share only two
+small things: the display names seen in the chat (a reply starts with ``@Name`` of the viewer it
+answers; live chat has no threads) and the ids of the messages sent (the chat echoes them back,
+and the reader must not take them for new ones). A failed send is logged and acked: a live chat
+answer that comes minutes late is worse than none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+
+from adapters.youtube import convert
+from adapters.youtube.api import ChatUnavailable, QuotaExceeded, YouTubeAPI
+from adapters.youtube.streaming import SeenIds
+from bot.bus.base import EventBus
+from bot.bus.topics import outbound_topic
+from bot.events import Reply
+
+log = logging.getLogger("chorus.youtube")
+
+_KNOWN_NAMES = 5000
+
+
+class Sender:
+    def __init__(
+        self,
+        bus: EventBus,
+        api: YouTubeAPI,
+        *,
+        max_pieces: int,
+        seen: SeenIds,
+        quota_fields: Callable[[], dict[str, object]],
+    ) -> None:
+        self._bus = bus
+        self._api = api
+        self._max_pieces = max_pieces
+        self._seen = seen
+        self._quota_fields = quota_fields
+        self._names: OrderedDict[str, str] = OrderedDict()  # channel id -> display name
+
+    def remember(self, channel_id: str, name: str) -> None:
+        """A viewer's display name, for mentioning them in a reply (the latest 5,000)."""
+        if name:
+            self._names[channel_id] = name
+            self._names.move_to_end(channel_id)
+            while len(self._names) > _KNOWN_NAMES:
+                self._names.popitem(last=False)
+
+    async def run(self) -> None:
+        topic = outbound_topic(convert.PLATFORM)
+        async for delivery in self._bus.consume(topic, Reply, group="outbound"):
+            try:
+                await self.send(delivery.event)
+            except asyncio.CancelledError:
+                raise
+            except QuotaExceeded:
+                log.error(
+                    "youtube reply dropped: the quota is spent",
+                    extra={"reply_to_id": delivery.event.reply_to_id, **self._quota_fields()},
+                )
+            except ChatUnavailable as exc:
+                log.warning(
+                    "youtube reply dropped: the chat is unavailable",
+                    extra={"reply_to_id": delivery.event.reply_to_id, "reason": exc.reason},
+                )
+            except Exception:
+                log.exception(
+                    "youtube reply failed", extra={"reply_to_id": delivery.event.reply_to_id}
+                )
+            await delivery.ack()
+
+    async def send(self, reply: Reply) -> None:
+        pieces = convert.reply_texts(reply, names=self._names, max_pieces=self._max_pieces)
+        for text in pieces:
+            sent = await self._api.insert_message(reply.conversation.channel, text)
+            if sent.get("id"):
+                self._seen.add(str(sent["id"]))

@@ -1,0 +1,232 @@
+"""Following one live chat over the gRPC stream: reconnect, resume, refresh, fall back.
+
+The adapter hands a chat to ``StreamReader.read``, which returns when the chat is over
+(``ended``) or when the stream cannot be used, with the page token and backlog state that
+polling resumes from. In between:
+
+- each response's items go to the adapter's ``publish`` (which drops ids it has handled,
+  ``SeenIds``), and only then does its ``nextPageToken`` become the resume point: a reconnect
+  asks for what was not yet published, so a message is neither lost nor answered twice;
+- the first response of a connection without a page token is the chat's recent history, skipped
+  like the first polled page (old messages are not answered);
+- the server closing the stream is normal: reconnect from the token, paced by
+  ``quota.plan_stream`` so reconnecting can never spend more than polling would;
+- ``UNAUTHENTICATED`` renews the OAuth token once and reconnects at once;
+- transient statuses (UNAVAILABLE, ...) and a stream that closes without a single response are
+  retried with ``RetryPolicy`` backoff;
+- anything else, retries used up, or grpcio missing: fall back to polling (``YOUTUBE_READ_MODE``
+  ``auto``), logged once with the reason. ``UNIMPLEMENTED`` and a missing grpcio turn streaming
+  off for the adapter's life; after other reasons the adapter tries the stream again later.
+  With ``stream`` there is no fallback: the reader keeps retrying, at most ``max_delay`` apart,
+  and the chat is never polled;
+- ``offlineAt`` or a ``chatEndedEvent`` ends the chat, as when polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from adapters.youtube import convert
+from adapters.youtube.api import Clock, QuotaExceeded, YouTubeAPI, YouTubeUnavailable
+from adapters.youtube.quota import plan_stream
+from bot.resilience import RetryPolicy, Sleep
+from bot.settings import YouTubeSettings
+
+log = logging.getLogger("chorus.youtube")
+
+# (items, backlog) -> whether the chat ended; the adapter publishes what it has not seen
+Publish = Callable[[Sequence[Mapping[str, Any]], bool], Awaitable[bool]]
+# (ok, seconds until the next read is due): for readiness and the quota log
+OnRead = Callable[[bool, float], None]
+_MIN_RECONNECT_S = 1.0
+_PERMANENT = frozenset({"UNIMPLEMENTED"})
+
+
+@dataclass(frozen=True)
+class StreamEnd:
+    """Why ``read`` returned: the chat ended, or polling takes over from ``page_token``."""
+
+    ended: bool
+    page_token: str | None = None
+    backlog: bool = True  # nothing read yet: the next first page is still the history
+    reason: str = ""
+    retry_later: bool = False  # the stream may work again (not UNIMPLEMENTED, not grpcio)
+
+
+class SeenIds:
+    """The last ``size`` message ids handled. A resumed stream or a switch between streaming
+    and polling may deliver a message again; it is handled once."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._size = size
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def __contains__(self, message_id: object) -> bool:
+        return message_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def add(self, message_id: str) -> None:
+        self._ids[message_id] = None
+        self._ids.move_to_end(message_id)
+        while len(self._ids) > self._size:
+            self._ids.popitem(last=False)
+
+
+class StreamReader:
+    def __init__(
+        self,
+        api: YouTubeAPI,
+        settings: YouTubeSettings,
+        *,
+        clock: Clock,
+        sleep: Sleep = asyncio.sleep,
+        policy: RetryPolicy | None = None,
+    ) -> None:
+        self._api = api
+        self._settings = settings
+        self._clock = clock
+        self._sleep = sleep
+        self._policy = policy or RetryPolicy(max_retries=5, base_delay=1.0, max_delay=300.0)
+        self.disabled: str | None = None  # why streaming is off for good
+        self.connected = False  # a stream is open and answering (for readiness)
+
+    @property
+    def fallback(self) -> bool:
+        return self._settings.read_mode == "auto"
+
+    async def read(
+        self,
+        live_chat_id: str,
+        started_at: datetime,
+        *,
+        publish: Publish,
+        wait_for_reset: Callable[[], Awaitable[None]],
+        on_read: OnRead,
+        page_token: str | None = None,
+        backlog: bool = True,
+    ) -> StreamEnd:
+        """Follow the chat over the stream until it ends or polling must take over."""
+        try:
+            from adapters.youtube.stream import ChatStream, StreamError
+        except ImportError as exc:  # grpcio is an optional extra
+            return self._give_up(f"grpcio is not installed ({exc})", page_token, backlog, True)
+        stream = ChatStream(self._settings.grpc_target, insecure=self._settings.grpc_insecure)
+        failures, renew, renewed = 0, False, False
+        connected_at: datetime | None = None
+        failure, transient, backoff = "", True, 0.0
+        try:
+            while True:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise asyncio.CancelledError  # a library swallowed our cancel: stop anyway
+                if not renew:
+                    await self._pace(started_at, connected_at, backoff)
+                try:
+                    access = await self._api.access_token(renew=renew)
+                    await self._api.charge("liveChatMessages.streamList", self._cost)
+                except QuotaExceeded:
+                    await wait_for_reset()
+                    continue
+                except YouTubeUnavailable as exc:  # the token endpoint is down
+                    failure, transient = f"token endpoint: {exc}", True
+                else:
+                    renew, backoff, connected_at, answered = False, 0.0, self._clock(), 0
+                    try:
+                        async for page in stream.pages(live_chat_id, page_token, access):
+                            answered += 1
+                            failures, renewed, self.connected = 0, False, True
+                            on_read(True, 0.0)
+                            read = convert.read_page(page)
+                            ended = await publish(read.items, backlog)
+                            if backlog:
+                                log.info(
+                                    "skipped the chat backlog", extra={"messages": len(read.items)}
+                                )
+                                backlog = False
+                            page_token = read.next_page_token or page_token
+                            if ended or read.offline_at:
+                                log.info(
+                                    "youtube live chat ended",
+                                    extra={
+                                        "live_chat_id": live_chat_id,
+                                        "offline_at": read.offline_at,
+                                    },
+                                )
+                                return StreamEnd(True, page_token, backlog)
+                    except StreamError as exc:
+                        self.connected = False
+                        if exc.code == "UNAUTHENTICATED" and not renewed:
+                            log.info("youtube chat stream: access token refused; renewing it")
+                            renew = renewed = True
+                            continue
+                        failure, transient = str(exc), exc.transient
+                        if exc.code in _PERMANENT and self.fallback:
+                            return self._give_up(failure, page_token, backlog, True)
+                    else:
+                        self.connected = False
+                        if answered:
+                            log.info(
+                                "youtube chat stream closed by the server; resuming",
+                                extra={"responses": answered, "page_token": page_token},
+                            )
+                            continue
+                        failure, transient = "the stream closed without a response", True
+                failures += 1
+                on_read(False, 0.0)
+                if self.fallback and (not transient or self._policy.exhausted(failures)):
+                    return self._give_up(failure, page_token, backlog, False)
+                backoff = self._policy.delay(failures)
+                log.warning(
+                    "youtube chat stream failed; reconnecting",
+                    extra={"reason": failure, "attempt": failures, "backoff_s": round(backoff, 3)},
+                )
+        finally:
+            self.connected = False
+            await stream.aclose()
+
+    @property
+    def _cost(self) -> int:
+        return self._api.ledger.config.stream_cost
+
+    async def _pace(
+        self, started_at: datetime, connected_at: datetime | None, backoff: float
+    ) -> None:
+        """Wait out ``backoff``, and longer if the quota plan says a new connection must wait
+        (each one is charged; the first connection is not paced)."""
+        now = self._clock()
+        plan = plan_stream(
+            self._api.ledger.config,
+            self._api.ledger.usage,
+            now=now,
+            stream_started=started_at,
+            min_interval=_MIN_RECONNECT_S,
+        )
+        paced = plan.delay - (now - connected_at).total_seconds() if connected_at else 0.0
+        wait = max(backoff, paced)
+        if wait <= 0:
+            return
+        if paced > backoff and plan.limited_by != "server":
+            log.info(
+                "youtube chat stream reconnects are paced to stay within the quota",
+                extra={"wait_s": round(wait, 3), "limited_by": plan.limited_by},
+            )
+        await self._sleep(wait)
+
+    def _give_up(
+        self, reason: str, page_token: str | None, backlog: bool, permanent: bool
+    ) -> StreamEnd:
+        if permanent:
+            self.disabled = reason
+        log.warning(
+            "youtube chat stream unavailable; reading by polling liveChatMessages.list",
+            extra={"reason": reason, "until": "restart" if permanent else "retried later"},
+        )
+        return StreamEnd(False, page_token, backlog, reason, retry_later=not permanent)
