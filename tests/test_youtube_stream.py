@@ -253,3 +253,18 @@ async def test_the_end_of_the_stream_ends_the_chat(srig: StreamRig, how: str) ->
         srig.stream.push({"id": "LCC.end", "snippet": {"type": "chatEndedEvent"}})
     await asyncio.wait_for(task, 30)  # run() returns by itself: the video's chat is over
     assert srig.rest.calls["list"] == 0 and srig.inbound_ids() == ["LCC.q1"]
+
+
+async def test_an_open_quiet_stream_is_ready_and_a_failing_one_is_not(srig: StreamRig) -> None:
+    await srig.start()
+    await srig.until(lambda: bool(srig.stream.calls) and srig.stream.calls[0].responses >= 1)
+    adapter = srig.rig.adapter
+    assert adapter is not None and await adapter.ready()
+    srig.rig.time.now += timedelta(hours=1)  # an hour without a message: still connected
+    assert await adapter.ready()
+    srig.stream.close_after = 0  # from now on every connection closes without answering
+    for _ in range(3):
+        srig.stream.fail(grpc.StatusCode.UNAVAILABLE)
+    srig.stream.push(line(1))
+    await srig.until(lambda: len(srig.stream.calls) >= 3)
+    assert not await adapter.ready()

@@ -384,10 +384,10 @@ class YouTubeAdapter:
                 ended = True
                 continue
             message_id = item.get("id")
-            if message_id in self._seen:  # read before, or our own message echoed back
-                continue
-            if message_id:
-                self._seen.add(str(message_id))
+            if isinstance(message_id, str) and message_id:
+                if message_id in self._seen:  # read before, or our own message echoed back
+                    continue
+                self._seen.add(message_id)
             if backlog:
                 continue
             try:

@@ -58,6 +58,9 @@ _INT64 = frozenset(
     }
 )
 
+# Where the REST resource names a field differently from the proto's JSON name.
+_REST_NAMES = {"youtube.api.v3.SuperStickerMetadata.alt_text_language": "language"}
+
 
 class StreamError(Exception):
     """A ``StreamList`` call failed; ``code`` is the gRPC status name (``UNAVAILABLE``...)."""
@@ -121,15 +124,16 @@ def _raise_if_cancelled() -> None:
 
 def to_json(message: Message) -> dict[str, Any]:
     """A message as the Data API's REST JSON renders the same resource: camelCase names
-    (``json_name``), enum values as camelCase strings (``TEXT_MESSAGE_EVENT`` ->
+    (``json_name``, or REST's own where it differs), enum values as camelCase strings (``TEXT_MESSAGE_EVENT`` ->
     ``textMessageEvent``, ``PERMANENT`` -> ``permanent``), 64-bit integers as strings, and
     unset fields absent."""
     out: dict[str, Any] = {}
     for field, value in message.ListFields():
+        name = _REST_NAMES.get(field.full_name, field.json_name)
         if field.is_repeated:
-            out[field.json_name] = [_value(field, v) for v in value]
+            out[name] = [_value(field, v) for v in value]
         else:
-            out[field.json_name] = _value(field, value)
+            out[name] = _value(field, value)
     return out
 
 

@@ -68,7 +68,7 @@ class SeenIds:
         self._ids: OrderedDict[str, None] = OrderedDict()
 
     def __contains__(self, message_id: object) -> bool:
-        return message_id in self._ids
+        return isinstance(message_id, str) and message_id in self._ids
 
     def __len__(self) -> int:
         return len(self._ids)

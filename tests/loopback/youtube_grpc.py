@@ -37,8 +37,11 @@ TYPES = {
     "messageDeletedEvent": _T.MESSAGE_DELETED_EVENT,
     "userBannedEvent": _T.USER_BANNED_EVENT,
     "superChatEvent": _T.SUPER_CHAT_EVENT,
+    "superStickerEvent": _T.SUPER_STICKER_EVENT,
     "newSponsorEvent": _T.NEW_SPONSOR_EVENT,
     "memberMilestoneChatEvent": _T.MEMBER_MILESTONE_CHAT_EVENT,
+    "membershipGiftingEvent": _T.MEMBERSHIP_GIFTING_EVENT,
+    "giftMembershipReceivedEvent": _T.GIFT_MEMBERSHIP_RECEIVED_EVENT,
 }
 _BAN = pb.LiveChatUserBannedMessageDetails.BanTypeWrapper
 BAN_TYPES = {"permanent": _BAN.PERMANENT, "temporary": _BAN.TEMPORARY}
@@ -209,9 +212,57 @@ def _snippet(data: Mapping[str, Any]) -> pb.LiveChatMessageSnippet:
         details.ban_type = BAN_TYPES[ban["banType"]]
         if "banDurationSeconds" in ban:
             details.ban_duration_seconds = int(ban["banDurationSeconds"])
+    if "superStickerDetails" in data:
+        sticker = data["superStickerDetails"]
+        meta = sticker["superStickerMetadata"]
+        snippet.super_sticker_details.CopyFrom(
+            pb.LiveChatSuperStickerDetails(
+                amount_micros=int(sticker["amountMicros"]),
+                currency=sticker["currency"],
+                amount_display_string=sticker["amountDisplayString"],
+                tier=sticker["tier"],
+                super_sticker_metadata=pb.SuperStickerMetadata(
+                    sticker_id=meta["stickerId"],
+                    alt_text=meta["altText"],
+                    alt_text_language=meta["language"],  # REST calls it "language"
+                ),
+            )
+        )
+    if "newSponsorDetails" in data:
+        sponsor = data["newSponsorDetails"]
+        snippet.new_sponsor_details.CopyFrom(
+            pb.LiveChatNewSponsorDetails(
+                member_level_name=sponsor["memberLevelName"], is_upgrade=sponsor["isUpgrade"]
+            )
+        )
     if "memberMilestoneChatDetails" in data:
         milestone = data["memberMilestoneChatDetails"]
-        snippet.member_milestone_chat_details.user_comment = milestone.get("userComment", "")
+        snippet.member_milestone_chat_details.CopyFrom(
+            pb.LiveChatMemberMilestoneChatDetails(
+                member_level_name=milestone["memberLevelName"],
+                member_month=milestone["memberMonth"],
+                user_comment=milestone["userComment"],
+            )
+        )
+    if "membershipGiftingDetails" in data:
+        gifting = data["membershipGiftingDetails"]
+        snippet.membership_gifting_details.CopyFrom(
+            pb.LiveChatMembershipGiftingDetails(
+                gift_memberships_count=gifting["giftMembershipsCount"],
+                gift_memberships_level_name=gifting["giftMembershipsLevelName"],
+            )
+        )
+    if "giftMembershipReceivedDetails" in data:
+        gift = data["giftMembershipReceivedDetails"]
+        snippet.gift_membership_received_details.CopyFrom(
+            pb.LiveChatGiftMembershipReceivedDetails(
+                member_level_name=gift["memberLevelName"],
+                gifter_channel_id=gift["gifterChannelId"],
+                associated_membership_gifting_message_id=gift[
+                    "associatedMembershipGiftingMessageId"
+                ],
+            )
+        )
     return snippet
 
 
