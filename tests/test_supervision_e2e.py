@@ -42,6 +42,7 @@ async def test_an_ended_youtube_chat_does_not_stop_discord(tmp_path: Path) -> No
             "YOUTUBE_VIDEO_ID": VIDEO_ID,
             "YOUTUBE_API_BASE_URL": youtube.api_base,
             "GOOGLE_OAUTH_TOKEN_URL": youtube.token_url,
+            "YOUTUBE_READ_MODE": "poll",  # no gRPC stand-in here: only the REST one
             "PYTHONPATH": str(ROOT),
             "CHORUS_HEALTH_PORT": str(port),
             "CHORUS_HEALTH_HOST": "127.0.0.1",

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from adapters.youtube.quota import (
+    EXHAUSTED_RECONNECT_S,
     RESET_SLACK,
     QuotaConfig,
     Usage,
     may_spend,
     next_reset,
     plan_poll,
+    plan_stream,
     quota_day,
 )
 
@@ -130,3 +133,20 @@ def test_following_the_plan_for_a_whole_stream_stays_within_budget() -> None:
         now += timedelta(seconds=plan.delay)
     assert 10_000 - usage.units >= CONFIG.safety_units
     assert polls >= 1_575  # as many polls as the budget allows (1,580 planned)
+
+
+def test_stream_reconnects_are_paced_like_polls_and_never_stop() -> None:
+    """A streamList connection costs ``stream_cost``: reconnecting is spaced as polling would
+    be (so a server closing the stream every few seconds cannot spend more than polling), it
+    is free to reconnect at once when connections cost nothing, and once only the send reserve
+    is left a stream still reconnects every five minutes."""
+    fresh = plan_stream(CONFIG, Usage(), now=START, stream_started=START, min_interval=1.0)
+    assert (fresh.limited_by, fresh.delay) == ("budget", pytest.approx(14_400 / 1_580))
+    free = replace(CONFIG, stream_cost=0)
+    cheap = plan_stream(free, Usage(9_999, 0), now=START, stream_started=START, min_interval=1.0)
+    assert (cheap.limited_by, cheap.delay) == ("server", 1.0)
+    spent = plan_stream(CONFIG, Usage(7_896, 0), now=START, stream_started=START, min_interval=1.0)
+    assert (spent.limited_by, spent.delay) == ("exhausted", EXHAUSTED_RECONNECT_S)
+    late = START + timedelta(hours=3, minutes=59)
+    rushed = plan_stream(CONFIG, Usage(), now=late, stream_started=START, min_interval=1.0)
+    assert (rushed.limited_by, rushed.delay) == ("server", 1.0)

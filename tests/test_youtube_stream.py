@@ -17,9 +17,14 @@ from typing import Any
 
 import grpc
 import pytest
+from redis.asyncio import Redis
 
+from adapters.youtube import YouTubeAdapter
+from bot.bus.base import InProcessBus
+from bot.settings import ConfigError
 from tests.loopback.youtube_grpc import YouTubeStreamServer
 from tests.loopback.youtube_server import VIDEO_ID, YouTubeServer, text_item
+from tests.platform_env import adapter_from_env
 from tests.test_youtube_e2e import START, Rig
 
 CHATTER = "UCviewer0000000000000000"
@@ -256,7 +261,7 @@ async def test_the_end_of_the_stream_ends_the_chat(srig: StreamRig, how: str) ->
 
 
 async def test_an_open_quiet_stream_is_ready_and_a_failing_one_is_not(srig: StreamRig) -> None:
-    await srig.start()
+    await srig.start(read_mode="stream")  # no fallback: polling would be ready again
     await srig.until(lambda: bool(srig.stream.calls) and srig.stream.calls[0].responses >= 1)
     adapter = srig.rig.adapter
     assert adapter is not None and await adapter.ready()
@@ -268,3 +273,88 @@ async def test_an_open_quiet_stream_is_ready_and_a_failing_one_is_not(srig: Stre
     srig.stream.push(line(1))
     await srig.until(lambda: len(srig.stream.calls) >= 3)
     assert not await adapter.ready()
+
+
+@pytest.mark.parametrize("mode", ["stream", "poll", "stream-closing"])
+async def test_an_hour_of_chat_costs_one_connection_streamed_and_2000_units_polled(
+    srig: StreamRig, mode: str
+) -> None:
+    """A line every 10 s for a simulated hour, read both ways; the README's quota figures.
+    ``stream-closing``: a server that closes the stream after every response still costs no
+    more than polling (reconnects are paced by the same plan), and loses nothing."""
+    time, end = srig.rig.time, START + timedelta(hours=1)
+    srig.stream.close_after = 1 if mode == "stream-closing" else None
+    if mode == "poll":
+        srig.rest.page_source = lambda n: [line(n)]
+        time.stop_when = lambda: time.now >= end
+        await srig.start(read_mode="poll")
+        await srig.until(time.parked.is_set, limit=60)
+    else:
+        await srig.start()
+        await srig.until(lambda: bool(srig.stream.calls) and srig.stream.calls[0].responses >= 1)
+        for n in range(1, 361):
+            time.now += timedelta(seconds=10)
+            srig.stream.push(line(n))
+            await srig.until(srig.read_at_least(n))
+    adapter = srig.rig.adapter
+    assert adapter is not None
+    spent = adapter.quota_status.units_spent
+    print(f"\n{mode}: {spent} quota units in a simulated hour, {len(srig.rig.inbound)} lines read")
+    assert len(srig.rig.inbound) >= 360
+    if mode == "stream":
+        assert spent == 1 + 1 + 5  # channels.list, liveBroadcasts.list, one streamList connection
+    elif mode == "poll":  # the planned ~9.1 s cadence: ~395 polls of 5 units
+        assert 1_900 <= spent <= 2_100
+    else:  # a connection per line, each charged 5: at most what polling would spend
+        assert len(srig.stream.calls) >= 360 and spent <= 2_100
+    if mode != "poll":
+        assert srig.rest.calls["list"] == 0
+        assert srig.inbound_ids() == [f"LCC.s{n}" for n in range(1, 361)]
+
+
+def _env(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
+    base = {
+        "YOUTUBE_CLIENT_ID": "x.apps.googleusercontent.com",
+        "YOUTUBE_CLIENT_SECRET": "secret",
+        "YOUTUBE_REFRESH_TOKEN": "1//token",
+    }
+    for name, value in (base | values).items():
+        monkeypatch.setenv(name, value)
+
+
+def test_reading_defaults_to_the_stream_over_tls_at_google(monkeypatch: pytest.MonkeyPatch) -> None:
+    _env(monkeypatch)
+    adapter = adapter_from_env(YouTubeAdapter, InProcessBus(), Redis())
+    assert adapter is not None
+    settings = adapter.settings
+    assert (settings.read_mode, settings.grpc_target) == ("auto", "youtube.googleapis.com:443")
+    assert not settings.grpc_insecure and adapter.api.ledger.config.stream_cost == 5
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"YOUTUBE_GRPC_INSECURE": "1"}, "YOUTUBE_GRPC_INSECURE"),  # plaintext to Google: no
+        (
+            {"YOUTUBE_GRPC_INSECURE": "1", "YOUTUBE_GRPC_TARGET": "10.0.0.5:50051"},
+            "YOUTUBE_GRPC_INSECURE",
+        ),
+        ({"YOUTUBE_GRPC_TARGET": "https://youtube.googleapis.com"}, "YOUTUBE_GRPC_TARGET"),
+        ({"YOUTUBE_READ_MODE": "sometimes"}, "YOUTUBE_READ_MODE"),
+    ],
+)
+def test_unsafe_or_wrong_stream_settings_are_refused(
+    monkeypatch: pytest.MonkeyPatch, values: dict[str, str], named: str
+) -> None:
+    _env(monkeypatch, **values)
+    with pytest.raises(ConfigError, match=named):
+        adapter_from_env(YouTubeAdapter, InProcessBus(), Redis())
+
+
+def test_stream_mode_without_grpcio_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    _env(monkeypatch, YOUTUBE_READ_MODE="stream")
+    monkeypatch.setitem(sys.modules, "grpc", None)
+    with pytest.raises(ConfigError, match="grpcio is not installed"):
+        adapter_from_env(YouTubeAdapter, InProcessBus(), Redis())
+    _env(monkeypatch, YOUTUBE_READ_MODE="auto")  # auto polls without it
+    assert adapter_from_env(YouTubeAdapter, InProcessBus(), Redis()) is not None

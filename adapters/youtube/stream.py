@@ -35,6 +35,7 @@ METHOD = "/youtube.api.v3.V3DataLiveChatMessageService/StreamList"
 PARTS = ("id", "snippet", "authorDetails")
 # A dead connection (a NAT that dropped it, a server that vanished) is noticed by a ping.
 _OPTIONS = (("grpc.keepalive_time_ms", 60_000), ("grpc.keepalive_timeout_ms", 20_000))
+_CLOSE_S = 5.0
 # Statuses after which the same request may well succeed: the network or the server had a
 # moment. The rest (UNIMPLEMENTED, PERMISSION_DENIED, NOT_FOUND, RESOURCE_EXHAUSTED, ...) are
 # answered more precisely by the REST API, which the reader falls back to.
@@ -97,8 +98,12 @@ class ChatStream:
         if page_token:
             request.page_token = page_token
         call = self._stream_list(request, metadata=(("authorization", f"Bearer {access_token}"),))
+        responses = call.__aiter__()
         try:
-            async for response in call:
+            while True:
+                response = await _next(responses)
+                if response is None:
+                    break
                 yield to_json(response)
         except aio.AioRpcError as exc:
             _raise_if_cancelled()
@@ -106,12 +111,39 @@ class ChatStream:
             raise StreamError(
                 code.name, exc.details() or "", transient=code in _TRANSIENT
             ) from None
+        except asyncio.CancelledError:
+            call.cancel()  # at once: the pending read ends on its own, unawaited
+            raise
         finally:
             call.cancel()  # a no-op when the call is over; ends it when the reader stops early
         _raise_if_cancelled()
 
     async def aclose(self) -> None:
-        await self._channel.close()
+        """Close the channel; a close that hangs (on a call grpc has not finished cancelling)
+        is given up on after ``_CLOSE_S`` rather than holding up the adapter's shutdown."""
+        closing = asyncio.ensure_future(self._channel.close())
+        closing.add_done_callback(_consume)
+        await asyncio.wait([closing], timeout=_CLOSE_S)
+
+
+async def _next(
+    responses: AsyncIterator[pb.LiveChatMessageListResponse],
+) -> pb.LiveChatMessageListResponse | None:
+    """The next response, None at the end of the stream. The read runs in a task of its own
+    behind ``shield``: cancelling the reader then takes effect at once, instead of waiting for
+    grpc to finish a read it was asked to cancel (which, seen in tests, it may never do)."""
+    step = asyncio.ensure_future(anext(responses))
+    step.add_done_callback(_consume)
+    try:
+        return await asyncio.shield(step)
+    except StopAsyncIteration:
+        return None
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    """Retrieve an abandoned task's outcome, so asyncio does not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _raise_if_cancelled() -> None:

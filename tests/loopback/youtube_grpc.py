@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -68,6 +68,7 @@ class YouTubeStreamServer:
         self.target = ""
         self._server: aio.Server | None = None
         self._wake = asyncio.Event()
+        self._seen: asyncio.Condition | None = None  # notified on every call and response
         rest.on_insert.append(lambda resource: self.push(resource))
 
     # -- scripting --------------------------------------------------------------------------
@@ -86,6 +87,23 @@ class YouTubeStreamServer:
     def _notify(self) -> None:
         self._wake.set()
         self._wake = asyncio.Event()
+
+    async def wait_for(self, predicate: Callable[[], bool], limit: float = 30.0) -> None:
+        """Until ``predicate()`` holds, checked after each call and response the server saw (at
+        most ``limit`` seconds): a test waits on what the server saw, never on a sleep."""
+        condition = self._condition()
+        async with asyncio.timeout(limit), condition:
+            await condition.wait_for(predicate)
+
+    def _condition(self) -> asyncio.Condition:
+        if self._seen is None:
+            self._seen = asyncio.Condition()
+        return self._seen
+
+    async def _saw(self) -> None:
+        condition = self._condition()
+        async with condition:
+            condition.notify_all()
 
     # -- the server -------------------------------------------------------------------------
     async def start(self) -> Self:
@@ -122,6 +140,7 @@ class YouTubeStreamServer:
             token, str(metadata.get("authorization", "")), request.live_chat_id, list(request.part)
         )
         self.calls.append(call)
+        await self._saw()
         if not self.rest.token_valid(call.authorization.removeprefix("Bearer ")):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "invalid authentication")
         if self.failures:
@@ -145,8 +164,9 @@ class YouTubeStreamServer:
                 continue
             first = False
             items, position = self.log[position:], len(self.log)
-            call.responses += 1
             yield self._response(items, position)
+            call.responses += 1
+            await self._saw()
             if self.offline_at is not None:
                 return  # the stream went offline: said once, then the call ends
 
