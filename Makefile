@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: run test check lint typecheck bench clean
+.PHONY: run test check lint typecheck bench proto clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Chorus needs Python 3.11 or newer; run: make PYTHON=python3.11 ...")'
@@ -39,6 +39,11 @@ typecheck: $(VENV)/.installed-dev
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python -m bench
+
+# Regenerate the committed YouTube streamList stubs from the vendored proto (grpcio-tools);
+# tests/test_youtube_proto.py fails while they are stale.
+proto: $(VENV)/.installed-dev
+	$(BIN)/python -m adapters.youtube._proto.generate
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
