@@ -200,7 +200,10 @@ async def test_a_refused_stream_falls_back_to_polling_logged_once(
     assert len(fallbacks) == 1
     assert codes[-1].name in fallbacks[0].reason  # type: ignore[attr-defined]
     assert srig.rig.adapter is not None and srig.rig.adapter.quota_status.reading == "poll"
-    if codes[0] == grpc.StatusCode.UNAVAILABLE:
+    if codes[0] != grpc.StatusCode.UNAVAILABLE:  # a refusal: the stream is not tried again
+        await srig.until(lambda: srig.rig.time.now - START > timedelta(minutes=11))
+        assert len(srig.stream.calls) == len(codes)
+    else:
         # each retry waited its backoff (1, 2, 4, 8, 16 s ceilings, equal jitter), or the
         # quota plan's ~9.1 s between charged connections when that is longer
         waits = srig.rig.time.sleeps[:5]

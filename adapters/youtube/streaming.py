@@ -15,8 +15,9 @@ polling resumes from. In between:
 - transient statuses (UNAVAILABLE, ...) and a stream that closes without a single response are
   retried with ``RetryPolicy`` backoff;
 - anything else, retries used up, or grpcio missing: fall back to polling (``YOUTUBE_READ_MODE``
-  ``auto``), logged once with the reason. ``UNIMPLEMENTED`` and a missing grpcio turn streaming
-  off for the adapter's life; after other reasons the adapter tries the stream again later.
+  ``auto``), logged once with the reason. What will not change by itself (``UNIMPLEMENTED``,
+  ``PERMISSION_DENIED``, a renewed token refused again, grpcio missing) turns streaming off
+  for the adapter's life; after an outage the adapter tries the stream again later.
   With ``stream`` there is no fallback: the reader keeps retrying, at most ``max_delay`` apart,
   and the chat is never polled;
 - ``offlineAt`` or a ``chatEndedEvent`` ends the chat, as when polling.
@@ -45,7 +46,9 @@ Publish = Callable[[Sequence[Mapping[str, Any]], bool], Awaitable[bool]]
 # (ok, seconds until the next read is due): for readiness and the quota log
 OnRead = Callable[[bool, float], None]
 _MIN_RECONNECT_S = 1.0
-_PERMANENT = frozenset({"UNIMPLEMENTED"})
+# Refusals that will not change by themselves: the method is off, or this project/token may not
+# use it (the REST API, which the reader falls back to, may still allow polling).
+_PERMANENT = frozenset({"UNIMPLEMENTED", "PERMISSION_DENIED", "UNAUTHENTICATED"})
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class StreamEnd:
     page_token: str | None = None
     backlog: bool = True  # nothing read yet: the next first page is still the history
     reason: str = ""
-    retry_later: bool = False  # the stream may work again (not UNIMPLEMENTED, not grpcio)
+    retry_later: bool = False  # the stream may work again (an outage, not a refusal)
 
 
 class SeenIds:
