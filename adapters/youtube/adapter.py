@@ -61,6 +61,7 @@ log = logging.getLogger("chorus.youtube")
 PLATFORM = convert.PLATFORM
 _QUOTA_LOG_EVERY = timedelta(minutes=5)
 _READ_GRACE = timedelta(seconds=60)  # how late the next read may be (its own retries)
+_STOP_S = 10.0
 _STREAM_RETRY = timedelta(minutes=10)  # polling after a stream outage tries the stream again
 T = TypeVar("T")
 
@@ -407,9 +408,13 @@ class YouTubeAdapter:
 
 
 async def _cancel(task: asyncio.Task[None] | None) -> None:
+    """Cancel ``task`` and wait for it, at most ``_STOP_S``: shutdown is never held up by a
+    task stuck in a library that does not let go (it is left to end with the loop, logged)."""
     if task is None:
         return
     task.cancel()
-    await asyncio.wait([task])
-    if not task.cancelled() and task.exception() is not None:
+    done, _ = await asyncio.wait([task], timeout=_STOP_S)
+    if not done:
+        log.warning("youtube task did not stop when cancelled", extra={"task": task.get_name()})
+    elif not task.cancelled() and task.exception() is not None:
         log.warning("youtube task failed while stopping", exc_info=task.exception())

@@ -21,7 +21,7 @@ grpcio is missing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import grpc
@@ -91,7 +91,7 @@ class ChatStream:
 
     async def pages(
         self, live_chat_id: str, page_token: str | None, access_token: str
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """The responses of one ``StreamList`` call as REST-shaped pages, until the server
         closes the stream (the iteration ends) or the call fails (``StreamError``)."""
         request = pb.LiveChatMessageListRequest(live_chat_id=live_chat_id, part=PARTS)
@@ -101,6 +101,7 @@ class ChatStream:
         responses = call.__aiter__()
         try:
             while True:
+                _raise_if_cancelled()  # a cancel swallowed while the last response was handled
                 response = await _next(responses)
                 if response is None:
                     break
@@ -147,8 +148,9 @@ def _consume(task: asyncio.Future[Any]) -> None:
 
 
 def _raise_if_cancelled() -> None:
-    """grpc turns a cancel of the reading task into a CANCELLED status, or into the end of the
-    stream when it lands between two reads; either way the task must stop, not reconnect."""
+    """Stop if the task was asked to: grpc turns a cancel into a CANCELLED status or the end of
+    the stream, and code that ran between two reads may have caught one; either way the task
+    must stop, not read on or reconnect."""
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError

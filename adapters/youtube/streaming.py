@@ -28,7 +28,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -60,6 +61,16 @@ class StreamEnd:
     backlog: bool = True  # nothing read yet: the next first page is still the history
     reason: str = ""
     retry_later: bool = False  # the stream may work again (an outage, not a refusal)
+
+
+@dataclass
+class _Cursor:
+    """Where the chat is read up to: the resume token, and whether the next response is the
+    history (the backlog); ``answered`` counts the current connection's responses."""
+
+    page_token: str | None
+    backlog: bool
+    answered: int = 0
 
 
 class SeenIds:
@@ -122,9 +133,9 @@ class StreamReader:
         except ImportError as exc:  # grpcio is an optional extra
             return self._give_up(f"grpcio is not installed ({exc})", page_token, backlog, True)
         stream = ChatStream(self._settings.grpc_target, insecure=self._settings.grpc_insecure)
-        failures, renew, renewed = 0, False, False
+        cursor = _Cursor(page_token, backlog)
+        failures, renew, renewed, backoff = 0, False, False, 0.0
         connected_at: datetime | None = None
-        failure, transient, backoff = "", True, 0.0
         try:
             while True:
                 task = asyncio.current_task()
@@ -132,6 +143,7 @@ class StreamReader:
                     raise asyncio.CancelledError  # a library swallowed our cancel: stop anyway
                 if not renew:
                     await self._pace(started_at, connected_at, backoff)
+                code = ""
                 try:
                     access = await self._api.access_token(renew=renew)
                     await self._api.charge("liveChatMessages.streamList", self._cost)
@@ -141,51 +153,39 @@ class StreamReader:
                 except YouTubeUnavailable as exc:  # the token endpoint is down
                     failure, transient = f"token endpoint: {exc}", True
                 else:
-                    renew, backoff, connected_at, answered = False, 0.0, self._clock(), 0
+                    renew, backoff, connected_at, cursor.answered = False, 0.0, self._clock(), 0
+                    responses = stream.pages(live_chat_id, cursor.page_token, access)
                     try:
-                        async for page in stream.pages(live_chat_id, page_token, access):
-                            answered += 1
-                            failures, renewed, self.connected = 0, False, True
-                            on_read(True, 0.0)
-                            read = convert.read_page(page)
-                            ended = await publish(read.items, backlog)
-                            if backlog:
-                                log.info(
-                                    "skipped the chat backlog", extra={"messages": len(read.items)}
-                                )
-                                backlog = False
-                            page_token = read.next_page_token or page_token
-                            if ended or read.offline_at:
-                                log.info(
-                                    "youtube live chat ended",
-                                    extra={
-                                        "live_chat_id": live_chat_id,
-                                        "offline_at": read.offline_at,
-                                    },
-                                )
-                                return StreamEnd(True, page_token, backlog)
+                        async with aclosing(responses):
+                            if await self._drain(responses, live_chat_id, cursor, publish, on_read):
+                                return StreamEnd(True, cursor.page_token, cursor.backlog)
                     except StreamError as exc:
-                        self.connected = False
-                        if exc.code == "UNAUTHENTICATED" and not renewed:
-                            log.info("youtube chat stream: access token refused; renewing it")
-                            renew = renewed = True
-                            continue
-                        failure, transient = str(exc), exc.transient
-                        if exc.code in _PERMANENT and self.fallback:
-                            return self._give_up(failure, page_token, backlog, True)
+                        code, failure, transient = exc.code, str(exc), exc.transient
                     else:
+                        failure, transient = "the stream closed without a response", True
+                    finally:
                         self.connected = False
-                        if answered:
+                    if cursor.answered:
+                        failures, renewed = 0, False
+                        if not code:  # the server closed a stream that was answering: normal
                             log.info(
                                 "youtube chat stream closed by the server; resuming",
-                                extra={"responses": answered, "page_token": page_token},
+                                extra={
+                                    "responses": cursor.answered,
+                                    "page_token": cursor.page_token,
+                                },
                             )
                             continue
-                        failure, transient = "the stream closed without a response", True
+                    if code == "UNAUTHENTICATED" and not renewed:
+                        log.info("youtube chat stream: access token refused; renewing it")
+                        renew = renewed = True
+                        continue
+                    if code in _PERMANENT and self.fallback:
+                        return self._give_up(failure, cursor.page_token, cursor.backlog, True)
                 failures += 1
                 on_read(False, 0.0)
                 if self.fallback and (not transient or self._policy.exhausted(failures)):
-                    return self._give_up(failure, page_token, backlog, False)
+                    return self._give_up(failure, cursor.page_token, cursor.backlog, False)
                 backoff = self._policy.delay(failures)
                 log.warning(
                     "youtube chat stream failed; reconnecting",
@@ -194,6 +194,34 @@ class StreamReader:
         finally:
             self.connected = False
             await stream.aclose()
+
+    async def _drain(
+        self,
+        responses: AsyncIterator[dict[str, Any]],
+        live_chat_id: str,
+        cursor: _Cursor,
+        publish: Publish,
+        on_read: OnRead,
+    ) -> bool:
+        """Publish one connection's responses, moving the cursor past each only once it is
+        published; True when the chat ended."""
+        async for page in responses:
+            cursor.answered += 1
+            self.connected = True
+            on_read(True, 0.0)
+            read = convert.read_page(page)
+            ended = await publish(read.items, cursor.backlog)
+            if cursor.backlog:
+                log.info("skipped the chat backlog", extra={"messages": len(read.items)})
+                cursor.backlog = False
+            cursor.page_token = read.next_page_token or cursor.page_token
+            if ended or read.offline_at:
+                log.info(
+                    "youtube live chat ended",
+                    extra={"live_chat_id": live_chat_id, "offline_at": read.offline_at},
+                )
+                return True
+        return False
 
     @property
     def _cost(self) -> int:
