@@ -18,18 +18,15 @@ import os
 import signal
 import sys
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import cast
 
-import pytest
-import redis as sync_redis
 from redis.asyncio import Redis
 
 from bot.bus.streams import FIELD, RedisStreamsBus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
-from bot.state import connect, keys
+from bot.state import keys
 from tests.bus_leases import wait_balanced
 
 WORKER = Path(__file__).parent / "fault" / "worker.py"
@@ -37,20 +34,6 @@ PARTITIONS = 8  # as in the worker
 CONVERSATIONS = 25
 PER_CONVERSATION = 20
 TOTAL = CONVERSATIONS * PER_CONVERSATION
-
-
-@pytest.fixture
-async def redis_client(real_redis_url: str, key_tag: str) -> AsyncIterator[Redis]:
-    client = await connect.open_redis(real_redis_url)
-    yield client
-    await client.aclose()
-    cleanup = sync_redis.Redis.from_url(real_redis_url)
-    try:
-        doomed = list(cleanup.scan_iter(match=f"*{key_tag}*", count=1000))
-        if doomed:
-            cleanup.delete(*doomed)
-    finally:
-        cleanup.close()
 
 
 async def _start_worker(url: str, tag: str, name: str) -> asyncio.subprocess.Process:
@@ -86,9 +69,9 @@ async def _follow(redis: Redis, tag: str, total: int, on_count: asyncio.Queue[in
 
 
 async def test_one_reply_per_message_when_a_worker_dies(
-    real_redis_url: str, redis_client: Redis, key_tag: str
+    real_redis_url: str, real_redis: Redis, key_tag: str
 ) -> None:
-    tag = key_tag
+    tag, redis_client = key_tag, real_redis
     names = ["w1", "w2", "w3"]
     workers = dict(
         zip(names, [await _start_worker(real_redis_url, tag, n) for n in names], strict=True)

@@ -30,13 +30,14 @@ from bot.bus.streams import RedisStreamsBus
 from bot.bus.topics import INBOUND
 from bot.events import Author, ChatMessage, ConversationKey
 from tests.bus_leases import wait_balanced
-from tests.test_chat_e2e import ROOT, base_env, spawn_chorus
+from tests.test_chat_e2e import ROOT, spawn_chorus
 from tests.test_worker_takeover_e2e import (
     PARTITIONS,
     ThinkingAnthropic,
     _copy,
     _pending,
     _replies,
+    worker_env,
 )
 
 CONVERSATIONS = 20
@@ -86,15 +87,8 @@ async def test_a_rolling_restart_under_load_loses_doubles_and_delays_nothing(
     tag = key_tag
     async with ThinkingAnthropic() as model:
         model.default_reply = lambda body: "noted"
-        env = base_env(tmp_path)
+        env = worker_env(tmp_path, real_redis_url, tag, model.base_url)
         env.update(
-            CHORUS_REDIS_URL=real_redis_url,
-            CHORUS_BUS="redis",
-            CHORUS_BUS_NAMESPACE=tag,
-            CHORUS_MODEL="anthropic:claude-test",
-            ANTHROPIC_API_KEY="test-key-0123456789",
-            ANTHROPIC_BASE_URL=model.base_url,
-            CHORUS_INSIGHTS_ENABLED="false",
             CHORUS_LOG_LEVEL="INFO",
             CHORUS_CLAIM_LEASE_MS=str(CLAIM_LEASE_MS),
             CHORUS_PARTITION_LEASE_MS=str(PARTITION_LEASE_MS),

@@ -21,19 +21,16 @@ import asyncio
 import signal
 import socket
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
-import pytest
-import redis as sync_redis
 from aiohttp import web
 from redis.asyncio import Redis
 
 from bot.bus.streams import FIELD, RedisStreamsBus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
-from bot.state import connect, keys
+from bot.state import keys
 from tests.bus_leases import wait_balanced
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.test_chat_e2e import ROOT, base_env, spawn_chorus
@@ -52,18 +49,20 @@ class ThinkingAnthropic(AnthropicServer):
         return await super()._messages(request)
 
 
-@pytest.fixture
-async def redis_client(real_redis_url: str, key_tag: str) -> AsyncIterator[Redis]:
-    client = await connect.open_redis(real_redis_url)
-    yield client
-    await client.aclose()
-    cleanup = sync_redis.Redis.from_url(real_redis_url)
-    try:
-        doomed = list(cleanup.scan_iter(match=f"*{key_tag}*", count=1000))
-        if doomed:
-            cleanup.delete(*doomed)
-    finally:
-        cleanup.close()
+def worker_env(tmp_path: Path, redis_url: str, namespace: str, model_url: str) -> dict[str, str]:
+    """The environment of a ``chorus run --role worker`` on the Streams bus and a loopback
+    Anthropic model, insights off (shared with the rolling-restart test)."""
+    env = base_env(tmp_path)
+    env.update(
+        CHORUS_REDIS_URL=redis_url,
+        CHORUS_BUS="redis",
+        CHORUS_BUS_NAMESPACE=namespace,
+        CHORUS_MODEL="anthropic:claude-test",
+        ANTHROPIC_API_KEY="test-key-0123456789",
+        ANTHROPIC_BASE_URL=model_url,
+        CHORUS_INSIGHTS_ENABLED="false",
+    )
+    return env
 
 
 async def _pending(redis: Redis, tag: str) -> dict[str, list[str]]:
@@ -107,22 +106,13 @@ async def _replies(redis: Redis, tag: str) -> list[tuple[int, Reply]]:
 
 
 async def test_a_killed_workers_messages_are_answered_by_the_others_within_15s(
-    real_redis_url: str, redis_client: Redis, key_tag: str, tmp_path: Path
+    real_redis_url: str, real_redis: Redis, key_tag: str, tmp_path: Path
 ) -> None:
-    tag = key_tag
+    tag, redis_client = key_tag, real_redis
     async with ThinkingAnthropic() as model:
         model.default_reply = lambda body: "noted"
-        env = base_env(tmp_path)
-        env.update(
-            CHORUS_REDIS_URL=real_redis_url,
-            CHORUS_BUS="redis",
-            CHORUS_BUS_NAMESPACE=tag,
-            CHORUS_MODEL="anthropic:claude-test",
-            ANTHROPIC_API_KEY="test-key-0123456789",
-            ANTHROPIC_BASE_URL=model.base_url,
-            CHORUS_INSIGHTS_ENABLED="false",
-            CHORUS_LOG_LEVEL="WARNING",
-        )
+        env = worker_env(tmp_path, real_redis_url, tag, model.base_url)
+        env.update(CHORUS_LOG_LEVEL="WARNING")
         logs = [(tmp_path / f"w{n}.log").open("wb") for n in range(3)]
         workers = [await spawn_chorus(["run", "--role", "worker"], env, ROOT) for _ in range(3)]
         drains = [
