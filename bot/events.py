@@ -111,8 +111,73 @@ class Attachment(_Frozen):
     data: bytes | None = None
 
 
+class StreamEventKind(StrEnum):
+    """What a viewer did on stream, in the same words on every platform.
+
+    A YouTube membership is a ``sub``, a member milestone a ``resub`` and gifted memberships a
+    ``gift_sub``, so one setting (``CHORUS_THANKS``) says what to thank wherever it happens.
+    """
+
+    RAID = "raid"  # Twitch: a broadcaster brought ``count`` viewers
+    SUB = "sub"  # Twitch: a new (or upgraded) sub; YouTube: a new member
+    RESUB = "resub"  # Twitch: a resub shared in chat; YouTube: a member milestone (``months``)
+    GIFT_SUB = "gift_sub"  # Twitch: gifted subs; YouTube: gifted memberships (``count``)
+    CHEER = "cheer"  # Twitch: ``bits`` cheered in a chat message
+    SUPER_CHAT = "super_chat"  # YouTube: a paid message (``amount``)
+    SUPER_STICKER = "super_sticker"  # YouTube: a paid sticker (``amount``)
+    ANNOUNCEMENT = "announcement"  # Twitch: a moderator's or the broadcaster's announcement
+
+
+class StreamEvent(_Frozen):
+    """A stream event (a raid, a sub, gifts, bits, a Super Chat...), carried by the
+    ``ChatMessage`` the platform showed for it (``ChatMessage.stream_event``).
+
+    ``user_id``/``user_name`` are who did it and is thanked - the raider, the subscriber, the
+    gifter - which is not always the message's author (YouTube names a gift's *recipient* as
+    the author of its "received" item); ``user_id`` is None for an anonymous gifter. What the
+    viewer wrote with it (a resub message, a Super Chat comment, the text around a cheer) is
+    the message's ``text``: user data, never instructions.
+
+    Gift bursts: Twitch announces a community gift (``count`` = how many) and then sends one
+    notice per recipient, each with its own message id and the announcement's id; YouTube does
+    the same with a gifting item and one "received" item per recipient. Both ends carry the
+    same ``gift_id``; a recipient's part has ``recipient_id`` set, so the thanks policy counts
+    a burst once, however many parts arrive and in whatever order.
+    """
+
+    kind: StreamEventKind
+    user_id: str | None = Field(default=None, min_length=1, max_length=256)
+    user_name: str = Field(default="", max_length=256)
+    amount: str | None = Field(
+        default=None, max_length=64, description='as the platform shows it: "$5.00", "¥200"'
+    )
+    amount_micros: int | None = Field(default=None, ge=0)
+    currency: str | None = Field(default=None, max_length=16)
+    bits: int | None = Field(default=None, ge=0)
+    tier: str | None = Field(
+        default=None,
+        max_length=256,
+        description='Twitch "1000"/"2000"/"3000" or "prime"; YouTube: the membership level name',
+    )
+    months: int | None = Field(default=None, ge=0, description="cumulative months (resub)")
+    count: int | None = Field(default=None, ge=0, description="gifts in a burst, raid viewers")
+    gift_id: str | None = Field(default=None, min_length=1, max_length=256)
+    recipient_id: str | None = Field(default=None, min_length=1, max_length=256)
+    recipient_name: str = Field(default="", max_length=256)
+
+
 class ChatMessage(_Frozen):
-    """One inbound message, normalised from any platform."""
+    """One inbound message, normalised from any platform.
+
+    A stream event rides on the message that shows it (``stream_event``) rather than on a
+    topic of its own, on purpose: it then shares everything the inbound topic guarantees - one
+    partition per conversation, so events and chat are decided in the order they happened;
+    the router's claims and done markers by message id, so a redelivered event is thanked
+    once; dead letters; the live-chat policy's pause - and a text that comes with an event (a
+    resub message, a Super Chat comment) is an ordinary line: one that mentions the bot is a
+    mention and answered as one. A separate topic would need all of that built twice, and
+    could reorder a Super Chat against the chat around it.
+    """
 
     platform: str = Field(min_length=1, max_length=32, pattern=r"^[a-z0-9_]+$")
     id: str = Field(min_length=1, max_length=256, description="the platform's own message id")
@@ -129,6 +194,11 @@ class ChatMessage(_Frozen):
         default=False,
         description="not addressed to the bot, from a channel where the engagement policy "
         "decides whether to speak; everything else the adapter publishes is answered",
+    )
+    stream_event: StreamEvent | None = Field(
+        default=None,
+        description="the stream event this message shows (a raid, a sub, a Super Chat...); "
+        "its text, if any, is what the viewer wrote with it",
     )
 
     @property

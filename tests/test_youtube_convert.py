@@ -82,17 +82,14 @@ def test_deletion_and_ban_become_message_deleted() -> None:
 @pytest.mark.parametrize(
     ("fixture", "expected"),
     [
-        ("youtube_livechatmessages_list_newsponsor.json", None),
+        ("youtube_livechatmessages_list_newsponsor.json", ""),  # a stream event, no text
         ("youtube_livechatmessages_list_text.json", "888"),
         ("youtube_livechatmessages_list_superchat.json", "888"),
     ],
 )
-def test_single_item_fixtures(fixture: str, expected: str | None) -> None:
+def test_single_item_fixtures(fixture: str, expected: str) -> None:
     event = to_event(_items(fixture)[0], CTX)
-    if expected is None:
-        assert event is None
-    else:
-        assert isinstance(event, ChatMessage) and event.text == expected
+    assert isinstance(event, ChatMessage) and event.text == expected
 
 
 def test_the_bots_own_messages_are_skipped() -> None:
@@ -114,10 +111,12 @@ def test_unaddressed_setting(mode: str, ambient_event: bool | None, mention_even
         assert isinstance(plain, ChatMessage) and plain.ambient is ambient_event
 
 
-def test_super_chat_without_comment_and_chat_end_are_ignored() -> None:
+def test_super_chat_without_comment_is_an_event_and_chat_end_is_ignored() -> None:
     item = json.loads(json.dumps(MIXED[3]))
     del item["snippet"]["superChatDetails"]["userComment"]
-    assert to_event(item, CTX) is None
+    event = to_event(item, CTX)
+    assert isinstance(event, ChatMessage) and event.text == ""
+    assert event.stream_event is not None and event.stream_event.amount == "¥200"
     ended = {
         "id": "x",
         "snippet": {"type": "chatEndedEvent", "publishedAt": "2018-01-01T00:00:00Z"},

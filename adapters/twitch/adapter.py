@@ -2,7 +2,7 @@
 
 Chorus reads chat as the bot user: one ``channel.chat.message`` subscription per configured
 channel (plus ``message_delete`` and ``clear_user_messages`` so removed text leaves the stored
-history too), over twitchio's EventSub websocket. ``session_reconnect`` is followed without
+history too, and ``chat.notification`` for subs, gifts, raids and announcements), over twitchio's EventSub websocket. ``session_reconnect`` is followed without
 losing or doubling an event (``eventsub.HandoverWebsocket``: Twitch moves the subscriptions to the
 new connection, nothing is re-subscribed, the old one is read until Twitch closes it). It
 refreshes the bot's token when Helix answers 401 "Invalid OAuth token" and in a background
@@ -32,10 +32,11 @@ from twitchio.eventsub import (
     ChatClearUserMessagesSubscription,
     ChatMessageDeleteSubscription,
     ChatMessageSubscription,
+    ChatNotificationSubscription,
 )
 from twitchio.eventsub.websockets import Websocket
 
-from adapters.twitch import convert, guard
+from adapters.twitch import convert, guard, notices
 from adapters.twitch.client import ChorusTwitchClient, TwitchAPIError, api, configure_endpoints
 from adapters.twitch.convert import BotIdentity, SendArgs
 from adapters.twitch.ratelimit import MODERATOR_LIMIT, USER_LIMIT, SharedRateLimiter
@@ -143,6 +144,7 @@ class TwitchAdapter:
         """Log in, load the tokens, resolve channels, subscribe and start sending."""
         client = self.client
         client.add_listener(self._on_message, event="event_message")
+        client.add_listener(self._on_notification, event="event_chat_notification")
         client.add_listener(self._on_delete, event="event_message_delete")
         client.add_listener(self._on_clear_user, event="event_chat_clear_user")
         client.add_listener(self._on_token_refreshed, event="event_token_refreshed")
@@ -234,6 +236,7 @@ class TwitchAdapter:
                 ChatMessageSubscription(**condition),
                 ChatMessageDeleteSubscription(**condition),
                 ChatClearUserMessagesSubscription(**condition),
+                ChatNotificationSubscription(**condition),  # subs, raids...: same grant
             )
             for payload in payloads:
                 try:
@@ -274,6 +277,20 @@ class TwitchAdapter:
             _skipped("message", exc)
         except Exception:
             log.exception("twitch message dropped", extra={"message_id": str(event.id)})
+
+    async def _on_notification(self, event: twitchio.ChatNotification) -> None:
+        """A chat notice (sub, gift, raid, announcement): ``notices`` converts it."""
+        if self.bot is None:
+            return
+        try:
+            self._remember_login(event.chatter.id, event.chatter.name)
+            message = notices.chat_message(event, bot=self.bot, ambient=self.settings.ambient)
+            if message is not None:
+                await self.bus.publish(INBOUND, message)
+        except ValueError as exc:
+            _skipped("notice", exc)
+        except Exception:
+            log.exception("twitch notice dropped", extra={"message_id": str(event.id)})
 
     async def _on_delete(self, event: twitchio.ChatMessageDelete) -> None:
         try:

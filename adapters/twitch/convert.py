@@ -1,7 +1,8 @@
 """Twitch EventSub events <-> Chorus events. Pure functions: no I/O, no clock but the event's.
 
 Inbound, the input is the twitchio 3 model twitchio builds from the EventSub ``notification``
-(``twitchio.ChatMessage``, ``ChatMessageDelete``, ``ChannelChatClearUserMessages``): the tests
+(``twitchio.ChatMessage``, ``ChatMessageDelete``, ``ChannelChatClearUserMessages``; chat notices
+such as subs and raids are ``notices.py``'s): the tests
 build the same objects from the recorded payloads with ``create_event_instance``, as twitchio's
 websocket does. Outbound, a ``Reply`` becomes the bodies of Send Chat Message calls.
 
@@ -25,11 +26,22 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from twitchio import ChannelChatClearUserMessages, ChatMessageBadge, ChatMessageDelete
 from twitchio import ChatMessage as TwitchChatMessage
 
-from bot.events import Author, ChatMessage, ConversationKey, MessageDeleted, Reply, Role, utcnow
+from bot.events import (
+    Author,
+    ChatMessage,
+    ConversationKey,
+    MessageDeleted,
+    Reply,
+    Role,
+    StreamEvent,
+    StreamEventKind,
+    utcnow,
+)
 from bot.platform.textsplit import split_text
 
 PLATFORM = "twitch"
@@ -98,8 +110,9 @@ def chat_message(
 
     Ignored: the bot's own messages, messages relayed from another channel of a shared chat
     session (the bot hears them in their own channel when it is there), and, when ``ambient`` is
-    off, every message that does not address the bot. ``Malformed`` when an id or the text is
-    missing or of another type.
+    off, every message that does not address the bot (unless it cheers Bits: a cheer is a stream
+    event, ``stream_event``, whatever its text). ``Malformed`` when an id or the text is missing
+    or of another type.
     """
     if is_own(event, bot):
         return None
@@ -115,14 +128,13 @@ def chat_message(
     reply_to_bot = reply is not None and reply.parent_user.id == bot.id
     parent_id = reply.parent_message_id if reply is not None else None
     text = _without_reply_prefix(event)
-    mentions_bot = any(
-        f.mention is not None and f.mention.id == bot.id for f in event.fragments
-    ) or _mentions_login(text, bot.login)
+    mentions_bot = mentions(event.fragments, text, bot)
     addressed = mentions_bot or reply_to_bot
-    if not addressed and not ambient:
-        return None
     chatter = event.chatter
     names = [n for n in (chatter.display_name, chatter.name) if isinstance(n, str) and n]
+    cheer = _cheer(event, chatter_id, (names or [chatter_id])[0])
+    if not addressed and not ambient and cheer is None:
+        return None
     return ChatMessage(
         platform=PLATFORM,
         id=message_id,
@@ -137,8 +149,24 @@ def chat_message(
         reply_to_id=parent_id if isinstance(parent_id, str) and parent_id else None,
         reply_to_bot=reply_to_bot,
         sent_at=event.timestamp or utcnow(),
-        ambient=not addressed,
+        ambient=not addressed and ambient,
+        stream_event=cheer,
     )
+
+
+def _cheer(event: TwitchChatMessage, chatter_id: str, name: str) -> StreamEvent | None:
+    """Bits cheered in the message (``event.cheer``, null without a cheer) as a stream event."""
+    cheer = event.cheer
+    bits = getattr(cheer, "bits", None)
+    if cheer is None or not isinstance(bits, int) or bits <= 0:
+        return None
+    return StreamEvent(kind=StreamEventKind.CHEER, user_id=chatter_id, user_name=name, bits=bits)
+
+
+def mentions(fragments: Iterable[Any], text: str, bot: BotIdentity) -> bool:
+    """Whether a message (its fragments, or its text) mentions the bot."""
+    tagged = any(getattr(getattr(f, "mention", None), "id", None) == bot.id for f in fragments)
+    return tagged or _mentions_login(text, bot.login)
 
 
 def message_deleted(event: ChatMessageDelete) -> MessageDeleted:

@@ -26,7 +26,10 @@ to three methods, which ``HandoverWebsocket`` overrides:
   While a handover runs or after it, the old socket never reconnects by itself;
 - ``_process_notification`` drops a notification whose ``message_id`` was already dispatched
   (``RecentIds``, one per client, shared by every socket), so nothing is published twice.
-  Bounded, in-process only: exactly-once across processes is the router's claims' job.
+  Bounded, in-process only: exactly-once across processes is the router's claims' job. The
+  id is EventSub's per-delivery id, so the N notices of a gift-sub burst (one per recipient,
+  all naming the same community gift) are N ids and all pass; only a redelivery is dropped.
+  A chat notice's payload is completed for twitchio first (``notices.complete``).
 
 ``_cleanup`` is narrowed too: twitchio removes a closing socket's session id from the client's
 registry even when that id now names the new socket (Twitch keeps the session id across a
@@ -43,6 +46,8 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from twitchio.eventsub.websockets import Websocket
+
+from adapters.twitch import notices
 
 if TYPE_CHECKING:
     from twitchio.types_.conduits import NotificationMessage, ReconnectMessage
@@ -158,6 +163,8 @@ class HandoverWebsocket(Websocket):
             return
         if self._handover is not None:
             self._read_during_handover += 1
+        if metadata["subscription_type"] == notices.SUBSCRIPTION:
+            notices.complete(data["payload"]["event"])  # twitchio 3.3 needs every notice object
         await super()._process_notification(data)
 
     def _cleanup(self, closed: bool = True) -> None:

@@ -2,12 +2,26 @@
 
 Inbound, one ``liveChatMessage`` resource (an item of ``liveChatMessages.list``) becomes:
 
-- ``textMessageEvent`` (and the comment of a ``superChatEvent`` or ``memberMilestoneChatEvent``)
-  -> ``ChatMessage``; identity is the author's channel id (display names are not unique);
+- ``textMessageEvent`` -> ``ChatMessage``; identity is the author's channel id (display names
+  are not unique);
+- the paid and membership types -> a ``ChatMessage`` carrying a ``StreamEvent``, its text the
+  comment the viewer wrote (a mention of the bot in it is a mention), or empty:
+  ``superChatEvent`` -> ``super_chat`` and ``superStickerEvent`` -> ``super_sticker`` (``amount``
+  = ``amountDisplayString``, ``amount_micros``, ``currency``), ``newSponsorEvent`` -> ``sub``
+  (``tier`` = the level name), ``memberMilestoneChatEvent`` -> ``resub`` (``months`` =
+  ``memberMonth``), ``membershipGiftingEvent`` -> ``gift_sub`` (``count`` =
+  ``giftMembershipsCount``, ``gift_id`` = the item's id) and each recipient's
+  ``giftMembershipReceivedEvent`` -> ``gift_sub`` with ``recipient_*`` (the item's author),
+  the gifter from ``gifterChannelId`` and ``gift_id`` = ``associatedMembershipGiftingMessageId``,
+  so the policy counts the burst once (bot/live/thanks.py). Every item has its own id, so the
+  adapter's de-duplication by id never drops a recipient's part;
 - ``messageDeletedEvent`` -> ``MessageDeleted(message_id=...)``;
 - ``userBannedEvent`` -> ``MessageDeleted(author_id=...)``: a banned user's lines leave the
   bot's context too;
-- everything else (new members, stickers, polls, gifting, mode changes) -> None.
+- everything else (polls, gifts, mode changes) -> None.
+
+A streamed page (gRPC ``streamList``, stream.py) is turned into this same REST JSON first, so
+both readers' items convert alike.
 
 A page (``read_page``) and an item are read defensively: a field of the wrong type counts as
 missing, an item the bot needs but cannot read raises ``Malformed`` (the adapter logs one line
@@ -31,7 +45,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from bot.events import Author, ChatMessage, ConversationKey, MessageDeleted, Reply, Role
+from bot.events import (
+    Author,
+    ChatMessage,
+    ConversationKey,
+    MessageDeleted,
+    Reply,
+    Role,
+    StreamEvent,
+    StreamEventKind,
+)
 from bot.platform.textsplit import split_text
 
 PLATFORM = "youtube"
@@ -129,8 +152,8 @@ def to_event(item: Mapping[str, Any], ctx: ChatContext) -> ChatMessage | Message
         if channel is None:
             raise Malformed("userBannedEvent without the banned user's channelId")
         return MessageDeleted(conversation=ctx.conversation, author_id=channel)
-    text = _message_text(kind, snippet)
-    if text is None or not text.strip():
+    text = _message_text(kind, snippet) or ""
+    if kind not in _EVENT_KINDS and not text.strip():
         return None
     details = _obj(item.get("authorDetails"))
     author_id = _text(details.get("channelId")) or _text(snippet.get("authorChannelId"))
@@ -139,23 +162,99 @@ def to_event(item: Mapping[str, Any], ctx: ChatContext) -> ChatMessage | Message
         raise Malformed("a chat message without its id or its author's channel id")
     if author_id == ctx.bot_channel_id:
         return None  # our own message, echoed back by the next page
+    name = (_text(details.get("displayName")) or "")[:256]
+    event = stream_event(kind, snippet, message_id, author_id, name)
     mentioned = mentions(text, ctx.bot_names)
-    if not mentioned and ctx.unaddressed == "ignore":
+    if event is None and not mentioned and ctx.unaddressed == "ignore":
         return None
     return ChatMessage(
         platform=PLATFORM,
         id=message_id,
         conversation=ctx.conversation,
-        author=Author(
-            id=author_id,
-            display_name=(_text(details.get("displayName")) or "")[:256],
-            roles=_roles(details),
-        ),
+        author=Author(id=author_id, display_name=name, roles=_roles(details)),
         text=text,
         mentions_bot=mentioned,
         sent_at=_published_at(snippet),
         ambient=not mentioned and ctx.unaddressed == "ambient",
+        stream_event=event,
     )
+
+
+_EVENT_KINDS = frozenset(
+    {
+        "superChatEvent",
+        "superStickerEvent",
+        "newSponsorEvent",
+        "memberMilestoneChatEvent",
+        "membershipGiftingEvent",
+        "giftMembershipReceivedEvent",
+    }
+)
+
+
+def stream_event(
+    kind: object, snippet: Mapping[str, Any], message_id: str, author_id: str, name: str
+) -> StreamEvent | None:
+    """The ``StreamEvent`` of a paid or membership item (see the module docstring); None for
+    other types. ``author_id``/``name`` are the item's author: the buyer, the member, the
+    gifter - or, for ``giftMembershipReceivedEvent``, the recipient."""
+    who: dict[str, Any] = {"user_id": author_id, "user_name": name}
+    if kind in ("superChatEvent", "superStickerEvent"):
+        paid = _obj(
+            snippet.get("superChatDetails" if kind == "superChatEvent" else "superStickerDetails")
+        )
+        return StreamEvent(
+            kind=StreamEventKind.SUPER_CHAT
+            if kind == "superChatEvent"
+            else StreamEventKind.SUPER_STICKER,
+            amount=(_text(paid.get("amountDisplayString")) or "")[:64] or None,
+            amount_micros=_count(paid.get("amountMicros")),
+            currency=(_text(paid.get("currency")) or "")[:16] or None,
+            **who,
+        )
+    if kind == "newSponsorEvent":
+        level = _text(_obj(snippet.get("newSponsorDetails")).get("memberLevelName"))
+        return StreamEvent(kind=StreamEventKind.SUB, tier=level, **who)
+    if kind == "memberMilestoneChatEvent":
+        milestone = _obj(snippet.get("memberMilestoneChatDetails"))
+        return StreamEvent(
+            kind=StreamEventKind.RESUB,
+            tier=_text(milestone.get("memberLevelName")),
+            months=_count(milestone.get("memberMonth")),
+            **who,
+        )
+    if kind == "membershipGiftingEvent":
+        gifting = _obj(snippet.get("membershipGiftingDetails"))
+        return StreamEvent(
+            kind=StreamEventKind.GIFT_SUB,
+            tier=_text(gifting.get("giftMembershipsLevelName")),
+            count=_count(gifting.get("giftMembershipsCount")),
+            gift_id=message_id,
+            **who,
+        )
+    if kind == "giftMembershipReceivedEvent":
+        received = _obj(snippet.get("giftMembershipReceivedDetails"))
+        return StreamEvent(
+            kind=StreamEventKind.GIFT_SUB,
+            user_id=_text(received.get("gifterChannelId")),
+            tier=_text(received.get("memberLevelName")),
+            count=1,
+            gift_id=_text(received.get("associatedMembershipGiftingMessageId")),
+            recipient_id=author_id,
+            recipient_name=name,
+        )
+    return None
+
+
+def _count(value: object) -> int | None:
+    """A non-negative integer, also as the decimal string the REST JSON uses for 64-bit ones."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str) and value.isdigit() and len(value) <= 20:
+        return int(value)
+    return None
 
 
 def is_chat_end(item: Mapping[str, Any]) -> bool:
