@@ -26,7 +26,7 @@ from bot.bus.retention import StreamRetention
 from bot.bus.spool import Spool
 from bot.live.engagement import Engagement
 from bot.live.store import RedisLiveStore
-from bot.live.turns import LiveChat, policy_config
+from bot.live.turns import LiveChat, policy_config, thanks_config
 from bot.llm.base import Provider
 from bot.llm.fallback import build_chain
 from bot.memory.buffers import MemoryStore
@@ -118,6 +118,7 @@ class Chorus:
                 store=RedisLiveStore(
                     redis, pause_seconds=round(settings.engagement.pause_hours * 3600)
                 ),
+                thanks=thanks_config(settings.thanks),
             ),
             metrics=self.metrics,
             limits=RouterLimits(

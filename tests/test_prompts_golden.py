@@ -54,6 +54,7 @@ from insights.analyse import (
     parse_analysis,
     retry_request,
 )
+from tests.thanks_rig import sample_thanks_text
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("CHORUS_UPDATE_GOLDEN") == "1"
@@ -138,6 +139,11 @@ async def _live_batch_alone(redis: Redis) -> str:
 @case("live_idle")
 async def _live_idle(redis: Redis) -> str:
     return idle_turn(LIVE).message.text
+
+
+@case("live_thanks")
+async def _live_thanks(redis: Redis) -> str:
+    return sample_thanks_text()
 
 
 @case("live_earlier_lines")

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from adapters.slack.mrkdwn import to_mrkdwn
 from bot.events import (
@@ -303,7 +303,11 @@ def ts_to_datetime(ts: str) -> datetime | None:
         return None
 
 
-def _sent_at(ts: str) -> dict[str, datetime]:
+class _SentAt(TypedDict, total=False):
+    sent_at: datetime
+
+
+def _sent_at(ts: str) -> _SentAt:
     when = ts_to_datetime(ts)
     return {"sent_at": when} if when is not None else {}
 

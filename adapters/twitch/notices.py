@@ -143,10 +143,10 @@ def _stream_event(
         tier = _tier(resub.tier, prime=resub.prime)
         return StreamEvent(kind=kind.RESUB, tier=tier, months=resub.cumulative_months, **who)
     if notice == "community_sub_gift" and event.community_sub_gift is not None:
-        gift = event.community_sub_gift
-        gift_id = _text(gift.id, "community_sub_gift.id")
-        tier = _tier(gift.tier)
-        return StreamEvent(kind=kind.GIFT_SUB, count=gift.total, gift_id=gift_id, tier=tier, **who)
+        burst = event.community_sub_gift
+        gift_id = _text(burst.id, "community_sub_gift.id")
+        tier = _tier(burst.tier)
+        return StreamEvent(kind=kind.GIFT_SUB, count=burst.total, gift_id=gift_id, tier=tier, **who)
     if notice == "sub_gift" and event.sub_gift is not None:
         gift = event.sub_gift
         recipient = gift.recipient

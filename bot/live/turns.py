@@ -11,6 +11,10 @@ arrival time. Its decisions become turns of the router:
 - a batch that came due (checked by ``tick``, once a second): ONE turn that addresses up to
   two chatters by name, as a synthetic message whose text lists their lines;
 - an idle line (optional per channel): one on-topic line after a quiet period;
+- a thanks (``bot/live/thanks.py``, per kind, off by default): ONE turn naming the people of a
+  settled burst of stream events (a raid, subs, a gift burst, Super Chats) with what each did.
+  A message carrying a stream event feeds that policy; the text a viewer wrote with it then
+  goes through the engagement policy like any line (a mention in it is answered at once);
 - ``!chorus pause`` / ``resume`` from the broadcaster or a moderator: a short acknowledgement.
 
 A mention the ledger lets go unanswered (superseded by the same user's newer mention, stale,
@@ -36,11 +40,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from redis.asyncio.client import Pipeline
 
 import prompts
 from bot.events import Author, ChatMessage, ConversationKey
+from bot.live import thanks
 from bot.live.durable import DurableLedger
 from bot.live.engagement import (
     Action,
@@ -57,8 +63,9 @@ from bot.live.engagement import (
 )
 from bot.live.ledger import ChannelState
 from bot.live.store import Changes, LiveStore, MemoryLiveStore
+from bot.live.thanks import ThanksConfig, ThanksState
 from bot.ops.metrics import MetricsSink, NullMetrics
-from bot.settings import EngagementSettings
+from bot.settings import EngagementSettings, ThanksSettings
 from bot.state.outages import until_redis_answers
 
 log = logging.getLogger("chorus.live")
@@ -82,14 +89,24 @@ def policy_config(settings: EngagementSettings) -> PolicyConfig:
     return PolicyConfig(**settings.model_dump(exclude={"pause_hours"}))
 
 
+def thanks_config(settings: ThanksSettings) -> ThanksConfig:
+    """The thanks policy's kinds and timing from the ``CHORUS_THANKS*`` section."""
+    return ThanksConfig(**settings.model_dump())
+
+
+TurnKind = Literal["batch", "idle", "thanks"]
+
+
 @dataclass(frozen=True)
 class Turn:
-    """A turn the router runs that is not simply "answer this message"."""
+    """A turn the router runs that is not simply "answer this message"; ``kind`` says which
+    (a batch of chat, an idle line, a thanks for stream events), for whoever budgets them."""
 
     message: ChatMessage
     addressed: tuple[str, ...]
     reply_to_id: str | None
     context: str = ""
+    kind: TurnKind = "batch"
 
 
 class LiveChat:
@@ -101,8 +118,11 @@ class LiveChat:
         clock: Callable[[], float] = time.time,
         metrics: MetricsSink | None = None,
         store: LiveStore | None = None,
+        thanks: ThanksConfig | None = None,
     ) -> None:
         self.engagement = engagement or Engagement()
+        self.thanks_config = thanks or ThanksConfig()
+        self.thanks: dict[ConversationKey, ThanksState] = {}  # channels with stream events
         self.clock = clock
         self.metrics: MetricsSink = metrics or NullMetrics()
         self.declined = 0  # mentions let go unanswered, with a reason, since start
@@ -142,6 +162,10 @@ class LiveChat:
         state = prepared[1] if prepared is not None and prepared[0] is message else None
         if state is None:
             state = self.engagement.state(conv)
+        if message.stream_event is not None:
+            skip = self._stream_event(state, message, now)
+            if skip is not None:
+                return skip
         decision = observe(state, message, now)
         state.last_seen = now
         if decision.action is Action.ANSWER_NOW:
@@ -153,6 +177,25 @@ class LiveChat:
         if state.declined:
             self._report_declined(state)
         return decision
+
+    def _stream_event(
+        self, state: ChannelState, message: ChatMessage, now: float
+    ) -> Decision | None:
+        """Keep a stream event for the channel's next thanks (unless paused). Its text, if the
+        viewer wrote one, then goes through the policy like any line (None: do observe it)."""
+        if state.paused:
+            return Decision(Action.IGNORE, Reason.PAUSED)
+        event = message.stream_event
+        if event is not None and event.kind in self.thanks_config.kinds:  # else nothing kept
+            conv = message.conversation
+            waiting = self.thanks.get(conv)
+            if waiting is None:
+                waiting = self.thanks[conv] = ThanksState(self.thanks_config)
+            if thanks.observe(waiting, message, now):
+                self.metrics.engagement(message.platform, "thanks_event")
+        if message.text.strip() and (message.addressed or message.ambient):
+            return None
+        return Decision(Action.IGNORE, Reason.EMPTY)
 
     def spoke(self, conversation: ConversationKey) -> None:
         state = self.engagement.states.get(conversation)
@@ -177,6 +220,31 @@ class LiveChat:
             elif idle_due(state, now):
                 turns.append(idle_turn(conv))
                 self.durable.turn(conv, turns[-1].message.id, Changes(spoke=now), now)
+        turns += self._thanks_due(now)
+        return turns
+
+    def _thanks_due(self, now: float) -> list[Turn]:
+        """Thanks that came due (a burst settled), one turn per channel; a paused channel's
+        events are dropped, and a channel cooling down after the bot spoke waits."""
+        turns: list[Turn] = []
+        for conv, waiting in list(self.thanks.items()):
+            state = self.engagement.states.get(conv)
+            if state is not None and state.paused:
+                thanks.clear(waiting)
+            if thanks.idle(waiting, now):
+                del self.thanks[conv]
+                continue
+            cooldown = state.config.channel_cooldown_seconds if state is not None else 0.0
+            if state is not None and now - state.last_spoke < cooldown:
+                continue
+            due_now = thanks.due(waiting, now)
+            if due_now is None:
+                continue
+            turns.append(thanks_turn(conv, due_now))
+            self.metrics.engagement(conv.platform, "thanks")
+            if state is not None:
+                mark_spoke(state, now)
+            self.durable.turn(conv, turns[-1].message.id, Changes(spoke=now), now)
         return turns
 
     def queue_save(self, pipe: Pipeline, message: ChatMessage) -> None:
@@ -254,11 +322,30 @@ def batch_turn(conv: ConversationKey, batch: Batch) -> Turn:
     )
 
 
+def thanks_turn(conv: ConversationKey, due_now: thanks.Thanks) -> Turn:
+    """One turn that thanks the people of a settled burst of stream events, by name."""
+    named = tuple(dict.fromkeys(e.user_id for e in due_now.named if e.user_id is not None))
+    return Turn(
+        message=_synthetic(
+            conv, f"thanks-{due_now.last_id}", thanks.turn_text(due_now, conv.platform)
+        ),
+        addressed=named,
+        reply_to_id=None,
+        context=thanks.instructions(),
+        kind="thanks",
+    )
+
+
 def idle_turn(conv: ConversationKey) -> Turn:
     """One self-prompted, on-topic line after a quiet period."""
     text = prompts.render("live/idle")
     stamp = int(time.time())
-    return Turn(message=_synthetic(conv, f"idle-{stamp}", text), addressed=(), reply_to_id=None)
+    return Turn(
+        message=_synthetic(conv, f"idle-{stamp}", text),
+        addressed=(),
+        reply_to_id=None,
+        kind="idle",
+    )
 
 
 def _synthetic(conv: ConversationKey, msg_id: str, text: str) -> ChatMessage:

@@ -47,6 +47,7 @@ from bot.settings.sources import (
     unknown_variables,
 )
 from bot.settings.state import StateSettings, check_redis_url
+from bot.settings.thanks import ThanksSettings
 from bot.settings.tools import ToolSettings
 from bot.settings.twitch import TwitchSettings
 from bot.settings.youtube import YouTubeSettings
@@ -70,6 +71,7 @@ __all__ = [
     "Settings",
     "SlackSettings",
     "StateSettings",
+    "ThanksSettings",
     "ToolSettings",
     "TwitchSettings",
     "YouTubeSettings",
@@ -92,6 +94,7 @@ class Settings(BaseModel):
     state: StateSettings = Field(default_factory=StateSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)
     engagement: EngagementSettings = Field(default_factory=EngagementSettings)
+    thanks: ThanksSettings = Field(default_factory=ThanksSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
