@@ -133,7 +133,7 @@ async def test_twitch_is_ready_while_the_eventsub_socket_is_welcomed_and_subscri
 
         try:
             await until(rig.adapter.ready)
-            assert len(twitch.subscriptions) == 3
+            assert len(twitch.subscriptions) == 4  # chat, deletions, clears, notices
             await gate.go_down()  # Twitch drops the socket, then refuses new ones
             await until(refused, limit=30)
             assert not await rig.adapter.ready()

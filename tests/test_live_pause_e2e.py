@@ -139,7 +139,7 @@ async def test_a_pause_survives_a_restart_until_the_streamer_resumes(
         async def run_until_stopped(steps: Any) -> None:
             proc = await spawn_chorus(["run"], env, tmp_path)
             try:
-                await twitch.wait_until(lambda: subscribed(twitch) == 3, LIMIT)
+                await twitch.wait_until(lambda: subscribed(twitch) == 4, LIMIT)
                 await steps()
             finally:
                 proc.send_signal(signal.SIGTERM)

@@ -4,8 +4,9 @@ Discord: each recorded MESSAGE_CREATE (and a MESSAGE_DELETE and MESSAGE_UPDATE m
 mutated (``tests/payload_fuzz.py``: fields removed, nulled, retyped, nested too), is dispatched
 by the loopback gateway as a received frame: discord.py's read loop parses it under the
 adapter's ``ParserGuard``, then our handlers convert what parsed. Twitch: each recorded
-EventSub event (chat message, deletion, clear-user), mutated the same way, is delivered by the
-loopback as a ``notification`` on the subscribed websocket and parsed by twitchio 3. Slack
+EventSub event (chat message, deletion, clear-user, chat notice), mutated the same way, is
+delivered by the loopback as a ``notification`` on the subscribed websocket and parsed by
+twitchio 3. Slack
 Socket Mode: each recorded Events API body, mutated, is pushed as an ``events_api`` envelope
 through slack-sdk's socket client into bolt; every envelope must be acknowledged.
 
@@ -122,6 +123,9 @@ def _twitch_events() -> list[tuple[str, dict[str, Any]]]:
         ("twitch_channel_chat_clear_user_messages", "channel.chat.clear_user_messages"),
     ):
         events.append((kind, fixture("twitch", name)["event"]))
+    for notice in ("sub", "resub", "sub_gift", "community_sub_gift", "raid", "announcement"):
+        name = f"twitch_channel_chat_notification_{notice}"
+        events.append(("channel.chat.notification", fixture("twitch", name)["payload"]["event"]))
     for _, event in events:
         event["broadcaster_user_id"] = CHANNEL  # the channel the rig subscribed to
     return events

@@ -178,7 +178,7 @@ async def rig(server: TwitchServer, twitch_env: Any, key_tag: str) -> AsyncItera
     rig = await _rig(server, key_tag)
     runner = asyncio.create_task(rig.adapter.run())
     try:
-        await server.wait_until(lambda: len(server.subscriptions) == 3, WAIT)
+        await server.wait_until(lambda: len(server.subscriptions) == 4, WAIT)
         yield rig
     finally:
         await rig.adapter.aclose()
@@ -198,6 +198,7 @@ async def test_welcome_subscribe_notify_and_send(rig: Rig) -> None:
         "channel.chat.clear_user_messages",
         "channel.chat.message",
         "channel.chat.message_delete",
+        "channel.chat.notification",
     ]
     for post in posts:
         assert post.body["condition"] == {"broadcaster_user_id": CHANNEL, "user_id": BOT_ID}
@@ -246,7 +247,7 @@ async def test_session_reconnect_moves_without_losing_or_duplicating(
     await rig.bus.drain(WAIT)
     assert [m.id for m in rig.seen] == ["before", "after", "later"]
     posts = [r for r in server.requests if r.path == "/helix/eventsub/subscriptions"]
-    assert len(posts) == 3  # twitchio did not re-subscribe: Twitch moved the subscriptions
+    assert len(posts) == 4  # twitchio did not re-subscribe: Twitch moved the subscriptions
     assert len(server.sent) == 3
 
     await rig.adapter.aclose()  # every socket is closed, even one twitchio lost track of

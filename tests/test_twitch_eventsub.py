@@ -58,7 +58,7 @@ async def test_three_handovers_with_events_in_flight_answer_each_exactly_once(
     assert rig.adapter.client.recent_events.duplicates == 3
     assert len([c for c in server.connections if not c.closed]) == 1
     posts = [r for r in server.requests if r.path == "/helix/eventsub/subscriptions"]
-    assert len(posts) == 3  # nothing re-subscribed: Twitch moved the subscriptions each time
+    assert len(posts) == 4  # nothing re-subscribed: Twitch moved the subscriptions each time
     sockets = [s for p in rig.adapter.client._websockets.values() for s in p.values()]
     assert len(sockets) == 1 and isinstance(sockets[0], HandoverWebsocket)
     assert sockets[0].session_id == server.live_sessions()[0]
@@ -91,7 +91,7 @@ async def test_a_failed_reconnect_url_falls_back_to_a_fresh_session(rig: Rig) ->
     (fresh,) = server.live_sessions()
     assert fresh != session
     await server.wait_until(  # twitchio subscribed again on the fresh session
-        lambda: sum(s.session_id == fresh for s in server.subscriptions.values()) == 3, WAIT
+        lambda: sum(s.session_id == fresh for s in server.subscriptions.values()) == 4, WAIT
     )
     await server.notify(*chat("after-fallback", 1))
     assert await seen(rig, 1) == ["after-fallback"]

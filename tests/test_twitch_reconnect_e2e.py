@@ -74,7 +74,7 @@ async def test_three_reconnects_with_messages_in_flight_answer_each_exactly_once
         expected: list[str] = []
         in_flight: list[str] = []
         try:
-            await twitch.wait_until(lambda: len(twitch.subscriptions) == 3, LIMIT)
+            await twitch.wait_until(lambda: len(twitch.subscriptions) == 4, LIMIT)
             viewer = 0
             for round_ in range(3):
                 for k in range(2):
@@ -114,7 +114,7 @@ async def test_three_reconnects_with_messages_in_flight_answer_each_exactly_once
         assert len(in_flight) == 12 and all(replies[i] == 1 for i in in_flight)
         assert len([c for c in twitch.connections if c.welcomed]) == 4  # three handovers
         posts = [r for r in twitch.requests if r.path == "/helix/eventsub/subscriptions"]
-        assert len(posts) == 3  # Twitch moved the subscriptions; nothing was re-subscribed
+        assert len(posts) == 4  # Twitch moved the subscriptions; nothing was re-subscribed
         # each message published once (duplicates dropped in the adapter, not later)
         assert f'chorus_messages_in_total{{platform="twitch"}} {len(expected) + 1}.0' in metrics
         assert "chorus_twitch_eventsub_duplicates_total 3.0" in metrics
