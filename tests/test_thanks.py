@@ -18,9 +18,12 @@ def feed(
 
 
 def named(due: Thanks | None) -> list[tuple[str, str | None, int]]:
+    """Each named entry: kind, name, size (people in order, a person's kinds in rank order)."""
     assert due is not None
     return [
-        (e.kind.value, e.user_name or e.user_id, e.gifts or e.count or e.bits) for e in due.named
+        (e.kind.value, e.user_name or e.user_id, e.gifts or e.count or e.bits)
+        for person in due.named
+        for e in person
     ]
 
 
@@ -123,7 +126,7 @@ def test_one_persons_events_add_up() -> None:
     due = thanks.due(waiting, 10.0)
     assert named(due) == [("raid", "R", 12), ("cheer", "C", 151), ("super_chat", "S", 0)]
     assert due is not None
-    cheer, paid = due.named[1], due.named[2]
+    (cheer,), (paid,) = due.named[1], due.named[2]
     assert cheer.messages == ["Cheer100 hi", "Cheer50 again"]  # at most MAX_MESSAGES lines
     assert paid.amounts == ["$5.00", "$2.00"] and paid.micros == 7_000_000
 
@@ -172,7 +175,7 @@ def test_caps_name_a_few_and_count_the_rest() -> None:
     feed(waiting, [event(K.SUB, f"s{n}") for n in range(9)])
     assert len(waiting.pending) == 5 and waiting.others == 4  # kept: 5 entries; counted: 4
     due = thanks.due(waiting, 10.0)
-    assert due is not None and [e.user_id for e in due.named] == ["s0", "s1"]
+    assert due is not None and due.user_ids == ("s0", "s1")
     assert due.others == 7
     assert "- and 7 more supporters" in thanks.turn_text(due, "twitch")
 
@@ -196,3 +199,24 @@ def test_clear_drops_what_waits() -> None:
 def test_config_is_checked(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         ThanksConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_one_person_is_named_once_with_everything_they_did() -> None:
+    waiting = state(max_names=2)
+    feed(
+        waiting,
+        [
+            event(K.SUPER_CHAT, "a", amount="$5.00", text="love it"),
+            event(K.SUB, "b"),
+            *burst("a", "g", 5),
+            event(K.SUPER_STICKER, "a", amount="$2.00"),
+        ],
+    )
+    due = thanks.due(waiting, 10.0)
+    assert due is not None and due.user_ids == ("a", "b") and due.others == 0
+    text = thanks.turn_text(due, "youtube")
+    assert text.splitlines()[0] == (
+        "- A: gifted 5 memberships to the community (Tier 1); sent a Super Chat ($5.00); "
+        "sent a Super Sticker ($2.00)"
+    )
+    assert text.splitlines()[1:] == ["  and wrote: love it", "- B: became a member"]

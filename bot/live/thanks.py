@@ -6,8 +6,8 @@ and a raid brings a wave of subs and cheers with it. So events accumulate per ch
 bot speaks once the burst has *settled* (``settle_seconds`` without a new event), or at the
 latest ``max_wait_seconds`` after the first one, and never sooner than ``min_gap_seconds``
 after its last thanks: one turn that names up to ``max_names`` people with what each did
-(raids first, then gifts, paid messages, subs, announcements; bigger first within a kind) and
-counts the rest.
+(raids first, then gifts, paid messages, subs, announcements; bigger first within a kind; one
+person's several kinds on one line) and counts the rest.
 
 Every kind is off until the operator turns it on (``CHORUS_THANKS``, ``bot/settings/thanks``):
 an event of a kind that is off is not kept at all. What is counted together:
@@ -124,11 +124,16 @@ class ThanksState:
 
 @dataclass(frozen=True)
 class Thanks:
-    """One thanks turn: who is named (in order), how many more, the last event's id."""
+    """One thanks turn: the people named, in order, each with what they did (one entry per
+    kind); how many more people; the last event's id."""
 
-    named: tuple[Thanked, ...]
+    named: tuple[tuple[Thanked, ...], ...]
     others: int
     last_id: str
+
+    @property
+    def user_ids(self) -> tuple[str, ...]:
+        return tuple(p[0].user_id for p in self.named if p[0].user_id is not None)
 
 
 def observe(state: ThanksState, message: ChatMessage, now: float) -> bool:
@@ -168,8 +173,9 @@ def due(state: ThanksState, now: float) -> Thanks | None:
         return None
     entries = _by_gifter(state.pending)
     entries.sort(key=lambda e: (_PRIORITY[e.kind], -e.weight, e.seq))
-    named = tuple(entries[: cfg.max_names])
-    thanks = Thanks(named, len(entries) - len(named) + state.others, state.last_id)
+    people = _people(entries)
+    named = tuple(people[: cfg.max_names])
+    thanks = Thanks(named, len(people) - len(named) + state.others, state.last_id)
     for kind, key in state.pending:
         if kind == "gift":
             state.done_gifts[key] = None
@@ -236,6 +242,15 @@ def _by_gifter(pending: dict[tuple[str, str], Thanked]) -> list[Thanked]:
     return entries
 
 
+def _people(ranked: list[Thanked]) -> list[tuple[Thanked, ...]]:
+    """The ranked entries as people (one person's kinds together, at their best rank)."""
+    people: dict[str, list[Thanked]] = {}
+    for entry in ranked:
+        key = entry.user_id if entry.user_id is not None else f"#{entry.seq}"  # anonymous: apart
+        people.setdefault(key, []).append(entry)
+    return [tuple(entries) for entries in people.values()]
+
+
 # -- what the turn says ---------------------------------------------------------------------
 def instructions() -> str:
     """The turn's instruction (its context, outside the data block)."""
@@ -246,10 +261,12 @@ def turn_text(thanks: Thanks, platform: str) -> str:
     """The turn's text: one line per person named, what they wrote under it, the rest counted.
     Everything here is data; the prompt wraps it as a ``<user_message>`` block."""
     lines: list[str] = []
-    for entry in thanks.named:
-        name = entry.user_name or entry.user_id or prompts.render("live/thanks_anonymous")
-        lines.append(f"- {name}: {_what(entry, platform)}")
-        lines += [f"  {prompts.render('live/thanks_said', text=text)}" for text in entry.messages]
+    for person in thanks.named:
+        names = [e.user_name for e in person if e.user_name] or [person[0].user_id or ""]
+        name = names[0] or prompts.render("live/thanks_anonymous")
+        lines.append(f"- {name}: {'; '.join(_what(e, platform) for e in person)}")
+        said = [text for e in person for text in e.messages][:MAX_MESSAGES]
+        lines += [f"  {prompts.render('live/thanks_said', text=text)}" for text in said]
     if thanks.others:
         lines.append(prompts.render("live/thanks_others", count=thanks.others))
     return "\n".join(lines)

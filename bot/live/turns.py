@@ -324,12 +324,11 @@ def batch_turn(conv: ConversationKey, batch: Batch) -> Turn:
 
 def thanks_turn(conv: ConversationKey, due_now: thanks.Thanks) -> Turn:
     """One turn that thanks the people of a settled burst of stream events, by name."""
-    named = tuple(dict.fromkeys(e.user_id for e in due_now.named if e.user_id is not None))
     return Turn(
         message=_synthetic(
             conv, f"thanks-{due_now.last_id}", thanks.turn_text(due_now, conv.platform)
         ),
-        addressed=named,
+        addressed=due_now.user_ids,
         reply_to_id=None,
         context=thanks.instructions(),
         kind="thanks",
