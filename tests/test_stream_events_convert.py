@@ -22,7 +22,7 @@ from adapters.twitch.convert import BotIdentity
 from adapters.youtube._proto import stream_list_pb2 as pb
 from adapters.youtube.convert import ChatContext, to_event
 from adapters.youtube.stream import to_json
-from bot.events import ChatMessage, StreamEvent, StreamEventKind
+from bot.events import ChatMessage, ConversationKey, Reply, StreamEvent, StreamEventKind
 from tests.loopback.twitch_server import fixture
 from tests.loopback.youtube_grpc import to_proto
 
@@ -304,3 +304,17 @@ def test_youtube_events_survive_ignore_mode_and_a_comment_can_mention_the_bot() 
     assert isinstance(message, ChatMessage) and message.mentions_bot and not message.ambient
     own = ChatContext("chat", A, ("Chorus",))
     assert to_event(sticker, own) is None  # the bot's own channel
+
+
+def test_an_answer_to_a_notice_goes_out_unthreaded_with_a_mention() -> None:
+    unrepliable = notices.Unrepliable(capacity=2)
+    conv = ConversationKey(platform="twitch", channel="1971641")
+    reply = Reply(conversation=conv, text="9 months!", reply_to_id="n1", addressed_user_ids=("7",))
+    assert unrepliable.unthread(reply, {"7": "fan"}) is reply  # an ordinary message: threaded
+    for message_id in ("n1", "n2"):
+        unrepliable.add(message_id)
+    answer = unrepliable.unthread(reply, {"7": "fan"})
+    assert (answer.reply_to_id, answer.text) == (None, "@fan 9 months!")
+    assert unrepliable.unthread(reply, {}).text == "9 months!"  # no login known: no mention
+    unrepliable.add("n3")  # the oldest id is forgotten
+    assert unrepliable.unthread(reply, {"7": "fan"}) is reply

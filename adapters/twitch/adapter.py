@@ -112,6 +112,7 @@ class TwitchAdapter:
         self.failed = 0
         self._moderator: dict[str, bool] = {}
         self._logins: OrderedDict[str, str] = OrderedDict()  # user id -> login, for mentions
+        self._notices = notices.Unrepliable()
         self._stored: StoredTokens | None = None
         self._token_lock = asyncio.Lock()
         self._outbound: asyncio.Task[None] | None = None
@@ -279,13 +280,13 @@ class TwitchAdapter:
             log.exception("twitch message dropped", extra={"message_id": str(event.id)})
 
     async def _on_notification(self, event: twitchio.ChatNotification) -> None:
-        """A chat notice (sub, gift, raid, announcement): ``notices`` converts it."""
         if self.bot is None:
             return
         try:
             self._remember_login(event.chatter.id, event.chatter.name)
             message = notices.chat_message(event, bot=self.bot, ambient=self.settings.ambient)
             if message is not None:
+                self._notices.add(message.id)  # an answer to it cannot be threaded to it
                 await self.bus.publish(INBOUND, message)
         except ValueError as exc:
             _skipped("notice", exc)
@@ -367,6 +368,7 @@ class TwitchAdapter:
 
     async def deliver(self, reply: Reply) -> list[str]:
         """Send ``reply`` (at most ``max_pieces`` messages); returns the sent message ids."""
+        reply = self._notices.unthread(reply, self._logins)
         pieces = convert.reply_to_sends(
             reply, logins=self._logins, max_pieces=self.settings.max_pieces
         )

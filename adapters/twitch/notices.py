@@ -33,17 +33,29 @@ Twitch added later (``watch_streak``, ``modiversary``, ``shared_chat_modiversary
 without them (any sent before April 2026, and the recorded fixtures) would fail to parse and be
 skipped. ``complete`` fills the absent ones with null, as Twitch sends them, before twitchio
 parses the payload (``eventsub.HandoverWebsocket``).
+
+A notice cannot be replied to (Twitch threads replies to chat messages only), so an answer to
+one goes out unthreaded with an ``@mention`` instead (``Unrepliable``).
 """
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections import OrderedDict
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from twitchio import ChatNotification
 
 from adapters.twitch.convert import PLATFORM, BotIdentity, Malformed, mentions, roles
-from bot.events import Author, ChatMessage, ConversationKey, StreamEvent, StreamEventKind, utcnow
+from bot.events import (
+    Author,
+    ChatMessage,
+    ConversationKey,
+    Reply,
+    StreamEvent,
+    StreamEventKind,
+    utcnow,
+)
 
 SUBSCRIPTION = "channel.chat.notification"
 ANONYMOUS = "anonymous"  # the author id of an anonymous gifter's notice (Twitch ids are digits)
@@ -189,3 +201,26 @@ def _text(value: object, field: str) -> str:
     if isinstance(value, str) and value:
         return value
     raise Malformed(f"{field} is missing or not a string")
+
+
+class Unrepliable:
+    """The ids of the notices published lately: Twitch refuses a reply threaded to a notice
+    (Send Chat Message answers 400 "Message cannot be replied to"), so an answer to one - a
+    resub message that mentioned the bot - goes out unthreaded, starting with ``@login``."""
+
+    def __init__(self, capacity: int = 1000) -> None:
+        self.capacity = capacity
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, message_id: str) -> None:
+        self._ids[message_id] = None
+        if len(self._ids) > self.capacity:
+            self._ids.popitem(last=False)
+
+    def unthread(self, reply: Reply, logins: Mapping[str, str]) -> Reply:
+        """``reply`` as it can be sent: unchanged unless it answers a notice."""
+        if reply.reply_to_id is None or reply.reply_to_id not in self._ids:
+            return reply
+        login = next((logins[u] for u in reply.addressed_user_ids if u in logins), None)
+        text = f"@{login} {reply.text}" if login else reply.text
+        return reply.model_copy(update={"reply_to_id": None, "text": text})

@@ -16,7 +16,8 @@ Point twitchio 3 at it with ``TWITCH_API_BASE_URL=server.helix_url``,
 - ``POST /helix/eventsub/subscriptions`` -- needs a valid user token and a live session id.
 - ``GET /helix/users`` -- ``login``/``id`` lookups in ``users``.
 - ``POST /helix/chat/messages`` -- records the body; answers ``is_sent: true``, or a queued
-  ``drops`` entry (``is_sent: false`` with its ``drop_reason``).
+  ``drops`` entry (``is_sent: false`` with its ``drop_reason``); a reply threaded to a chat
+  notice (``channel.chat.notification``) is refused with 400, as Twitch refuses it.
 - ``GET /oauth2/validate`` and ``POST /oauth2/token`` (``client_credentials``, ``refresh_token``)
   under ``/id/``. ``revoke(token)`` makes Helix answer 401 "Invalid OAuth token" for it, as
   Twitch does for an expired token.
@@ -116,6 +117,7 @@ class TwitchServer(LoopbackServer):
         self.handover_gate: asyncio.Event | None = None  # set: a reconnect's welcome waits for it
         self.waiting: Connection | None = None  # a reconnecting connection not yet welcomed
         self.notifications: dict[str, dict[str, Any]] = {}  # message_id -> the notification
+        self.notice_ids: set[str] = set()  # chat notices' message ids: not repliable
         self.changed = asyncio.Condition()
         self._ids = itertools.count(1)
         self._closing: set[asyncio.Task[bool]] = set()
@@ -202,6 +204,8 @@ class TwitchServer(LoopbackServer):
                 "payload": {"subscription": sub.wire(), "event": event},
             }
             self.notifications[message_id] = message
+            if sub.type == "channel.chat.notification":
+                self.notice_ids.add(str(event.get("message_id")))
             await self._send(conn, message)
             delivered.append(message_id)
         return delivered
@@ -365,6 +369,10 @@ class TwitchServer(LoopbackServer):
         token = self._bearer(request)
         if token not in self.tokens:
             return self._unauthorized()
+        if rec.body.get("reply_parent_message_id") in self.notice_ids:
+            message = "The request's input was not valid. Message cannot be replied to."
+            body = {"data": [], "error": "Bad Request", "status": 400, "message": message}
+            return web.json_response(body, status=400)
         if self.drops:
             reason = self.drops.popleft()
             result = {"message_id": "", "is_sent": False, "drop_reason": reason}
