@@ -153,7 +153,7 @@ def to_event(item: Mapping[str, Any], ctx: ChatContext) -> ChatMessage | Message
             raise Malformed("userBannedEvent without the banned user's channelId")
         return MessageDeleted(conversation=ctx.conversation, author_id=channel)
     text = _message_text(kind, snippet) or ""
-    if kind not in _EVENT_KINDS and not text.strip():
+    if not (isinstance(kind, str) and kind in _EVENT_KINDS) and not text.strip():
         return None
     details = _obj(item.get("authorDetails"))
     author_id = _text(details.get("channelId")) or _text(snippet.get("authorChannelId"))
