@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from bot.app import Chorus
+from bot.events import StreamEventKind
 from bot.llm.types import Usage
 from bot.ops.metrics import Metrics
 from bot.settings import ConfigError, Settings, known_variables, load_settings
@@ -126,6 +127,15 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
         "600",
         600.0,
     ),
+    "CHORUS_THANKS": (
+        ("thanks.kinds",),
+        "raid, Super_Chat",
+        frozenset({StreamEventKind.RAID, StreamEventKind.SUPER_CHAT}),
+    ),
+    "CHORUS_THANKS_SETTLE_SECONDS": (("thanks.settle_seconds",), "2", 2.0),
+    "CHORUS_THANKS_MAX_WAIT_SECONDS": (("thanks.max_wait_seconds",), "45", 45.0),
+    "CHORUS_THANKS_MIN_GAP_SECONDS": (("thanks.min_gap_seconds",), "90", 90.0),
+    "CHORUS_THANKS_MAX_NAMES": (("thanks.max_names",), "5", 5),
     "CHORUS_PINS_MAX": (("memory.pins_max",), "5", 5),
     "CHORUS_RECS_MAX": (("memory.recs_max",), "3", 3),
     "CHORUS_MEMORY_TTL": (("memory.ttl_seconds",), "3600", 3600),

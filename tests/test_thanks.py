@@ -171,9 +171,10 @@ def test_thanks_keep_their_gap_and_quiet_channels_are_forgotten() -> None:
 
 
 def test_caps_name_a_few_and_count_the_rest() -> None:
-    waiting = state(K.SUB, max_names=2, max_pending=5)
-    feed(waiting, [event(K.SUB, f"s{n}") for n in range(9)])
-    assert len(waiting.pending) == 5 and waiting.others == 4  # kept: 5 entries; counted: 4
+    waiting = state(K.SUB, K.GIFT_SUB, max_names=2, max_pending=5)
+    feed(waiting, [event(K.SUB, f"s{n}") for n in range(8)])
+    feed(waiting, burst("g", "late", 4))  # a burst past the cap counts once, not per notice
+    assert len(waiting.pending) == 5 and len(waiting.overflow) == 4  # kept 5, counted 4
     due = thanks.due(waiting, 10.0)
     assert due is not None and due.user_ids == ("s0", "s1")
     assert due.others == 7

@@ -25,9 +25,11 @@ def event(
     conv: ConversationKey = TWITCH,
     msg_id: str | None = None,
     author: str | None = None,
+    name: str | None = None,
     **fields: Any,
 ) -> ChatMessage:
-    """A message carrying one stream event by ``user`` (None: anonymous), named ``user`` upper-case."""
+    """A message carrying one stream event by ``user`` (None: anonymous), named ``name``
+    (default: ``user`` upper-case)."""
     return ChatMessage(
         platform=conv.platform,
         id=msg_id or f"e{next(_ids)}",
@@ -37,7 +39,12 @@ def event(
         ),
         text=text,
         ambient=True,
-        stream_event=StreamEvent(kind=kind, user_id=user, user_name=(user or "").upper(), **fields),
+        stream_event=StreamEvent(
+            kind=kind,
+            user_id=user,
+            user_name=(user or "").upper() if name is None else name,
+            **fields,
+        ),
     )
 
 
@@ -83,6 +90,8 @@ def sample_thanks_text() -> str:
                 event(K.RESUB, "d", conv=YOUTUBE, months=12, tier="Gold Club"),
                 event(K.GIFT_SUB, "e", conv=YOUTUBE, count=5, gift_id="LCC.g", tier="Gold Club"),
                 event(K.GIFT_SUB, None, conv=YOUTUBE, count=3, gift_id="LCC.anon"),
+                # a recipient's part of a gifting item never seen: the gifter has no name
+                event(K.GIFT_SUB, "UCx", conv=YOUTUBE, name="", gift_id="g2", recipient_id="r"),
             ],
         ),
         (TWITCH, [event(K.SUB, f"s{n}", tier="2000") for n in range(3)]),

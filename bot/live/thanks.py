@@ -111,7 +111,7 @@ class ThanksState:
 
     config: ThanksConfig
     pending: dict[tuple[str, str], Thanked] = field(default_factory=dict)
-    others: int = 0  # events beyond ``max_pending`` entries: counted, not named
+    overflow: set[tuple[str, str]] = field(default_factory=set)  # past ``max_pending``: counted
     first_at: float | None = None
     last_at: float = -math.inf
     last_thanks: float = -math.inf
@@ -152,7 +152,7 @@ def observe(state: ThanksState, message: ChatMessage, now: float) -> bool:
     key = ("gift", gift) if gift is not None else (event.kind.value, event.user_id or "")
     entry = state.pending.get(key)
     if entry is None and len(state.pending) >= state.config.max_pending:
-        state.others += 1
+        state.overflow.add(key)
     else:
         if entry is None:
             state.seq += 1
@@ -175,7 +175,7 @@ def due(state: ThanksState, now: float) -> Thanks | None:
     entries.sort(key=lambda e: (_PRIORITY[e.kind], -e.weight, e.seq))
     people = _people(entries)
     named = tuple(people[: cfg.max_names])
-    thanks = Thanks(named, len(people) - len(named) + state.others, state.last_id)
+    thanks = Thanks(named, len(people) - len(named) + len(state.overflow), state.last_id)
     for kind, key in state.pending:
         if kind == "gift":
             state.done_gifts[key] = None
@@ -188,9 +188,9 @@ def due(state: ThanksState, now: float) -> Thanks | None:
 
 def clear(state: ThanksState) -> int:
     """Drop what waits (a paused channel thanks nobody); how many people or bursts went."""
-    dropped = len(state.pending) + state.others
+    dropped = len(state.pending) + len(state.overflow)
     state.pending.clear()
-    state.others = 0
+    state.overflow.clear()
     state.first_at = None
     return dropped
 
@@ -262,8 +262,9 @@ def turn_text(thanks: Thanks, platform: str) -> str:
     Everything here is data; the prompt wraps it as a ``<user_message>`` block."""
     lines: list[str] = []
     for person in thanks.named:
-        names = [e.user_name for e in person if e.user_name] or [person[0].user_id or ""]
-        name = names[0] or prompts.render("live/thanks_anonymous")
+        names = [e.user_name for e in person if e.user_name]
+        unnamed = "live/thanks_unnamed" if person[0].user_id else "live/thanks_anonymous"
+        name = names[0] if names else prompts.render(unnamed)
         lines.append(f"- {name}: {'; '.join(_what(e, platform) for e in person)}")
         said = [text for e in person for text in e.messages][:MAX_MESSAGES]
         lines += [f"  {prompts.render('live/thanks_said', text=text)}" for text in said]
