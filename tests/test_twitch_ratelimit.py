@@ -7,6 +7,7 @@ fake ``sleep`` advances, so a 30-second window costs no real waiting.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Callable
@@ -113,3 +114,26 @@ async def test_pause_holds_every_process_and_the_wait_is_logged(
     finally:
         await a_client.aclose()
         await b_client.aclose()
+
+
+async def test_a_cancel_swallowed_inside_a_transaction_still_stops_acquire(key_tag: str) -> None:
+    """redis-py can eat a cancellation that lands mid-transaction; acquire must still stop, or
+    a closing adapter's send loop lives on (seen as a hung shutdown in the fuzz tests)."""
+
+    class Swallowing(SharedRateLimiter):
+        async def try_acquire(self, bucket: str, limit: int) -> float:
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):  # swallowed, as redis-py did
+                await asyncio.sleep(0)
+            return await super().try_acquire(bucket, limit)
+
+    redis = await connect.open_redis(f"memory://ratelimit-{key_tag}")
+    try:
+        limiter = Swallowing(redis)
+        with pytest.raises(asyncio.CancelledError):
+            await limiter.acquire(f"cancel-{key_tag}", 20)
+        assert await redis.zcard(bucket_key(f"cancel-{key_tag}")) == 1  # granted, then stopped
+    finally:
+        await redis.aclose()

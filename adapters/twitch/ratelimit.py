@@ -16,6 +16,11 @@ removed again and I wait until the oldest entry leaves the window. Two racing at
 worst both be refused for a moment (each saw the other's entry), never both granted past the
 limit: every granted entry was counted together with every earlier entry still in the window.
 
+A cancellation that lands while a transaction is in flight can be swallowed by redis-py (the
+call returns as if nothing happened, seen in the fuzz tests' shutdowns); ``acquire`` checks
+whether its task is being cancelled after each transaction and stops then, so a closing adapter
+is never left sending.
+
 ``pause`` sets a shared cool-down (after Twitch says ``msg_ratelimit``) that every process's
 ``acquire`` honours. Times come from an injected ``clock`` (epoch seconds, comparable across
 processes), waits go through an injected ``sleep``: tests run without real waiting.
@@ -51,6 +56,11 @@ _MIN_WAIT = 0.05  # never spin: a refused attempt waits at least this long
 def bucket_key(bucket: str) -> str:
     """The shared window of one send bucket (``bot.keys.ratelimit`` documents it)."""
     return keys.ratelimit("twitch", bucket)
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 class SharedRateLimiter:
@@ -100,6 +110,8 @@ class SharedRateLimiter:
         waited = 0.0
         while True:
             wait = await self.try_acquire(bucket, limit)
+            if _cancelling():  # redis-py can swallow a cancel that lands mid-transaction
+                raise asyncio.CancelledError
             if wait <= 0:
                 return waited
             log.info(
