@@ -62,9 +62,14 @@ same pipeline as the write. A dedupe key is ``SET NX`` by the router when it cla
     epoch time; PEXPIRE one window (+1 s). ``...:{bucket}:pause`` -- string, epoch seconds until
     which sends wait; PX = the pause. Shared by every process of a deployment so they stay
     under one platform budget. adapters/twitch/ratelimit.py.
-``chorus:v1:quota:{platform}:{project}:{yyyymmdd}`` -- hash ``units``, ``inserts``: the API quota
-    spent that quota day (YouTube: Pacific time); expires an hour after the day's reset.
-    adapters/youtube/api.py.
+``chorus:v1:quota:{platform}:{project}:{yyyymmdd}`` -- hash ``units``, ``inserts`` and the units by
+    kind (``read``, ``reply``, ``lookup``): the API quota spent that quota day (YouTube: Pacific
+    time); expires an hour after the day's reset. ``...:{project}:holds`` -- hash, hold id ->
+    ``"{units} {expiry epoch}"``: units reserved by replies decided but not yet sent (settled by
+    the sender, or lapsed). ``...:{project}:stream`` -- hash ``started``, ``since``, ``reading``,
+    ``mentions``, ``unprompted``: the chat being read (its start, stream or poll, mentions seen
+    since ``since``) and the latest unprompted turn. Those two: TTL 2 days, refreshed by every
+    write. bot/quota/ledger.py (the gateway's YouTube adapter and the workers' reply budget).
 ``chorus:v1:live:{kind}:{platform}:{channel}[:{thread}]`` -- what of a live channel's engagement
     ledger outlives the process that holds it (``RedisLiveStore``, bot/live/store.py). ``chan``:
     zset, ``paused``/``resumed``/``spoke`` -> epoch seconds of the latest pause, resume and
@@ -269,6 +274,22 @@ def quota(platform: str, project: str, day: str) -> str:
     _check_id("project", project)
     _check_token("day", day)
     return f"{PREFIX}:quota:{platform}:{_escape_part(project)}:{day}"
+
+
+def quota_holds(platform: str, project: str) -> str:
+    """The units a platform project holds for replies decided but not yet sent."""
+    return f"{_quota_project(platform, project)}:holds"
+
+
+def quota_stream(platform: str, project: str) -> str:
+    """The chat a platform project reads now: its start, reading mode and mention count."""
+    return f"{_quota_project(platform, project)}:stream"
+
+
+def _quota_project(platform: str, project: str) -> str:
+    _check_token("platform", platform)
+    _check_id("project", project)
+    return f"{PREFIX}:quota:{platform}:{_escape_part(project)}"
 
 
 # -- live chat -----------------------------------------------------------------------------------
