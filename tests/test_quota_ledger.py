@@ -169,7 +169,9 @@ async def test_unprompted_turns_are_paced_and_holds_lapse(ledger: tuple[Ledger, 
 
 
 @pytest.mark.redis
-async def test_the_view_counts_mentions_and_the_chat_read(redis_client: Redis, key_tag: str) -> None:
+async def test_the_view_counts_mentions_and_the_chat_read(
+    redis_client: Redis, key_tag: str
+) -> None:
     clock = Clock()
     book = QuotaLedger(redis_client, CONFIG, project=f"{key_tag}.apps", clock=clock)
     await book.follow(START - timedelta(minutes=5), "poll")
@@ -219,8 +221,15 @@ async def test_two_processes_never_hold_more_than_the_budget(
     project = f"{key_tag}.apps"
     procs = [
         await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _WORKER, real_redis_url, project, name,
-            stdout=asyncio.subprocess.PIPE, cwd=ROOT, env={"PYTHONPATH": str(ROOT)},
+            sys.executable,
+            "-c",
+            _WORKER,
+            real_redis_url,
+            project,
+            name,
+            stdout=asyncio.subprocess.PIPE,
+            cwd=ROOT,
+            env={"PYTHONPATH": str(ROOT)},
         )  # fmt: skip
         for name in ("w1", "w2")
     ]

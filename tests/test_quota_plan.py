@@ -70,7 +70,7 @@ def test_pacific_rule_matches_the_tz_database_every_hour_for_two_years() -> None
 
 
 def _budget(
-    usage: Usage = Usage(),
+    usage: Usage | None = None,
     *,
     hours: float = 0.0,
     mode: str = "stream",
@@ -79,7 +79,7 @@ def _budget(
 ) -> Budget:
     now = START + timedelta(hours=hours)
     stream = StreamView(START, "stream" if mode == "stream" else "poll", mentions, START)
-    return plan_budget(config, usage, stream, now)
+    return plan_budget(config, usage or Usage(), stream, now)
 
 
 def test_a_fresh_day_keeps_reading_then_mentions_and_paces_the_rest() -> None:

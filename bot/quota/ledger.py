@@ -170,6 +170,7 @@ class QuotaLedger:
         self._day = ""
         self._usage = Usage()
         self.stream: StreamView | None = None
+        self.by_kind: dict[str, int] = {}  # the day's units by kind, as last read
         self._holds = keys.quota_holds(platform, project)
         self._stream_key = keys.quota_stream(platform, project)
 
@@ -208,7 +209,16 @@ class QuotaLedger:
         view = parse_view(day, holds, stream, now.timestamp())
         self._seen(now, view.usage)
         self.stream = view.stream or self.stream
+        self.by_kind = dict(view.by_kind)
         return view
+
+    async def fresh_budget(self) -> Budget:
+        """The plan from a fresh read of the ledger (from the last one if Redis fails)."""
+        try:
+            await self.view()
+        except RedisError:
+            log.warning("could not read the quota ledger; planning on the last read", exc_info=True)
+        return self.budget()
 
     async def load(self) -> Usage:
         try:
@@ -244,7 +254,7 @@ class QuotaLedger:
         limit = self.budget().reply_limit
         argv = (hold or "", cost, limit, self.config.daily_units, now.timestamp())
         try:
-            outcome, units, inserts, held = await self._redis.eval(  # type: ignore[misc]
+            outcome, units, inserts, held = await self._redis.eval(
                 _INSERT, 3, self._day_key(now), self._holds, self._stream_key,
                 *argv, self._day_ttl(now),
             )  # fmt: skip
@@ -276,7 +286,7 @@ class QuotaLedger:
         now = self._clock()
         stamp = f"{started.timestamp():.3f}"
         try:
-            await self._redis.eval(  # type: ignore[misc]
+            await self._redis.eval(
                 _FOLLOW, 1, self._stream_key, stamp, reading, f"{now.timestamp():.3f}",
                 int(STREAM_TTL.total_seconds()),
             )  # fmt: skip
@@ -296,7 +306,7 @@ class QuotaLedger:
         """Hold up to ``request.want`` units for a decided turn (0: refused). Atomic."""
         now = self._clock()
         expiry = f"{now.timestamp() + HOLD_SECONDS:.3f}"
-        got, units, held = await self._redis.eval(  # type: ignore[misc]
+        got, units, held = await self._redis.eval(
             _RESERVE, 3, self._day_key(now), self._holds, self._stream_key,
             hold, request.want, request.minimum, request.limit, f"{request.gap:.3f}",
             f"{now.timestamp():.3f}", expiry, int(STREAM_TTL.total_seconds()),
