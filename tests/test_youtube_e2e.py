@@ -365,10 +365,9 @@ async def test_a_failed_send_is_logged_and_acked(
 async def test_a_simulated_four_hour_stream_keeps_reading_while_replies_spend_their_share(
     rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Four hours of a busy chat, polled on the default 10,000-unit budget, with far more
-    mentions (one every fifth poll) than the day can answer: replies take everything beyond
-    what reading needs, then are dropped with a log; polling never slows past its 30 s floor
-    and the day ends with the reading reserve for the rest of it untouched."""
+    """Four hours of a busy chat polled on the default budget, with far more mentions than the
+    day can answer: replies take everything beyond what reading needs, then are dropped with a
+    log; polls never slow past their 30 s floor; the reading reserve for the rest is left."""
 
     def page(number: int) -> list[dict[str, Any]]:
         items = [text_item(f"LCC.{number}", f"chat line {number}")]
@@ -376,12 +375,9 @@ async def test_a_simulated_four_hour_stream_keeps_reading_while_replies_spend_th
             items.append(_mention(f"LCC.q{number}", f"@Chorus question {number}"))
         return items
 
-    rig.server.page_source = page
+    rig.server.page_source, server = page, rig.server
     caplog.set_level(logging.INFO, logger="chorus.youtube")
-    end = START + timedelta(hours=4)
-    await rig.run_until(lambda: rig.time.now >= end)
-
-    server = rig.server
+    await rig.run_until(lambda: rig.time.now >= START + timedelta(hours=4))
     polls, sends = server.calls["list"], server.calls["insert"]
     assert server.units == 2 + 5 * polls + 50 * sends  # lookups, every poll, every send
     assert all(5.0 <= s <= 30.0 + 1e-6 for s in rig.time.sleeps)  # the floor, never slower

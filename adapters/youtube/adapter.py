@@ -369,8 +369,7 @@ class YouTubeAdapter:
             self._reading = None
 
     async def _reading_by(self, chat: _Chat, reading: Reading) -> None:
-        """Say in the shared ledger which chat is read and how: the reply budget plans with it
-        (a new chat starts the mention count over)."""
+        """Tell the shared ledger which chat is read, and how (the reply budget plans on it)."""
         self._reading = reading
         await self.api.ledger.follow(chat.started_at, reading)
 
@@ -385,8 +384,7 @@ class YouTubeAdapter:
             self._quota_log = asyncio.create_task(self._log_quota(), name="youtube-quota-log")
 
     async def _log_quota(self) -> None:
-        """The spend, by kind, and what the reply budget has left (from a fresh read)."""
-        await self.api.ledger.fresh_budget()
+        await self.api.ledger.fresh_budget()  # the spend by kind, what the budget has left
         log.info("youtube quota", extra=self._quota_fields())
 
     def _quota_fields(self) -> dict[str, object]:
