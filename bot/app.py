@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -24,15 +26,18 @@ from bot.bus.erasure import StreamEraser
 from bot.bus.outbox import Outbox
 from bot.bus.retention import StreamRetention
 from bot.bus.spool import Spool
+from bot.live.budget import ReplyGate
 from bot.live.engagement import Engagement
 from bot.live.store import RedisLiveStore
-from bot.live.turns import LiveChat, policy_config
+from bot.live.turns import LiveChat, platform_overrides, policy_config
 from bot.llm.base import Provider
 from bot.llm.fallback import build_chain
 from bot.memory.buffers import MemoryStore
 from bot.ops.aio import cancel_and_wait
 from bot.ops.health import HealthServer, adapter_checks, provider_check, redis_check
 from bot.ops.metrics import Metrics, NullMetrics
+from bot.quota.ledger import QuotaLedger
+from bot.quota.plan import QuotaConfig
 from bot.router import memory_commands
 from bot.router.core import Router, RouterLimits
 from bot.router.text_commands import Commands
@@ -97,6 +102,7 @@ class Chorus:
                 budget_seconds=settings.agent.turn_budget_seconds,
             ),
         )
+        self.reply_gate = reply_gate(settings, redis, self.metrics)
         self.memory_settings = settings.memory
         self.memory = MemoryStore(redis, self.memory_settings)
         commands = Commands(self.history)
@@ -113,11 +119,14 @@ class Chorus:
             tools=self.tools,
             memory=self.memory,
             live=LiveChat(
-                Engagement(policy_config(settings.engagement)),
+                Engagement(
+                    policy_config(settings.engagement), platform_overrides(settings.engagement)
+                ),
                 metrics=self.metrics,
                 store=RedisLiveStore(
                     redis, pause_seconds=round(settings.engagement.pause_hours * 3600)
                 ),
+                budget=self.reply_gate,
             ),
             metrics=self.metrics,
             limits=RouterLimits(
@@ -268,6 +277,50 @@ class Chorus:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def reply_gate(settings: Settings, redis: Redis, metrics: Metrics | NullMetrics) -> ReplyGate:
+    """The reply budget of the live-chat turns: YouTube's, shared in Redis with the gateway
+    (same ``YOUTUBE_*`` settings in every process), when YouTube is configured; and its gauges:
+    the day's units by kind and what the budget has left, read from Redis at scrape time."""
+    youtube = settings.youtube
+    if not (youtube.enabled and youtube.client_id and youtube.client_id.strip()):
+        return ReplyGate(clock=time.time)
+    config = QuotaConfig.from_settings(youtube)
+    ledger = QuotaLedger(
+        redis, config, project=youtube.client_id.strip(), clock=lambda: datetime.now(UTC)
+    )
+
+    async def units() -> dict[tuple[str, ...], float]:
+        view = await ledger.view()
+        return {(kind,): float(n) for kind, n in view.by_kind.items()}
+
+    async def budget() -> dict[tuple[str, ...], float]:
+        plan = (await ledger.view()).budget(config, datetime.now(UTC))
+        parts = {
+            "replies_left": plan.replies_left,
+            "room": plan.room,
+            "mention_reserve": plan.mentions,
+            "reading_reserve": plan.reading,
+            "held": plan.unspent - plan.remaining,
+        }
+        return {(part,): float(n) for part, n in parts.items()}
+
+    metrics.register_gauge_callback(
+        "chorus_youtube_quota_units",
+        "YouTube API quota units spent today (Pacific quota day) by kind: read (polls and "
+        "stream connections), reply (inserts), lookup (channel, broadcast, video)",
+        ("kind",),
+        units,
+    )
+    metrics.register_gauge_callback(
+        "chorus_youtube_reply_budget_units",
+        "The YouTube reply budget now: replies_left (what a mention may still use), room (what "
+        "unprompted turns may use), mention_reserve, reading_reserve, held (replies in flight)",
+        ("part",),
+        budget,
+    )
+    return ReplyGate(config, clock=time.time, ledger=ledger)
 
 
 async def _start_mcp(settings: ToolSettings) -> MCPManager | None:

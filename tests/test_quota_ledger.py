@@ -16,8 +16,9 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from bot.quota.ledger import HOLD_SECONDS, LedgerView, MemoryLedger, QuotaLedger, Refused
+from bot.quota.ledger import QuotaLedger
 from bot.quota.plan import QuotaConfig, Request, StreamView, Usage, plan_budget
+from bot.quota.view import HOLD_SECONDS, LedgerView, MemoryLedger, Refused
 from bot.state import connect
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -34,7 +34,8 @@ from typing import Any, TypeVar
 import aiohttp
 
 from adapters.youtube import convert
-from bot.quota.ledger import QuotaLedger, Refused, Spend
+from bot.quota.ledger import QuotaLedger
+from bot.quota.view import Refused, Spend
 from bot.resilience import Attempt, Failure, RetryPolicy, Sleep, parse_retry_after, retry
 from bot.state import keys
 

@@ -14,40 +14,28 @@ reserve), so even a reply decided without a hold cannot starve reading.
 
 Keys (bot/state/keys.py): the day's hash (``units``, ``inserts``, units by kind), the holds
 hash and the stream hash (when the chat started, how it is read, mentions seen, the latest
-unprompted turn). ``MemoryLedger`` is the same rules on dicts, for ``chorus replay``; the
-contract suite runs both (tests/test_quota_ledger.py).
+unprompted turn). ``bot.quota.view.MemoryLedger`` is the same rules on dicts, for ``chorus
+replay``; the contract suite runs both (tests/test_quota_ledger.py).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime, timedelta
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from bot.quota.day import next_reset, quota_day
-from bot.quota.plan import (
-    Budget,
-    QuotaConfig,
-    Reading,
-    Request,
-    StreamView,
-    Usage,
-    grant,
-    plan_budget,
-)
+from bot.quota.plan import Budget, QuotaConfig, Reading, Request, StreamView, Usage
+from bot.quota.view import HOLD_SECONDS, LedgerView, Refused, Spend, parse_view
 from bot.state import keys
 
 log = logging.getLogger("chorus.quota")
 
 Clock = Callable[[], datetime]
-Spend = Literal["read", "reply", "lookup"]
-KINDS: tuple[Spend, ...] = ("read", "reply", "lookup")
-HOLD_SECONDS = 600.0  # a hold the sender never settles (the turn died) lapses after this
 STREAM_TTL = timedelta(days=2)
 
 # Shared by the scripts: drop lapsed holds, sum the others (``skip`` excluded).
@@ -126,28 +114,6 @@ redis.call('HSET', KEYS[1], 'reading', ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 """
-
-
-@dataclass(frozen=True)
-class LedgerView:
-    """One read of the ledger: the day's usage, the chat being read, by-kind spend."""
-
-    usage: Usage
-    stream: StreamView | None
-    unprompted_at: float | None = None
-    by_kind: Mapping[str, int] = field(default_factory=dict)
-
-    def budget(self, config: QuotaConfig, now: datetime) -> Budget:
-        """The plan now; before any chat is known, as if one started now and were polled."""
-        return plan_budget(config, self.usage, self.stream or StreamView(started=now), now)
-
-
-class Refused(Exception):
-    """``charge_insert`` refused a piece: ``spent`` (the day) or beyond the reply budget."""
-
-    def __init__(self, spent: bool) -> None:
-        super().__init__("the day's quota is spent" if spent else "the reply budget is spent")
-        self.spent = spent
 
 
 class QuotaLedger:
@@ -313,100 +279,3 @@ class QuotaLedger:
         )  # fmt: skip
         self._seen(now, replace(self.usage, units=int(units), held=int(held)))
         return int(got)
-
-
-def parse_view(
-    day: Mapping[Any, Any], holds: Mapping[Any, Any], stream: Mapping[Any, Any], now: float
-) -> LedgerView:
-    """A ``LedgerView`` from the three hashes (lapsed holds not counted)."""
-    day = _text(day)
-    held = 0
-    for value in _text(holds).values():
-        units, _, expiry = value.partition(" ")
-        if float(expiry or 0) > now:
-            held += int(float(units))
-    info = _text(stream)
-    view: StreamView | None = None
-    if "started" in info:
-        since = info.get("since")
-        view = StreamView(
-            started=_at(float(info["started"])),
-            reading="stream" if info.get("reading") == "stream" else "poll",
-            mentions=int(info.get("mentions", 0)),
-            counting_since=_at(float(since)) if since else None,
-        )
-    unprompted = info.get("unprompted")
-    return LedgerView(
-        usage=Usage(int(day.get("units", 0)), int(day.get("inserts", 0)), held),
-        stream=view,
-        unprompted_at=float(unprompted) if unprompted else None,
-        by_kind={kind: int(day.get(kind, 0)) for kind in KINDS},
-    )
-
-
-def _text(raw: Mapping[Any, Any]) -> dict[str, str]:
-    return {
-        (k.decode() if isinstance(k, bytes) else str(k)): (
-            v.decode() if isinstance(v, bytes) else str(v)
-        )
-        for k, v in raw.items()
-    }
-
-
-def _at(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch, UTC)
-
-
-@dataclass
-class MemoryLedger:
-    """The same rules in memory, synchronous: the offline replay's ledger (one process)."""
-
-    config: QuotaConfig
-    units: int = 0
-    inserts: int = 0
-    by_kind: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
-    holds: dict[str, tuple[int, float]] = field(default_factory=dict)
-    stream: StreamView | None = None
-    unprompted_at: float | None = None
-
-    def view(self, now: datetime) -> LedgerView:
-        self._lapse(now.timestamp())
-        usage = Usage(self.units, self.inserts, sum(u for u, _ in self.holds.values()))
-        return LedgerView(usage, self.stream, self.unprompted_at, dict(self.by_kind))
-
-    def charge(self, units: int, kind: Spend = "read") -> None:
-        self.units += units
-        self.by_kind[kind] += units
-
-    def reserve(self, hold: str, request: Request, now: datetime) -> int:
-        stamp = now.timestamp()
-        self.holds.pop(hold, None)
-        got = grant(request, self.view(now).usage, self.unprompted_at, stamp)
-        if got:
-            self.holds[hold] = (got, stamp + HOLD_SECONDS)
-            if request.gap >= 0:
-                self.unprompted_at = stamp
-        return got
-
-    def charge_insert(self, hold: str | None, cost: int, now: datetime) -> None:
-        """``Refused`` as the Redis script would."""
-        view = self.view(now)
-        own, expiry = self.holds.get(hold or "", (0, 0.0))
-        others = view.usage.held - own
-        if self.units + cost > self.config.daily_units:
-            raise Refused(spent=True)
-        limit = view.budget(self.config, now).reply_limit
-        if own < cost and self.units + others + cost > limit:
-            raise Refused(spent=False)
-        if hold in self.holds:
-            self.holds[hold] = (max(0, own - cost), expiry)
-        self.units += cost
-        self.inserts += 1
-        self.by_kind["reply"] += cost
-
-    def release(self, hold: str) -> None:
-        self.holds.pop(hold, None)
-
-    def _lapse(self, now: float) -> None:
-        for hold in [h for h, (_, expiry) in self.holds.items() if expiry <= now]:
-            del self.holds[hold]

@@ -23,7 +23,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -38,7 +38,7 @@ from bot.bus.claims import Claim, Claims, default_worker_id
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import ChatMessage, ConversationKey, Reply, utcnow
 from bot.live.engagement import Action
-from bot.live.turns import LiveChat, ack, covered_context
+from bot.live.turns import LiveChat, ack
 from bot.llm.errors import LLMError
 from bot.memory.buffers import MemoryStore
 from bot.memory.enrichment import render_context
@@ -47,6 +47,7 @@ from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.router import record
 from bot.router.flow import Admission, Shutdown, admit, release_quietly
 from bot.router.housekeeping import consume_deletions, dead_letter
+from bot.router.items import Item, answer_item, turn_item
 from bot.router.text_commands import Commands
 from bot.router.texts import apology, crash_apology, too_long
 from bot.state.history import HistoryEntry, HistoryStore
@@ -57,27 +58,6 @@ from bot.tools.toolbox import Toolbox
 log = logging.getLogger("chorus.router")
 
 __all__ = ["Router", "RouterLimits", "apology", "crash_apology", "too_long"]
-
-
-@dataclass
-class _Progress:
-    committed: bool = False  # the reply and its record are in Redis: never release, ack
-    elsewhere: bool = False  # our lapsed claim is another worker's now: it answers and acks
-
-
-@dataclass(frozen=True)
-class _Item:
-    """One turn to run: an inbound message (with its delivery, acked after), or a live-chat
-    turn the policy made (a batch or an idle line: no delivery)."""
-
-    message: ChatMessage
-    delivery: Delivery[ChatMessage] | None
-    addressed: tuple[str, ...]
-    reply_to_id: str | None
-    context: str = ""
-    forced: str | None = None  # a fixed answer (live-chat pause/resume acknowledgements)
-    received: float = field(default_factory=time.perf_counter)  # for the overhead metric
-    progress: _Progress = field(default_factory=_Progress)
 
 
 @dataclass(frozen=True)
@@ -126,7 +106,7 @@ class Router:
             done_seconds=self.limits.done_seconds,
         )
         self.live = live
-        self._queues: dict[ConversationKey, deque[_Item]] = {}
+        self._queues: dict[ConversationKey, deque[Item]] = {}
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
         self._acks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(self.limits.concurrency)
@@ -201,7 +181,7 @@ class Router:
         turns = self.live.tick()
         for turn in turns:
             self.admission.take()
-            self._enqueue(_Item(turn.message, None, turn.addressed, turn.reply_to_id, turn.context))
+            self._enqueue(turn_item(turn))
         return len(turns)
 
     async def _consume_inbound(self) -> None:
@@ -229,16 +209,14 @@ class Router:
             self._background(dead_letter(self.bus, self.metrics, delivery), slot=True)
             return
         self.metrics.message_in(message.platform)
-        item = _Item(message, delivery, (message.author.id,), message.id)
+        item = Item(message, delivery, (message.author.id,), message.id)
         if self.live is not None and self.live.applies(message):
             decision = self.live.observe(message)  # arrival order and time, O(1)
             self.metrics.engagement(message.platform, decision.action.value)
             if decision.action is Action.ANSWER_NOW:
-                item = _Item(
-                    message, delivery, (message.author.id,), message.id, covered_context(decision)
-                )
+                item = answer_item(delivery, decision)
             elif decision.action is Action.COMMAND and (text := ack(decision.reason)):
-                item = _Item(message, delivery, (message.author.id,), message.id, forced=text)
+                item = Item(message, delivery, (message.author.id,), message.id, forced=text)
             else:
                 log.debug(
                     "live chat: not answered now",
@@ -258,7 +236,7 @@ class Router:
         self._acks.add(task)
         task.add_done_callback(self._acks.discard)
 
-    def _enqueue(self, item: _Item) -> None:
+    def _enqueue(self, item: Item) -> None:
         conv = item.message.conversation
         self._queues.setdefault(conv, deque()).append(item)
         if conv not in self._workers:
@@ -284,7 +262,7 @@ class Router:
                 self.admission.release()
             self._queues.pop(conv, None)
 
-    async def _turn(self, item: _Item) -> None:
+    async def _turn(self, item: Item) -> None:
         self._running += 1
         ended = False
         try:
@@ -295,7 +273,7 @@ class Router:
             if self._shutdown is not None:
                 self._shutdown.count(ended or item.progress.committed)
 
-    async def _handle(self, item: _Item) -> None:
+    async def _handle(self, item: Item) -> None:
         message = item.message
         claim = self.claims.new(message.platform, message.id)
         settled = False  # answered, skipped or apologised for: ack (else another worker redoes it)
@@ -311,6 +289,12 @@ class Router:
                 )
                 settled = True
                 return
+            if self.live is not None:  # where replies cost quota, reserve before the model
+                paid, item.progress.hold = await self.live.pay(message, item.kind, item.mentions)
+                if not paid:  # declined or held back (logged and counted); nothing to send
+                    await claim.release()
+                    settled = True
+                    return
             async with claim.renewing():
                 await self._answer(item, claim, read)
             settled = not item.progress.elsewhere
@@ -332,7 +316,7 @@ class Router:
             if settled and item.delivery is not None:
                 await shielded(item.delivery.ack())
 
-    async def _answer(self, item: _Item, claim: Claim, read: record.TurnRead) -> None:
+    async def _answer(self, item: Item, claim: Claim, read: record.TurnRead) -> None:
         message = item.message
         if item.forced is not None:
             await self._finish(item, claim, item.forced)
@@ -386,7 +370,7 @@ class Router:
 
     async def _finish(
         self,
-        item: _Item,
+        item: Item,
         claim: Claim,
         text: str,
         *,
@@ -424,7 +408,7 @@ class Router:
         if self.live is not None:
             self.live.spoke(message.conversation)
 
-    def _reply(self, item: _Item, text: str, *, is_error: bool) -> Reply:
+    def _reply(self, item: Item, text: str, *, is_error: bool) -> Reply:
         message = item.message
         return Reply(
             conversation=message.conversation,
@@ -433,9 +417,10 @@ class Router:
             addressed_user_ids=item.addressed,
             in_reply_to_platform=message.platform,
             is_error=is_error,
+            budget_hold=item.progress.hold,
         )
 
-    async def _send(self, item: _Item, text: str, *, is_error: bool = False) -> None:
+    async def _send(self, item: Item, text: str, *, is_error: bool = False) -> None:
         """A reply outside any transaction (apologies after a failure)."""
         reply = self._reply(item, text, is_error=is_error)
         await self.bus.publish(outbound_topic(item.message.platform), reply)
