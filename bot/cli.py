@@ -66,6 +66,13 @@ def _parser() -> argparse.ArgumentParser:
         "replay", help="run a recorded or synthetic chat trace through the engagement policy"
     )
     replay.add_argument("trace", help="a JSONL trace (see bench/traces/busy_chat.jsonl)")
+    replay.add_argument(
+        "--youtube-read",
+        choices=("stream", "poll"),
+        default=None,
+        help="how the YouTube chat is read in the simulation (default: poll if "
+        "YOUTUBE_READ_MODE=poll, else the stream)",
+    )
     sub.add_parser("config", help="show what is configured and what is missing (secrets masked)")
     return parser
 
@@ -83,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(describe_config(settings))
         return 0
     if args.command == "replay":
-        return _replay(args.trace, settings)
+        return _replay(args.trace, settings, youtube_read=args.youtube_read)
     try:
         settings.llm.model_spec()
         if args.command == "run":
@@ -358,21 +365,33 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
         await redis.aclose()
 
 
-def _replay(trace: str, settings: Settings) -> int:
-    """``chorus replay TRACE.jsonl``: the policy on a trace, with a scripted model; exits 1 if a
-    message was answered twice, a mention was neither answered nor declined with a reason, or a
-    platform's send limit was exceeded."""
+def _replay(trace: str, settings: Settings, *, youtube_read: str | None = None) -> int:
+    """``chorus replay TRACE.jsonl``: the policy on a trace, with a scripted model and the
+    configured engagement and YouTube quota settings; exits 1 if a message was answered twice,
+    a mention was neither answered nor declined with a reason, a platform's send limit was
+    exceeded, or YouTube's quota was overspent or its reading stopped."""
     from bot.live.replay import format_report, replay
-    from bot.live.turns import policy_config
+    from bot.live.turns import platform_overrides, policy_config
+    from bot.quota.plan import QuotaConfig
 
+    reading = youtube_read or ("poll" if settings.youtube.read_mode == "poll" else "stream")
     try:
-        report = replay(trace, config=policy_config(settings.engagement))
+        report = replay(
+            trace,
+            config=policy_config(settings.engagement),
+            overrides=platform_overrides(settings.engagement),
+            youtube_quota=QuotaConfig.from_settings(settings.youtube),
+            youtube_reading="poll" if reading == "poll" else "stream",
+        )
     except OSError as exc:
         print(f"chorus: cannot read {trace}: {exc.strerror}", file=sys.stderr)
         return EXIT_CONFIG
+    except ConfigError as exc:
+        print(f"chorus: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     print(format_report(report))
     ok = report.double_answers == 0 and report.mentions_lost == 0 and report.within_send_limits
-    return 0 if ok else 1
+    return 0 if ok and report.within_quota else 1
 
 
 def _default_user() -> str:

@@ -51,8 +51,8 @@ class Twin:
         self.memory.charge_insert(hold, cost, self.clock())
         return self.memory.view(self.clock()).usage
 
-    async def release(self, hold: str) -> None:
-        self.memory.release(hold)
+    async def settle(self, hold: str | None, *, sent: bool) -> None:
+        self.memory.settle(hold, sent=sent)
 
     async def charge(self, units: int, *, kind: str = "read") -> Usage:
         self.memory.charge(units, "lookup" if kind == "lookup" else "read")
@@ -111,8 +111,8 @@ async def test_mentions_hold_what_fits_and_inserts_settle_their_hold(
     assert (await book.view()).usage == Usage(0, 0, 100)
     # the reply goes out in one piece: 50 move from the hold to the spend, 50 come back
     assert await book.charge_insert("a", 50) == Usage(50, 1, 50)
-    await book.release("a")
-    assert (await book.view()).usage == Usage(50, 1, 0)
+    await book.settle("a", sent=True)
+    assert (await book.view()).usage == Usage(50, 1, 0, replies=1)
     # fill the budget to one piece short of a reply: a partial hold, then a refusal
     await book.charge(limit - 50 - 60, kind="read")
     assert await book.reserve("b", mention) == 60

@@ -59,9 +59,9 @@ class Sender:
     async def run(self) -> None:
         topic = outbound_topic(convert.PLATFORM)
         async for delivery in self._bus.consume(topic, Reply, group="outbound"):
-            reply = delivery.event
+            reply, sent = delivery.event, 0
             try:
-                await self.send(reply)
+                sent = await self.send(reply)
             except asyncio.CancelledError:
                 raise
             except ReplyBudgetSpent:
@@ -82,11 +82,12 @@ class Sender:
                 )
             except Exception:
                 log.exception("youtube reply failed", extra={"reply_to_id": reply.reply_to_id})
-            if reply.budget_hold:  # a cancelled send keeps its hold: it lapses by itself
-                await self._api.ledger.release(reply.budget_hold)
+            # (a cancelled send keeps its hold: it lapses by itself)
+            await self._api.ledger.settle(reply.budget_hold, sent=sent > 0)
             await delivery.ack()
 
-    async def send(self, reply: Reply) -> None:
+    async def send(self, reply: Reply) -> int:
+        """Insert the reply's pieces; how many went out."""
         pieces = convert.reply_texts(reply, names=self._names, max_pieces=self._max_pieces)
         for n, text in enumerate(pieces):
             try:
@@ -100,6 +101,7 @@ class Sender:
                     "youtube reply cut short: the reply budget pays for no more pieces",
                     extra={"reply_to_id": reply.reply_to_id, "pieces_sent": n},
                 )
-                return
+                return n
             if sent.get("id"):
                 self._seen.add(str(sent["id"]))
+        return len(pieces)

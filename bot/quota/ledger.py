@@ -206,7 +206,7 @@ class QuotaLedger:
                 pipe.hincrby(key, "inserts", 0)
                 pipe.expire(key, self._day_ttl(now))
                 total, _, inserts, _ = await pipe.execute()
-            usage = Usage(int(total), int(inserts), before.held)
+            usage = replace(before, units=int(total), inserts=int(inserts))
         except RedisError:
             log.warning("quota not persisted; counting in memory", exc_info=True)
             usage = replace(before, units=before.units + units)
@@ -229,17 +229,29 @@ class QuotaLedger:
             if before.units + cost > self.config.daily_units:
                 raise Refused(spent=True) from None
             return self._seen(now, replace(before, units=before.units + cost))
-        usage = self._seen(now, Usage(int(units), int(inserts), int(held)))
+        usage = self._seen(
+            now, replace(before, units=int(units), inserts=int(inserts), held=int(held))
+        )
         if int(outcome) <= 0:
             raise Refused(spent=int(outcome) < 0)
         return usage
 
-    async def release(self, hold: str) -> None:
-        """The reply of ``hold`` is out (or failed): what it did not spend is free again."""
+    async def settle(self, hold: str | None, *, sent: bool) -> None:
+        """A reply is out (``sent``: at least one piece) or failed: what its hold did not spend
+        is free again, and a sent reply counts towards the average reply cost."""
+        now = self._clock()
         try:
-            await self._redis.hdel(self._holds, hold)
+            async with self._redis.pipeline(transaction=True) as pipe:
+                if hold:
+                    pipe.hdel(self._holds, hold)
+                if sent:
+                    pipe.hincrby(self._day_key(now), "replies", 1)
+                    pipe.expire(self._day_key(now), self._day_ttl(now))
+                await pipe.execute()
         except RedisError:
-            log.warning("could not release a quota hold; it lapses by itself", exc_info=True)
+            log.warning("could not settle a quota hold; it lapses by itself", exc_info=True)
+        if sent:
+            self._seen(now, replace(self.usage, replies=self.usage.replies + 1))
 
     async def exhaust(self) -> None:
         """Google says the quota is spent: record it so a restart does not ask again today."""

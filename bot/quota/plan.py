@@ -15,11 +15,13 @@ stream's expected remaining length, in this order of priority:
    between streams. Replies never touch it, so reading never stops before the reset.
 2. **Mentions** come before anything unprompted: ``mentions`` keeps units for the mentions
    expected over the horizon (the observed mention rate, at least ``YOUTUBE_RESERVED_SENDS``
-   replies per ``YOUTUBE_STREAM_HOURS``), each at its worst-case cost. A mention is still
-   answered while anything beyond the reading reserve is left (``reply_limit``); only then is
-   it declined (``quota``).
+   replies per ``YOUTUBE_STREAM_HOURS``), each at the day's average reply cost (the worst
+   case, ``YOUTUBE_MAX_PIECES`` inserts, until a few replies were sent; a turn always
+   *reserves* the worst case). A mention is still answered while anything beyond the reading
+   reserve is left (``reply_limit``); only then is it declined (``quota``).
 3. What is left (``free``) pays for unprompted turns -- room batches, idle lines, thanks -- spread
-   evenly over the horizon (``room_gap`` between two of them); while polling, half of it lets
+   evenly over the horizon (``room_gap`` between two of them, each at the expected reply
+   cost); while polling, half of it lets
    polls run faster than the floor instead ("reading and replying split the day").
 
 Everything is recomputed from the ledger every time it is used, so the plan corrects itself: a
@@ -48,6 +50,7 @@ STREAM_TAIL_S = 1800.0  # ... and this often after it, until the reset
 POLL_TAIL_S = 300.0  # a poll this often after the horizon, until the reset
 RATE_WINDOW_S = 900.0  # the observed mention rate is taken over at least this long
 POLL_SHARE = 0.5  # of the free units, what polling faster than the floor may use
+MIN_REPLIES_SEEN = 3  # replies sent before their average cost replaces the worst case
 # Once nothing at all is left, a stream still tries to reconnect this rarely (the charge is
 # refused until the reset, which the reader then waits for).
 EXHAUSTED_RECONNECT_S = 300.0
@@ -97,11 +100,13 @@ class QuotaConfig:
 
 @dataclass(frozen=True)
 class Usage:
-    """The day's spend (units, inserts) and the units held for replies decided, not yet sent."""
+    """The day's spend (units, inserts), the units held for replies decided, not yet sent, and
+    the replies sent (their average cost is what the plan expects of the next ones)."""
 
     units: int = 0
     inserts: int = 0
     held: int = 0
+    replies: int = 0
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,8 @@ class Budget:
     reply_limit: int  # spent + held may reach this for a mention
     room_limit: int  # ... for an unprompted turn
     piece_units: int
-    reply_units: int
+    reply_units: int  # what a reply may cost at most: what a turn reserves
+    reply_cost: int  # what a reply is expected to cost (the day's average so far)
     reading_mode: Reading
     daily: int
     safety: int
@@ -181,14 +187,12 @@ def plan_budget(config: QuotaConfig, usage: Usage, stream: StreamView, now: date
     tail = max(0.0, until_reset - horizon)
     if stream.reading == "poll":
         reading_now = _calls(horizon, config.poll_floor_seconds) * config.list_cost
-        tail_reading = _calls(tail, POLL_TAIL_S) * config.list_cost
     else:
         reading_now = _calls(horizon, STREAM_FLOOR_S) * config.stream_cost
-        tail_reading = _calls(tail, STREAM_TAIL_S) * config.stream_cost
-    lookups = _calls(tail, config.lookup_seconds) * config.other_cost
-    reading = reading_now + tail_reading + lookups
+    reading = reading_now + tail_reading(config, stream.reading, tail)
     expected = _mention_rate(config, stream, now) * horizon / 3600
-    mentions = math.ceil(expected - 1e-9) * config.reply_units
+    cost = _reply_cost(config, usage)
+    mentions = math.ceil(expected - 1e-9) * cost
     unspent = config.daily_units - usage.units
     remaining = unspent - usage.held
     reply_limit = config.daily_units - config.safety_units - reading
@@ -196,7 +200,7 @@ def plan_budget(config: QuotaConfig, usage: Usage, stream: StreamView, now: date
     room = max(0, free)
     if stream.reading == "poll":
         room = int(room * (1 - POLL_SHARE))
-    gap = config.reply_units * horizon / room if room >= config.insert_cost else NEVER_S
+    gap = cost * horizon / room if room >= config.insert_cost else NEVER_S
     return Budget(
         now=now,
         until_reset=until_reset,
@@ -214,10 +218,21 @@ def plan_budget(config: QuotaConfig, usage: Usage, stream: StreamView, now: date
         room_limit=config.daily_units - remaining + room,
         piece_units=config.insert_cost,
         reply_units=config.reply_units,
+        reply_cost=cost,
         reading_mode=stream.reading,
         daily=config.daily_units,
         safety=config.safety_units,
     )
+
+
+def tail_reading(config: QuotaConfig, reading: Reading, seconds: float) -> int:
+    """What reading needs for ``seconds`` after the stream's expected end: a reconnect or a
+    poll now and then in case it runs on, and the broadcast lookups between streams."""
+    if reading == "poll":
+        reads = _calls(seconds, POLL_TAIL_S) * config.list_cost
+    else:
+        reads = _calls(seconds, STREAM_TAIL_S) * config.stream_cost
+    return reads + _calls(seconds, config.lookup_seconds) * config.other_cost
 
 
 def grant(request: Request, usage: Usage, unprompted_at: float | None, now: float) -> int:
@@ -277,6 +292,15 @@ def _paced(units: int, cost: int, horizon: float, fastest: float) -> PollPlan:
     if budget_delay > fastest:
         return PollPlan(budget_delay, "budget", units, horizon)
     return PollPlan(fastest, "server", units, horizon)
+
+
+def _reply_cost(config: QuotaConfig, usage: Usage) -> int:
+    """What the next replies are expected to cost: the day's average once a few were sent (most
+    answers fit in one message), the worst case before."""
+    if usage.replies < MIN_REPLIES_SEEN:
+        return config.reply_units
+    average = math.ceil(usage.inserts * config.insert_cost / usage.replies)
+    return min(config.reply_units, max(config.insert_cost, average))
 
 
 def _calls(seconds: float, every: float) -> int:

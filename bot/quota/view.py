@@ -64,7 +64,9 @@ def parse_view(
         )
     unprompted = info.get("unprompted")
     return LedgerView(
-        usage=Usage(int(day.get("units", 0)), int(day.get("inserts", 0)), held),
+        usage=Usage(
+            int(day.get("units", 0)), int(day.get("inserts", 0)), held, int(day.get("replies", 0))
+        ),
         stream=view,
         unprompted_at=float(unprompted) if unprompted else None,
         by_kind={kind: int(day.get(kind, 0)) for kind in KINDS},
@@ -91,6 +93,7 @@ class MemoryLedger:
     config: QuotaConfig
     units: int = 0
     inserts: int = 0
+    replies: int = 0
     by_kind: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     holds: dict[str, tuple[int, float]] = field(default_factory=dict)
     stream: StreamView | None = None
@@ -98,7 +101,8 @@ class MemoryLedger:
 
     def view(self, now: datetime) -> LedgerView:
         self._lapse(now.timestamp())
-        usage = Usage(self.units, self.inserts, sum(u for u, _ in self.holds.values()))
+        held = sum(u for u, _ in self.holds.values())
+        usage = Usage(self.units, self.inserts, held, self.replies)
         return LedgerView(usage, self.stream, self.unprompted_at, dict(self.by_kind))
 
     def charge(self, units: int, kind: Spend = "read") -> None:
@@ -131,8 +135,10 @@ class MemoryLedger:
         self.inserts += 1
         self.by_kind["reply"] += cost
 
-    def release(self, hold: str) -> None:
-        self.holds.pop(hold, None)
+    def settle(self, hold: str | None, *, sent: bool) -> None:
+        if hold:
+            self.holds.pop(hold, None)
+        self.replies += sent
 
     def _lapse(self, now: float) -> None:
         for hold in [h for h, (_, expiry) in self.holds.items() if expiry <= now]:
