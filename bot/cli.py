@@ -67,11 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("trace", help="a JSONL trace (see bench/traces/busy_chat.jsonl)")
     replay.add_argument(
-        "--youtube-read",
-        choices=("stream", "poll"),
-        default=None,
-        help="how the YouTube chat is read in the simulation (default: poll if "
-        "YOUTUBE_READ_MODE=poll, else the stream)",
+        "--youtube-read", choices=("stream", "poll"), help="default: YOUTUBE_READ_MODE"
     )
     sub.add_parser("config", help="show what is configured and what is missing (secrets masked)")
     return parser
@@ -366,32 +362,20 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
 
 
 def _replay(trace: str, settings: Settings, *, youtube_read: str | None = None) -> int:
-    """``chorus replay TRACE.jsonl``: the policy on a trace, with a scripted model and the
-    configured engagement and YouTube quota settings; exits 1 if a message was answered twice,
-    a mention was neither answered nor declined with a reason, a platform's send limit was
-    exceeded, or YouTube's quota was overspent or its reading stopped."""
+    """``chorus replay TRACE.jsonl``: the policy, the engagement and YouTube quota settings and
+    a scripted model on a trace; exits 1 unless ``ReplayReport.ok`` (nothing lost or answered
+    twice, every send limit and YouTube's quota kept)."""
     from bot.live.replay import format_report, replay
-    from bot.live.turns import platform_overrides, policy_config
-    from bot.quota.plan import QuotaConfig
+    from bot.live.turns import replay_options
 
-    reading = youtube_read or ("poll" if settings.youtube.read_mode == "poll" else "stream")
     try:
-        report = replay(
-            trace,
-            config=policy_config(settings.engagement),
-            overrides=platform_overrides(settings.engagement),
-            youtube_quota=QuotaConfig.from_settings(settings.youtube),
-            youtube_reading="poll" if reading == "poll" else "stream",
-        )
-    except OSError as exc:
-        print(f"chorus: cannot read {trace}: {exc.strerror}", file=sys.stderr)
-        return EXIT_CONFIG
-    except ConfigError as exc:
-        print(f"chorus: {exc}", file=sys.stderr)
+        report = replay(trace, **replay_options(settings, youtube_read))
+    except (OSError, ConfigError) as exc:
+        problem = f"cannot read {trace}: {exc.strerror}" if isinstance(exc, OSError) else exc
+        print(f"chorus: {problem}", file=sys.stderr)
         return EXIT_CONFIG
     print(format_report(report))
-    ok = report.double_answers == 0 and report.mentions_lost == 0 and report.within_send_limits
-    return 0 if ok and report.within_quota else 1
+    return 0 if report.ok else 1
 
 
 def _default_user() -> str:

@@ -240,14 +240,9 @@ def due(state: ChannelState, now: float, *, room: bool = True) -> Batch | None:
 
 def room_ready(state: ChannelState, now: float) -> bool:
     """Whether the chatter thresholds for a room batch are met (``due`` would give one)."""
-    cfg = state.config
-    quiet = now - state.last_spoke
-    return (
-        not state.paused
-        and state.pending_messages >= cfg.min_pending
-        and quiet >= cfg.min_gap_seconds
-        and quiet >= cfg.channel_cooldown_seconds
-    )
+    cfg, quiet = state.config, now - state.last_spoke
+    enough = state.pending_messages >= cfg.min_pending and not state.paused
+    return enough and quiet >= max(cfg.min_gap_seconds, cfg.channel_cooldown_seconds)
 
 
 def idle_due(state: ChannelState, now: float) -> bool:

@@ -98,6 +98,12 @@ class ReplayReport:
         return self.quota is None or self.quota.ok
 
     @property
+    def ok(self) -> bool:
+        """The verdict of ``chorus replay``."""
+        lost = self.mentions_lost or self.double_answers
+        return not lost and self.within_send_limits and self.within_quota
+
+    @property
     def answer_rate(self) -> float | None:
         return self.mentions_answered / self.mentions_total if self.mentions_total else None
 

@@ -43,6 +43,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 from redis.asyncio.client import Pipeline
@@ -68,8 +69,8 @@ from bot.live.engagement import (
 from bot.live.ledger import ChannelState
 from bot.live.store import Changes, LiveStore, MemoryLiveStore
 from bot.ops.metrics import MetricsSink, NullMetrics
-from bot.quota.plan import Kind
-from bot.settings import ConfigError, EngagementSettings
+from bot.quota.plan import Kind, QuotaConfig
+from bot.settings import ConfigError, EngagementSettings, Settings
 from bot.state.outages import until_redis_answers
 
 log = logging.getLogger("chorus.live")
@@ -108,6 +109,18 @@ def platform_overrides(settings: EngagementSettings) -> dict[str, PolicyConfig]:
                 f"CHORUS_ENGAGE_{platform.upper()}_* with the CHORUS_ENGAGE_* defaults: {problem}"
             ) from None
     return overrides
+
+
+def replay_options(settings: Settings, youtube_read: str | None = None) -> dict[str, Any]:
+    """What ``chorus replay`` runs with: the engagement thresholds (per platform too), the
+    YouTube quota settings and how the chat is read (``youtube_read``, else the read mode)."""
+    poll = (youtube_read or settings.youtube.read_mode) == "poll"
+    return {
+        "config": policy_config(settings.engagement),
+        "overrides": platform_overrides(settings.engagement),
+        "youtube_quota": QuotaConfig.from_settings(settings.youtube),
+        "youtube_reading": "poll" if poll else "stream",
+    }
 
 
 @dataclass(frozen=True)
