@@ -21,8 +21,8 @@ from bench.traces.make_trace import generate_youtube_busy
 from bot.live.engagement import Engagement
 from bot.live.replay import format_report, replay, replay_lines
 from bot.live.store import MemoryLiveStore
-from bot.live.turns import LiveChat, platform_overrides, policy_config
-from bot.settings import EngagementSettings
+from bot.live.turns import LiveChat, replay_options
+from bot.settings import Settings
 
 TRACE = Path(__file__).parent / "traces" / "busy_chat.jsonl"
 FIXTURE = Path(__file__).parent.parent / "tests" / "fixtures" / "twitch"
@@ -71,7 +71,6 @@ async def _ingest(n: int) -> float:
 def youtube_busy() -> list[str]:
     """The four-hour busy YouTube stream at default settings, streamed and polled."""
     rows = [json.dumps(row) for row in generate_youtube_busy()]
-    engagement = EngagementSettings()
     lines = [
         "## Live chat: a four-hour busy YouTube stream on the default quota",
         "",
@@ -80,19 +79,15 @@ def youtube_busy() -> list[str]:
         "",
     ]
     for reading in ("stream", "poll"):
-        report = replay_lines(
-            rows,
-            name=f"youtube_busy.jsonl, read by {'the stream' if reading == 'stream' else 'polling'}",
-            config=policy_config(engagement),
-            overrides=platform_overrides(engagement),
-            youtube_reading=reading,
-        )
+        how = "the stream" if reading == "stream" else "polling"
+        options = replay_options(Settings(), reading)  # the defaults, as `chorus replay` runs
+        report = replay_lines(rows, name=f"youtube_busy.jsonl, read by {how}", **options)
         lines += [format_report(report), ""]
     return lines
 
 
 def main() -> list[str]:
-    report = replay(TRACE)
+    report = replay(TRACE, **replay_options(Settings()))
     lines = [
         "## Live chat: engagement policy on the shipped busy trace",
         "",
