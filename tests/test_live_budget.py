@@ -165,3 +165,31 @@ def test_youtube_thresholds_override_the_global_ones() -> None:
     bad = EngagementSettings.model_validate({"CHORUS_ENGAGE_YOUTUBE_USER_COOLDOWN_SECONDS": "999"})
     with pytest.raises(ConfigError, match="CHORUS_ENGAGE_YOUTUBE_"):
         platform_overrides(bad)
+
+
+def test_without_room_only_deferred_mentions_are_due() -> None:
+    """``due(room=False)``: the reply budget holds room batches back, never a mention that
+    waited out its user's cooldown."""
+    from bot.live.engagement import ChannelState, due, room_ready
+    from bot.live.engagement import observe as decide
+
+    state = ChannelState(PolicyConfig(min_pending=2, min_gap_seconds=0, user_cooldown_seconds=10))
+    rig_now = 100.0
+
+    def msg(n: int, user: str, *, mention: bool = False) -> ChatMessage:
+        return ChatMessage(
+            platform="youtube", id=f"d{n}", conversation=YT,
+            author=Author(id=user, display_name=user), text=f"line {n}",
+            mentions_bot=mention, ambient=not mention,
+        )  # fmt: skip
+
+    decide(state, msg(1, "a", mention=True), rig_now)  # answered now: a's cooldown starts
+    decide(state, msg(2, "a", mention=True), rig_now + 1)  # waits out the cooldown
+    decide(state, msg(3, "b"), rig_now + 2)
+    decide(state, msg(4, "c"), rig_now + 3)
+    assert room_ready(state, rig_now + 5)
+    assert due(state, rig_now + 5, room=False) is None  # the room batch waits
+    batch = due(state, rig_now + 11, room=False)
+    assert batch is not None and batch.user_ids == ("a",)  # the deferred mention does not
+    # the room batch's lines are still there, due again after the channel cooldown
+    assert state.pending_messages == 2 and room_ready(state, rig_now + 17)
