@@ -173,7 +173,10 @@ def test_without_room_only_deferred_mentions_are_due() -> None:
     from bot.live.engagement import ChannelState, due, room_ready
     from bot.live.engagement import observe as decide
 
-    state = ChannelState(PolicyConfig(min_pending=2, min_gap_seconds=0, user_cooldown_seconds=10))
+    config = PolicyConfig(
+        min_pending=2, min_gap_seconds=0, user_cooldown_seconds=10, mention_burst=1
+    )
+    state = ChannelState(config)
     rig_now = 100.0
 
     def msg(n: int, user: str, *, mention: bool = False) -> ChatMessage:
