@@ -14,7 +14,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from bot.events import utcnow
@@ -111,7 +111,8 @@ async def _run(settings: Settings, *, role: str = "all") -> int:
             "and CHORUS_REDIS_URL=redis://... (the same for every process)"
         )
     app = await Chorus.from_settings(settings, outbox=role != "worker")
-    slots = [] if role == "worker" else build_slots(settings, app.ingress_bus, app.redis)
+    commands = app.native_commands
+    slots = [] if role == "worker" else build_slots(settings, app.ingress_bus, app.redis, commands)
     supervisor = Supervisor(slots)
     _watch(app, slots)
     await app.start_health(slots)
@@ -131,7 +132,7 @@ async def _run(settings: Settings, *, role: str = "all") -> int:
 def _watch(app: Chorus, slots: Sequence[Slot]) -> None:
     """Scrape-time gauges: the bus's lag and pending counts, each supervised adapter's state
     and restarts, and the adapters' own counters (read from whichever adapter runs now)."""
-    from adapters.registry import configured_platforms
+    from adapters.registry import adapter_gauges, configured_platforms
     from bot.bus.gauges import bus_gauges, outbox_gauges
     from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 
@@ -156,49 +157,8 @@ def _watch(app: Chorus, slots: Sequence[Slot]) -> None:
             kind="counter",
         )
     for slot in slots:
-        for name, help_text, labels, read, kind in _adapter_gauges(slot):
+        for name, help_text, labels, read, kind in adapter_gauges(slot):
             app.metrics.register_gauge_callback(name, help_text, labels, read, kind=kind)
-
-
-def _adapter_gauges(
-    slot: Any,
-) -> list[tuple[str, str, tuple[str, ...], Any, Literal["gauge", "counter"]]]:
-    """The counters an adapter keeps itself (Twitch sends and drops, YouTube quota)."""
-    if slot.platform == "twitch":
-        return [
-            (
-                "chorus_twitch_sent",
-                "Messages Twitch accepted",
-                (),
-                lambda: slot.adapter.sent,
-                "counter",
-            ),
-            (
-                "chorus_twitch_dropped",
-                "Messages Twitch dropped (is_sent false)",
-                ("reason",),
-                lambda: {(k,): v for k, v in slot.adapter.dropped.items()},
-                "counter",
-            ),
-            (
-                "chorus_twitch_eventsub_duplicates",
-                "EventSub notifications Twitch delivered again, dropped unpublished",
-                (),
-                lambda: slot.adapter.client.recent_events.duplicates,
-                "counter",
-            ),
-        ]
-    if slot.platform == "youtube":
-        return [
-            (
-                "chorus_youtube_quota_remaining",
-                "YouTube API quota units left today",
-                (),
-                lambda: slot.adapter.quota_status.units_remaining,
-                "gauge",
-            )
-        ]
-    return []
 
 
 async def _serve(supervisor: Supervisor, app: Chorus | None = None) -> int:
