@@ -19,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from bot.events import utcnow
 from bot.llm.base import Provider
+from bot.onboarding import wizard
 from bot.ops import aio
 from bot.ops.aio import cancel_and_wait, on_stop_signals
 from bot.ops.logs import setup_logging
@@ -67,11 +68,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("trace", help="a JSONL trace (see bench/traces/busy_chat.jsonl)")
     sub.add_parser("config", help="show what is configured and what is missing (secrets masked)")
+    init = sub.add_parser("init", help="set up a model, platforms and a persona: writes .env")
+    wizard.add_arguments(init)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "init":  # before the settings: it may be replacing a broken .env
+        return wizard.run(args)
     try:
         settings = load_settings(warn=False)  # warnings once logging is set up
     except ConfigError as exc:

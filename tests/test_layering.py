@@ -40,6 +40,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "bot.memory": BASE | {"bot.state", "bot.ops"},
     "bot.agent": BASE | {"bot.llm", "bot.tools", "bot.ops", "bot.state"},
     "bot.plugins": BASE | {"bot.llm", "bot.tools"},
+    "bot.onboarding": BASE | {"bot.llm"},
     "bot.router": BASE
     | {"bot.llm", "bot.tools", "bot.state", "bot.ops", "bot.bus", "bot.live", "bot.memory"}
     | {"bot.agent", "bot.plugins"},
