@@ -138,7 +138,10 @@ async def test_init_at_a_terminal_writes_a_setup_that_chorus_chat_answers_with(
         }
 
         model.replies.append("Ahoy!")
-        chat_env = base_env(tmp_path) | {"ANTHROPIC_BASE_URL": model.base_url}
+        chat_env = base_env(tmp_path) | {
+            "ANTHROPIC_BASE_URL": model.base_url,
+            "PYTHONPATH": f"{ROOT}{os.pathsep}{DICE}",
+        }
         code, out, err = await run_chorus(["chat"], chat_env, clone, b"hello\n")
     assert code == 0, err[-3000:]
     assert out.splitlines() == ["Ahoy!"]
