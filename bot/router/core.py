@@ -44,6 +44,7 @@ from bot.memory.buffers import MemoryStore
 from bot.memory.enrichment import render_context
 from bot.ops.aio import shielded
 from bot.ops.metrics import MetricsSink, NullMetrics
+from bot.plugins.runtime import TurnHooks
 from bot.router import record
 from bot.router.flow import Admission, Shutdown, admit, release_quietly
 from bot.router.housekeeping import consume_deletions, dead_letter
@@ -88,8 +89,10 @@ class Router:
         worker_id: str | None = None,
         live: LiveChat | None = None,
         metrics: MetricsSink | None = None,
+        hooks: TurnHooks | None = None,
     ) -> None:
         self.metrics: MetricsSink = metrics or NullMetrics()
+        self.hooks = hooks or TurnHooks()  # the plugins' before_turn and after_reply
         self.bus = bus
         self.redis = redis
         self.history = history
@@ -335,6 +338,7 @@ class Router:
             context = render_context(read.buffer, message, self.memory.settings, utcnow())
         if item.context:
             context = f"{item.context}\n{context}" if context else item.context
+        context = await self.hooks.before_turn(message, context)
         ctx = ToolContext(message=message)
         request = self.assembler.build(
             message,
@@ -362,6 +366,7 @@ class Router:
         now = utcnow()
         entries = record.turn_entries(message, result.text, now)
         await self._finish(item, claim, result.text, entries=entries, activity=now)
+        self.hooks.after_reply(message, result.text)
         self.metrics.observe_overhead(
             time.perf_counter() - item.received - result.llm_seconds - result.tool_seconds
         )
