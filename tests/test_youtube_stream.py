@@ -269,6 +269,8 @@ async def test_the_end_of_the_stream_ends_the_chat(srig: StreamRig, how: str) ->
 async def test_an_open_quiet_stream_is_ready_and_a_failing_one_is_not(srig: StreamRig) -> None:
     await srig.start(read_mode="stream")  # no fallback: polling would be ready again
     await srig.until(lambda: bool(srig.stream.calls) and srig.stream.calls[0].responses >= 1)
+    srig.stream.push(line(0))  # read by the adapter, not only sent by the server: connected
+    await srig.until(srig.read_at_least(1))
     adapter = srig.rig.adapter
     assert adapter is not None and await adapter.ready()
     srig.rig.time.now += timedelta(hours=1)  # an hour without a message: still connected
