@@ -33,9 +33,13 @@ from bot.memory.buffers import MemoryStore
 from bot.ops.aio import cancel_and_wait
 from bot.ops.health import HealthServer, adapter_checks, provider_check, redis_check
 from bot.ops.metrics import Metrics, NullMetrics
-from bot.router import memory_commands
+from bot.router import memory_commands, safety_commands
 from bot.router.core import Router, RouterLimits
 from bot.router.text_commands import Commands
+from bot.safety.canary import LeakCheck, deployment_canary, with_canary
+from bot.safety.gate import SafetyGate
+from bot.safety.moderator import ModerationModel, build_moderation_model
+from bot.safety.policy import Policies
 from bot.settings import ConfigError, Settings, ToolSettings
 from bot.state import connect
 from bot.state.history import HistoryStore
@@ -65,6 +69,8 @@ class Chorus:
         metrics: Metrics | NullMetrics | None = None,
         owns: tuple[object, ...] = (),
         outbox: Outbox | None = None,
+        policies: Policies | None = None,
+        moderation: ModerationModel | None = None,
     ) -> None:
         self.metrics: Metrics | NullMetrics = metrics or NullMetrics()
         self.health: HealthServer | None = None
@@ -81,9 +87,13 @@ class Chorus:
             max_messages=settings.state.history_max_messages,
             ttl_seconds=settings.state.history_ttl_seconds,
         )
+        # The system text ends with the deployment's canary (bot/safety/canary.py): stable per
+        # deployment, so the cached prefix stays byte-identical.
+        canary = deployment_canary(settings.safety, settings.llm, settings.agent.bot_name)
+        system = with_canary(system_prompt(settings.agent.bot_name), canary)
         self.assembler = PromptAssembler(
             model=model,
-            system_prompt=system_prompt(settings.agent.bot_name),
+            system_prompt=system,
             max_tokens=settings.agent.max_output_tokens,
             vision=settings.agent.vision,
         )
@@ -103,6 +113,16 @@ class Chorus:
         memory_commands.register(
             commands, self.memory, self.history, eraser=StreamEraser.for_bus(bus, redis)
         )
+        self.safety = SafetyGate.from_parts(
+            policies or Policies(settings.safety, settings.quota),
+            redis,
+            namespace=settings.state.bus_namespace,
+            model=moderation,
+            leak=LeakCheck(system, canary),
+            prices=self.metrics.prices if isinstance(self.metrics, Metrics) else None,
+        )
+        self.safety.audit.register(self.metrics)
+        safety_commands.register(commands, self.safety, self.history)
         self.router = Router(
             bus=bus,
             redis=redis,
@@ -120,6 +140,7 @@ class Chorus:
                 ),
             ),
             metrics=self.metrics,
+            safety=self.safety,
             limits=RouterLimits(
                 max_message_chars=settings.agent.max_message_chars,
                 reasoning=settings.agent.reasoning,
@@ -159,6 +180,10 @@ class Chorus:
             if mcp is not None:
                 owned.append(mcp)
             tools = Toolbox.from_settings(settings.tools, extra_tools=mcp.tools() if mcp else ())
+            policies = Policies(settings.safety, settings.quota)  # a bad list or pattern: here
+            moderation = build_moderation_model(settings.safety, settings.llm)
+            if moderation is not None:
+                owned.append(moderation)
             if provider is None:
                 provider = build_chain(
                     settings.llm, spec, settings.fallback, on_fallback=metrics.llm_fallback
@@ -193,6 +218,8 @@ class Chorus:
             metrics=metrics,
             owns=tuple(owned),
             outbox=ordered,
+            policies=policies,
+            moderation=moderation,
         )
 
     async def start(self) -> None:
@@ -253,6 +280,7 @@ class Chorus:
 
     async def aclose(self) -> None:
         await self.drain()
+        await self.safety.aclose()  # the audit entries still being written
         if self.health is not None:
             await self.health.aclose()
         await _close_all(self._owns)  # the bus first (newest): its partition leases go back

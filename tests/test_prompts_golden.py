@@ -35,7 +35,7 @@ from bot.bus.streams import RedisStreamsBus
 from bot.bus.topics import INBOUND
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.live.engagement import Action, Batch, BatchChatter, Decision, PendingMessage, Reason
-from bot.live.turns import ack, batch_turn, covered_context, idle_turn
+from bot.live.turns import Turn, ack, batch_turn, covered_context, idle_turn
 from bot.llm.types import LLMRequest, LLMResponse, TextPart, ToolCallPart, ToolSpec
 from bot.memory.buffers import MemorySettings, MemoryStore, Pin, Recommendation, UserBuffer
 from bot.memory.enrichment import render_context
@@ -54,6 +54,7 @@ from insights.analyse import (
     parse_analysis,
     retry_request,
 )
+from tests.golden_safety import SAFETY_CASES
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("CHORUS_UPDATE_GOLDEN") == "1"
@@ -126,18 +127,23 @@ async def _live_batch(redis: Redis) -> str:
         ),
         context=(pending("lol", "di", 4.0), pending("hype", "ed", 5.0)),
     )
-    return batch_turn(LIVE, batch).message.text
+    return shown(batch_turn(LIVE, batch))
+
+
+def shown(turn: Turn) -> str:
+    """A live-chat turn as the model gets it: the data block's text, then the instructions."""
+    return f"{turn.message.text}\n--- context (after the data block) ---\n{turn.context}"
 
 
 @case("live_batch_without_context")
 async def _live_batch_alone(redis: Redis) -> str:
     chatter = BatchChatter("bo", "Bo", (pending("hello chat", "bo", 1.0),))
-    return batch_turn(LIVE, Batch(Reason.ADDRESSED, (chatter,))).message.text
+    return shown(batch_turn(LIVE, Batch(Reason.ADDRESSED, (chatter,))))
 
 
 @case("live_idle")
 async def _live_idle(redis: Redis) -> str:
-    return idle_turn(LIVE).message.text
+    return shown(idle_turn(LIVE))
 
 
 @case("live_earlier_lines")
@@ -371,6 +377,9 @@ async def _discord(redis: Redis) -> str:
     return "\n".join([*lines, no_answer_in_time()])
 
 
+CASES.update(SAFETY_CASES)
+
+
 # -- the tests ----------------------------------------------------------------------------------
 @pytest.fixture
 async def store() -> AsyncIterator[Redis]:
@@ -434,6 +443,6 @@ async def test_every_prompt_is_shown_by_a_golden_case(loaded: set[str], store: R
 
 def test_user_text_that_looks_like_a_placeholder_stays_as_written() -> None:
     chatter = BatchChatter("bo", "{{names}}", (pending("{{lines}} {{context}}", "bo", 1.0),))
-    text = batch_turn(LIVE, Batch(Reason.ADDRESSED, (chatter,))).message.text
-    assert "addressed to {{names}} by name" in text
-    assert "- {{names}}: {{lines}} {{context}}" in text
+    turn = batch_turn(LIVE, Batch(Reason.ADDRESSED, (chatter,)))
+    assert "addressed to {{names}} by name" in turn.context
+    assert "- {{names}}: {{lines}} {{context}}" in turn.message.text

@@ -24,6 +24,7 @@ from bot.app import Chorus
 from bot.llm.types import Usage
 from bot.ops.metrics import Metrics
 from bot.settings import ConfigError, Settings, known_variables, load_settings
+from tests.settings_samples_safety import SAFETY_SAMPLES
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO_SERVER = ROOT / "tests" / "mcp_servers" / "echo_server.py"
@@ -118,6 +119,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_ENGAGE_MAX_BATCH_CHATTERS": (("engagement.max_batch_chatters",), "3", 3),
     "CHORUS_ENGAGE_CHANNEL_COOLDOWN_SECONDS": (("engagement.channel_cooldown_seconds",), "2", 2.0),
     "CHORUS_ENGAGE_USER_COOLDOWN_SECONDS": (("engagement.user_cooldown_seconds",), "4", 4.0),
+    "CHORUS_ENGAGE_MENTION_BURST": (("engagement.mention_burst",), "5", 5),
     "CHORUS_ENGAGE_WALL_MAX_CHARS": (("engagement.wall_max_chars",), "200", 200),
     "CHORUS_ENGAGE_PAUSE_HOURS": (("engagement.pause_hours",), "2.5", 2.5),
     "CHORUS_ENGAGE_IDLE_PROMPT_AFTER_SECONDS": (
@@ -237,6 +239,8 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "YOUTUBE_MAX_PIECES": (("youtube.max_pieces",), "1", 1),
     "YOUTUBE_HTTP_TIMEOUT": (("youtube.http_timeout",), "10", 10.0),
 }
+
+SAMPLES.update(SAFETY_SAMPLES)
 
 
 def at(settings: Settings, path: str) -> Any:

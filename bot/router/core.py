@@ -44,7 +44,7 @@ from bot.memory.buffers import MemoryStore
 from bot.memory.enrichment import render_context
 from bot.ops.aio import shielded
 from bot.ops.metrics import MetricsSink, NullMetrics
-from bot.router import record
+from bot.router import record, safety_hooks
 from bot.router.flow import Admission, Shutdown, admit, release_quietly
 from bot.router.housekeeping import consume_deletions, dead_letter
 from bot.router.text_commands import Commands
@@ -108,8 +108,10 @@ class Router:
         worker_id: str | None = None,
         live: LiveChat | None = None,
         metrics: MetricsSink | None = None,
+        safety: safety_hooks.SafetyGate | None = None,
     ) -> None:
         self.metrics: MetricsSink = metrics or NullMetrics()
+        self.safety = safety or safety_hooks.SafetyGate()  # moderation, user lists, quotas
         self.bus = bus
         self.redis = redis
         self.history = history
@@ -230,6 +232,8 @@ class Router:
             return
         self.metrics.message_in(message.platform)
         item = _Item(message, delivery, (message.author.id,), message.id)
+        if safety_hooks.screened_out(self, item):  # blocked or flagged: dropped or refused
+            return
         if self.live is not None and self.live.applies(message):
             decision = self.live.observe(message)  # arrival order and time, O(1)
             self.metrics.engagement(message.platform, decision.action.value)
@@ -345,7 +349,8 @@ class Router:
         if command_reply is not None:
             await self._finish(item, claim, command_reply)
             return
-
+        if await safety_hooks.stopped(self, item, claim):  # over a quota, or flagged by a model
+            return
         context = ""
         if self.memory is not None and read.buffer is not None:
             context = render_context(read.buffer, message, self.memory.settings, utcnow())
@@ -375,9 +380,9 @@ class Router:
             await claim.release()  # a later delivery of the same message may try again
             await self._send(item, apology(), is_error=True)
             return
-        now = utcnow()
-        entries = record.turn_entries(message, result.text, now)
-        await self._finish(item, claim, result.text, entries=entries, activity=now)
+        now, text = utcnow(), await safety_hooks.answered(self, item, result, request)
+        entries = record.turn_entries(message, text, now)
+        await self._finish(item, claim, text, entries=entries, activity=now)
         self.metrics.observe_overhead(
             time.perf_counter() - item.received - result.llm_seconds - result.tool_seconds
         )
@@ -412,6 +417,7 @@ class Router:
                 record.queue_activity(pipe, self.memory, message, activity, touch=touch)
             if self.live is not None:  # what the turn decided (answered, cooldowns, pause)
                 self.live.queue_save(pipe, message)
+            self.safety.queue_turn(pipe, message)  # the turn's tokens and cost, when limited
 
         async def write() -> None:
             if transactional is None:
@@ -428,7 +434,7 @@ class Router:
         message = item.message
         return Reply(
             conversation=message.conversation,
-            text=text,
+            text=self.safety.guard(message, text),  # every reply's last check
             reply_to_id=item.reply_to_id,
             addressed_user_ids=item.addressed,
             in_reply_to_platform=message.platform,

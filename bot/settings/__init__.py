@@ -37,6 +37,7 @@ from bot.settings.llm import (
 )
 from bot.settings.memory import MemorySettings
 from bot.settings.ops import HealthSettings, LoggingSettings, MetricsSettings
+from bot.settings.safety import QuotaSettings, SafetySettings
 from bot.settings.slack import SlackSettings
 from bot.settings.sources import (
     GIVEN,
@@ -67,6 +68,8 @@ __all__ = [
     "MemorySettings",
     "MetricsSettings",
     "ModelSpec",
+    "QuotaSettings",
+    "SafetySettings",
     "Settings",
     "SlackSettings",
     "StateSettings",
@@ -100,6 +103,8 @@ class Settings(BaseModel):
     slack: SlackSettings = Field(default_factory=SlackSettings)
     twitch: TwitchSettings = Field(default_factory=TwitchSettings)
     youtube: YouTubeSettings = Field(default_factory=YouTubeSettings)
+    safety: SafetySettings = Field(default_factory=SafetySettings)
+    quota: QuotaSettings = Field(default_factory=QuotaSettings)
 
     _warnings: list[str] = PrivateAttr(default_factory=list)
 
@@ -114,7 +119,15 @@ class Settings(BaseModel):
 
     def secret_values(self) -> list[str]:
         """Every secret's value, so the log formatter can mask any that leak into a message."""
-        sections = (self.llm, self.state, self.discord, self.slack, self.twitch, self.youtube)
+        sections = (
+            self.llm,
+            self.state,
+            self.discord,
+            self.slack,
+            self.twitch,
+            self.youtube,
+            self.safety,
+        )
         return [value for section in sections for value in section.secret_values()]
 
 
