@@ -163,6 +163,8 @@ class Quotas:
         person: bool = True,
     ) -> Refusal | None:
         """Count ``message`` and return None, or return the limit it reached (not counted)."""
+        if not limits.enabled:
+            return None
         found = [] if exempt else counters(limits, message, now, person=person)
         cost_key, day, left = self._cost(now)
         cap = limits.cost_usd_per_day

@@ -5,10 +5,12 @@ list, table-tested in ``tests/test_safety_rules.py``.
 Why normalise before matching: a word list that matches only the exact spelling is beaten by
 ``N1GG3R``, ``niiigger``, ``n i g g e r``, ``ｎｉｇｇｅｒ`` or a zero-width space. So text is folded
 first (compatibility forms, accents and zero-width characters removed, case folded, spaced-out
-letters joined) and matched twice, as written and with leetspeak digits read as letters. A
+letters joined) and matched as written, with in-word hyphens and dots removed, and with
+leetspeak digits read as letters. A
 stretched letter is handled by the word's own pattern: each run of one letter becomes
 ``letter{run,}``, so ``niiigger`` matches ``nigger`` while the country Niger (one ``g``) does not.
-Words match whole (``class`` never matches a list entry ``ass``), with an optional plural.
+Words match whole (``class`` never matches a list entry ``ass``), with an optional plural ``s``
+(not ``es``: ``spices`` is not a plural of a slur).
 
 A ``Flag`` names the rule and the entry (``slurs.txt:12``, ``CHORUS_MODERATION_PATTERNS#2``,
 ``links=deny``), never the text: the audit trail keeps who, where and which rule, not what.
@@ -63,11 +65,19 @@ def normalise(text: str) -> str:
     return text
 
 
+_JOINERS = re.compile(r"(?<=\w)[-_.'*](?=\w)")
+
+
 def variants(normalised: str) -> tuple[str, ...]:
-    """The normalised text, and its leetspeak reading when it has leet characters."""
-    if _LEET_CHARS.search(normalised):
-        return normalised, normalised.translate(_LEET)
-    return (normalised,)
+    """The normalised text, then with in-word joiners removed (``towel-head``) and read as
+    leetspeak, each only when it differs."""
+    found = [normalised]
+    joined = _JOINERS.sub("", normalised) if _JOINERS.search(normalised) else normalised
+    if joined != normalised:
+        found.append(joined)
+    if _LEET_CHARS.search(joined):
+        found.append(joined.translate(_LEET))
+    return tuple(found)
 
 
 # -- word lists ----------------------------------------------------------------------------------
@@ -99,11 +109,11 @@ class WordList:
     def __init__(self, entries: Iterable[Entry]) -> None:
         self.entries = tuple(e for e in entries if normalise(e.text).strip())
         self._each = [
-            (e, re.compile(rf"(?<!\w){_word_pattern(e.text)}(?:e?s)?(?!\w)")) for e in self.entries
+            (e, re.compile(rf"(?<!\w){_word_pattern(e.text)}s?(?!\w)")) for e in self.entries
         ]
         longest_first = sorted({_word_pattern(e.text) for e in self.entries}, key=len, reverse=True)
         self._any = (
-            re.compile(rf"(?<!\w)(?:{'|'.join(longest_first)})(?:e?s)?(?!\w)")
+            re.compile(rf"(?<!\w)(?:{'|'.join(longest_first)})s?(?!\w)")
             if longest_first
             else None
         )
@@ -257,7 +267,7 @@ INJECTION: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"(?:(?:your|the|my|these|those)\s+)?(?:previous|prior|above|earlier|preceding|"
             rf"initial|original|system|developer|all|your)\s+(?:\w+\s+)?{_INSTRUCTIONS}\b",
         ),
-        ("reveal_prompt", r"\bsystem\s+(?:prompt|message|instructions)\b"),
+        ("reveal_prompt", r"\bsystem\s+prompt\b|\b(?:your|the)\s+system\s+instructions\b"),
         (
             "reveal_prompt",
             r"\b(?:reveal|print|repeat|output|recite|leak|dump|paste|verbatim)\b[^\n]{0,30}?"
