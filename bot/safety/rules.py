@@ -113,9 +113,7 @@ class WordList:
         ]
         longest_first = sorted({_word_pattern(e.text) for e in self.entries}, key=len, reverse=True)
         self._any = (
-            re.compile(rf"(?<!\w)(?:{'|'.join(longest_first)})s?(?!\w)")
-            if longest_first
-            else None
+            re.compile(rf"(?<!\w)(?:{'|'.join(longest_first)})s?(?!\w)") if longest_first else None
         )
 
     def __len__(self) -> int:
