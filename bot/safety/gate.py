@@ -88,7 +88,7 @@ class SafetyGate:
         self.leak = leak
         self.prices = prices or PriceTable.default()
         self.timeout = timeout
-        self.names: OrderedDict[tuple[str, str, str], str] = OrderedDict()
+        self.names: dict[tuple[str, str, str], str] = {}  # insertion order: oldest first
         self._passed: str | None = None  # the last reply ``answer`` let through
         # a turn's usage between its answer and its commit: (usage, model, asked by a person)
         self._usage: OrderedDict[tuple[str, str], tuple[Usage, str, bool]] = OrderedDict()
@@ -157,14 +157,13 @@ class SafetyGate:
         task.add_done_callback(lambda _: self._loading.pop(where, None))
 
     def _remember_name(self, message: ChatMessage) -> None:
-        author = message.author
-        conv = message.conversation
-        for name in {author.display_name.casefold(), author.id.casefold()} - {""}:
-            key = (conv.platform, conv.channel, name)
+        author, conv = message.author, message.conversation
+        key = (conv.platform, conv.channel, (author.display_name or author.id).casefold())
+        if self.names.get(key) != author.id:
             self.names[key] = author.id
-            self.names.move_to_end(key)
-        while len(self.names) > RECENT_NAMES:
-            self.names.popitem(last=False)
+            if len(self.names) > RECENT_NAMES:  # the oldest names go first
+                for old in list(self.names)[: RECENT_NAMES // 4]:
+                    del self.names[old]
 
     def recent_id(self, conversation: ConversationKey, name: str) -> str | None:
         """The id of the user called ``name`` who wrote in this channel lately (this process)."""

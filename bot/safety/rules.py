@@ -24,6 +24,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
+from typing import Any
 
 from bot.settings.safety import LinkPolicy
 
@@ -90,17 +91,50 @@ class Entry:
     source: str
 
 
+Token = tuple[str, int]  # (a character, its least run), or (" ", 0) for a gap between words
+
+
+def _tokens(word: str) -> tuple[Token, ...]:
+    return tuple(
+        (" ", 0) if char.isspace() else (char, len(list(run)))
+        for char, run in groupby(normalise(word))
+    )
+
+
+def _token_pattern(token: Token) -> str:
+    char, count = token
+    if char == " ":
+        return r"[\W_]+"  # a space in a phrase stands for any run of non-word characters
+    return re.escape(char) + ("+" if count == 1 else f"{{{count},}}")
+
+
 def _word_pattern(word: str) -> str:
     """A list word as a pattern: runs of one letter may be stretched, spaces stand for any run of
     non-word characters."""
-    parts: list[str] = []
-    for char, run in groupby(normalise(word)):
-        count = len(list(run))
-        if char.isspace():
-            parts.append(r"[\W_]+")
-        else:
-            parts.append(re.escape(char) + ("+" if count == 1 else f"{{{count},}}"))
-    return "".join(parts)
+    return "".join(_token_pattern(t) for t in _tokens(word))
+
+
+def _trie_pattern(words: Iterable[tuple[Token, ...]]) -> str:
+    """One pattern for many words, their common prefixes shared (``n+i+g(?:g{2,}...|l...)``):
+    the regex engine tries a handful of first letters per position, not every word."""
+    trie: dict[Token, Any] = {}
+    for tokens in words:
+        node = trie
+        for token in tokens:
+            node = node.setdefault(token, {})
+        node[("", 0)] = {}  # a word ends here
+
+    def emit(node: dict[Token, Any]) -> str:
+        ends = ("", 0) in node
+        branches = [_token_pattern(t) + emit(sub) for t, sub in node.items() if t != ("", 0)]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"
+        if ends:
+            return f"(?:{body})?"
+        return body
+
+    return emit(trie)
 
 
 class WordList:
@@ -111,9 +145,12 @@ class WordList:
         self._each = [
             (e, re.compile(rf"(?<!\w){_word_pattern(e.text)}s?(?!\w)")) for e in self.entries
         ]
-        longest_first = sorted({_word_pattern(e.text) for e in self.entries}, key=len, reverse=True)
+        forms = {_tokens(e.text) for e in self.entries}
+        firsts = "".join(sorted({re.escape(f[0][0]) for f in forms if f}))
         self._any = (
-            re.compile(rf"(?<!\w)(?:{'|'.join(longest_first)})s?(?!\w)") if longest_first else None
+            re.compile(rf"(?<!\w)(?=[{firsts}])(?:{_trie_pattern(sorted(forms))})s?(?!\w)")
+            if forms
+            else None
         )
 
     def __len__(self) -> int:
@@ -288,11 +325,17 @@ INJECTION: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 )
 
 
+_INJECTION_ANY = re.compile(
+    "|".join(f"(?P<g{n}>{pattern.pattern})" for n, (_, pattern) in enumerate(INJECTION)),
+    re.MULTILINE,
+)
+
+
 def find_injection(normalised: str) -> Flag | None:
     """A phrase of a prompt-injection attempt. The structural defences (data blocks, escaping,
     the canary) hold whether or not this fires; this is for the audit trail and the presets
-    that refuse such messages."""
-    for name, pattern in INJECTION:
-        if pattern.search(normalised):
-            return Flag("injection", name)
-    return None
+    that refuse such messages. (One search over every pattern at once.)"""
+    found = _INJECTION_ANY.search(normalised)
+    if found is None or found.lastgroup is None:
+        return None
+    return Flag("injection", INJECTION[int(found.lastgroup[1:])][0])
