@@ -116,6 +116,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_MAX_MESSAGE_CHARS": (("agent.max_message_chars",), "500", 500),
     "CHORUS_ENGAGE_MIN_PENDING": (("engagement.min_pending",), "3", 3),
     "CHORUS_ENGAGE_MIN_GAP_SECONDS": (("engagement.min_gap_seconds",), "20", 20.0),
+    "CHORUS_ENGAGE_MENTION_BURST": (("engagement.mention_burst",), "5", 5),
     "CHORUS_ENGAGE_MAX_BATCH_CHATTERS": (("engagement.max_batch_chatters",), "3", 3),
     "CHORUS_ENGAGE_CHANNEL_COOLDOWN_SECONDS": (("engagement.channel_cooldown_seconds",), "2", 2.0),
     "CHORUS_ENGAGE_USER_COOLDOWN_SECONDS": (("engagement.user_cooldown_seconds",), "4", 4.0),
