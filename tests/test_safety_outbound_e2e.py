@@ -170,3 +170,19 @@ async def _until_slack_listens(url: str) -> None:
                 return
             except OSError:
                 await asyncio.sleep(0.2)
+
+
+async def test_an_invalid_pattern_stops_the_start_naming_its_variable_and_pattern(
+    tmp_path: Path,
+) -> None:
+    async with AnthropicServer() as model:
+        env = base_env(tmp_path) | model_env(model)
+        (tmp_path / "list.txt").write_text("spoiler\nre:(unclosed\n", encoding="utf-8")
+        env["CHORUS_MODERATION_LIST_FILE"] = str(tmp_path / "list.txt")
+        code, _, err = await run_chorus(["chat"], env, tmp_path, b"hi\n")
+        assert code != 0 and "list.txt:2" in err and "'(unclosed'" in err, err
+        env.pop("CHORUS_MODERATION_LIST_FILE")
+        env["CHORUS_MODERATION_PATTERNS"] = "free[vbucks"
+        code, _, err = await run_chorus(["chat"], env, tmp_path, b"hi\n")
+        assert code != 0 and "CHORUS_MODERATION_PATTERNS" in err and "free[vbucks" in err, err
+        assert model.requests == []
