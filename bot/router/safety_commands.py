@@ -24,6 +24,7 @@ from bot.safety.audit import AuditEntry
 from bot.safety.gate import SafetyGate
 from bot.safety.users import Status
 from bot.state.history import HistoryStore
+from bot.state.outages import until_redis_answers
 
 _MENTION = re.compile(r"^<@!?([A-Za-z0-9_.-]+)(?:\|[^>]*)?>$")
 
@@ -53,8 +54,11 @@ class _Handlers:
         policy = self.gate.safety_for(message.conversation)
         exempt = self.gate.exempt(message, policy)
         used = {}
-        if self.gate.quotas is not None and policy.quota.enabled:
-            used = await self.gate.quotas.usage(message, utcnow())
+        quotas = self.gate.quotas
+        if quotas is not None and policy.quota.enabled:
+            used = await until_redis_answers(
+                "read a usage", lambda: quotas.usage(message, utcnow())
+            )
         return texts.usage(used, policy.quota, exempt=exempt)
 
     def change(self, name: str, status: Status | None, done: str) -> _Change:
@@ -100,7 +104,9 @@ class _Change:
         wanted = self.status
         if wanted is None and current != ("block" if self.name == "unblock" else "allow"):
             wanted = current  # /unblock of someone not blocked changes nothing
-        await users.set(message.conversation, user_id, wanted)
+        await until_redis_answers(
+            "change a user list", lambda: users.set(message.conversation, user_id, wanted)
+        )
         gate.audit.record(
             AuditEntry.about(
                 message, direction="command", rule=f"user_{self.name}:{user_id}", action="set"
@@ -109,7 +115,10 @@ class _Change:
         return prompts.render(self.done, name=args.split()[0])
 
     async def _listing(self, message: ChatMessage) -> str:
-        entries = await self.handlers.gate.users.entries(message.conversation)
+        users = self.handlers.gate.users
+        entries = await until_redis_answers(
+            "read the user lists", lambda: users.entries(message.conversation)
+        )
         blocked = sorted(u for u, s in entries.items() if s == "block")
         allowed = sorted(u for u, s in entries.items() if s == "allow")
         if not blocked and not allowed:

@@ -44,6 +44,7 @@ from bot.safety.policy import Policies, SafetyPolicy
 from bot.safety.quota import Quotas
 from bot.safety.rules import Flag
 from bot.safety.users import UserLists
+from bot.state.outages import until_redis_answers
 
 log = logging.getLogger("chorus.safety")
 
@@ -186,12 +187,10 @@ class SafetyGate:
                 self._record(message, "user", "user_blocked", "ignored")
                 return Stop(None)
         if self.quotas is not None and policy.quota.enabled:
-            refused = await self.quotas.admit(
-                policy.quota,
-                message,
-                utcnow(),
-                exempt=self.exempt(message, policy),
-                person=person,
+            quotas, exempt = self.quotas, self.exempt(message, policy)
+            refused = await until_redis_answers(  # an outage is waited out, like every step
+                "check a quota",
+                lambda: quotas.admit(policy.quota, message, utcnow(), exempt=exempt, person=person),
             )
             if refused is not None:
                 action = "noticed" if refused.notice else "silenced"
