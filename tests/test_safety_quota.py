@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 
-from bot.events import Author, ChatMessage, ConversationKey, Role
-from bot.safety.policy import QuotaLimits
+from bot.events import Author, ChatMessage, ConversationKey, Role, utcnow
+from bot.safety.gate import SafetyGate
+from bot.safety.policy import Policies, QuotaLimits
 from bot.safety.quota import Quotas, counters, period_ids
-from bot.state import keys
+from bot.settings import QuotaSettings
+from bot.state import connect, keys
+from tests.outage_rig import redis_binary
+from tests.redis_server import free_port, start_redis, stop_redis
 
 NOW = datetime(2025, 3, 4, 10, 15, 0, tzinfo=UTC)
 pytestmark = pytest.mark.redis
@@ -125,3 +130,28 @@ async def test_every_key_has_a_ttl(redis_client: Redis, key_tag: str) -> None:
     assert any(":usage:notice:" in k for k in found)
     for key in found:
         assert await redis_client.ttl(key) > 0, key
+
+
+async def test_a_quota_check_waits_out_a_redis_outage(tmp_path: Path) -> None:
+    """Redis killed before the check and restarted on its port a moment later: the turn's quota
+    check waits (like every other Redis step of a turn), then counts, never a crash."""
+    binary, port = redis_binary(), free_port()
+    server = start_redis(binary, port, tmp_path)
+    client = await connect.open_redis(f"redis://127.0.0.1:{port}/0")
+    gate = SafetyGate(
+        Policies(quota=QuotaSettings(user_messages_hour=5)), quotas=Quotas(client, namespace="o")
+    )
+    message = said("outage")
+    try:
+        assert await gate.before_model(message) is None  # connected, counted once
+        stop_redis(server)
+        check = asyncio.create_task(gate.before_model(message))
+        await asyncio.sleep(1.5)  # the outage: nothing answers on the port
+        assert not check.done()
+        server = start_redis(binary, port, tmp_path)
+        assert await asyncio.wait_for(check, 60) is None
+        used = await Quotas(client, namespace="o").usage(message, utcnow())
+        assert used["hour"] == (1, 0)  # counted after the outage (this server keeps no data)
+    finally:
+        await client.aclose()
+        stop_redis(server)
