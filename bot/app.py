@@ -33,9 +33,12 @@ from bot.memory.buffers import MemoryStore
 from bot.ops.aio import cancel_and_wait
 from bot.ops.health import HealthServer, adapter_checks, provider_check, redis_check
 from bot.ops.metrics import Metrics, NullMetrics
+from bot.platform.commands import NativeCommand
+from bot.plugins.loader import LoadedPlugins, load_plugins
+from bot.plugins.runtime import TurnHooks, command_handler
 from bot.router import memory_commands, safety_commands
 from bot.router.core import Router, RouterLimits
-from bot.router.text_commands import Commands
+from bot.router.text_commands import Command, Commands
 from bot.safety.canary import LeakCheck, deployment_canary, with_canary
 from bot.safety.gate import SafetyGate
 from bot.safety.moderator import ModerationModel, build_moderation_model
@@ -43,6 +46,7 @@ from bot.safety.policy import Policies
 from bot.settings import ConfigError, Settings, ToolSettings
 from bot.state import connect
 from bot.state.history import HistoryStore
+from bot.tools.builtin import builtin_tools
 from bot.tools.mcp_config import config_from_settings
 from bot.tools.toolbox import Toolbox
 
@@ -69,6 +73,7 @@ class Chorus:
         metrics: Metrics | NullMetrics | None = None,
         owns: tuple[object, ...] = (),
         outbox: Outbox | None = None,
+        plugins: LoadedPlugins | None = None,
         policies: Policies | None = None,
         moderation: ModerationModel | None = None,
     ) -> None:
@@ -122,7 +127,10 @@ class Chorus:
             prices=self.metrics.prices if isinstance(self.metrics, Metrics) else None,
         )
         self.safety.audit.register(self.metrics)
-        safety_commands.register(commands, self.safety, self.history)
+        safety_commands.register(commands, self.safety, self.history)  # before plugins take names
+        self.plugins = plugins or LoadedPlugins()
+        self.native_commands = _install_commands(commands, self.plugins)
+        self.hooks = TurnHooks(self.plugins.hooks, timeout=settings.plugins.hook_timeout)
         self.router = Router(
             bus=bus,
             redis=redis,
@@ -132,6 +140,7 @@ class Chorus:
             commands=commands,
             tools=self.tools,
             memory=self.memory,
+            hooks=self.hooks,
             live=LiveChat(
                 Engagement(policy_config(settings.engagement)),
                 metrics=self.metrics,
@@ -179,7 +188,10 @@ class Chorus:
             mcp = await _start_mcp(settings.tools)
             if mcp is not None:
                 owned.append(mcp)
-            tools = Toolbox.from_settings(settings.tools, extra_tools=mcp.tools() if mcp else ())
+            extra = mcp.tools() if mcp else []
+            reserved = [t.spec.name for t in (*builtin_tools(settings.tools), *extra)]
+            plugins = load_plugins(settings.plugins, reserved_tools=reserved)
+            tools = Toolbox.from_settings(settings.tools, extra_tools=[*extra, *plugins.tools])
             policies = Policies(settings.safety, settings.quota)  # a bad list or pattern: here
             moderation = build_moderation_model(settings.safety, settings.llm)
             if moderation is not None:
@@ -218,6 +230,7 @@ class Chorus:
             metrics=metrics,
             owns=tuple(owned),
             outbox=ordered,
+            plugins=plugins,
             policies=policies,
             moderation=moderation,
         )
@@ -281,6 +294,7 @@ class Chorus:
     async def aclose(self) -> None:
         await self.drain()
         await self.safety.aclose()  # the audit entries still being written
+        await self.hooks.aclose()
         if self.health is not None:
             await self.health.aclose()
         await _close_all(self._owns)  # the bus first (newest): its partition leases go back
@@ -316,6 +330,19 @@ async def _start_mcp(settings: ToolSettings) -> MCPManager | None:
     await manager.start()
     log.info("mcp servers started", extra={"servers": manager.status()})
     return manager
+
+
+def _install_commands(commands: Commands, plugins: LoadedPlugins) -> list[NativeCommand]:
+    """The plugins' commands in the command table (a name the bot has already is logged and
+    skipped; ``chorus`` is Discord's ``/chorus`` group), and the list native pickers show."""
+    native = []
+    for command in plugins.commands:
+        if command.name in {*commands.names(), "chorus"}:
+            log.error("plugin command skipped: the name is taken", extra={"command": command.name})
+            continue
+        commands.add(Command(command.name, command.summary, command_handler(command)))
+        native.append(NativeCommand(command.name, command.summary))
+    return native
 
 
 async def _close_all(things: Sequence[object]) -> None:

@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 import prompts
 from adapters.console import decode_line, no_answer_notice, too_long_notice
 from adapters.discord.adapter import no_answer_in_time
-from adapters.discord.slash import build_group
+from adapters.discord.slash import build_group, build_native
 from bot.agent.loop import ExitReason, fallback_text
 from bot.agent.prompting import system_prompt
 from bot.bus.erasure import StreamEraser
@@ -35,10 +35,11 @@ from bot.bus.streams import RedisStreamsBus
 from bot.bus.topics import INBOUND
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.live.engagement import Action, Batch, BatchChatter, Decision, PendingMessage, Reason
-from bot.live.turns import Turn, ack, batch_turn, covered_context, idle_turn
+from bot.live.turns import ack, batch_turn, covered_context, idle_turn
 from bot.llm.types import LLMRequest, LLMResponse, TextPart, ToolCallPart, ToolSpec
 from bot.memory.buffers import MemorySettings, MemoryStore, Pin, Recommendation, UserBuffer
 from bot.memory.enrichment import render_context
+from bot.platform.commands import NativeCommand
 from bot.router import memory_commands
 from bot.router.core import apology, crash_apology, too_long
 from bot.router.text_commands import Commands
@@ -54,7 +55,8 @@ from insights.analyse import (
     parse_analysis,
     retry_request,
 )
-from tests.golden_safety import SAFETY_CASES
+from tests.golden_plugins import plugin_commands
+from tests.golden_safety import SAFETY_CASES, shown
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("CHORUS_UPDATE_GOLDEN") == "1"
@@ -128,11 +130,6 @@ async def _live_batch(redis: Redis) -> str:
         context=(pending("lol", "di", 4.0), pending("hype", "ed", 5.0)),
     )
     return shown(batch_turn(LIVE, batch))
-
-
-def shown(turn: Turn) -> str:
-    """A live-chat turn as the model gets it: the data block's text, then the instructions."""
-    return f"{turn.message.text}\n--- context (after the data block) ---\n{turn.context}"
 
 
 @case("live_batch_without_context")
@@ -374,9 +371,12 @@ async def _discord(redis: Redis) -> str:
     group = build_group(ignore)
     lines = [f"/{group.name}: {group.description}"]
     lines += [f"/{group.name} {c.name}: {c.description}" for c in group.commands]
+    roll = build_native(NativeCommand("roll", "Roll dice"), ignore)
+    lines += [f"/{roll.name} [{p.name}]: {p.description}" for p in roll.parameters]
     return "\n".join([*lines, no_answer_in_time()])
 
 
+CASES["plugin_commands"] = plugin_commands
 CASES.update(SAFETY_CASES)
 
 

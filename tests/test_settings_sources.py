@@ -93,6 +93,9 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_FETCH_TIMEOUT": (("tools.fetch_timeout",), "3", 3.0),
     "CHORUS_FEEDS": (("tools.feeds",), "https://example.org/rss", ("https://example.org/rss",)),
     "CHORUS_MCP_CONFIG": (("tools.mcp_config",), "mcp.json", Path("mcp.json")),
+    "CHORUS_PLUGINS": (("plugins.modules",), "a.b, c", ("a.b", "c")),
+    "CHORUS_PLUGIN_ENTRY_POINTS": (("plugins.entry_points",), "false", False),
+    "CHORUS_PLUGIN_HOOK_TIMEOUT": (("plugins.hook_timeout",), "2", 2.0),
     "CHORUS_REDIS_URL": (
         ("state.redis_url",),
         "redis://127.0.0.1:6379/3",

@@ -23,7 +23,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -32,7 +31,7 @@ from redis.asyncio.client import Pipeline
 
 from bot.agent.loop import Agent
 from bot.agent.prompting import PromptAssembler
-from bot.agent.reasoning import Level, decide
+from bot.agent.reasoning import decide
 from bot.bus.base import Delivery, EventBus, TransactionalBus
 from bot.bus.claims import Claim, Claims, default_worker_id
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
@@ -44,11 +43,14 @@ from bot.memory.buffers import MemoryStore
 from bot.memory.enrichment import render_context
 from bot.ops.aio import shielded
 from bot.ops.metrics import MetricsSink, NullMetrics
+from bot.plugins.runtime import TurnHooks
 from bot.router import record, safety_hooks
 from bot.router.flow import Admission, Shutdown, admit, release_quietly
 from bot.router.housekeeping import consume_deletions, dead_letter
 from bot.router.text_commands import Commands
 from bot.router.texts import apology, crash_apology, too_long
+from bot.router.turn import Item as _Item
+from bot.router.turn import RouterLimits
 from bot.state.history import HistoryEntry, HistoryStore
 from bot.state.outages import until_redis_answers
 from bot.tools.base import ToolContext
@@ -57,39 +59,6 @@ from bot.tools.toolbox import Toolbox
 log = logging.getLogger("chorus.router")
 
 __all__ = ["Router", "RouterLimits", "apology", "crash_apology", "too_long"]
-
-
-@dataclass
-class _Progress:
-    committed: bool = False  # the reply and its record are in Redis: never release, ack
-    elsewhere: bool = False  # our lapsed claim is another worker's now: it answers and acks
-
-
-@dataclass(frozen=True)
-class _Item:
-    """One turn to run: an inbound message (with its delivery, acked after), or a live-chat
-    turn the policy made (a batch or an idle line: no delivery)."""
-
-    message: ChatMessage
-    delivery: Delivery[ChatMessage] | None
-    addressed: tuple[str, ...]
-    reply_to_id: str | None
-    context: str = ""
-    forced: str | None = None  # a fixed answer (live-chat pause/resume acknowledgements)
-    received: float = field(default_factory=time.perf_counter)  # for the overhead metric
-    progress: _Progress = field(default_factory=_Progress)
-
-
-@dataclass(frozen=True)
-class RouterLimits:
-    max_message_chars: int = 8000
-    reasoning: str = "auto"
-    reasoning_max: Level = "medium"
-    concurrency: int = 32
-    max_in_flight: int = 128  # messages held at once, running or queued (taken before a pull)
-    claim_lease_ms: int = 10_000
-    max_deliveries: int = 3  # a message delivered more often goes to dead letters
-    done_seconds: int = 3 * 24 * 3600
 
 
 class Router:
@@ -108,9 +77,11 @@ class Router:
         worker_id: str | None = None,
         live: LiveChat | None = None,
         metrics: MetricsSink | None = None,
+        hooks: TurnHooks | None = None,
         safety: safety_hooks.SafetyGate | None = None,
     ) -> None:
         self.metrics: MetricsSink = metrics or NullMetrics()
+        self.hooks = hooks or TurnHooks()  # the plugins' before_turn and after_reply
         self.safety = safety or safety_hooks.SafetyGate()  # moderation, user lists, quotas
         self.bus = bus
         self.redis = redis
@@ -351,11 +322,13 @@ class Router:
             return
         if await safety_hooks.stopped(self, item, claim):  # over a quota, or flagged by a model
             return
+
         context = ""
         if self.memory is not None and read.buffer is not None:
             context = render_context(read.buffer, message, self.memory.settings, utcnow())
         if item.context:
             context = f"{item.context}\n{context}" if context else item.context
+        context = await self.hooks.before_turn(message, context)
         ctx = ToolContext(message=message)
         request = self.assembler.build(
             message,
@@ -383,6 +356,7 @@ class Router:
         now, text = utcnow(), await safety_hooks.answered(self, item, result, request)
         entries = record.turn_entries(message, text, now)
         await self._finish(item, claim, text, entries=entries, activity=now)
+        self.hooks.after_reply(message, text)  # what was sent: the safe line if replaced
         self.metrics.observe_overhead(
             time.perf_counter() - item.received - result.llm_seconds - result.tool_seconds
         )

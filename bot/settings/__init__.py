@@ -37,6 +37,7 @@ from bot.settings.llm import (
 )
 from bot.settings.memory import MemorySettings
 from bot.settings.ops import HealthSettings, LoggingSettings, MetricsSettings
+from bot.settings.plugins import PluginSettings
 from bot.settings.safety import QuotaSettings, SafetySettings
 from bot.settings.slack import SlackSettings
 from bot.settings.sources import (
@@ -68,6 +69,7 @@ __all__ = [
     "MemorySettings",
     "MetricsSettings",
     "ModelSpec",
+    "PluginSettings",
     "QuotaSettings",
     "SafetySettings",
     "Settings",
@@ -96,6 +98,7 @@ class Settings(BaseModel):
     memory: MemorySettings = Field(default_factory=MemorySettings)
     engagement: EngagementSettings = Field(default_factory=EngagementSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
+    plugins: PluginSettings = Field(default_factory=PluginSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
