@@ -41,9 +41,13 @@ from bot.plugins.loader import LoadedPlugins, load_plugins
 from bot.plugins.runtime import TurnHooks, command_handler
 from bot.quota.ledger import QuotaLedger
 from bot.quota.plan import QuotaConfig
-from bot.router import memory_commands
+from bot.router import memory_commands, safety_commands
 from bot.router.core import Router, RouterLimits
 from bot.router.text_commands import Command, Commands
+from bot.safety.canary import LeakCheck, deployment_canary, with_canary
+from bot.safety.gate import SafetyGate
+from bot.safety.moderator import ModerationModel, build_moderation_model
+from bot.safety.policy import Policies
 from bot.settings import ConfigError, Settings, ToolSettings
 from bot.state import connect
 from bot.state.history import HistoryStore
@@ -75,6 +79,8 @@ class Chorus:
         owns: tuple[object, ...] = (),
         outbox: Outbox | None = None,
         plugins: LoadedPlugins | None = None,
+        policies: Policies | None = None,
+        moderation: ModerationModel | None = None,
     ) -> None:
         self.metrics: Metrics | NullMetrics = metrics or NullMetrics()
         self.health: HealthServer | None = None
@@ -91,9 +97,13 @@ class Chorus:
             max_messages=settings.state.history_max_messages,
             ttl_seconds=settings.state.history_ttl_seconds,
         )
+        # The system text ends with the deployment's canary (bot/safety/canary.py): stable per
+        # deployment, so the cached prefix stays byte-identical.
+        canary = deployment_canary(settings.safety, settings.llm, settings.agent.bot_name)
+        system = with_canary(system_prompt(settings.agent.bot_name), canary)
         self.assembler = PromptAssembler(
             model=model,
-            system_prompt=system_prompt(settings.agent.bot_name),
+            system_prompt=system,
             max_tokens=settings.agent.max_output_tokens,
             vision=settings.agent.vision,
         )
@@ -114,6 +124,16 @@ class Chorus:
         memory_commands.register(
             commands, self.memory, self.history, eraser=StreamEraser.for_bus(bus, redis)
         )
+        self.safety = SafetyGate.from_parts(
+            policies or Policies(settings.safety, settings.quota),
+            redis,
+            namespace=settings.state.bus_namespace,
+            model=moderation,
+            leak=LeakCheck(system, canary),
+            prices=self.metrics.prices if isinstance(self.metrics, Metrics) else None,
+        )
+        self.safety.audit.register(self.metrics)
+        safety_commands.register(commands, self.safety, self.history)  # before plugins take names
         self.plugins = plugins or LoadedPlugins()
         self.native_commands = _install_commands(commands, self.plugins)
         self.hooks = TurnHooks(self.plugins.hooks, timeout=settings.plugins.hook_timeout)
@@ -138,6 +158,7 @@ class Chorus:
                 budget=self.reply_gate,
             ),
             metrics=self.metrics,
+            safety=self.safety,
             limits=RouterLimits(
                 max_message_chars=settings.agent.max_message_chars,
                 reasoning=settings.agent.reasoning,
@@ -180,6 +201,10 @@ class Chorus:
             reserved = [t.spec.name for t in (*builtin_tools(settings.tools), *extra)]
             plugins = load_plugins(settings.plugins, reserved_tools=reserved)
             tools = Toolbox.from_settings(settings.tools, extra_tools=[*extra, *plugins.tools])
+            policies = Policies(settings.safety, settings.quota)  # a bad list or pattern: here
+            moderation = build_moderation_model(settings.safety, settings.llm)
+            if moderation is not None:
+                owned.append(moderation)
             if provider is None:
                 provider = build_chain(
                     settings.llm, spec, settings.fallback, on_fallback=metrics.llm_fallback
@@ -215,6 +240,8 @@ class Chorus:
             owns=tuple(owned),
             outbox=ordered,
             plugins=plugins,
+            policies=policies,
+            moderation=moderation,
         )
 
     async def start(self) -> None:
@@ -275,6 +302,7 @@ class Chorus:
 
     async def aclose(self) -> None:
         await self.drain()
+        await self.safety.aclose()  # the audit entries still being written
         await self.hooks.aclose()
         if self.health is not None:
             await self.health.aclose()

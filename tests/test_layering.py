@@ -41,13 +41,14 @@ MAY_IMPORT: dict[str, set[str]] = {
     "bot.memory": BASE | {"bot.state", "bot.ops"},
     "bot.agent": BASE | {"bot.llm", "bot.tools", "bot.ops", "bot.state"},
     "bot.plugins": BASE | {"bot.llm", "bot.tools"},
+    "bot.safety": BASE | {"bot.llm", "bot.state", "bot.ops"},
     "bot.onboarding": BASE | {"bot.llm"},
     "bot.router": BASE
     | {"bot.llm", "bot.tools", "bot.state", "bot.ops", "bot.bus", "bot.live", "bot.memory"}
-    | {"bot.agent", "bot.plugins", "bot.quota"},
+    | {"bot.agent", "bot.plugins", "bot.quota", "bot.safety"},
     "bot.app": BASE
     | {"bot.llm", "bot.tools", "bot.state", "bot.ops", "bot.bus", "bot.live", "bot.memory"}
-    | {"bot.agent", "bot.router", "bot.platform", "bot.plugins", "bot.quota"},
+    | {"bot.agent", "bot.router", "bot.platform", "bot.plugins", "bot.quota", "bot.safety"},
     "insights": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.memory"},
     "adapters": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.bus", "bot.platform", "bot.quota"},
 }

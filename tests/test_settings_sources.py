@@ -24,6 +24,7 @@ from bot.app import Chorus
 from bot.llm.types import Usage
 from bot.ops.metrics import Metrics
 from bot.settings import ConfigError, Settings, known_variables, load_settings
+from tests.settings_samples_safety import SAFETY_SAMPLES
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO_SERVER = ROOT / "tests" / "mcp_servers" / "echo_server.py"
@@ -268,6 +269,8 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "YOUTUBE_MAX_PIECES": (("youtube.max_pieces",), "1", 1),
     "YOUTUBE_HTTP_TIMEOUT": (("youtube.http_timeout",), "10", 10.0),
 }
+
+SAMPLES.update(SAFETY_SAMPLES)
 
 
 def at(settings: Settings, path: str) -> Any:

@@ -31,9 +31,11 @@ in a ``LiveStore`` by ``bot/live/durable.py``: the router awaits ``prepare`` bef
 commit and awaits ``maintain`` once a second. The policy's clock is epoch seconds, so stored
 times mean the same in every process.
 
-Everything a user wrote stays inside the prompt's data blocks (the synthetic turn's text is
-rendered as a ``<user_message>`` like any other). The instructions and acknowledgements are
-``prompts/live/*``.
+Everything a user wrote stays inside the prompt's data blocks, and only there: a batch turn's
+synthetic message holds nothing but the chatters' lines (rendered as a ``<user_message>`` like
+any other), each one escaped to one line of its real author (``bot/live/escape.py``); the
+instructions (whom to answer, what is context) go in the turn's ``context``, which the prompt
+places after the data block. The instructions and acknowledgements are ``prompts/live/*``.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from bot.live.engagement import (
     room_ready,
     take_declined,
 )
+from bot.live.escape import one_line, speaker
 from bot.live.ledger import ChannelState
 from bot.live.store import Changes, LiveStore, MemoryLiveStore
 from bot.ops.metrics import MetricsSink, NullMetrics
@@ -332,20 +335,21 @@ def covered_context(decision: Decision) -> str:
     if decision.action is not Action.ANSWER_NOW or not decision.covered:
         return ""
     lines = [
-        prompts.render("live/earlier_line", name=_name(p.message), text=p.message.text)
+        prompts.render("live/earlier_line", name=_name(p.message), text=one_line(p.message.text))
         for p in decision.covered
     ]
     return prompts.render("live/earlier_lines", lines="\n".join(lines))
 
 
 def batch_turn(conv: ConversationKey, batch: Batch) -> Turn:
-    """One turn that answers the batch's chatters together, by name."""
-    names = [c.user_name or c.user_id for c in batch.chatters]
+    """One turn that answers the batch's chatters together, by name: their lines (escaped) are
+    the synthetic message, the instructions its context."""
+    names = [speaker(c.user_name or c.user_id) for c in batch.chatters]
     lines = [
         prompts.render(
             "live/batch_question_line" if p.question else "live/batch_line",
-            name=c.user_name or c.user_id,
-            text=p.message.text,
+            name=speaker(c.user_name or c.user_id),
+            text=one_line(p.message.text),
         )
         for c in batch.chatters
         for p in c.messages
@@ -353,13 +357,11 @@ def batch_turn(conv: ConversationKey, batch: Batch) -> Turn:
     context = ""
     if batch.context:
         others = [
-            prompts.render("live/batch_line", name=_name(p.message), text=p.message.text)
+            prompts.render("live/batch_line", name=_name(p.message), text=one_line(p.message.text))
             for p in batch.context
         ]
         context = prompts.render("live/batch_context", lines="\n".join(others))
-    text = prompts.render(
-        "live/batch", names=" and ".join(names), lines="\n".join(lines), context=context
-    )
+    text = prompts.render("live/batch_lines", lines="\n".join(lines), context=context)
     last = batch.chatters[-1].messages[-1].message
     mentions = tuple(p.message for c in batch.chatters for p in c.messages if p.addressed)
     return Turn(
@@ -368,14 +370,16 @@ def batch_turn(conv: ConversationKey, batch: Batch) -> Turn:
         reply_to_id=last.id,
         kind="mention" if mentions else "room",
         mentions=mentions,
+        context=prompts.render("live/batch", names=" and ".join(names)),
     )
 
 
 def idle_turn(conv: ConversationKey) -> Turn:
-    """One self-prompted, on-topic line after a quiet period."""
-    text = prompts.render("live/idle")
+    """One self-prompted, on-topic line after a quiet period (the instruction is the context;
+    the message only says that nobody wrote)."""
     stamp = int(time.time())
-    return Turn(message=_synthetic(conv, f"idle-{stamp}", text), addressed=(), reply_to_id=None)
+    message = _synthetic(conv, f"idle-{stamp}", prompts.render("live/idle_marker"))
+    return Turn(message, addressed=(), reply_to_id=None, context=prompts.render("live/idle"))
 
 
 def _synthetic(conv: ConversationKey, msg_id: str, text: str) -> ChatMessage:
@@ -390,4 +394,4 @@ def _synthetic(conv: ConversationKey, msg_id: str, text: str) -> ChatMessage:
 
 
 def _name(message: ChatMessage) -> str:
-    return message.author.display_name or message.author.id
+    return speaker(message.author.display_name or message.author.id)

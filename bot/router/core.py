@@ -23,7 +23,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -32,7 +31,7 @@ from redis.asyncio.client import Pipeline
 
 from bot.agent.loop import Agent
 from bot.agent.prompting import PromptAssembler
-from bot.agent.reasoning import Level, decide
+from bot.agent.reasoning import decide
 from bot.bus.base import Delivery, EventBus, TransactionalBus
 from bot.bus.claims import Claim, Claims, default_worker_id
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
@@ -45,12 +44,13 @@ from bot.memory.enrichment import render_context
 from bot.ops.aio import shielded
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.plugins.runtime import TurnHooks
-from bot.router import record
+from bot.router import record, safety_hooks
 from bot.router.flow import Admission, Shutdown, admit, release_quietly
 from bot.router.housekeeping import consume_deletions, dead_letter
 from bot.router.items import Item, answer_item, turn_item
 from bot.router.text_commands import Commands
 from bot.router.texts import apology, crash_apology, too_long
+from bot.router.turn import RouterLimits
 from bot.state.history import HistoryEntry, HistoryStore
 from bot.state.outages import until_redis_answers
 from bot.tools.base import ToolContext
@@ -59,18 +59,6 @@ from bot.tools.toolbox import Toolbox
 log = logging.getLogger("chorus.router")
 
 __all__ = ["Router", "RouterLimits", "apology", "crash_apology", "too_long"]
-
-
-@dataclass(frozen=True)
-class RouterLimits:
-    max_message_chars: int = 8000
-    reasoning: str = "auto"
-    reasoning_max: Level = "medium"
-    concurrency: int = 32
-    max_in_flight: int = 128  # messages held at once, running or queued (taken before a pull)
-    claim_lease_ms: int = 10_000
-    max_deliveries: int = 3  # a message delivered more often goes to dead letters
-    done_seconds: int = 3 * 24 * 3600
 
 
 class Router:
@@ -90,9 +78,11 @@ class Router:
         live: LiveChat | None = None,
         metrics: MetricsSink | None = None,
         hooks: TurnHooks | None = None,
+        safety: safety_hooks.SafetyGate | None = None,
     ) -> None:
         self.metrics: MetricsSink = metrics or NullMetrics()
         self.hooks = hooks or TurnHooks()  # the plugins' before_turn and after_reply
+        self.safety = safety or safety_hooks.SafetyGate()  # moderation, user lists, quotas
         self.bus = bus
         self.redis = redis
         self.history = history
@@ -213,6 +203,8 @@ class Router:
             return
         self.metrics.message_in(message.platform)
         item = Item(message, delivery, (message.author.id,), message.id)
+        if safety_hooks.screened_out(self, item):  # blocked or flagged: dropped or refused
+            return
         if self.live is not None and self.live.applies(message):
             decision = self.live.observe(message)  # arrival order and time, O(1)
             self.metrics.engagement(message.platform, decision.action.value)
@@ -332,6 +324,8 @@ class Router:
         if command_reply is not None:
             await self._finish(item, claim, command_reply)
             return
+        if await safety_hooks.stopped(self, item, claim):  # over a quota, or flagged by a model
+            return
 
         context = ""
         if self.memory is not None and read.buffer is not None:
@@ -363,10 +357,10 @@ class Router:
             await claim.release()  # a later delivery of the same message may try again
             await self._send(item, apology(), is_error=True)
             return
-        now = utcnow()
-        entries = record.turn_entries(message, result.text, now)
-        await self._finish(item, claim, result.text, entries=entries, activity=now)
-        self.hooks.after_reply(message, result.text)
+        now, text = utcnow(), await safety_hooks.answered(self, item, result, request)
+        entries = record.turn_entries(message, text, now)
+        await self._finish(item, claim, text, entries=entries, activity=now)
+        self.hooks.after_reply(message, text)  # what was sent: the safe line if replaced
         self.metrics.observe_overhead(
             time.perf_counter() - item.received - result.llm_seconds - result.tool_seconds
         )
@@ -401,6 +395,7 @@ class Router:
                 record.queue_activity(pipe, self.memory, message, activity, touch=touch)
             if self.live is not None:  # what the turn decided (answered, cooldowns, pause)
                 self.live.queue_save(pipe, message)
+            self.safety.queue_turn(pipe, message)  # the turn's tokens and cost, when limited
 
         async def write() -> None:
             if transactional is None:
@@ -417,7 +412,7 @@ class Router:
         message = item.message
         return Reply(
             conversation=message.conversation,
-            text=text,
+            text=self.safety.guard(message, text),  # every reply's last check
             reply_to_id=item.reply_to_id,
             addressed_user_ids=item.addressed,
             in_reply_to_platform=message.platform,
