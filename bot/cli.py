@@ -14,11 +14,12 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from bot.events import utcnow
 from bot.llm.base import Provider
+from bot.onboarding import wizard
 from bot.ops import aio
 from bot.ops.aio import cancel_and_wait, on_stop_signals
 from bot.ops.logs import setup_logging
@@ -66,12 +67,19 @@ def _parser() -> argparse.ArgumentParser:
         "replay", help="run a recorded or synthetic chat trace through the engagement policy"
     )
     replay.add_argument("trace", help="a JSONL trace (see bench/traces/busy_chat.jsonl)")
+    replay.add_argument(
+        "--youtube-read", choices=("stream", "poll"), help="default: YOUTUBE_READ_MODE"
+    )
     sub.add_parser("config", help="show what is configured and what is missing (secrets masked)")
+    init = sub.add_parser("init", help="set up a model, platforms and a persona: writes .env")
+    wizard.add_arguments(init)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "init":  # before the settings: it may be replacing a broken .env
+        return wizard.run(args)
     try:
         settings = load_settings(warn=False)  # warnings once logging is set up
     except ConfigError as exc:
@@ -83,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(describe_config(settings))
         return 0
     if args.command == "replay":
-        return _replay(args.trace, settings)
+        return _replay(args.trace, settings, youtube_read=args.youtube_read)
     try:
         settings.llm.model_spec()
         if args.command == "run":
@@ -111,7 +119,8 @@ async def _run(settings: Settings, *, role: str = "all") -> int:
             "and CHORUS_REDIS_URL=redis://... (the same for every process)"
         )
     app = await Chorus.from_settings(settings, outbox=role != "worker")
-    slots = [] if role == "worker" else build_slots(settings, app.ingress_bus, app.redis)
+    commands = app.native_commands
+    slots = [] if role == "worker" else build_slots(settings, app.ingress_bus, app.redis, commands)
     supervisor = Supervisor(slots)
     _watch(app, slots)
     await app.start_health(slots)
@@ -131,7 +140,7 @@ async def _run(settings: Settings, *, role: str = "all") -> int:
 def _watch(app: Chorus, slots: Sequence[Slot]) -> None:
     """Scrape-time gauges: the bus's lag and pending counts, each supervised adapter's state
     and restarts, and the adapters' own counters (read from whichever adapter runs now)."""
-    from adapters.registry import configured_platforms
+    from adapters.registry import adapter_gauges, configured_platforms
     from bot.bus.gauges import bus_gauges, outbox_gauges
     from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 
@@ -156,49 +165,8 @@ def _watch(app: Chorus, slots: Sequence[Slot]) -> None:
             kind="counter",
         )
     for slot in slots:
-        for name, help_text, labels, read, kind in _adapter_gauges(slot):
+        for name, help_text, labels, read, kind in adapter_gauges(slot):
             app.metrics.register_gauge_callback(name, help_text, labels, read, kind=kind)
-
-
-def _adapter_gauges(
-    slot: Any,
-) -> list[tuple[str, str, tuple[str, ...], Any, Literal["gauge", "counter"]]]:
-    """The counters an adapter keeps itself (Twitch sends and drops, YouTube quota)."""
-    if slot.platform == "twitch":
-        return [
-            (
-                "chorus_twitch_sent",
-                "Messages Twitch accepted",
-                (),
-                lambda: slot.adapter.sent,
-                "counter",
-            ),
-            (
-                "chorus_twitch_dropped",
-                "Messages Twitch dropped (is_sent false)",
-                ("reason",),
-                lambda: {(k,): v for k, v in slot.adapter.dropped.items()},
-                "counter",
-            ),
-            (
-                "chorus_twitch_eventsub_duplicates",
-                "EventSub notifications Twitch delivered again, dropped unpublished",
-                (),
-                lambda: slot.adapter.client.recent_events.duplicates,
-                "counter",
-            ),
-        ]
-    if slot.platform == "youtube":
-        return [
-            (
-                "chorus_youtube_quota_remaining",
-                "YouTube API quota units left today",
-                (),
-                lambda: slot.adapter.quota_status.units_remaining,
-                "gauge",
-            )
-        ]
-    return []
 
 
 async def _serve(supervisor: Supervisor, app: Chorus | None = None) -> int:
@@ -358,21 +326,21 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
         await redis.aclose()
 
 
-def _replay(trace: str, settings: Settings) -> int:
-    """``chorus replay TRACE.jsonl``: the policy on a trace, with a scripted model; exits 1 if a
-    message was answered twice, a mention was neither answered nor declined with a reason, or a
-    platform's send limit was exceeded."""
+def _replay(trace: str, settings: Settings, *, youtube_read: str | None = None) -> int:
+    """``chorus replay TRACE.jsonl``: the policy, the engagement and YouTube quota settings and
+    a scripted model on a trace; exits 1 unless ``ReplayReport.ok`` (nothing lost or answered
+    twice, every send limit and YouTube's quota kept)."""
     from bot.live.replay import format_report, replay
-    from bot.live.turns import policy_config
+    from bot.live.turns import replay_options
 
     try:
-        report = replay(trace, config=policy_config(settings.engagement))
-    except OSError as exc:
-        print(f"chorus: cannot read {trace}: {exc.strerror}", file=sys.stderr)
+        report = replay(trace, **replay_options(settings, youtube_read))
+    except (OSError, ConfigError) as exc:
+        problem = f"cannot read {trace}: {exc.strerror}" if isinstance(exc, OSError) else exc
+        print(f"chorus: {problem}", file=sys.stderr)
         return EXIT_CONFIG
     print(format_report(report))
-    ok = report.double_answers == 0 and report.mentions_lost == 0 and report.within_send_limits
-    return 0 if ok else 1
+    return 0 if report.ok else 1
 
 
 def _default_user() -> str:

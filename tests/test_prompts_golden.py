@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 import prompts
 from adapters.console import decode_line, no_answer_notice, too_long_notice
 from adapters.discord.adapter import no_answer_in_time
-from adapters.discord.slash import build_group
+from adapters.discord.slash import build_group, build_native
 from bot.agent.loop import ExitReason, fallback_text
 from bot.agent.prompting import system_prompt
 from bot.bus.erasure import StreamEraser
@@ -39,6 +39,7 @@ from bot.live.turns import ack, batch_turn, covered_context, idle_turn
 from bot.llm.types import LLMRequest, LLMResponse, TextPart, ToolCallPart, ToolSpec
 from bot.memory.buffers import MemorySettings, MemoryStore, Pin, Recommendation, UserBuffer
 from bot.memory.enrichment import render_context
+from bot.platform.commands import NativeCommand
 from bot.router import memory_commands
 from bot.router.core import apology, crash_apology, too_long
 from bot.router.text_commands import Commands
@@ -54,7 +55,9 @@ from insights.analyse import (
     parse_analysis,
     retry_request,
 )
-from tests.thanks_rig import sample_thanks_text
+from tests.golden_plugins import plugin_commands
+from tests.golden_safety import SAFETY_CASES, shown
+from tests.thanks_rig import live_thanks
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("CHORUS_UPDATE_GOLDEN") == "1"
@@ -127,23 +130,18 @@ async def _live_batch(redis: Redis) -> str:
         ),
         context=(pending("lol", "di", 4.0), pending("hype", "ed", 5.0)),
     )
-    return batch_turn(LIVE, batch).message.text
+    return shown(batch_turn(LIVE, batch))
 
 
 @case("live_batch_without_context")
 async def _live_batch_alone(redis: Redis) -> str:
     chatter = BatchChatter("bo", "Bo", (pending("hello chat", "bo", 1.0),))
-    return batch_turn(LIVE, Batch(Reason.ADDRESSED, (chatter,))).message.text
+    return shown(batch_turn(LIVE, Batch(Reason.ADDRESSED, (chatter,))))
 
 
 @case("live_idle")
 async def _live_idle(redis: Redis) -> str:
-    return idle_turn(LIVE).message.text
-
-
-@case("live_thanks")
-async def _live_thanks(redis: Redis) -> str:
-    return sample_thanks_text()
+    return shown(idle_turn(LIVE))
 
 
 @case("live_earlier_lines")
@@ -374,7 +372,14 @@ async def _discord(redis: Redis) -> str:
     group = build_group(ignore)
     lines = [f"/{group.name}: {group.description}"]
     lines += [f"/{group.name} {c.name}: {c.description}" for c in group.commands]
+    roll = build_native(NativeCommand("roll", "Roll dice"), ignore)
+    lines += [f"/{roll.name} [{p.name}]: {p.description}" for p in roll.parameters]
     return "\n".join([*lines, no_answer_in_time()])
+
+
+CASES["plugin_commands"] = plugin_commands
+CASES.update(SAFETY_CASES)
+CASES["live_thanks"] = live_thanks
 
 
 # -- the tests ----------------------------------------------------------------------------------
@@ -440,6 +445,6 @@ async def test_every_prompt_is_shown_by_a_golden_case(loaded: set[str], store: R
 
 def test_user_text_that_looks_like_a_placeholder_stays_as_written() -> None:
     chatter = BatchChatter("bo", "{{names}}", (pending("{{lines}} {{context}}", "bo", 1.0),))
-    text = batch_turn(LIVE, Batch(Reason.ADDRESSED, (chatter,))).message.text
-    assert "addressed to {{names}} by name" in text
-    assert "- {{names}}: {{lines}} {{context}}" in text
+    turn = batch_turn(LIVE, Batch(Reason.ADDRESSED, (chatter,)))
+    assert "addressed to {{names}} by name" in turn.context
+    assert "- {{names}}: {{lines}} {{context}}" in turn.message.text

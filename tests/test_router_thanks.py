@@ -6,7 +6,7 @@ real; the model is scripted, so the test sees exactly what it was asked."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from bot.agent.loop import Agent
@@ -14,6 +14,7 @@ from bot.agent.prompting import PromptAssembler
 from bot.bus.base import InProcessBus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply, Role
+from bot.live.budget import ReplyGate
 from bot.live.engagement import Engagement, PolicyConfig
 from bot.live.thanks import ThanksConfig
 from bot.live.turns import LiveChat
@@ -133,10 +134,39 @@ async def test_a_paused_channel_thanks_nobody(key_tag: str) -> None:
         assert len(replies) == 1 and provider.requests == []  # only the pause acknowledgement
 
 
-async def test_thanks_turns_say_their_kind(key_tag: str) -> None:
-    config = ThanksConfig(kinds=frozenset({K.CHEER}), min_gap_seconds=0)
-    async with running(key_tag, config) as (bus, router, _, _, clock):
-        await publish(bus, router, [event(K.CHEER, "c", bits=100, text="Cheer100 hi")])
-        assert router.live is not None
-        clock[0] += 6
-        assert [t.kind for t in router.live.tick()] == ["thanks"]
+class Gate(ReplyGate):
+    """A reply budget on Twitch whose room the test opens and closes."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        super().__init__(clock=clock, platform="twitch")
+        self.open, self.took = False, 0
+
+    def covers(self, platform: str) -> bool:
+        return platform == "twitch"
+
+    def room_open(self, platform: str, now: float) -> bool:
+        return self.open
+
+    def took_room(self, now: float) -> None:
+        self.took += 1
+
+
+def test_a_thanks_is_an_unprompted_turn_the_reply_budget_paces() -> None:
+    clock = [1000.0]
+    gate = Gate(lambda: clock[0])
+    live = LiveChat(
+        Engagement(PolicyConfig(channel_cooldown_seconds=0)),
+        clock=lambda: clock[0],
+        budget=gate,
+        thanks=ThanksConfig(kinds=frozenset({K.CHEER}), min_gap_seconds=0),
+    )
+    live.observe(event(K.CHEER, "c", bits=100, text="Cheer100 hi"))
+    clock[0] += 60
+    assert live.tick() == [] and gate.took == 0  # the room is closed: the thanks waits
+    live.observe(event(K.CHEER, "d", bits=5))  # and events keep gathering meanwhile
+    gate.open = True
+    clock[0] += 60
+    (turn,) = live.tick()
+    assert (turn.kind, turn.mentions, turn.addressed) == ("room", (), ("c", "d"))
+    assert turn.message.id.startswith("thanks-") and gate.took == 1
+    assert live.tick() == []  # thanked once

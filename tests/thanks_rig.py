@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from redis.asyncio import Redis
+
 from bot.events import Author, ChatMessage, ConversationKey, StreamEvent, StreamEventKind
 from bot.live import thanks
 from bot.live.thanks import ThanksConfig, ThanksState
@@ -105,3 +107,8 @@ def sample_thanks_text() -> str:
         turn = thanks_turn(conv, due)
         out += [f"[{conv.platform}]", turn.message.text, turn.context]
     return "\n".join(out)
+
+
+async def live_thanks(redis: Redis) -> str:
+    """The golden case ``live_thanks`` (registered by ``tests/test_prompts_golden.py``)."""
+    return sample_thanks_text()

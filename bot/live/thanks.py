@@ -20,9 +20,10 @@ an event of a kind that is off is not kept at all. What is counted together:
 - a message id seen twice (a redelivery) counts once.
 
 Pure and synchronous like the engagement policy (``engagement.py``): no I/O, no clock - ``now``
-is passed in - so the rules are table-tested; ``LiveChat`` in ``turns.py`` calls ``observe``
-as each message is dispatched and ``due`` from its one-second tick, and turns a ``Thanks`` into
-a turn with ``turn_text``/``instructions``. The state is memory only: a restart between an event
+is passed in - so the rules are table-tested; ``LiveChat`` in ``turns.py`` calls
+``ThanksChannels.observe`` as each message is dispatched and ``due`` from its one-second tick
+(which also holds a thanks back while the channel cools down or, on YouTube, while the reply
+budget's room is closed), and turns a ``Thanks`` into a turn with ``turn_text``/``instructions``. The state is memory only: a restart between an event
 and its thanks loses that thanks (as it loses a pending batch), never doubles one.
 
 What a viewer wrote with an event goes into the turn's text, which the prompt wraps as a
@@ -33,10 +34,12 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import prompts
-from bot.events import ChatMessage, StreamEvent, StreamEventKind
+from bot.events import ChatMessage, ConversationKey, StreamEvent, StreamEventKind
+from bot.settings import ThanksSettings
 
 Kind = StreamEventKind
 ALL_KINDS = frozenset(Kind)
@@ -67,6 +70,11 @@ class ThanksConfig:
     min_gap_seconds: float = 30.0
     max_names: int = 3
     max_pending: int = 50  # people or bursts kept per channel; more are counted, not named
+
+    @classmethod
+    def from_settings(cls, settings: ThanksSettings) -> ThanksConfig:
+        """The kinds and timing of the ``CHORUS_THANKS*`` section (same field names)."""
+        return cls(**settings.model_dump())
 
     def __post_init__(self) -> None:
         if self.settle_seconds < 0 or self.min_gap_seconds < 0:
@@ -134,6 +142,41 @@ class Thanks:
     @property
     def user_ids(self) -> tuple[str, ...]:
         return tuple(p[0].user_id for p in self.named if p[0].user_id is not None)
+
+
+class ThanksChannels:
+    """The channels of this process with stream events to thank: a state per channel, made
+    by the first event of a kind that is on and forgotten once idle."""
+
+    def __init__(self, config: ThanksConfig) -> None:
+        self.config = config
+        self.states: dict[ConversationKey, ThanksState] = {}
+
+    def observe(self, message: ChatMessage, now: float) -> bool:
+        """``observe`` in the message's channel (see there)."""
+        event = message.stream_event
+        if event is None or event.kind not in self.config.kinds:
+            return False  # nothing is kept for a kind that is off
+        state = self.states.get(message.conversation)
+        if state is None:
+            state = self.states[message.conversation] = ThanksState(self.config)
+        return observe(state, message, now)
+
+    def due(
+        self, now: float, may: Callable[[ConversationKey], bool | None]
+    ) -> list[tuple[ConversationKey, Thanks]]:
+        """The thanks due now, per channel that ``may`` speak (True); ``may`` False: it waits,
+        None: what it holds is dropped (a paused channel)."""
+        found = []
+        for conv, state in list(self.states.items()):
+            allowed = may(conv)
+            if allowed is None:
+                clear(state)
+            if idle(state, now):
+                del self.states[conv]
+            elif allowed and (thanks := due(state, now)) is not None:
+                found.append((conv, thanks))
+        return found
 
 
 def observe(state: ThanksState, message: ChatMessage, now: float) -> bool:

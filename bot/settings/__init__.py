@@ -37,6 +37,8 @@ from bot.settings.llm import (
 )
 from bot.settings.memory import MemorySettings
 from bot.settings.ops import HealthSettings, LoggingSettings, MetricsSettings
+from bot.settings.plugins import PluginSettings
+from bot.settings.safety import QuotaSettings, SafetySettings
 from bot.settings.slack import SlackSettings
 from bot.settings.sources import (
     GIVEN,
@@ -68,6 +70,9 @@ __all__ = [
     "MemorySettings",
     "MetricsSettings",
     "ModelSpec",
+    "PluginSettings",
+    "QuotaSettings",
+    "SafetySettings",
     "Settings",
     "SlackSettings",
     "StateSettings",
@@ -96,6 +101,7 @@ class Settings(BaseModel):
     engagement: EngagementSettings = Field(default_factory=EngagementSettings)
     thanks: ThanksSettings = Field(default_factory=ThanksSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
+    plugins: PluginSettings = Field(default_factory=PluginSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
@@ -103,6 +109,8 @@ class Settings(BaseModel):
     slack: SlackSettings = Field(default_factory=SlackSettings)
     twitch: TwitchSettings = Field(default_factory=TwitchSettings)
     youtube: YouTubeSettings = Field(default_factory=YouTubeSettings)
+    safety: SafetySettings = Field(default_factory=SafetySettings)
+    quota: QuotaSettings = Field(default_factory=QuotaSettings)
 
     _warnings: list[str] = PrivateAttr(default_factory=list)
 
@@ -117,7 +125,15 @@ class Settings(BaseModel):
 
     def secret_values(self) -> list[str]:
         """Every secret's value, so the log formatter can mask any that leak into a message."""
-        sections = (self.llm, self.state, self.discord, self.slack, self.twitch, self.youtube)
+        sections = (
+            self.llm,
+            self.state,
+            self.discord,
+            self.slack,
+            self.twitch,
+            self.youtube,
+            self.safety,
+        )
         return [value for section in sections for value in section.secret_values()]
 
 
