@@ -9,9 +9,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 
 def _require_aware(value: datetime) -> datetime:
@@ -205,6 +212,16 @@ class ChatMessage(_Frozen):
     def addressed(self) -> bool:
         """True when the bot was spoken to directly: a DM, a mention or a reply to it."""
         return self.is_direct or self.mentions_bot or self.reply_to_bot
+
+    @model_serializer(mode="wrap")
+    def _without_absent_event(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No ``stream_event`` key when there is none: a message then reads exactly as before
+        the field existed, so a process of the previous release (``extra="forbid"``) still
+        takes it from the bus during a rolling deploy."""
+        data: dict[str, Any] = handler(self)
+        if self.stream_event is None:
+            data.pop("stream_event", None)
+        return data
 
 
 class Reply(_Frozen):

@@ -318,3 +318,19 @@ def test_an_answer_to_a_notice_goes_out_unthreaded_with_a_mention() -> None:
     assert unrepliable.unthread(reply, {}).text == "9 months!"  # no login known: no mention
     unrepliable.add("n3")  # the oldest id is forgotten
     assert unrepliable.unthread(reply, {"7": "fan"}) is reply
+
+
+def test_a_message_without_an_event_reads_as_before_on_the_wire() -> None:
+    """Rolling deploys: a message with no event has no ``stream_event`` key, so a process of the
+    previous release (which forbids unknown keys) still takes it; one with an event round-trips."""
+    cheer = create_event_instance(
+        "channel.chat.message", fixture("twitch_channel_chat_message_cheer"), http=None
+    )
+    with_event = convert.chat_message(cheer, bot=BOT)
+    assert with_event is not None and with_event.stream_event is not None
+    plain = with_event.model_copy(update={"stream_event": None})
+    assert set(json.loads(plain.model_dump_json())) == set(ChatMessage.model_fields) - {
+        "stream_event"
+    }
+    for message in (plain, with_event):
+        assert ChatMessage.model_validate_json(message.model_dump_json()) == message
