@@ -112,6 +112,18 @@ async def _system(redis: Redis) -> str:
     return system_prompt("Chorus")
 
 
+@case("system_persona")
+async def _system_persona(redis: Redis) -> str:
+    """A persona of chorus.toml: its own identity, a main language and a style, before the
+    house rules."""
+    return system_prompt(
+        "Captain Byte",
+        persona="You are Captain Byte, the ship's cheerful navigator on this Discord server.",
+        language="French",
+        style="short sentences, nautical words, one joke at most",
+    )
+
+
 @case("live_batch")
 async def _live_batch(redis: Redis) -> str:
     batch = Batch(
