@@ -114,14 +114,9 @@ async def _system(redis: Redis) -> str:
 
 @case("system_persona")
 async def _system_persona(redis: Redis) -> str:
-    """A persona of chorus.toml: its own identity, a main language and a style, before the
-    house rules."""
-    return system_prompt(
-        "Captain Byte",
-        persona="You are Captain Byte, the ship's cheerful navigator on this Discord server.",
-        language="French",
-        style="short sentences, nautical words, one joke at most",
-    )
+    persona = "You are Captain Byte, the ship's cheerful navigator on this Discord server."
+    style = "short sentences, nautical words, one joke at most"
+    return system_prompt("Byte", persona=persona, language="French", style=style)
 
 
 @case("live_batch")
