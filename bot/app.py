@@ -17,14 +17,12 @@ from typing import TYPE_CHECKING
 from redis.asyncio import Redis
 
 from bot.agent.loop import Agent, LoopLimits
-from bot.agent.prompting import PromptAssembler, system_prompt
 from bot.bus.base import EventBus, InProcessBus
 from bot.bus.claims import default_worker_id
 from bot.bus.erasure import StreamEraser
 from bot.bus.outbox import Outbox
 from bot.bus.retention import StreamRetention
 from bot.bus.spool import Spool
-from bot.live.engagement import Engagement
 from bot.live.store import RedisLiveStore
 from bot.live.turns import LiveChat, policy_config
 from bot.llm.base import Provider
@@ -35,8 +33,9 @@ from bot.ops.health import HealthServer, adapter_checks, provider_check, redis_c
 from bot.ops.metrics import Metrics, NullMetrics
 from bot.router import memory_commands
 from bot.router.core import Router, RouterLimits
+from bot.router.scoping import ScopedEngagement, Scoping
 from bot.router.text_commands import Commands
-from bot.settings import ConfigError, Settings, ToolSettings
+from bot.settings import ConfigError, ModelSpec, Settings, ToolSettings, restart_only_changes
 from bot.state import connect
 from bot.state.history import HistoryStore
 from bot.tools.mcp_config import config_from_settings
@@ -81,12 +80,6 @@ class Chorus:
             max_messages=settings.state.history_max_messages,
             ttl_seconds=settings.state.history_ttl_seconds,
         )
-        self.assembler = PromptAssembler(
-            model=model,
-            system_prompt=system_prompt(settings.agent.bot_name),
-            max_tokens=settings.agent.max_output_tokens,
-            vision=settings.agent.vision,
-        )
         self.tools = tools if tools is not None else Toolbox.from_settings(settings.tools)
         self.agent = Agent(
             provider,
@@ -97,6 +90,17 @@ class Chorus:
                 budget_seconds=settings.agent.turn_budget_seconds,
             ),
         )
+        # chorus.toml's personas and scopes (ConfigError names the file's line); the deployment's
+        # own profile answers every message no scope matches.
+        self.scoping = Scoping(
+            settings,
+            provider=provider,
+            tools=self.tools,
+            chains=self._chain,
+            metrics=self.metrics,
+            agent=self.agent,
+        )
+        self.assembler = self.scoping.default.assembler
         self.memory_settings = settings.memory
         self.memory = MemoryStore(redis, self.memory_settings)
         commands = Commands(self.history)
@@ -108,12 +112,13 @@ class Chorus:
             redis=redis,
             history=self.history,
             assembler=self.assembler,
+            scoping=self.scoping,
             agent=self.agent,
             commands=commands,
             tools=self.tools,
             memory=self.memory,
             live=LiveChat(
-                Engagement(policy_config(settings.engagement)),
+                ScopedEngagement(policy_config(settings.engagement), scoping=self.scoping),
                 metrics=self.metrics,
                 store=RedisLiveStore(
                     redis, pause_seconds=round(settings.engagement.pause_hours * 3600)
@@ -138,6 +143,24 @@ class Chorus:
         )
         self._owns = owns
         self._router_task: asyncio.Task[None] | None = None
+
+    def _chain(self, spec: ModelSpec, fallbacks: tuple[ModelSpec, ...]) -> Provider:
+        """The provider chain of a scope's model and fallbacks (the deployment's keys, breaker
+        and metrics); closed with the app."""
+        models = ",".join(str(f) for f in fallbacks)
+        fallback = self.settings.fallback.model_copy(update={"models": models})
+        return build_chain(self.settings.llm, spec, fallback, on_fallback=self.metrics.llm_fallback)
+
+    def reload(self, settings: Settings) -> list[str]:
+        """Apply what a reload may change without a restart (personas, scopes, prompt
+        overrides, the deployment's model, reasoning, tool lists and engagement thresholds);
+        ``ConfigError`` (file, line, key) leaves everything as it was. Returns the settings
+        that changed but apply only after a restart."""
+        self.scoping.reload(settings)
+        live = self.router.live
+        if live is not None and isinstance(live.engagement, ScopedEngagement):
+            live.engagement.refresh(policy_config(settings.engagement))
+        return restart_only_changes(self.settings, settings)
 
     @classmethod
     async def from_settings(
@@ -255,6 +278,7 @@ class Chorus:
         await self.drain()
         if self.health is not None:
             await self.health.aclose()
+        await self.scoping.aclose()
         await _close_all(self._owns)  # the bus first (newest): its partition leases go back
 
     async def __aenter__(self) -> Chorus:

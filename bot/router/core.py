@@ -23,7 +23,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -32,7 +31,7 @@ from redis.asyncio.client import Pipeline
 
 from bot.agent.loop import Agent
 from bot.agent.prompting import PromptAssembler
-from bot.agent.reasoning import Level, decide
+from bot.agent.reasoning import decide
 from bot.bus.base import Delivery, EventBus, TransactionalBus
 from bot.bus.claims import Claim, Claims, default_worker_id
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
@@ -47,8 +46,11 @@ from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.router import record
 from bot.router.flow import Admission, Shutdown, admit, release_quietly
 from bot.router.housekeeping import consume_deletions, dead_letter
+from bot.router.scoping import Profile, Scoping
 from bot.router.text_commands import Commands
 from bot.router.texts import apology, crash_apology, too_long
+from bot.router.turn import Item as _Item
+from bot.router.turn import RouterLimits
 from bot.state.history import HistoryEntry, HistoryStore
 from bot.state.outages import until_redis_answers
 from bot.tools.base import ToolContext
@@ -57,39 +59,6 @@ from bot.tools.toolbox import Toolbox
 log = logging.getLogger("chorus.router")
 
 __all__ = ["Router", "RouterLimits", "apology", "crash_apology", "too_long"]
-
-
-@dataclass
-class _Progress:
-    committed: bool = False  # the reply and its record are in Redis: never release, ack
-    elsewhere: bool = False  # our lapsed claim is another worker's now: it answers and acks
-
-
-@dataclass(frozen=True)
-class _Item:
-    """One turn to run: an inbound message (with its delivery, acked after), or a live-chat
-    turn the policy made (a batch or an idle line: no delivery)."""
-
-    message: ChatMessage
-    delivery: Delivery[ChatMessage] | None
-    addressed: tuple[str, ...]
-    reply_to_id: str | None
-    context: str = ""
-    forced: str | None = None  # a fixed answer (live-chat pause/resume acknowledgements)
-    received: float = field(default_factory=time.perf_counter)  # for the overhead metric
-    progress: _Progress = field(default_factory=_Progress)
-
-
-@dataclass(frozen=True)
-class RouterLimits:
-    max_message_chars: int = 8000
-    reasoning: str = "auto"
-    reasoning_max: Level = "medium"
-    concurrency: int = 32
-    max_in_flight: int = 128  # messages held at once, running or queued (taken before a pull)
-    claim_lease_ms: int = 10_000
-    max_deliveries: int = 3  # a message delivered more often goes to dead letters
-    done_seconds: int = 3 * 24 * 3600
 
 
 class Router:
@@ -108,7 +77,10 @@ class Router:
         worker_id: str | None = None,
         live: LiveChat | None = None,
         metrics: MetricsSink | None = None,
+        scoping: Scoping | None = None,
     ) -> None:
+        """``scoping``: each message's profile from chorus.toml's scopes; without it every
+        message gets ``assembler``, ``agent`` and the reasoning of ``limits``."""
         self.metrics: MetricsSink = metrics or NullMetrics()
         self.bus = bus
         self.redis = redis
@@ -119,6 +91,11 @@ class Router:
         self.tools = tools
         self.memory = memory
         self.limits = limits or RouterLimits()
+        self.scoping = scoping
+        limits_ = self.limits
+        self._plain = Profile(
+            "deployment", assembler, agent, limits_.reasoning, limits_.reasoning_max
+        )
         self.claims = Claims(
             redis,
             worker_id=worker_id or default_worker_id(),
@@ -208,10 +185,14 @@ class Router:
         deliveries = self.bus.consume(INBOUND, ChatMessage, group="agent")
         await admit(deliveries, self.admission, self._admit, lambda: self._shutdown)
 
+    def _profile(self, message: ChatMessage) -> Profile:
+        return self.scoping.profile(message) if self.scoping is not None else self._plain
+
     async def _admit(self, delivery: Delivery[ChatMessage]) -> None:
+        profile = self._profile(delivery.event)  # first: it learns the channel's server
         if self.live is not None:  # a channel's durable state, when it becomes active here
             await self.live.prepare(delivery.event)
-        self._dispatch(delivery)
+        self._dispatch(delivery, profile)
 
     async def join(self) -> None:
         while self._workers:
@@ -221,7 +202,7 @@ class Router:
         """Stop at once: ``shutdown`` without a grace."""
         await self.shutdown(0)
 
-    def _dispatch(self, delivery: Delivery[ChatMessage]) -> None:
+    def _dispatch(self, delivery: Delivery[ChatMessage], profile: Profile) -> None:
         """Queue the delivery's turn (it holds the admission slot the consume loop took), or
         settle it at once (dead letter, a live-chat line not answered now) and free the slot."""
         message = delivery.event
@@ -230,7 +211,11 @@ class Router:
             return
         self.metrics.message_in(message.platform)
         item = _Item(message, delivery, (message.author.id,), message.id)
-        if self.live is not None and self.live.applies(message):
+        route = profile.route(message, self.live is not None and self.live.applies(message))
+        if route == "ignore":  # the scope answers only when addressed
+            self._background(delivery.ack(), slot=True)
+            return
+        if route == "live" and self.live is not None:
             decision = self.live.observe(message)  # arrival order and time, O(1)
             self.metrics.engagement(message.platform, decision.action.value)
             if decision.action is Action.ANSWER_NOW:
@@ -298,11 +283,13 @@ class Router:
     async def _handle(self, item: _Item) -> None:
         message = item.message
         claim = self.claims.new(message.platform, message.id)
+        profile = self._profile(message)
+        memory = self.memory if profile.memory else None
         settled = False  # answered, skipped or apologised for: ack (else another worker redoes it)
         try:
             read = await until_redis_answers(
                 "read a turn",
-                lambda: record.read_turn(self.redis, self.history, self.memory, message, claim),
+                lambda: record.read_turn(self.redis, self.history, memory, message, claim),
             )
             if read is None:
                 log.info(
@@ -312,7 +299,7 @@ class Router:
                 settled = True
                 return
             async with claim.renewing():
-                await self._answer(item, claim, read)
+                await self._answer(item, claim, read, profile)
             settled = not item.progress.elsewhere
         except asyncio.CancelledError:
             settled = item.progress.committed
@@ -332,7 +319,9 @@ class Router:
             if settled and item.delivery is not None:
                 await shielded(item.delivery.ack())
 
-    async def _answer(self, item: _Item, claim: Claim, read: record.TurnRead) -> None:
+    async def _answer(
+        self, item: _Item, claim: Claim, read: record.TurnRead, profile: Profile
+    ) -> None:
         message = item.message
         if item.forced is not None:
             await self._finish(item, claim, item.forced)
@@ -351,16 +340,16 @@ class Router:
             context = render_context(read.buffer, message, self.memory.settings, utcnow())
         if item.context:
             context = f"{item.context}\n{context}" if context else item.context
-        ctx = ToolContext(message=message)
-        request = self.assembler.build(
+        ctx = ToolContext(message=message, tools=profile.tools)
+        request = profile.assembler.build(
             message,
             read.history,
             tools=self.tools.specs_for(ctx) if self.tools else (),
             context=context,
-            reasoning=decide(message.text, self.limits.reasoning, self.limits.reasoning_max),
+            reasoning=decide(message.text, profile.reasoning, profile.reasoning_max),
         )
         try:
-            result = await self.agent.run(request, ctx)
+            result = await profile.agent.run(request, ctx)
         except LLMError as exc:
             self.metrics.llm_error(request.model, type(exc).__name__)
             log.error(
@@ -377,7 +366,10 @@ class Router:
             return
         now = utcnow()
         entries = record.turn_entries(message, result.text, now)
-        await self._finish(item, claim, result.text, entries=entries, activity=now)
+        activity = now if profile.memory else None  # memory off: no activity, no insights
+        await self._finish(
+            item, claim, result.text, entries=entries, activity=activity, insights=profile.insights
+        )
         self.metrics.observe_overhead(
             time.perf_counter() - item.received - result.llm_seconds - result.tool_seconds
         )
@@ -393,6 +385,7 @@ class Router:
         is_error: bool = False,
         entries: tuple[HistoryEntry, ...] = (),
         activity: datetime | None = None,
+        insights: bool = True,
     ) -> None:
         """The reply and its record (history, done marker, memory activity, the insights job)
         in ONE transaction; the reply rides inside it when the bus is transactional. Shielded:
@@ -409,7 +402,9 @@ class Router:
                 self.history.queue_append(pipe, message.conversation, *entries)
             if activity is not None and self.memory is not None:
                 touch = self._touched.due(message, self.clock())
-                record.queue_activity(pipe, self.memory, message, activity, touch=touch)
+                record.queue_activity(
+                    pipe, self.memory, message, activity, touch=touch, insights=insights
+                )
             if self.live is not None:  # what the turn decided (answered, cooldowns, pause)
                 self.live.queue_save(pipe, message)
 

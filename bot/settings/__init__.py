@@ -80,6 +80,7 @@ __all__ = [
     "TwitchSettings",
     "YouTubeSettings",
     "check_redis_url",
+    "restart_only_changes",
     "known_variables",
     "load_settings",
     "parse_model_spec",
@@ -200,6 +201,31 @@ def load_settings(
 
 
 FILE = "file"
+
+# What ``chorus reload`` (SIGHUP) applies to the running process; every other setting takes a
+# restart: platform credentials and channel lists (the adapters are built once), the Redis URL
+# and the bus, the vendors' keys and URLs, limits the running loops were built with.
+LIVE = {
+    FILE: set(FileSettings.model_fields) - {"path", "run_dir"},  # personas, scopes, prompts
+    "agent": {"bot_name", "reasoning", "reasoning_max", "max_output_tokens", "vision"},
+    "tools": {"tools_enabled", "tools_disabled"},
+    "llm": {"model"},
+    "fallback": {"models"},
+    "engagement": set(EngagementSettings.model_fields) - {"pause_hours"},
+}
+
+
+def restart_only_changes(old: Settings, new: Settings) -> list[str]:
+    """``section.field`` of each setting that differs between ``old`` and ``new`` and that a
+    reload does not apply (values are never shown: some are secrets)."""
+    changed = []
+    for name in _sections():
+        live = LIVE.get(name, set())
+        before, after = getattr(old, name), getattr(new, name)
+        for field in type(before).model_fields:
+            if field not in live and getattr(before, field) != getattr(after, field):
+                changed.append(f"{name}.{field}")
+    return changed
 
 
 def _apply_file(settings: Settings) -> None:

@@ -141,6 +141,8 @@ class FileSettings(Section):
     ``scope.0.persona``) and the texts of the persona and prompt files it read."""
 
     path: Path | None = Field(default=None, validation_alias="CHORUS_CONFIG")
+    # Where each running ``chorus run``/``chat`` leaves its pid, for ``chorus reload``.
+    run_dir: Path = Field(default=Path(".chorus/run"), validation_alias="CHORUS_RUN_DIR")
     persona: Persona = Field(default_factory=Persona)
     personas: dict[str, Persona] = Field(default_factory=dict)
     scopes: tuple[Scope, ...] = ()
