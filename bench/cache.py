@@ -215,9 +215,7 @@ async def run(layout: str = "chorus") -> CacheRun:
         bus=bus,
         redis=redis,
         history=history,
-        assembler=assembler_cls(
-            model="claude-sonnet-4-5", system_prompt=system_prompt("Chorus")
-        ),
+        assembler=assembler_cls(model="claude-sonnet-4-5", system_prompt=system_prompt("Chorus")),
         agent=Agent(provider, tools=tools),
         commands=Commands(history),
         tools=tools,

@@ -125,6 +125,9 @@ def describe_scope(settings: Settings, text: str) -> str:
         elif deployment is not None:
             section, name = deployment
             value, origin = getattr(getattr(settings, section), name), settings.origin(*deployment)
+            if key == "model" and value is None:
+                with contextlib.suppress(ConfigError):
+                    value = f"{settings.llm.model_spec()} (inferred)"
         elif key == "persona":
             value = DEFAULT_PERSONA
             origin = (

@@ -96,9 +96,7 @@ async def run_conversation(vendor: str) -> tuple[list[dict[str, Any]], list[int]
             bus=bus,
             redis=redis,
             history=history,
-            assembler=PromptAssembler(
-                model=model, system_prompt=system_prompt("Chorus")
-            ),
+            assembler=PromptAssembler(model=model, system_prompt=system_prompt("Chorus")),
             agent=Agent(provider, tools=box),
             commands=Commands(history),
             tools=box,

@@ -39,7 +39,7 @@ from bot.live.turns import policy_config
 from bot.llm.base import Provider
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.settings import ConfigError, ModelSpec, Settings, parse_model_spec
-from bot.settings.scopes import LIVE_PLATFORMS, Mode, Persona, flatten, resolve
+from bot.settings.scopes import LIVE_PLATFORMS, SERVER_PLATFORMS, Mode, Persona, flatten, resolve
 from bot.tools.toolbox import ChannelToolConfig, Toolbox
 
 log = logging.getLogger("chorus.scopes")
@@ -136,8 +136,14 @@ class Scoping:
         return self._resolve(book, key)
 
     def for_key(self, conv: ConversationKey) -> Profile:
+        """The profile of a channel without a message at hand (a live-chat turn the bot
+        starts, a channel's thresholds); not kept while a server it may belong to is unknown."""
         key = (conv.platform, conv.channel)
-        return self._book.by_channel.get(key) or self._resolve(self._book, key)
+        found = self._book.by_channel.get(key)
+        if found is not None:
+            return found
+        known = key in self._servers or conv.platform not in SERVER_PLATFORMS
+        return self._resolve(self._book, key, keep=known)
 
     def policy(self, conv: ConversationKey, base: PolicyConfig) -> PolicyConfig:
         """``base`` (the deployment's thresholds for this channel) with the scope's changes."""
@@ -146,7 +152,7 @@ class Scoping:
             return base
         return PolicyConfig.model_validate(base.model_dump() | dict(updates))
 
-    def _resolve(self, book: _Book, key: tuple[str, str]) -> Profile:
+    def _resolve(self, book: _Book, key: tuple[str, str], keep: bool = True) -> Profile:
         platform, channel = key
         resolved = resolve(book.settings.file.scopes, platform, self._servers.get(key), channel)
         profile = book.by_scopes.get(resolved.scopes)
@@ -154,9 +160,10 @@ class Scoping:
             name = " > ".join(book.settings.file.scopes[i].match for i in resolved.scopes)
             profile = self._profile(book, resolved.values, name or "deployment")
             book.by_scopes[resolved.scopes] = profile
-        if len(book.by_channel) >= CHANNELS_KEPT:
-            book.by_channel.clear()
-        book.by_channel[key] = profile
+        if keep:
+            if len(book.by_channel) >= CHANNELS_KEPT:
+                book.by_channel.clear()
+            book.by_channel[key] = profile
         return profile
 
     # -- building ---------------------------------------------------------------------------
