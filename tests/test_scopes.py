@@ -347,3 +347,25 @@ async def test_app_reload_applies_live_settings_and_lists_the_rest(routed: App) 
     later = routed.app.reload(settings)
     assert later == ["state.redis_url", "discord.token"]
     assert "You are Renamed" in routed.app.scoping.default.assembler.system_prompt
+
+
+# -- where the server comes from -----------------------------------------------------------------
+def test_adapters_put_the_server_on_each_message() -> None:
+    from adapters.slack.convert import BotIdentity, ChannelPolicy, message_from_event
+    from adapters.twitch import convert as twitch
+    from tests import test_slack_convert as slack_tests
+    from tests import test_twitch_convert as twitch_tests
+    from tests.loopback.discord_server import GUILD_ID, load_fixture
+    from tests.test_discord_convert import chat
+
+    guild = chat(load_fixture("discord_message_create_reply")["d"])
+    dm = chat(load_fixture("discord_message_create_docs_example")["d"])
+    assert (guild.server, dm.server) == (str(GUILD_ID), None)
+    team, none = BotIdentity(user_id="U0LAN0Z89", team_id="T111"), ChannelPolicy()
+    from_bot = message_from_event(slack_tests.event("slack_app_mention"), bot=team, channels=none)
+    mention = slack_tests.event("slack_app_mention", team="T222")
+    from_event = message_from_event(mention, bot=team, channels=none)
+    assert from_bot is not None and from_event is not None
+    assert (from_bot.server, from_event.server) == ("T111", "T222")
+    streamer = twitch.chat_message(twitch_tests._chat(), bot=twitch_tests.BOT)
+    assert streamer is not None and streamer.server == "streamer"
