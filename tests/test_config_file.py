@@ -323,3 +323,14 @@ engagement.min_pending = 3
     assert "supersecret" not in out and "redispass99" not in out
     code, _, err = await run_chorus(["config", "--scope", "discrod:1"], env, tmp_path)
     assert code == 2 and "did you mean 'discord'?" in err
+
+
+def test_the_shipped_example_loads_and_matches_where_its_platforms_run() -> None:
+    from bot.router.scoping import personas
+
+    example = Path(__file__).resolve().parent.parent / "chorus.example.toml"
+    env = KEYS | {"DISCORD_TOKEN": "t", "TWITCH_CLIENT_ID": "c", "TWITCH_CHANNELS": "yourchannel"}
+    settings = load_settings(config=example, environ=env, warn=False)
+    assert settings.warnings == []
+    assert [scope.match for scope in settings.file.scopes][0] == "discord"
+    assert "You are Captain Byte" in personas(settings)["pirate"]
