@@ -1,11 +1,12 @@
 # Two commands: `make run` and `make test`. Both create .venv and install what they need.
-# `make test` = `make check` (lint, format, strict types of package, tests and bench), then pytest.
+# `make test` = `make check` (lint, format, strict types of package, tests and bench), then pytest,
+# then the instruction-count gate (bench/instructions.py; needs valgrind).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: run test check lint typecheck bench proto clean
+.PHONY: run test check lint typecheck bench gate proto clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Chorus needs Python 3.11 or newer; run: make PYTHON=python3.11 ...")'
@@ -26,6 +27,11 @@ run: $(VENV)/.installed-all
 
 test: check
 	$(BIN)/python -m pytest
+	$(MAKE) --no-print-directory gate
+
+# Instructions per answered message (valgrind) against bench/instructions.json: fails on +10%.
+gate: $(VENV)/.installed-dev
+	$(BIN)/python -m bench.instructions --check
 
 check: lint typecheck
 

@@ -32,7 +32,7 @@ def test_addressed_messages_skip_the_spam_filters() -> None:
 
 
 def test_a_second_mention_inside_the_user_cooldown_is_queued_then_answered() -> None:
-    state = new_state(user_cooldown_seconds=10, channel_cooldown_seconds=5)
+    state = new_state(mention_burst=1, user_cooldown_seconds=10, channel_cooldown_seconds=5)
     assert observe(state, msg("first", mention=True), 0.0).action is Action.ANSWER_NOW
     second = msg("second?", mention=True)
     assert observe(state, second, 3.0) == Decision(Action.QUEUE, Reason.USER_COOLDOWN)
@@ -159,7 +159,7 @@ def test_the_channel_cooldown_holds_back_unprompted_messages() -> None:
 
 def test_a_deferred_mention_is_not_held_back_by_a_busy_channel() -> None:
     """Mentions every two seconds keep the bot talking; a queued one still gets its turn."""
-    state = new_state(channel_cooldown_seconds=5, user_cooldown_seconds=3)
+    state = new_state(mention_burst=1, channel_cooldown_seconds=5, user_cooldown_seconds=3)
     observe(state, msg("one", "ada", mention=True), 0.0)
     deferred = msg("two", "ada", mention=True)
     observe(state, deferred, 1.0)

@@ -21,7 +21,9 @@ from tests.engagement_rig import check_counters, msg, new_state
 
 
 def test_a_flood_after_a_waiting_mention_keeps_the_mention() -> None:
-    state = new_state(user_cooldown_seconds=10, flood_max_messages=6, flood_window_seconds=15)
+    state = new_state(
+        mention_burst=1, user_cooldown_seconds=10, flood_max_messages=6, flood_window_seconds=15
+    )
     assert observe(state, msg("first?", "reg", mention=True), 0.0).action is Action.ANSWER_NOW
     waiting = msg("and the second thing?", "reg", mention=True)
     assert observe(state, waiting, 2.0) == Decision(Action.QUEUE, Reason.USER_COOLDOWN)
@@ -39,7 +41,9 @@ def test_a_flood_after_a_waiting_mention_keeps_the_mention() -> None:
 
 
 def test_ambient_lines_never_push_a_waiting_mention_out_of_the_slots() -> None:
-    state = new_state(user_cooldown_seconds=10, max_pending_per_chatter=3, flood_max_messages=20)
+    state = new_state(
+        mention_burst=1, user_cooldown_seconds=10, max_pending_per_chatter=3, flood_max_messages=20
+    )
     observe(state, msg("hi bot", "reg", mention=True), 0.0)
     waiting = msg("what about now?", "reg", mention=True)
     observe(state, waiting, 1.0)
@@ -52,7 +56,7 @@ def test_ambient_lines_never_push_a_waiting_mention_out_of_the_slots() -> None:
 
 
 def test_a_newer_mention_wins_when_every_slot_holds_one() -> None:
-    state = new_state(user_cooldown_seconds=10, max_pending_per_chatter=3)
+    state = new_state(mention_burst=1, user_cooldown_seconds=10, max_pending_per_chatter=3)
     observe(state, msg("first", "reg", mention=True), 0.0)
     waiting = [msg(f"more {i}?", "reg", mention=True) for i in range(4)]
     for i, message in enumerate(waiting):
@@ -68,7 +72,7 @@ def test_a_newer_mention_wins_when_every_slot_holds_one() -> None:
 
 
 def test_overflow_evicts_a_chatter_without_a_waiting_mention_first() -> None:
-    state = new_state(max_pending_chatters=3, user_cooldown_seconds=10)
+    state = new_state(mention_burst=1, max_pending_chatters=3, user_cooldown_seconds=10)
     observe(state, msg("hi", "reg", mention=True), 0.0)
     waiting = msg("again?", "reg", mention=True)
     observe(state, waiting, 1.0)  # "reg" is the oldest chatter in the ledger
@@ -80,7 +84,7 @@ def test_overflow_evicts_a_chatter_without_a_waiting_mention_first() -> None:
 
 
 def test_overflow_declines_a_mention_only_when_every_chatter_has_one() -> None:
-    state = new_state(max_pending_chatters=2, user_cooldown_seconds=10)
+    state = new_state(mention_burst=1, max_pending_chatters=2, user_cooldown_seconds=10)
     waiting = {}
     for user in ("a", "b", "c"):
         observe(state, msg("hi", user, mention=True), 0.0)
@@ -93,7 +97,7 @@ def test_overflow_declines_a_mention_only_when_every_chatter_has_one() -> None:
 
 
 def test_a_stale_or_paused_mention_is_declined_with_its_reason() -> None:
-    state = new_state(user_cooldown_seconds=10, stale_after_seconds=60)
+    state = new_state(mention_burst=1, user_cooldown_seconds=10, stale_after_seconds=60)
     observe(state, msg("hi", "reg", mention=True), 0.0)
     stale = msg("still there?", "reg", mention=True)
     observe(state, stale, 1.0)

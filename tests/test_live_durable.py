@@ -31,7 +31,9 @@ from bot.state.history import HistoryStore
 from tests.roundtrips import counting_round_trips
 
 MOD = frozenset({Role.MODERATOR})
-POLICY = PolicyConfig(min_pending=3, min_gap_seconds=30, channel_cooldown_seconds=0)
+POLICY = PolicyConfig(
+    min_pending=3, min_gap_seconds=30, channel_cooldown_seconds=0, mention_burst=1
+)
 CLOCK = [0.0]  # the policy's clock (epoch seconds), shared by every process of a test
 
 

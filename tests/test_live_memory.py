@@ -76,8 +76,8 @@ async def test_idle_channels_are_evicted_and_come_back_with_their_pause() -> Non
 async def test_memory_stays_bounded_but_keeps_a_waiting_mention() -> None:
     chat = Chat(MemoryLiveStore())
     chat.live.durable.max_channels = 50
-    await chat.say("waiting", "hi bot", user="reg", mention=True)
-    await chat.say("waiting", "and again?", user="reg", mention=True)  # queued: cooldown
+    for ask in ("hi bot", "one?", "two?", "and again?"):  # the last is over the burst: queued
+        await chat.say("waiting", ask, user="reg", mention=True)
     for i in range(500):
         await chat.say(f"chan{i}", "a line")
     await chat.live.maintain()

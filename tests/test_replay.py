@@ -109,7 +109,7 @@ def test_busy_regulars_flooding_between_mentions_lose_no_mention() -> None:
 def test_a_declined_mention_is_counted_with_its_reason_not_lost() -> None:
     trace = [line(0.0, "reg", "hi", mentions_bot=True)]
     trace += [line(1.0 + i, "reg", f"again {i}?", mentions_bot=True) for i in range(4)]
-    report = replay_lines(trace, config=PolicyConfig(max_pending_per_chatter=3))
+    report = replay_lines(trace, config=PolicyConfig(max_pending_per_chatter=3, mention_burst=1))
     assert report.mentions_total == 5 and report.mentions_answered == 4
     assert report.mentions_declined == {"superseded": 1} and report.mentions_lost == 0
     assert "| mentions declined with a reason | 1 superseded |" in format_report(report)

@@ -64,7 +64,9 @@ async def live(key_tag: str) -> AsyncIterator[Live]:
     history = HistoryStore(redis, max_messages=20, ttl_seconds=3600)
     provider = ScriptedProvider()
     clock = [1000.0]
-    policy = PolicyConfig(min_pending=3, min_gap_seconds=30, channel_cooldown_seconds=0)
+    policy = PolicyConfig(
+        min_pending=3, min_gap_seconds=30, channel_cooldown_seconds=0, mention_burst=1
+    )
     metrics = Metrics(process_metrics=False)
     router = Router(
         bus=bus,

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from redis.asyncio.client import Pipeline
 
 from bot.events import ConversationKey
-from bot.live.engagement import SEEN_CAP, apply_pause, touch_user
+from bot.live.engagement import SEEN_CAP, apply_pause, note_answered
 from bot.live.ledger import ChannelState, Engagement
 from bot.live.store import Changes, LiveStore, Snapshot
 
@@ -93,8 +93,7 @@ class DurableLedger:
         if snap.spoke is not None:
             state.last_spoke = max(state.last_spoke, snap.spoke)
         for uid, at in snap.users.items():
-            user = touch_user(state, uid)
-            user.last_answered = max(user.last_answered, at)
+            note_answered(state, uid, at)
         for message_id in snap.answered:
             if message_id not in state.seen:
                 state.seen.add(message_id)

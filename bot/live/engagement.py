@@ -26,8 +26,9 @@ Call protocol (one ``ChannelState`` per conversation; ``Engagement`` keeps them)
 - ``idle_due(state, now)`` from the same timer -> True at most once per quiet period.
 - ``mark_spoke(state, now)`` after every message the bot sends in the channel.
 
-Rules in brief: addressed messages skip the spam filters (only the per-user cooldown applies:
-a second mention inside it is queued and answered when the cooldown ends); ``!chorus pause``
+Rules in brief: addressed messages skip the spam filters; only the per-user mention burst
+applies (up to ``mention_burst`` answers at once, then one per ``user_cooldown_seconds``: a
+mention over it is queued and answered as soon as the next answer is earned); ``!chorus pause``
 from the owner or a moderator silences the channel completely and empties its ledger until
 ``!chorus resume`` (from anyone else both are ignored); repeats, floods and walls of text are
 ignored with a reason, and a flooder's queued *ambient* lines are dropped.
@@ -55,8 +56,15 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 
 from bot.events import ChatMessage
+from bot.live.cooldowns import (
+    answered_at,
+    charge,
+    mention_ready_at,
+    note_answered,
+    ready_at,
+    touch_user,
+)
 from bot.live.ledger import (
-    NEVER,
     Action,
     Batch,
     BatchChatter,
@@ -68,7 +76,6 @@ from bot.live.ledger import (
     PendingMessage,
     PolicyConfig,
     Reason,
-    TrackedUser,
 )
 from bot.live.send_limits import SEND_LIMITS, SendLimit, send_limit
 
@@ -92,6 +99,7 @@ __all__ = [
     "is_question",
     "is_wall",
     "mark_spoke",
+    "note_answered",
     "observe",
     "take_declined",
     "send_limit",
@@ -173,12 +181,12 @@ def observe(state: ChannelState, message: ChatMessage, now: float) -> Decision:
     )
     user.times.append(now)
     if message.addressed:
-        if now - user.last_answered < cfg.user_cooldown_seconds:
+        ready = mention_ready_at(user, now, cfg)
+        if ready > now:
             _enqueue(state, message, now, question=is_question(text), addressed=True)
-            ready = user.last_answered + cfg.user_cooldown_seconds
             state.addressed_ready_at = min(state.addressed_ready_at, ready)
             return _DECISIONS[Reason.USER_COOLDOWN]
-        user.last_answered = now
+        charge(user, now, cfg)
         state.last_spoke = max(state.last_spoke, now)  # reserved until mark_spoke at send time
         covered = _pop_chatter(state, author.id)
         if covered:
@@ -222,9 +230,9 @@ def due(state: ChannelState, now: float) -> Batch | None:
     threshold = gap_ok and state.pending_messages >= cfg.min_pending
     ranked = sorted(
         (
-            (_tier(chatter, now, cfg), _answered_at(state, uid), chatter.since, uid)
+            (_tier(chatter, now, cfg), answered_at(state, uid), chatter.since, uid)
             for uid, chatter in state.pending.items()
-            if now - _answered_at(state, uid) >= cfg.user_cooldown_seconds
+            if ready_at(state, uid, chatter, now) <= now
         ),
     )
     if not ranked or (not threshold and ranked[0][0] != 0):
@@ -288,18 +296,6 @@ def apply_pause(state: ChannelState, paused: bool, now: float) -> None:
         return
     state.paused = False
     state.last_activity = None if state.last_activity is None else max(state.last_activity, now)
-
-
-def touch_user(state: ChannelState, user_id: str) -> TrackedUser:
-    users = state.users
-    user = users.get(user_id)
-    if user is None:
-        user = users[user_id] = TrackedUser(times=deque(maxlen=state.config.flood_max_messages))
-        if len(users) > state.config.max_tracked_users:
-            users.popitem(last=False)  # least recently active; forgets its cooldown and flood
-    else:
-        users.move_to_end(user_id)
-    return user
 
 
 def _enqueue(
@@ -406,13 +402,8 @@ def _prune(state: ChannelState, now: float) -> None:
             del state.pending[uid]
             continue
         if chatter.addressed:
-            ready = min(ready, _answered_at(state, uid) + cfg.user_cooldown_seconds)
+            ready = min(ready, ready_at(state, uid, chatter, now))
     state.addressed_ready_at = ready
-
-
-def _answered_at(state: ChannelState, user_id: str) -> float:
-    user = state.users.get(user_id)
-    return NEVER if user is None else user.last_answered
 
 
 def _tier(chatter: PendingChatter, now: float, cfg: PolicyConfig) -> int:
@@ -425,7 +416,7 @@ def _tier(chatter: PendingChatter, now: float, cfg: PolicyConfig) -> int:
 
 def _answer(state: ChannelState, user_id: str, now: float) -> BatchChatter:
     messages = _pop_chatter(state, user_id)
-    touch_user(state, user_id).last_answered = now
+    charge(touch_user(state, user_id), now, state.config)
     author = messages[-1].message.author
     return BatchChatter(user_id, author.display_name or user_id, messages)
 

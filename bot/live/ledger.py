@@ -35,8 +35,12 @@ class PolicyConfig(BaseModel):
     max_batch_chatters: int = Field(default=2, ge=1, le=10)
     # Since the bot last spoke, before an unprompted message (chatter batch, idle line).
     channel_cooldown_seconds: float = Field(default=5.0, ge=0)
-    # Between two answers to one user (spam protection); a mention inside it is queued.
+    # Between two answers to one user (spam protection). Mentions draw on a small burst
+    # instead: up to ``mention_burst`` answers at once, one more per cooldown after that, so a
+    # regular who asks twice in a row is answered at once while a mention spammer gets one
+    # answer per cooldown; a mention over the burst is queued until the next one is earned.
     user_cooldown_seconds: float = Field(default=10.0, ge=0)
+    mention_burst: int = Field(default=3, ge=1, le=20)
     # Unaddressed spam: same user + same normalised text within the window; more than
     # flood_max_messages from one user within flood_window_seconds; over wall_max_chars.
     repeat_window_seconds: float = Field(default=60.0, ge=0)
@@ -149,6 +153,10 @@ class DeclinedMention:
 @dataclass(slots=True)
 class TrackedUser:
     last_answered: float = NEVER
+    # The mention burst as a token bucket: ``credit`` answers were left at ``credit_at``; it
+    # refills by one per ``user_cooldown_seconds`` up to ``mention_burst`` (full when unset).
+    credit: float = math.inf
+    credit_at: float = NEVER
     times: deque[float] = field(default_factory=deque)  # maxlen set on creation
     recent: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=4))
 

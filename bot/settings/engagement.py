@@ -27,6 +27,9 @@ class EngagementSettings(Section):
     user_cooldown_seconds: float = Field(
         default=10.0, ge=0, validation_alias="CHORUS_ENGAGE_USER_COOLDOWN_SECONDS"
     )
+    mention_burst: int = Field(
+        default=3, ge=1, le=20, validation_alias="CHORUS_ENGAGE_MENTION_BURST"
+    )
     wall_max_chars: int = Field(default=400, ge=20, validation_alias="CHORUS_ENGAGE_WALL_MAX_CHARS")
     idle_prompt_after_seconds: float | None = Field(
         default=None, gt=0, validation_alias="CHORUS_ENGAGE_IDLE_PROMPT_AFTER_SECONDS"

@@ -1,0 +1,210 @@
+"""Instructions per answered message, counted by valgrind, and the regression gate on them.
+
+Why instructions: the shared machines vary by about 3.5x between sessions, so no figure in
+milliseconds can gate a change; the number of instructions a run executes can. valgrind's
+cachegrind (``--cache-sim=no``: it only counts) runs the real pipeline - bus, claim, history,
+memory, prompt assembly, agent loop with an instant scripted model, reply, commit - for a short
+and a long run, and the difference divided by the extra messages is the cost of one answered
+message with start-up and shutdown taken out. Messages go one at a time and each turn's tail is
+awaited (``settle``), so the work done is the same in every run; ``PYTHONHASHSEED`` is fixed so
+set and dict layouts are too. Measured twice on one machine the figure agrees to about 0.5%.
+
+Two paths: ``in-process`` (embedded store, in-process bus: the code alone) and
+``redis-streams`` (a real Redis on 127.0.0.1:6379, DB 13, with the Redis Streams bus).
+
+The gate (``python -m bench.instructions --check``, part of ``make test``) compares each figure
+with ``bench/instructions.json`` and fails, naming the figure, when one grew more than 10%. The
+baseline changes only on purpose, in its own commit, with the reason:
+``python -m bench.instructions --record "why the cost changed"``. A baseline recorded on another
+Python version is not comparable (the interpreter's own instruction counts differ): the figures
+are then printed with that reason and not judged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+BASELINE = Path(__file__).with_name("instructions.json")
+TOLERANCE = 0.10
+SHORT, LONG = 0, 100  # answered messages beyond the warm-up, for the two runs
+REDIS_URL = "redis://127.0.0.1:6379/13"
+PATHS: dict[str, tuple[str, str]] = {
+    "in-process": ("memory://instructions", "memory"),
+    "redis-streams": (REDIS_URL, "redis"),
+}
+_REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
+
+
+class GateError(Exception):
+    """The gate cannot measure (no valgrind, a run failed) or a figure grew too much."""
+
+
+def _valgrind() -> str:
+    found = shutil.which("valgrind")
+    if found is None:
+        raise GateError(
+            "valgrind is not installed; the instruction-count gate needs it "
+            "(Debian/Ubuntu: apt-get install valgrind)"
+        )
+    return found
+
+
+def count(path: str, messages: int) -> int:
+    """Instructions executed by one child run of ``messages`` answered messages on ``path``."""
+    url, bus = PATHS[path]
+    env = os.environ | {"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+    with tempfile.TemporaryDirectory(prefix="chorus-ic-") as tmp:
+        command = [
+            _valgrind(),
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            f"--cachegrind-out-file={tmp}/out",
+            sys.executable,
+            "-m",
+            "bench.instructions",
+            "--child",
+            url,
+            bus,
+            str(messages),
+        ]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    found = _REFS.search(done.stderr)
+    if done.returncode != 0 or found is None:
+        raise GateError(f"the {path} run of {messages} messages failed:\n{done.stderr[-3000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def per_message(path: str) -> int:
+    """Instructions per answered message on ``path`` (long run minus short run)."""
+    if path == "redis-streams":
+        _flush_redis()
+    try:
+        short, long = count(path, SHORT), count(path, LONG)
+    finally:
+        if path == "redis-streams":
+            _flush_redis()
+    return round((long - short) / (LONG - SHORT))
+
+
+def _flush_redis() -> None:
+    from redis import Redis
+
+    client = Redis.from_url(REDIS_URL)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+
+
+def measure() -> dict[str, int]:
+    return {path: per_message(path) for path in PATHS}
+
+
+def _interpreter() -> str:
+    return f"{platform.python_implementation()} {platform.python_version()}"
+
+
+def judge(figures: dict[str, int], baseline: dict[str, object]) -> list[str]:
+    """The failures: each figure more than ``TOLERANCE`` above its baseline (empty: pass)."""
+    recorded = baseline.get("per_message", {})
+    assert isinstance(recorded, dict)
+    failures = []
+    for path, value in figures.items():
+        base = recorded.get(path)
+        if not isinstance(base, int):
+            failures.append(f"{path}: no baseline in {BASELINE.name}; record one on purpose")
+        elif value > base * (1 + TOLERANCE):
+            failures.append(
+                f"instructions per answered message ({path}) grew {value / base - 1:.1%}: "
+                f"{value:,} against the baseline {base:,} (limit +{TOLERANCE:.0%})"
+            )
+    return failures
+
+
+def _check() -> int:
+    figures = measure()
+    for path, value in figures.items():
+        print(f"instructions per answered message ({path}): {value:,}")
+    if not BASELINE.exists():
+        print(f"no {BASELINE}; record one with --record REASON", file=sys.stderr)
+        return 1
+    baseline = json.loads(BASELINE.read_text())
+    if baseline.get("interpreter") != _interpreter():
+        print(
+            f"baseline recorded on {baseline.get('interpreter')}, this is {_interpreter()}: "
+            "figures not comparable, not judged"
+        )
+        return 0
+    failures = judge(figures, baseline)
+    for failure in failures:
+        print(f"instruction gate: {failure}", file=sys.stderr)
+    if not failures:
+        print(f"instruction gate: within +{TOLERANCE:.0%} of {BASELINE.name}")
+    return 1 if failures else 0
+
+
+def _record(reason: str) -> int:
+    figures = measure()
+    data = {
+        "per_message": figures,
+        "interpreter": _interpreter(),
+        "machine": platform.machine(),
+        "recorded": datetime.now(UTC).date().isoformat(),
+        "reason": reason,
+    }
+    BASELINE.write_text(json.dumps(data, indent=2) + "\n")
+    print(json.dumps(data, indent=2))
+    return 0
+
+
+def _child(url: str, bus: str, messages: int) -> None:
+    from bench.overhead import _chorus, _ok
+    from bot.llm.guard import block_real_calls
+    from bot.llm.scripted import ScriptedProvider
+    from tests.loopback.anthropic_server import AnthropicServer
+
+    block_real_calls()
+    logging.disable(logging.WARNING)
+
+    async def run() -> None:
+        async with AnthropicServer() as server:
+            provider = ScriptedProvider(responder=_ok)
+            await _chorus(server, messages, url, bus, provider, settle=True)
+
+    asyncio.run(run())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="compare with the baseline (CI)")
+    mode.add_argument("--record", metavar="REASON", help="write a new baseline, with the reason")
+    mode.add_argument("--child", nargs=3, metavar=("URL", "BUS", "N"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    try:
+        if args.child:
+            _child(args.child[0], args.child[1], int(args.child[2]))
+            return 0
+        if args.record:
+            return _record(args.record)
+        return _check()
+    except GateError as exc:
+        print(f"instruction gate: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.getcwd())
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""The instruction-count gate's verdict (bench/instructions.py): the counting itself runs under
+valgrind in ``make test`` after pytest; here, what it makes of the figures."""
+
+from __future__ import annotations
+
+import json
+
+from bench.instructions import BASELINE, PATHS, TOLERANCE, judge
+
+BASE: dict[str, object] = {"per_message": {"in-process": 7_000_000, "redis-streams": 20_000_000}}
+
+
+def test_figures_within_the_tolerance_pass() -> None:
+    assert judge({"in-process": 7_690_000, "redis-streams": 19_000_000}, BASE) == []
+
+
+def test_growth_past_ten_percent_fails_naming_the_figure() -> None:
+    failures = judge({"in-process": 7_710_000, "redis-streams": 20_000_000}, BASE)
+    assert len(failures) == 1
+    assert "(in-process)" in failures[0] and "7,710,000" in failures[0]
+    assert "7,000,000" in failures[0] and "+10%" in failures[0]
+
+
+def test_a_path_without_a_baseline_fails() -> None:
+    failures = judge({"in-process": 1, "new-path": 5}, BASE)
+    assert failures == ["new-path: no baseline in instructions.json; record one on purpose"]
+
+
+def test_the_committed_baseline_covers_every_path_and_says_why() -> None:
+    data = json.loads(BASELINE.read_text())
+    assert set(data["per_message"]) == set(PATHS)
+    assert all(isinstance(v, int) and v > 0 for v in data["per_message"].values())
+    assert data["reason"].strip() and data["interpreter"].startswith("CPython")
+    assert TOLERANCE == 0.10
