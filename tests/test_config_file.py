@@ -334,3 +334,21 @@ def test_the_shipped_example_loads_and_matches_where_its_platforms_run() -> None
     assert settings.warnings == []
     assert [scope.match for scope in settings.file.scopes][0] == "discord"
     assert "You are Captain Byte" in personas(settings)["pirate"]
+
+
+def test_the_top_level_plugins_list_fills_the_plugins_sections_modules() -> None:
+    """``plugins = [...]`` is the plugins section's ``modules`` (whatever else that section
+    holds is its own table); the section itself comes from the plugins feature."""
+    from pydantic import Field
+
+    from bot.settings.base import Section
+    from bot.settings.file import read_config
+
+    class Plugins(Section):
+        modules: tuple[str, ...] = Field(default=(), validation_alias="CHORUS_PLUGINS")
+
+    path = write('plugins = ["my_plugins.weather", "acme.tools:register"]\n')
+    found = read_config(path, {"plugins": Plugins})
+    assert found.sections == {"plugins": {"modules": ["my_plugins.weather", "acme.tools:register"]}}
+    with pytest.raises(ConfigError, match="plugins: unknown key"):
+        read_config(path, {})  # a build without the plugins feature says so

@@ -88,6 +88,7 @@ class ScopeEngagement(_Table):
     max_batch_chatters: int | None = None
     channel_cooldown_seconds: float | None = None
     user_cooldown_seconds: float | None = None
+    mention_burst: int | None = None
     wall_max_chars: int | None = None
     idle_prompt_after_seconds: float | None = None
 
