@@ -369,3 +369,12 @@ def test_adapters_put_the_server_on_each_message() -> None:
     assert (from_bot.server, from_event.server) == ("T111", "T222")
     streamer = twitch.chat_message(twitch_tests._chat(), bot=twitch_tests.BOT)
     assert streamer is not None and streamer.server == "streamer"
+
+
+def test_thresholds_that_clash_with_one_channels_own_config_fall_back_to_it() -> None:
+    toml = '[[scope]]\nmatch = "youtube"\nengagement.user_cooldown_seconds = 100\n'
+    scoping = Scoping(settings_with(toml), provider=ScriptedProvider())  # fine with the defaults
+    strict = PolicyConfig(stale_after_seconds=60, user_cooldown_seconds=10)
+    engagement = ScopedEngagement(PolicyConfig(), {"youtube": strict}, scoping=scoping)
+    state = engagement.state(ConversationKey(platform="youtube", channel="live1"))
+    assert state.config == strict  # 100 s would outlast a 60 s staleness: the channel's stays

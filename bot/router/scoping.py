@@ -147,10 +147,17 @@ class Scoping:
 
     def policy(self, conv: ConversationKey, base: PolicyConfig) -> PolicyConfig:
         """``base`` (the deployment's thresholds for this channel) with the scope's changes."""
-        updates = self.for_key(conv).engagement
-        if not updates:
+        profile = self.for_key(conv)
+        if not profile.engagement:
             return base
-        return PolicyConfig.model_validate(base.model_dump() | dict(updates))
+        try:
+            return PolicyConfig.model_validate(base.model_dump() | dict(profile.engagement))
+        except ValidationError as exc:  # checked against the defaults at load; not this base
+            log.warning(
+                "a scope's engagement thresholds clash with this channel's; using the channel's",
+                extra={"scope": profile.name, "conversation": str(conv), "error": str(exc)},
+            )
+            return base
 
     def _resolve(self, book: _Book, key: tuple[str, str], keep: bool = True) -> Profile:
         platform, channel = key
