@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("chorus.cli")
 
-HIDDEN = {"file": {"found", "given", "lines", "prompt_texts"}}  # the loader's bookkeeping
+# Not listed under "All settings": the loader's bookkeeping, and what the scope part shows.
+HIDDEN = {"file": {"found", "given", "lines", "prompt_texts", "persona", "scopes"}}
 
 
 # -- chorus config ---------------------------------------------------------------------------
@@ -141,7 +142,7 @@ def describe_scope(settings: Settings, text: str) -> str:
     for section in type(settings).model_fields:
         part = getattr(settings, section)
         for name in type(part).model_fields:
-            if name in HIDDEN.get(section, ()) or section == "file" and name in ("persona",):
+            if name in HIDDEN.get(section, ()):
                 continue
             value = getattr(part, name)
             shown = _mask(_plain(value)) if settings.is_secret(section, name) else _shown(value)
