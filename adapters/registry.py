@@ -10,13 +10,15 @@ built from, so the environment and ``.env`` count alike.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from redis.asyncio import Redis
 
 from bot.bus.base import EventBus
 from bot.ops.logs import add_secrets
+from bot.platform.commands import NativeCommand
 from bot.platform.protocol import PlatformAdapter
 from bot.platform.supervisor import Slot
 from bot.settings import ConfigError, Settings
@@ -30,11 +32,18 @@ class Platform:
     trigger: str  # the variable whose presence turns the platform on
     extra: str
     needs_redis: bool
+    native_commands: bool = False  # from_section takes the plugins' commands
 
 
 PLATFORMS = (
     Platform(
-        "discord", "adapters.discord.adapter", "DiscordAdapter", "DISCORD_TOKEN", "discord", False
+        "discord",
+        "adapters.discord.adapter",
+        "DiscordAdapter",
+        "DISCORD_TOKEN",
+        "discord",
+        False,
+        native_commands=True,
     ),
     Platform("slack", "adapters.slack.adapter", "SlackAdapter", "SLACK_BOT_TOKEN", "slack", False),
     Platform(
@@ -59,14 +68,19 @@ def configured_platforms(settings: Settings) -> list[str]:
     return [p.name for p in PLATFORMS if _section(settings, p).configured]
 
 
-def build_adapters(settings: Settings, bus: EventBus, redis: Redis) -> list[PlatformAdapter]:
+def build_adapters(
+    settings: Settings, bus: EventBus, redis: Redis, commands: Sequence[NativeCommand] = ()
+) -> list[PlatformAdapter]:
     """An adapter for every configured platform (``ConfigError`` names what is missing)."""
-    return [slot.adapter for slot in build_slots(settings, bus, redis)]
+    return [slot.adapter for slot in build_slots(settings, bus, redis, commands)]
 
 
-def build_slots(settings: Settings, bus: EventBus, redis: Redis) -> list[Slot]:
+def build_slots(
+    settings: Settings, bus: EventBus, redis: Redis, commands: Sequence[NativeCommand] = ()
+) -> list[Slot]:
     """A supervised slot for every configured platform: its first adapter, built now so a
-    missing setting stops the start, and the factory that builds the next one on a restart."""
+    missing setting stops the start, and the factory that builds the next one on a restart.
+    ``commands``: the plugins' commands, for the platforms that register native ones."""
     slots: list[Slot] = []
     for platform in PLATFORMS:
         section = _section(settings, platform)
@@ -82,7 +96,9 @@ def build_slots(settings: Settings, bus: EventBus, redis: Redis) -> list[Slot]:
                 ) from None
             raise
         from_section = getattr(module, platform.cls).from_section
-        args = (section, bus, redis) if platform.needs_redis else (section, bus)
+        args: tuple[Any, ...] = (section, bus, redis) if platform.needs_redis else (section, bus)
+        if platform.native_commands:
+            args = (*args, tuple(commands))
 
         def build(make: Any = from_section, args: tuple[Any, ...] = args) -> PlatformAdapter:
             adapter: PlatformAdapter = make(*args)
@@ -91,3 +107,45 @@ def build_slots(settings: Settings, bus: EventBus, redis: Redis) -> list[Slot]:
         add_secrets(section.secret_values())
         slots.append(Slot(adapter=build(), build=build))
     return slots
+
+
+def adapter_gauges(
+    slot: Any,
+) -> list[tuple[str, str, tuple[str, ...], Any, Literal["gauge", "counter"]]]:
+    """The counters an adapter keeps itself (Twitch sends and drops, YouTube quota), as
+    ``(name, help, labels, read, kind)`` for the metrics' scrape-time callbacks."""
+    if slot.platform == "twitch":
+        return [
+            (
+                "chorus_twitch_sent",
+                "Messages Twitch accepted",
+                (),
+                lambda: slot.adapter.sent,
+                "counter",
+            ),
+            (
+                "chorus_twitch_dropped",
+                "Messages Twitch dropped (is_sent false)",
+                ("reason",),
+                lambda: {(k,): v for k, v in slot.adapter.dropped.items()},
+                "counter",
+            ),
+            (
+                "chorus_twitch_eventsub_duplicates",
+                "EventSub notifications Twitch delivered again, dropped unpublished",
+                (),
+                lambda: slot.adapter.client.recent_events.duplicates,
+                "counter",
+            ),
+        ]
+    if slot.platform == "youtube":
+        return [
+            (
+                "chorus_youtube_quota_remaining",
+                "YouTube API quota units left today",
+                (),
+                lambda: slot.adapter.quota_status.units_remaining,
+                "gauge",
+            )
+        ]
+    return []

@@ -31,13 +31,17 @@ from bot.memory.buffers import MemoryStore
 from bot.ops.aio import cancel_and_wait
 from bot.ops.health import HealthServer, adapter_checks, provider_check, redis_check
 from bot.ops.metrics import Metrics, NullMetrics
+from bot.platform.commands import NativeCommand
+from bot.plugins.loader import LoadedPlugins, load_plugins
+from bot.plugins.runtime import TurnHooks, command_handler
 from bot.router import memory_commands
 from bot.router.core import Router, RouterLimits
 from bot.router.scoping import ScopedEngagement, Scoping
-from bot.router.text_commands import Commands
+from bot.router.text_commands import Command, Commands
 from bot.settings import ConfigError, ModelSpec, Settings, ToolSettings, restart_only_changes
 from bot.state import connect
 from bot.state.history import HistoryStore
+from bot.tools.builtin import builtin_tools
 from bot.tools.mcp_config import config_from_settings
 from bot.tools.toolbox import Toolbox
 
@@ -64,6 +68,7 @@ class Chorus:
         metrics: Metrics | NullMetrics | None = None,
         owns: tuple[object, ...] = (),
         outbox: Outbox | None = None,
+        plugins: LoadedPlugins | None = None,
     ) -> None:
         self.metrics: Metrics | NullMetrics = metrics or NullMetrics()
         self.health: HealthServer | None = None
@@ -107,6 +112,9 @@ class Chorus:
         memory_commands.register(
             commands, self.memory, self.history, eraser=StreamEraser.for_bus(bus, redis)
         )
+        self.plugins = plugins or LoadedPlugins()
+        self.native_commands = _install_commands(commands, self.plugins)
+        self.hooks = TurnHooks(self.plugins.hooks, timeout=settings.plugins.hook_timeout)
         self.router = Router(
             bus=bus,
             redis=redis,
@@ -117,6 +125,7 @@ class Chorus:
             commands=commands,
             tools=self.tools,
             memory=self.memory,
+            hooks=self.hooks,
             live=LiveChat(
                 ScopedEngagement(policy_config(settings.engagement), scoping=self.scoping),
                 metrics=self.metrics,
@@ -181,7 +190,10 @@ class Chorus:
             mcp = await _start_mcp(settings.tools)
             if mcp is not None:
                 owned.append(mcp)
-            tools = Toolbox.from_settings(settings.tools, extra_tools=mcp.tools() if mcp else ())
+            extra = mcp.tools() if mcp else []
+            reserved = [t.spec.name for t in (*builtin_tools(settings.tools), *extra)]
+            plugins = load_plugins(settings.plugins, reserved_tools=reserved)
+            tools = Toolbox.from_settings(settings.tools, extra_tools=[*extra, *plugins.tools])
             if provider is None:
                 provider = build_chain(
                     settings.llm, spec, settings.fallback, on_fallback=metrics.llm_fallback
@@ -216,6 +228,7 @@ class Chorus:
             metrics=metrics,
             owns=tuple(owned),
             outbox=ordered,
+            plugins=plugins,
         )
 
     async def start(self) -> None:
@@ -276,6 +289,7 @@ class Chorus:
 
     async def aclose(self) -> None:
         await self.drain()
+        await self.hooks.aclose()
         if self.health is not None:
             await self.health.aclose()
         await self.scoping.aclose()
@@ -312,6 +326,19 @@ async def _start_mcp(settings: ToolSettings) -> MCPManager | None:
     await manager.start()
     log.info("mcp servers started", extra={"servers": manager.status()})
     return manager
+
+
+def _install_commands(commands: Commands, plugins: LoadedPlugins) -> list[NativeCommand]:
+    """The plugins' commands in the command table (a name the bot has already is logged and
+    skipped; ``chorus`` is Discord's ``/chorus`` group), and the list native pickers show."""
+    native = []
+    for command in plugins.commands:
+        if command.name in {*commands.names(), "chorus"}:
+            log.error("plugin command skipped: the name is taken", extra={"command": command.name})
+            continue
+        commands.add(Command(command.name, command.summary, command_handler(command)))
+        native.append(NativeCommand(command.name, command.summary))
+    return native
 
 
 async def _close_all(things: Sequence[object]) -> None:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
 import prompts
 from bot.cli_config import (
@@ -26,6 +26,7 @@ from bot.cli_config import (
 )
 from bot.events import utcnow
 from bot.llm.base import Provider
+from bot.onboarding import wizard
 from bot.ops import aio
 from bot.ops.aio import cancel_and_wait, on_stop_signals
 from bot.ops.logs import setup_logging
@@ -76,11 +77,15 @@ def _parser() -> argparse.ArgumentParser:
     config = sub.add_parser("config", help="show what is configured and what is missing")
     config.add_argument("--scope", help="every setting a message there gets, with its source")
     sub.add_parser("reload", help="re-read chorus.toml and .env in the running bot (SIGHUP)")
+    init = sub.add_parser("init", help="set up a model, platforms and a persona: writes .env")
+    wizard.add_arguments(init)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "init":  # before the settings: it may be replacing a broken .env
+        return wizard.run(args)
     try:
         settings = load_settings(warn=False)  # warnings once logging is set up
     except ConfigError as exc:
@@ -137,7 +142,8 @@ async def _run(settings: Settings, *, role: str = "all") -> int:
             "and CHORUS_REDIS_URL=redis://... (the same for every process)"
         )
     app = await Chorus.from_settings(settings, outbox=role != "worker")
-    slots = [] if role == "worker" else build_slots(settings, app.ingress_bus, app.redis)
+    commands = app.native_commands
+    slots = [] if role == "worker" else build_slots(settings, app.ingress_bus, app.redis, commands)
     supervisor = Supervisor(slots)
     _watch(app, slots)
     await app.start_health(slots)
@@ -158,7 +164,7 @@ async def _run(settings: Settings, *, role: str = "all") -> int:
 def _watch(app: Chorus, slots: Sequence[Slot]) -> None:
     """Scrape-time gauges: the bus's lag and pending counts, each supervised adapter's state
     and restarts, and the adapters' own counters (read from whichever adapter runs now)."""
-    from adapters.registry import configured_platforms
+    from adapters.registry import adapter_gauges, configured_platforms
     from bot.bus.gauges import bus_gauges, outbox_gauges
     from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 
@@ -183,49 +189,8 @@ def _watch(app: Chorus, slots: Sequence[Slot]) -> None:
             kind="counter",
         )
     for slot in slots:
-        for name, help_text, labels, read, kind in _adapter_gauges(slot):
+        for name, help_text, labels, read, kind in adapter_gauges(slot):
             app.metrics.register_gauge_callback(name, help_text, labels, read, kind=kind)
-
-
-def _adapter_gauges(
-    slot: Any,
-) -> list[tuple[str, str, tuple[str, ...], Any, Literal["gauge", "counter"]]]:
-    """The counters an adapter keeps itself (Twitch sends and drops, YouTube quota)."""
-    if slot.platform == "twitch":
-        return [
-            (
-                "chorus_twitch_sent",
-                "Messages Twitch accepted",
-                (),
-                lambda: slot.adapter.sent,
-                "counter",
-            ),
-            (
-                "chorus_twitch_dropped",
-                "Messages Twitch dropped (is_sent false)",
-                ("reason",),
-                lambda: {(k,): v for k, v in slot.adapter.dropped.items()},
-                "counter",
-            ),
-            (
-                "chorus_twitch_eventsub_duplicates",
-                "EventSub notifications Twitch delivered again, dropped unpublished",
-                (),
-                lambda: slot.adapter.client.recent_events.duplicates,
-                "counter",
-            ),
-        ]
-    if slot.platform == "youtube":
-        return [
-            (
-                "chorus_youtube_quota_remaining",
-                "YouTube API quota units left today",
-                (),
-                lambda: slot.adapter.quota_status.units_remaining,
-                "gauge",
-            )
-        ]
-    return []
 
 
 async def _serve(supervisor: Supervisor, app: Chorus | None = None) -> int:

@@ -352,3 +352,12 @@ def test_the_top_level_plugins_list_fills_the_plugins_sections_modules() -> None
     assert found.sections == {"plugins": {"modules": ["my_plugins.weather", "acme.tools:register"]}}
     with pytest.raises(ConfigError, match="plugins: unknown key"):
         read_config(path, {})  # a build without the plugins feature says so
+
+
+def test_plugins_in_the_file_and_chorus_plugins_winning_over_them() -> None:
+    write('plugins = ["my_plugins.weather", "acme.tools:register"]\n')
+    settings = load_settings(environ=KEYS, warn=False)
+    assert settings.plugins.modules == ("my_plugins.weather", "acme.tools:register")
+    assert settings.origin("plugins", "modules").endswith("chorus.toml:1")
+    settings = load_settings(environ=KEYS | {"CHORUS_PLUGINS": "only_this"}, warn=False)
+    assert settings.plugins.modules == ("only_this",)

@@ -39,12 +39,14 @@ MAY_IMPORT: dict[str, set[str]] = {
     "bot.live": BASE | {"bot.state", "bot.ops"},
     "bot.memory": BASE | {"bot.state", "bot.ops"},
     "bot.agent": BASE | {"bot.llm", "bot.tools", "bot.ops", "bot.state"},
+    "bot.plugins": BASE | {"bot.llm", "bot.tools"},
+    "bot.onboarding": BASE | {"bot.llm"},
     "bot.router": BASE
     | {"bot.llm", "bot.tools", "bot.state", "bot.ops", "bot.bus", "bot.live", "bot.memory"}
-    | {"bot.agent"},
+    | {"bot.agent", "bot.plugins"},
     "bot.app": BASE
     | {"bot.llm", "bot.tools", "bot.state", "bot.ops", "bot.bus", "bot.live", "bot.memory"}
-    | {"bot.agent", "bot.router", "bot.platform"},
+    | {"bot.agent", "bot.router", "bot.platform", "bot.plugins"},
     "insights": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.memory"},
     "adapters": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.bus", "bot.platform"},
 }

@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 import prompts
 from adapters.console import decode_line, no_answer_notice, too_long_notice
 from adapters.discord.adapter import no_answer_in_time
-from adapters.discord.slash import build_group
+from adapters.discord.slash import build_group, build_native
 from bot.agent.loop import ExitReason, fallback_text
 from bot.agent.prompting import system_prompt
 from bot.bus.erasure import StreamEraser
@@ -39,6 +39,7 @@ from bot.live.turns import ack, batch_turn, covered_context, idle_turn
 from bot.llm.types import LLMRequest, LLMResponse, TextPart, ToolCallPart, ToolSpec
 from bot.memory.buffers import MemorySettings, MemoryStore, Pin, Recommendation, UserBuffer
 from bot.memory.enrichment import render_context
+from bot.platform.commands import NativeCommand
 from bot.router import memory_commands
 from bot.router.core import apology, crash_apology, too_long
 from bot.router.text_commands import Commands
@@ -54,6 +55,8 @@ from insights.analyse import (
     parse_analysis,
     retry_request,
 )
+from tests.golden_persona import system_persona
+from tests.golden_plugins import plugin_commands
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("CHORUS_UPDATE_GOLDEN") == "1"
@@ -110,13 +113,6 @@ def sample_buffer(*, timezone: str | None = "Europe/Paris") -> UserBuffer:
 @case("system")
 async def _system(redis: Redis) -> str:
     return system_prompt("Chorus")
-
-
-@case("system_persona")
-async def _system_persona(redis: Redis) -> str:
-    persona = "You are Captain Byte, the ship's cheerful navigator on this Discord server."
-    style = "short sentences, nautical words, one joke at most"
-    return system_prompt("Byte", persona=persona, language="French", style=style)
 
 
 @case("live_batch")
@@ -375,7 +371,13 @@ async def _discord(redis: Redis) -> str:
     group = build_group(ignore)
     lines = [f"/{group.name}: {group.description}"]
     lines += [f"/{group.name} {c.name}: {c.description}" for c in group.commands]
+    roll = build_native(NativeCommand("roll", "Roll dice"), ignore)
+    lines += [f"/{roll.name} [{p.name}]: {p.description}" for p in roll.parameters]
     return "\n".join([*lines, no_answer_in_time()])
+
+
+CASES["plugin_commands"] = plugin_commands
+CASES["system_persona"] = system_persona
 
 
 # -- the tests ----------------------------------------------------------------------------------

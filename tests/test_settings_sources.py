@@ -95,6 +95,9 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_FETCH_TIMEOUT": (("tools.fetch_timeout",), "3", 3.0),
     "CHORUS_FEEDS": (("tools.feeds",), "https://example.org/rss", ("https://example.org/rss",)),
     "CHORUS_MCP_CONFIG": (("tools.mcp_config",), "mcp.json", Path("mcp.json")),
+    "CHORUS_PLUGINS": (("plugins.modules",), "a.b, c", ("a.b", "c")),
+    "CHORUS_PLUGIN_ENTRY_POINTS": (("plugins.entry_points",), "false", False),
+    "CHORUS_PLUGIN_HOOK_TIMEOUT": (("plugins.hook_timeout",), "2", 2.0),
     "CHORUS_REDIS_URL": (
         ("state.redis_url",),
         "redis://127.0.0.1:6379/3",
@@ -118,6 +121,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_MAX_MESSAGE_CHARS": (("agent.max_message_chars",), "500", 500),
     "CHORUS_ENGAGE_MIN_PENDING": (("engagement.min_pending",), "3", 3),
     "CHORUS_ENGAGE_MIN_GAP_SECONDS": (("engagement.min_gap_seconds",), "20", 20.0),
+    "CHORUS_ENGAGE_MENTION_BURST": (("engagement.mention_burst",), "5", 5),
     "CHORUS_ENGAGE_MAX_BATCH_CHATTERS": (("engagement.max_batch_chatters",), "3", 3),
     "CHORUS_ENGAGE_CHANNEL_COOLDOWN_SECONDS": (("engagement.channel_cooldown_seconds",), "2", 2.0),
     "CHORUS_ENGAGE_USER_COOLDOWN_SECONDS": (("engagement.user_cooldown_seconds",), "4", 4.0),

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import discord
@@ -38,10 +38,11 @@ from pydantic import BaseModel
 import prompts
 from adapters.discord import convert
 from adapters.discord.sender import DiscordSender, TypingIndicators
-from adapters.discord.slash import build_group
+from adapters.discord.slash import build_group, build_native
 from bot.bus.base import BusClosed, Delivery, EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import Reply
+from bot.platform.commands import NativeCommand
 from bot.resilience import Sleep
 from bot.settings import ConfigError, DiscordSettings
 from bot.settings.discord import PORTAL_URL
@@ -166,11 +167,13 @@ class DiscordAdapter:
         sender: DiscordSender | None = None,
         sleep: Sleep = asyncio.sleep,
         client_options: Mapping[str, Any] | None = None,
+        commands: Sequence[NativeCommand] = (),
     ) -> None:
         if not settings.token_value():
             raise ConfigError(f"DISCORD_TOKEN is not set; get it at {PORTAL_URL} -> Bot")
         self.bus = bus
         self.settings = settings
+        self.commands = tuple(commands)  # the plugins' commands, registered as /name
         self.sender = sender or DiscordSender(sleep=sleep)
         intents = discord.Intents.default()
         intents.message_content = settings.message_content_intent
@@ -196,9 +199,11 @@ class DiscordAdapter:
         self._saved_endpoints: tuple[str, yarl.URL] | None = None
 
     @classmethod
-    def from_section(cls, settings: DiscordSettings, bus: EventBus) -> DiscordAdapter:
+    def from_section(
+        cls, settings: DiscordSettings, bus: EventBus, commands: Sequence[NativeCommand] = ()
+    ) -> DiscordAdapter:
         """The adapter of the settings root's Discord section (``DISCORD_TOKEN`` is set)."""
-        return cls(bus, settings)
+        return cls(bus, settings, commands=commands)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -273,12 +278,14 @@ class DiscordAdapter:
             ambient_channels=settings.ambient_channels,
         )
         self.client.tree.add_command(build_group(self._on_command))
+        for command in self.commands:
+            self.client.tree.add_command(build_native(command, self._on_command))
         if settings.sync_commands:
             try:
                 await self.sender.call("commands", self.client.tree.sync, what="sync commands")
             except discord.HTTPException:
                 log.warning(
-                    "could not register the /chorus slash commands; text commands still work",
+                    "could not register the slash commands; text commands still work",
                     exc_info=True,
                 )
 
@@ -321,7 +328,8 @@ class DiscordAdapter:
             await self._publish(DELETIONS, event)
 
     async def _on_command(self, interaction: discord.Interaction, name: str) -> None:
-        """Defer privately, publish ``/<name>``, answer with the matching Reply."""
+        """Defer privately, publish ``/<name>`` (``name`` may carry the command's text), answer
+        with the matching Reply."""
         key = f"interaction:{interaction.id}"
         await self.sender.call(
             key, lambda: interaction.response.defer(ephemeral=True, thinking=True), what="defer"

@@ -1,10 +1,13 @@
-"""The native ``/chorus`` slash-command group, mapped onto Chorus's text commands.
+"""Native slash commands: the ``/chorus`` group and the plugins' commands, mapped onto text.
 
 Discord shows native commands in its command picker and lets the bot answer them privately
 (ephemeral). The router already answers ``/help``, ``/pins``, ``/forget`` and ``/reset`` as
 text, so each subcommand only forwards its name; the adapter publishes it as a ChatMessage and
 answers the interaction with the Reply. Nothing about a command's behaviour lives here; the
 descriptions Discord shows are ``prompts/discord/*``.
+
+A plugin's command (``NativeCommand``) becomes a top-level ``/name`` with one optional ``text``
+option, published as the text command ``/name <text>``: the same answer as typing it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import discord
 from discord import app_commands
 
 import prompts
+from bot.platform.commands import NativeCommand
 
 GROUP_NAME = "chorus"
 
@@ -51,3 +55,16 @@ def _forward(
         await on_command(interaction, name)
 
     return callback
+
+
+def build_native(
+    command: NativeCommand, on_command: OnCommand
+) -> app_commands.Command[Any, ..., None]:
+    """``/<name> [text]`` for a plugin's command: ``on_command(interaction, "<name> <text>")``."""
+    name = command.name
+
+    @app_commands.describe(text=prompts.render("discord/command_text"))
+    async def callback(interaction: discord.Interaction, text: str = "") -> None:
+        await on_command(interaction, f"{name} {text.strip()}".strip())
+
+    return app_commands.Command(name=name, description=command.description, callback=callback)

@@ -43,6 +43,7 @@ from bot.memory.buffers import MemoryStore
 from bot.memory.enrichment import render_context
 from bot.ops.aio import shielded
 from bot.ops.metrics import MetricsSink, NullMetrics
+from bot.plugins.runtime import TurnHooks
 from bot.router import record
 from bot.router.flow import Admission, Shutdown, admit, release_quietly
 from bot.router.housekeeping import consume_deletions, dead_letter
@@ -77,11 +78,13 @@ class Router:
         worker_id: str | None = None,
         live: LiveChat | None = None,
         metrics: MetricsSink | None = None,
+        hooks: TurnHooks | None = None,
         scoping: Scoping | None = None,
     ) -> None:
         """``scoping``: each message's profile from chorus.toml's scopes; without it every
         message gets ``assembler``, ``agent`` and the reasoning of ``limits``."""
         self.metrics: MetricsSink = metrics or NullMetrics()
+        self.hooks = hooks or TurnHooks()  # the plugins' before_turn and after_reply
         self.bus = bus
         self.redis = redis
         self.history = history
@@ -340,6 +343,7 @@ class Router:
             context = render_context(read.buffer, message, self.memory.settings, utcnow())
         if item.context:
             context = f"{item.context}\n{context}" if context else item.context
+        context = await self.hooks.before_turn(message, context)
         ctx = ToolContext(message=message, tools=profile.tools)
         request = profile.assembler.build(
             message,
@@ -370,6 +374,7 @@ class Router:
         await self._finish(
             item, claim, result.text, entries=entries, activity=activity, insights=profile.insights
         )
+        self.hooks.after_reply(message, result.text)
         self.metrics.observe_overhead(
             time.perf_counter() - item.received - result.llm_seconds - result.tool_seconds
         )

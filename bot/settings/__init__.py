@@ -41,6 +41,7 @@ from bot.settings.llm import (
 )
 from bot.settings.memory import MemorySettings
 from bot.settings.ops import HealthSettings, LoggingSettings, MetricsSettings
+from bot.settings.plugins import PluginSettings
 from bot.settings.scopes import FileSettings, check_scopes, scope_channels, scope_warnings
 from bot.settings.slack import SlackSettings
 from bot.settings.sources import (
@@ -73,6 +74,7 @@ __all__ = [
     "MemorySettings",
     "MetricsSettings",
     "ModelSpec",
+    "PluginSettings",
     "Settings",
     "SlackSettings",
     "StateSettings",
@@ -100,6 +102,7 @@ class Settings(BaseModel):
     memory: MemorySettings = Field(default_factory=MemorySettings)
     engagement: EngagementSettings = Field(default_factory=EngagementSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
+    plugins: PluginSettings = Field(default_factory=PluginSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)

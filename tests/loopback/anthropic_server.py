@@ -75,7 +75,7 @@ class AnthropicServer(LoopbackServer):
         self.redacted: set[str] = set()  # issued redacted_thinking data
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.post("/v1/messages", self._messages)]
+        return [web.post("/v1/messages", self._messages), web.get("/v1/models", self.list_models)]
 
     @property
     def base_url(self) -> str:

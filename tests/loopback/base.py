@@ -48,6 +48,9 @@ class LoopbackServer:
         self._runner: web.AppRunner | None = None
         self._recorded: asyncio.Condition | None = None
         self.url = ""
+        # The model list (``chorus init`` tries a key with it), kept apart from ``requests``.
+        self.listings: list[Recorded] = []
+        self.listing_failures: deque[ScriptedFailure] = deque()
 
     def routes(self) -> list[web.RouteDef]:
         raise NotImplementedError
@@ -105,6 +108,22 @@ class LoopbackServer:
         if self._recorded is None:
             self._recorded = asyncio.Condition()
         return self._recorded
+
+    async def list_models(self, request: web.Request) -> web.Response:
+        """``GET .../models``: recorded in ``listings``; ``listing_failures`` answer first."""
+        self.listings.append(
+            Recorded(
+                request.method,
+                request.path,
+                dict(request.query),
+                {k.lower(): v for k, v in request.headers.items()},
+                None,
+            )
+        )
+        if self.listing_failures:
+            failure = self.listing_failures.popleft()
+            return web.json_response(failure.body, status=failure.status)
+        return web.json_response({"data": [{"id": "loopback-model", "type": "model"}]})
 
     def next_failure(self) -> web.Response | None:
         if not self.failures:

@@ -110,7 +110,10 @@ class GeminiServer(LoopbackServer):
         return self.url
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.post("/{version}/models/{target}", self._handle)]
+        return [
+            web.post("/{version}/models/{target}", self._handle),
+            web.get("/{version}/models", self.list_models),
+        ]
 
     def fail(
         self,

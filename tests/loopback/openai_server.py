@@ -97,7 +97,10 @@ def _invalid(body: dict[str, Any]) -> tuple[str, str, str] | None:
 
 class OpenAIServer(LoopbackServer):
     def routes(self) -> list[web.RouteDef]:
-        return [web.post("/v1/chat/completions", self._completions)]
+        return [
+            web.post("/v1/chat/completions", self._completions),
+            web.get("/v1/models", self.list_models),
+        ]
 
     @property
     def base_url(self) -> str:

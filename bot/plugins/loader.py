@@ -1,0 +1,157 @@
+"""Finding and loading plugins: ``CHORUS_PLUGINS`` (or the config file's ``plugins``), then
+the ``chorus.plugins`` entry-point group, so ``pip install chorus-plugin-x`` is enough.
+
+A plugin is all or nothing: if importing it, its ``register``, or checking what it adds fails
+(a tool or command name another plugin or a built-in already has, a sync function), the error is
+logged with the plugin's name and the plugin is skipped whole; the bot starts with the rest.
+Nothing a plugin does at load time can stop the start, short of killing the process.
+
+A module named both in the settings and by an entry point is loaded once. An object found in
+two plugins (one plugin importing another's tool) belongs to the first.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib import metadata
+from types import ModuleType
+from typing import Any
+
+from bot.plugins.api import Hook, Plugin, PluginCommand
+from bot.settings import PluginSettings
+from bot.tools.base import Tool
+from bot.tools.function import FunctionTool
+
+log = logging.getLogger("chorus.plugins")
+
+ENTRY_POINT_GROUP = "chorus.plugins"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one plugin comes from: ``target`` is ``module`` or ``module:attribute``."""
+
+    name: str
+    target: str
+    origin: str  # "CHORUS_PLUGINS" or "entry point <name> (<distribution>)"
+
+
+@dataclass
+class LoadedPlugins:
+    plugins: list[Plugin] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # plugin -> why it was skipped
+
+    @property
+    def tools(self) -> list[Tool]:
+        return [tool for plugin in self.plugins for tool in plugin.tools]
+
+    @property
+    def commands(self) -> list[PluginCommand]:
+        return [command for plugin in self.plugins for command in plugin.commands]
+
+    @property
+    def hooks(self) -> list[Hook]:
+        return [hook for plugin in self.plugins for hook in plugin.hooks]
+
+
+def plugin_sources(
+    settings: PluginSettings,
+    entry_points: Callable[[], Iterable[metadata.EntryPoint]] | None = None,
+) -> list[Source]:
+    """The plugins to load, in order: the settings' modules, then the entry points."""
+    sources = [Source(name, name, "CHORUS_PLUGINS") for name in settings.modules]
+    if settings.entry_points:
+        found = entry_points() if entry_points is not None else _group_entry_points()
+        for point in sorted(found, key=lambda p: (p.name, p.value)):
+            dist = getattr(point.dist, "name", None) or "?"
+            sources.append(Source(point.name, point.value, f"entry point {point.name} ({dist})"))
+    unique: dict[str, Source] = {}
+    for source in sources:
+        unique.setdefault(source.target.replace(" ", ""), source)
+    return list(unique.values())
+
+
+def _group_entry_points() -> Iterable[metadata.EntryPoint]:
+    return metadata.entry_points(group=ENTRY_POINT_GROUP)
+
+
+def load_plugins(
+    settings: PluginSettings,
+    *,
+    reserved_tools: Iterable[str] = (),
+    reserved_commands: Iterable[str] = (),
+    sources: Iterable[Source] | None = None,
+) -> LoadedPlugins:
+    """Import every plugin; each that fails is logged and skipped (see the module docstring)."""
+    loaded = LoadedPlugins()
+    tool_names = set(reserved_tools)
+    command_names = set(reserved_commands)
+    seen: set[int] = set()  # ids of objects an earlier plugin already added
+    for source in plugin_sources(settings) if sources is None else sources:
+        try:
+            plugin = _load(source, seen)
+            _check_names(plugin, tool_names, command_names)
+        except (Exception, SystemExit) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            loaded.failed[source.name] = error
+            log.error(
+                "plugin not loaded, skipped",
+                extra={"plugin": source.name, "origin": source.origin, "error": error},
+                exc_info=not isinstance(exc, ModuleNotFoundError | ValueError | TypeError),
+            )
+            continue
+        tool_names.update(t.spec.name for t in plugin.tools)
+        command_names.update(c.name for c in plugin.commands)
+        seen.update(id(thing) for thing in (*plugin.tools, *plugin.commands, *plugin.hooks))
+        loaded.plugins.append(plugin)
+        log.info(
+            "plugin loaded",
+            extra={"plugin": source.name, "origin": source.origin, "adds": plugin.describe()},
+        )
+    return loaded
+
+
+def _load(source: Source, seen: set[int]) -> Plugin:
+    module_name, _, attribute = source.target.replace(" ", "").partition(":")
+    target: Any = importlib.import_module(module_name)
+    for part in attribute.split(".") if attribute else ():
+        target = getattr(target, part)
+    plugin = Plugin(source.name)
+    if isinstance(target, ModuleType):
+        for value in list(vars(target).values()):
+            found = isinstance(value, FunctionTool | PluginCommand | Hook)
+            if found and id(value) not in seen and all(value is not t for t in _things(plugin)):
+                plugin.add(value)
+        register = getattr(target, "register", None)
+        if callable(register):
+            _call_register(register, plugin)
+    elif callable(target):
+        _call_register(target, plugin)
+    else:
+        raise TypeError(f"{source.target} is neither a module nor a register(plugin) function")
+    return plugin
+
+
+def _things(plugin: Plugin) -> list[object]:
+    return [*plugin.tools, *plugin.commands, *plugin.hooks]
+
+
+def _call_register(register: Callable[..., Any], plugin: Plugin) -> None:
+    result = register(plugin)
+    if hasattr(result, "__await__"):
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()  # never awaited: no "coroutine was never awaited" warning
+        raise TypeError("register(plugin) must be a plain function, not async")
+
+
+def _check_names(plugin: Plugin, tools: set[str], commands: set[str]) -> None:
+    for tool in plugin.tools:
+        if tool.spec.name in tools:
+            raise ValueError(f"a tool named {tool.spec.name!r} exists already")
+    for command in plugin.commands:
+        if command.name in commands:
+            raise ValueError(f"a command named /{command.name} exists already")

@@ -1,0 +1,39 @@
+"""Which plugins the bot loads: ``CHORUS_PLUGINS`` and the ``chorus.plugins`` entry points.
+
+Only names and limits live here; ``bot.plugins.loader`` imports the modules. A config file's
+top-level ``plugins = [...]`` fills ``modules`` by field name, and the variable, when set, wins
+over it like every other variable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from bot.settings.base import Section, comma_tuple
+
+
+class PluginSettings(Section):
+    modules: tuple[str, ...] = Field(default=(), validation_alias="CHORUS_PLUGINS")
+    entry_points: bool = Field(default=True, validation_alias="CHORUS_PLUGIN_ENTRY_POINTS")
+    hook_timeout: float = Field(
+        default=5.0, gt=0, le=120, validation_alias="CHORUS_PLUGIN_HOOK_TIMEOUT"
+    )
+
+    @field_validator("modules", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return comma_tuple(value)
+
+    @field_validator("modules")
+    @classmethod
+    def _check(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            module, _, attr = name.partition(":")
+            dotted = [*module.split("."), *(attr.split(".") if attr else [])]
+            if not all(part.isidentifier() for part in dotted):
+                raise ValueError(
+                    f"{name!r} is not a module name (write package.module or package.module:func)"
+                )
+        return value
