@@ -74,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
         "replay", help="run a recorded or synthetic chat trace through the engagement policy"
     )
     replay.add_argument("trace", help="a JSONL trace (see bench/traces/busy_chat.jsonl)")
+    replay.add_argument(
+        "--youtube-read", choices=("stream", "poll"), help="default: YOUTUBE_READ_MODE"
+    )
     config = sub.add_parser("config", help="show what is configured and what is missing")
     config.add_argument("--scope", help="every setting a message there gets, with its source")
     sub.add_parser("reload", help="re-read chorus.toml and .env in the running bot (SIGHUP)")
@@ -114,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "reload":
         return reload_command(settings)
     if args.command == "replay":
-        return _replay(args.trace, settings)
+        return _replay(args.trace, settings, youtube_read=args.youtube_read)
     try:
         settings.llm.model_spec()
         if args.command == "run":
@@ -351,21 +354,21 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
         await redis.aclose()
 
 
-def _replay(trace: str, settings: Settings) -> int:
-    """``chorus replay TRACE.jsonl``: the policy on a trace, with a scripted model; exits 1 if a
-    message was answered twice, a mention was neither answered nor declined with a reason, or a
-    platform's send limit was exceeded."""
+def _replay(trace: str, settings: Settings, *, youtube_read: str | None = None) -> int:
+    """``chorus replay TRACE.jsonl``: the policy, the engagement and YouTube quota settings and
+    a scripted model on a trace; exits 1 unless ``ReplayReport.ok`` (nothing lost or answered
+    twice, every send limit and YouTube's quota kept)."""
     from bot.live.replay import format_report, replay
-    from bot.live.turns import policy_config
+    from bot.live.turns import replay_options
 
     try:
-        report = replay(trace, config=policy_config(settings.engagement))
-    except OSError as exc:
-        print(f"chorus: cannot read {trace}: {exc.strerror}", file=sys.stderr)
+        report = replay(trace, **replay_options(settings, youtube_read))
+    except (OSError, ConfigError) as exc:
+        problem = f"cannot read {trace}: {exc.strerror}" if isinstance(exc, OSError) else exc
+        print(f"chorus: {problem}", file=sys.stderr)
         return EXIT_CONFIG
     print(format_report(report))
-    ok = report.double_answers == 0 and report.mentions_lost == 0 and report.within_send_limits
-    return 0 if ok else 1
+    return 0 if report.ok else 1
 
 
 def _default_user() -> str:

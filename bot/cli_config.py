@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from bot.settings import KEY_ENV, PROVIDERS, ConfigError, Settings, load_settings
+from bot.settings import (
+    KEY_ENV,
+    PROVIDERS,
+    ConfigError,
+    Settings,
+    load_settings,
+    restart_only_changes,
+)
 from bot.settings.scopes import DEFAULT_PERSONA, DEPLOYMENT, parse_match, resolve
 from bot.state.connect import mask_url
 
@@ -241,13 +248,30 @@ def reload_command(settings: Settings) -> int:
     return 0
 
 
+def apply_reload(app: Chorus, settings: Settings) -> list[str]:
+    """Apply what a reload may change without a restart (personas, scopes, prompt overrides,
+    the deployment's model, reasoning, tool lists and engagement thresholds); ``ConfigError``
+    (file, line, key) leaves everything as it was. Returns the settings that changed but apply
+    only after a restart."""
+    from bot.live.turns import platform_overrides, policy_config
+    from bot.router.scoping import ScopedEngagement
+
+    engagement = settings.engagement  # checked before anything changes
+    default, overrides = policy_config(engagement), platform_overrides(engagement)
+    app.scoping.reload(settings)
+    live = app.router.live
+    if live is not None and isinstance(live.engagement, ScopedEngagement):
+        live.engagement.refresh(default, overrides)
+    return restart_only_changes(app.settings, settings)
+
+
 def on_reload_signal(app: Chorus, load: Callable[[], Settings] | None = None) -> None:
     """SIGHUP: re-read ``.env`` and the file, and apply what applies without a restart."""
 
     def reload() -> None:
         try:
             settings = load() if load is not None else load_settings(warn=False)
-            later = app.reload(settings)
+            later = apply_reload(app, settings)
         except ConfigError as exc:
             log.error(
                 "configuration reload refused; the running configuration stays",

@@ -33,7 +33,8 @@ def _batch() -> str:
         BatchChatter("bo", "Bo", (pending("what map is next?", "bo", 1.0, question=True),)),
         BatchChatter("cy", "Cy", (pending("gg", "cy", 2.0),)),
     )
-    return batch_turn(LIVE, Batch(Reason.CHATTER, chatters)).message.text
+    turn = batch_turn(LIVE, Batch(Reason.CHATTER, chatters))
+    return f"{turn.message.text}\n---\n{turn.context}"  # the lines, then the instructions
 
 
 CASES: dict[str, Callable[[], str]] = {

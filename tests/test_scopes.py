@@ -15,6 +15,7 @@ import pytest
 import prompts
 from bot.app import Chorus
 from bot.bus.topics import INBOUND, outbound_topic
+from bot.cli_config import apply_reload
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.live.engagement import PolicyConfig
 from bot.llm.base import Provider
@@ -231,10 +232,10 @@ def test_thresholds_that_clash_are_refused_with_the_scope_line() -> None:
 
 
 def test_a_refused_reload_keeps_the_configuration_and_the_prompts_in_force() -> None:
-    Path("batch.md").write_text("Answer {{names}}:\n{{lines}}\n")
+    Path("batch.md").write_text("Answer {{names}} now.\n")
     good = '[prompts]\n"live/batch" = "batch.md"\n[personas.p]\nprompt = "P"\n'
     scoping = Scoping(settings_with(good), provider=ScriptedProvider())
-    assert prompts.load("live/batch") == "Answer {{names}}:\n{{lines}}"
+    assert prompts.load("live/batch") == "Answer {{names}} now."
     before = scoping.default
     Path("bad.md").write_text("{{names}} {{weather}}")
     bad = '[prompts]\n"live/batch" = "bad.md"\n"live/bacth" = "batch.md"\n'
@@ -248,7 +249,7 @@ def test_a_refused_reload_keeps_the_configuration_and_the_prompts_in_force() -> 
         message_text
     )
     assert scoping.default is before and "p" in scoping.settings.file.personas
-    assert prompts.load("live/batch") == "Answer {{names}}:\n{{lines}}"
+    assert prompts.load("live/batch") == "Answer {{names}} now."
 
 
 async def test_scope_models_are_closed_with_the_scoping() -> None:
@@ -344,7 +345,7 @@ async def test_app_reload_applies_live_settings_and_lists_the_rest(routed: App) 
         DISCORD_TOKEN="new-token",
         CHORUS_REDIS_URL="redis://127.0.0.1:1/0",
     )
-    later = routed.app.reload(settings)
+    later = apply_reload(routed.app, settings)
     assert later == ["state.redis_url", "discord.token"]
     assert "You are Renamed" in routed.app.scoping.default.assembler.system_prompt
 

@@ -37,7 +37,10 @@ from bot.events import ChatMessage, ConversationKey
 from bot.live.engagement import Engagement, PolicyConfig
 from bot.live.turns import policy_config
 from bot.llm.base import Provider
+from bot.llm.fallback import build_chain
 from bot.ops.metrics import MetricsSink, NullMetrics
+from bot.router.turn import RouterLimits
+from bot.safety.canary import with_canary
 from bot.settings import ConfigError, ModelSpec, Settings, parse_model_spec
 from bot.settings.scopes import LIVE_PLATFORMS, SERVER_PLATFORMS, Mode, Persona, flatten, resolve
 from bot.tools.toolbox import ChannelToolConfig, Toolbox
@@ -99,11 +102,14 @@ class Scoping:
         chains: ChainFactory | None = None,
         metrics: MetricsSink | None = None,
         agent: Agent | None = None,
+        canary: str | None = None,
     ) -> None:
         """``provider`` answers for the deployment's model and fallbacks (``agent``, when given,
         is the deployment's agent over it); ``chains`` builds the chain of another model and
-        its fallbacks (a scope's). Raises ``ConfigError`` like ``reload``."""
+        its fallbacks (a scope's); ``canary`` ends every persona's system text, the same for the
+        process's life (the leak check knows it). Raises ``ConfigError`` like ``reload``."""
         self.tools = tools
+        self.canary = canary
         self.metrics: MetricsSink = metrics or NullMetrics()
         self._chains = chains
         key = _chain_key(settings)
@@ -182,7 +188,7 @@ class Scoping:
     def _build(self, settings: Settings) -> _Book:
         previous = prompts.set_overrides(prompt_overrides(settings))
         try:
-            book = _Book(settings, systems=personas(settings))
+            book = _Book(settings, systems=personas(settings, self.canary))
             book.by_scopes[()] = self._profile(book, {}, "deployment")
             file = settings.file
             for index, scope in enumerate(file.scopes):  # every scope's parts, checked now
@@ -291,6 +297,22 @@ class Scoping:
         self._owned.clear()
 
 
+class FixedScoping:
+    """One profile for every message: a router built without chorus.toml's scopes (tests,
+    benchmarks) gets its assembler, agent and reasoning limits as the deployment's."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.default = profile
+
+    @classmethod
+    def of(cls, assembler: PromptAssembler, agent: Agent, limits: RouterLimits) -> FixedScoping:
+        reasoning, most = limits.reasoning, limits.reasoning_max
+        return cls(Profile("deployment", assembler, agent, reasoning, most))
+
+    def profile(self, message: ChatMessage) -> Profile:
+        return self.default
+
+
 class ScopedEngagement(Engagement):
     """The live-chat policy's channel configs with each channel's scope applied on top."""
 
@@ -307,18 +329,33 @@ class ScopedEngagement(Engagement):
     def config_for(self, key: ConversationKey) -> PolicyConfig:
         return self.scoping.policy(key, super().config_for(key))
 
-    def refresh(self, default: PolicyConfig) -> None:
+    def refresh(
+        self, default: PolicyConfig, overrides: Mapping[str, PolicyConfig] | None = None
+    ) -> None:
         """After a reload: the new thresholds for every channel this process holds."""
-        self.default = default
+        self.default, self.overrides = default, dict(overrides or {})
         for key, state in self.states.items():
             state.config = self.config_for(key)
 
 
-def personas(settings: Settings) -> dict[str, str]:
-    """The system text of each persona (``default`` is ``[persona]``, else today's text)."""
+def chain_factory(settings: Settings, on_fallback: Callable[[str, str], None]) -> ChainFactory:
+    """How a scope's model and fallbacks become a provider chain: the deployment's keys, base
+    URLs, breaker and fallback metric (``settings`` of the start: keys take a restart)."""
+
+    def build(spec: ModelSpec, fallbacks: tuple[ModelSpec, ...]) -> Provider:
+        models = ",".join(str(f) for f in fallbacks)
+        fallback = settings.fallback.model_copy(update={"models": models})
+        return build_chain(settings.llm, spec, fallback, on_fallback=on_fallback)
+
+    return build
+
+
+def personas(settings: Settings, canary: str | None = None) -> dict[str, str]:
+    """The system text of each persona (``default`` is ``[persona]``, else today's text),
+    ending with the deployment's canary."""
     file, name = settings.file, settings.agent.bot_name
     return {
-        key: _system(persona, name)
+        key: with_canary(_system(persona, name), canary)
         for key, persona in {"default": file.persona, **file.personas}.items()
     }
 
