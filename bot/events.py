@@ -207,6 +207,12 @@ class ChatMessage(_Frozen):
         description="the stream event this message shows (a raid, a sub, a Super Chat...); "
         "its text, if any, is what the viewer wrote with it",
     )
+    server: str | None = Field(
+        default=None,
+        max_length=256,
+        description="where the channel belongs, for chorus.toml's scopes: the Discord guild "
+        "id, the Slack team id, the Twitch channel's login; None in DMs and elsewhere",
+    )
 
     @property
     def addressed(self) -> bool:

@@ -55,9 +55,9 @@ from insights.analyse import (
     parse_analysis,
     retry_request,
 )
-from tests.golden_plugins import plugin_commands
+from tests import golden_plugins, thanks_rig
+from tests.golden_persona import system_persona
 from tests.golden_safety import SAFETY_CASES, shown
-from tests.thanks_rig import live_thanks
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("CHORUS_UPDATE_GOLDEN") == "1"
@@ -377,9 +377,9 @@ async def _discord(redis: Redis) -> str:
     return "\n".join([*lines, no_answer_in_time()])
 
 
-CASES["plugin_commands"] = plugin_commands
-CASES.update(SAFETY_CASES)
-CASES["live_thanks"] = live_thanks
+CASES["plugin_commands"] = golden_plugins.plugin_commands
+CASES["system_persona"] = system_persona
+CASES.update(SAFETY_CASES, live_thanks=thanks_rig.live_thanks)
 
 
 # -- the tests ----------------------------------------------------------------------------------

@@ -151,6 +151,7 @@ def chat_message(
         sent_at=event.timestamp or utcnow(),
         ambient=not addressed and ambient,
         stream_event=cheer,
+        server=_login(event.broadcaster),  # chorus.toml's scopes: twitch:LOGIN
     )
 
 
@@ -183,6 +184,11 @@ def user_cleared(event: ChannelChatClearUserMessages) -> MessageDeleted:
         conversation=ConversationKey(platform=PLATFORM, channel=event.broadcaster.id),
         author_id=event.user.id,
     )
+
+
+def _login(user: object) -> str | None:
+    login = getattr(user, "name", None)
+    return login.lower()[:256] if isinstance(login, str) and login else None
 
 
 def _is_broadcaster(event: TwitchChatMessage) -> bool:

@@ -135,6 +135,7 @@ def chat_message(
         sent_at=event.timestamp or utcnow(),
         ambient=not mentioned and ambient,
         stream_event=stream_event,
+        server=_login(event.broadcaster.name),  # chorus.toml's scopes: twitch:LOGIN
     )
 
 
@@ -195,6 +196,10 @@ def _tier(value: object, *, prime: bool = False) -> str | None:
 def _name(user: Any) -> str:
     names = [n for n in (user.display_name, user.name) if isinstance(n, str) and n]
     return names[0][:256] if names else ""
+
+
+def _login(login: object) -> str | None:
+    return login.lower()[:256] if isinstance(login, str) and login else None
 
 
 def _text(value: object, field: str) -> str:
