@@ -38,6 +38,7 @@ from bot.plugins.loader import LoadedPlugins, load_plugins
 from bot.plugins.runtime import TurnHooks, command_handler
 from bot.router import memory_commands
 from bot.router.core import Router, RouterLimits
+from bot.router.drafts import Drafts
 from bot.router.text_commands import Command, Commands
 from bot.settings import ConfigError, Settings, ToolSettings
 from bot.state import connect
@@ -138,6 +139,9 @@ class Chorus:
                 max_in_flight=settings.agent.max_turns_in_flight,
             ),
         )
+        # Streamed answers: drafts on outbound:<platform> where CHORUS_STREAM_REPLIES says so;
+        # each draft's text passes the outbound check first (``check``: the safety filter's).
+        self.router.drafts = Drafts(bus, settings.agent.streams)
         self.metrics.register_gauge_callback(
             "chorus_turns_in_flight",
             "Messages this process holds: turns running or queued behind their conversation "

@@ -23,7 +23,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -32,7 +31,7 @@ from redis.asyncio.client import Pipeline
 
 from bot.agent.loop import Agent
 from bot.agent.prompting import PromptAssembler
-from bot.agent.reasoning import Level, decide
+from bot.agent.reasoning import decide
 from bot.bus.base import Delivery, EventBus, TransactionalBus
 from bot.bus.claims import Claim, Claims, default_worker_id
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
@@ -46,10 +45,13 @@ from bot.ops.aio import shielded
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.plugins.runtime import TurnHooks
 from bot.router import record
+from bot.router.drafts import Drafts
 from bot.router.flow import Admission, Shutdown, admit, release_quietly
 from bot.router.housekeeping import consume_deletions, dead_letter
 from bot.router.text_commands import Commands
 from bot.router.texts import apology, crash_apology, too_long
+from bot.router.turn import Item as _Item
+from bot.router.turn import RouterLimits
 from bot.state.history import HistoryEntry, HistoryStore
 from bot.state.outages import until_redis_answers
 from bot.tools.base import ToolContext
@@ -58,39 +60,6 @@ from bot.tools.toolbox import Toolbox
 log = logging.getLogger("chorus.router")
 
 __all__ = ["Router", "RouterLimits", "apology", "crash_apology", "too_long"]
-
-
-@dataclass
-class _Progress:
-    committed: bool = False  # the reply and its record are in Redis: never release, ack
-    elsewhere: bool = False  # our lapsed claim is another worker's now: it answers and acks
-
-
-@dataclass(frozen=True)
-class _Item:
-    """One turn to run: an inbound message (with its delivery, acked after), or a live-chat
-    turn the policy made (a batch or an idle line: no delivery)."""
-
-    message: ChatMessage
-    delivery: Delivery[ChatMessage] | None
-    addressed: tuple[str, ...]
-    reply_to_id: str | None
-    context: str = ""
-    forced: str | None = None  # a fixed answer (live-chat pause/resume acknowledgements)
-    received: float = field(default_factory=time.perf_counter)  # for the overhead metric
-    progress: _Progress = field(default_factory=_Progress)
-
-
-@dataclass(frozen=True)
-class RouterLimits:
-    max_message_chars: int = 8000
-    reasoning: str = "auto"
-    reasoning_max: Level = "medium"
-    concurrency: int = 32
-    max_in_flight: int = 128  # messages held at once, running or queued (taken before a pull)
-    claim_lease_ms: int = 10_000
-    max_deliveries: int = 3  # a message delivered more often goes to dead letters
-    done_seconds: int = 3 * 24 * 3600
 
 
 class Router:
@@ -129,6 +98,7 @@ class Router:
             done_seconds=self.limits.done_seconds,
         )
         self.live = live
+        self.drafts: Drafts | None = None  # streamed answers (bot.router.drafts), when set
         self._queues: dict[ConversationKey, deque[_Item]] = {}
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
         self._acks: set[asyncio.Task[None]] = set()
@@ -363,8 +333,11 @@ class Router:
             context=context,
             reasoning=decide(message.text, self.limits.reasoning, self.limits.reasoning_max),
         )
+        drafts = (
+            self.drafts.open(message, item.reply_to_id, item.addressed) if self.drafts else None
+        )
         try:
-            result = await self.agent.run(request, ctx)
+            result = await self.agent.run(request, ctx, drafts)
         except LLMError as exc:
             self.metrics.llm_error(request.model, type(exc).__name__)
             log.error(
