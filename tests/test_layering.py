@@ -53,6 +53,10 @@ MAY_IMPORT: dict[str, set[str]] = {
 # The composition root may wire anything (adapters and insights only lazily, see below).
 MAY_IMPORT["bot.cli"] = set(MAY_IMPORT) | {"adapters", "insights"}
 TOP_LEVEL_MODULES = {"__init__.py", "cli.py", "app.py", "events.py", "resilience.py"}
+# The command line itself (subcommands, options, examples): read by the composition root.
+MAY_IMPORT["bot.cli_parser"] = BASE | {"bot.onboarding"}
+MAY_IMPORT["bot.cli"].add("bot.cli_parser")
+TOP_LEVEL_MODULES.add("cli_parser.py")
 
 
 def _modules() -> Iterator[tuple[str, Path]]:
