@@ -44,6 +44,19 @@ def state_dir() -> Path:
     return Path(base) / "chorus"
 
 
+def welcome_line(bot_name: str, model: str) -> str:
+    return prompts.render("console/welcome", bot=bot_name, model=model)
+
+
+def logs_line(path: Path) -> str:
+    return prompts.render("console/logs", path=str(path))
+
+
+def activity_line(bot_name: str, activity: str) -> str:
+    """The spinner's words while the model thinks or a tool runs."""
+    return prompts.render("console/status", bot=bot_name, activity=activity)
+
+
 class Terminal:
     """The screen and keyboard of one ``chorus chat`` session on a terminal."""
 
@@ -69,11 +82,11 @@ class Terminal:
         self._text = ""
 
     def welcome(self, logs: Path | None = None) -> None:
-        line = prompts.render("console/welcome", bot=self.bot_name, model=self.model)
+        line = welcome_line(self.bot_name, self.model)
         name, _, rest = line.partition(self.bot_name)
         self.console.print(Text.assemble(name, (self.bot_name, NAME_STYLE), rest))
         if logs is not None:
-            self.console.print(prompts.render("console/logs", path=str(logs)), style="dim")
+            self.console.print(logs_line(logs), style="dim")
 
     async def read(self) -> str | None:
         """The next line the user typed; None at Ctrl-D or Ctrl-C (quit)."""
@@ -130,6 +143,6 @@ class Terminal:
         if text.strip():
             parts.append(Markdown(text))
         if status is not None:
-            activity = prompts.render("console/status", bot=self.bot_name, activity=status)
-            parts.append(Spinner("dots", text=Text(activity, style="dim")))
+            line = activity_line(self.bot_name, status)
+            parts.append(Spinner("dots", text=Text(line, style="dim")))
         return Group(*parts)

@@ -20,7 +20,7 @@ import struct
 import sys
 import termios
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,17 +83,15 @@ async def terminal(args: list[str], env: dict[str, str]) -> AsyncIterator[tuple[
         yield pid, screen
     finally:
         asyncio.get_running_loop().remove_reader(fd)
-        try:
+        with suppress(ProcessLookupError):
             os.kill(pid, 9)
-        except ProcessLookupError:
-            pass
         os.close(fd)
 
 
 async def exit_status(pid: int, limit: float = 30.0) -> int:
     async with asyncio.timeout(limit):
         while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
+            done, status = await asyncio.to_thread(os.waitpid, pid, os.WNOHANG)
             if done:
                 return os.waitstatus_to_exitcode(status)
             await asyncio.sleep(0.1)

@@ -56,6 +56,7 @@ from insights.analyse import (
     retry_request,
 )
 from tests.golden_plugins import plugin_commands
+from tests.golden_progress import progress_texts
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("CHORUS_UPDATE_GOLDEN") == "1"
@@ -376,6 +377,7 @@ async def _discord(redis: Redis) -> str:
 
 
 CASES["plugin_commands"] = plugin_commands
+CASES["progress"] = progress_texts
 
 
 # -- the tests ----------------------------------------------------------------------------------

@@ -62,6 +62,11 @@ def markdown_safe(text: str) -> str:
     return _BROADCAST.sub(lambda m: f"@{ZWSP}{m.group(1)}", text)
 
 
+def status_text(activity: str) -> str:
+    """The thread's assistant status while ``activity`` runs ("is fetching a page…")."""
+    return prompts.render("slack/status", activity=activity)
+
+
 @dataclass
 class NativeStreams:
     """Whether the streaming methods are worth trying (once refused, never again)."""
@@ -180,7 +185,7 @@ class SlackLive:
         """Show what runs (the assistant status of the thread), or clear it."""
         if not self.thread or (activity is None and not self.status):
             return
-        status = prompts.render("slack/status", activity=activity) if activity else ""
+        status = status_text(activity) if activity else ""
         try:
             await self.sender.stream_call(
                 "assistant.threads.setStatus",
