@@ -7,6 +7,7 @@ bus is the real in-process one."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from bot.bus.base import InProcessBus
 from bot.bus.topics import outbound_topic
@@ -150,9 +151,12 @@ def reply(text: str, reply_to: str = "m1") -> Reply:
     return Reply(conversation=CONV, text=text, reply_to_id=reply_to)
 
 
-async def until(predicate: object) -> None:
+async def until(predicate: Callable[[], bool]) -> None:
+    """Until ``predicate`` holds (the view's task runs between the checks)."""
     async with asyncio.timeout(5):
-        while not predicate():  # type: ignore[operator]
+        while True:
+            if predicate():
+                return
             await asyncio.sleep(0.005)
 
 
@@ -168,7 +172,7 @@ async def test_the_latest_draft_wins_while_a_view_waits_and_the_final_replaces_t
         live.draft(draft(f"text {n}", n))
     (view,) = views
     view.gate.set()
-    await until(lambda: view.shown)
+    await until(lambda: bool(view.shown))
     assert view.shown == ["text 5"]
     assert await live.finish(reply("final"))
     assert view.finished == ["final"] and live.active == 0
@@ -178,7 +182,12 @@ async def test_the_latest_draft_wins_while_a_view_waits_and_the_final_replaces_t
 
 async def test_an_answer_nothing_was_shown_for_is_sent_the_usual_way() -> None:
     views: list[View] = []
-    live = LiveAnswers(lambda d: views.append(View()) or views[-1], interval=0.0)
+
+    def open_view(d: ReplyDraft) -> View:
+        views.append(View())
+        return views[-1]
+
+    live = LiveAnswers(open_view, interval=0.0)
     assert not await live.finish(reply("sent whole", "m2"))
     live.draft(draft("a draft after its final", 1, "m2"))
     assert views == []

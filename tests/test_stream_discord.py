@@ -67,8 +67,12 @@ class Worker:
             )
             await self.rig.bus.publish(topic, draft)
             head, size = text.strip()[:40], len(text) - 50
-            await server.wait_for(lambda h=head: any(c.startswith(h) for c in shown(server)))
-            await server.wait_for(lambda n=size: sum(map(len, shown(server))) >= n)
+
+            def visible(head: str = head, size: int = size) -> bool:
+                contents = shown(server)
+                return any(c.startswith(head) for c in contents) and sum(map(len, contents)) >= size
+
+            await server.wait_for(visible)
         return self.answer
 
 
