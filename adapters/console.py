@@ -231,6 +231,24 @@ class ConsoleAdapter:
         finally:
             terminal.close()
 
+    async def ask(self, text: str) -> Reply | None:
+        """One message and its answer without reading stdin (benchmarks): the answer is shown
+        on the terminal, drafts included, as in a session. ``aclose`` ends the listening."""
+        if self._listener is None:
+            self._listener = asyncio.create_task(self._listen(), name="console-listener")
+        if self.terminal is not None:
+            self.terminal.waiting()
+        reply = await self._ask(text)
+        if self.terminal is not None:
+            self.terminal.answer(reply.text if reply else "", error=reply is None)
+        return reply
+
+    async def aclose(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            await asyncio.gather(self._listener, return_exceptions=True)
+            self._listener = None
+
     async def _ask(self, text: str) -> Reply | None:
         message = ChatMessage(
             platform=PLATFORM,

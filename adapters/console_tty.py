@@ -73,11 +73,8 @@ class Terminal:
         self.model = model
         self.user = user
         self.console = Console(file=output, highlight=False)
-        store: History = InMemoryHistory()
-        if history is not None:
-            history.parent.mkdir(parents=True, exist_ok=True)
-            store = FileHistory(str(history))
-        self.session: PromptSession[str] = PromptSession(history=store, style=_PROMPT_STYLE)
+        self.history = history
+        self._session: PromptSession[str] | None = None  # made on the first read
         self._live: Live | None = None
         self._text = ""
 
@@ -90,8 +87,14 @@ class Terminal:
 
     async def read(self) -> str | None:
         """The next line the user typed; None at Ctrl-D or Ctrl-C (quit)."""
+        if self._session is None:
+            store: History = InMemoryHistory()
+            if self.history is not None:
+                self.history.parent.mkdir(parents=True, exist_ok=True)
+                store = FileHistory(str(self.history))
+            self._session = PromptSession(history=store, style=_PROMPT_STYLE)
         try:
-            return await self.session.prompt_async(
+            return await self._session.prompt_async(
                 FormattedText([("class:user", f"{self.user}> ")])
             )
         except (EOFError, KeyboardInterrupt):

@@ -12,7 +12,7 @@ from bot.ops import aio
 
 
 async def _main() -> None:
-    from bench import backpressure, cache, memory, overhead, replay, scaling
+    from bench import backpressure, cache, memory, overhead, replay, scaling, streaming
 
     sections = [
         await cache.main(),
@@ -21,6 +21,7 @@ async def _main() -> None:
         replay.main(),
         await scaling.main(memory.REAL),
         await backpressure.main(memory.REAL),
+        await streaming.main(),
     ]
     print(
         f"# Chorus benchmarks\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "

@@ -79,6 +79,7 @@ class AnthropicServer(LoopbackServer):
         self.signatures: dict[str, str] = {}  # issued signature -> the thinking text it signs
         self.redacted: set[str] = set()  # issued redacted_thinking data
         self.chunk_times: list[float] = []  # when each paced text delta was sent (monotonic)
+        self.arrivals: list[float] = []  # when each request came (monotonic)
 
     def routes(self) -> list[web.RouteDef]:
         return [web.post("/v1/messages", self._messages), web.get("/v1/models", self.list_models)]
@@ -101,6 +102,7 @@ class AnthropicServer(LoopbackServer):
         self.failures.append(ScriptedFailure(status, body, dict(headers or {})))
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
+        self.arrivals.append(time.monotonic())
         rec = await self.record(request)
         failure = self.next_failure()
         if failure is not None:
