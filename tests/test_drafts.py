@@ -195,3 +195,18 @@ async def test_an_answer_nothing_was_shown_for_is_sent_the_usual_way() -> None:
     assert not await live.finish(reply("whole", "m3"))  # nothing reached the platform
     assert views[0].finished == []
     await live.aclose()
+
+
+async def test_an_answer_whose_final_never_comes_is_forgotten_after_its_ttl() -> None:
+    clock, views = Clock(), []
+
+    def open_view(d: ReplyDraft) -> View:
+        views.append(View())
+        return views[-1]
+
+    live = LiveAnswers(open_view, interval=0.0, ttl=60.0, clock=clock)
+    live.draft(draft("abandoned: its worker died and nobody took it over", 1, "m4"))
+    clock.now = 61.0
+    live.draft(draft("another answer", 1, "m5"))
+    assert live.active == 1 and len(views) == 2
+    await live.aclose()

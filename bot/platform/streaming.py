@@ -92,6 +92,7 @@ class LiveAnswers:
         self._clock = clock
         self._live: dict[Key, _Live] = {}
         self._done: OrderedDict[Key, float] = OrderedDict()
+        self._forgotten: set[asyncio.Task[None]] = set()  # expired answers' tasks, ending
 
     @property
     def active(self) -> int:
@@ -140,6 +141,7 @@ class LiveAnswers:
         for live in lives:
             live.stopped.set()
             await self._stop(live)
+        await asyncio.gather(*self._forgotten, return_exceptions=True)
 
     async def _run(self, live: _Live) -> None:
         last = float("-inf")
@@ -181,7 +183,9 @@ class LiveAnswers:
             live = self._live.pop(key)
             live.stopped.set()
             if live.task is not None:
-                live.task.cancel()  # (it ends on its own; nothing awaits a forgotten answer)
+                live.task.cancel()  # kept until it has ended; nothing awaits it
+                self._forgotten.add(live.task)
+                live.task.add_done_callback(self._forgotten.discard)
 
 
 async def _first(changed: asyncio.Event, stopped: asyncio.Event) -> None:
