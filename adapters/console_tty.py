@@ -131,6 +131,7 @@ class Terminal:
             self._live = None
         else:
             self.console.print(final)
+        self.console.print()  # a blank line before the next prompt
 
     def notice(self, text: str) -> None:
         self.close()

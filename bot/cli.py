@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"chorus: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    log_file = _chat_log(args)  # a terminal chat: logs to a file, never between the turns
+    log_file = _chat_log(args, settings)  # a terminal chat: logs to a file, not between turns
     setup_logging(
         settings.logging.level, settings.logging.format, settings.secret_values(), log_file
     )
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings.llm.model_spec()
         if args.command == "run":
-            return aio.run(_run(settings, role=args.role))
+            return aio.run(_run(settings, role=args.role, logs=_path_of(log_file)))
         if args.command == "insights":
             return aio.run(_insights(settings, drain=args.drain))
         return aio.run(
@@ -75,13 +75,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-async def _run(settings: Settings, *, role: str = "all") -> int:
+async def _run(settings: Settings, *, role: str = "all", logs: Path | None = None) -> int:
     from adapters.registry import build_slots, configured_platforms
     from bot.app import Chorus
 
     if role == "all" and not configured_platforms(settings):
         log.info("no platform credentials configured; starting the console adapter")
-        return await _chat(settings, user=None, json_output=False, health=True)
+        return await _chat(settings, user=None, json_output=False, health=True, logs=logs)
     if role != "all" and settings.state.bus != "redis":
         raise ConfigError(
             f"--role {role} needs the Redis Streams bus between processes: set CHORUS_BUS=redis "
@@ -170,13 +170,19 @@ def _on_terminal() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-def _chat_log(args: object) -> TextIO | None:
-    """The log file of a ``chorus chat`` on a terminal (None: logs go to stderr)."""
-    if getattr(args, "command", None) != "chat" or getattr(args, "verbose", True):
+def _chat_log(args: object, settings: Settings) -> TextIO | None:
+    """The log file of a chat on a terminal (``chorus chat``, or ``chorus run`` with no
+    platform configured); None: logs go to stderr."""
+    command = getattr(args, "command", None)
+    if command not in ("chat", "run") or getattr(args, "verbose", True):
         return None
     if getattr(args, "json", False) or not _on_terminal():
         return None
     from adapters.console_tty import state_dir
+    from adapters.registry import configured_platforms
+
+    if command == "run" and (args.role != "all" or configured_platforms(settings)):  # type: ignore[attr-defined]
+        return None
 
     try:
         state_dir().mkdir(parents=True, exist_ok=True)

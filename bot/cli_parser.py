@@ -81,6 +81,11 @@ def parser() -> argparse.ArgumentParser:
         help="all: everything in one process (default); gateway: the platform connections "
         "only; worker: the agent only (scale out with CHORUS_BUS=redis)",
     )
+    run.add_argument(
+        "--verbose",
+        action="store_true",
+        help="when it opens the console in a terminal (no platform set up): the logs on stderr",
+    )
     chat = _command(sub, "chat", "chat in the terminal; pipe lines in to script it")
     chat.add_argument("--user", default=None, help="speak as this console user (default: $USER)")
     chat.add_argument("--json", action="store_true", help="write one JSON object per answer")
