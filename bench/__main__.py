@@ -12,13 +12,14 @@ from bot.ops import aio
 
 
 async def _main() -> None:
-    from bench import backpressure, cache, memory, overhead, replay, scaling, streaming
+    from bench import backpressure, cache, memory, overhead, replay, safety, scaling, streaming
 
     sections = [
         await cache.main(),
         await memory.main(),
         await overhead.main(memory.REAL),
         replay.main(),
+        safety.main(),
         await scaling.main(memory.REAL),
         await backpressure.main(memory.REAL),
         await streaming.main(),

@@ -1,8 +1,10 @@
 """Live-chat benchmark: the shipped busy-chat trace replayed through the engagement policy
-(`chorus replay bench/traces/busy_chat.jsonl`), and raw ingest throughput: normalising a
-platform payload, deduplicating it and running the policy, on one process. The policy runs as
-the router runs it, through ``LiveChat`` (``prepare`` awaited, then ``observe``) with its
-durable-state bookkeeping on the in-memory twin store, so no Redis is involved."""
+(`chorus replay bench/traces/busy_chat.jsonl`); a four-hour busy YouTube stream (generated from
+the seed, ``make_trace.generate_youtube_busy``) on the default quota, read by the stream and by
+polling; and raw ingest throughput: normalising a platform payload, deduplicating it and running
+the policy, on one process. The policy runs as the router runs it, through ``LiveChat``
+(``prepare`` awaited, then ``observe``) with its durable-state bookkeeping on the in-memory twin
+store, so no Redis is involved."""
 
 from __future__ import annotations
 
@@ -15,10 +17,12 @@ from pathlib import Path
 from twitchio.models.eventsub_ import create_event_instance
 
 from adapters.twitch.convert import BotIdentity, chat_message
+from bench.traces.make_trace import generate_youtube_busy
 from bot.live.engagement import Engagement
-from bot.live.replay import format_report, replay
+from bot.live.replay import format_report, replay, replay_lines
 from bot.live.store import MemoryLiveStore
-from bot.live.turns import LiveChat
+from bot.live.turns import LiveChat, replay_options
+from bot.settings import Settings
 
 TRACE = Path(__file__).parent / "traces" / "busy_chat.jsonl"
 FIXTURE = Path(__file__).parent.parent / "tests" / "fixtures" / "twitch"
@@ -64,8 +68,26 @@ async def _ingest(n: int) -> float:
     return n / (time.perf_counter() - started)
 
 
+def youtube_busy() -> list[str]:
+    """The four-hour busy YouTube stream at default settings, streamed and polled."""
+    rows = [json.dumps(row) for row in generate_youtube_busy()]
+    lines = [
+        "## Live chat: a four-hour busy YouTube stream on the default quota",
+        "",
+        "Command: `python bench/traces/make_trace.py --youtube-busy --out /tmp/youtube_busy.jsonl"
+        " && chorus replay /tmp/youtube_busy.jsonl` (and `--youtube-read poll`)",
+        "",
+    ]
+    for reading in ("stream", "poll"):
+        how = "the stream" if reading == "stream" else "polling"
+        options = replay_options(Settings(), reading)  # the defaults, as `chorus replay` runs
+        report = replay_lines(rows, name=f"youtube_busy.jsonl, read by {how}", **options)
+        lines += [format_report(report), ""]
+    return lines
+
+
 def main() -> list[str]:
-    report = replay(TRACE)
+    report = replay(TRACE, **replay_options(Settings()))
     lines = [
         "## Live chat: engagement policy on the shipped busy trace",
         "",
@@ -74,6 +96,7 @@ def main() -> list[str]:
         format_report(report),
         "",
     ]
+    lines += youtube_busy()
     rate = ingest_throughput()
     lines += [
         "## Live-chat ingest throughput (normalise + dedupe + policy, one process)",

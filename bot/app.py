@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -24,9 +26,10 @@ from bot.bus.erasure import StreamEraser
 from bot.bus.outbox import Outbox
 from bot.bus.retention import StreamRetention
 from bot.bus.spool import Spool
+from bot.live.budget import ReplyGate
 from bot.live.engagement import Engagement
 from bot.live.store import RedisLiveStore
-from bot.live.turns import LiveChat, policy_config
+from bot.live.turns import LiveChat, platform_overrides, policy_config
 from bot.llm.base import Provider
 from bot.llm.fallback import build_chain
 from bot.memory.buffers import MemoryStore
@@ -36,10 +39,16 @@ from bot.ops.metrics import Metrics, NullMetrics
 from bot.platform.commands import NativeCommand
 from bot.plugins.loader import LoadedPlugins, load_plugins
 from bot.plugins.runtime import TurnHooks, command_handler
-from bot.router import memory_commands
+from bot.quota.ledger import QuotaLedger
+from bot.quota.plan import QuotaConfig
+from bot.router import memory_commands, safety_commands
 from bot.router.core import Router, RouterLimits
 from bot.router.drafts import Drafts
 from bot.router.text_commands import Command, Commands
+from bot.safety.canary import LeakCheck, deployment_canary, with_canary
+from bot.safety.gate import SafetyGate
+from bot.safety.moderator import ModerationModel, build_moderation_model
+from bot.safety.policy import Policies
 from bot.settings import ConfigError, Settings, ToolSettings
 from bot.state import connect
 from bot.state.history import HistoryStore
@@ -71,6 +80,8 @@ class Chorus:
         owns: tuple[object, ...] = (),
         outbox: Outbox | None = None,
         plugins: LoadedPlugins | None = None,
+        policies: Policies | None = None,
+        moderation: ModerationModel | None = None,
     ) -> None:
         self.metrics: Metrics | NullMetrics = metrics or NullMetrics()
         self.health: HealthServer | None = None
@@ -87,9 +98,13 @@ class Chorus:
             max_messages=settings.state.history_max_messages,
             ttl_seconds=settings.state.history_ttl_seconds,
         )
+        # The system text ends with the deployment's canary (bot/safety/canary.py): stable per
+        # deployment, so the cached prefix stays byte-identical.
+        canary = deployment_canary(settings.safety, settings.llm, settings.agent.bot_name)
+        system = with_canary(system_prompt(settings.agent.bot_name), canary)
         self.assembler = PromptAssembler(
             model=model,
-            system_prompt=system_prompt(settings.agent.bot_name),
+            system_prompt=system,
             max_tokens=settings.agent.max_output_tokens,
             vision=settings.agent.vision,
         )
@@ -103,12 +118,23 @@ class Chorus:
                 budget_seconds=settings.agent.turn_budget_seconds,
             ),
         )
+        self.reply_gate = reply_gate(settings, redis, self.metrics)
         self.memory_settings = settings.memory
         self.memory = MemoryStore(redis, self.memory_settings)
         commands = Commands(self.history)
         memory_commands.register(
             commands, self.memory, self.history, eraser=StreamEraser.for_bus(bus, redis)
         )
+        self.safety = SafetyGate.from_parts(
+            policies or Policies(settings.safety, settings.quota),
+            redis,
+            namespace=settings.state.bus_namespace,
+            model=moderation,
+            leak=LeakCheck(system, canary),
+            prices=self.metrics.prices if isinstance(self.metrics, Metrics) else None,
+        )
+        self.safety.audit.register(self.metrics)
+        safety_commands.register(commands, self.safety, self.history)  # before plugins take names
         self.plugins = plugins or LoadedPlugins()
         self.native_commands = _install_commands(commands, self.plugins)
         self.hooks = TurnHooks(self.plugins.hooks, timeout=settings.plugins.hook_timeout)
@@ -123,13 +149,17 @@ class Chorus:
             memory=self.memory,
             hooks=self.hooks,
             live=LiveChat(
-                Engagement(policy_config(settings.engagement)),
+                Engagement(
+                    policy_config(settings.engagement), platform_overrides(settings.engagement)
+                ),
                 metrics=self.metrics,
                 store=RedisLiveStore(
                     redis, pause_seconds=round(settings.engagement.pause_hours * 3600)
                 ),
+                budget=self.reply_gate,
             ),
             metrics=self.metrics,
+            safety=self.safety,
             limits=RouterLimits(
                 max_message_chars=settings.agent.max_message_chars,
                 reasoning=settings.agent.reasoning,
@@ -140,8 +170,8 @@ class Chorus:
             ),
         )
         # Streamed answers: drafts on outbound:<platform> where CHORUS_STREAM_REPLIES says so;
-        # each draft's text passes the outbound check first (``check``: the safety filter's).
-        self.router.drafts = Drafts(bus, settings.agent.streams)
+        # each draft's text passes the outbound safety check (the one every reply passes) first.
+        self.router.drafts = Drafts(bus, settings.agent.streams, check=self.safety.guard)
         self.metrics.register_gauge_callback(
             "chorus_turns_in_flight",
             "Messages this process holds: turns running or queued behind their conversation "
@@ -175,6 +205,10 @@ class Chorus:
             reserved = [t.spec.name for t in (*builtin_tools(settings.tools), *extra)]
             plugins = load_plugins(settings.plugins, reserved_tools=reserved)
             tools = Toolbox.from_settings(settings.tools, extra_tools=[*extra, *plugins.tools])
+            policies = Policies(settings.safety, settings.quota)  # a bad list or pattern: here
+            moderation = build_moderation_model(settings.safety, settings.llm)
+            if moderation is not None:
+                owned.append(moderation)
             if provider is None:
                 provider = build_chain(
                     settings.llm, spec, settings.fallback, on_fallback=metrics.llm_fallback
@@ -210,6 +244,8 @@ class Chorus:
             owns=tuple(owned),
             outbox=ordered,
             plugins=plugins,
+            policies=policies,
+            moderation=moderation,
         )
 
     async def start(self) -> None:
@@ -270,6 +306,7 @@ class Chorus:
 
     async def aclose(self) -> None:
         await self.drain()
+        await self.safety.aclose()  # the audit entries still being written
         await self.hooks.aclose()
         if self.health is not None:
             await self.health.aclose()
@@ -286,6 +323,50 @@ class Chorus:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def reply_gate(settings: Settings, redis: Redis, metrics: Metrics | NullMetrics) -> ReplyGate:
+    """The reply budget of the live-chat turns: YouTube's, shared in Redis with the gateway
+    (same ``YOUTUBE_*`` settings in every process), when YouTube is configured; and its gauges:
+    the day's units by kind and what the budget has left, read from Redis at scrape time."""
+    youtube = settings.youtube
+    if not (youtube.enabled and youtube.client_id and youtube.client_id.strip()):
+        return ReplyGate(clock=time.time)
+    config = QuotaConfig.from_settings(youtube)
+    ledger = QuotaLedger(
+        redis, config, project=youtube.client_id.strip(), clock=lambda: datetime.now(UTC)
+    )
+
+    async def units() -> dict[tuple[str, ...], float]:
+        view = await ledger.view()
+        return {(kind,): float(n) for kind, n in view.by_kind.items()}
+
+    async def budget() -> dict[tuple[str, ...], float]:
+        plan = (await ledger.view()).budget(config, datetime.now(UTC))
+        parts = {
+            "replies_left": plan.replies_left,
+            "room": plan.room,
+            "mention_reserve": plan.mentions,
+            "reading_reserve": plan.reading,
+            "held": plan.unspent - plan.remaining,
+        }
+        return {(part,): float(n) for part, n in parts.items()}
+
+    metrics.register_gauge_callback(
+        "chorus_youtube_quota_units",
+        "YouTube API quota units spent today (Pacific quota day) by kind: read (polls and "
+        "stream connections), reply (inserts), lookup (channel, broadcast, video)",
+        ("kind",),
+        units,
+    )
+    metrics.register_gauge_callback(
+        "chorus_youtube_reply_budget_units",
+        "The YouTube reply budget now: replies_left (what a mention may still use), room (what "
+        "unprompted turns may use), mention_reserve, reading_reserve, held (replies in flight)",
+        ("part",),
+        budget,
+    )
+    return ReplyGate(config, clock=time.time, ledger=ledger)
 
 
 async def _start_mcp(settings: ToolSettings) -> MCPManager | None:

@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(describe_config(settings))
         return 0
     if args.command == "replay":
-        return _replay(args.trace, settings)
+        return _replay(args.trace, settings, youtube_read=args.youtube_read)
     try:
         settings.llm.model_spec()
         if args.command == "run":
@@ -345,21 +345,21 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
         await redis.aclose()
 
 
-def _replay(trace: str, settings: Settings) -> int:
-    """``chorus replay TRACE.jsonl``: the policy on a trace, with a scripted model; exits 1 if a
-    message was answered twice, a mention was neither answered nor declined with a reason, or a
-    platform's send limit was exceeded."""
+def _replay(trace: str, settings: Settings, *, youtube_read: str | None = None) -> int:
+    """``chorus replay TRACE.jsonl``: the policy, the engagement and YouTube quota settings and
+    a scripted model on a trace; exits 1 unless ``ReplayReport.ok`` (nothing lost or answered
+    twice, every send limit and YouTube's quota kept)."""
     from bot.live.replay import format_report, replay
-    from bot.live.turns import policy_config
+    from bot.live.turns import replay_options
 
     try:
-        report = replay(trace, config=policy_config(settings.engagement))
-    except OSError as exc:
-        print(f"chorus: cannot read {trace}: {exc.strerror}", file=sys.stderr)
+        report = replay(trace, **replay_options(settings, youtube_read))
+    except (OSError, ConfigError) as exc:
+        problem = f"cannot read {trace}: {exc.strerror}" if isinstance(exc, OSError) else exc
+        print(f"chorus: {problem}", file=sys.stderr)
         return EXIT_CONFIG
     print(format_report(report))
-    ok = report.double_answers == 0 and report.mentions_lost == 0 and report.within_send_limits
-    return 0 if ok else 1
+    return 0 if report.ok else 1
 
 
 def _history(directory: Path) -> Path | None:

@@ -104,6 +104,9 @@ def parser() -> argparse.ArgumentParser:
         sub, "replay", "run a recorded or synthetic chat trace through the engagement policy"
     )
     replay.add_argument("trace", help="a JSONL trace (see bench/traces/busy_chat.jsonl)")
+    replay.add_argument(
+        "--youtube-read", choices=("stream", "poll"), help="default: YOUTUBE_READ_MODE"
+    )
     _command(sub, "config", "show what is configured and what is missing (secrets masked)")
     init = _command(sub, "init", "set up a model, platforms and a persona: writes .env")
     wizard.add_arguments(init)

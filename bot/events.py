@@ -146,6 +146,9 @@ class Reply(_Frozen):
     addressed_user_ids: tuple[str, ...] = ()
     in_reply_to_platform: str | None = None
     is_error: bool = False
+    # The quota units its turn reserved (bot/quota/ledger.py): the sender pays from them and
+    # releases the rest. None where replies cost nothing.
+    budget_hold: str | None = None
 
 
 class ReplyDraft(_Frozen):

@@ -3,6 +3,7 @@ its loopback server, plus helpers that read tool results back out of each wire f
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -56,8 +57,21 @@ def refusal_reply(vendor: str) -> dict[str, Any]:
     return {"text": "", "stop": "refusal"}
 
 
+_ENVELOPE = re.compile(
+    r'^(ERROR: )?<tool_output tool="[^"]*" trust="untrusted">\n(.*)\n</tool_output>$', re.DOTALL
+)
+
+
+def unwrap(content: str) -> str:
+    """A tool result's own text, without the untrusted-data envelope the agent adds
+    (``bot.agent.loop.untrusted``); anything else unchanged."""
+    found = _ENVELOPE.match(content)
+    return f"{found[1] or ''}{found[2]}" if found else content
+
+
 def tool_results(vendor: str, body: dict[str, Any]) -> list[tuple[str, str, bool]]:
-    """(call id or name, content, is_error) of every tool result in a request body."""
+    """(call id or name, content without its envelope, is_error) of every tool result in a
+    request body."""
     found: list[tuple[str, str, bool]] = []
     if vendor == "anthropic":
         for message in body["messages"]:
@@ -81,7 +95,7 @@ def tool_results(vendor: str, body: dict[str, Any]) -> list[tuple[str, str, bool
                     is_error = "error" in payload
                     text = str(payload.get("error") if is_error else payload.get("result"))
                     found.append((response.get("id") or response["name"], text, is_error))
-    return found
+    return [(who, unwrap(text), is_error) for who, text, is_error in found]
 
 
 def context(roles: frozenset[Role] = frozenset()) -> ToolContext:

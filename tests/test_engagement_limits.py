@@ -252,7 +252,6 @@ def test_config_rejects_a_stale_window_inside_the_user_cooldown() -> None:
     [
         ("twitch", False, 20, 30.0, False),
         ("twitch", True, 100, 30.0, False),
-        ("youtube", False, SEND_LIMITS["youtube"].messages, 30.0, False),
         ("discord", False, 5, 5.0, True),
         ("slack", False, 1, 1.0, True),
         ("console", False, 1, 1.0, True),
@@ -262,7 +261,12 @@ def test_send_limits(
     platform: str, moderator: bool, messages: int, seconds: float, per_channel: bool
 ) -> None:
     limit = send_limit(platform, bot_is_moderator=moderator)
+    assert limit is not None
     assert (limit.messages, limit.seconds, limit.per_channel) == (messages, seconds, per_channel)
+
+
+def test_youtube_has_no_made_up_send_rate_its_quota_limits_it() -> None:
+    assert send_limit("youtube") is None and "youtube" not in SEND_LIMITS
 
 
 _event = st.tuples(

@@ -30,7 +30,7 @@ from bot.resilience import RetryPolicy
 from bot.settings import ConfigError, FallbackSettings, ModelSpec, settings_from
 from bot.tools.function import tool
 from bot.tools.toolbox import Toolbox
-from tests.agent_rig import context
+from tests.agent_rig import context, unwrap
 from tests.fallback_rig import Recorder, down, request, vendor
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.openai_server import OpenAIServer
@@ -120,7 +120,7 @@ async def test_tool_loop_switching_vendor_mid_way_completes() -> None:
     # The loop so far travels to the other vendor (its module drops Anthropic's thinking).
     assert sent.messages[-2].parts[:2] == (thinking, call)
     result_part = sent.messages[-1].parts[0]
-    assert isinstance(result_part, ToolResultPart) and result_part.content == "5"
+    assert isinstance(result_part, ToolResultPart) and unwrap(result_part.content) == "5"
 
 
 async def test_real_sdks_openai_tool_turn_then_anthropic_with_thinking() -> None:

@@ -36,19 +36,21 @@ MAY_IMPORT: dict[str, set[str]] = {
     "bot.ops": BASE | {"bot.state", "bot.llm"},
     "bot.bus": BASE | {"bot.state", "bot.ops"},
     "bot.platform": BASE,
-    "bot.live": BASE | {"bot.state", "bot.ops"},
+    "bot.quota": BASE | {"bot.state", "bot.ops"},
+    "bot.live": BASE | {"bot.state", "bot.ops", "bot.quota"},
     "bot.memory": BASE | {"bot.state", "bot.ops"},
     "bot.agent": BASE | {"bot.llm", "bot.tools", "bot.ops", "bot.state"},
     "bot.plugins": BASE | {"bot.llm", "bot.tools"},
+    "bot.safety": BASE | {"bot.llm", "bot.state", "bot.ops"},
     "bot.onboarding": BASE | {"bot.llm"},
     "bot.router": BASE
     | {"bot.llm", "bot.tools", "bot.state", "bot.ops", "bot.bus", "bot.live", "bot.memory"}
-    | {"bot.agent", "bot.plugins"},
+    | {"bot.agent", "bot.plugins", "bot.quota", "bot.safety"},
     "bot.app": BASE
     | {"bot.llm", "bot.tools", "bot.state", "bot.ops", "bot.bus", "bot.live", "bot.memory"}
-    | {"bot.agent", "bot.router", "bot.platform", "bot.plugins"},
+    | {"bot.agent", "bot.router", "bot.platform", "bot.plugins", "bot.quota", "bot.safety"},
     "insights": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.memory"},
-    "adapters": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.bus", "bot.platform"},
+    "adapters": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.bus", "bot.platform", "bot.quota"},
 }
 # The composition root may wire anything (adapters and insights only lazily, see below).
 MAY_IMPORT["bot.cli"] = set(MAY_IMPORT) | {"adapters", "insights"}

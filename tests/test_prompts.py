@@ -134,8 +134,8 @@ def test_an_unknown_name_says_which_file_was_looked_for() -> None:
 
 
 def test_a_missing_value_is_named() -> None:
-    with pytest.raises(KeyError, match=r"\{\{names\}\}"):
-        prompts.render("live/batch", lines="- Bo: hi", context="")
+    with pytest.raises(KeyError, match=r"\{\{context\}\}"):
+        prompts.render("live/batch_lines", lines="- Bo: hi")
 
 
 def test_a_line_holding_only_an_empty_placeholder_disappears() -> None:
@@ -164,5 +164,5 @@ def test_the_final_line_break_of_a_file_is_not_part_of_the_text() -> None:
 
 
 def test_placeholders_lists_what_a_prompt_asks_for() -> None:
-    assert prompts.placeholders("live/batch") == {"names", "lines", "context"}
+    assert prompts.placeholders("live/batch_lines") == {"lines", "context"}
     assert prompts.placeholders("system") == {"bot_name"}

@@ -57,6 +57,7 @@ from insights.analyse import (
 )
 from tests.golden_plugins import plugin_commands
 from tests.golden_progress import progress_texts
+from tests.golden_safety import SAFETY_CASES, shown
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("CHORUS_UPDATE_GOLDEN") == "1"
@@ -129,18 +130,18 @@ async def _live_batch(redis: Redis) -> str:
         ),
         context=(pending("lol", "di", 4.0), pending("hype", "ed", 5.0)),
     )
-    return batch_turn(LIVE, batch).message.text
+    return shown(batch_turn(LIVE, batch))
 
 
 @case("live_batch_without_context")
 async def _live_batch_alone(redis: Redis) -> str:
     chatter = BatchChatter("bo", "Bo", (pending("hello chat", "bo", 1.0),))
-    return batch_turn(LIVE, Batch(Reason.ADDRESSED, (chatter,))).message.text
+    return shown(batch_turn(LIVE, Batch(Reason.ADDRESSED, (chatter,))))
 
 
 @case("live_idle")
 async def _live_idle(redis: Redis) -> str:
-    return idle_turn(LIVE).message.text
+    return shown(idle_turn(LIVE))
 
 
 @case("live_earlier_lines")
@@ -378,6 +379,7 @@ async def _discord(redis: Redis) -> str:
 
 CASES["plugin_commands"] = plugin_commands
 CASES["progress"] = progress_texts
+CASES.update(SAFETY_CASES)
 
 
 # -- the tests ----------------------------------------------------------------------------------
@@ -443,6 +445,6 @@ async def test_every_prompt_is_shown_by_a_golden_case(loaded: set[str], store: R
 
 def test_user_text_that_looks_like_a_placeholder_stays_as_written() -> None:
     chatter = BatchChatter("bo", "{{names}}", (pending("{{lines}} {{context}}", "bo", 1.0),))
-    text = batch_turn(LIVE, Batch(Reason.ADDRESSED, (chatter,))).message.text
-    assert "addressed to {{names}} by name" in text
-    assert "- {{names}}: {{lines}} {{context}}" in text
+    turn = batch_turn(LIVE, Batch(Reason.ADDRESSED, (chatter,)))
+    assert "addressed to {{names}} by name" in turn.context
+    assert "- {{names}}: {{lines}} {{context}}" in turn.message.text

@@ -24,6 +24,7 @@ from bot.app import Chorus
 from bot.llm.types import Usage
 from bot.ops.metrics import Metrics
 from bot.settings import ConfigError, Settings, known_variables, load_settings
+from tests.settings_samples_safety import SAFETY_SAMPLES
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO_SERVER = ROOT / "tests" / "mcp_servers" / "echo_server.py"
@@ -125,6 +126,32 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_ENGAGE_USER_COOLDOWN_SECONDS": (("engagement.user_cooldown_seconds",), "4", 4.0),
     "CHORUS_ENGAGE_WALL_MAX_CHARS": (("engagement.wall_max_chars",), "200", 200),
     "CHORUS_ENGAGE_PAUSE_HOURS": (("engagement.pause_hours",), "2.5", 2.5),
+    "CHORUS_ENGAGE_YOUTUBE_MIN_PENDING": (("engagement.youtube_min_pending",), "20", 20),
+    "CHORUS_ENGAGE_YOUTUBE_MIN_GAP_SECONDS": (
+        ("engagement.youtube_min_gap_seconds",),
+        "900",
+        900.0,
+    ),
+    "CHORUS_ENGAGE_YOUTUBE_MAX_BATCH_CHATTERS": (
+        ("engagement.youtube_max_batch_chatters",),
+        "4",
+        4,
+    ),
+    "CHORUS_ENGAGE_YOUTUBE_CHANNEL_COOLDOWN_SECONDS": (
+        ("engagement.youtube_channel_cooldown_seconds",),
+        "60",
+        60.0,
+    ),
+    "CHORUS_ENGAGE_YOUTUBE_USER_COOLDOWN_SECONDS": (
+        ("engagement.youtube_user_cooldown_seconds",),
+        "30",
+        30.0,
+    ),
+    "CHORUS_ENGAGE_YOUTUBE_IDLE_PROMPT_AFTER_SECONDS": (
+        ("engagement.youtube_idle_prompt_after_seconds",),
+        "1200",
+        1200.0,
+    ),
     "CHORUS_ENGAGE_IDLE_PROMPT_AFTER_SECONDS": (
         ("engagement.idle_prompt_after_seconds",),
         "600",
@@ -239,10 +266,13 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "YOUTUBE_COST_OTHER": (("youtube.cost_other",), "2", 2),
     "YOUTUBE_STREAM_HOURS": (("youtube.stream_hours",), "6", 6.0),
     "YOUTUBE_RESERVED_SENDS": (("youtube.reserved_sends",), "10", 10),
+    "YOUTUBE_POLL_FLOOR_SECONDS": (("youtube.poll_floor_seconds",), "45", 45.0),
     "YOUTUBE_BROADCAST_CHECK_SECONDS": (("youtube.broadcast_check_seconds",), "60", 60.0),
     "YOUTUBE_MAX_PIECES": (("youtube.max_pieces",), "1", 1),
     "YOUTUBE_HTTP_TIMEOUT": (("youtube.http_timeout",), "10", 10.0),
 }
+
+SAMPLES.update(SAFETY_SAMPLES)
 
 
 def at(settings: Settings, path: str) -> Any:

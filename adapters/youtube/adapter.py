@@ -16,8 +16,10 @@ When the chat ends (``liveChatEnded``/``liveChatNotFound``/``liveChatDisabled``/
 ``chatEndedEvent`` or ``offlineAt``) the poller stops following it. With ``YOUTUBE_VIDEO_ID`` the
 adapter is then done; for a channel it looks for the next broadcast every
 ``YOUTUBE_BROADCAST_CHECK_SECONDS``. ``quotaExceeded`` pauses everything until the quota day
-resets (midnight Pacific). ``quota_status`` exposes the day's spend for metrics, and a log line
-reports it every five minutes. ``ready()`` (``/readyz``'s ``adapter:youtube``) is whether the
+resets (midnight Pacific). The quota is shared with the workers' reply budget through
+``bot.quota.ledger`` (the adapter says which chat it reads and how; replies are paid from the
+holds their turns reserved). ``quota_status`` exposes the day's spend and what the budget has
+left for metrics, and a log line reports it, by kind, every five minutes. ``ready()`` (``/readyz``'s ``adapter:youtube``) is whether the
 chat stream is open, or the last read of the API answered and the next one is not overdue:
 False while the API keeps failing or the quota is spent, True again after the next good read.
 """
@@ -39,20 +41,21 @@ from adapters.youtube.api import (
     Clock,
     Credentials,
     QuotaExceeded,
-    QuotaLedger,
     YouTubeAPI,
     YouTubeAuthError,
     YouTubeError,
     YouTubeUnavailable,
 )
 from adapters.youtube.polling import Poller
-from adapters.youtube.quota import RESET_SLACK, next_reset, quota_day
 from adapters.youtube.sender import Sender
-from adapters.youtube.settings import check, quota_config
+from adapters.youtube.settings import check
 from adapters.youtube.streaming import SeenIds, StreamReader
 from bot.bus.base import EventBus
 from bot.bus.topics import DELETIONS, INBOUND
 from bot.events import ChatMessage, MessageDeleted
+from bot.quota.day import RESET_SLACK, next_reset, quota_day
+from bot.quota.ledger import QuotaLedger
+from bot.quota.plan import QuotaConfig, Reading
 from bot.resilience import Sleep
 from bot.settings import YouTubeSettings
 
@@ -72,7 +75,7 @@ def _utcnow() -> datetime:
 
 @dataclass(frozen=True)
 class QuotaStatus:
-    """The day's quota, for metrics (``units_remaining`` includes the reserve for sends)."""
+    """The day's quota, for metrics and the log (``units_remaining`` includes every reserve)."""
 
     day: str
     units_spent: int
@@ -82,6 +85,11 @@ class QuotaStatus:
     limited_by: str | None
     resets_at: datetime
     reading: str | None = None  # "stream" or "poll" while a chat is followed
+    held: int = 0  # reserved by replies decided, not yet sent
+    reading_reserve: int = 0  # kept for reading the chat until the reset
+    mention_reserve: int = 0  # kept for the mentions expected over the rest of the stream
+    reply_units_left: int = 0  # what mentions may still use
+    room_units: int = 0  # what unprompted turns may still use
 
 
 @dataclass(frozen=True)
@@ -125,6 +133,7 @@ class YouTubeAdapter:
         self._polling = Poller(api, clock=clock, sleep=sleep)
         self._reading: str | None = None  # "stream" or "poll" while a chat is followed
         self._quota_logged_at: datetime | None = None
+        self._quota_log: asyncio.Task[None] | None = None
         self._poller: asyncio.Task[None] | None = None
         self._sending: asyncio.Task[None] | None = None
         self._closing = False
@@ -154,7 +163,7 @@ class YouTubeAdapter:
             refresh_token=settings.refresh_token.get_secret_value().strip(),
         )
         ledger = QuotaLedger(
-            redis, quota_config(settings), project=credentials.client_id, clock=clock
+            redis, QuotaConfig.from_settings(settings), project=credentials.client_id, clock=clock
         )
         api = YouTubeAPI(
             credentials,
@@ -200,12 +209,14 @@ class YouTubeAdapter:
         self._closing = True
         await _cancel(self._poller)
         await _cancel(self._sending)
+        await _cancel(self._quota_log)
         await self.api.aclose()
 
     @property
     def quota_status(self) -> QuotaStatus:
         now = self._clock()
         usage, plan = self.api.ledger.usage, self._polling.plan
+        budget = self.api.ledger.budget()
         return QuotaStatus(
             day=quota_day(now),
             units_spent=usage.units,
@@ -215,6 +226,11 @@ class YouTubeAdapter:
             limited_by=plan.limited_by if plan else None,
             resets_at=next_reset(now),
             reading=self._reading,
+            held=usage.held,
+            reading_reserve=budget.reading,
+            mention_reserve=budget.mentions,
+            reply_units_left=budget.replies_left,
+            room_units=budget.room,
         )
 
     # -- finding the chat -----------------------------------------------------------------------
@@ -323,10 +339,10 @@ class YouTubeAdapter:
                 page_token, backlog = where
                 stream_again: datetime | None = None
                 if self._stream is not None and self._stream.disabled is None:
-                    self._reading, self._polling.plan = "stream", None
+                    self._polling.plan = None
+                    await self._reading_by(chat, "stream")
                     end = await self._stream.read(
                         chat.live_chat_id,
-                        chat.started_at,
                         publish=publish,
                         wait_for_reset=self._wait_for_reset,
                         on_read=self._on_read,
@@ -338,10 +354,9 @@ class YouTubeAdapter:
                     page_token, backlog = end.page_token, end.backlog
                     if end.retry_later:
                         stream_again = self._clock() + _STREAM_RETRY
-                self._reading = "poll"
+                await self._reading_by(chat, "poll")
                 where = await self._polling.read(
                     chat.live_chat_id,
-                    chat.started_at,
                     publish=publish,
                     wait_for_reset=self._wait_for_reset,
                     on_read=self._on_read,
@@ -353,6 +368,11 @@ class YouTubeAdapter:
         finally:
             self._reading = None
 
+    async def _reading_by(self, chat: _Chat, reading: Reading) -> None:
+        """Tell the shared ledger which chat is read, and how (the reply budget plans on it)."""
+        self._reading = reading
+        await self.api.ledger.follow(chat.started_at, reading)
+
     def _on_read(self, ok: bool, next_in: float) -> None:
         """A read of the chat (a streamed response, a poll) answered or failed."""
         self._read(ok, next_in)
@@ -361,7 +381,11 @@ class YouTubeAdapter:
             self._quota_logged_at is None or now - self._quota_logged_at >= _QUOTA_LOG_EVERY
         ):
             self._quota_logged_at = now
-            log.info("youtube quota", extra=self._quota_fields())
+            self._quota_log = asyncio.create_task(self._log_quota(), name="youtube-quota-log")
+
+    async def _log_quota(self) -> None:
+        await self.api.ledger.fresh_budget()  # the spend by kind, what the budget has left
+        log.info("youtube quota", extra=self._quota_fields())
 
     def _quota_fields(self) -> dict[str, object]:
         status = self.quota_status
@@ -373,6 +397,12 @@ class YouTubeAdapter:
             "poll_interval_s": status.poll_interval_s,
             "limited_by": status.limited_by,
             "reading": status.reading,
+            "units_by_kind": dict(self.api.ledger.by_kind),
+            "held": status.held,
+            "reading_reserve": status.reading_reserve,
+            "mention_reserve": status.mention_reserve,
+            "reply_units_left": status.reply_units_left,
+            "room_units": status.room_units,
         }
 
     async def _publish(

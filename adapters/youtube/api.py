@@ -6,8 +6,10 @@ Every request goes through ``YouTubeAPI._call``, which
 2. gets a fresh access token (refresh-token grant, renewed a minute before expiry, and once
    more on a 401);
 3. charges the call's cost to the day's ledger *before* sending -- Google charges failed calls
-   too -- in Redis, so a restart (or a second replica with the same OAuth client) does not
-   forget what was spent;
+   too -- in Redis (``bot.quota.ledger``, shared with the workers' reply budget), so a restart
+   (or a second replica with the same OAuth client) does not forget what was spent; an insert
+   is paid from the hold its turn reserved, or refused (``ReplyBudgetSpent``) when no hold
+   covers it and it would eat into what reading the chat needs;
 4. maps Google's error ``reason`` to what the caller must do: ``quotaExceeded`` -> stop until
    the reset; ``liveChatEnded``/``liveChatNotFound``/``liveChatDisabled``/``forbidden`` -> this
    chat is gone; ``rateLimitExceeded``, 429 and 5xx -> retried here with jittered backoff
@@ -30,11 +32,10 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import aiohttp
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from adapters.youtube import convert
-from adapters.youtube.quota import QuotaConfig, Usage, may_spend, next_reset, quota_day
+from bot.quota.ledger import QuotaLedger
+from bot.quota.view import Refused, Spend
 from bot.resilience import Attempt, Failure, RetryPolicy, Sleep, parse_retry_after, retry
 from bot.state import keys
 
@@ -63,6 +64,10 @@ class QuotaExceeded(YouTubeError):
     """Today's quota is spent (Google said so, or the ledger knows it would be)."""
 
 
+class ReplyBudgetSpent(YouTubeError):
+    """A reply piece no hold covers would eat into the units kept for reading the chat."""
+
+
 class ChatUnavailable(YouTubeError):
     """The live chat ended, was not found, is disabled, or this account may not use it."""
 
@@ -79,59 +84,6 @@ def quota_key(project: str, day: str) -> str:
     """The day's quota ledger (``bot.keys.quota``). The quota belongs to the Google Cloud
     project, which the OAuth client id identifies; ``day`` is the Pacific-time quota day."""
     return keys.quota("youtube", project, day)
-
-
-class QuotaLedger:
-    """The day's spend, kept in Redis; counts on in memory (and says so) if Redis fails."""
-
-    def __init__(self, redis: Redis, config: QuotaConfig, *, project: str, clock: Clock) -> None:
-        self._redis = redis
-        self.config = config
-        self._project = project
-        self._clock = clock
-        self._day = ""
-        self._usage = Usage()
-
-    @property
-    def usage(self) -> Usage:
-        """Today's usage as last seen (a new quota day starts at zero)."""
-        return self._usage if self._day == quota_day(self._clock()) else Usage()
-
-    async def load(self) -> Usage:
-        day = quota_day(self._clock())
-        try:
-            raw = await self._redis.hgetall(quota_key(self._project, day))
-        except RedisError:
-            log.warning("could not read the youtube quota ledger", exc_info=True)
-            raw = {}
-        self._day = day
-        self._usage = Usage(int(raw.get("units", 0)), int(raw.get("inserts", 0)))
-        return self._usage
-
-    async def charge(self, units: int, *, insert: bool = False) -> Usage:
-        now = self._clock()
-        day = quota_day(now)
-        before = self.usage
-        key = quota_key(self._project, day)
-        try:
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.hincrby(key, "units", units)
-                pipe.hincrby(key, "inserts", int(insert))
-                # relative, so Redis's clock and ours need not agree
-                pipe.expire(key, next_reset(now) + timedelta(hours=1) - now)
-                total, inserts, _ = await pipe.execute()
-            usage = Usage(int(total), int(inserts))
-        except RedisError:
-            log.warning("youtube quota not persisted; counting in memory", exc_info=True)
-            usage = Usage(before.units + units, before.inserts + int(insert))
-        self._day, self._usage = day, usage
-        return usage
-
-    async def exhaust(self) -> None:
-        """Google says the quota is spent: record it so a restart does not ask again today."""
-        missing = self.config.daily_units - self.usage.units
-        if missing > 0:
-            await self.charge(missing)
 
 
 @dataclass(frozen=True)
@@ -194,7 +146,7 @@ class YouTubeAPI:
     async def my_channel(self) -> Mapping[str, Any] | None:
         """``channels.list?mine=true``: the bot's own channel (id, title, handle)."""
         page = await self._call(
-            "channels.list", "GET", "/channels", {"part": "snippet", "mine": "true"}
+            "channels.list", "GET", "/channels", {"part": "snippet", "mine": "true"}, kind="lookup"
         )
         return _first(page)
 
@@ -204,7 +156,9 @@ class YouTubeAPI:
         # broadcastStatus) and already means "the authorised user's"; broadcastType=all also
         # returns persistent (always-on) broadcasts, which the default "event" would not.
         params = {"part": "snippet", "broadcastStatus": "active", "broadcastType": "all"}
-        page = await self._call("liveBroadcasts.list", "GET", "/liveBroadcasts", params)
+        page = await self._call(
+            "liveBroadcasts.list", "GET", "/liveBroadcasts", params, kind="lookup"
+        )
         for item in page.get("items") or []:
             if (item.get("snippet") or {}).get("liveChatId"):
                 return dict(item)
@@ -213,7 +167,7 @@ class YouTubeAPI:
     async def video(self, video_id: str) -> Mapping[str, Any] | None:
         """``videos.list`` with ``liveStreamingDetails`` (``activeLiveChatId``, start time)."""
         params = {"part": "liveStreamingDetails", "id": video_id}
-        return _first(await self._call("videos.list", "GET", "/videos", params))
+        return _first(await self._call("videos.list", "GET", "/videos", params, kind="lookup"))
 
     async def list_messages(self, live_chat_id: str, page_token: str | None) -> Mapping[str, Any]:
         params = {"liveChatId": live_chat_id, "part": "snippet,authorDetails", "maxResults": "2000"}
@@ -224,7 +178,10 @@ class YouTubeAPI:
             "liveChatMessages.list", "GET", "/liveChat/messages", params, cost=cost
         )
 
-    async def insert_message(self, live_chat_id: str, text: str) -> Mapping[str, Any]:
+    async def insert_message(
+        self, live_chat_id: str, text: str, *, hold: str | None = None
+    ) -> Mapping[str, Any]:
+        """Send one message, paid from ``hold`` (the units its turn reserved) when given."""
         body = convert.insert_body(live_chat_id, text)
         cost = self.ledger.config.insert_cost
         return await self._call(
@@ -234,7 +191,8 @@ class YouTubeAPI:
             {"part": "snippet"},
             body=body,
             cost=cost,
-            insert=True,
+            kind="reply",
+            hold=hold,
         )
 
     # -- for calls made outside _call (the gRPC stream) ----------------------------------------
@@ -246,9 +204,20 @@ class YouTubeAPI:
 
     async def charge(self, name: str, cost: int) -> None:
         """Charge a call before it is made; ``QuotaExceeded`` when today's budget cannot pay."""
-        if not may_spend(self.ledger.config, self.ledger.usage, cost):
+        await self._charge(name, cost, "read", None)
+
+    async def _charge(self, name: str, cost: int, kind: Spend, hold: str | None) -> None:
+        if kind == "reply":
+            try:
+                await self.ledger.charge_insert(hold, cost)
+            except Refused as exc:
+                if exc.spent:
+                    raise QuotaExceeded(f"{name}: {exc}", reason="quotaExceeded") from None
+                raise ReplyBudgetSpent(f"{name}: {exc}", reason="replyBudget") from None
+            return
+        if self.ledger.usage.units + cost > self.ledger.config.daily_units:
             raise QuotaExceeded(f"{name}: today's YouTube quota is spent", reason="quotaExceeded")
-        await self.ledger.charge(cost)
+        await self.ledger.charge(cost, kind=kind)
 
     # -- the chokepoint -------------------------------------------------------------------------
     async def _call(
@@ -260,7 +229,8 @@ class YouTubeAPI:
         *,
         body: Mapping[str, Any] | None = None,
         cost: int | None = None,
-        insert: bool = False,
+        kind: Spend = "read",
+        hold: str | None = None,
     ) -> Mapping[str, Any]:
         cost = self.ledger.config.other_cost if cost is None else cost
         reauthorised = False
@@ -268,12 +238,12 @@ class YouTubeAPI:
         async def attempt() -> Mapping[str, Any]:
             nonlocal reauthorised
             while True:
-                if not may_spend(self.ledger.config, self.ledger.usage, cost):
+                if self.ledger.usage.units + cost > self.ledger.config.daily_units:
                     raise QuotaExceeded(
                         f"{name}: today's YouTube quota is spent", reason="quotaExceeded"
                     )
                 token = await self._access_token()
-                await self.ledger.charge(cost, insert=insert)
+                await self._charge(name, cost, kind, hold)
                 headers = {"Authorization": f"Bearer {token}"}
                 async with self._http().request(
                     method, self._base + path, params=params, json=body, headers=headers

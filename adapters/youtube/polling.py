@@ -2,8 +2,10 @@
 
 The fallback when the gRPC stream (streaming.py) cannot be used, and all of
 ``YOUTUBE_READ_MODE=poll``. Every poll costs ``YOUTUBE_COST_LIST`` units (5), failed ones too,
-so the cadence is planned (``quota.plan_poll``: the day's spare units spread over the rest of
-the stream, never faster than the server's ``pollingIntervalMillis``). The first page of a chat
+so the cadence is planned (``bot.quota.plan.plan_poll``, from a fresh read of the shared
+ledger: at least a poll every ``YOUTUBE_POLL_FLOOR_SECONDS`` over the rest of the stream, faster
+with half of what the reply budget leaves free, never faster than the server's
+``pollingIntervalMillis``; replies never spend what reading needs). The first page of a chat
 (no page token) is its backlog and is skipped; ``offlineAt``, a ``chatEndedEvent`` or a REST
 error saying the chat is gone (``liveChatEnded``...) ends it. With ``until`` the poller hands the
 chat back at that time with its page token, so the adapter can try the stream again.
@@ -25,8 +27,8 @@ from adapters.youtube.api import (
     YouTubeError,
     YouTubeUnavailable,
 )
-from adapters.youtube.quota import PollPlan, plan_poll
 from adapters.youtube.streaming import OnRead, Publish
+from bot.quota.plan import PollPlan, plan_poll
 from bot.resilience import Sleep
 
 log = logging.getLogger("chorus.youtube")
@@ -46,7 +48,6 @@ class Poller:
     async def read(
         self,
         live_chat_id: str,
-        started_at: datetime,
         *,
         publish: Publish,
         wait_for_reset: Callable[[], Awaitable[None]],
@@ -92,17 +93,16 @@ class Poller:
                     extra={"live_chat_id": live_chat_id, "offline_at": read.offline_at},
                 )
                 return None
+            ledger = self._api.ledger
             plan = self.plan = plan_poll(
-                self._api.ledger.config,
-                self._api.ledger.usage,
-                now=self._clock(),
-                stream_started=started_at,
+                ledger.config,
+                await ledger.fresh_budget(),
                 server_interval=read.polling_interval or _DEFAULT_POLL_S,
             )
             if plan.limited_by == "exhausted":
                 log.error(
-                    "youtube quota for reading the chat is spent (the rest is kept for replies); "
-                    "polling paused until the daily reset (midnight Pacific)",
+                    "youtube quota is spent; polling paused until the daily reset (midnight "
+                    "Pacific)",
                     extra=quota_fields(),
                 )
             on_read(plan.limited_by != "exhausted", plan.delay)

@@ -1,28 +1,17 @@
-"""The YouTube adapter's reading of its settings section: the quota plan it implies.
+"""The YouTube adapter's check of its settings section: the quota must leave room to read.
 
 The section itself (``bot.settings.youtube``) is data only, so the core may hold it; the quota
-arithmetic is the adapter's, so the check that the quota leaves room to read the chat is here.
+arithmetic is ``bot.quota.plan``'s (shared with the workers' reply budget).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 
-from adapters.youtube.quota import QuotaConfig
+from bot.quota.plan import QuotaConfig
 from bot.settings.base import ConfigError
 from bot.settings.youtube import YouTubeSettings
-
-
-def quota_config(settings: YouTubeSettings) -> QuotaConfig:
-    return QuotaConfig(
-        daily_units=settings.daily_quota,
-        list_cost=settings.cost_list,
-        insert_cost=settings.cost_insert,
-        other_cost=settings.cost_other,
-        stream_cost=settings.cost_stream,
-        reserved_sends=settings.reserved_sends,
-        stream_hours=settings.stream_hours,
-    )
 
 
 def check(settings: YouTubeSettings) -> None:
@@ -33,12 +22,16 @@ def check(settings: YouTubeSettings) -> None:
             "YOUTUBE_READ_MODE=stream reads the chat over gRPC, but grpcio is not installed: "
             "pip install 'chorus-bot[youtube]' (or use auto, which polls without it)"
         )
-    quota = quota_config(settings)
-    polls_left = quota.daily_units - quota.reserve(0)
-    if polls_left < 100 * quota.list_cost:
+    quota = QuotaConfig.from_settings(settings)
+    polls = math.ceil(quota.stream_hours * 3600 / quota.poll_floor_seconds) * quota.list_cost
+    mentions = quota.reserved_sends * quota.reply_units
+    if polls + mentions + quota.safety_units > quota.daily_units:
         raise ConfigError(
-            f"YOUTUBE_RESERVED_SENDS={settings.reserved_sends} x YOUTUBE_COST_INSERT="
-            f"{settings.cost_insert} leaves {max(polls_left, 0)} of YOUTUBE_DAILY_QUOTA="
-            f"{settings.daily_quota} units for reading the chat; lower the reserve or raise "
-            "the quota (request more in the Google Cloud console)"
+            f"YOUTUBE_DAILY_QUOTA={settings.daily_quota} units cannot pay for polling the chat "
+            f"every YOUTUBE_POLL_FLOOR_SECONDS={settings.poll_floor_seconds:g} for "
+            f"YOUTUBE_STREAM_HOURS={settings.stream_hours:g} ({polls} units) and keep "
+            f"YOUTUBE_RESERVED_SENDS={settings.reserved_sends} replies of YOUTUBE_MAX_PIECES="
+            f"{settings.max_pieces} x YOUTUBE_COST_INSERT={settings.cost_insert} ({mentions} "
+            "units): lower the reserve, poll less often, or raise the quota (request more in "
+            "the Google Cloud console)"
         )

@@ -10,7 +10,9 @@ polling resumes from. In between:
 - the first response of a connection without a page token is the chat's recent history, skipped
   like the first polled page (old messages are not answered);
 - the server closing the stream is normal: reconnect from the token, paced by
-  ``quota.plan_stream`` so reconnecting can never spend more than polling would;
+  ``bot.quota.plan.plan_stream`` (reconnects are spread over what reading and mentions could
+  use, at least one every five minutes), so a server closing the stream every few seconds
+  cannot spend the day;
 - ``UNAUTHENTICATED`` renews the OAuth token once and reconnects at once;
 - transient statuses (UNAVAILABLE, ...) and a stream that closes without a single response are
   retried with ``RetryPolicy`` backoff;
@@ -36,7 +38,7 @@ from typing import Any
 
 from adapters.youtube import convert
 from adapters.youtube.api import Clock, QuotaExceeded, YouTubeAPI, YouTubeUnavailable
-from adapters.youtube.quota import plan_stream
+from bot.quota.plan import plan_stream
 from bot.resilience import RetryPolicy, Sleep
 from bot.settings import YouTubeSettings
 
@@ -119,7 +121,6 @@ class StreamReader:
     async def read(
         self,
         live_chat_id: str,
-        started_at: datetime,
         *,
         publish: Publish,
         wait_for_reset: Callable[[], Awaitable[None]],
@@ -142,7 +143,7 @@ class StreamReader:
                 if task is not None and task.cancelling():
                     raise asyncio.CancelledError  # a library swallowed our cancel: stop anyway
                 if not renew:
-                    await self._pace(started_at, connected_at, backoff)
+                    await self._pace(connected_at, backoff)
                 code = ""
                 try:
                     access = await self._api.access_token(renew=renew)
@@ -227,19 +228,13 @@ class StreamReader:
     def _cost(self) -> int:
         return self._api.ledger.config.stream_cost
 
-    async def _pace(
-        self, started_at: datetime, connected_at: datetime | None, backoff: float
-    ) -> None:
+    async def _pace(self, connected_at: datetime | None, backoff: float) -> None:
         """Wait out ``backoff``, and longer if the quota plan says a new connection must wait
         (each one is charged; the first connection is not paced)."""
+        ledger = self._api.ledger
+        budget = await ledger.fresh_budget() if connected_at else ledger.budget()
         now = self._clock()
-        plan = plan_stream(
-            self._api.ledger.config,
-            self._api.ledger.usage,
-            now=now,
-            stream_started=started_at,
-            min_interval=_MIN_RECONNECT_S,
-        )
+        plan = plan_stream(ledger.config, budget, min_interval=_MIN_RECONNECT_S)
         paced = plan.delay - (now - connected_at).total_seconds() if connected_at else 0.0
         wait = max(backoff, paced)
         if wait <= 0:

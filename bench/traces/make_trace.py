@@ -17,6 +17,13 @@ Twitch channel where a few regulars mention the bot twice within seconds (the se
 waits out their 10 s cooldown) and then flood the chat with ordinary lines. Before mentions were
 exempt from flood control, the flood dropped the waiting mention with the rest of the regular's
 queue: the trace exists to show that every mention is answered or declined with a reason.
+
+``--youtube-busy`` writes a four-hour busy YouTube live chat: 74 messages a minute on average
+(quieter and busier stretches), about 300 mentions of the bot, 200 chatters. It is not shipped
+(2.6 MB); ``make bench`` generates it from the seed in memory (``generate_youtube_busy``), and
+so does this command, byte for byte:
+
+    python bench/traces/make_trace.py --youtube-busy --out /tmp/youtube_busy.jsonl
 """
 
 from __future__ import annotations
@@ -271,18 +278,62 @@ def generate_regulars(seed: int = SEED) -> list[dict[str, Any]]:
     return trace.rows
 
 
+# (start, end, messages per minute) of the four-hour YouTube stream: 74 a minute on average.
+YOUTUBE_PHASES = [(0, 1800, 52), (1800, 5400, 82), (5400, 7200, 60), (7200, 12600, 86)]
+YOUTUBE_PHASES += [(12600, 14400, 70)]
+YOUTUBE_MENTION_SHARE = 0.0169  # ~300 of ~17,800 lines
+
+
+def generate_youtube_busy(seed: int = SEED) -> list[dict[str, Any]]:
+    """Four hours of a busy YouTube live chat (see the module docstring)."""
+    rng = random.Random(seed)
+    trace = _Trace(rng)
+    users = _users(rng, "UC", 200)
+    weights = [1.0 / (rank + 1) ** 0.7 for rank in range(len(users))]
+    for start, end, per_minute in YOUTUBE_PHASES:
+        t = float(start)
+        while (t := t + rng.expovariate(per_minute / 60)) < end:
+            user = rng.choices(users, weights)[0]
+            roll = rng.random()
+            if roll < YOUTUBE_MENTION_SHARE:
+                text, flags = f"@{BOT} {rng.choice(ASKS)}", {"mentions_bot": True}
+            elif roll < 0.13:
+                text, flags = rng.choice(QUESTIONS), {}
+            else:
+                text, flags = rng.choice(CHATTER), {}
+                if rng.random() < 0.3:
+                    text += " " + rng.choice(EMOTES)
+            trace.add(t, "youtube", "live-busy4h", user, text, **flags)
+    return trace.rows
+
+
+def write(rows: list[dict[str, Any]], out: Path) -> None:
+    with out.open("w", encoding="utf-8", newline="\n") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, separators=(",", ":"), ensure_ascii=False) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=SEED)
-    parser.add_argument("--regulars", action="store_true", help="write busy_regulars.jsonl")
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("--regulars", action="store_true", help="write busy_regulars.jsonl")
+    kind.add_argument(
+        "--youtube-busy", action="store_true", help="write the four-hour YouTube trace (--out)"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    if args.youtube_busy:
+        if args.out is None:
+            parser.error("--youtube-busy needs --out (the trace is not shipped)")
+        rows = generate_youtube_busy(args.seed)
+        write(rows, args.out)
+        print(f"wrote {len(rows)} messages to {args.out}")
+        return
     name = "busy_regulars.jsonl" if args.regulars else "busy_chat.jsonl"
     args.out = args.out or Path(__file__).with_name(name)
     rows = (generate_regulars if args.regulars else generate)(args.seed)
-    with args.out.open("w", encoding="utf-8", newline="\n") as out:
-        for row in rows:
-            out.write(json.dumps(row, separators=(",", ":"), ensure_ascii=False) + "\n")
+    write(rows, args.out)
     print(f"wrote {len(rows)} messages to {args.out}")
 
 

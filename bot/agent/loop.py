@@ -194,7 +194,7 @@ class Agent:
                 self.metrics.tool_call(outcome.name, "error" if outcome.is_error else "ok")
             messages = _without_loop_cache_point(messages, len(request.messages))
             messages.append(response.as_message())
-            messages.append(Message(role="user", parts=(*results, CachePoint())))
+            messages.append(Message(role="user", parts=(*untrusted(results), CachePoint())))
 
         text = _final_text(reason, response, last_text)
         result = AgentResult(
@@ -334,6 +334,24 @@ def _final_text(reason: ExitReason, response: LLMResponse | None, last_text: str
     if reason is ExitReason.REFUSED and current:
         return current
     return fallback_text(reason) or current or last_text
+
+
+def untrusted(results: Sequence[ToolResultPart]) -> list[ToolResultPart]:
+    """Tool output as the model reads it: third-party data in a ``<tool_output>`` block
+    (``prompts/agent/tool_output``) that the text inside cannot close, so a fetched page or an
+    MCP server's answer is never taken for instructions (the system text says so)."""
+    return [
+        result.model_copy(
+            update={
+                "content": prompts.render(
+                    "agent/tool_output",
+                    tool=result.name,
+                    content=result.content.replace("</tool_output", "&lt;/tool_output"),
+                )
+            }
+        )
+        for result in results
+    ]
 
 
 def _without_loop_cache_point(messages: list[Message], fixed: int) -> list[Message]:

@@ -21,8 +21,9 @@ Call protocol (one ``ChannelState`` per conversation; ``Engagement`` keeps them)
 - ``observe(state, message, now)`` per inbound message -> ``Decision``: ANSWER_NOW (run a turn
   for this message now; ``decision.covered`` are the same user's queued messages it answers too),
   QUEUE (kept in the ledger), IGNORE (with a reason) or COMMAND (pause/resume applied; ack it).
-- ``due(state, now)`` from a timer, about once a second per channel -> a ``Batch`` of at most
-  ``max_batch_chatters`` chatters to answer in one message, already marked answered.
+- ``due(state, now, room=...)`` from a timer, about once a second per channel -> a ``Batch`` of
+  at most ``max_batch_chatters`` chatters to answer in one message, already marked answered
+  (``room=False`` while a costly platform's reply budget holds room batches back).
 - ``idle_due(state, now)`` from the same timer -> True at most once per quiet period.
 - ``mark_spoke(state, now)`` after every message the bot sends in the channel.
 
@@ -101,6 +102,7 @@ __all__ = [
     "mark_spoke",
     "note_answered",
     "observe",
+    "room_ready",
     "take_declined",
     "send_limit",
     "touch_user",
@@ -209,25 +211,24 @@ def observe(state: ChannelState, message: ChatMessage, now: float) -> Decision:
     return _DECISIONS[Reason.QUESTION if question else Reason.CHATTER]
 
 
-def due(state: ChannelState, now: float) -> Batch | None:
+def due(state: ChannelState, now: float, *, room: bool = True) -> Batch | None:
     """The chatters to answer now, in one message, or None. Marks them answered.
 
     A batch is due when a mention queued behind its user's cooldown is ready (a deferred
     mention, so like any mention it ignores the channel cooldown), or when at least
     ``min_pending`` messages are unanswered and both ``min_gap_seconds`` and
-    ``channel_cooldown_seconds`` have passed since the bot last spoke. O(1) when nothing can
-    be due.
+    ``channel_cooldown_seconds`` have passed since the bot last spoke (a *room batch*; with
+    ``room=False``, when the reply budget cannot pay for one now, only deferred mentions are
+    due). O(1) when nothing can be due.
     """
     cfg = state.config
     if state.paused or not state.pending:
         return None
-    quiet = now - state.last_spoke
-    gap_ok = quiet >= cfg.min_gap_seconds and quiet >= cfg.channel_cooldown_seconds
     addressed_ready = state.addressed_pending > 0 and now >= state.addressed_ready_at
-    if not addressed_ready and not (gap_ok and state.pending_messages >= cfg.min_pending):
+    if not addressed_ready and not (room and room_ready(state, now)):
         return None
     _prune(state, now)
-    threshold = gap_ok and state.pending_messages >= cfg.min_pending
+    threshold = room and room_ready(state, now)
     ranked = sorted(
         (
             (_tier(chatter, now, cfg), answered_at(state, uid), chatter.since, uid)
@@ -243,6 +244,13 @@ def due(state: ChannelState, now: float) -> Batch | None:
     state.last_spoke = max(state.last_spoke, now)
     context = tuple(_recent_context(state, cfg.context_messages))
     return Batch(Reason.CHATTER if threshold else Reason.ADDRESSED, chatters, context)
+
+
+def room_ready(state: ChannelState, now: float) -> bool:
+    """Whether the chatter thresholds for a room batch are met (``due`` would give one)."""
+    cfg, quiet = state.config, now - state.last_spoke
+    enough = state.pending_messages >= cfg.min_pending and not state.paused
+    return enough and quiet >= max(cfg.min_gap_seconds, cfg.channel_cooldown_seconds)
 
 
 def idle_due(state: ChannelState, now: float) -> bool:

@@ -3,15 +3,19 @@
 Tuning thresholds against a live stream is slow and public; a replay runs hours of recorded or
 synthetic chat through the real policy (``bot/live/engagement.py``) in simulated time - no waiting,
 no network, no model - and reports what the bot would have done: how often it spoke, how fast it
-answered mentions, whom it addressed, what it ignored and why, and its peak send rate against
-each platform's budget. The numbers in BENCHMARKS.md come from ``format_report`` on the shipped
-trace ``bench/traces/busy_chat.jsonl``.
+answered mentions (answer rate, p50/p90/max), whom it addressed, what it ignored, dropped or
+declined and why, its peak send rate against each platform's send limit, and YouTube's quota
+(``bot/live/replay_quota.py``: the same reply budget the deployment runs). The numbers in
+BENCHMARKS.md come from ``format_report`` (``bot/live/replay_report.py``) on the shipped traces.
 
-The simulation mirrors the router: every message goes through ``observe``; a timer ticks every
-``tick_seconds`` and asks each channel ``due``/``idle_due``; a scripted "model" answers after
-``model_latency_seconds`` with a line that names the chatters it addresses (and the router's
-acknowledgement for pause/resume); each send passes a sliding-window limiter with the platform's
-budget (a send over budget waits, as in the adapters' chokepoints) and then ``mark_spoke``.
+The simulation mirrors the router: every message goes through ``observe`` (a polled YouTube chat
+only sees it at the next planned poll); a timer ticks every ``tick_seconds``, reads the reply
+budget and asks each channel ``due``/``idle_due`` (an unprompted turn only while the budget's
+room is open); a YouTube turn reserves its cost as the router does (a mention it cannot pay for
+is declined ``quota``); a scripted "model" answers after ``model_latency_seconds`` with a line
+that names the chatters it addresses (and the router's acknowledgement for pause/resume); each
+send passes a sliding-window limiter with the platform's send limit (a send over it waits, as in
+the adapters' chokepoints; YouTube has none, it pays quota per piece) and then ``mark_spoke``.
 
 Trace format, one JSON object per line: ``t`` (seconds from the start), ``platform``,
 ``channel``, ``user_id``, ``user_name``, ``text``, and optionally ``roles`` (``["moderator"]``),
@@ -26,8 +30,8 @@ import json
 import math
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,88 +40,19 @@ from pydantic import ValidationError
 from bot.events import Author, ChatMessage, ConversationKey, Role
 from bot.live import engagement as policy
 from bot.live.engagement import Action, Engagement, PolicyConfig, Reason
+from bot.live.replay_quota import START, QuotaSim
+from bot.live.replay_report import (
+    Malformed,
+    PlatformSends,
+    ReplayReport,
+    SentReply,
+    format_report,
+    peak,
+)
 from bot.live.send_limits import SendLimit
+from bot.quota.plan import Kind, QuotaConfig, Reading
 
-_EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
-
-
-@dataclass(frozen=True, slots=True)
-class Malformed:
-    line: int
-    error: str
-
-
-@dataclass(frozen=True, slots=True)
-class SentReply:
-    """One message the bot sent in the simulation."""
-
-    t: float
-    conversation: ConversationKey
-    kind: str  # addressed | batch | idle | command
-    text: str
-    message_ids: tuple[str, ...]
-    user_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class PlatformSends:
-    platform: str
-    limit: SendLimit
-    sent: int
-    peak_in_window: int  # most sends in any window of ``limit.seconds`` on one budget
-    peak_per_30s: int  # most sends in any 30 s window on one budget
-
-    @property
-    def within_limit(self) -> bool:
-        return self.peak_in_window <= self.limit.messages
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayReport:
-    trace: str
-    messages: int
-    duration_seconds: float
-    channels: int
-    chatters: int
-    replies: tuple[SentReply, ...]
-    mentions_total: int  # addressed messages the policy accepted (not ignored)
-    mentions_while_paused: int  # addressed messages ignored because the channel was paused
-    mentions_answered: int
-    mentions_declined: dict[str, int]  # unanswered with a reason (superseded|stale|overflow|...)
-    mention_latencies: tuple[float, ...]  # simulated seconds from message to answer, sorted
-    questions_total: int  # unaddressed questions queued in the ledger
-    questions_answered: int
-    chatters_addressed: int
-    ignored: dict[str, int]
-    dropped: dict[str, int]  # queued but never answered: stale | overflow | superseded | paused
-    commands: dict[str, int]
-    double_answers: int  # messages answered by more than one reply; must be 0
-    sends: tuple[PlatformSends, ...]
-    malformed: tuple[Malformed, ...]
-
-    @property
-    def mentions_lost(self) -> int:
-        """Accepted mentions neither answered nor declined with a reason; must be 0."""
-        return self.mentions_total - self.mentions_answered - sum(self.mentions_declined.values())
-
-    @property
-    def replies_sent(self) -> int:
-        return len(self.replies)
-
-    @property
-    def reply_rate(self) -> float:
-        return self.replies_sent / self.messages if self.messages else 0.0
-
-    @property
-    def within_send_limits(self) -> bool:
-        return all(s.within_limit for s in self.sends)
-
-    def latency(self, quantile: float) -> float | None:
-        """Nearest-rank quantile of the mention latencies (None when there were none)."""
-        values = self.mention_latencies
-        if not values:
-            return None
-        return values[max(0, math.ceil(quantile * len(values)) - 1)]
+__all__ = ["ReplayReport", "SentReply", "format_report", "replay", "replay_lines"]
 
 
 def replay(trace_path: str | Path, **options: Any) -> ReplayReport:
@@ -137,25 +72,37 @@ def replay_lines(
     bot_is_moderator: bool = False,
     model_latency_seconds: float = 1.5,
     tick_seconds: float = 1.0,
+    youtube_quota: QuotaConfig | None = None,
+    youtube_reading: Reading = "stream",
 ) -> ReplayReport:
-    """Replay trace lines through the policy in simulated time and report what happened."""
+    """Replay trace lines through the policy in simulated time and report what happened.
+    YouTube chat is paid from ``youtube_quota`` (default: the default quota settings), read by
+    ``youtube_reading`` (``stream``, or ``poll`` on the planned cadence)."""
     events, malformed = _parse(lines)
+    quota = None
+    if any(m.platform == "youtube" for _, m in events):
+        quota = QuotaSim(youtube_quota or QuotaConfig(), reading=youtube_reading)
+        quota.begin()
     sim = _Simulation(
         Engagement(config, overrides),
         dict(send_limits or {}),
         bot_is_moderator=bot_is_moderator,
         latency=model_latency_seconds,
         tick=tick_seconds,
+        quota=quota,
     )
     for t, message in events:
         sim.advance(t)
-        sim.observe(message, t)
+        sim.arrive(message, t)
     if events:
         # Run on until every channel settles: its ledger goes stale, its idle line is due.
+        configs = [s.config for s in sim.engagement.states.values()]
         horizon = max(
-            max(s.config.stale_after_seconds, s.config.idle_prompt_after_seconds or 0.0)
-            for s in sim.engagement.states.values()
+            max(c.stale_after_seconds, c.idle_prompt_after_seconds or 0.0)
+            for c in configs or [sim.engagement.default, *sim.engagement.overrides.values()]
         )
+        if quota is not None and quota.next_poll is not None:
+            horizon += quota.config.poll_floor_seconds  # the last lines wait for a poll
         sim.advance(events[-1][0] + horizon + model_latency_seconds + tick_seconds)
     sim.flush()
     return sim.report(name, events, malformed)
@@ -200,7 +147,7 @@ def _to_message(obj: Any, number: int) -> tuple[float, ChatMessage]:
         conversation=ConversationKey(platform=obj["platform"], channel=str(obj["channel"])),
         author=author,
         text=obj["text"],
-        sent_at=_EPOCH + timedelta(seconds=float(t)),
+        sent_at=START + timedelta(seconds=float(t)),
         mentions_bot=mentions,
         reply_to_bot=reply_to_bot,
         is_direct=direct,
@@ -218,6 +165,7 @@ class _Simulation:
         bot_is_moderator: bool,
         latency: float,
         tick: float,
+        quota: QuotaSim | None = None,
     ) -> None:
         if tick <= 0 or latency < 0:
             raise ValueError("tick_seconds must be > 0 and model_latency_seconds >= 0")
@@ -226,8 +174,10 @@ class _Simulation:
         self.bot_is_moderator = bot_is_moderator
         self.latency = latency
         self.tick = tick
+        self.quota = quota
         self.next_tick: float | None = None
         self.outbox: list[tuple[float, int, SentReply]] = []  # heap by ready time
+        self.inbox: deque[tuple[float, ChatMessage]] = deque()  # waiting for the next poll
         self.seq = 0
         self.windows: dict[tuple[str, str], deque[float]] = {}
         self.send_times: dict[tuple[str, str], list[float]] = {}
@@ -236,19 +186,31 @@ class _Simulation:
         self.mentions: dict[str, float] = {}  # message id -> t, accepted addressed messages
         self.mentions_paused = 0
         self.declined: dict[str, str] = {}  # message id -> reason, mentions let go unanswered
+        self.dropped: Counter[str] = Counter()  # dropped here, not by the ledger
         self.questions: set[str] = set()
+        self.end = 0.0
 
-    def limit(self, platform: str) -> SendLimit:
+    def limit(self, platform: str) -> SendLimit | None:
         found = self.send_limits.get(platform)
         return found or policy.send_limit(platform, bot_is_moderator=self.bot_is_moderator)
 
-    def observe(self, message: ChatMessage, t: float) -> None:
+    def arrive(self, message: ChatMessage, t: float) -> None:
+        """A message said at ``t``: seen now, or at the next poll of a polled YouTube chat."""
+        quota = self.quota
+        if quota is not None and quota.covers(message.platform) and quota.next_poll is not None:
+            self.inbox.append((t, message))
+        else:
+            self.observe(message, t, t)
+
+    def observe(self, message: ChatMessage, now: float, said: float) -> None:
         state = self.engagement.state(message.conversation)
-        decision = policy.observe(state, message, t)
+        decision = policy.observe(state, message, now)
         self._take_declined(state)
         self.decisions[decision.action, decision.reason] += 1
         if message.addressed and decision.action in (Action.ANSWER_NOW, Action.QUEUE):
-            self.mentions[message.id] = t
+            self.mentions[message.id] = said
+            if self.quota is not None and self.quota.covers(message.platform):
+                self.quota.gate.count_mention(message.platform)
         elif message.addressed and decision.reason is Reason.PAUSED:
             self.mentions_paused += 1
         if decision.reason is Reason.QUESTION:
@@ -256,11 +218,13 @@ class _Simulation:
         if decision.action is Action.ANSWER_NOW:
             name = message.author.display_name
             ids = (message.id, *(p.message.id for p in decision.covered))
+            mentions = (message.id, *(p.message.id for p in decision.covered if p.addressed))
             text = f"@{name} here is my answer to: {message.text[:60]}"
-            self.schedule(t, message.conversation, "addressed", text, ids, (message.author.id,))
+            users = (message.author.id,)
+            self.schedule(now, message.conversation, "addressed", text, ids, users, mentions)
         elif decision.action is Action.COMMAND:
             text = "Paused." if decision.reason is Reason.PAUSE else "Back."
-            self.schedule(t, message.conversation, "command", text, (), ())
+            self.schedule(now, message.conversation, "command", text, (), (), (), message.id)
 
     def schedule(
         self,
@@ -270,20 +234,39 @@ class _Simulation:
         text: str,
         ids: tuple[str, ...],
         users: tuple[str, ...],
+        mentions: tuple[str, ...],
+        turn_id: str = "",
     ) -> None:
+        """A turn decided at ``t``: its reply goes out after the model's latency. Where replies
+        cost quota it first reserves them, as the router does; refused, its mentions are
+        declined ``quota`` (a room turn: its lines are dropped ``budget``)."""
+        hold = None
+        if self.quota is not None and self.quota.covers(key.platform):
+            budget: Kind = "mention" if mentions or kind == "command" else "room"
+            hold = f"{key}|{turn_id or (ids[-1] if ids else f'{kind}-{t}')}"
+            if not self.quota.reserve(hold, budget, t):
+                self.declined.update(dict.fromkeys(mentions, "quota"))
+                if budget == "room":
+                    self.dropped["budget"] += len(ids)
+                return
         self.seq += 1
-        reply = SentReply(t + self.latency, key, kind, text, ids, users)
+        reply = SentReply(t + self.latency, key, kind, text, ids, users, hold)
         heapq.heappush(self.outbox, (reply.t, self.seq, reply))
 
     def advance(self, until: float) -> None:
-        """Run timer ticks and sends due up to ``until`` (inclusive), in time order."""
+        """Run polls, timer ticks and sends due up to ``until`` (inclusive), in time order."""
         if self.next_tick is None:
             self.next_tick = math.floor(until / self.tick) * self.tick
         while True:
             send_at = self.outbox[0][0] if self.outbox else math.inf
-            if min(self.next_tick, send_at) > until:
+            poll_at = self._poll_at()
+            first = min(self.next_tick, send_at, poll_at)
+            if first > until:
+                self.end = max(self.end, until)
                 return
-            if send_at <= self.next_tick:
+            if poll_at == first:
+                self._poll(poll_at)
+            elif send_at == first:
                 self._send(heapq.heappop(self.outbox)[2])
             else:
                 self._tick(self.next_tick)
@@ -293,16 +276,46 @@ class _Simulation:
         while self.outbox:
             self._send(heapq.heappop(self.outbox)[2])
 
+    def _poll_at(self) -> float:
+        quota = self.quota
+        return math.inf if quota is None or quota.next_poll is None else quota.next_poll
+
+    def _poll(self, now: float) -> None:
+        """A poll of the YouTube chat: what was said since reaches the policy now."""
+        assert self.quota is not None
+        self.quota.poll(now)
+        while self.inbox and self.inbox[0][0] <= now:
+            said, message = self.inbox.popleft()
+            self.observe(message, now, said)
+
     def _tick(self, now: float) -> None:
+        quota = self.quota
+        if quota is not None:
+            quota.refresh(now)
         for key, state in self.engagement.states.items():
-            batch = policy.due(state, now)
+            budgeted = quota is not None and quota.covers(key.platform)
+            room = quota.room_open(now) if quota is not None and budgeted else True
+            batch = policy.due(state, now, room=room)
             self._take_declined(state)
             if batch is not None:
                 names = " ".join(f"@{c.user_name}" for c in batch.chatters)
                 text = f"{names} thanks for chatting! ({len(batch.message_ids)} messages)"
-                self.schedule(now, key, "batch", text, batch.message_ids, batch.user_ids)
-            if policy.idle_due(state, now):
-                self.schedule(now, key, "idle", "So, what is everyone up to?", (), ())
+                mentions = tuple(
+                    p.message.id for c in batch.chatters for p in c.messages if p.addressed
+                )
+                if quota is not None and budgeted and not mentions:
+                    quota.decided("room", now)
+                turn = f"batch-{batch.message_ids[-1]}"
+                ids, users = batch.message_ids, batch.user_ids
+                self.schedule(now, key, "batch", text, ids, users, mentions, turn)
+            if room and policy.idle_due(state, now):
+                if quota is not None and budgeted:
+                    quota.decided("room", now)
+                text = "So, what is everyone up to?"
+                self.schedule(now, key, "idle", text, (), (), (), f"idle-{now}")
+            if quota is not None and budgeted:
+                ready = policy.room_ready(state, now)
+                quota.held_back(key, now, room=room, ready=ready)
 
     def _take_declined(self, state: policy.ChannelState) -> None:
         for declined in policy.take_declined(state):
@@ -311,18 +324,22 @@ class _Simulation:
     def _send(self, reply: SentReply) -> None:
         key = reply.conversation
         limit = self.limit(key.platform)
-        budget = (key.platform, key.channel if limit.per_channel else "*")
+        budget = (key.platform, key.channel if limit and limit.per_channel else "*")
         window = self.windows.setdefault(budget, deque())
-        while window and window[0] + limit.seconds <= reply.t:
-            window.popleft()
-        if len(window) >= limit.messages:  # over budget: wait, like the adapter's chokepoint
-            self.seq += 1
-            later = replace(reply, t=window[0] + limit.seconds)
-            heapq.heappush(self.outbox, (later.t, self.seq, later))
-            return
-        window.append(reply.t)
+        if limit is not None:
+            while window and window[0] + limit.seconds <= reply.t:
+                window.popleft()
+            if len(window) >= limit.messages:  # over the limit: wait, like the chokepoint
+                self.seq += 1
+                later = replace(reply, t=window[0] + limit.seconds)
+                heapq.heappush(self.outbox, (later.t, self.seq, later))
+                return
+            window.append(reply.t)
+        if self.quota is not None and self.quota.covers(key.platform):
+            self.quota.send(reply.hold, reply.text, reply.t)
         self.send_times.setdefault(budget, []).append(reply.t)
         self.sent.append(reply)
+        self.end = max(self.end, reply.t)
         policy.mark_spoke(self.engagement.state(key), reply.t)
 
     def report(
@@ -335,11 +352,12 @@ class _Simulation:
                 answered[message_id] += 1
                 first_answer.setdefault(message_id, reply.t)
         latencies = sorted(first_answer[i] - t for i, t in self.mentions.items() if i in answered)
-        dropped: Counter[str] = Counter()
+        dropped: Counter[str] = Counter(self.dropped)
         for state in self.engagement.states.values():
             dropped.update(state.dropped)
         ignored = {r.value: n for (a, r), n in self.decisions.items() if a is Action.IGNORE}
         commands = {r.value: n for (a, r), n in self.decisions.items() if a is Action.COMMAND}
+        declined = {i: r for i, r in self.declined.items() if i in self.mentions}
         return ReplayReport(
             trace=name,
             messages=len(events),
@@ -350,7 +368,7 @@ class _Simulation:
             mentions_total=len(self.mentions),
             mentions_while_paused=self.mentions_paused,
             mentions_answered=len(latencies),
-            mentions_declined=dict(sorted(Counter(self.declined.values()).items())),
+            mentions_declined=dict(sorted(Counter(declined.values()).items())),
             mention_latencies=tuple(latencies),
             questions_total=len(self.questions),
             questions_answered=sum(1 for i in self.questions if i in answered),
@@ -361,6 +379,7 @@ class _Simulation:
             double_answers=sum(1 for n in answered.values() if n > 1),
             sends=self._platform_sends(),
             malformed=tuple(malformed),
+            quota=self.quota.report(self.end) if self.quota is not None else None,
         )
 
     def _platform_sends(self) -> tuple[PlatformSends, ...]:
@@ -368,82 +387,12 @@ class _Simulation:
         for (platform, _), times in sorted(self.send_times.items()):
             limit = self.limit(platform)
             previous = rows.get(platform)
-            row = PlatformSends(
+            window = limit.seconds if limit else 30.0
+            rows[platform] = PlatformSends(
                 platform,
                 limit,
                 len(times) + (previous.sent if previous else 0),
-                max(_peak(times, limit.seconds), previous.peak_in_window if previous else 0),
-                max(_peak(times, 30.0), previous.peak_per_30s if previous else 0),
+                max(peak(times, window), previous.peak_in_window if previous else 0),
+                max(peak(times, 30.0), previous.peak_per_30s if previous else 0),
             )
-            rows[platform] = row
         return tuple(rows.values())
-
-
-def _peak(times: list[float], seconds: float) -> int:
-    """Most timestamps in any half-open window ``(end - seconds, end]`` (times are sorted)."""
-    best = start = 0
-    for end, at in enumerate(times):
-        while times[start] + seconds <= at:
-            start += 1
-        best = max(best, end - start + 1)
-    return best
-
-
-def format_report(report: ReplayReport) -> str:
-    """The report as Markdown tables (the engagement section of BENCHMARKS.md)."""
-
-    def pct(part: int, whole: int) -> str:
-        return f"{part} / {whole}" + (f" ({100 * part / whole:.0f}%)" if whole else "")
-
-    kinds = Counter(r.kind for r in report.replies)
-    p50, p95, worst = (report.latency(q) for q in (0.5, 0.95, 1.0))
-    latency = "n/a" if p50 is None else f"p50 {p50:.1f} s, p95 {p95:.1f} s, max {worst:.1f} s"
-    paused = report.mentions_while_paused
-    lines = [
-        f"### Engagement replay: `{report.trace}`",
-        "",
-        "| metric | value |",
-        "|---|---|",
-        f"| messages | {report.messages:,} from {report.chatters} chatters in "
-        f"{report.channels} channels over {report.duration_seconds / 60:.0f} simulated minutes |",
-        f"| replies sent | {report.replies_sent} ({100 * report.reply_rate:.1f}% of messages): "
-        + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
-        + " |",
-        f"| mentions answered | {pct(report.mentions_answered, report.mentions_total)}"
-        + (f"; {paused} more arrived while paused (ignored by design)" if paused else "")
-        + " |",
-        "| mentions declined with a reason | "
-        + (", ".join(f"{n} {r}" for r, n in report.mentions_declined.items()) or "0")
-        + f" |\n| mentions lost (neither answered nor declined) | {report.mentions_lost} |",
-        f"| time to answer a mention (simulated) | {latency} |",
-        f"| questions answered | {pct(report.questions_answered, report.questions_total)} |",
-        f"| chatters addressed (distinct) | {report.chatters_addressed} |",
-        f"| messages answered twice | {report.double_answers} |",
-        f"| malformed lines skipped | {len(report.malformed)} |",
-        "",
-        "| platform | budget | sent | peak in budget window | peak per 30 s | within |",
-        "|---|---|---|---|---|---|",
-    ]
-    for s in report.sends:
-        scope = "per channel" if s.limit.per_channel else "per account"
-        lines.append(
-            f"| {s.platform} | {s.limit.messages} / {s.limit.seconds:g} s {scope} | {s.sent} "
-            f"| {s.peak_in_window} | {s.peak_per_30s} (limit {s.limit.per_30s:g}) "
-            f"| {'yes' if s.within_limit else 'NO'} |"
-        )
-    lines += ["", "| not answered | reason | messages |", "|---|---|---|"]
-    lines += [f"| ignored | {reason} | {n} |" for reason, n in report.ignored.items()]
-    lines += [
-        f"| dropped from the ledger | {reason} | {n} |" for reason, n in report.dropped.items()
-    ]
-    if report.dropped:
-        lines += [
-            "",
-            "Dropped from the ledger: *superseded* = an older line of a chatter who kept talking "
-            "(each chatter's newest lines are kept), *stale* = waited past "
-            "`stale_after_seconds`, *overflow* = ledger full, *paused* = cleared by "
-            "`!chorus pause`, *flood* = a flooder's queued ambient lines.",
-        ]
-    for m in report.malformed[:10]:
-        lines.append(f"\nline {m.line}: {m.error}")
-    return "\n".join(lines)

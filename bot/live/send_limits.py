@@ -1,8 +1,10 @@
-"""Each platform's outbound message budget, as numbers.
+"""Each platform's outbound message rate limit, as numbers.
 
 Why apart from the policy: the policy decides when to speak and never sends; each adapter's send
-chokepoint enforces its own platform's budget. These numbers are kept in one table only so the
-replay (``bot/live/replay.py``) can report a trace's peak send rate against them.
+chokepoint enforces its own platform's limit. These numbers are kept in one table only so the
+replay (``bot/live/replay.py``) can report a trace's peak send rate against them. YouTube has
+no such rate limit to report against: what limits it is the day's quota (``bot/quota/plan.py``),
+which the replay simulates instead.
 """
 
 from __future__ import annotations
@@ -32,9 +34,6 @@ SEND_LIMITS: dict[str, SendLimit] = {
     # the bot is broadcaster or moderator; exceeding it silences the bot for 30 minutes.
     "twitch": SendLimit(20, 30.0, per_channel=False),
     "twitch_moderator": SendLimit(100, 30.0, per_channel=False),
-    # YouTube has no published per-second cap, but liveChatMessages.insert costs quota units
-    # from a small daily budget; a configurable small rate (override per deployment).
-    "youtube": SendLimit(6, 30.0, per_channel=False),
     # Discord: message create is bucketed about 5 per 5 s per channel; Slack chat.postMessage
     # allows about 1 per second per channel. Both ~1/s per channel.
     "discord": SendLimit(5, 5.0, per_channel=True),
@@ -42,8 +41,14 @@ SEND_LIMITS: dict[str, SendLimit] = {
 }
 
 
-def send_limit(platform: str, *, bot_is_moderator: bool = False) -> SendLimit:
-    """The budget for ``platform`` (unknown platforms get Slack's conservative 1/s per channel)."""
+QUOTA_PLATFORMS = frozenset({"youtube"})  # limited by a daily quota, not a send rate
+
+
+def send_limit(platform: str, *, bot_is_moderator: bool = False) -> SendLimit | None:
+    """The limit for ``platform`` (unknown platforms get Slack's conservative 1/s per channel;
+    None for a platform limited by its quota)."""
+    if platform in QUOTA_PLATFORMS:
+        return None
     if platform == "twitch" and bot_is_moderator:
         return SEND_LIMITS["twitch_moderator"]
     return SEND_LIMITS.get(platform, SEND_LIMITS["slack"])

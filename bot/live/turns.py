@@ -18,15 +18,24 @@ overflow, paused) is never silent: each one is logged ("live chat: mention decli
 message id and reason) and counted as the engagement decision ``declined_<reason>``
 (``chorus_engagement_decisions_total``) as soon as ``observe`` or ``tick`` lets it go.
 
+Where replies cost quota (YouTube), the reply budget (``bot/live/budget.py``) gates the turns:
+``tick`` decides an unprompted turn (room batch, idle line, and any other turn nobody asked
+for) only while the budget's room is open (a room batch held back is logged once, "live chat:
+room batch held back for the reply budget", and counted ``held_budget``), and the router awaits
+``pay`` before a turn's model runs: the turn's worst-case cost is reserved in the shared ledger,
+the reply carries the hold, and a mention the budget cannot pay for is declined ``quota``.
+
 What must outlive this process (the pause, cooldowns, which messages were answered) is kept
 in a ``LiveStore`` by ``bot/live/durable.py``: the router awaits ``prepare`` before a message
 (a store read only when a channel becomes active here), adds ``queue_save`` to each reply's
 commit and awaits ``maintain`` once a second. The policy's clock is epoch seconds, so stored
 times mean the same in every process.
 
-Everything a user wrote stays inside the prompt's data blocks (the synthetic turn's text is
-rendered as a ``<user_message>`` like any other). The instructions and acknowledgements are
-``prompts/live/*``.
+Everything a user wrote stays inside the prompt's data blocks, and only there: a batch turn's
+synthetic message holds nothing but the chatters' lines (rendered as a ``<user_message>`` like
+any other), each one escaped to one line of its real author (``bot/live/escape.py``); the
+instructions (whom to answer, what is context) go in the turn's ``context``, which the prompt
+places after the data block. The instructions and acknowledgements are ``prompts/live/*``.
 """
 
 from __future__ import annotations
@@ -36,11 +45,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from pydantic import ValidationError
 from redis.asyncio.client import Pipeline
 
 import prompts
 from bot.events import Author, ChatMessage, ConversationKey
+from bot.live.budget import ReplyGate
 from bot.live.durable import DurableLedger
 from bot.live.engagement import (
     Action,
@@ -53,12 +65,15 @@ from bot.live.engagement import (
     idle_due,
     mark_spoke,
     observe,
+    room_ready,
     take_declined,
 )
+from bot.live.escape import one_line, speaker
 from bot.live.ledger import ChannelState
 from bot.live.store import Changes, LiveStore, MemoryLiveStore
 from bot.ops.metrics import MetricsSink, NullMetrics
-from bot.settings import EngagementSettings
+from bot.quota.plan import Kind, QuotaConfig
+from bot.settings import ConfigError, EngagementSettings, Settings
 from bot.state.outages import until_redis_answers
 
 log = logging.getLogger("chorus.live")
@@ -79,17 +94,50 @@ def ack(reason: Reason) -> str | None:
 
 def policy_config(settings: EngagementSettings) -> PolicyConfig:
     """The policy's thresholds from the ``CHORUS_ENGAGE_*`` section (same field names)."""
-    return PolicyConfig(**settings.model_dump(exclude={"pause_hours"}))
+    return PolicyConfig(**settings.thresholds())
+
+
+def platform_overrides(settings: EngagementSettings) -> dict[str, PolicyConfig]:
+    """``Engagement.overrides`` per platform (``CHORUS_ENGAGE_YOUTUBE_*``): the global
+    thresholds with the platform's own on top; ``ConfigError`` naming the section if the two
+    do not fit together."""
+    base = settings.thresholds()
+    overrides: dict[str, PolicyConfig] = {}
+    for platform, values in settings.platform_thresholds().items():
+        try:
+            overrides[platform] = PolicyConfig(**(base | values))
+        except ValidationError as exc:
+            problem = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            raise ConfigError(
+                f"CHORUS_ENGAGE_{platform.upper()}_* with the CHORUS_ENGAGE_* defaults: {problem}"
+            ) from None
+    return overrides
+
+
+def replay_options(settings: Settings, youtube_read: str | None = None) -> dict[str, Any]:
+    """What ``chorus replay`` runs with: the engagement thresholds (per platform too), the
+    YouTube quota settings and how the chat is read (``youtube_read``, else the read mode)."""
+    poll = (youtube_read or settings.youtube.read_mode) == "poll"
+    return {
+        "config": policy_config(settings.engagement),
+        "overrides": platform_overrides(settings.engagement),
+        "youtube_quota": QuotaConfig.from_settings(settings.youtube),
+        "youtube_reading": "poll" if poll else "stream",
+    }
 
 
 @dataclass(frozen=True)
 class Turn:
-    """A turn the router runs that is not simply "answer this message"."""
+    """A turn the router runs that is not simply "answer this message". ``kind``: ``mention``
+    when it answers one (``mentions``, declined if the reply budget cannot pay), else ``room``
+    (unprompted: paced by the reply budget)."""
 
     message: ChatMessage
     addressed: tuple[str, ...]
     reply_to_id: str | None
     context: str = ""
+    kind: Kind = "room"
+    mentions: tuple[ChatMessage, ...] = ()
 
 
 class LiveChat:
@@ -101,13 +149,17 @@ class LiveChat:
         clock: Callable[[], float] = time.time,
         metrics: MetricsSink | None = None,
         store: LiveStore | None = None,
+        budget: ReplyGate | None = None,
     ) -> None:
         self.engagement = engagement or Engagement()
         self.clock = clock
         self.metrics: MetricsSink = metrics or NullMetrics()
         self.declined = 0  # mentions let go unanswered, with a reason, since start
         self.durable = DurableLedger(self.engagement, store or MemoryLiveStore(), clock)
+        self.budget = budget or ReplyGate(clock=clock)
+        self.held_back: set[ConversationKey] = set()  # room batches waiting for the budget
         self._store_failing = False
+        self._budget_failing = False
         self._prepared: tuple[ChatMessage, ChannelState | None] | None = None
 
     def applies(self, message: ChatMessage) -> bool:
@@ -150,6 +202,8 @@ class LiveChat:
             self.durable.turn(conv, message.id, changes, now)
         elif decision.reason is Reason.PAUSE or decision.reason is Reason.RESUME:
             self.durable.paused(conv, state.paused, now)
+        if message.addressed and decision.action in (Action.ANSWER_NOW, Action.QUEUE):
+            self.budget.count_mention(message.platform)  # the mention rate the budget plans on
         if state.declined:
             self._report_declined(state)
         return decision
@@ -160,23 +214,33 @@ class LiveChat:
             mark_spoke(state, self.clock())
 
     def tick(self) -> list[Turn]:
-        """Batches and idle lines that came due, as turns to run."""
+        """Batches and idle lines that came due, as turns to run. An unprompted turn only while
+        the reply budget's room is open (always, where replies are free)."""
         now = self.clock()
         turns: list[Turn] = []
         for conv, state in list(self.engagement.states.items()):
-            batch = due(state, now)
+            room = self.budget.room_open(conv.platform, now)
+            batch = due(state, now, room=room)
             if state.declined:
                 self._report_declined(state)
+            turn, changes = None, Changes(spoke=now)
             if batch is not None:
-                turns.append(batch_turn(conv, batch))
+                turn = batch_turn(conv, batch)
                 users = dict.fromkeys(batch.user_ids, now)
                 changes = Changes(
                     spoke=now, users=users, answered=dict.fromkeys(batch.message_ids, now)
                 )
-                self.durable.turn(conv, turns[-1].message.id, changes, now)
-            elif idle_due(state, now):
-                turns.append(idle_turn(conv))
-                self.durable.turn(conv, turns[-1].message.id, Changes(spoke=now), now)
+            elif room and idle_due(state, now):
+                turn = idle_turn(conv)
+            if turn is not None:
+                turns.append(turn)
+                self.durable.turn(conv, turn.message.id, changes, now)
+                if turn.kind == "room" and self.budget.covers(conv.platform):
+                    self.budget.took_room(now)
+            if room:
+                self.held_back.discard(conv)
+            elif conv not in self.held_back and room_ready(state, now):
+                self._held_back(conv, state, "the budget's room is closed")
         return turns
 
     def queue_save(self, pipe: Pipeline, message: ChatMessage) -> None:
@@ -184,33 +248,86 @@ class LiveChat:
         self.durable.queue_save(pipe, message.conversation, message.id)
 
     async def maintain(self) -> None:
-        """Once a second: save pauses, refresh paused channels, evict idle ones. Never raises;
-        a store that does not answer is tried again on the next call."""
+        """Once a second: save pauses, refresh paused channels, evict idle ones, read the reply
+        budget. Never raises; a store that does not answer is tried again on the next call."""
         try:
             await asyncio.wait_for(self.durable.maintain(), MAINTAIN_TIMEOUT)
         except Exception:
             if not self._store_failing:
                 log.warning("live chat: could not save or refresh live state", exc_info=True)
             self._store_failing = True
+        else:
+            if self._store_failing:
+                log.info("live chat: live state saved again")
+            self._store_failing = False
+        try:
+            await asyncio.wait_for(self.budget.refresh(), MAINTAIN_TIMEOUT)
+        except Exception:
+            if not self._budget_failing:  # room turns wait on the last read meanwhile
+                log.warning("live chat: could not read the reply budget", exc_info=True)
+            self._budget_failing = True
             return
-        if self._store_failing:
-            log.info("live chat: live state saved again")
-        self._store_failing = False
+        self._budget_failing = False
+
+    async def pay(
+        self, message: ChatMessage, kind: Kind, mentions: tuple[ChatMessage, ...]
+    ) -> tuple[bool, str | None]:
+        """Before a turn's model runs: reserve its reply's worst-case cost where replies cost.
+        ``(True, hold)`` to go on (the reply carries the hold; None where replies are free);
+        ``(False, None)``: not paid for -- its mentions are declined ``quota``, a room turn is
+        held back (logged and counted here)."""
+        if not self.budget.covers(message.platform):
+            return True, None
+        hold = f"{message.conversation}|{message.id}"
+        granted = await until_redis_answers(
+            "reserve a reply", lambda: self.budget.reserve(hold, kind)
+        )
+        if granted:
+            return True, hold
+        conv = message.conversation
+        if kind == "room":
+            self._held_back(conv, self.engagement.states.get(conv), "another turn took it")
+        for mention in mentions:
+            self._decline(mention, "quota")
+        if kind == "mention" and not mentions:
+            log.info(
+                "live chat: turn not paid for: the reply budget is spent",
+                extra={"conversation": str(conv), "message_id": message.id},
+            )
+        return False, None
+
+    def _held_back(self, conv: ConversationKey, state: ChannelState | None, why: str) -> None:
+        self.held_back.add(conv)
+        self.metrics.engagement(conv.platform, "held_budget")
+        budget = self.budget.budget
+        log.info(
+            "live chat: room batch held back for the reply budget",
+            extra={
+                "conversation": str(conv),
+                "why": why,
+                "pending": state.pending_messages if state else 0,
+                "room_units": budget.room if budget else None,
+                "room_gap_s": round(budget.room_gap, 1) if budget else None,
+                "reply_units_left": budget.replies_left if budget else None,
+            },
+        )
 
     def _report_declined(self, state: ChannelState) -> None:
         for declined in take_declined(state):
-            message = declined.message
-            self.declined += 1
-            self.metrics.engagement(message.platform, f"declined_{declined.reason}")
-            log.info(
-                "live chat: mention declined",
-                extra={
-                    "conversation": str(message.conversation),
-                    "message_id": message.id,
-                    "author_id": message.author.id,
-                    "reason": declined.reason,
-                },
-            )
+            self._decline(declined.message, declined.reason)
+
+    def _decline(self, message: ChatMessage, reason: str) -> None:
+        self.declined += 1
+        self.metrics.engagement(message.platform, f"declined_{reason}")
+        log.info(
+            "live chat: mention declined",
+            extra={
+                "conversation": str(message.conversation),
+                "message_id": message.id,
+                "author_id": message.author.id,
+                "reason": reason,
+            },
+        )
 
 
 def covered_context(decision: Decision) -> str:
@@ -218,20 +335,21 @@ def covered_context(decision: Decision) -> str:
     if decision.action is not Action.ANSWER_NOW or not decision.covered:
         return ""
     lines = [
-        prompts.render("live/earlier_line", name=_name(p.message), text=p.message.text)
+        prompts.render("live/earlier_line", name=_name(p.message), text=one_line(p.message.text))
         for p in decision.covered
     ]
     return prompts.render("live/earlier_lines", lines="\n".join(lines))
 
 
 def batch_turn(conv: ConversationKey, batch: Batch) -> Turn:
-    """One turn that answers the batch's chatters together, by name."""
-    names = [c.user_name or c.user_id for c in batch.chatters]
+    """One turn that answers the batch's chatters together, by name: their lines (escaped) are
+    the synthetic message, the instructions its context."""
+    names = [speaker(c.user_name or c.user_id) for c in batch.chatters]
     lines = [
         prompts.render(
             "live/batch_question_line" if p.question else "live/batch_line",
-            name=c.user_name or c.user_id,
-            text=p.message.text,
+            name=speaker(c.user_name or c.user_id),
+            text=one_line(p.message.text),
         )
         for c in batch.chatters
         for p in c.messages
@@ -239,26 +357,29 @@ def batch_turn(conv: ConversationKey, batch: Batch) -> Turn:
     context = ""
     if batch.context:
         others = [
-            prompts.render("live/batch_line", name=_name(p.message), text=p.message.text)
+            prompts.render("live/batch_line", name=_name(p.message), text=one_line(p.message.text))
             for p in batch.context
         ]
         context = prompts.render("live/batch_context", lines="\n".join(others))
-    text = prompts.render(
-        "live/batch", names=" and ".join(names), lines="\n".join(lines), context=context
-    )
+    text = prompts.render("live/batch_lines", lines="\n".join(lines), context=context)
     last = batch.chatters[-1].messages[-1].message
+    mentions = tuple(p.message for c in batch.chatters for p in c.messages if p.addressed)
     return Turn(
         message=_synthetic(conv, f"batch-{last.id}", text),
         addressed=batch.user_ids,
         reply_to_id=last.id,
+        kind="mention" if mentions else "room",
+        mentions=mentions,
+        context=prompts.render("live/batch", names=" and ".join(names)),
     )
 
 
 def idle_turn(conv: ConversationKey) -> Turn:
-    """One self-prompted, on-topic line after a quiet period."""
-    text = prompts.render("live/idle")
+    """One self-prompted, on-topic line after a quiet period (the instruction is the context;
+    the message only says that nobody wrote)."""
     stamp = int(time.time())
-    return Turn(message=_synthetic(conv, f"idle-{stamp}", text), addressed=(), reply_to_id=None)
+    message = _synthetic(conv, f"idle-{stamp}", prompts.render("live/idle_marker"))
+    return Turn(message, addressed=(), reply_to_id=None, context=prompts.render("live/idle"))
 
 
 def _synthetic(conv: ConversationKey, msg_id: str, text: str) -> ChatMessage:
@@ -273,4 +394,4 @@ def _synthetic(conv: ConversationKey, msg_id: str, text: str) -> ChatMessage:
 
 
 def _name(message: ChatMessage) -> str:
-    return message.author.display_name or message.author.id
+    return speaker(message.author.display_name or message.author.id)

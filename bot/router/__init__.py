@@ -6,8 +6,11 @@ writes down inside its commit: history lines, activity, the insights job); ``flo
 turns in flight and keeps the books of a graceful shutdown; ``housekeeping`` applies deletions
 and moves poison messages to the dead letters; ``texts`` renders the router's own refusal and
 apologies; ``text_commands`` answers ``/help`` and ``/reset`` without a model call, and
-``memory_commands`` adds ``/pins``, ``/remember``, ``/forget`` and ``/timezone``.
+``memory_commands`` adds ``/pins``, ``/remember``, ``/forget`` and ``/timezone``;
+``safety_hooks`` is where the message path meets the safety gate (``bot.safety``) and
+``safety_commands`` adds ``/usage`` and the moderators' ``/block``, ``/unblock``, ``/allow``
+and ``/disallow``.
 
-May import every other core package (bus, state, memory, live, agent, ops, settings) and
+May import every other core package (bus, state, memory, live, agent, safety, ops, settings) and
 ``prompts``; only the composition root (``bot.cli``, ``bot.app``) imports it.
 """

@@ -37,20 +37,20 @@ from bot.bus.claims import Claim, Claims, default_worker_id
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import ChatMessage, ConversationKey, Reply, utcnow
 from bot.live.engagement import Action
-from bot.live.turns import LiveChat, ack, covered_context
+from bot.live.turns import LiveChat, ack
 from bot.llm.errors import LLMError
 from bot.memory.buffers import MemoryStore
 from bot.memory.enrichment import render_context
 from bot.ops.aio import shielded
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.plugins.runtime import TurnHooks
-from bot.router import record
+from bot.router import record, safety_hooks
 from bot.router.drafts import Drafts
 from bot.router.flow import Admission, Shutdown, admit, release_quietly
 from bot.router.housekeeping import consume_deletions, dead_letter
+from bot.router.items import Item, answer_item, turn_item
 from bot.router.text_commands import Commands
 from bot.router.texts import apology, crash_apology, too_long
-from bot.router.turn import Item as _Item
 from bot.router.turn import RouterLimits
 from bot.state.history import HistoryEntry, HistoryStore
 from bot.state.outages import until_redis_answers
@@ -79,9 +79,11 @@ class Router:
         live: LiveChat | None = None,
         metrics: MetricsSink | None = None,
         hooks: TurnHooks | None = None,
+        safety: safety_hooks.SafetyGate | None = None,
     ) -> None:
         self.metrics: MetricsSink = metrics or NullMetrics()
         self.hooks = hooks or TurnHooks()  # the plugins' before_turn and after_reply
+        self.safety = safety or safety_hooks.SafetyGate()  # moderation, user lists, quotas
         self.bus = bus
         self.redis = redis
         self.history = history
@@ -99,7 +101,7 @@ class Router:
         )
         self.live = live
         self.drafts: Drafts | None = None  # streamed answers (bot.router.drafts), when set
-        self._queues: dict[ConversationKey, deque[_Item]] = {}
+        self._queues: dict[ConversationKey, deque[Item]] = {}
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
         self._acks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(self.limits.concurrency)
@@ -174,7 +176,7 @@ class Router:
         turns = self.live.tick()
         for turn in turns:
             self.admission.take()
-            self._enqueue(_Item(turn.message, None, turn.addressed, turn.reply_to_id, turn.context))
+            self._enqueue(turn_item(turn))
         return len(turns)
 
     async def _consume_inbound(self) -> None:
@@ -202,16 +204,16 @@ class Router:
             self._background(dead_letter(self.bus, self.metrics, delivery), slot=True)
             return
         self.metrics.message_in(message.platform)
-        item = _Item(message, delivery, (message.author.id,), message.id)
+        item = Item(message, delivery, (message.author.id,), message.id)
+        if safety_hooks.screened_out(self, item):  # blocked or flagged: dropped or refused
+            return
         if self.live is not None and self.live.applies(message):
             decision = self.live.observe(message)  # arrival order and time, O(1)
             self.metrics.engagement(message.platform, decision.action.value)
             if decision.action is Action.ANSWER_NOW:
-                item = _Item(
-                    message, delivery, (message.author.id,), message.id, covered_context(decision)
-                )
+                item = answer_item(delivery, decision)
             elif decision.action is Action.COMMAND and (text := ack(decision.reason)):
-                item = _Item(message, delivery, (message.author.id,), message.id, forced=text)
+                item = Item(message, delivery, (message.author.id,), message.id, forced=text)
             else:
                 log.debug(
                     "live chat: not answered now",
@@ -231,7 +233,7 @@ class Router:
         self._acks.add(task)
         task.add_done_callback(self._acks.discard)
 
-    def _enqueue(self, item: _Item) -> None:
+    def _enqueue(self, item: Item) -> None:
         conv = item.message.conversation
         self._queues.setdefault(conv, deque()).append(item)
         if conv not in self._workers:
@@ -257,7 +259,7 @@ class Router:
                 self.admission.release()
             self._queues.pop(conv, None)
 
-    async def _turn(self, item: _Item) -> None:
+    async def _turn(self, item: Item) -> None:
         self._running += 1
         ended = False
         try:
@@ -268,7 +270,7 @@ class Router:
             if self._shutdown is not None:
                 self._shutdown.count(ended or item.progress.committed)
 
-    async def _handle(self, item: _Item) -> None:
+    async def _handle(self, item: Item) -> None:
         message = item.message
         claim = self.claims.new(message.platform, message.id)
         settled = False  # answered, skipped or apologised for: ack (else another worker redoes it)
@@ -284,6 +286,12 @@ class Router:
                 )
                 settled = True
                 return
+            if self.live is not None:  # where replies cost quota, reserve before the model
+                paid, item.progress.hold = await self.live.pay(message, item.kind, item.mentions)
+                if not paid:  # declined or held back (logged and counted); nothing to send
+                    await claim.release()
+                    settled = True
+                    return
             async with claim.renewing():
                 await self._answer(item, claim, read)
             settled = not item.progress.elsewhere
@@ -305,7 +313,7 @@ class Router:
             if settled and item.delivery is not None:
                 await shielded(item.delivery.ack())
 
-    async def _answer(self, item: _Item, claim: Claim, read: record.TurnRead) -> None:
+    async def _answer(self, item: Item, claim: Claim, read: record.TurnRead) -> None:
         message = item.message
         if item.forced is not None:
             await self._finish(item, claim, item.forced)
@@ -317,6 +325,8 @@ class Router:
         command_reply = await self.commands.handle(message)
         if command_reply is not None:
             await self._finish(item, claim, command_reply)
+            return
+        if await safety_hooks.stopped(self, item, claim):  # over a quota, or flagged by a model
             return
 
         context = ""
@@ -352,10 +362,10 @@ class Router:
             await claim.release()  # a later delivery of the same message may try again
             await self._send(item, apology(), is_error=True)
             return
-        now = utcnow()
-        entries = record.turn_entries(message, result.text, now)
-        await self._finish(item, claim, result.text, entries=entries, activity=now)
-        self.hooks.after_reply(message, result.text)
+        now, text = utcnow(), await safety_hooks.answered(self, item, result, request)
+        entries = record.turn_entries(message, text, now)
+        await self._finish(item, claim, text, entries=entries, activity=now)
+        self.hooks.after_reply(message, text)  # what was sent: the safe line if replaced
         self.metrics.observe_overhead(
             time.perf_counter() - item.received - result.llm_seconds - result.tool_seconds
         )
@@ -364,7 +374,7 @@ class Router:
 
     async def _finish(
         self,
-        item: _Item,
+        item: Item,
         claim: Claim,
         text: str,
         *,
@@ -390,6 +400,7 @@ class Router:
                 record.queue_activity(pipe, self.memory, message, activity, touch=touch)
             if self.live is not None:  # what the turn decided (answered, cooldowns, pause)
                 self.live.queue_save(pipe, message)
+            self.safety.queue_turn(pipe, message)  # the turn's tokens and cost, when limited
 
         async def write() -> None:
             if transactional is None:
@@ -402,18 +413,19 @@ class Router:
         if self.live is not None:
             self.live.spoke(message.conversation)
 
-    def _reply(self, item: _Item, text: str, *, is_error: bool) -> Reply:
+    def _reply(self, item: Item, text: str, *, is_error: bool) -> Reply:
         message = item.message
         return Reply(
             conversation=message.conversation,
-            text=text,
+            text=self.safety.guard(message, text),  # every reply's last check
             reply_to_id=item.reply_to_id,
             addressed_user_ids=item.addressed,
             in_reply_to_platform=message.platform,
             is_error=is_error,
+            budget_hold=item.progress.hold,
         )
 
-    async def _send(self, item: _Item, text: str, *, is_error: bool = False) -> None:
+    async def _send(self, item: Item, text: str, *, is_error: bool = False) -> None:
         """A reply outside any transaction (apologies after a failure)."""
         reply = self._reply(item, text, is_error=is_error)
         await self.bus.publish(outbound_topic(item.message.platform), reply)

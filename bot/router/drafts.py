@@ -18,9 +18,10 @@ sooner goes out whole, as before: short answers are not streamed), then at most 
 is published inline as text arrives, never by a timer, so none can follow the final reply. Tool
 progress ("fetching a page") is published when the agent says tools run long.
 
-Every draft's text goes through ``check`` before it is published: the outbound safety filter's
-hook (``SafetyGate.guard``; identity until that is wired). A draft the check replaces is
-published as replaced and the stream stops; the final answer gets its own check.
+Every draft's text goes through ``check`` before it is published: the composition root passes
+the outbound safety filter's ``SafetyGate.guard``, the same sync check every reply gets last
+(block lists, links, personal data, the canary leak). A draft the check replaces is published
+as replaced (the withheld notice) and the stream stops; the final answer gets its own checks.
 
 A draft that cannot be published (the bus closed, Redis away past ``publish_timeout``) stops the
 stream for that turn and never fails it: the answer still comes whole.
@@ -52,7 +53,7 @@ _ACTIVITIES = {
 
 
 def unchecked(message: ChatMessage, text: str) -> str:
-    """The check until the outbound safety filter is wired in: the text as it is."""
+    """No check (tests and benchmarks that build ``Drafts`` without the safety gate)."""
     return text
 
 

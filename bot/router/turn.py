@@ -1,39 +1,18 @@
 """What the router holds per turn, and its limits.
 
 Apart from ``core`` so the message path stays one readable module: these are plain data, the
-item a conversation's queue holds (with the progress its commit reports) and the limits the
-composition root sets.
+limits the composition root sets, and (re-exported from ``bot.router.items``, where the live
+chat's turns become router items) the item a conversation's queue holds with its progress.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bot.agent.reasoning import Level
-from bot.bus.base import Delivery
-from bot.events import ChatMessage
+from bot.router.items import Item, Progress
 
-
-@dataclass
-class Progress:
-    committed: bool = False  # the reply and its record are in Redis: never release, ack
-    elsewhere: bool = False  # our lapsed claim is another worker's now: it answers and acks
-
-
-@dataclass(frozen=True)
-class Item:
-    """One turn to run: an inbound message (with its delivery, acked after), or a live-chat
-    turn the policy made (a batch or an idle line: no delivery)."""
-
-    message: ChatMessage
-    delivery: Delivery[ChatMessage] | None
-    addressed: tuple[str, ...]
-    reply_to_id: str | None
-    context: str = ""
-    forced: str | None = None  # a fixed answer (live-chat pause/resume acknowledgements)
-    received: float = field(default_factory=time.perf_counter)  # for the overhead metric
-    progress: Progress = field(default_factory=Progress)
+__all__ = ["Item", "Progress", "RouterLimits"]
 
 
 @dataclass(frozen=True)

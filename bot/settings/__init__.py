@@ -38,6 +38,7 @@ from bot.settings.llm import (
 from bot.settings.memory import MemorySettings
 from bot.settings.ops import HealthSettings, LoggingSettings, MetricsSettings
 from bot.settings.plugins import PluginSettings
+from bot.settings.safety import QuotaSettings, SafetySettings
 from bot.settings.slack import SlackSettings
 from bot.settings.sources import (
     GIVEN,
@@ -69,6 +70,8 @@ __all__ = [
     "MetricsSettings",
     "ModelSpec",
     "PluginSettings",
+    "QuotaSettings",
+    "SafetySettings",
     "Settings",
     "SlackSettings",
     "StateSettings",
@@ -103,6 +106,8 @@ class Settings(BaseModel):
     slack: SlackSettings = Field(default_factory=SlackSettings)
     twitch: TwitchSettings = Field(default_factory=TwitchSettings)
     youtube: YouTubeSettings = Field(default_factory=YouTubeSettings)
+    safety: SafetySettings = Field(default_factory=SafetySettings)
+    quota: QuotaSettings = Field(default_factory=QuotaSettings)
 
     _warnings: list[str] = PrivateAttr(default_factory=list)
 
@@ -117,7 +122,15 @@ class Settings(BaseModel):
 
     def secret_values(self) -> list[str]:
         """Every secret's value, so the log formatter can mask any that leak into a message."""
-        sections = (self.llm, self.state, self.discord, self.slack, self.twitch, self.youtube)
+        sections = (
+            self.llm,
+            self.state,
+            self.discord,
+            self.slack,
+            self.twitch,
+            self.youtube,
+            self.safety,
+        )
         return [value for section in sections for value in section.secret_values()]
 
 

@@ -4,13 +4,24 @@ The policy itself (``bot.live.engagement.PolicyConfig``) validates the same fiel
 only says which variable fills which, so the settings stay free of the policy's code. One field
 is not the policy's: ``pause_hours``, how long a ``!chorus pause`` is kept in Redis for a
 channel that has gone quiet (bot/live/store.py).
+
+Per platform: ``CHORUS_ENGAGE_<PLATFORM>_<THRESHOLD>`` overrides a threshold for that
+platform's channels (the ``Engagement.overrides`` of ``bot.live``; a config file may later add
+per-channel ones on top). Only YouTube has a section so far, because a YouTube reply costs
+quota units (50 a message) from the day's budget: its room batches default to far sparser than
+Twitch's (``CHORUS_ENGAGE_YOUTUBE_MIN_GAP_SECONDS=300``, three chatters a batch); a threshold
+left unset there is the global one.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from bot.settings.base import Section
+
+PLATFORM_PREFIX = "youtube_"
 
 
 class EngagementSettings(Section):
@@ -39,3 +50,40 @@ class EngagementSettings(Section):
     pause_hours: float = Field(
         default=12.0, gt=0, le=24 * 30, validation_alias="CHORUS_ENGAGE_PAUSE_HOURS"
     )
+
+    # YouTube: unset = the global value above.
+    youtube_min_pending: int | None = Field(
+        default=None, ge=1, validation_alias="CHORUS_ENGAGE_YOUTUBE_MIN_PENDING"
+    )
+    youtube_min_gap_seconds: float | None = Field(
+        default=300.0, ge=0, validation_alias="CHORUS_ENGAGE_YOUTUBE_MIN_GAP_SECONDS"
+    )
+    youtube_max_batch_chatters: int | None = Field(
+        default=3, ge=1, le=5, validation_alias="CHORUS_ENGAGE_YOUTUBE_MAX_BATCH_CHATTERS"
+    )
+    youtube_channel_cooldown_seconds: float | None = Field(
+        default=None, ge=0, validation_alias="CHORUS_ENGAGE_YOUTUBE_CHANNEL_COOLDOWN_SECONDS"
+    )
+    youtube_user_cooldown_seconds: float | None = Field(
+        default=None, ge=0, validation_alias="CHORUS_ENGAGE_YOUTUBE_USER_COOLDOWN_SECONDS"
+    )
+    youtube_idle_prompt_after_seconds: float | None = Field(
+        default=None, gt=0, validation_alias="CHORUS_ENGAGE_YOUTUBE_IDLE_PROMPT_AFTER_SECONDS"
+    )
+
+    def thresholds(self) -> dict[str, Any]:
+        """The policy's thresholds for every platform (the fields that are the policy's)."""
+        return self.model_dump(exclude={"pause_hours"} | set(self._platform_fields()))
+
+    def platform_thresholds(self) -> dict[str, dict[str, Any]]:
+        """Per platform, the thresholds that differ from the global ones (set ones only)."""
+        youtube = {
+            name.removeprefix(PLATFORM_PREFIX): value
+            for name in self._platform_fields()
+            if (value := getattr(self, name)) is not None
+        }
+        return {"youtube": youtube} if youtube else {}
+
+    @classmethod
+    def _platform_fields(cls) -> list[str]:
+        return [name for name in cls.model_fields if name.startswith(PLATFORM_PREFIX)]

@@ -59,7 +59,12 @@ class YouTubeSettings(Section):
     cost_other: int = Field(default=1, ge=1, validation_alias="YOUTUBE_COST_OTHER")
     cost_stream: int = Field(default=5, ge=0, validation_alias="YOUTUBE_COST_STREAM")
     stream_hours: float = Field(default=4.0, gt=0, le=48, validation_alias="YOUTUBE_STREAM_HOURS")
+    # Replies a whole stream keeps for mentions at least (prorated over what is left of it).
     reserved_sends: int = Field(default=40, ge=0, validation_alias="YOUTUBE_RESERVED_SENDS")
+    # While polling, reading is guaranteed a poll at least this often (the rest is for replies).
+    poll_floor_seconds: float = Field(
+        default=30.0, ge=5, le=600, validation_alias="YOUTUBE_POLL_FLOOR_SECONDS"
+    )
     broadcast_check_seconds: float = Field(
         default=300.0, ge=10, validation_alias="YOUTUBE_BROADCAST_CHECK_SECONDS"
     )

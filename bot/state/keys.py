@@ -62,9 +62,14 @@ same pipeline as the write. A dedupe key is ``SET NX`` by the router when it cla
     epoch time; PEXPIRE one window (+1 s). ``...:{bucket}:pause`` -- string, epoch seconds until
     which sends wait; PX = the pause. Shared by every process of a deployment so they stay
     under one platform budget. adapters/twitch/ratelimit.py.
-``chorus:v1:quota:{platform}:{project}:{yyyymmdd}`` -- hash ``units``, ``inserts``: the API quota
-    spent that quota day (YouTube: Pacific time); expires an hour after the day's reset.
-    adapters/youtube/api.py.
+``chorus:v1:quota:{platform}:{project}:{yyyymmdd}`` -- hash ``units``, ``inserts`` and the units by
+    kind (``read``, ``reply``, ``lookup``): the API quota spent that quota day (YouTube: Pacific
+    time); expires an hour after the day's reset. ``...:{project}:holds`` -- hash, hold id ->
+    ``"{units} {expiry epoch}"``: units reserved by replies decided but not yet sent (settled by
+    the sender, or lapsed). ``...:{project}:stream`` -- hash ``started``, ``since``, ``reading``,
+    ``mentions``, ``unprompted``: the chat being read (its start, stream or poll, mentions seen
+    since ``since``) and the latest unprompted turn. Those two: TTL 2 days, refreshed by every
+    write. bot/quota/ledger.py (the gateway's YouTube adapter and the workers' reply budget).
 ``chorus:v1:live:{kind}:{platform}:{channel}[:{thread}]`` -- what of a live channel's engagement
     ledger outlives the process that holds it (``RedisLiveStore``, bot/live/store.py). ``chan``:
     zset, ``paused``/``resumed``/``spoke`` -> epoch seconds of the latest pause, resume and
@@ -74,6 +79,20 @@ same pipeline as the write. A dedupe key is ``SET NX`` by the router when it cla
     cooldown). ``answered``: zset, message id -> epoch seconds it was answered (no second answer
     after a restart; the newest 1,024 kept). Those two: TTL ``LIVE_LEDGER_SECONDS`` (30 minutes),
     refreshed and pruned by score by every write.
+``chorus:v1:usage:{user|chan}:{platform}:{id}:{period}`` -- hash ``m`` (messages answered) and
+    ``t`` (tokens: all input plus output) of one user or channel (threads count to their channel)
+    in one UTC hour (``hYYYYMMDDHH``) or day (``dYYYYMMDD``); expires an hour after the period.
+    ``...:usage:cost:{ns}:{yyyymmdd}`` -- integer, the deployment's estimated spend that UTC day in
+    micro-USD; same expiry. ``...:usage:notice:{kind}:{platform}:{id}:{period}`` -- string, set
+    (``SET NX``) when the one "over the limit" notice of that period was sent; expires with it.
+    Checked and counted atomically by one Lua script (bot/safety/quota.py), so every worker
+    shares the limits.
+``chorus:v1:safety:users:{platform}:{channel}`` -- hash, user id -> ``block`` or ``allow``, set
+    by moderators' ``/block`` and ``/allow`` (bot/safety/users.py). No TTL: a moderator's
+    decision, not a user's data; removed by ``/unblock`` and ``/disallow``.
+``chorus:v1:safety:audit:{ns}`` -- Redis stream of moderation and quota decisions (who, where, which
+    rule, what happened; never the text), capped by ``XADD MAXLEN ~`` CHORUS_AUDIT_MAX_ENTRIES.
+    bot/safety/audit.py.
 """
 
 from __future__ import annotations
@@ -271,6 +290,22 @@ def quota(platform: str, project: str, day: str) -> str:
     return f"{PREFIX}:quota:{platform}:{_escape_part(project)}:{day}"
 
 
+def quota_holds(platform: str, project: str) -> str:
+    """The units a platform project holds for replies decided but not yet sent."""
+    return f"{_quota_project(platform, project)}:holds"
+
+
+def quota_stream(platform: str, project: str) -> str:
+    """The chat a platform project reads now: its start, reading mode and mention count."""
+    return f"{_quota_project(platform, project)}:stream"
+
+
+def _quota_project(platform: str, project: str) -> str:
+    _check_token("platform", platform)
+    _check_id("project", project)
+    return f"{PREFIX}:quota:{platform}:{_escape_part(project)}"
+
+
 # -- live chat -----------------------------------------------------------------------------------
 LIVE_KINDS = ("chan", "users", "answered")
 
@@ -280,3 +315,48 @@ def live(kind: str, conv: ConversationKey) -> str:
     if kind not in LIVE_KINDS:
         raise ValueError(f"kind must be one of {LIVE_KINDS}, got {kind!r}")
     return f"{PREFIX}:live:{kind}:{conv}"
+
+
+# -- safety: quotas, user lists, the audit trail -------------------------------------------------
+USAGE_SCOPES = ("user", "chan")
+_PERIOD = re.compile(r"^(?:h[0-9]{10}|d[0-9]{8})$")
+
+
+def usage(scope: str, platform: str, ident: str, period: str) -> str:
+    """One user's or channel's use in one hour (``hYYYYMMDDHH``) or day (``dYYYYMMDD``)."""
+    if scope not in USAGE_SCOPES:
+        raise ValueError(f"scope must be one of {USAGE_SCOPES}, got {scope!r}")
+    _check_token("platform", platform)
+    _check_id("ident", ident)
+    if not _PERIOD.match(period):
+        raise ValueError(f"period must be hYYYYMMDDHH or dYYYYMMDD, got {period!r}")
+    return f"{PREFIX}:usage:{scope}:{platform}:{_escape_part(ident)}:{period}"
+
+
+def usage_cost(day: str, namespace: str = "main") -> str:
+    """The deployment's (its bus namespace's) estimated spend in micro-USD on one UTC day."""
+    _check_day(day)
+    _check_token("namespace", namespace)
+    return f"{PREFIX}:usage:cost:{namespace}:{day}"
+
+
+def usage_notice(kind: str, platform: str, ident: str, period: str) -> str:
+    """Set once the "over the limit" notice of ``kind`` was sent for that period."""
+    _check_token("kind", kind)
+    return usage("user", platform, ident, period).replace(
+        f"{PREFIX}:usage:user:", f"{PREFIX}:usage:notice:{kind}:", 1
+    )
+
+
+def safety_users(platform: str, channel: str) -> str:
+    """Moderators' block and allow entries of one channel."""
+    _check_token("platform", platform)
+    _check_id("channel", channel)
+    return f"{PREFIX}:safety:users:{platform}:{_escape_part(channel)}"
+
+
+def safety_audit(namespace: str = "main") -> str:
+    """The bounded stream of a deployment's (its bus namespace's) moderation and quota
+    decisions."""
+    _check_token("namespace", namespace)
+    return f"{PREFIX}:safety:audit:{namespace}"

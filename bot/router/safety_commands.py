@@ -1,0 +1,131 @@
+"""The safety commands: ``/usage`` for everyone, and the moderators' ``/block``, ``/unblock``,
+``/allow`` and ``/disallow``.
+
+``/usage`` shows the speaker their own use this hour and today (UTC) and their limits; nobody
+can read another person's. The list commands act on the channel they are said in and only for
+its moderators (the platform's owner or moderator role); each change is audited. A person is
+named the way moderators see them: ``@name`` (someone who wrote here lately, or is in the
+history), a platform mention, or ``id:<platform user id>`` when a name is ambiguous or unknown.
+Identity is always the id: a display name only finds it.
+
+Why in the router: commands are the router's (``text_commands``); the lists, quotas and the
+audit they act on are ``bot.safety``'s. Every sentence is ``prompts/safety/*``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import prompts
+from bot.events import ChatMessage, utcnow
+from bot.router.text_commands import Command, Commands
+from bot.safety import texts
+from bot.safety.audit import AuditEntry
+from bot.safety.gate import SafetyGate
+from bot.safety.users import Status
+from bot.state.history import HistoryStore
+from bot.state.outages import until_redis_answers
+
+_MENTION = re.compile(r"^<@!?([A-Za-z0-9_.-]+)(?:\|[^>]*)?>$")
+
+ACTIONS: dict[str, tuple[Status | None, str, str]] = {
+    # command -> (the status it sets, its summary, the reply when done)
+    "block": ("block", "safety/summary_block", "safety/block_done"),
+    "unblock": (None, "safety/summary_unblock", "safety/unblock_done"),
+    "allow": ("allow", "safety/summary_allow", "safety/allow_done"),
+    "disallow": (None, "safety/summary_disallow", "safety/disallow_done"),
+}
+
+
+def register(commands: Commands, gate: SafetyGate, history: HistoryStore) -> None:
+    """Add ``/usage`` and the four list commands to ``commands``."""
+    handlers = _Handlers(gate, history)
+    commands.add(Command("usage", prompts.render("safety/summary_usage"), handlers.usage))
+    for name, (status, summary, done) in ACTIONS.items():
+        commands.add(Command(name, prompts.render(summary), handlers.change(name, status, done)))
+
+
+class _Handlers:
+    def __init__(self, gate: SafetyGate, history: HistoryStore) -> None:
+        self.gate = gate
+        self.history = history
+
+    async def usage(self, message: ChatMessage, args: str) -> str:
+        policy = self.gate.safety_for(message.conversation)
+        exempt = self.gate.exempt(message, policy)
+        used = {}
+        quotas = self.gate.quotas
+        if quotas is not None and policy.quota.enabled:
+            used = await until_redis_answers(
+                "read a usage", lambda: quotas.usage(message, utcnow())
+            )
+        return texts.usage(used, policy.quota, exempt=exempt)
+
+    def change(self, name: str, status: Status | None, done: str) -> _Change:
+        return _Change(self, name, status, done)
+
+    async def resolve(self, message: ChatMessage, who: str) -> str | None:
+        """The user id ``who`` names in this channel, or None."""
+        if who.startswith("id:") and who[3:].strip():
+            return who[3:].strip()
+        mention = _MENTION.match(who)
+        if mention:
+            return mention[1]
+        name = who.removeprefix("@").strip()
+        found = self.gate.recent_id(message.conversation, name)
+        if found is not None:
+            return found
+        for entry in reversed(await self.history.load(message.conversation)):
+            if entry.author_id and name.casefold() in {
+                entry.author_name.casefold(),
+                entry.author_id.casefold(),
+            }:
+                return entry.author_id
+        return None
+
+
+class _Change:
+    """One list command (``/block`` ...), bound to the status it sets."""
+
+    def __init__(self, handlers: _Handlers, name: str, status: Status | None, done: str) -> None:
+        self.handlers, self.name, self.status, self.done = handlers, name, status, done
+
+    async def __call__(self, message: ChatMessage, args: str) -> str:
+        gate = self.handlers.gate
+        if not message.author.is_moderator:
+            return prompts.render("safety/only_moderators")
+        if not args:
+            return await self._listing(message)
+        user_id = await self.handlers.resolve(message, args.split()[0])
+        if user_id is None:
+            return prompts.render("safety/user_unknown", name=args.split()[0], command=self.name)
+        users = gate.users
+        current = users.status(message.conversation, user_id)
+        wanted = self.status
+        if wanted is None and current != ("block" if self.name == "unblock" else "allow"):
+            wanted = current  # /unblock of someone not blocked changes nothing
+        await until_redis_answers(
+            "change a user list", lambda: users.set(message.conversation, user_id, wanted)
+        )
+        gate.audit.record(
+            AuditEntry.about(
+                message, direction="command", rule=f"user_{self.name}:{user_id}", action="set"
+            )
+        )
+        return prompts.render(self.done, name=args.split()[0])
+
+    async def _listing(self, message: ChatMessage) -> str:
+        users = self.handlers.gate.users
+        entries = await until_redis_answers(
+            "read the user lists", lambda: users.entries(message.conversation)
+        )
+        blocked = sorted(u for u, s in entries.items() if s == "block")
+        allowed = sorted(u for u, s in entries.items() if s == "allow")
+        if not blocked and not allowed:
+            return prompts.render("safety/users_none", command=self.name)
+        none = prompts.render("safety/users_nobody")
+        return prompts.render(
+            "safety/users_list",
+            blocked=", ".join(blocked) or none,
+            allowed=", ".join(allowed) or none,
+        )

@@ -1,0 +1,181 @@
+"""The audit trail: every moderation, user-list and quota decision, in a bounded Redis stream and
+in counters.
+
+Why a stream: decisions come from every worker and must be readable in one place, in order, by
+the admin tools that come later (``read_audit``); ``XADD MAXLEN ~`` keeps it bounded without a
+sweep. Why never the text: the trail keeps who (user id and name), where (conversation), which
+rule (``slur:slurs.txt:3``) and what happened (refused, replaced, limited...), plus the text's
+length and a short fingerprint (to see that one text was sent twice), so the trail itself never
+repeats a slur, a doxx or a leaked prompt.
+
+Writes happen off the message path: ``record`` counts at once and hands the ``XADD`` to a
+tracked background task, so a flagged message costs the turn no round trip. A write that fails
+is logged and counted (``chorus_safety_audit_failures_total``); the decision stands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections import Counter
+from typing import cast
+
+from pydantic import BaseModel, ConfigDict
+from redis.asyncio import Redis
+
+from bot.events import ChatMessage
+from bot.ops.metrics import Metrics, NullMetrics
+from bot.state import keys
+
+log = logging.getLogger("chorus.safety")
+
+
+def fingerprint(text: str) -> str:
+    """A short, one-way fingerprint of a text (not reversible; equal texts, equal prints)."""
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+
+
+class AuditEntry(BaseModel):
+    """One decision. ``direction``: ``in`` (a message), ``out`` (an answer), ``user`` (the
+    author's block entry), ``quota``, ``command`` (a moderator's change), ``model`` (the
+    moderation model failed)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    at_ms: int
+    direction: str
+    rule: str
+    action: str
+    platform: str = ""
+    conversation: str = ""
+    user_id: str = ""
+    user_name: str = ""
+    message_id: str = ""
+    chars: int = 0
+    fingerprint: str = ""
+
+    @classmethod
+    def about(
+        cls,
+        message: ChatMessage,
+        *,
+        direction: str,
+        rule: str,
+        action: str,
+        text: str | None = None,
+    ) -> AuditEntry:
+        """An entry about ``message``; ``text`` (the flagged text) only gives length and print."""
+        return cls(
+            at_ms=int(time.time() * 1000),
+            direction=direction,
+            rule=rule,
+            action=action,
+            platform=message.platform,
+            conversation=str(message.conversation),
+            user_id=message.author.id,
+            user_name=message.author.display_name,
+            message_id=message.id,
+            chars=len(text) if text is not None else 0,
+            fingerprint=fingerprint(text) if text else "",
+        )
+
+    def fields(self) -> dict[str, str]:
+        return {name: str(value) for name, value in self.model_dump().items()}
+
+
+class Audit:
+    """Records decisions: counters now, the stream entry in the background."""
+
+    def __init__(
+        self,
+        redis: Redis | None,
+        *,
+        namespace: str = "main",
+        max_entries: int = 10_000,
+    ) -> None:
+        self.redis = redis
+        self.key = keys.safety_audit(namespace)
+        self.max_entries = max_entries
+        self.decisions: Counter[tuple[str, str, str]] = Counter()  # (direction, rule, action)
+        self.failures: Counter[str] = Counter()  # the moderation model's, by reason
+        self.write_failures = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def register(self, metrics: Metrics | NullMetrics) -> None:
+        """Serve the counters on ``/metrics``."""
+        metrics.register_gauge_callback(
+            "chorus_safety_decisions",
+            "Moderation, user-list and quota decisions (direction, rule kind, action)",
+            ("direction", "rule", "action"),
+            lambda: {k: float(v) for k, v in self.decisions.items()},
+            kind="counter",
+        )
+        metrics.register_gauge_callback(
+            "chorus_moderation_failures",
+            "Moderation model calls that failed or timed out (the block lists decided alone)",
+            ("reason",),
+            lambda: {(k,): float(v) for k, v in self.failures.items()},
+            kind="counter",
+        )
+        metrics.register_gauge_callback(
+            "chorus_safety_audit_failures",
+            "Audit entries that could not be written to Redis",
+            (),
+            lambda: float(self.write_failures),
+            kind="counter",
+        )
+
+    def record(self, entry: AuditEntry) -> None:
+        """Count ``entry`` and write it to the stream in the background."""
+        kind = entry.rule.split(":", 1)[0]
+        self.decisions[entry.direction, kind, entry.action] += 1
+        log.info(
+            "safety decision",
+            extra={
+                "direction": entry.direction,
+                "rule": entry.rule,
+                "action": entry.action,
+                "conversation": entry.conversation,
+                "user_id": entry.user_id,
+                "message_id": entry.message_id,
+            },
+        )
+        if self.redis is None:
+            return
+        task = asyncio.create_task(self._write(entry))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def model_failed(self, reason: str) -> None:
+        self.failures[reason] += 1
+
+    async def _write(self, entry: AuditEntry) -> None:
+        assert self.redis is not None
+        try:
+            await self.redis.xadd(
+                self.key,
+                entry.fields(),  # type: ignore[arg-type]  # redis-py's Mapping[...] is invariant
+                maxlen=self.max_entries,
+                approximate=True,
+            )
+        except Exception:
+            self.write_failures += 1
+            log.warning("could not write an audit entry", exc_info=True)
+
+    async def flush(self) -> None:
+        """Wait for the writes in flight (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+async def read_audit(
+    redis: Redis, *, namespace: str = "main", count: int = 100
+) -> list[AuditEntry]:
+    """The newest ``count`` entries, oldest first: what the admin tools read."""
+    rows = cast(
+        "list[tuple[str, dict[str, str]]]",
+        await redis.xrevrange(keys.safety_audit(namespace), count=count),
+    )
+    return [AuditEntry.model_validate(fields) for _, fields in reversed(rows)]

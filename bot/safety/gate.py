@@ -1,0 +1,308 @@
+"""The safety gate: the few calls the router makes, in the order a message meets them.
+
+1. ``screen`` (at dispatch, sync, every message, live-chat lines included): a blocked author is
+   ignored; the block lists, patterns, links, personal data and injection phrases decide
+   ``pass``, ``ignore`` or ``refuse`` (a short refusal, only to someone who addressed the bot;
+   never repeating the text). A flagged line never enters a live-chat batch. A channel whose
+   user lists are not fresh has them read in the background (dispatch never waits on Redis).
+2. ``before_model`` (in the turn, async): the author's block entry once more, now with the
+   channel's lists surely read (a process that just started may have let a blocked author's
+   first line through dispatch); the quota (one atomic Redis step, only when a limit is set);
+   then the moderation model when one is configured. Returns a ``Stop`` (a notice or a refusal,
+   or silence) when the model must not be called.
+3. ``answer`` (after the model, async): the canary and verbatim-system-text check, the lists
+   and the moderation model; a flagged answer becomes the safe line, and that is what the
+   history keeps.
+4. ``guard`` (every reply the router publishes, sync): the lists and the leak check once more,
+   for replies that did not come from the model (commands that echo stored text). This is the
+   one outbound chokepoint every platform's replies pass.
+5. ``queue_turn`` (in the commit): the turn's tokens and estimated cost.
+
+Every decision is audited (``bot.safety.audit``). A moderation model that fails or times out is
+counted and the policy decides: fail open (the lists decided) or closed (flagged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Literal
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from bot.events import ChatMessage, ConversationKey, utcnow
+from bot.llm.pricing import PriceTable
+from bot.llm.types import Usage
+from bot.safety import texts
+from bot.safety.audit import Audit, AuditEntry
+from bot.safety.canary import LeakCheck
+from bot.safety.moderator import ModerationModel
+from bot.safety.policy import Policies, SafetyPolicy
+from bot.safety.quota import Quotas
+from bot.safety.rules import Flag
+from bot.safety.users import UserLists
+from bot.state.outages import until_redis_answers
+
+log = logging.getLogger("chorus.safety")
+
+RECENT_NAMES = 20_000  # (channel, name) -> user id, for moderators' commands
+HELD_USAGE = 4096  # turns answered and not yet committed, at most
+
+
+@dataclass(frozen=True)
+class Screened:
+    action: Literal["pass", "ignore", "refuse"]
+    text: str | None = None
+
+
+PASS = Screened("pass")
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Do not call the model: answer ``text`` (a notice or refusal) or nothing at all."""
+
+    text: str | None
+
+
+class SafetyGate:
+    def __init__(
+        self,
+        policies: Policies | None = None,
+        *,
+        audit: Audit | None = None,
+        users: UserLists | None = None,
+        quotas: Quotas | None = None,
+        model: ModerationModel | None = None,
+        leak: LeakCheck | None = None,
+        prices: PriceTable | None = None,
+        timeout: float = 3.0,
+    ) -> None:
+        self.policies = policies or Policies()
+        self.audit = audit or Audit(None)
+        self.users = users or UserLists(None)
+        self.quotas = quotas
+        self.model = model
+        self.leak = leak
+        self.prices = prices or PriceTable.default()
+        self.timeout = timeout
+        self.names: dict[tuple[str, str, str], str] = {}  # insertion order: oldest first
+        self._passed: str | None = None  # the last reply ``answer`` let through
+        # a turn's usage between its answer and its commit: (usage, model, asked by a person)
+        self._usage: OrderedDict[tuple[str, str], tuple[Usage, str, bool]] = OrderedDict()
+        self._loading: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+    @classmethod
+    def from_parts(
+        cls,
+        policies: Policies,
+        redis: Redis,
+        *,
+        namespace: str,
+        model: ModerationModel | None,
+        leak: LeakCheck | None,
+        prices: PriceTable | None,
+    ) -> SafetyGate:
+        settings = policies.settings
+        return cls(
+            policies,
+            audit=Audit(redis, namespace=namespace, max_entries=settings.audit_max_entries),
+            users=UserLists(redis, settings),
+            quotas=Quotas(redis, namespace=namespace),
+            model=model,
+            leak=leak,
+            prices=prices,
+            timeout=settings.timeout,
+        )
+
+    def safety_for(self, conversation: ConversationKey) -> SafetyPolicy:
+        return self.policies.safety_for(conversation)
+
+    # -- dispatch -------------------------------------------------------------------------------
+    def screen(self, message: ChatMessage) -> Screened:
+        """What dispatch does with ``message``: pass it on, drop it, or refuse it."""
+        self._remember_name(message)
+        self._refresh_soon(message.conversation)
+        author = message.author
+        status = self.users.status(message.conversation, author.id)
+        if status == "block":
+            self._record(message, "user", "user_blocked", "ignored")
+            return Screened("ignore")
+        policy = self.safety_for(message.conversation)
+        flag = policy.screen(message.text, trusted=status == "allow")
+        if flag is None:
+            return PASS
+        return self._inbound(message, policy, flag)
+
+    def _inbound(self, message: ChatMessage, policy: SafetyPolicy, flag: Flag) -> Screened:
+        action = policy.action_for(flag)
+        if action == "log":
+            self._record(message, "in", str(flag), "logged", message.text)
+            return PASS
+        if action == "refuse" and message.addressed:
+            self._record(message, "in", str(flag), "refused", message.text)
+            return Screened("refuse", texts.refusal())
+        self._record(message, "in", str(flag), "ignored", message.text)
+        return Screened("ignore")
+
+    def _refresh_soon(self, conversation: ConversationKey) -> None:
+        """Read the channel's user lists in the background when they are not fresh."""
+        where = (conversation.platform, conversation.channel)
+        if where in self._loading or not self.users.needs_load(conversation):
+            return
+        task = asyncio.create_task(self.users.prepare(conversation))
+        self._loading[where] = task
+        task.add_done_callback(lambda _: self._loading.pop(where, None))
+
+    def _remember_name(self, message: ChatMessage) -> None:
+        author, conv = message.author, message.conversation
+        key = (conv.platform, conv.channel, (author.display_name or author.id).casefold())
+        if self.names.get(key) != author.id:
+            self.names[key] = author.id
+            if len(self.names) > RECENT_NAMES:  # the oldest names go first
+                for old in list(self.names)[: RECENT_NAMES // 4]:
+                    del self.names[old]
+
+    def recent_id(self, conversation: ConversationKey, name: str) -> str | None:
+        """The id of the user called ``name`` who wrote in this channel lately (this process)."""
+        return self.names.get((conversation.platform, conversation.channel, name.casefold()))
+
+    # -- the turn -------------------------------------------------------------------------------
+    def exempt(self, message: ChatMessage, policy: SafetyPolicy) -> bool:
+        """Skips the per-user and per-channel limits: moderators (by default) and trusted users."""
+        if policy.quota.exempt_moderators and message.author.is_moderator:
+            return True
+        return self.users.status(message.conversation, message.author.id) == "allow"
+
+    async def before_model(self, message: ChatMessage, *, person: bool = True) -> Stop | None:
+        """The author's block entry, the quota, then the moderation model; a ``Stop`` when the
+        model must not be called."""
+        policy = self.safety_for(message.conversation)
+        if person:
+            await self.users.prepare(message.conversation)  # a no-op when fresh
+            if self.users.status(message.conversation, message.author.id) == "block":
+                self._record(message, "user", "user_blocked", "ignored")
+                return Stop(None)
+        if self.quotas is not None and policy.quota.enabled:
+            quotas, exempt = self.quotas, self.exempt(message, policy)
+            refused = await until_redis_answers(  # an outage is waited out, like every step
+                "check a quota",
+                lambda: quotas.admit(policy.quota, message, utcnow(), exempt=exempt, person=person),
+            )
+            if refused is not None:
+                action = "noticed" if refused.notice else "silenced"
+                self._record(message, "quota", refused.rule, action)
+                return Stop(texts.quota_notice(refused) if refused.notice else None)
+        if self.model is None or not policy.enabled:
+            return None
+        flag = await self._model_flag(message.text, policy)
+        if flag is None:
+            return None
+        screened = self._inbound(message, policy, flag)
+        return None if screened.action == "pass" else Stop(screened.text)
+
+    async def answer(self, message: ChatMessage, text: str) -> str:
+        """``text``, or the safe line when the answer breaks a rule (audited)."""
+        policy = self.safety_for(message.conversation)
+        flag = self._outbound_flag(policy, text)
+        if flag is None and self.model is not None and policy.enabled and text:
+            flag = await self._model_flag(text, policy)
+        if flag is None:
+            self._passed = text
+            return text
+        self._record(message, "out", str(flag), "replaced", text)
+        return texts.withheld()
+
+    def guard(self, message: ChatMessage, text: str) -> str:
+        """The last check of every reply (sync: lists, links, personal data, the leak check)."""
+        if text is self._passed:
+            return text
+        flag = self._outbound_flag(self.safety_for(message.conversation), text)
+        if flag is None:
+            return text
+        self._record(message, "out", str(flag), "replaced", text)
+        return texts.withheld()
+
+    def _outbound_flag(self, policy: SafetyPolicy, text: str) -> Flag | None:
+        if self.leak is not None:
+            leaked = self.leak.find(text)
+            if leaked is not None:
+                return leaked
+        return policy.screen(text, inbound=False)
+
+    def hold_usage(self, message: ChatMessage, usage: Usage, model: str, person: bool) -> None:
+        """Keep a turn's usage until its commit (``queue_turn``); only when limits are set."""
+        if self.quotas is None or not self.safety_for(message.conversation).quota.enabled:
+            return
+        self._usage[message.platform, message.id] = (usage, model, person)
+        while len(self._usage) > HELD_USAGE:  # turns that never committed
+            self._usage.popitem(last=False)
+
+    def queue_turn(self, pipe: Pipeline, message: ChatMessage) -> None:
+        """Add the usage held for ``message`` to its commit (a no-op for other replies). The
+        commit may be built twice (a lapsed claim taken back); it runs at most once."""
+        held = self._usage.get((message.platform, message.id))
+        if held is not None:
+            self.queue_usage(pipe, message, *held)
+
+    def queue_usage(
+        self,
+        pipe: Pipeline,
+        message: ChatMessage,
+        usage: Usage,
+        model: str,
+        person: bool = True,
+    ) -> None:
+        """The turn's tokens and estimated cost, into ``pipe`` (only when limits are set)."""
+        policy = self.safety_for(message.conversation)
+        if self.quotas is None or not policy.quota.enabled:
+            return
+        self.quotas.queue_usage(
+            pipe,
+            policy.quota,
+            message,
+            utcnow(),
+            tokens=usage.total_input_tokens + usage.output_tokens,
+            cost_usd=self.prices.cost(model, usage),
+            exempt=self.exempt(message, policy),
+            person=person,
+        )
+
+    # -- the moderation model -------------------------------------------------------------------
+    async def _model_flag(self, text: str, policy: SafetyPolicy) -> Flag | None:
+        assert self.model is not None
+        try:
+            async with asyncio.timeout(self.timeout):
+                verdict = await self.model.classify(text)
+        except TimeoutError:
+            return self._model_failed("timeout", policy)
+        except Exception as exc:
+            log.warning(
+                "moderation model failed; the block lists decide",
+                extra={"model": self.model.name, "error": f"{type(exc).__name__}: {exc}"[:300]},
+            )
+            return self._model_failed("error", policy)
+        return Flag("model", verdict.category) if verdict.flagged else None
+
+    def _model_failed(self, reason: str, policy: SafetyPolicy) -> Flag | None:
+        self.audit.model_failed(reason)
+        return Flag("model_unavailable", reason) if policy.fail_closed else None
+
+    def _record(
+        self,
+        message: ChatMessage,
+        direction: str,
+        rule: str,
+        action: str,
+        text: str | None = None,
+    ) -> None:
+        entry = AuditEntry.about(message, direction=direction, rule=rule, action=action, text=text)
+        self.audit.record(entry)
+
+    async def aclose(self) -> None:
+        for task in list(self._loading.values()):
+            await asyncio.gather(task, return_exceptions=True)
+        await self.audit.flush()  # the moderation model is closed by whoever built it

@@ -1,0 +1,239 @@
+"""Quotas and the daily cost cap, kept in Redis so every worker shares them.
+
+Per user and per channel (a thread counts to its channel): messages and tokens per UTC hour and
+per UTC day; per deployment: the estimated spend per UTC day (``bot/llm/pricing.py``'s list
+prices). Why one Lua script: the check and the count must be one atomic step, or three workers
+each reading "19 of 20" would all answer. ``admit`` runs it before the model is called (one
+round trip, and only when some limit is set): every counter is read, and either all are counted
+(+1 message) or the first limit reached is returned with whether this is its first refusal of
+the period, so the user reads ONE notice, not one per message. Tokens and cost are only known
+after the answer: ``queue_usage`` adds them to the transaction that commits the reply (no extra
+round trip), and a limit in tokens is reached once the counted tokens reach it.
+
+Exempt users (moderators, unless ``CHORUS_QUOTA_EXEMPT_MODERATORS=false``, and allow-listed
+users) skip the per-user and per-channel limits; the deployment's cost cap holds for everyone,
+as it is the bill.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import cast
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from bot.events import ChatMessage
+from bot.safety.policy import QuotaLimits
+from bot.state import keys
+
+PERIOD_GRACE = 3600  # seconds a period's counters outlive it
+
+# KEYS: n counters, the cost key, then n + 1 notice keys (one per counter, one for the cost).
+# ARGV: n, then (message limit, token limit, ttl) per counter (-1: none), the cost cap in
+# micro-USD (-1: none), then n + 1 notice TTLs. Returns {over, first, unit}: over = 0 (admitted
+# and counted), i (counter i reached its limit) or n + 1 (the cost cap); first = 1 when this
+# refusal is the first of its period (the notice is due); unit = 1 messages, 2 tokens.
+ADMIT = """
+local n = tonumber(ARGV[1])
+local over = 0
+local unit = 0
+for i = 1, n do
+  local mlim = tonumber(ARGV[2 + (i - 1) * 3])
+  local tlim = tonumber(ARGV[3 + (i - 1) * 3])
+  local vals = redis.call('HMGET', KEYS[i], 'm', 't')
+  local m = tonumber(vals[1]) or 0
+  local t = tonumber(vals[2]) or 0
+  if mlim >= 0 and m + 1 > mlim then
+    over = i
+    unit = 1
+    break
+  end
+  if tlim >= 0 and t >= tlim then
+    over = i
+    unit = 2
+    break
+  end
+end
+local cap = tonumber(ARGV[2 + n * 3])
+if over == 0 and cap >= 0 then
+  local spent = tonumber(redis.call('GET', KEYS[n + 1]) or '0')
+  if spent >= cap then over = n + 1 end
+end
+if over == 0 then
+  for i = 1, n do
+    redis.call('HINCRBY', KEYS[i], 'm', 1)
+    redis.call('EXPIRE', KEYS[i], tonumber(ARGV[4 + (i - 1) * 3]))
+  end
+  return {0, 0, 0}
+end
+local ttl = tonumber(ARGV[2 + n * 3 + over])
+local first = redis.call('SET', KEYS[n + 1 + over], '1', 'NX', 'EX', ttl)
+if first then return {over, 1, unit} end
+return {over, 0, unit}
+"""
+
+
+@dataclass(frozen=True)
+class Counter:
+    """One counter of a message: whose (``user``/``chan``), which period, its limits."""
+
+    scope: str  # "user" | "chan"
+    period: str  # "hour" | "day"
+    key: str
+    notice: str
+    messages: int | None
+    tokens: int | None
+    ttl: int
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A limit reached: which (``user``/``chan``/``cost`` and ``messages``/``tokens``), its
+    value, seconds until it resets, and whether the notice is due (first refusal)."""
+
+    scope: str
+    unit: str
+    limit: float
+    period: str
+    resets_in: int
+    notice: bool
+
+    @property
+    def rule(self) -> str:
+        return f"quota:{self.scope}_{self.unit}_{self.period}"
+
+
+def period_ids(now: datetime) -> dict[str, tuple[str, int]]:
+    """``hour``/``day`` -> (the period id, seconds until it ends)."""
+    now = now.astimezone(UTC)
+    hour_end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    day_end = now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    return {
+        "hour": (f"h{now:%Y%m%d%H}", max(1, int((hour_end - now).total_seconds()))),
+        "day": (f"d{now:%Y%m%d}", max(1, int((day_end - now).total_seconds()))),
+    }
+
+
+def counters(
+    limits: QuotaLimits, message: ChatMessage, now: datetime, *, person: bool = True
+) -> list[Counter]:
+    """The four counters of ``message``: its author's and its channel's, per hour and day
+    (only the channel's for a turn no person asked for: a live-chat batch or idle line)."""
+    found = []
+    periods = period_ids(now)
+    owners = (("user", message.author.id), ("chan", message.conversation.channel))
+    for scope, ident in owners if person else owners[1:]:
+        long = "user" if scope == "user" else "channel"
+        for period, (pid, left) in periods.items():
+            found.append(
+                Counter(
+                    scope=scope,
+                    period=period,
+                    key=keys.usage(scope, message.platform, ident, pid),
+                    notice=keys.usage_notice(scope, message.platform, ident, pid),
+                    messages=getattr(limits, f"{long}_messages_{period}"),
+                    tokens=getattr(limits, f"{long}_tokens_{period}"),
+                    ttl=left + PERIOD_GRACE,
+                )
+            )
+    return found
+
+
+class Quotas:
+    """The shared counters of one deployment (its bus namespace)."""
+
+    def __init__(self, redis: Redis, *, namespace: str = "main") -> None:
+        self.redis = redis
+        self.namespace = namespace
+
+    def _cost(self, now: datetime) -> tuple[str, str, int]:
+        day, left = period_ids(now)["day"]
+        return keys.usage_cost(day[1:], self.namespace), day, left
+
+    async def admit(
+        self,
+        limits: QuotaLimits,
+        message: ChatMessage,
+        now: datetime,
+        *,
+        exempt: bool,
+        person: bool = True,
+    ) -> Refusal | None:
+        """Count ``message`` and return None, or return the limit it reached (not counted)."""
+        if not limits.enabled:
+            return None
+        found = [] if exempt else counters(limits, message, now, person=person)
+        cost_key, day, left = self._cost(now)
+        cap = limits.cost_usd_per_day
+        if not found and cap is None:
+            return None
+        notice_cost = keys.usage_notice("cost", message.platform, message.conversation.channel, day)
+        argv: list[int] = [len(found)]
+        for c in found:
+            argv += [_or_none(c.messages), _or_none(c.tokens), c.ttl]
+        argv.append(-1 if cap is None else round(cap * 1_000_000))
+        argv += [c.ttl - PERIOD_GRACE for c in found] + [left]
+        script_keys = (
+            [c.key for c in found] + [cost_key] + [c.notice for c in found] + [notice_cost]
+        )
+        run = cast(
+            "Awaitable[list[int]]",
+            self.redis.eval(ADMIT, len(script_keys), *script_keys, *argv),
+        )
+        over, first, unit_code = (int(v) for v in await run)
+        if over == 0:
+            return None
+        if over == len(found) + 1:
+            return Refusal("cost", "usd", cap or 0.0, "day", left, bool(first))
+        counter = found[over - 1]
+        unit = "messages" if unit_code == 1 else "tokens"
+        limit = counter.messages if unit_code == 1 else counter.tokens
+        return Refusal(
+            counter.scope,
+            unit,
+            float(limit or 0),
+            counter.period,
+            counter.ttl - PERIOD_GRACE,
+            bool(first),
+        )
+
+    def queue_usage(
+        self,
+        pipe: Pipeline,
+        limits: QuotaLimits,
+        message: ChatMessage,
+        now: datetime,
+        *,
+        tokens: int,
+        cost_usd: float | None,
+        exempt: bool,
+        person: bool = True,
+    ) -> None:
+        """Add a turn's tokens and cost to the commit's transaction."""
+        if not exempt and tokens > 0:
+            for c in counters(limits, message, now, person=person):
+                pipe.hincrby(c.key, "t", tokens)
+                pipe.expire(c.key, c.ttl)
+        if cost_usd and limits.cost_usd_per_day is not None:
+            cost_key, _, left = self._cost(now)
+            pipe.incrby(cost_key, max(1, round(cost_usd * 1_000_000)))
+            pipe.expire(cost_key, left + PERIOD_GRACE)
+
+    async def usage(self, message: ChatMessage, now: datetime) -> dict[str, tuple[int, int]]:
+        """The author's (messages, tokens) this ``hour`` and ``day``: what ``/usage`` shows."""
+        mine = [c for c in counters(QuotaLimits(), message, now) if c.scope == "user"]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for c in mine:
+                pipe.hmget(c.key, "m", "t")
+            rows = await pipe.execute()
+        return {
+            c.period: (int(row[0] or 0), int(row[1] or 0))
+            for c, row in zip(mine, rows, strict=True)
+        }
+
+
+def _or_none(value: int | None) -> int:
+    return -1 if value is None else value

@@ -1,0 +1,159 @@
+"""``CHORUS_SAFETY_*``, ``CHORUS_MODERATION_*``, ``CHORUS_USERS_*`` and ``CHORUS_QUOTA_*``: what
+the bot refuses to read or say, who it ignores, and how much anyone can make it spend.
+
+Why only data here: the rules themselves (normalising text, the shipped lists, the presets) are
+``bot.safety``'s; this section says which variable fills which field and refuses what can be
+refused at load: a regular expression that does not compile is named with its variable and its
+pattern, a user entry without its platform is named too. Fields left ``None`` take their value
+from the preset (``CHORUS_SAFETY_PRESET``), so "streamer" can mean stricter defaults without
+overriding what an operator set explicitly.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, field_validator
+
+from bot.settings.base import Section, comma_set, comma_tuple
+
+Preset = Literal["standard", "streamer", "off"]
+Action = Literal["refuse", "ignore", "log"]
+LinkPolicy = Literal["allow", "deny", "domains"]
+InjectionAction = Literal["off", "log", "block"]
+
+
+def _lines(value: Any) -> Any:
+    """One regular expression per line (commas are part of many patterns)."""
+    if isinstance(value, str):
+        return tuple(dict.fromkeys(line.strip() for line in value.splitlines() if line.strip()))
+    return value
+
+
+def check_pattern(pattern: str) -> None:
+    """Raise ``ValueError`` naming ``pattern`` when it does not compile."""
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+
+
+def check_user_entry(entry: str) -> None:
+    platform, sep, user_id = entry.partition(":")
+    if not sep or not user_id or not re.fullmatch(r"[a-z0-9_]+", platform):
+        raise ValueError(f"{entry!r} is not platform:user_id (e.g. twitch:12345)")
+
+
+class SafetySettings(Section):
+    preset: Preset = Field(default="standard", validation_alias="CHORUS_SAFETY_PRESET")
+    preset_platforms: frozenset[str] = Field(
+        default=frozenset({"twitch", "youtube"}),
+        validation_alias="CHORUS_SAFETY_PRESET_PLATFORMS",
+    )
+    words: tuple[str, ...] = Field(default=(), validation_alias="CHORUS_MODERATION_WORDS")
+    patterns: tuple[str, ...] = Field(default=(), validation_alias="CHORUS_MODERATION_PATTERNS")
+    list_file: Path | None = Field(default=None, validation_alias="CHORUS_MODERATION_LIST_FILE")
+    default_lists: bool = Field(default=True, validation_alias="CHORUS_MODERATION_DEFAULT_LISTS")
+    action: Action = Field(default="refuse", validation_alias="CHORUS_MODERATION_ACTION")
+    links: LinkPolicy | None = Field(default=None, validation_alias="CHORUS_MODERATION_LINKS")
+    link_domains: frozenset[str] = Field(
+        default=frozenset(), validation_alias="CHORUS_MODERATION_LINK_DOMAINS"
+    )
+    personal_data: bool | None = Field(
+        default=None, validation_alias="CHORUS_MODERATION_PERSONAL_DATA"
+    )
+    injection: InjectionAction | None = Field(
+        default=None, validation_alias="CHORUS_MODERATION_INJECTION"
+    )
+    model: str | None = Field(default=None, validation_alias="CHORUS_MODERATION_MODEL")
+    rules_file: Path | None = Field(default=None, validation_alias="CHORUS_MODERATION_RULES_FILE")
+    timeout: float = Field(default=3.0, gt=0, le=60, validation_alias="CHORUS_MODERATION_TIMEOUT")
+    fail: Literal["open", "closed"] | None = Field(
+        default=None, validation_alias="CHORUS_MODERATION_FAIL"
+    )
+    canary: bool = Field(default=True, validation_alias="CHORUS_SAFETY_CANARY")
+    canary_secret: SecretStr | None = Field(
+        default=None, validation_alias="CHORUS_SAFETY_CANARY_SECRET"
+    )
+    audit_max_entries: int = Field(
+        default=10_000, ge=100, le=10_000_000, validation_alias="CHORUS_AUDIT_MAX_ENTRIES"
+    )
+    blocked_users: frozenset[str] = Field(
+        default=frozenset(), validation_alias="CHORUS_USERS_BLOCKED"
+    )
+    allowed_users: frozenset[str] = Field(
+        default=frozenset(), validation_alias="CHORUS_USERS_ALLOWED"
+    )
+
+    @field_validator(
+        "preset_platforms", "link_domains", "blocked_users", "allowed_users", mode="before"
+    )
+    @classmethod
+    def _split_set(cls, value: Any) -> Any:
+        return comma_set(value)
+
+    @field_validator("words", mode="before")
+    @classmethod
+    def _split_words(cls, value: Any) -> Any:
+        return comma_tuple(value)
+
+    @field_validator("patterns", mode="before")
+    @classmethod
+    def _split_patterns(cls, value: Any) -> Any:
+        return _lines(value)
+
+    @field_validator("patterns")
+    @classmethod
+    def _check_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            check_pattern(pattern)
+        return value
+
+    @field_validator("link_domains")
+    @classmethod
+    def _check_domains(cls, value: frozenset[str]) -> frozenset[str]:
+        domains = frozenset(d.lower().strip(".").removeprefix("*.") for d in value)
+        for domain in domains:
+            if not re.fullmatch(r"[a-z0-9-]+(\.[a-z0-9-]+)+", domain):
+                raise ValueError(f"{domain!r} is not a domain name (e.g. example.com)")
+        return domains
+
+    @field_validator("blocked_users", "allowed_users")
+    @classmethod
+    def _check_users(cls, value: frozenset[str]) -> frozenset[str]:
+        for entry in value:
+            check_user_entry(entry)
+        return value
+
+    @field_validator("list_file", "rules_file", "model", mode="before")
+    @classmethod
+    def _empty(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    def secret_values(self) -> list[str]:
+        secret = self.canary_secret.get_secret_value() if self.canary_secret else ""
+        return [secret] if secret else []
+
+
+def _limit(variable: str) -> Any:
+    return Field(default=None, ge=1, validation_alias=variable)
+
+
+class QuotaSettings(Section):
+    """Per user and per channel, messages and tokens, per hour and per UTC day; unset: no
+    limit. ``cost_usd_per_day`` caps the whole deployment's estimated spend per UTC day."""
+
+    user_messages_hour: int | None = _limit("CHORUS_QUOTA_USER_MESSAGES_HOUR")
+    user_messages_day: int | None = _limit("CHORUS_QUOTA_USER_MESSAGES_DAY")
+    user_tokens_hour: int | None = _limit("CHORUS_QUOTA_USER_TOKENS_HOUR")
+    user_tokens_day: int | None = _limit("CHORUS_QUOTA_USER_TOKENS_DAY")
+    channel_messages_hour: int | None = _limit("CHORUS_QUOTA_CHANNEL_MESSAGES_HOUR")
+    channel_messages_day: int | None = _limit("CHORUS_QUOTA_CHANNEL_MESSAGES_DAY")
+    channel_tokens_hour: int | None = _limit("CHORUS_QUOTA_CHANNEL_TOKENS_HOUR")
+    channel_tokens_day: int | None = _limit("CHORUS_QUOTA_CHANNEL_TOKENS_DAY")
+    cost_usd_per_day: float | None = Field(
+        default=None, gt=0, validation_alias="CHORUS_QUOTA_COST_USD_DAY"
+    )
+    exempt_moderators: bool = Field(default=True, validation_alias="CHORUS_QUOTA_EXEMPT_MODERATORS")
