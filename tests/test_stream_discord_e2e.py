@@ -13,9 +13,11 @@ writes 40 word-sized chunks 100 ms apart.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from pathlib import Path
 
+import prompts
 from adapters.discord.convert import reply_to_outgoing
 from bot.events import ConversationKey, Reply
 from tests.loopback.anthropic_server import AnthropicServer
@@ -166,3 +168,31 @@ async def test_a_worker_killed_mid_stream_leaves_one_answer(
     assert text != expected[0] and len(model.requests) == 2
     assert len(discord.created) == 1, "the takeover's answer replaced the partial message"
     assert within_rate(discord), discord.message_calls
+
+
+async def test_a_blocked_word_mid_stream_never_reaches_discord(tmp_path: Path) -> None:
+    """Every draft passes the outbound safety check before it is published: the words before
+    a blocked one may show, the blocked word never does, and the answer ends withheld."""
+    word = "zorblax"
+    text = (
+        "Some harmless words first, then " + word + " and " + " ".join(f"w{i}" for i in range(30))
+    )
+    async with AnthropicServer() as model, DiscordServer() as discord:
+        model.replies.append({"text": text, "chunk_delay": 0.1})
+        env = base_env(tmp_path) | model_env(model) | discord_env(discord)
+        env["CHORUS_MODERATION_WORDS"] = word
+        proc = await spawn_chorus(["run"], env, tmp_path)
+        try:
+            await discord.wait_for(lambda: bool(discord.ops(2)), limit=90)
+            await discord.dispatch(
+                "MESSAGE_CREATE",
+                plain_message(4343, f"<@{BOT_ID}> say it", mentions=[bot_mention()]),
+            )
+            safe = prompts.render("safety/withheld")
+            await discord.wait_for(lambda: shown(discord) == [safe], limit=90)
+        finally:
+            err = await stop(proc)
+        assert proc.returncode == 0, err.decode()[-3000:]
+    bodies = json.dumps([r.body for r in discord.requests])
+    assert word not in bodies
+    assert len(discord.created) == 1
