@@ -31,6 +31,7 @@ from adapters.discord.sender import DiscordSender
 from bot.events import Reply, ReplyDraft
 
 log = logging.getLogger("chorus.discord.live")
+ADOPT_AFTER = 5.0  # seconds: a message older than this that a create returned was there before
 
 
 class DiscordLive:
@@ -101,8 +102,8 @@ class DiscordLive:
         message = await self.sender.message_call(
             self.key, lambda: post(self.client, piece), what="send"
         )
-        if message.content != content:  # the nonce matched an earlier post: make it ours
-            await self._edit(message.id, content, users)
+        if message.content != content and _earlier(message):  # the nonce matched an earlier
+            await self._edit(message.id, content, users)  # post (a crashed gateway's): ours now
         return message.id
 
     async def _edit(self, message_id: int, content: str, users: tuple[int, ...]) -> None:
@@ -119,6 +120,13 @@ class DiscordLive:
         partial = message.get_partial_message(message_id)
         with contextlib.suppress(discord.NotFound):  # gone already
             await self.sender.message_call(self.key, partial.delete, what="delete")
+
+
+def _earlier(message: discord.Message) -> bool:
+    """Whether Discord answered a create with a message that existed before it (its nonce was
+    used already: an edited draft, or one created well before now)."""
+    age = discord.utils.utcnow() - message.created_at
+    return message.edited_at is not None or age.total_seconds() > ADOPT_AFTER
 
 
 async def post(client: discord.Client, piece: convert.Outgoing) -> discord.Message:
@@ -147,7 +155,7 @@ async def adopt(
     the same nonce (a draft of this answer shown by a gateway that crashed), edit it to the
     piece, so the answer is still one message with the final text."""
     message = await sender.message_call(key, lambda: post(client, piece), what="send")
-    if message.content == piece.content:
+    if message.content == piece.content or not _earlier(message):
         return
     partial = client.get_partial_messageable(piece.channel_id).get_partial_message(message.id)
     await sender.message_call(
