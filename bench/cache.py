@@ -22,9 +22,8 @@ from typing import Any
 
 from aiohttp import web
 
-import prompts
 from bot.agent.loop import Agent
-from bot.agent.prompting import PromptAssembler
+from bot.agent.prompting import PromptAssembler, system_prompt
 from bot.bus.base import InProcessBus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
@@ -216,9 +215,7 @@ async def run(layout: str = "chorus") -> CacheRun:
         bus=bus,
         redis=redis,
         history=history,
-        assembler=assembler_cls(
-            model="claude-sonnet-4-5", system_prompt=prompts.render("system", bot_name="Chorus")
-        ),
+        assembler=assembler_cls(model="claude-sonnet-4-5", system_prompt=system_prompt("Chorus")),
         agent=Agent(provider, tools=tools),
         commands=Commands(history),
         tools=tools,

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 from redis.asyncio import Redis
 
 from bot.agent.loop import Agent, LoopLimits
-from bot.agent.prompting import PromptAssembler, system_prompt
 from bot.bus.base import EventBus, InProcessBus
 from bot.bus.claims import default_worker_id
 from bot.bus.erasure import StreamEraser
@@ -27,7 +26,6 @@ from bot.bus.outbox import Outbox
 from bot.bus.retention import StreamRetention
 from bot.bus.spool import Spool
 from bot.live.budget import ReplyGate
-from bot.live.engagement import Engagement
 from bot.live.store import RedisLiveStore
 from bot.live.turns import LiveChat, platform_overrides, policy_config
 from bot.llm.base import Provider
@@ -44,8 +42,9 @@ from bot.quota.plan import QuotaConfig
 from bot.router import memory_commands, safety_commands
 from bot.router.core import Router, RouterLimits
 from bot.router.drafts import Drafts
+from bot.router.scoping import ScopedEngagement, Scoping, chain_factory
 from bot.router.text_commands import Command, Commands
-from bot.safety.canary import LeakCheck, deployment_canary, with_canary
+from bot.safety.canary import LeakCheck, deployment_canary
 from bot.safety.gate import SafetyGate
 from bot.safety.moderator import ModerationModel, build_moderation_model
 from bot.safety.policy import Policies
@@ -98,16 +97,6 @@ class Chorus:
             max_messages=settings.state.history_max_messages,
             ttl_seconds=settings.state.history_ttl_seconds,
         )
-        # The system text ends with the deployment's canary (bot/safety/canary.py): stable per
-        # deployment, so the cached prefix stays byte-identical.
-        canary = deployment_canary(settings.safety, settings.llm, settings.agent.bot_name)
-        system = with_canary(system_prompt(settings.agent.bot_name), canary)
-        self.assembler = PromptAssembler(
-            model=model,
-            system_prompt=system,
-            max_tokens=settings.agent.max_output_tokens,
-            vision=settings.agent.vision,
-        )
         self.tools = tools if tools is not None else Toolbox.from_settings(settings.tools)
         self.agent = Agent(
             provider,
@@ -118,6 +107,20 @@ class Chorus:
                 budget_seconds=settings.agent.turn_budget_seconds,
             ),
         )
+        # chorus.toml's personas and scopes (bot/router/scoping.py); every persona's system text
+        # ends with the deployment's canary (bot/safety/canary.py), stable per deployment.
+        canary = deployment_canary(settings.safety, settings.llm, settings.agent.bot_name)
+        self.scoping = Scoping(
+            settings,
+            provider=provider,
+            tools=self.tools,
+            chains=chain_factory(settings, self.metrics.llm_fallback),
+            metrics=self.metrics,
+            agent=self.agent,
+            canary=canary,
+        )
+        self.assembler = self.scoping.default.assembler
+        system = self.assembler.system_prompt
         self.reply_gate = reply_gate(settings, redis, self.metrics)
         self.memory_settings = settings.memory
         self.memory = MemoryStore(redis, self.memory_settings)
@@ -143,14 +146,17 @@ class Chorus:
             redis=redis,
             history=self.history,
             assembler=self.assembler,
+            scoping=self.scoping,
             agent=self.agent,
             commands=commands,
             tools=self.tools,
             memory=self.memory,
             hooks=self.hooks,
             live=LiveChat(
-                Engagement(
-                    policy_config(settings.engagement), platform_overrides(settings.engagement)
+                ScopedEngagement(
+                    policy_config(settings.engagement),
+                    platform_overrides(settings.engagement),
+                    scoping=self.scoping,
                 ),
                 metrics=self.metrics,
                 store=RedisLiveStore(
@@ -169,8 +175,6 @@ class Chorus:
                 max_in_flight=settings.agent.max_turns_in_flight,
             ),
         )
-        # Streamed answers: drafts on outbound:<platform> where CHORUS_STREAM_REPLIES says so;
-        # each draft's text passes the outbound safety check (the one every reply passes) first.
         self.router.drafts = Drafts(bus, settings.agent.streams, check=self.safety.guard)
         self.metrics.register_gauge_callback(
             "chorus_turns_in_flight",
@@ -310,6 +314,7 @@ class Chorus:
         await self.hooks.aclose()
         if self.health is not None:
             await self.health.aclose()
+        await self.scoping.aclose()
         await _close_all(self._owns)  # the bus first (newest): its partition leases go back
 
     async def __aenter__(self) -> Chorus:

@@ -15,8 +15,15 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
-from urllib.parse import urlsplit, urlunsplit
 
+import prompts
+from bot.cli_config import (
+    describe_config,
+    describe_scope,
+    on_reload_signal,
+    registered,
+    reload_command,
+)
 from bot.cli_parser import parser as _parser
 from bot.events import utcnow
 from bot.llm.base import Provider
@@ -25,7 +32,7 @@ from bot.ops import aio
 from bot.ops.aio import cancel_and_wait, on_stop_signals
 from bot.ops.logs import setup_logging
 from bot.platform.supervisor import Slot, State, Supervisor
-from bot.settings import KEY_ENV, PROVIDERS, ConfigError, Settings, load_settings
+from bot.settings import ConfigError, Settings, load_settings
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -54,9 +61,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.logging.level, settings.logging.format, settings.secret_values(), log_file
     )
     settings.log_warnings()
+    try:
+        from bot.router.scoping import personas, prompt_overrides
+
+        prompts.set_overrides(prompt_overrides(settings))
+        personas(settings)  # every persona renders (a bad override fails here, named)
+    except ConfigError as exc:
+        print(f"chorus: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     if args.command == "config":
+        if args.scope:
+            try:
+                print(describe_scope(settings, args.scope))
+            except ValueError as exc:
+                print(f"chorus: --scope: {exc}", file=sys.stderr)
+                return EXIT_CONFIG
+            return 0
         print(describe_config(settings))
         return 0
+    if args.command == "reload":
+        return reload_command(settings)
     if args.command == "replay":
         return _replay(args.trace, settings, youtube_read=args.youtube_read)
     try:
@@ -99,10 +123,11 @@ async def _run(settings: Settings, *, role: str = "all", logs: Path | None = Non
             "--role gateway found no platform to connect: set DISCORD_TOKEN, "
             "SLACK_BOT_TOKEN, TWITCH_CLIENT_ID or YOUTUBE_REFRESH_TOKEN"
         )
+    on_reload_signal(app)
     if role == "gateway":
-        async with app.bus_only():
+        async with app.bus_only(), registered(settings):
             return await _serve(supervisor)
-    async with app, _insights_in_process(app):
+    async with app, _insights_in_process(app), registered(settings):
         return await _serve(supervisor, app)
 
 
@@ -224,7 +249,7 @@ async def _chat(
     app = await Chorus.from_settings(settings)
     if health:
         await app.start_health()
-    async with app, _insights_in_process(app):
+    async with app, _insights_in_process(app), registered(settings):
         adapter = ConsoleAdapter(
             app.bus,
             stdin=FdLineReader(sys.stdin.fileno()),
@@ -240,6 +265,7 @@ async def _chat(
             terminal.welcome(logs)
         stop = asyncio.Event()
         on_stop_signals(stop, app.hurry)
+        on_reload_signal(app)
         chatting = asyncio.create_task(adapter.run(), name="console")
         stopping = asyncio.create_task(stop.wait(), name="stop")
         await asyncio.wait({chatting, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -376,66 +402,6 @@ def _default_user() -> str:
         return getpass.getuser() or "you"
     except (KeyError, OSError):
         return "you"
-
-
-def _mask(value: str | None) -> str:
-    if not value:
-        return "(not set)"
-    return f"set, ****{value[-4:]}" if len(value) >= 12 else "set, ****"
-
-
-def _mask_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = f"{parts.username or ''}:****@{parts.hostname or ''}"
-        if parts.port:
-            netloc += f":{parts.port}"
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
-
-
-def describe_config(settings: Settings) -> str:
-    """A human summary of the settings: values, masked secrets, and what is missing."""
-    lines = ["Chorus configuration", ""]
-    try:
-        spec = settings.llm.model_spec()
-        lines.append(
-            f"  model            {spec}  (CHORUS_MODEL{'' if settings.llm.model else ', inferred'})"
-        )
-        problem = None
-    except ConfigError as exc:
-        lines.append("  model            MISSING")
-        problem = str(exc)
-    for provider in PROVIDERS:
-        key = settings.llm.api_key(provider)
-        base = settings.llm.base_url(provider) or "(vendor default)"
-        lines.append(f"  {provider:<16} {KEY_ENV[provider]}: {_mask(key)}; base URL: {base}")
-    from adapters.registry import configured_platforms
-
-    state, llm, log_settings = settings.state, settings.llm, settings.logging
-    store = "embedded in-process store" if state.redis_url.startswith("memory") else "Redis server"
-    lines.append(f"  state            {_mask_url(state.redis_url)}  ({store})")
-    lines.append(
-        f"  history          last {state.history_max_messages} messages, "
-        f"kept {state.history_ttl_seconds}s after the last activity"
-    )
-    lines.append(
-        f"  llm calls        timeout {llm.llm_timeout:g}s, up to {llm.llm_max_retries} retries"
-    )
-    if settings.fallback.models.strip():
-        lines.append(f"  fallbacks        {settings.fallback.models.strip()}")
-    platforms = configured_platforms(settings)
-    lines.append(
-        f"  platforms        {', '.join(platforms)}"
-        if platforms
-        else "  platforms        console (no platform credentials configured)"
-    )
-    lines.append(f"  logging          {log_settings.level} as {log_settings.format} on stderr")
-    if settings.warnings:
-        lines += ["", "Warnings:", *("  " + line for line in settings.warnings)]
-    if problem:
-        lines += ["", "Missing:", *("  " + line for line in problem.splitlines())]
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,10 @@ EXAMPLES = {
     "replay": """examples:
   chorus replay bench/traces/busy_chat.jsonl  the engagement policy over a recorded chat""",
     "config": """examples:
-  chorus config                               what is set, what is missing (secrets masked)""",
+  chorus config                               what is set, what is missing (secrets masked)
+  chorus config --scope discord:GUILD/CHANNEL  every setting a message there gets""",
+    "reload": """examples:
+  chorus reload                               the running bot re-reads chorus.toml and .env""",
     "init": """examples:
   chorus init                                 answer the questions, get a .env
   chorus init --vendor anthropic --platforms discord --non-interactive""",
@@ -107,7 +110,9 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--youtube-read", choices=("stream", "poll"), help="default: YOUTUBE_READ_MODE"
     )
-    _command(sub, "config", "show what is configured and what is missing (secrets masked)")
+    config = _command(sub, "config", "show what is configured and what is missing")
+    config.add_argument("--scope", help="every setting a message there gets, with its source")
+    _command(sub, "reload", "re-read chorus.toml and .env in the running bot (SIGHUP)")
     init = _command(sub, "init", "set up a model, platforms and a persona: writes .env")
     wizard.add_arguments(init)
     return top

@@ -130,6 +130,12 @@ class ChatMessage(_Frozen):
         description="not addressed to the bot, from a channel where the engagement policy "
         "decides whether to speak; everything else the adapter publishes is answered",
     )
+    server: str | None = Field(
+        default=None,
+        max_length=256,
+        description="where the channel belongs, for chorus.toml's scopes: the Discord guild "
+        "id, the Slack team id, the Twitch channel's login; None in DMs and elsewhere",
+    )
 
     @property
     def addressed(self) -> bool:

@@ -20,14 +20,22 @@ The scheme, one rule for every text:
   bot's name). Per-turn values (time, user, lengths) go into texts that sit after the last
   cache point: the context block, live-chat turns, replies.
 
-Every name resolves through ``resolve``, the one place an operator's override directory will be
-consulted; the golden tests in ``tests/golden`` show each rendered text, and a test checks that
-every file here is used by code and every name the code asks for exists.
+Every name resolves through ``resolve``; the golden tests in ``tests/golden`` show each rendered
+text, and a test checks that every file here is used by code and every name the code asks for
+exists.
+
+Operators replace any text with a file of their own (``[prompts]`` in ``chorus.toml``): the
+composition root reads the files and hands the texts to ``set_overrides``, after ``check_override``
+accepted each one (a known name, no placeholder the code does not fill). ``load`` returns an
+override before the shipped file, so every ``render`` uses it; replacing the whole set at once
+keeps a reload atomic (the event loop runs no turn between the two calls).
 """
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -48,9 +56,19 @@ def resolve(name: str) -> Traversable:
     return path.joinpath(last + SUFFIX)
 
 
-@cache
+_overrides: dict[str, str] = {}
+
+
 def load(name: str) -> str:
-    """The text of prompt ``name``; raises FileNotFoundError naming the prompt."""
+    """The text of prompt ``name`` (the operator's override, else the shipped file); raises
+    FileNotFoundError naming the prompt."""
+    text = _overrides.get(name)
+    return text if text is not None else shipped(name)
+
+
+@cache
+def shipped(name: str) -> str:
+    """The text of prompt ``name`` as shipped, whatever overrides are set."""
     path = resolve(name)
     if not path.is_file():
         raise FileNotFoundError(f"no prompt named {name!r} (looked for prompts/{name}{SUFFIX})")
@@ -100,3 +118,34 @@ def names() -> list[str]:
 
     walk(resources.files(__package__), "")
     return sorted(found)
+
+
+def check_override(name: str, text: str) -> str | None:
+    """Why ``text`` cannot replace prompt ``name`` (None when it can): an unknown name (with the
+    closest one), or a placeholder the code never fills for that prompt."""
+    known = names()
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else " (see the files in prompts/)"
+        return f"no prompt is named {name!r}{hint}"
+    filled = set(_PLACEHOLDER.findall(shipped(name)))
+    extra = set(_PLACEHOLDER.findall(text)) - filled
+    if extra:
+        return (
+            f"uses {_braced(extra)}, which the code does not fill for {name!r} "
+            f"(it fills: {_braced(filled) or 'nothing'})"
+        )
+    return None
+
+
+def set_overrides(texts: Mapping[str, str]) -> dict[str, str]:
+    """Replace every override at once (name -> text, final line break dropped); returns the
+    previous set, so a caller can put it back."""
+    global _overrides
+    previous = _overrides
+    _overrides = {name: text.removesuffix("\n").removesuffix("\r") for name, text in texts.items()}
+    return previous
+
+
+def _braced(keys: set[str]) -> str:
+    return ", ".join("{{" + key + "}}" for key in sorted(keys))

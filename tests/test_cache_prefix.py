@@ -24,9 +24,8 @@ from typing import Any
 
 import pytest
 
-import prompts
 from bot.agent.loop import Agent
-from bot.agent.prompting import PromptAssembler
+from bot.agent.prompting import PromptAssembler, system_prompt
 from bot.bus.base import InProcessBus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
@@ -97,9 +96,7 @@ async def run_conversation(vendor: str) -> tuple[list[dict[str, Any]], list[int]
             bus=bus,
             redis=redis,
             history=history,
-            assembler=PromptAssembler(
-                model=model, system_prompt=prompts.render("system", bot_name="Chorus")
-            ),
+            assembler=PromptAssembler(model=model, system_prompt=system_prompt("Chorus")),
             agent=Agent(provider, tools=box),
             commands=Commands(history),
             tools=box,

@@ -165,4 +165,4 @@ def test_the_final_line_break_of_a_file_is_not_part_of_the_text() -> None:
 
 def test_placeholders_lists_what_a_prompt_asks_for() -> None:
     assert prompts.placeholders("live/batch_lines") == {"lines", "context"}
-    assert prompts.placeholders("system") == {"bot_name"}
+    assert prompts.placeholders("system") == {"identity"}

@@ -55,6 +55,7 @@ from insights.analyse import (
     parse_analysis,
     retry_request,
 )
+from tests.golden_persona import system_persona
 from tests.golden_plugins import plugin_commands
 from tests.golden_progress import progress_texts
 from tests.golden_safety import SAFETY_CASES, shown
@@ -379,6 +380,7 @@ async def _discord(redis: Redis) -> str:
 
 CASES["plugin_commands"] = plugin_commands
 CASES["progress"] = progress_texts
+CASES["system_persona"] = system_persona
 CASES.update(SAFETY_CASES)
 
 

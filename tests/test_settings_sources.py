@@ -44,7 +44,10 @@ def documented_variables() -> list[str]:
 
 # variable -> (where it lands in the root, the text in .env, the value expected there). Each
 # text differs from the default, so a variable that is silently ignored fails.
+MINIMAL_TOML = ROOT / "tests" / "fixtures" / "config" / "minimal.toml"
 SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
+    "CHORUS_CONFIG": (("file.path", "file.found"), str(MINIMAL_TOML), MINIMAL_TOML),
+    "CHORUS_RUN_DIR": (("file.run_dir",), "run/pids", Path("run/pids")),
     "CHORUS_MODEL": (("llm.model",), "openai:gpt-x", "openai:gpt-x"),
     "ANTHROPIC_API_KEY": (("llm.anthropic_api_key",), "sk-ant-env-file", "sk-ant-env-file"),
     "OPENAI_API_KEY": (("llm.openai_api_key",), "sk-env-file", "sk-env-file"),

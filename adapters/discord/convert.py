@@ -152,6 +152,7 @@ def message_to_chat(message: discord.Message, policy: Policy) -> ChatMessage | N
         attachments=tuple(a for a in map(_attachment, message.attachments) if a is not None),
         sent_at=message.created_at,
         ambient=ambient,
+        server=_server(getattr(message, "guild", None), message.channel),
     )
 
 
@@ -167,6 +168,7 @@ def command_to_chat(interaction: discord.Interaction, command: str) -> ChatMessa
         mentions_bot=True,
         is_direct=interaction.guild_id is None,
         sent_at=interaction.created_at,
+        server=_server(None, interaction),
     )
 
 
@@ -179,6 +181,13 @@ def deletions(
         MessageDeleted(conversation=conversation, message_id=str(mid))
         for mid in sorted(message_ids)
     ]
+
+
+def _server(guild: object, holder: object) -> str | None:
+    """The guild id (for chorus.toml's scopes): the cached guild's, else the ``guild_id`` an
+    uncached channel or an interaction carries; None in DMs."""
+    guild_id = getattr(guild, "id", None) or getattr(holder, "guild_id", None)
+    return str(guild_id) if isinstance(guild_id, int) else None
 
 
 def _is_direct(channel: object) -> bool:

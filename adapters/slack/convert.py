@@ -170,6 +170,7 @@ def message_from_event(
         reply_to_bot=reply_to_bot,
         attachments=attachments_from_files(event.get("files") or ()),
         ambient=ambient,
+        server=_id(event.get("team")) or bot.team_id,  # chorus.toml's scopes: slack:TEAM/...
         **_sent_at(ts),
     )
 

@@ -138,6 +138,7 @@ def chat_message(
         reply_to_bot=reply_to_bot,
         sent_at=event.timestamp or utcnow(),
         ambient=not addressed,
+        server=_login(event.broadcaster),  # chorus.toml's scopes: twitch:LOGIN
     )
 
 
@@ -155,6 +156,11 @@ def user_cleared(event: ChannelChatClearUserMessages) -> MessageDeleted:
         conversation=ConversationKey(platform=PLATFORM, channel=event.broadcaster.id),
         author_id=event.user.id,
     )
+
+
+def _login(user: object) -> str | None:
+    login = getattr(user, "name", None)
+    return login.lower()[:256] if isinstance(login, str) and login else None
 
 
 def _is_broadcaster(event: TwitchChatMessage) -> bool:

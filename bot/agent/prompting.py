@@ -34,10 +34,23 @@ _TAG = "user_message"
 RENDERED_CACHE = 4096  # history entries whose rendered part is kept between turns
 
 
-def system_prompt(bot_name: str) -> str:
-    """The deployment's system text (``prompts/system``): only deployment-wide values go in, so
-    it is byte-identical on every request and heads the cached prefix."""
-    return prompts.render("system", bot_name=bot_name)
+def system_prompt(
+    bot_name: str,
+    *,
+    persona: str | None = None,
+    language: str | None = None,
+    style: str | None = None,
+) -> str:
+    """The system text of one persona (``prompts/system`` around its identity): only values
+    fixed by the configuration go in, so it is byte-identical on every request of a scope and
+    heads the cached prefix. ``persona`` replaces the default identity paragraph (who the bot
+    is); the house rules that follow it (format, tools, memory, safety) stay."""
+    parts = [persona.strip() if persona else prompts.render("persona/identity", bot_name=bot_name)]
+    if language:
+        parts.append(prompts.render("persona/language", language=language.strip()))
+    if style:
+        parts.append(prompts.render("persona/style", style=style.strip()))
+    return prompts.render("system", identity="\n\n".join(parts))
 
 
 def _quote(text: str) -> str:

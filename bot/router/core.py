@@ -49,6 +49,7 @@ from bot.router.drafts import Drafts
 from bot.router.flow import Admission, Shutdown, admit, release_quietly
 from bot.router.housekeeping import consume_deletions, dead_letter
 from bot.router.items import Item, answer_item, turn_item
+from bot.router.scoping import FixedScoping, Profile, Scoping
 from bot.router.text_commands import Commands
 from bot.router.texts import apology, crash_apology, too_long
 from bot.router.turn import RouterLimits
@@ -80,7 +81,10 @@ class Router:
         metrics: MetricsSink | None = None,
         hooks: TurnHooks | None = None,
         safety: safety_hooks.SafetyGate | None = None,
+        scoping: Scoping | None = None,
     ) -> None:
+        """``scoping``: each message's profile from chorus.toml's scopes; without it every
+        message gets ``assembler``, ``agent`` and the reasoning of ``limits``."""
         self.metrics: MetricsSink = metrics or NullMetrics()
         self.hooks = hooks or TurnHooks()  # the plugins' before_turn and after_reply
         self.safety = safety or safety_hooks.SafetyGate()  # moderation, user lists, quotas
@@ -93,6 +97,7 @@ class Router:
         self.tools = tools
         self.memory = memory
         self.limits = limits or RouterLimits()
+        self.scoping = scoping or FixedScoping.of(assembler, agent, self.limits)
         self.claims = Claims(
             redis,
             worker_id=worker_id or default_worker_id(),
@@ -184,9 +189,10 @@ class Router:
         await admit(deliveries, self.admission, self._admit, lambda: self._shutdown)
 
     async def _admit(self, delivery: Delivery[ChatMessage]) -> None:
+        profile = self.scoping.profile(delivery.event)  # first: it learns the channel's server
         if self.live is not None:  # a channel's durable state, when it becomes active here
             await self.live.prepare(delivery.event)
-        self._dispatch(delivery)
+        self._dispatch(delivery, profile)
 
     async def join(self) -> None:
         while self._workers:
@@ -196,7 +202,7 @@ class Router:
         """Stop at once: ``shutdown`` without a grace."""
         await self.shutdown(0)
 
-    def _dispatch(self, delivery: Delivery[ChatMessage]) -> None:
+    def _dispatch(self, delivery: Delivery[ChatMessage], profile: Profile) -> None:
         """Queue the delivery's turn (it holds the admission slot the consume loop took), or
         settle it at once (dead letter, a live-chat line not answered now) and free the slot."""
         message = delivery.event
@@ -207,7 +213,11 @@ class Router:
         item = Item(message, delivery, (message.author.id,), message.id)
         if safety_hooks.screened_out(self, item):  # blocked or flagged: dropped or refused
             return
-        if self.live is not None and self.live.applies(message):
+        route = profile.route(message, self.live is not None and self.live.applies(message))
+        if route == "ignore":  # the scope answers only when addressed
+            self._background(delivery.ack(), slot=True)
+            return
+        if route == "live" and self.live is not None:
             decision = self.live.observe(message)  # arrival order and time, O(1)
             self.metrics.engagement(message.platform, decision.action.value)
             if decision.action is Action.ANSWER_NOW:
@@ -273,11 +283,13 @@ class Router:
     async def _handle(self, item: Item) -> None:
         message = item.message
         claim = self.claims.new(message.platform, message.id)
+        profile = self.scoping.profile(message)
+        memory = self.memory if profile.memory else None
         settled = False  # answered, skipped or apologised for: ack (else another worker redoes it)
         try:
             read = await until_redis_answers(
                 "read a turn",
-                lambda: record.read_turn(self.redis, self.history, self.memory, message, claim),
+                lambda: record.read_turn(self.redis, self.history, memory, message, claim),
             )
             if read is None:
                 log.info(
@@ -293,7 +305,7 @@ class Router:
                     settled = True
                     return
             async with claim.renewing():
-                await self._answer(item, claim, read)
+                await self._answer(item, claim, read, profile)
             settled = not item.progress.elsewhere
         except asyncio.CancelledError:
             settled = item.progress.committed
@@ -313,7 +325,9 @@ class Router:
             if settled and item.delivery is not None:
                 await shielded(item.delivery.ack())
 
-    async def _answer(self, item: Item, claim: Claim, read: record.TurnRead) -> None:
+    async def _answer(
+        self, item: Item, claim: Claim, read: record.TurnRead, profile: Profile
+    ) -> None:
         message = item.message
         if item.forced is not None:
             await self._finish(item, claim, item.forced)
@@ -335,19 +349,19 @@ class Router:
         if item.context:
             context = f"{item.context}\n{context}" if context else item.context
         context = await self.hooks.before_turn(message, context)
-        ctx = ToolContext(message=message)
-        request = self.assembler.build(
+        ctx = ToolContext(message=message, tools=profile.tools)
+        request = profile.assembler.build(
             message,
             read.history,
             tools=self.tools.specs_for(ctx) if self.tools else (),
             context=context,
-            reasoning=decide(message.text, self.limits.reasoning, self.limits.reasoning_max),
+            reasoning=decide(message.text, profile.reasoning, profile.reasoning_max),
         )
         drafts = (
             self.drafts.open(message, item.reply_to_id, item.addressed) if self.drafts else None
         )
         try:
-            result = await self.agent.run(request, ctx, drafts)
+            result = await profile.agent.run(request, ctx, drafts)
         except LLMError as exc:
             self.metrics.llm_error(request.model, type(exc).__name__)
             log.error(
@@ -364,7 +378,10 @@ class Router:
             return
         now, text = utcnow(), await safety_hooks.answered(self, item, result, request)
         entries = record.turn_entries(message, text, now)
-        await self._finish(item, claim, text, entries=entries, activity=now)
+        activity = now if profile.memory else None  # memory off: no activity, no insights
+        await self._finish(
+            item, claim, text, entries=entries, activity=activity, insights=profile.insights
+        )
         self.hooks.after_reply(message, text)  # what was sent: the safe line if replaced
         self.metrics.observe_overhead(
             time.perf_counter() - item.received - result.llm_seconds - result.tool_seconds
@@ -381,6 +398,7 @@ class Router:
         is_error: bool = False,
         entries: tuple[HistoryEntry, ...] = (),
         activity: datetime | None = None,
+        insights: bool = True,
     ) -> None:
         """The reply and its record (history, done marker, memory activity, the insights job)
         in ONE transaction; the reply rides inside it when the bus is transactional. Shielded:
@@ -397,7 +415,9 @@ class Router:
                 self.history.queue_append(pipe, message.conversation, *entries)
             if activity is not None and self.memory is not None:
                 touch = self._touched.due(message, self.clock())
-                record.queue_activity(pipe, self.memory, message, activity, touch=touch)
+                record.queue_activity(
+                    pipe, self.memory, message, activity, touch=touch, insights=insights
+                )
             if self.live is not None:  # what the turn decided (answered, cooldowns, pause)
                 self.live.queue_save(pipe, message)
             self.safety.queue_turn(pipe, message)  # the turn's tokens and cost, when limited

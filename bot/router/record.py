@@ -145,14 +145,21 @@ class TouchThrottle:
 
 
 def queue_activity(
-    pipe: Pipeline, memory: MemoryStore, message: ChatMessage, now: datetime, *, touch: bool
+    pipe: Pipeline,
+    memory: MemoryStore,
+    message: ChatMessage,
+    now: datetime,
+    *,
+    touch: bool,
+    insights: bool = True,
 ) -> None:
-    """The author's activity (when ``touch``) and, unless they are a bot, their insights job."""
+    """The author's activity (when ``touch``) and, unless they are a bot or the scope has
+    ``insights = false``, their insights job."""
     author = message.author
     if touch:
         memory.queue_touch(pipe, message.platform, author.id, message.conversation, now=now)
     settings = memory.settings
-    if settings.insights_enabled and not author.is_bot:
+    if insights and settings.insights_enabled and not author.is_bot:
         queue_enqueue(
             pipe,
             InsightJob.for_message(message),

@@ -30,11 +30,21 @@ class Permission(StrEnum):
         return Role.OWNER in roles
 
 
+class ToolFilter(Protocol):
+    """A scope's tool lists (``bot.tools.toolbox.ChannelToolConfig``); hashable."""
+
+    def allows(self, name: str) -> bool: ...
+
+    def __hash__(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class ToolContext:
-    """Who asked, and where: the message that started the turn."""
+    """Who asked, and where: the message that started the turn, and the tool lists of its
+    scope (``chorus.toml``), which replace the deployment's there (None: the deployment's)."""
 
     message: ChatMessage
+    tools: ToolFilter | None = None
 
     @property
     def channel_key(self) -> str:

@@ -12,7 +12,8 @@ Two properties matter to the rest of the bot:
 
 Enabling is layered: the deployment's enable/disable lists are a ceiling; a channel override
 (``CHORUS_TOOLS_CHANNELS``) can narrow it further but never re-enable a tool the deployment
-turned off.
+turned off. A scope of ``chorus.toml`` (``ToolContext.tools``) replaces the deployment's lists
+for its messages: its operator wrote both.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 import prompts
 from bot.llm.types import ToolCallPart, ToolResultPart, ToolSpec
 from bot.settings import ConfigError, ToolSettings
-from bot.tools.base import Permission, Tool, ToolContext, ToolError
+from bot.tools.base import Permission, Tool, ToolContext, ToolError, ToolFilter
 from bot.tools.builtin import builtin_tools
 
 log = logging.getLogger("chorus.tools")
@@ -78,7 +79,7 @@ class Toolbox:
         self._overrides = dict(channel_overrides or {})
         self.max_result_chars = max_result_chars
         self._sorted = tuple(sorted(self._tools))
-        self._specs_cache: dict[str | None, tuple[ToolSpec, ...]] = {}
+        self._specs_cache: dict[tuple[str | None, ToolFilter | None], tuple[ToolSpec, ...]] = {}
         self._warn_unknown_names()
 
     @property
@@ -100,23 +101,23 @@ class Toolbox:
                 )
 
     # -- what a channel sees -------------------------------------------------------------------
-    def _available(self, name: str, channel_key: str) -> bool:
+    def _available(self, name: str, channel_key: str, scope: ToolFilter | None = None) -> bool:
         override = self._overrides.get(channel_key)
         return (
             name in self._tools
-            and self._deployment.allows(name)
+            and (scope or self._deployment).allows(name)
             and (override is None or override.allows(name))
         )
 
     def specs_for(self, ctx: ToolContext) -> tuple[ToolSpec, ...]:
         """The tools offered in ``ctx``'s channel, sorted by name; the same for every user."""
-        key = ctx.channel_key if ctx.channel_key in self._overrides else None
+        key = (ctx.channel_key if ctx.channel_key in self._overrides else None, ctx.tools)
         cached = self._specs_cache.get(key)
         if cached is None:
             cached = tuple(
                 self._tools[name].spec
                 for name in self._sorted
-                if self._available(name, ctx.channel_key)
+                if self._available(name, ctx.channel_key, ctx.tools)
             )
             self._specs_cache[key] = cached
         return cached
@@ -145,7 +146,7 @@ class Toolbox:
         """``(content, is_error, outcome)`` for one call."""
         name = call.name
         tool = self._tools.get(name)
-        if tool is None or not self._available(name, ctx.channel_key):
+        if tool is None or not self._available(name, ctx.channel_key, ctx.tools):
             available = ", ".join(s.name for s in self.specs_for(ctx))
             if not available:
                 return prompts.render("tools/unknown_none_available", tool=name), True, "unknown"
