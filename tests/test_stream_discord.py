@@ -72,7 +72,7 @@ class Worker:
                 contents = shown(server)
                 return any(c.startswith(head) for c in contents) and sum(map(len, contents)) >= size
 
-            await server.wait_for(visible)
+            await server.wait_for(visible, limit=30)
         return self.answer
 
 

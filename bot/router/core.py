@@ -9,10 +9,8 @@ for the next worker. The router keeps a reference to every task it spawns.
 
 Delivery is at-least-once, so each message is claimed in Redis with ``SET NX`` before work
 starts and marked done in the same pipeline that appends the history: a redelivered message that
-was already answered is skipped, never answered twice.
-
-A Redis outage mid-turn is waited out (``bot.state.outages``): the read is retried, the answer is
-kept and recorded once Redis is back, so a restart costs latency, not answers or apologies.
+was already answered is skipped, never answered twice. A Redis outage mid-turn is waited out
+(``bot.state.outages``): the answer is kept and recorded once Redis is back, never lost.
 """
 
 from __future__ import annotations
@@ -105,7 +103,7 @@ class Router:
             done_seconds=self.limits.done_seconds,
         )
         self.live = live
-        self.drafts: Drafts | None = None  # streamed answers (bot.router.drafts), when set
+        self.drafts = Drafts(bus, lambda _: False)  # streamed answers: app.py sets the real one
         self._queues: dict[ConversationKey, deque[Item]] = {}
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
         self._acks: set[asyncio.Task[None]] = set()
@@ -357,9 +355,7 @@ class Router:
             context=context,
             reasoning=decide(message.text, profile.reasoning, profile.reasoning_max),
         )
-        drafts = (
-            self.drafts.open(message, item.reply_to_id, item.addressed) if self.drafts else None
-        )
+        drafts = self.drafts.open(message, item.reply_to_id, item.addressed)  # None: not streamed
         try:
             result = await profile.agent.run(request, ctx, drafts)
         except LLMError as exc:
