@@ -9,6 +9,10 @@ gives the exact text instead. Logs go to stderr. A line that cannot be a message
 ``[chorus] ...`` notice in its place, so input and output lines still pair up (the notices'
 wording is ``prompts/console/*``).
 
+On a terminal (stdin and stdout both TTYs) the screen belongs to ``adapters/console_tty.py``:
+a welcome line, line editing and history, answers streamed (``ReplyDraft``s) and rendered as
+Markdown, progress while tools run. Pipes never see drafts: the answer comes whole.
+
 The console is a direct conversation per console user (``--user``), like a DM.
 """
 
@@ -21,12 +25,15 @@ import os
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Protocol, TextIO, TypeVar
+from typing import TYPE_CHECKING, Protocol, TextIO, TypeVar
 
 import prompts
 from bot.bus.base import EventBus
 from bot.bus.topics import INBOUND, outbound_topic
-from bot.events import Author, ChatMessage, ConversationKey, Reply, Role
+from bot.events import Author, ChatMessage, ConversationKey, Outbound, Reply, ReplyDraft, Role
+
+if TYPE_CHECKING:
+    from adapters.console_tty import Terminal
 
 log = logging.getLogger("chorus.console")
 
@@ -157,6 +164,7 @@ class ConsoleAdapter:
         bot_name: str = "Chorus",
         reply_timeout: float = 600.0,
         json_output: bool = False,
+        terminal: Terminal | None = None,
     ) -> None:
         self.bus = bus
         self.stdin = stdin
@@ -166,6 +174,7 @@ class ConsoleAdapter:
         self.bot_name = bot_name
         self.reply_timeout = reply_timeout
         self.json_output = json_output
+        self.terminal = terminal  # the screen on a TTY (drafts shown, Markdown, history)
         self.conversation = ConversationKey(platform=PLATFORM, channel=user)
         self.author = Author(id=user, display_name=user, roles=frozenset({Role.OWNER}))
         self._pending: dict[str, asyncio.Future[Reply]] = {}
@@ -175,6 +184,8 @@ class ConsoleAdapter:
         """Chat until end of input. Returns a process exit code."""
         self._listener = asyncio.create_task(self._listen(), name="console-listener")
         try:
+            if self.terminal is not None:
+                return await self._converse(self.terminal)
             number = 0
             while True:
                 if self.interactive:
@@ -202,6 +213,42 @@ class ConsoleAdapter:
             self._listener.cancel()
             await asyncio.gather(self._listener, return_exceptions=True)
 
+    async def _converse(self, terminal: Terminal) -> int:
+        """The terminal session: read with line editing, show the answer as it is written."""
+        try:
+            while True:
+                text = await terminal.read()
+                if text is None:
+                    return 0
+                if not text.strip():
+                    continue
+                terminal.waiting()
+                reply = await self._ask(text)
+                if reply is None:
+                    terminal.notice(no_answer_notice(self.reply_timeout))
+                else:
+                    terminal.answer(reply.text, error=reply.is_error)
+        finally:
+            terminal.close()
+
+    async def ask(self, text: str) -> Reply | None:
+        """One message and its answer without reading stdin (benchmarks): the answer is shown
+        on the terminal, drafts included, as in a session. ``aclose`` ends the listening."""
+        if self._listener is None:
+            self._listener = asyncio.create_task(self._listen(), name="console-listener")
+        if self.terminal is not None:
+            self.terminal.waiting()
+        reply = await self._ask(text)
+        if self.terminal is not None:
+            self.terminal.answer(reply.text if reply else "", error=reply is None)
+        return reply
+
+    async def aclose(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            await asyncio.gather(self._listener, return_exceptions=True)
+            self._listener = None
+
     async def _ask(self, text: str) -> Reply | None:
         message = ChatMessage(
             platform=PLATFORM,
@@ -226,9 +273,15 @@ class ConsoleAdapter:
             self._pending.pop(message.id, None)
 
     async def _listen(self) -> None:
-        async for delivery in self.bus.consume(outbound_topic(PLATFORM), Reply, group="console"):
-            reply = delivery.event
+        topic = outbound_topic(PLATFORM)
+        async for delivery in self.bus.consume(topic, Outbound, group="console"):
+            reply = delivery.event.root
             future = self._pending.get(reply.reply_to_id or "")
+            if isinstance(reply, ReplyDraft):
+                if self.terminal is not None and future is not None and not future.done():
+                    self.terminal.draft(reply)
+                await delivery.ack()
+                continue
             if reply.conversation != self.conversation or future is None:
                 log.warning(
                     "reply for an unknown console message dropped",

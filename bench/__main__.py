@@ -12,7 +12,7 @@ from bot.ops import aio
 
 
 async def _main() -> None:
-    from bench import backpressure, cache, memory, overhead, replay, safety, scaling
+    from bench import backpressure, cache, memory, overhead, replay, safety, scaling, streaming
 
     sections = [
         await cache.main(),
@@ -22,6 +22,7 @@ async def _main() -> None:
         safety.main(),
         await scaling.main(memory.REAL),
         await backpressure.main(memory.REAL),
+        await streaming.main(),
     ]
     print(
         f"# Chorus benchmarks\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "

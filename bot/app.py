@@ -42,6 +42,7 @@ from bot.quota.ledger import QuotaLedger
 from bot.quota.plan import QuotaConfig
 from bot.router import memory_commands, safety_commands
 from bot.router.core import Router, RouterLimits
+from bot.router.drafts import Drafts
 from bot.router.scoping import ScopedEngagement, Scoping, chain_factory
 from bot.router.text_commands import Command, Commands
 from bot.safety.canary import LeakCheck, deployment_canary
@@ -176,6 +177,7 @@ class Chorus:
                 max_in_flight=settings.agent.max_turns_in_flight,
             ),
         )
+        self.router.drafts = Drafts(bus, settings.agent.streams, check=self.safety.guard)
         self.metrics.register_gauge_callback(
             "chorus_turns_in_flight",
             "Messages this process holds: turns running or queued behind their conversation "

@@ -6,7 +6,6 @@ configuration problem ends the process with exit code 2 and one clear message on
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import getpass
 import logging
@@ -14,7 +13,8 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 import prompts
 from bot.cli_config import (
@@ -24,6 +24,7 @@ from bot.cli_config import (
     registered,
     reload_command,
 )
+from bot.cli_parser import parser as _parser
 from bot.events import utcnow
 from bot.llm.base import Provider
 from bot.onboarding import wizard
@@ -46,45 +47,6 @@ EXIT_CONFIG = 2
 CONSOLE_FLUSH = 0.2  # seconds for the console to print the last answer after the drain
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="chorus", description="Chorus: one AI agent, many chats.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser(
-        "run", help="start the bot on every configured platform (the console when none is)"
-    )
-    run.add_argument(
-        "--role",
-        choices=("all", "gateway", "worker"),
-        default="all",
-        help="all: everything in one process (default); gateway: the platform connections "
-        "only; worker: the agent only (scale out with CHORUS_BUS=redis)",
-    )
-    chat = sub.add_parser("chat", help="chat in the terminal; pipe lines in to script it")
-    chat.add_argument("--user", default=None, help="speak as this console user (default: $USER)")
-    chat.add_argument("--json", action="store_true", help="write one JSON object per answer")
-    insights = sub.add_parser(
-        "insights", help="run the background insights worker as its own process"
-    )
-    insights.add_argument(
-        "--drain",
-        action="store_true",
-        help="analyse every queued job now (ignoring the debounce) and exit",
-    )
-    replay = sub.add_parser(
-        "replay", help="run a recorded or synthetic chat trace through the engagement policy"
-    )
-    replay.add_argument("trace", help="a JSONL trace (see bench/traces/busy_chat.jsonl)")
-    replay.add_argument(
-        "--youtube-read", choices=("stream", "poll"), help="default: YOUTUBE_READ_MODE"
-    )
-    config = sub.add_parser("config", help="show what is configured and what is missing")
-    config.add_argument("--scope", help="every setting a message there gets, with its source")
-    sub.add_parser("reload", help="re-read chorus.toml and .env in the running bot (SIGHUP)")
-    init = sub.add_parser("init", help="set up a model, platforms and a persona: writes .env")
-    wizard.add_arguments(init)
-    return parser
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "init":  # before the settings: it may be replacing a broken .env
@@ -94,7 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"chorus: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    setup_logging(settings.logging.level, settings.logging.format, settings.secret_values())
+    log_file = _chat_log(args, settings)  # a terminal chat: logs to a file, not between turns
+    setup_logging(
+        settings.logging.level, settings.logging.format, settings.secret_values(), log_file
+    )
     settings.log_warnings()
     try:
         from bot.router.scoping import personas, prompt_overrides
@@ -121,10 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings.llm.model_spec()
         if args.command == "run":
-            return aio.run(_run(settings, role=args.role))
+            return aio.run(_run(settings, role=args.role, logs=_path_of(log_file)))
         if args.command == "insights":
             return aio.run(_insights(settings, drain=args.drain))
-        return aio.run(_chat(settings, user=args.user, json_output=args.json))
+        return aio.run(
+            _chat(settings, user=args.user, json_output=args.json, logs=_path_of(log_file))
+        )
     except ConfigError as exc:
         print(f"chorus: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -132,13 +99,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-async def _run(settings: Settings, *, role: str = "all") -> int:
+async def _run(settings: Settings, *, role: str = "all", logs: Path | None = None) -> int:
     from adapters.registry import build_slots, configured_platforms
     from bot.app import Chorus
 
     if role == "all" and not configured_platforms(settings):
         log.info("no platform credentials configured; starting the console adapter")
-        return await _chat(settings, user=None, json_output=False, health=True)
+        return await _chat(settings, user=None, json_output=False, health=True, logs=logs)
     if role != "all" and settings.state.bus != "redis":
         raise ConfigError(
             f"--role {role} needs the Redis Streams bus between processes: set CHORUS_BUS=redis "
@@ -224,14 +191,61 @@ async def _serve(supervisor: Supervisor, app: Chorus | None = None) -> int:
         await asyncio.gather(running, stopping, return_exceptions=True)
 
 
+def _on_terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _chat_log(args: object, settings: Settings) -> TextIO | None:
+    """The log file of a chat on a terminal (``chorus chat``, or ``chorus run`` with no
+    platform configured); None: logs go to stderr."""
+    command = getattr(args, "command", None)
+    if command not in ("chat", "run") or getattr(args, "verbose", True):
+        return None
+    if getattr(args, "json", False) or not _on_terminal():
+        return None
+    from adapters.console_tty import state_dir
+    from adapters.registry import configured_platforms
+
+    if command == "run" and (args.role != "all" or configured_platforms(settings)):  # type: ignore[attr-defined]
+        return None
+
+    try:
+        state_dir().mkdir(parents=True, exist_ok=True)
+        return (state_dir() / "chorus.log").open("a", encoding="utf-8")
+    except OSError:
+        return None
+
+
+def _path_of(stream: TextIO | None) -> Path | None:
+    return Path(stream.name) if stream is not None else None
+
+
 async def _chat(
-    settings: Settings, *, user: str | None, json_output: bool, health: bool = False
+    settings: Settings,
+    *,
+    user: str | None,
+    json_output: bool,
+    health: bool = False,
+    logs: Path | None = None,
 ) -> int:
     """The console. ``health``: also serve /healthz, /readyz and /metrics, as ``chorus run``
-    does with any platform (``chorus chat`` is a tool, ``chorus run`` a deployment)."""
+    does with any platform (``chorus chat`` is a tool, ``chorus run`` a deployment). On a
+    terminal the answers stream; piped, each comes whole (the scripting contract)."""
     from adapters.console import ConsoleAdapter, FdLineReader
+    from adapters.console_tty import Terminal, state_dir
     from bot.app import Chorus
 
+    terminal: Terminal | None = None
+    name = user or _default_user()
+    if _on_terminal() and not json_output:
+        spec = str(settings.llm.model_spec())
+        terminal = Terminal(
+            bot_name=settings.agent.bot_name, model=spec, user=name, history=_history(state_dir())
+        )
+    else:  # pipes never see drafts: the model is asked whole, as before
+        streamed = settings.agent.stream_replies - {"console"}
+        agent = settings.agent.model_copy(update={"stream_replies": streamed})
+        settings = settings.model_copy(update={"agent": agent})
     app = await Chorus.from_settings(settings)
     if health:
         await app.start_health()
@@ -240,12 +254,15 @@ async def _chat(
             app.bus,
             stdin=FdLineReader(sys.stdin.fileno()),
             stdout=sys.stdout,
-            user=user or _default_user(),
+            user=name,
             interactive=sys.stdin.isatty(),
             bot_name=settings.agent.bot_name,
             reply_timeout=settings.llm.llm_timeout * (settings.llm.llm_max_retries + 2) + 30,
             json_output=json_output,
+            terminal=terminal,
         )
+        if terminal is not None:
+            terminal.welcome(logs)
         stop = asyncio.Event()
         on_stop_signals(stop, app.hurry)
         on_reload_signal(app)
@@ -369,6 +386,15 @@ def _replay(trace: str, settings: Settings, *, youtube_read: str | None = None) 
         return EXIT_CONFIG
     print(format_report(report))
     return 0 if report.ok else 1
+
+
+def _history(directory: Path) -> Path | None:
+    """The line history file, when its directory can be made."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return directory / "history"
 
 
 def _default_user() -> str:

@@ -16,6 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    RootModel,
     SerializerFunctionWrapHandler,
     model_serializer,
 )
@@ -242,6 +243,32 @@ class Reply(_Frozen):
     # The quota units its turn reserved (bot/quota/ledger.py): the sender pays from them and
     # releases the rest. None where replies cost nothing.
     budget_hold: str | None = None
+
+
+class ReplyDraft(_Frozen):
+    """The answer to ``reply_to_id`` so far, while the model is still writing it (streaming).
+
+    Published on ``outbound:<platform>`` before the final ``Reply`` (same partition, so in
+    order), and only for platforms that can edit a message. ``text`` is the whole draft, not a
+    delta: the latest draft wins, so a gateway may skip any of them, and a worker that took the
+    turn over after a crash simply starts the draft again. ``status`` says what runs meanwhile
+    (a tool: "fetching a page"), shown while ``text`` is empty or the model is busy. The final
+    ``Reply`` with the same conversation and ``reply_to_id`` replaces whatever a draft showed.
+    """
+
+    conversation: ConversationKey
+    reply_to_id: str = Field(min_length=1, max_length=256)
+    text: str = ""
+    status: str | None = None
+    addressed_user_ids: tuple[str, ...] = ()
+    seq: int = Field(ge=1, description="the draft's number within its turn, from 1")
+
+
+class Outbound(RootModel[Reply | ReplyDraft]):
+    """What ``outbound:<platform>`` carries: a final ``Reply`` or a ``ReplyDraft``. A consumer
+    that only knows ``Reply`` drops a draft (it does not fit the model) and loses nothing."""
+
+    model_config = ConfigDict(frozen=True)
 
 
 class MessageDeleted(_Frozen):

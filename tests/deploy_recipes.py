@@ -25,7 +25,7 @@ import kubernetes_validate
 import yaml
 
 from bot import cli
-from bot.cli import _parser
+from bot.cli_parser import parser as _parser
 from bot.settings.agent import AgentSettings
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+import re
 from pathlib import Path
 
+from bot.cli_parser import parser, version
 from bot.settings import NO_LLM_MESSAGE
 from tests.test_chat_e2e import base_env, run_chorus
 
@@ -72,3 +75,18 @@ async def test_replay_reports_the_shipped_busy_trace(tmp_path: Path) -> None:
 async def test_replay_of_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     code, _, err = await run_chorus(["replay", "nope.jsonl"], base_env(tmp_path), tmp_path)
     assert code == 2 and "cannot read nope.jsonl" in err
+
+
+async def test_version_and_every_subcommand_help_shows_an_example(tmp_path: Path) -> None:
+    code, out, err = await run_chorus(["--version"], base_env(tmp_path), tmp_path)
+    assert code == 0 and out.strip() == f"chorus {version()}", err
+    assert re.fullmatch(r"chorus \d+\.\d+\.\d+\S*", out.strip())
+    code, out, _ = await run_chorus(["chat", "--help"], base_env(tmp_path), tmp_path)
+    assert code == 0 and "--verbose" in out and "examples:" in out
+    top = parser()
+    action = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    commands: dict[str, argparse.ArgumentParser] = action.choices
+    assert set(commands) == {"run", "chat", "insights", "replay", "config", "reload", "init"}
+    for name, sub in commands.items():
+        text = sub.format_help()
+        assert "examples:" in text and f"chorus {name}" in text.split("examples:")[1], name

@@ -64,6 +64,10 @@ TOP_LEVEL_MODULES = {
     "events.py",
     "resilience.py",
 }
+# The command line itself (subcommands, options, examples): read by the composition root.
+MAY_IMPORT["bot.cli_parser"] = BASE | {"bot.onboarding"}
+MAY_IMPORT["bot.cli"].add("bot.cli_parser")
+TOP_LEVEL_MODULES.add("cli_parser.py")
 
 
 def _modules() -> Iterator[tuple[str, Path]]:

@@ -2,13 +2,11 @@
 
 Each case calls the function production uses (the system prompt's builder, the live-chat turn,
 the context block, the insights request, the agent's and the router's fallbacks, the commands,
-the toolbox, the console, Discord's slash commands) with fixed inputs and compares the result
-with ``tests/golden/<case>.txt``. A mismatch fails with a diff. After a deliberate change to a
-prompt, ``CHORUS_UPDATE_GOLDEN=1 pytest tests/test_prompts_golden.py`` rewrites the files, and
-the diff of ``tests/golden`` is the review of what users and models will read.
-
-A last test renders every case while recording which prompts were loaded, so a prompt file
-without a golden case fails here (``test_prompt_names`` checks that each is used by code).
+the toolbox, the console, Discord's slash commands, what shows while an answer is written) with
+fixed inputs and compares the result with ``tests/golden/<case>.txt`` (a diff when it differs).
+``CHORUS_UPDATE_GOLDEN=1 pytest tests/test_prompts_golden.py`` rewrites the files after a
+deliberate change: the diff of ``tests/golden`` is the review of what users and models read. A
+last test renders every case recording the prompts loaded: a prompt without a case fails here.
 """
 
 from __future__ import annotations
@@ -57,6 +55,7 @@ from insights.analyse import (
 )
 from tests import golden_plugins, thanks_rig
 from tests.golden_persona import system_persona
+from tests.golden_progress import progress_texts
 from tests.golden_safety import SAFETY_CASES, shown
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -378,6 +377,7 @@ async def _discord(redis: Redis) -> str:
 
 
 CASES["plugin_commands"] = golden_plugins.plugin_commands
+CASES["progress"] = progress_texts
 CASES["system_persona"] = system_persona
 CASES.update(SAFETY_CASES, live_thanks=thanks_rig.live_thanks)
 

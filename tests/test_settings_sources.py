@@ -78,6 +78,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_TURN_BUDGET": (("agent.turn_budget_seconds",), "30", 30.0),
     "CHORUS_MAX_TURNS_IN_FLIGHT": (("agent.max_turns_in_flight",), "64", 64),
     "CHORUS_SHUTDOWN_GRACE": (("agent.shutdown_grace",), "7.5", 7.5),
+    "CHORUS_STREAM_REPLIES": (("agent.stream_replies",), "slack, discord", {"slack", "discord"}),
     "CHORUS_REASONING": (("agent.reasoning",), "high", "high"),
     "CHORUS_REASONING_MAX": (("agent.reasoning_max",), "high", "high"),
     "CHORUS_TOOLS_ENABLED": (
@@ -222,6 +223,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "SLACK_AMBIENT_CHANNELS": (("slack.ambient_channels",), "C1,C2", frozenset({"C1", "C2"})),
     "SLACK_ALWAYS_ANSWER_CHANNELS": (("slack.always_answer_channels",), "C3", frozenset({"C3"})),
     "SLACK_MAX_FILE_BYTES": (("slack.max_file_bytes",), "1024", 1024),
+    "SLACK_NATIVE_STREAMING": (("slack.native_streaming",), "false", False),
     "TWITCH_CLIENT_ID": (("twitch.client_id",), "client-env-file", "client-env-file"),
     "TWITCH_CLIENT_SECRET": (("twitch.client_secret",), "tsecret-env-file", "tsecret-env-file"),
     "TWITCH_ACCESS_TOKEN": (("twitch.access_token",), "access-env-file", "access-env-file"),

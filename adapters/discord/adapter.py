@@ -37,12 +37,14 @@ from pydantic import BaseModel
 
 import prompts
 from adapters.discord import convert
+from adapters.discord.live import DiscordLive, adopt
 from adapters.discord.sender import DiscordSender, TypingIndicators
 from adapters.discord.slash import build_group, build_native
 from bot.bus.base import BusClosed, Delivery, EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
-from bot.events import Reply
+from bot.events import Outbound, Reply, ReplyDraft
 from bot.platform.commands import NativeCommand
+from bot.platform.streaming import LiveAnswers
 from bot.resilience import Sleep
 from bot.settings import ConfigError, DiscordSettings
 from bot.settings.discord import PORTAL_URL
@@ -51,6 +53,7 @@ log = logging.getLogger("chorus.discord")
 
 PLATFORM = convert.PLATFORM
 MAX_CONCURRENT_SENDS = 32
+DRAFT_INTERVAL = 1.0  # seconds between the edits of a streamed answer, at least
 
 BAD_TOKEN = (
     "Discord rejected DISCORD_TOKEN (401 Unauthorized). Copy the bot token from the Discord "
@@ -193,6 +196,7 @@ class DiscordAdapter:
             self.sender, self.client.http.send_typing, timeout=settings.typing_timeout
         )
         self._interactions: dict[str, asyncio.Future[Reply]] = {}
+        self.live = LiveAnswers(self._live_view, interval=DRAFT_INTERVAL)  # streamed answers
         self._outbound: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[None]] = set()
         self._send_slots = asyncio.Semaphore(MAX_CONCURRENT_SENDS)
@@ -261,6 +265,7 @@ class DiscordAdapter:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.live.aclose()
         await self.typing.aclose()
         for future in self._interactions.values():
             future.cancel()
@@ -365,10 +370,15 @@ class DiscordAdapter:
     # -- outbound -------------------------------------------------------------------------------
     async def _consume_outbound(self) -> None:
         async for delivery in self.bus.consume(
-            outbound_topic(PLATFORM), Reply, group="outbound", consumer="discord"
+            outbound_topic(PLATFORM), Outbound, group="outbound", consumer="discord"
         ):
+            event = delivery.event.root
+            if isinstance(event, ReplyDraft):  # in bus order, before the answer's Reply
+                self.live.draft(event)
+                await delivery.ack()
+                continue
             await self._send_slots.acquire()
-            task = asyncio.create_task(self._deliver(delivery), name="discord-send")
+            task = asyncio.create_task(self._deliver(delivery, event), name="discord-send")
             self._sends.add(task)
             task.add_done_callback(self._send_done)
 
@@ -376,8 +386,15 @@ class DiscordAdapter:
         self._sends.discard(task)
         self._send_slots.release()
 
-    async def _deliver(self, delivery: Delivery[Reply]) -> None:
-        reply = delivery.event
+    def _live_view(self, draft: ReplyDraft) -> DiscordLive | None:
+        """The view of a streamed answer; None for slash commands (answered privately)."""
+        if draft.reply_to_id in self._interactions:
+            return None
+        return DiscordLive(
+            self.client, self.sender, draft, on_shown=lambda: self.typing.stop(draft.reply_to_id)
+        )
+
+    async def _deliver(self, delivery: Delivery[Outbound], reply: Reply) -> None:
         self.typing.stop(reply.reply_to_id)
         pending = self._interactions.get(reply.reply_to_id or "")
         try:
@@ -394,6 +411,8 @@ class DiscordAdapter:
         await delivery.ack()
 
     async def _send_reply(self, reply: Reply) -> None:
+        if await self.live.finish(reply):
+            return  # the streamed message(s) now show the final answer
         pieces = convert.reply_to_outgoing(reply)
         if not pieces:
             log.warning("empty reply not sent", extra={"reply_to_id": reply.reply_to_id})
@@ -401,21 +420,4 @@ class DiscordAdapter:
         key = f"channel:{pieces[0].channel_id}"
         async with self.sender.lock(key):
             for piece in pieces:
-                await self.sender.call_locked(lambda p=piece: self._post(p), what="send", key=key)  # type: ignore[misc]
-
-    async def _post(self, piece: convert.Outgoing) -> discord.Message:
-        channel = self.client.get_partial_messageable(piece.channel_id)
-        reference = (
-            discord.MessageReference(
-                message_id=piece.reply_to, channel_id=piece.channel_id, fail_if_not_exists=False
-            )
-            if piece.reply_to is not None
-            else None
-        )
-        extra: dict[str, Any] = {} if piece.nonce is None else {"nonce": piece.nonce}
-        return await channel.send(
-            content=piece.content,
-            reference=reference,  # type: ignore[arg-type]
-            allowed_mentions=convert.allowed_mentions(piece.mention_user_ids),
-            **extra,
-        )
+                await adopt(self.client, self.sender, key, piece)

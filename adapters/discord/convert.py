@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import discord
 
+import prompts
 from bot.events import (
     Attachment,
     AttachmentKind,
@@ -33,6 +34,7 @@ from bot.events import (
     ConversationKey,
     MessageDeleted,
     Reply,
+    ReplyDraft,
     Role,
 )
 from bot.platform.textsplit import split_text
@@ -271,9 +273,9 @@ def reply_to_outgoing(reply: Reply, limit: int = MESSAGE_LIMIT) -> list[Outgoing
     only once within its dedupe window instead of posting it twice.
     """
     channel_id = send_target(reply.conversation)
-    reply_to = _snowflake(reply.reply_to_id)
+    reply_to = snowflake(reply.reply_to_id)
     users = tuple(
-        dict.fromkeys(uid for uid in map(_snowflake, reply.addressed_user_ids) if uid is not None)
+        dict.fromkeys(uid for uid in map(snowflake, reply.addressed_user_ids) if uid is not None)
     )
     pieces = split_text(neutralise(reply.text), limit)
     return [
@@ -282,10 +284,25 @@ def reply_to_outgoing(reply: Reply, limit: int = MESSAGE_LIMIT) -> list[Outgoing
             content=piece,
             reply_to=reply_to if index == 0 else None,
             mention_user_ids=users,
-            nonce=f"r{reply_to}.{index}"[:25] if reply_to is not None else None,
+            nonce=piece_nonce(reply_to, index),
         )
         for index, piece in enumerate(pieces)
     ]
+
+
+def draft_contents(draft: ReplyDraft, limit: int = MESSAGE_LIMIT) -> list[str]:
+    """The messages that show a draft: its text so far, neutralised and split like the final
+    answer, and what runs meanwhile as a small grey line under it (the "..." of progress)."""
+    text = neutralise(draft.text).strip()
+    if draft.status:
+        status = prompts.render("discord/status", activity=draft.status)
+        text = f"{text}\n{status}" if text else status
+    return split_text(text, limit)
+
+
+def piece_nonce(reply_to: int | None, index: int) -> str | None:
+    """The nonce of piece ``index`` of the answer to ``reply_to`` (drafts and final share it)."""
+    return f"r{reply_to}.{index}"[:25] if reply_to is not None else None
 
 
 def followup_pieces(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
@@ -303,5 +320,5 @@ def allowed_mentions(user_ids: Iterable[int] = ()) -> discord.AllowedMentions:
     )
 
 
-def _snowflake(value: str | None) -> int | None:
+def snowflake(value: str | None) -> int | None:
     return int(value) if value is not None and _SNOWFLAKE.match(value) else None

@@ -15,6 +15,11 @@ buckets, the global limit, and a 429's ``retry_after`` (see its ``http.py``
   creates carry a deterministic nonce (see ``convert.reply_to_outgoing``), so a retry whose
   first attempt did reach Discord does not post twice.
 
+* it keeps every channel's message calls (create, edit, delete) within Discord's observed
+  limit of 5 per 5 seconds per channel (a sliding window: a sixth call waits), and lets a
+  streamed answer's drafts (``pace``) use it only while a call is left for the final answer,
+  so an edit never makes the answer late or draws a 429.
+
 Quirk (discord.py 2.7 ``http.py``): a 429 without a ``Via`` header is taken for a Cloudflare
 ban and raised as ``HTTPException`` without any retry.
 """
@@ -24,6 +29,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from types import SimpleNamespace
@@ -40,6 +47,10 @@ T = TypeVar("T")
 _TOKEN_IN_PATH = re.compile(r"/(interactions|webhooks)/(\d+)/[^/]+")
 DEFAULT_POLICY = RetryPolicy(max_retries=3, base_delay=1.0, max_delay=15.0)
 TYPING_REFRESH = 8.0  # Discord shows "typing" for 10 s after each trigger
+# Message calls per channel: Discord does not publish per-route numbers (read the headers, it
+# says); 5 per 5 s is what bots observe for sends, and edits share the channel's bucket.
+MESSAGE_RATE = (5, 5.0)
+DRAFT_RESERVE = 1  # calls of the window a draft leaves for the final answer
 
 
 def redact_path(path: str) -> str:
@@ -68,8 +79,13 @@ class DiscordSender:
         sleep: Sleep = asyncio.sleep,
         max_wait: float = 300.0,
         policy: RetryPolicy = DEFAULT_POLICY,
+        message_rate: tuple[int, float] = MESSAGE_RATE,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._sleep = sleep
+        self.message_rate = message_rate
+        self._clock = clock
+        self._windows: dict[str, deque[float]] = {}  # channel key -> times of message calls
         # A rate limit longer than ``max_wait`` is given up on: the answer would be too late.
         self._policy = replace(policy, max_retry_after=max_wait, too_long="give_up")
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
@@ -83,6 +99,32 @@ class DiscordSender:
         """Run ``op`` under ``key``'s lock, retrying what discord.py leaves to us."""
         async with self.lock(key):
             return await self.call_locked(op, what=what, key=key)
+
+    async def pace(self, key: str, reserve: int = DRAFT_RESERVE) -> None:
+        """Wait until ``key``'s window has room for a call with ``reserve`` calls left over
+        (a draft's edit; the call itself is counted when it is made)."""
+        await self._window_room(key, reserve)
+
+    async def message_call(self, key: str, op: Callable[[], Awaitable[T]], *, what: str) -> T:
+        """A message create, edit or delete in channel ``key`` (its lock held by the caller):
+        within the channel's window, then as ``call_locked``."""
+        await self._window_room(key, 0)
+        window = self._windows.setdefault(key, deque())
+        window.append(self._clock())
+        return await self.call_locked(op, what=what, key=key)
+
+    async def _window_room(self, key: str, reserve: int) -> None:
+        limit, period = self.message_rate
+        while True:
+            window = self._windows.setdefault(key, deque())
+            now = self._clock()
+            while window and window[0] <= now - period:
+                window.popleft()
+            if len(window) < limit - reserve:
+                if not window:
+                    del self._windows[key]  # (an idle channel keeps nothing)
+                return
+            await asyncio.sleep(window[0] + period - now + 0.01)  # real time: the window's
 
     async def call_locked(self, op: Callable[[], Awaitable[T]], *, what: str, key: str) -> T:
         """``call`` for a caller that already holds ``lock(key)``.

@@ -49,18 +49,21 @@ from adapters.slack.convert import (
     thread_root,
 )
 from adapters.slack.intake import Before, Intake, after
+from adapters.slack.live import NativeStreams, SlackLive
 from adapters.slack.sender import SlackSender, SlackSendError, file_hosts, host_allowed
 from adapters.slack.state import SeenSet, TTLCache
 from adapters.slack.transport import AUTH_ERRORS, connect_socket, serve_http
 from bot.bus.base import Delivery, EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
-from bot.events import Attachment, AttachmentKind, Author, Reply
+from bot.events import Attachment, AttachmentKind, Author, Outbound, Reply, ReplyDraft
+from bot.platform.streaming import LiveAnswers
 from bot.settings import ConfigError, SlackSettings
 from bot.settings.slack import APPS_URL, SlackMode
 
 log = logging.getLogger("chorus.slack")
 
 MAX_IN_FLIGHT_REPLIES = 256
+DRAFT_INTERVAL = 1.0  # seconds between the updates of a streamed answer, at least
 
 
 class _StaticAuthorize(AsyncAuthorize):
@@ -110,7 +113,9 @@ class SlackAdapter:
         self._users: TTLCache[str, Author] = TTLCache(ttl=3600, maxsize=10_000)
         self._commands: TTLCache[str, tuple[str, str]] = TTLCache(ttl=30 * 60, maxsize=10_000)
         self._intake = Intake()
-        self._lanes: dict[str, deque[Delivery[Reply]]] = {}
+        self._lanes: dict[str, deque[tuple[Delivery[Outbound], Reply]]] = {}
+        self._native = NativeStreams(enabled=settings.native_streaming)
+        self.live = LiveAnswers(self._live_view, interval=DRAFT_INTERVAL)  # streamed answers
         self._lane_tasks: dict[str, asyncio.Task[None]] = {}
         self._capacity: asyncio.Semaphore | None = None
         self._outbound: asyncio.Task[None] | None = None
@@ -182,6 +187,7 @@ class SlackAdapter:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.live.aclose()
         await self.sender.aclose()
 
     async def _authenticate(self) -> AuthorizeResult:
@@ -371,10 +377,17 @@ class SlackAdapter:
     # -- outbound ----------------------------------------------------------------------------
     async def _send_loop(self) -> None:
         assert self._capacity is not None
-        async for delivery in self.bus.consume(outbound_topic(PLATFORM), Reply, group="outbound"):
+        async for delivery in self.bus.consume(
+            outbound_topic(PLATFORM), Outbound, group="outbound"
+        ):
+            event = delivery.event.root
+            if isinstance(event, ReplyDraft):  # in bus order, before the answer's Reply
+                self.live.draft(event)
+                await delivery.ack()
+                continue
             await self._capacity.acquire()  # bounds what is pulled off the bus but not yet sent
-            channel = delivery.event.conversation.channel
-            self._lanes.setdefault(channel, deque()).append(delivery)
+            channel = event.conversation.channel
+            self._lanes.setdefault(channel, deque()).append((delivery, event))
             if channel not in self._lane_tasks:
                 self._lane_tasks[channel] = asyncio.create_task(
                     self._drain_lane(channel), name=f"slack-lane-{channel}"
@@ -384,15 +397,22 @@ class SlackAdapter:
         lane = self._lanes[channel]
         try:
             while lane:
-                await self._deliver(lane.popleft())
+                await self._deliver(*lane.popleft())
         finally:
             self._lane_tasks.pop(channel, None)
             if not lane:
                 self._lanes.pop(channel, None)
 
-    async def _deliver(self, delivery: Delivery[Reply]) -> None:
+    def _live_view(self, draft: ReplyDraft) -> SlackLive | None:
+        """The view of a streamed answer; None for slash commands (answered privately)."""
+        if self._commands.get(draft.reply_to_id) is not None:
+            return None
+        team, threads = (self.identity.team_id if self.identity else None), self._threads
+        on_posted = lambda channel, ts: threads.add(f"{channel}:{ts}")  # noqa: E731
+        return SlackLive(self.sender, draft, native=self._native, team_id=team, on_posted=on_posted)
+
+    async def _deliver(self, delivery: Delivery[Outbound], reply: Reply) -> None:
         assert self._capacity is not None
-        reply = delivery.event
         try:
             await self._send(reply)
         except asyncio.CancelledError:
@@ -416,6 +436,8 @@ class SlackAdapter:
             for body in command_response(reply):
                 await self.sender.respond(response_url, body, channel=channel)
             return
+        if await self.live.finish(reply):
+            return  # the streamed message(s) now show the final answer
         posts = reply_to_posts(reply)
         if not posts:
             log.warning("empty slack reply not sent", extra={"reply_to_id": reply.reply_to_id})

@@ -14,6 +14,13 @@ one-liners:
   (``bot.resilience``); anything else (``channel_not_found``, ``not_in_channel``,
   ``invalid_auth``...) raises at once: retrying cannot fix it.
 
+- **per method and workspace** for what a streamed answer calls (``Windows``): Slack counts
+  those per method, per workspace, per app, in tiers: ``chat.update`` Tier 3 (50 a minute),
+  ``chat.appendStream`` Tier 4 (100), ``chat.startStream`` counted as Tier 2 (20: its tier is
+  not documented; the conservative guess), ``chat.stopStream`` and
+  ``assistant.threads.setStatus`` as Tier 3. A draft waits for room with part of each window
+  kept for final answers (``pace``), and a final waits only for the window itself.
+
 The sender sleeps only in the outbound worker that called it; bolt's event handlers never
 wait on it for anything but a one-shot lookup with no retries.
 """
@@ -24,6 +31,7 @@ import asyncio
 import ipaddress
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -55,6 +63,50 @@ _RETRYABLE_ERRORS = frozenset(
     {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
 )
 _MAX_CHANNEL_SLOTS = 10_000
+# Calls per minute per workspace of the methods a streamed answer uses (see the docstring).
+METHOD_RATES: dict[str, int] = {
+    "chat.update": 50,
+    "chat.appendStream": 100,
+    "chat.startStream": 20,
+    "chat.stopStream": 50,
+    "chat.delete": 50,
+    "assistant.threads.setStatus": 50,
+}
+DRAFT_SHARE = 0.8  # of a method's window that drafts may use; the rest is for final answers
+
+
+class Windows:
+    """Sliding one-minute windows of calls per method (``METHOD_RATES``)."""
+
+    def __init__(
+        self,
+        rates: Mapping[str, int] | None = None,
+        *,
+        period: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rates = dict(METHOD_RATES if rates is None else rates)
+        self.period = period
+        self._clock = clock
+        self._calls: dict[str, deque[float]] = {}
+
+    def room(self, method: str, share: float = 1.0) -> float:
+        """Seconds until a call of ``method`` fits within ``share`` of its window (0: now)."""
+        limit = max(1, int(self.rates.get(method, 1_000_000) * share))
+        calls = self._calls.setdefault(method, deque())
+        now = self._clock()
+        while calls and calls[0] <= now - self.period:
+            calls.popleft()
+        return 0.0 if len(calls) < limit else calls[-limit] + self.period - now
+
+    async def take(self, method: str, share: float = 1.0) -> None:
+        """Wait for room (real time: the window's), then count one call."""
+        while True:
+            wait = self.room(method, share)
+            if wait <= 0:
+                break
+            await asyncio.sleep(wait + 0.01)
+        self._calls[method].append(self._clock())
 
 
 class SlackSendError(Exception):
@@ -97,6 +149,7 @@ class SlackSender:
         self._next_slot: dict[str, float] = {}
         self._http = http
         self._owns_http = http is None
+        self.windows = Windows(clock=clock)
 
     # -- call sites (one-liners) ------------------------------------------------------------
     async def post_message(self, post: PostArgs) -> AsyncSlackResponse:
@@ -105,6 +158,34 @@ class SlackSender:
             channel=post.channel,
             what="chat.postMessage",
             idempotent=False,
+        )
+
+    async def pace(self, method: str) -> None:
+        """Wait until a draft may call ``method`` (within ``DRAFT_SHARE`` of its window)."""
+        while True:
+            wait = self.windows.room(method, DRAFT_SHARE)
+            if wait <= 0:
+                return
+            await asyncio.sleep(wait + 0.01)
+
+    async def stream_call(self, method: str, **kwargs: Any) -> AsyncSlackResponse:
+        """One call of a streamed answer (``chat.startStream``, ``chat.appendStream``,
+        ``chat.stopStream``, ``chat.update``, ``assistant.threads.setStatus``) within its
+        method's window; retried like any call unless it posts (``chat.startStream``)."""
+        calls: dict[str, Callable[..., Awaitable[AsyncSlackResponse]]] = {
+            "chat.startStream": self.client.chat_startStream,
+            "chat.appendStream": self.client.chat_appendStream,
+            "chat.stopStream": self.client.chat_stopStream,
+            "chat.update": self.client.chat_update,
+            "chat.delete": self.client.chat_delete,
+            "assistant.threads.setStatus": self.client.assistant_threads_setStatus,
+        }
+        call = calls[method]
+        await self.windows.take(method)
+        return await self.request(
+            lambda: call(**kwargs),
+            what=method,
+            idempotent=method not in ("chat.startStream", "chat.appendStream"),
         )
 
     async def respond(self, response_url: str, body: dict[str, Any], *, channel: str) -> None:

@@ -7,6 +7,13 @@ wall-clock budget (``CHORUS_TURN_BUDGET``). Nothing a tool does can crash the lo
 turns unknown, raising and timed-out tools into ``is_error`` results), every exit is logged with
 its reason, and usage is summed over the turn.
 
+Streaming: given a ``ReplySink`` (the router's draft publisher), each model call is streamed
+and its text deltas go to the sink as they arrive; when the model calls tools, the sink hears
+that the text so far is not the answer (``reset``) and, if the tools take longer than
+``progress_delay``, which tools run (``working``). A stream that breaks after its first text is
+asked again whole (``complete``) with the draft reset, so streaming never costs an answer the
+unstreamed path would have given. Without a sink the loop calls ``complete`` as before.
+
 Caching within a loop: each iteration moves one cache point to the end of the newest tool
 results, so iteration N+1 reads everything iteration N sent from the cache. The other points
 (tools, system text, end of history) come from the request and stay where they are; together
@@ -30,6 +37,7 @@ from pydantic import BaseModel, ConfigDict
 import prompts
 from bot.llm.base import Provider
 from bot.llm.caching import cache_missed
+from bot.llm.errors import ProviderUnavailable
 from bot.llm.types import (
     CachePoint,
     LLMRequest,
@@ -37,6 +45,7 @@ from bot.llm.types import (
     Message,
     Part,
     StopReason,
+    TextDelta,
     ToolCallPart,
     ToolResultPart,
     Usage,
@@ -78,10 +87,24 @@ class ToolRunner(Protocol):
     ) -> list[ToolResultPart]: ...
 
 
+class ReplySink(Protocol):
+    """Where a streamed turn shows its progress. Never raises (it may stop showing)."""
+
+    async def text(self, delta: str) -> None:
+        """More text of the current model call."""
+
+    async def reset(self) -> None:
+        """The text so far is not the answer (the model called tools, or asked again)."""
+
+    async def working(self, tools: Sequence[str]) -> None:
+        """These tools are running (said once they take longer than ``progress_delay``)."""
+
+
 @dataclass(frozen=True)
 class LoopLimits:
     max_iterations: int = 24
     budget_seconds: float = 120.0
+    progress_delay: float = 0.5  # a tool call this long is shown on a streamed turn
 
 
 # A misconfigured prompt misses the cache on every turn; one warning per model this often says
@@ -106,9 +129,12 @@ class Agent:
         self._clock = clock
         self._cache_warned: dict[tuple[str, str], tuple[float, int]] = {}  # -> (when, misses)
 
-    async def run(self, request: LLMRequest, ctx: ToolContext | None = None) -> AgentResult:
+    async def run(
+        self, request: LLMRequest, ctx: ToolContext | None = None, sink: ReplySink | None = None
+    ) -> AgentResult:
         """One turn: model calls and tool calls until an exit rule fires. Never raises for a
-        tool's sake; provider errors (after the provider's own retries) propagate."""
+        tool's sake; provider errors (after the provider's own retries) propagate. With a
+        ``sink``, the model's text is streamed to it as it is written."""
         deadline = self._clock() + self.limits.budget_seconds
         messages = list(request.messages)
         usage = Usage()
@@ -131,7 +157,10 @@ class Agent:
             started = time.perf_counter()
             try:
                 async with asyncio.timeout(remaining):
-                    response = await self.provider.complete(call)
+                    if sink is None:
+                        response = await self.provider.complete(call)
+                    else:
+                        response = await self._streamed(call, sink)
             except TimeoutError:
                 llm_seconds += time.perf_counter() - started
                 reason = ExitReason.BUDGET
@@ -152,7 +181,9 @@ class Agent:
                 reason = _final_reason(response)
                 break
             tools_started = time.perf_counter()
-            results = await self._run_tools(tool_calls, ctx, deadline)
+            if sink is not None:
+                await sink.reset()
+            results = await self._run_tools(tool_calls, ctx, deadline, sink)
             tool_seconds += time.perf_counter() - tools_started
             if results is None:
                 reason = ExitReason.BUDGET
@@ -180,15 +211,58 @@ class Agent:
         self._log_exit(request.model, result)
         return result
 
+    async def _streamed(self, call: LLMRequest, sink: ReplySink) -> LLMResponse:
+        """One model call, streamed: its text deltas to ``sink``, its response returned."""
+        response: LLMResponse | None = None
+        started = False
+        try:
+            async for event in self.provider.stream(call):
+                if isinstance(event, TextDelta):
+                    started = True
+                    await sink.text(event.text)
+                else:
+                    response = event
+        except ProviderUnavailable:
+            if not started:
+                raise  # retried (and fallen back) by the provider already
+            log.warning("model stream broke after it started; asking again without streaming")
+            await sink.reset()
+            return await self.provider.complete(call)
+        if response is None:
+            raise ProviderUnavailable(
+                "the model's stream ended without an answer",
+                provider=getattr(self.provider, "name", ""),
+                status=None,
+                attempts=1,
+            )
+        return response
+
     async def _run_tools(
-        self, calls: Sequence[ToolCallPart], ctx: ToolContext, deadline: float
+        self,
+        calls: Sequence[ToolCallPart],
+        ctx: ToolContext,
+        deadline: float,
+        sink: ReplySink | None = None,
     ) -> list[ToolResultPart] | None:
         assert self.tools is not None
+        announce = (
+            asyncio.create_task(self._announce(sink, [c.name for c in calls]))
+            if sink is not None
+            else None
+        )
         try:
             async with asyncio.timeout(max(0.0, deadline - self._clock())):
                 return await self.tools.execute_all(calls, ctx)
         except TimeoutError:
             return None
+        finally:
+            if announce is not None:  # never after the tools: the answer may follow at once
+                announce.cancel()
+                await asyncio.gather(announce, return_exceptions=True)
+
+    async def _announce(self, sink: ReplySink, names: Sequence[str]) -> None:
+        await asyncio.sleep(self.limits.progress_delay)
+        await sink.working(names)
 
     def _report_cache(self, model: str, usage: Usage, iteration: int) -> None:
         provider = getattr(self.provider, "name", "")

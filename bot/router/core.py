@@ -9,10 +9,8 @@ for the next worker. The router keeps a reference to every task it spawns.
 
 Delivery is at-least-once, so each message is claimed in Redis with ``SET NX`` before work
 starts and marked done in the same pipeline that appends the history: a redelivered message that
-was already answered is skipped, never answered twice.
-
-A Redis outage mid-turn is waited out (``bot.state.outages``): the read is retried, the answer is
-kept and recorded once Redis is back, so a restart costs latency, not answers or apologies.
+was already answered is skipped, never answered twice. A Redis outage mid-turn is waited out
+(``bot.state.outages``): the answer is kept and recorded once Redis is back, never lost.
 """
 
 from __future__ import annotations
@@ -45,6 +43,7 @@ from bot.ops.aio import shielded
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.plugins.runtime import TurnHooks
 from bot.router import record, safety_hooks
+from bot.router.drafts import Drafts
 from bot.router.flow import Admission, Shutdown, admit, release_quietly
 from bot.router.housekeeping import consume_deletions, dead_letter
 from bot.router.items import Item, answer_item, turn_item
@@ -104,6 +103,7 @@ class Router:
             done_seconds=self.limits.done_seconds,
         )
         self.live = live
+        self.drafts = Drafts(bus, lambda _: False)  # streamed answers: app.py sets the real one
         self._queues: dict[ConversationKey, deque[Item]] = {}
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
         self._acks: set[asyncio.Task[None]] = set()
@@ -355,8 +355,9 @@ class Router:
             context=context,
             reasoning=decide(message.text, profile.reasoning, profile.reasoning_max),
         )
+        drafts = self.drafts.open(message, item.reply_to_id, item.addressed)  # None: not streamed
         try:
-            result = await profile.agent.run(request, ctx)
+            result = await profile.agent.run(request, ctx, drafts)
         except LLMError as exc:
             self.metrics.llm_error(request.model, type(exc).__name__)
             log.error(

@@ -1,5 +1,6 @@
 """How one message is answered: identity, size limits, the tool loop's caps and reasoning, and
-how many turns a process holds and how long it lets them finish when it stops.
+how many turns a process holds and how long it lets them finish when it stops, and where answers
+are streamed (shown while the model writes them) instead of sent once whole.
 
 These are the router's and the agent's knobs, apart from the LLM section because they hold for
 whichever vendor answers.
@@ -7,11 +8,18 @@ whichever vendor answers.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from bot.settings.base import Section
+from bot.events import ConversationKey
+from bot.settings.base import Section, comma_set
+
+# The platforms whose adapters can show an answer while it is written (they edit a message or
+# print as it comes); Twitch and YouTube cannot edit a chat message, so they get it whole.
+STREAMING_PLATFORMS = frozenset({"console", "discord", "slack"})
+_ALL = frozenset({"on", "auto", "true", "yes", "1", "all"})
+_NONE = frozenset({"off", "false", "no", "0", "none"})
 
 
 class AgentSettings(Section):
@@ -33,3 +41,32 @@ class AgentSettings(Section):
         default=128, ge=1, validation_alias="CHORUS_MAX_TURNS_IN_FLIGHT"
     )
     shutdown_grace: float = Field(default=20.0, ge=0, validation_alias="CHORUS_SHUTDOWN_GRACE")
+    stream_replies: frozenset[str] = Field(
+        default=STREAMING_PLATFORMS, validation_alias="CHORUS_STREAM_REPLIES"
+    )
+
+    @field_validator("stream_replies", mode="before")
+    @classmethod
+    def _platforms(cls, value: Any) -> Any:
+        """``on`` (every platform that can), ``off``, or a comma list of platforms."""
+        if isinstance(value, str):
+            word = value.strip().lower()
+            if word in _ALL:
+                return STREAMING_PLATFORMS
+            if word in _NONE or not word:
+                return frozenset()
+            value = comma_set(word)
+        if isinstance(value, frozenset | set | list | tuple):
+            unknown = sorted(set(value) - STREAMING_PLATFORMS)
+            if unknown:
+                raise ValueError(
+                    f"cannot stream to {', '.join(unknown)}: use on, off or a list of "
+                    f"{', '.join(sorted(STREAMING_PLATFORMS))}"
+                )
+            return frozenset(value)
+        return value
+
+    def streams(self, conversation: ConversationKey) -> bool:
+        """Whether answers in ``conversation`` are streamed: the one place that decides it, so
+        a per-scope setting can override it here later."""
+        return conversation.platform in self.stream_replies

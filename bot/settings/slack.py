@@ -45,6 +45,12 @@ class SlackSettings(Section):
     max_file_bytes: int = Field(
         default=5 * 1024 * 1024, ge=0, validation_alias="SLACK_MAX_FILE_BYTES"
     )
+    native_streaming: bool = Field(
+        default=True,
+        description="stream answers with chat.startStream/appendStream/stopStream; off (or "
+        "when Slack refuses them): post the first draft and chat.update it",
+        validation_alias="SLACK_NATIVE_STREAMING",
+    )
 
     @field_validator("ambient_channels", "always_answer_channels", mode="before")
     @classmethod

@@ -18,13 +18,16 @@ Anthropic's error shape), then ``replies``, then ``default_reply(body)``. A repl
        "usage": {"input_tokens": 5, "output_tokens": 7,
                  "cache_write_tokens": 100, "cache_read_tokens": 900},   # overrides defaults
        "stream_error": {"type": "overloaded_error", "message": "Overloaded"},
-       "stream_cut": True}
+       "stream_cut": True,
+       "chunk_delay": 0.1}                                  # seconds between text deltas
 
   ``stop`` defaults to ``tool_use`` when there are tool calls. ``stream_error`` (streaming only)
   sends an ``event: error`` after the content blocks instead of ``message_delta``/``message_stop``;
   ``stream_cut`` just ends the stream there, like a dropped connection. ``signature`` defaults
   to a fresh ``sig_loopback<n>``; a streamed thinking block arrives as ``thinking_delta`` pieces
-  and one ``signature_delta``, as the real API sends it.
+  and one ``signature_delta``, as the real API sends it. ``chunk_delay`` paces a model that
+  writes slowly: the text's word-sized deltas come that far apart, and an unstreamed answer
+  waits as long as its stream would take in all.
 
 Validation, like the real API (each a 400 ``invalid_request_error``): with ``thinking`` enabled,
 ``budget_tokens`` must be >= 1024 and below ``max_tokens``, ``temperature`` may not be sent (other
@@ -37,7 +40,9 @@ Usage is deterministic: input tokens ~= len(json of system + tools + messages) /
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from typing import Any
 
 from aiohttp import web
@@ -73,6 +78,8 @@ class AnthropicServer(LoopbackServer):
         super().__init__()
         self.signatures: dict[str, str] = {}  # issued signature -> the thinking text it signs
         self.redacted: set[str] = set()  # issued redacted_thinking data
+        self.chunk_times: list[float] = []  # when each paced text delta was sent (monotonic)
+        self.arrivals: list[float] = []  # when each request came (monotonic)
 
     def routes(self) -> list[web.RouteDef]:
         return [web.post("/v1/messages", self._messages), web.get("/v1/models", self.list_models)]
@@ -95,6 +102,7 @@ class AnthropicServer(LoopbackServer):
         self.failures.append(ScriptedFailure(status, body, dict(headers or {})))
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
+        self.arrivals.append(time.monotonic())
         rec = await self.record(request)
         failure = self.next_failure()
         if failure is not None:
@@ -111,6 +119,8 @@ class AnthropicServer(LoopbackServer):
             self.redacted.add(reply["redacted"])
         if body.get("stream"):
             return await self._stream(request, body, reply, number)
+        if reply["chunk_delay"]:  # as long as writing it takes, then all at once
+            await asyncio.sleep(reply["chunk_delay"] * len(_pieces(reply["text"])))
         message = _message(body, number)
         message["content"] = _content(reply)
         message["stop_reason"] = reply["stop"]
@@ -183,6 +193,9 @@ class AnthropicServer(LoopbackServer):
                 {"type": "content_block_start", "index": index, "content_block": block},
             )
             for delta in deltas:
+                if delta.get("type") == "text_delta" and reply["chunk_delay"]:
+                    await asyncio.sleep(reply["chunk_delay"])
+                    self.chunk_times.append(time.monotonic())  # (paced ones: for timings)
                 await send(
                     "content_block_delta",
                     {"type": "content_block_delta", "index": index, "delta": delta},
@@ -244,6 +257,7 @@ def _normalise(reply: Any, body: dict[str, Any], number: int) -> dict[str, Any]:
         "usage": usage,
         "stream_error": spec.get("stream_error"),
         "stream_cut": bool(spec.get("stream_cut")),
+        "chunk_delay": float(spec.get("chunk_delay") or 0.0),
     }
 
 

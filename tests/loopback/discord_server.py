@@ -11,8 +11,11 @@ protocol (https://discord.com/developers/docs/events/gateway):
   ``go_down`` is an outage: the live connection is dropped and new ones are refused with 503
   (counted in ``refused``) until ``come_back``;
 * REST: ``/users/@me`` (401 when ``reject_token``), ``/oauth2/applications/@me``, command sync,
-  message create, typing, interaction callback and webhook follow-ups; queued ``failures``
-  answer message creates first. 429s carry ``Via: 1.1 google``: discord.py treats a 429
+  message create, edit (PATCH) and delete, typing, interaction callback and webhook
+  follow-ups; queued ``failures`` answer message creates first. A create with
+  ``enforce_nonce`` and a nonce already used in its channel answers with the message created
+  for it (current content), as Discord does; ``messages`` holds each live message as it is now
+  and ``message_calls`` the time of every create, edit and delete (for rate checks). 429s carry ``Via: 1.1 google``: discord.py treats a 429
   without ``Via`` as a Cloudflare ban and does not retry.
 
 Responses use ``Content-Type: application/json`` exactly (discord.py decodes nothing else).
@@ -33,6 +36,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from tests.loopback.base import LoopbackServer, Recorded, ScriptedFailure
+from tests.loopback.discord_messages import MessageStore, json_response
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "discord"
 
@@ -42,17 +46,6 @@ def load_fixture(name: str) -> dict[str, Any]:
     return data
 
 
-def json_response(
-    body: Any, status: int = 200, headers: dict[str, str] | None = None
-) -> web.Response:
-    """JSON with ``Content-Type: application/json`` exactly (aiohttp would add a charset)."""
-    return web.Response(
-        body=json.dumps(body).encode(),
-        status=status,
-        headers={**(headers or {}), "Content-Type": "application/json"},
-    )
-
-
 @dataclass
 class GatewayFrame:
     connection: int
@@ -60,7 +53,7 @@ class GatewayFrame:
     data: Any
 
 
-class DiscordServer(LoopbackServer):
+class DiscordServer(MessageStore, LoopbackServer):
     """REST under ``/api/v10`` and the gateway at ``/gateway``."""
 
     def __init__(self, ready: dict[str, Any] | None = None) -> None:
@@ -75,6 +68,9 @@ class DiscordServer(LoopbackServer):
         self.down = False
         self.refused = 0
         self.created: list[dict[str, Any]] = []  # messages that were actually created
+        self.messages: dict[str, dict[str, Any]] = {}  # id -> the message as it is now
+        self.message_calls: list[tuple[float, str, str]] = []  # (monotonic, method, channel)
+        self._nonces: dict[tuple[str, str], str] = {}  # (channel, nonce) -> message id
         self._ws: web.WebSocketResponse | None = None
         self._seq = itertools.count(2)
         self._ids = itertools.count(900_000_000_000_000_001)
@@ -96,6 +92,8 @@ class DiscordServer(LoopbackServer):
             web.get(f"{api}/oauth2/applications/@me", self._application),
             web.put(f"{api}/applications/{{app}}/commands", self._sync_commands),
             web.post(f"{api}/channels/{{channel}}/messages", self._create_message),
+            web.patch(f"{api}/channels/{{channel}}/messages/{{message}}", self._edit_message),
+            web.delete(f"{api}/channels/{{channel}}/messages/{{message}}", self._delete_message),
             web.post(f"{api}/channels/{{channel}}/typing", self._typing),
             web.post(f"{api}/interactions/{{id}}/{{token}}/callback", self._callback),
             web.post(f"{api}/webhooks/{{app}}/{{token}}", self._followup),
@@ -221,15 +219,6 @@ class DiscordServer(LoopbackServer):
         ]
         return json_response(synced)
 
-    async def _create_message(self, request: web.Request) -> web.Response:
-        rec = await self._record(request)
-        failure = self.next_failure()
-        if failure is not None:
-            return failure
-        created = self.message_payload(request.match_info["channel"], rec.body)
-        self.created.append(created)
-        return json_response(created)
-
     async def _typing(self, request: web.Request) -> web.Response:
         await self._record(request)
         return web.Response(status=204)
@@ -259,26 +248,6 @@ class DiscordServer(LoopbackServer):
             return None
         failure = self.failures.popleft()
         return json_response(failure.body, status=failure.status, headers=failure.headers)
-
-    def message_payload(self, channel_id: str, body: Any) -> dict[str, Any]:
-        body = body if isinstance(body, dict) else {}
-        return {
-            "id": str(next(self._ids)),
-            "channel_id": channel_id,
-            "author": self.bot_user,
-            "content": body.get("content", ""),
-            "timestamp": "2024-01-01T00:00:00.000000+00:00",
-            "edited_timestamp": None,
-            "tts": False,
-            "mention_everyone": False,
-            "mentions": [],
-            "mention_roles": [],
-            "attachments": [],
-            "embeds": [],
-            "pinned": False,
-            "type": 19 if body.get("message_reference") else 0,
-            "flags": body.get("flags", 0),
-        }
 
 
 def rate_limited(retry_after: float, *, is_global: bool = False) -> ScriptedFailure:

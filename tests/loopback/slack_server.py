@@ -10,6 +10,12 @@ error is HTTP 200 ``{"ok": false, "error": "invalid_auth"}``, and rate limiting 
   ``invalid_auth``;
 - ``POST /api/chat.postMessage`` -> recorded, answered with a fresh ``ts``; queued
   ``failures`` (``server.rate_limit(seconds)``) are answered first;
+- the methods of a streamed answer: ``chat.startStream`` (needs ``thread_ts``; outside a DM
+  ``recipient_user_id`` and ``recipient_team_id``; ``unknown_method`` while ``streaming`` is
+  off), ``chat.appendStream`` / ``chat.stopStream`` (``message_not_in_streaming_state`` once
+  stopped), ``chat.update``, ``chat.delete``, ``assistant.threads.setStatus``. ``messages`` is
+  every live message as it is now (``text``, or the streamed ``markdown``), ``method_calls``
+  the time of every Web API call (for rate checks);
 - ``GET|POST /api/users.info`` -> ``users[user]`` or a plain member;
 - ``POST /api/apps.connections.open`` -> a ``ws://`` URL of this server for an app token in
   ``app_tokens``, else ``invalid_auth``;
@@ -28,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -58,11 +65,18 @@ class SlackServer(LoopbackServer):
         self._changed: asyncio.Condition | None = None
         self._sockets: list[web.WebSocketResponse] = []
         self.stall_posts: asyncio.Event | None = None  # set: chat.postMessage waits for it
+        self.streaming = True  # the app may use chat.startStream (else: unknown_method)
+        self.messages: dict[str, dict[str, Any]] = {}  # ts -> the message as it is now
+        self.method_calls: list[tuple[float, str]] = []  # (monotonic, method)
 
     def routes(self) -> list[web.RouteDef]:
         return [
             web.post("/api/auth.test", self._auth_test),
             web.post("/api/chat.postMessage", self._post_message),
+            web.post(
+                "/api/{method:chat\\.[a-zA-Z]+Stream|chat\\.update|chat\\.delete}", self._stream
+            ),
+            web.post("/api/assistant.threads.setStatus", self._stream),
             web.route("*", "/api/users.info", self._users_info),
             web.post("/api/apps.connections.open", self._connections_open),
             web.get("/files/{name}", self._file),
@@ -168,6 +182,7 @@ class SlackServer(LoopbackServer):
         )
 
     async def _post_message(self, request: web.Request) -> web.Response:
+        self.method_calls.append((time.monotonic(), "chat.postMessage"))
         rec = await self._record(request)
         try:
             if self.stall_posts is not None:  # recorded, then no answer until released
@@ -180,6 +195,11 @@ class SlackServer(LoopbackServer):
                 return web.json_response({"ok": False, "error": "invalid_auth"})
             body = rec.body or {}
             ts = f"1700000000.{next(self._ts):06d}"
+            self.messages[ts] = {
+                "channel": body.get("channel"),
+                "thread_ts": body.get("thread_ts"),
+                "text": body.get("text"),
+            }
             return web.json_response(
                 {
                     "ok": True,
@@ -190,6 +210,62 @@ class SlackServer(LoopbackServer):
             )
         finally:
             await self._notify()
+
+    def thread_texts(self, channel: str) -> list[str]:
+        """What each live message of ``channel`` shows now (text, or streamed Markdown)."""
+        return [
+            m["text"] if m["text"] is not None else m["markdown"]
+            for m in self.messages.values()
+            if m["channel"] == channel
+        ]
+
+    async def _stream(self, request: web.Request) -> web.Response:
+        method = request.path.removeprefix("/api/")
+        self.method_calls.append((time.monotonic(), method))
+        rec = await self._record(request)
+        try:
+            body = rec.body if isinstance(rec.body, dict) else {}
+            return web.json_response(self._streamed(method, body))
+        finally:
+            await self._notify()
+
+    def _streamed(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+        channel = body.get("channel")
+        if method == "assistant.threads.setStatus":
+            return {"ok": True}
+        if method == "chat.startStream":
+            if not self.streaming:
+                return {"ok": False, "error": "unknown_method"}
+            if not body.get("thread_ts"):
+                return {"ok": False, "error": "invalid_arguments"}
+            if not str(channel).startswith("D"):
+                for field in ("recipient_user_id", "recipient_team_id"):
+                    if not body.get(field):
+                        return {"ok": False, "error": f"missing_{field}"}
+            ts = f"1700000000.{next(self._ts):06d}"
+            self.messages[ts] = {
+                "channel": channel,
+                "thread_ts": body["thread_ts"],
+                "text": None,
+                "markdown": body.get("markdown_text") or "",
+                "streaming": True,
+            }
+            return {"ok": True, "channel": channel, "ts": ts}
+        message = self.messages.get(str(body.get("ts")))
+        if message is None or message["channel"] != channel:
+            return {"ok": False, "error": "message_not_found"}
+        if method in ("chat.appendStream", "chat.stopStream"):
+            if not message.get("streaming"):
+                return {"ok": False, "error": "message_not_in_streaming_state"}
+            message["markdown"] += body.get("markdown_text") or ""
+            message["streaming"] = method == "chat.appendStream"
+        elif method == "chat.update":
+            if message.get("streaming"):
+                return {"ok": False, "error": "message_not_in_streaming_state"}
+            message["text"] = body.get("text")
+        elif method == "chat.delete":
+            del self.messages[str(body.get("ts"))]
+        return {"ok": True, "channel": channel, "ts": body.get("ts")}
 
     async def _users_info(self, request: web.Request) -> web.Response:
         rec = await self._record(request)

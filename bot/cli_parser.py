@@ -1,0 +1,118 @@
+"""The ``chorus`` command line: its subcommands, their options, ``--version``, and an example
+in every ``--help``.
+
+Apart from ``bot/cli.py`` (which runs the commands) so the command line reads as one page:
+what a user can type, with a line they can copy for each subcommand.
+"""
+
+from __future__ import annotations
+
+import argparse
+from importlib import metadata
+
+from bot.onboarding import wizard
+
+DISTRIBUTION = "chorus-bot"
+
+EXAMPLES = {
+    "chorus": """examples:
+  chorus init                      set up a model, platforms and a persona (writes .env)
+  chorus chat                      talk to the bot in this terminal
+  chorus run                       start the bot on every configured platform
+  chorus <command> --help          the options and an example of each command""",
+    "run": """examples:
+  chorus run                                  everything in one process
+  CHORUS_BUS=redis CHORUS_REDIS_URL=redis://localhost:6379/0 chorus run --role gateway
+  CHORUS_BUS=redis CHORUS_REDIS_URL=redis://localhost:6379/0 chorus run --role worker""",
+    "chat": """examples:
+  chorus chat                                 a conversation in the terminal (Ctrl-D quits)
+  chorus chat --verbose                       the same, with the logs on stderr
+  printf 'hi\\nwhat did I say?\\n' | chorus chat   one answer per line, for scripts
+  echo 'hello' | chorus chat --json           one JSON object per answer""",
+    "insights": """examples:
+  chorus insights                             the insights worker as its own process
+  chorus insights --drain                     analyse every queued job now, then exit""",
+    "replay": """examples:
+  chorus replay bench/traces/busy_chat.jsonl  the engagement policy over a recorded chat""",
+    "config": """examples:
+  chorus config                               what is set, what is missing (secrets masked)
+  chorus config --scope discord:GUILD/CHANNEL  every setting a message there gets""",
+    "reload": """examples:
+  chorus reload                               the running bot re-reads chorus.toml and .env""",
+    "init": """examples:
+  chorus init                                 answer the questions, get a .env
+  chorus init --vendor anthropic --platforms discord --non-interactive""",
+}
+
+
+def version() -> str:
+    """The installed version of Chorus (``0+unknown`` when run from a bare checkout)."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def _command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help_text: str
+) -> argparse.ArgumentParser:
+    return sub.add_parser(
+        name,
+        help=help_text,
+        description=help_text[0].upper() + help_text[1:] + ".",
+        epilog=EXAMPLES[name],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="chorus",
+        description="Chorus: one AI agent, many chats.",
+        epilog=EXAMPLES["chorus"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    top.add_argument("--version", action="version", version=f"chorus {version()}")
+    sub = top.add_subparsers(dest="command", required=True)
+    run = _command(
+        sub, "run", "start the bot on every configured platform (the console when none is)"
+    )
+    run.add_argument(
+        "--role",
+        choices=("all", "gateway", "worker"),
+        default="all",
+        help="all: everything in one process (default); gateway: the platform connections "
+        "only; worker: the agent only (scale out with CHORUS_BUS=redis)",
+    )
+    run.add_argument(
+        "--verbose",
+        action="store_true",
+        help="when it opens the console in a terminal (no platform set up): the logs on stderr",
+    )
+    chat = _command(sub, "chat", "chat in the terminal; pipe lines in to script it")
+    chat.add_argument("--user", default=None, help="speak as this console user (default: $USER)")
+    chat.add_argument("--json", action="store_true", help="write one JSON object per answer")
+    chat.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show the logs on stderr in a terminal session (default: a file beside the history)",
+    )
+    insights = _command(sub, "insights", "run the background insights worker as its own process")
+    insights.add_argument(
+        "--drain",
+        action="store_true",
+        help="analyse every queued job now (ignoring the debounce) and exit",
+    )
+    replay = _command(
+        sub, "replay", "run a recorded or synthetic chat trace through the engagement policy"
+    )
+    replay.add_argument("trace", help="a JSONL trace (see bench/traces/busy_chat.jsonl)")
+    replay.add_argument(
+        "--youtube-read", choices=("stream", "poll"), help="default: YOUTUBE_READ_MODE"
+    )
+    config = _command(sub, "config", "show what is configured and what is missing")
+    config.add_argument("--scope", help="every setting a message there gets, with its source")
+    _command(sub, "reload", "re-read chorus.toml and .env in the running bot (SIGHUP)")
+    init = _command(sub, "init", "set up a model, platforms and a persona: writes .env")
+    wizard.add_arguments(init)
+    return top
