@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Sequence
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -25,7 +23,7 @@ from bot.bus.erasure import StreamEraser
 from bot.bus.outbox import Outbox
 from bot.bus.retention import StreamRetention
 from bot.bus.spool import Spool
-from bot.live.budget import ReplyGate
+from bot.live.budget import live_reply_gate
 from bot.live.store import RedisLiveStore
 from bot.live.thanks import ThanksConfig
 from bot.live.turns import LiveChat, platform_overrides, policy_config
@@ -38,8 +36,6 @@ from bot.ops.metrics import Metrics, NullMetrics
 from bot.platform.commands import NativeCommand
 from bot.plugins.loader import LoadedPlugins, load_plugins
 from bot.plugins.runtime import TurnHooks, command_handler
-from bot.quota.ledger import QuotaLedger
-from bot.quota.plan import QuotaConfig
 from bot.router import memory_commands, safety_commands
 from bot.router.core import Router, RouterLimits
 from bot.router.drafts import Drafts
@@ -122,7 +118,7 @@ class Chorus:
         )
         self.assembler = self.scoping.default.assembler
         system = self.assembler.system_prompt
-        self.reply_gate = reply_gate(settings, redis, self.metrics)
+        self.reply_gate = live_reply_gate(settings, redis, self.metrics)
         self.memory_settings = settings.memory
         self.memory = MemoryStore(redis, self.memory_settings)
         commands = Commands(self.history)
@@ -330,50 +326,6 @@ class Chorus:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-
-def reply_gate(settings: Settings, redis: Redis, metrics: Metrics | NullMetrics) -> ReplyGate:
-    """The reply budget of the live-chat turns: YouTube's, shared in Redis with the gateway
-    (same ``YOUTUBE_*`` settings in every process), when YouTube is configured; and its gauges:
-    the day's units by kind and what the budget has left, read from Redis at scrape time."""
-    youtube = settings.youtube
-    if not (youtube.enabled and youtube.client_id and youtube.client_id.strip()):
-        return ReplyGate(clock=time.time)
-    config = QuotaConfig.from_settings(youtube)
-    ledger = QuotaLedger(
-        redis, config, project=youtube.client_id.strip(), clock=lambda: datetime.now(UTC)
-    )
-
-    async def units() -> dict[tuple[str, ...], float]:
-        view = await ledger.view()
-        return {(kind,): float(n) for kind, n in view.by_kind.items()}
-
-    async def budget() -> dict[tuple[str, ...], float]:
-        plan = (await ledger.view()).budget(config, datetime.now(UTC))
-        parts = {
-            "replies_left": plan.replies_left,
-            "room": plan.room,
-            "mention_reserve": plan.mentions,
-            "reading_reserve": plan.reading,
-            "held": plan.unspent - plan.remaining,
-        }
-        return {(part,): float(n) for part, n in parts.items()}
-
-    metrics.register_gauge_callback(
-        "chorus_youtube_quota_units",
-        "YouTube API quota units spent today (Pacific quota day) by kind: read (polls and "
-        "stream connections), reply (inserts), lookup (channel, broadcast, video)",
-        ("kind",),
-        units,
-    )
-    metrics.register_gauge_callback(
-        "chorus_youtube_reply_budget_units",
-        "The YouTube reply budget now: replies_left (what a mention may still use), room (what "
-        "unprompted turns may use), mention_reserve, reading_reserve, held (replies in flight)",
-        ("part",),
-        budget,
-    )
-    return ReplyGate(config, clock=time.time, ledger=ledger)
 
 
 async def _start_mcp(settings: ToolSettings) -> MCPManager | None:

@@ -25,12 +25,18 @@ the ledger is passed in.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
 
+from redis.asyncio import Redis
+
+from bot.ops.metrics import Metrics, NullMetrics
+from bot.quota.ledger import QuotaLedger
 from bot.quota.plan import Budget, Kind, QuotaConfig, Request
 from bot.quota.view import LedgerView
+from bot.settings import Settings
 
 log = logging.getLogger("chorus.live")
 
@@ -122,3 +128,47 @@ class ReplyGate:
         if granted and kind == "room":
             self.took_room(self.clock())
         return granted
+
+
+def live_reply_gate(settings: Settings, redis: Redis, metrics: Metrics | NullMetrics) -> ReplyGate:
+    """The reply budget of the live-chat turns: YouTube's, shared in Redis with the gateway
+    (same ``YOUTUBE_*`` settings in every process), when YouTube is configured; and its gauges:
+    the day's units by kind and what the budget has left, read from Redis at scrape time."""
+    youtube = settings.youtube
+    if not (youtube.enabled and youtube.client_id and youtube.client_id.strip()):
+        return ReplyGate(clock=time.time)
+    config = QuotaConfig.from_settings(youtube)
+    ledger = QuotaLedger(
+        redis, config, project=youtube.client_id.strip(), clock=lambda: datetime.now(UTC)
+    )
+
+    async def units() -> dict[tuple[str, ...], float]:
+        view = await ledger.view()
+        return {(kind,): float(n) for kind, n in view.by_kind.items()}
+
+    async def budget() -> dict[tuple[str, ...], float]:
+        plan = (await ledger.view()).budget(config, datetime.now(UTC))
+        parts = {
+            "replies_left": plan.replies_left,
+            "room": plan.room,
+            "mention_reserve": plan.mentions,
+            "reading_reserve": plan.reading,
+            "held": plan.unspent - plan.remaining,
+        }
+        return {(part,): float(n) for part, n in parts.items()}
+
+    metrics.register_gauge_callback(
+        "chorus_youtube_quota_units",
+        "YouTube API quota units spent today (Pacific quota day) by kind: read (polls and "
+        "stream connections), reply (inserts), lookup (channel, broadcast, video)",
+        ("kind",),
+        units,
+    )
+    metrics.register_gauge_callback(
+        "chorus_youtube_reply_budget_units",
+        "The YouTube reply budget now: replies_left (what a mention may still use), room (what "
+        "unprompted turns may use), mention_reserve, reading_reserve, held (replies in flight)",
+        ("part",),
+        budget,
+    )
+    return ReplyGate(config, clock=time.time, ledger=ledger)
