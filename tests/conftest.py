@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from hypothesis import settings as hypothesis_settings
 from redis.asyncio import Redis
 
 os.environ["CHORUS_BLOCK_REAL_LLM"] = "1"
@@ -35,6 +36,12 @@ from bot.state import connect  # (imported after the guard's variable is set)
 from tests.redis_server import free_port, start_redis, stop_redis
 
 guard.block_real_calls()
+
+# Property tests draw the same examples on every run: CI is deterministic, and a failure found
+# while exploring locally (HYPOTHESIS_PROFILE=explore) becomes an explicit @example.
+hypothesis_settings.register_profile("ci", derandomize=True, database=None)
+hypothesis_settings.register_profile("explore", derandomize=False)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # The provider contract's fixtures (vendor, server, sleep, provider), for every provider test.
 pytest_plugins = ("tests.provider_rig",)
