@@ -1,8 +1,8 @@
-"""What the router holds per turn, and its limits.
+"""The router's limits, as the composition root sets them.
 
-Apart from ``core`` so the message path stays one readable module: these are plain data, the
-limits the composition root sets, and (re-exported from ``bot.router.items``, where the live
-chat's turns become router items) the item a conversation's queue holds with its progress.
+Apart from ``core`` so the message path stays one readable module and the scope profiles
+(``bot.router.scoping``) can read them without importing the router. The item a conversation's
+queue holds is ``bot.router.items``.
 """
 
 from __future__ import annotations
@@ -10,9 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.agent.reasoning import Level
-from bot.router.items import Item, Progress
-
-__all__ = ["Item", "Progress", "RouterLimits"]
 
 
 @dataclass(frozen=True)
