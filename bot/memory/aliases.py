@@ -101,7 +101,7 @@ def parse_load(result: object) -> tuple[str | None, str | None]:
 
 async def load(redis: Redis, platform: str, user_id: str) -> tuple[str | None, str | None]:
     """``parse_load`` of one ``queue_load``, in one round trip."""
-    result = await redis.eval(  # type: ignore[misc]
+    result = await redis.eval(
         LOAD,
         2,
         keys.person_of(platform, user_id),
@@ -113,7 +113,7 @@ async def load(redis: Redis, platform: str, user_id: str) -> tuple[str | None, s
 
 async def save(redis: Redis, platform: str, user_id: str, value: str, ttl_seconds: int) -> None:
     """Store ``value`` (``""``: delete) where the identity's memory lives, in one round trip."""
-    await redis.eval(  # type: ignore[misc]
+    await redis.eval(
         SAVE,
         2,
         keys.person_of(platform, user_id),

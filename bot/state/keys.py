@@ -176,6 +176,11 @@ def person_prefix() -> str:
     return f"{PREFIX}:user:{PERSON}:"
 
 
+def person_memory(person_id: str) -> str:
+    """A linked person's buffer (``memory`` under the pseudo platform ``person``)."""
+    return memory(PERSON, person_id)
+
+
 def person_members(person_id: str) -> str:
     """The set of identities (``identity_member``) linked into one person."""
     return user(PERSON, person_id, "members")
