@@ -12,11 +12,22 @@ from bot.ops import aio
 
 
 async def _main() -> None:
-    from bench import backpressure, cache, memory, overhead, replay, safety, scaling, streaming
+    from bench import (
+        backpressure,
+        cache,
+        identity,
+        memory,
+        overhead,
+        replay,
+        safety,
+        scaling,
+        streaming,
+    )
 
     sections = [
         await cache.main(),
         await memory.main(),
+        await identity.main(memory.REAL),
         await overhead.main(memory.REAL),
         replay.main(),
         safety.main(),

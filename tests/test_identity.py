@@ -28,7 +28,7 @@ from bot.memory.people import (
 from bot.router import link_commands, memory_commands
 from bot.router.text_commands import Commands
 from bot.safety.audit import Audit, AuditEntry, read_audit
-from bot.state import keys
+from bot.state import connect, keys
 from bot.state.history import HistoryEntry, HistoryStore
 from tests.roundtrips import counting_round_trips
 
@@ -318,3 +318,20 @@ async def test_forget_on_a_linked_identity_forgets_the_person(rig: Rig) -> None:
 async def _audit(rig: Rig) -> list[AuditEntry]:
     await rig.audit.flush()
     return [e for e in await read_audit(rig.redis, namespace=rig.tag) if e.direction == "link"]
+
+
+async def test_the_alias_benchmark_measures_every_variant_and_cleans_up(
+    real_redis_url: str,
+) -> None:
+    from bench.identity import measure
+
+    redis = await connect.open_redis(real_redis_url)
+    try:
+        before = {k async for k in redis.scan_iter(match="*bench*")}
+        result = await measure(real_redis_url, rounds=30)
+        assert {k async for k in redis.scan_iter(match="*bench*")} == before
+    finally:
+        await redis.aclose()
+    assert result["alias script, linked user"]["p50"] > 0
+    assert result["plain GET (before /link)"]["ratio"] == 1.0
+    assert result["bytes"]["alias"] > 0 and result["bytes"]["members"] > 0
