@@ -26,7 +26,7 @@ from bot.memory.people import (
     normal_code,
 )
 from bot.router import link_commands, memory_commands
-from bot.router.text_commands import Commands
+from bot.router.text_commands import Commands, command_text
 from bot.safety.audit import Audit, AuditEntry, read_audit
 from bot.state import connect, keys
 from bot.state.history import HistoryEntry, HistoryStore
@@ -335,3 +335,17 @@ async def test_the_alias_benchmark_measures_every_variant_and_cleans_up(
     assert result["alias script, linked user"]["p50"] > 0
     assert result["plain GET (before /link)"]["ratio"] == 1.0
     assert result["bytes"]["alias"] > 0 and result["bytes"]["members"] > 0
+
+
+async def test_chats_that_keep_the_slash_for_themselves_address_the_bot(rig: Rig) -> None:
+    """Twitch's and YouTube's web chat take ``/...`` for their own commands: ``@bot /link``."""
+    message = rig.message("@mybot /link", "twitch", "ada").model_copy(update={"mentions_bot": True})
+    reply = await rig.commands.handle(message)
+    assert reply is not None and reply.startswith("Link code:")
+    unaddressed = rig.message("@someone /link", "twitch", "ada")
+    assert await rig.commands.handle(unaddressed) is None, "only a mention of the bot is skipped"
+    assert command_text(message) == "/link"
+    talk = rig.message("@mybot what is /link?", "twitch", "ada").model_copy(
+        update={"mentions_bot": True}
+    )
+    assert await rig.commands.handle(talk) is None, "a question about a command is not one"
