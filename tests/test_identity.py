@@ -150,12 +150,20 @@ async def test_activity_on_either_identity_keeps_the_person_alive(rig: Rig) -> N
     await rig.run(f"/link {await rig.code('twitch')}", "discord")
     person = await rig.people.person("twitch", rig.user("ada"))
     assert person is not None
-    for key in (keys.person_memory(person), keys.person_of("discord", rig.user("ada"))):
+    kept = (
+        keys.person_memory(person),
+        keys.person_members(person),
+        keys.person_of("discord", rig.user("ada")),
+    )
+    for key in kept:
         await rig.redis.expire(key, 50)
-    conv = ConversationKey(platform="discord", channel=f"general-{rig.tag}")
-    await rig.memory.touch("discord", rig.user("ada"), conv, now=NOW)
-    assert await rig.redis.ttl(keys.person_memory(person)) > 1000
-    assert await rig.redis.ttl(keys.person_of("discord", rig.user("ada"))) > 1000
+    await rig.memory.load("discord", rig.user("ada"))  # a command's read refreshes nothing
+    assert all([await rig.redis.ttl(key) <= 50 for key in kept])
+    async with rig.redis.pipeline(transaction=False) as pipe:  # the reply path's read does
+        rig.memory.queue_load(pipe, "discord", rig.user("ada"))
+        await pipe.execute()
+    for key in kept:
+        assert await rig.redis.ttl(key) > 1000, key
 
 
 async def test_a_code_works_once(rig: Rig) -> None:

@@ -25,8 +25,10 @@ in Redis (``bench/identity_read.py`` measures it against the plain ``GET``: see 
 The scripts name the person's key from the alias's value, which a Redis Cluster would refuse;
 Chorus runs on one Redis (a primary, with replicas if wanted), like the quota scripts.
 
-Activity (``TOUCH``) follows the alias the same way: the active identity's alias, the person's
-memory and its member set are kept alive together. A member identity that stays silent for
+Activity keeps a link alive in the same script: the reply path's read of a linked identity
+refreshes its alias, the person's memory and its member set (``EXPIRE``, which never creates a
+key). Not in the turn's write, which the claim runs inside its own Lua script
+(bot/bus/claims.py), where a script cannot be called. A member identity that stays silent for
 CHORUS_MEMORY_TTL loses its alias like any inactive user loses their memory; the person (and
 its other identities) keeps what it knows.
 """
@@ -40,27 +42,21 @@ from redis.asyncio.client import Pipeline
 
 from bot.state import keys
 
-# KEYS: the alias, the identity's own memory. ARGV: the person prefix.
-# -> {person id or "", the buffer JSON or false}
+# KEYS: the alias, the identity's own memory. ARGV: the person prefix, a TTL in seconds (0: none).
+# -> {person id or "", the buffer JSON or false}. A linked identity's read on the reply path
+# also keeps the link alive (the alias, the person's buffer and member set): EXPIRE never creates.
 LOAD = """
 local p = redis.call('GET', KEYS[1])
 if p then
+  local ttl = tonumber(ARGV[2])
+  if ttl > 0 then
+    redis.call('EXPIRE', KEYS[1], ttl)
+    redis.call('EXPIRE', ARGV[1] .. p .. ':members', ttl)
+    redis.call('EXPIRE', ARGV[1] .. p .. ':memory', ttl)
+  end
   return {p, redis.call('GET', ARGV[1] .. p .. ':memory')}
 end
 return {'', redis.call('GET', KEYS[2])}
-"""
-
-# KEYS: the alias, the identity's own memory. ARGV: the person prefix, the TTL in seconds.
-# Refreshes, never creates: EXPIRE on a missing key does nothing.
-TOUCH = """
-local ttl = tonumber(ARGV[2])
-local p = redis.call('GET', KEYS[1])
-if p then
-  redis.call('EXPIRE', KEYS[1], ttl)
-  redis.call('EXPIRE', ARGV[1] .. p .. ':members', ttl)
-  return redis.call('EXPIRE', ARGV[1] .. p .. ':memory', ttl)
-end
-return redis.call('EXPIRE', KEYS[2], ttl)
 """
 
 # KEYS: the alias, the identity's own memory. ARGV: the person prefix, the buffer JSON ("" to
@@ -80,14 +76,16 @@ def memory_key(platform: str, user_id: str, person_id: str | None) -> str:
     return keys.memory(keys.PERSON, person_id) if person_id else keys.memory(platform, user_id)
 
 
-def queue_load(pipe: Pipeline, platform: str, user_id: str) -> None:
-    """Queue the alias-following read of one identity's memory (ONE command)."""
+def queue_load(pipe: Pipeline, platform: str, user_id: str, *, refresh_seconds: int = 0) -> None:
+    """Queue the alias-following read of one identity's memory (ONE command); with
+    ``refresh_seconds``, a linked identity's link is kept alive that long."""
     pipe.eval(
         LOAD,
         2,
         keys.person_of(platform, user_id),
         keys.memory(platform, user_id),
         keys.person_prefix(),
+        refresh_seconds,
     )
 
 
@@ -107,6 +105,7 @@ async def load(redis: Redis, platform: str, user_id: str) -> tuple[str | None, s
         keys.person_of(platform, user_id),
         keys.memory(platform, user_id),
         keys.person_prefix(),
+        0,
     )
     return parse_load(result)
 
@@ -120,18 +119,6 @@ async def save(redis: Redis, platform: str, user_id: str, value: str, ttl_second
         keys.memory(platform, user_id),
         keys.person_prefix(),
         value,
-        ttl_seconds,
-    )
-
-
-def queue_touch(pipe: Pipeline, platform: str, user_id: str, ttl_seconds: int) -> None:
-    """Queue the refresh of the identity's memory TTL, following its alias (ONE command)."""
-    pipe.eval(
-        TOUCH,
-        2,
-        keys.person_of(platform, user_id),
-        keys.memory(platform, user_id),
-        keys.person_prefix(),
         ttl_seconds,
     )
 

@@ -279,9 +279,9 @@ class MemoryStore:
 
     # reading
     def queue_load(self, pipe: Pipeline, platform: str, user_id: str) -> None:
-        """Queue the read of one buffer (1 command, following a ``/link`` alias: see
-        bot/memory/aliases.py); parse its result with ``parse_load``."""
-        aliases.queue_load(pipe, platform, user_id)
+        """Queue the read of one buffer (1 command, following a ``/link`` alias and keeping the
+        link alive: see bot/memory/aliases.py); parse its result with ``parse_load``."""
+        aliases.queue_load(pipe, platform, user_id, refresh_seconds=self.settings.ttl_seconds)
 
     def parse_load(self, results: Sequence[object], *, platform: str, user_id: str) -> UserBuffer:
         """The buffer from the ``LOAD_COMMANDS`` results ``queue_load`` produced."""
@@ -374,12 +374,12 @@ class MemoryStore:
         now: datetime | None = None,
     ) -> None:
         """Queue activity (5 commands): refresh the buffer's TTL (never creating it; a linked
-        identity's alias and person with it) and record
+        identity's link is refreshed by its ``queue_load`` instead) and record
         ``conversation`` in the user's conversation set, pruned to its window and capped."""
         moment = int((now or utcnow()).timestamp())
         window = self.settings.conversation_window
         convs = keys.user_conversations(platform, user_id)
-        aliases.queue_touch(pipe, platform, user_id, self.settings.ttl_seconds)
+        pipe.expire(keys.memory(platform, user_id), self.settings.ttl_seconds)
         pipe.zadd(convs, {str(conversation): moment})
         pipe.zremrangebyscore(convs, "-inf", moment - window)
         pipe.zremrangebyrank(convs, 0, -(CONVERSATIONS_MAX + 1))
