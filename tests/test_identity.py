@@ -197,6 +197,8 @@ async def test_guessing_is_refused_after_a_few_wrong_codes(rig: Rig) -> None:
             f"/link {wrong if wrong != good else 'ZZZZZZZZ'}", "slack", "eve"
         )
     assert "Too many wrong codes" in await rig.run(f"/link {good}", "slack", "eve")
+    tries = keys.user("slack", rig.user("eve"), "linktries")
+    assert 0 < await rig.redis.ttl(tries) <= 600, "refused for the 10-minute window, no longer"
     assert (await rig.run(f"/link {good}", "discord")).startswith("Linked"), "code not spent"
     entries = await _audit(rig)
     assert sum(e.action == "refused_unknown" for e in entries) == MAX_FAILED_CODES
@@ -301,6 +303,20 @@ async def test_unlink_of_one_of_three_keeps_the_other_two_linked(rig: Rig) -> No
     await rig.remember("twitch", "ada", "Eats no meat")
     assert await rig.pins("discord") == ["Eats no meat"]
     assert await rig.pins("slack") == []
+
+
+async def test_a_member_whose_alias_lapsed_drops_out_and_the_others_keep_the_memory(
+    rig: Rig,
+) -> None:
+    await rig.remember("twitch", "ada", "Eats no meat")
+    await rig.run(f"/link {await rig.code('twitch')}", "discord")
+    await rig.redis.delete(keys.person_of("twitch", rig.user("ada")))  # as if its TTL ran out
+    assert await rig.pins("discord") == ["Eats no meat"]
+    assert await rig.pins("twitch") == []
+    assert await rig.people.identities("discord", rig.user("ada")) == [("discord", rig.user("ada"))]
+    await rig.remember("twitch", "ada", "Lives in Oslo")
+    await rig.run("/forget", "discord")
+    assert await rig.pins("twitch") == ["Lives in Oslo"], "no longer the same person"
 
 
 async def test_forget_on_a_linked_identity_forgets_the_person(rig: Rig) -> None:
