@@ -42,18 +42,24 @@ _PINS = re.compile(r"<pins[^>]*>(.*?)</pins>", re.DOTALL)
 
 
 class Ada:
-    """Ada on both platforms (ids unique to this run: the real Redis outlives it)."""
+    """A person on Discord and maybe Slack. Every id contains ``base`` (unique to this run: the
+    real Redis outlives it), so ``_clean`` finds every key the run left."""
 
-    def __init__(self, discord: DiscordServer, slack: SlackServer, events: str, base: int) -> None:
+    def __init__(
+        self, discord: DiscordServer, base: int, slack: SlackServer | None = None, events: str = ""
+    ) -> None:
         self.discord, self.slack, self.events, self.base = discord, slack, events, base
-        self.discord_id = str(base + 1)
+        self.discord_id = f"{base}1"
         self.slack_id = f"W{base}"
         self.n = 0
+
+    def message_id(self, n: int) -> str:
+        return f"{self.base}{100 + n}"
 
     async def on_discord(self, text: str) -> str:
         """Say ``text`` in the channel; the answer (the post replying to it)."""
         self.n += 1
-        message_id = str(self.base + 100 + self.n)
+        message_id = self.message_id(self.n)
         author = {"username": "ada", "discriminator": "0", "id": self.discord_id, "avatar": None}
         payload = plain_message(
             int(message_id), f"<@{BOT_ID}> {text}", author=author, mentions=[bot_mention()]
@@ -71,6 +77,8 @@ class Ada:
         return answers()[0]
 
     async def on_slack(self, text: str) -> str:
+        assert self.slack is not None
+        slack = self.slack
         self.n += 1
         body = fixture("slack_app_mention_bolt_test")
         ts = f"{self.base}.{self.n:06d}"
@@ -82,11 +90,11 @@ class Ada:
             event_ts=ts,
             client_msg_id=ts,
         )
-        before = len(self.slack.posts)
+        before = len(slack.posts)
         status, _ = await post_signed(self.events, json.dumps(body).encode())
         assert status == 200
-        await self.slack.wait_for(lambda: len(self.slack.posts) > before, limit=LIMIT)
-        return str(self.slack.posts[before]["text"])
+        await slack.wait_for(lambda: len(slack.posts) > before, limit=LIMIT)
+        return str(slack.posts[before]["text"])
 
 
 def _prompt_pins(model: AnthropicServer) -> str:
@@ -109,13 +117,15 @@ async def _stored_pins(url: str, platform: str, user_id: str) -> list[str]:
         await redis.aclose()
 
 
-async def _clean(url: str, ada: Ada) -> None:
+async def _clean(url: str, base: int) -> None:
+    """Remove every key of this run: its ids all contain ``base``; a person's id is found from
+    its aliases."""
     redis = await connect.open_redis(url)
     try:
-        person = await redis.get(keys.person_of("discord", ada.discord_id))
-        marks = [str(ada.base), ada.slack_id] + ([str(person)] if person else [])
-        doomed = {k for m in marks async for k in redis.scan_iter(match=f"*{m}*")}
-        doomed |= {keys.dedupe("discord", str(ada.base + 100 + n)) for n in range(ada.n + 1)}
+        found = {k async for k in redis.scan_iter(match=f"*{base}*")}
+        aliases = [k for k in found if k.endswith(":person")]
+        persons = {str(p) for p in await redis.mget(aliases) if p} if aliases else set()
+        doomed = found | {k for p in persons async for k in redis.scan_iter(match=f"*{p}*")}
         doomed.add(keys.history(ConversationKey(platform="discord", channel=str(CHANNEL_ID))))
         if doomed:
             await redis.delete(*doomed)
@@ -151,7 +161,7 @@ async def test_a_linked_users_pin_reaches_the_other_platform_and_forget_2_delete
             "PYTHONPATH": str(ROOT),
         }
         proc = await spawn_chorus(["run"], env, tmp_path)
-        ada = Ada(discord, slack, f"http://127.0.0.1:{slack_port}/slack/events", base)
+        ada = Ada(discord, base, slack, f"http://127.0.0.1:{slack_port}/slack/events")
         try:
             await discord.wait_for(lambda: bool(discord.ops(2)), limit=LIMIT)  # IDENTIFY
             await _until_slack_listens(ada)
@@ -180,7 +190,7 @@ async def test_a_linked_users_pin_reaches_the_other_platform_and_forget_2_delete
         finally:
             proc.send_signal(signal.SIGTERM)
             _, err = await asyncio.wait_for(proc.communicate(), 60)
-            await _clean(real_redis_url, ada)
+            await _clean(real_redis_url, base)
         assert proc.returncode == 0, err.decode()[-3000:]
 
 
