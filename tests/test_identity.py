@@ -373,3 +373,16 @@ async def test_chats_that_keep_the_slash_for_themselves_address_the_bot(rig: Rig
         update={"mentions_bot": True}
     )
     assert await rig.commands.handle(talk) is None, "a question about a command is not one"
+
+
+def test_elsewhere_a_leading_mention_is_someone_else() -> None:
+    """Discord and Slack remove the bot's own mention; a leading ``@name`` left is not the bot."""
+    message = ChatMessage(
+        platform="discord",
+        id="m1",
+        conversation=ConversationKey(platform="discord", channel="c"),
+        author=Author(id="u1"),
+        text="@alice /reset",
+        mentions_bot=True,
+    )
+    assert command_text(message) == "@alice /reset"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import prompts
 from bot.events import ChatMessage
+from bot.settings.scopes import LIVE_PLATFORMS
 from bot.state.history import HistoryStore
 
 Handler = Callable[[ChatMessage, str], Awaitable[str]]
@@ -36,9 +37,11 @@ def parse(text: str) -> tuple[str, str] | None:
 
 
 def command_text(message: ChatMessage) -> str:
-    """The text a command is parsed from: a leading ``@mention`` of the bot is skipped."""
+    """The text a command is parsed from: on the live platforms, a leading ``@mention`` of the
+    bot is skipped (elsewhere the adapter removes the bot's mention itself, and a leading
+    ``@someone`` is not the bot)."""
     text = message.text.strip()
-    if message.mentions_bot and text.startswith("@"):
+    if message.platform in LIVE_PLATFORMS and message.mentions_bot and text.startswith("@"):
         rest = text.partition(" ")[2].lstrip()
         if rest.startswith("/"):
             return rest
