@@ -339,6 +339,12 @@ async def test_forget_on_a_linked_identity_forgets_the_person(rig: Rig) -> None:
     assert await rig.pins("discord", "bob") == ["Lives in Oslo"], "nobody else"
 
 
+async def test_forget_voids_an_outstanding_code(rig: Rig) -> None:
+    code = await rig.code("twitch")
+    await rig.run("/forget", "twitch")
+    assert "unknown, used or expired" in await rig.run(f"/link {code}", "discord")
+
+
 async def _audit(rig: Rig) -> list[AuditEntry]:
     await rig.audit.flush()
     return [e for e in await read_audit(rig.redis, namespace=rig.tag) if e.direction == "link"]

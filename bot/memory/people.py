@@ -120,6 +120,13 @@ class People:
             await pipe.execute()
         return code, seconds
 
+    async def void_code(self, platform: str, user_id: str) -> None:
+        """Void the identity's outstanding code, if any (``/forget``)."""
+        mine = keys.user(platform, user_id, "linkcode")
+        code = cast("str | None", await self.redis.getdel(mine))
+        if code:
+            await self.redis.delete(keys.link_code(code))
+
     async def redeem(self, platform: str, user_id: str, typed: str) -> LinkResult:
         """Link this identity with the one that issued ``typed``."""
         tries = keys.user(platform, user_id, "linktries")

@@ -180,6 +180,8 @@ class _Handlers:
                 removed += count
                 touched += bool(count)
         buffer = await self._memory.load(platform, user_id)
+        for who_platform, who in identities:
+            await self._people.void_code(who_platform, who)
         async with self._memory.redis.pipeline(transaction=True) as pipe:
             for who_platform, who in identities:
                 self._memory.queue_forget(pipe, who_platform, who, now=self._clock())
