@@ -48,7 +48,7 @@ async def _run(commands: Commands, said: list[tuple[str, str, str, bool]]) -> st
 
 
 async def link_replies(redis: Redis) -> str:
-    commands = _commands(redis, ["K7M2PQ9X", "H4RT8WNE", "B3VY6ZCD", "T9QF2JXA"])
+    commands = _commands(redis, ["K7M2PQ9X", "H4RT8WNE", "B3VY6ZCD", "Q8NW4RTA", "T9QF2JXA"])
     wrong = [("slack", "eve", "/link 22222222", False)] * 5
     return await _run(
         commands,
@@ -56,12 +56,15 @@ async def link_replies(redis: Redis) -> str:
             ("discord", "ada", "/help", True),
             ("discord", "ada", "/unlink", True),
             ("discord", "ada", "/link", True),  # K7M2PQ9X, private
-            ("twitch", "ada", "/link", False),  # H4RT8WNE, public
+            ("twitch", "ada", "/link", False),  # public: no code
             ("twitch", "ada", "/link abc", False),
-            ("twitch", "ada", "/link k7m2-pq9x", False),
-            ("discord", "ada", "/link H4RT8WNE", True),
-            ("twitch", "bo", "/link", False),  # B3VY6ZCD
-            ("twitch", "cy", "/link B3VY6ZCD", False),
+            ("slack", "ada", "/link", True),  # H4RT8WNE
+            ("twitch", "ada", "/link h4rt-8wne", False),
+            ("twitch", "ada", "/link K7M2PQ9X", False),
+            ("slack", "ada", "/link", True),  # B3VY6ZCD
+            ("discord", "ada", "/link B3VY6ZCD", True),
+            ("slack", "bo", "/link", True),  # Q8NW4RTA
+            ("slack", "cy", "/link Q8NW4RTA", True),
             ("discord", "cy", "/link", True),  # T9QF2JXA
             ("discord", "cy", "/link T9QF2JXA", True),
             *wrong,

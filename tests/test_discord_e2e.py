@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from bot.events import ChatMessage, ConversationKey, MessageDeleted
-from tests.discord_rig import TOKEN, mention, running
+from tests.discord_rig import TOKEN, mention, running, slash_interaction
 from tests.loopback.discord_server import (
     BOT_ID,
     CHANNEL_ID,
@@ -180,54 +179,13 @@ async def test_deletions_publish_message_deleted(server: DiscordServer) -> None:
     ]
 
 
-def _interaction(
-    interaction_id: str, command: str, options: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
-    human = load_fixture("discord_message_create_docs_example")["d"]["author"]
-    return {
-        "id": interaction_id,
-        "application_id": str(BOT_ID),
-        "type": 2,
-        "token": "interaction-token-secret",
-        "version": 1,
-        "guild_id": str(GUILD_ID),
-        "channel_id": str(CHANNEL_ID),
-        "channel": {
-            "id": str(CHANNEL_ID),
-            "type": 0,
-            "guild_id": str(GUILD_ID),
-            "name": "general",
-            "position": 0,
-        },
-        "member": {
-            "user": human,
-            "roles": [],
-            "joined_at": "2015-04-26T06:26:56.936000+00:00",
-            "deaf": False,
-            "mute": False,
-            "flags": 0,
-            "permissions": "0",
-        },
-        "data": {
-            "id": "1",
-            "name": "chorus",
-            "type": 1,
-            "options": [{"name": command, "type": 1, "options": options or []}],
-        },
-        "locale": "en-US",
-        "app_permissions": "0",
-        "entitlements": [],
-        "attachment_size_limit": 10485760,
-    }
-
-
 async def test_slash_command_is_answered_ephemerally(server: DiscordServer) -> None:
     async def commands(message: ChatMessage) -> str:
         return "Nothing pinned yet." if message.text == "/pins" else "?"
 
     async with running(server, commands) as rig:
         (sync,) = server.requests_to("PUT", f"/applications/{BOT_ID}/commands")
-        await server.dispatch("INTERACTION_CREATE", _interaction("3001", "pins"))
+        await server.dispatch("INTERACTION_CREATE", slash_interaction("3001", "pins"))
         (followup,) = await server.wait_request(
             "POST", f"/webhooks/{BOT_ID}/interaction-token-secret"
         )
@@ -272,7 +230,7 @@ async def test_slash_options_become_the_text_commands_arguments(server: DiscordS
         ]
         for interaction_id, command, options in calls:
             await server.dispatch(
-                "INTERACTION_CREATE", _interaction(interaction_id, command, options)
+                "INTERACTION_CREATE", slash_interaction(interaction_id, command, options)
             )
         await server.wait_for(
             lambda: (

@@ -21,7 +21,7 @@ from bot.events import ConversationKey
 from bot.memory.buffers import decode
 from bot.memory.people import normal_code
 from bot.state import connect, keys
-from tests.discord_rig import discord_env
+from tests.discord_rig import discord_env, slash_interaction
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.discord_server import (
     BOT_ID,
@@ -75,6 +75,19 @@ class Ada:
 
         await self.discord.wait_for(lambda: bool(answers()), limit=LIMIT)
         return answers()[0]
+
+    async def link_code(self) -> str:
+        """``/chorus link`` as a Discord slash command: the code comes back ephemerally (a code
+        is never posted in public chat). The follow-up webhook's token is unique to the call."""
+        self.n += 1
+        token = f"link-{self.base}-{self.n}"
+        interaction = slash_interaction(self.message_id(self.n), "link", user_id=self.discord_id)
+        await self.discord.dispatch("INTERACTION_CREATE", {**interaction, "token": token})
+        (followup,) = await self.discord.wait_request("POST", f"/webhooks/{BOT_ID}/{token}")
+        assert followup.body["flags"] & 64, "ephemeral"
+        offer = str(followup.body["content"])
+        (code,) = {w for w in re.split(r"[\s.:]+", offer) if normal_code(w) == w}
+        return code
 
     async def on_slack(self, text: str) -> str:
         assert self.slack is not None
@@ -166,9 +179,9 @@ async def test_a_linked_users_pin_reaches_the_other_platform_and_forget_2_delete
             await discord.wait_for(lambda: bool(discord.ops(2)), limit=LIMIT)  # IDENTIFY
             await _until_slack_listens(ada)
             assert "remember" in await ada.on_slack(f"/remember {bees}")
-            offer = await ada.on_discord("/link")
-            assert "Everyone in this chat can see it" in offer, offer  # a public channel
-            (code,) = {w for w in re.split(r"[\s.:]+", offer) if normal_code(w) == w}
+            refused = await ada.on_discord("/link")
+            assert "don't post link codes here" in refused, refused  # a public channel
+            code = await ada.link_code()
             linked = await ada.on_slack(f"/link {code}")
             assert linked.startswith("Linked with your Discord account"), linked
 

@@ -12,11 +12,9 @@ the Twitch pin; another Discord member's prompt does not.
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
 from pathlib import Path
 
-from bot.memory.people import normal_code
 from tests.discord_rig import discord_env
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.discord_server import DiscordServer, guild_create
@@ -84,8 +82,7 @@ async def test_a_pin_learnt_on_twitch_reaches_the_linked_discord_prompt(
             await twitch.wait_until(lambda: subscribed(twitch) == 4, LIMIT)
             await discord.wait_for(lambda: bool(discord.ops(2)), limit=LIMIT)  # IDENTIFY
             assert "remember" in await on_twitch(1, f"/remember {bees}")
-            offer = await ada.on_discord("/link")
-            (code,) = {w for w in re.split(r"[\s.:]+", offer) if normal_code(w) == w}
+            code = await ada.link_code()
             linked = await on_twitch(2, f"/link {code}")
             assert "Linked with your Discord account" in linked, linked
 

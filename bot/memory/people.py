@@ -10,8 +10,9 @@ path, ``/remember``, the insights agent -- goes to the person's one buffer. Link
 of a person to another identity (or person) joins them all into one person.
 
 Codes: 8 characters from a 31-character alphabet without look-alikes (0/O, 1/I/L), about 8.5e11
-values; single use (``GETDEL``); alive 10 minutes when the reply was private, 2 when it was
-posted in public chat; a new code voids the identity's previous one. An identity that types 5
+values; single use (``GETDEL``); alive 10 minutes; handed out only where the reply is private
+(``bot/router/link_commands.py`` refuses in public chat, where whoever types a code first would
+join the asker's person and read their memory); a new code voids the identity's previous one. An identity that types 5
 unknown codes within 10 minutes is refused until the window passes, so guessing a code someone
 else just made is hopeless (5 tries against 8.5e11 values).
 
@@ -45,8 +46,7 @@ from bot.state import keys
 
 CODE_ALPHABET = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"
 CODE_LENGTH = 8
-CODE_SECONDS_PRIVATE = 600
-CODE_SECONDS_PUBLIC = 120
+CODE_SECONDS = 600
 MAX_FAILED_CODES = 5
 FAILED_WINDOW_SECONDS = 600
 _RETRIES = 8
@@ -105,10 +105,10 @@ class People:
         return self.memory.settings.ttl_seconds
 
     # -- codes --------------------------------------------------------------------------------
-    async def issue(self, platform: str, user_id: str, *, public: bool) -> tuple[str, int]:
+    async def issue(self, platform: str, user_id: str) -> tuple[str, int]:
         """A fresh one-time code for this identity (voiding its previous one), and its life in
-        seconds."""
-        seconds = CODE_SECONDS_PUBLIC if public else CODE_SECONDS_PRIVATE
+        seconds. The caller shows it only in a private reply."""
+        seconds = CODE_SECONDS
         code = self._codes()
         mine = keys.user(platform, user_id, "linkcode")
         previous = cast("str | None", await self.redis.get(mine))

@@ -1,9 +1,11 @@
 """``/link`` and ``/unlink``: one person across platforms (bot/memory/people.py does the work).
 
-``/link`` alone answers with a one-time code; where the answer is private (a Discord or Slack
-slash command, a direct message) the code lives 10 minutes, in public chat (Twitch, YouTube, a
-channel) 2 minutes and the answer says that everyone can see it. ``/link <code>`` typed by the
-same person on another platform links the two identities. ``/unlink`` separates this identity
+``/link`` alone answers with a one-time code, but only where the answer is private (a Discord or
+Slack slash command, a direct message, the console): a code posted in public chat could be typed
+first by anyone watching, who would then share the asker's memory. In public chat (Twitch,
+YouTube, a channel) ``/link`` says where to ask instead. ``/link <code>`` typed by the same
+person on another platform -- public chat is fine for that, the code is used up by it -- links
+the two identities. ``/unlink`` separates this identity
 from its person. Each step, and each refused code, goes to the audit trail (direction
 ``link``; never the code itself), so an operator can see who linked what and spot guessing.
 
@@ -51,11 +53,12 @@ class _Handlers:
     async def link(self, message: ChatMessage, args: str) -> str:
         platform, user_id = message.platform, message.author.id
         if not args.strip():
-            public = not (message.is_direct or message.private_reply)
-            code, seconds = await self._people.issue(platform, user_id, public=public)
-            self._record(message, "code", "issued_public" if public else "issued")
-            name = "commands/link_code_public" if public else "commands/link_code_private"
-            return prompts.render(name, code=code, minutes=seconds // 60)
+            if not (message.is_direct or message.private_reply):
+                self._record(message, "code", "refused_public")
+                return prompts.render("commands/link_code_public")
+            code, seconds = await self._people.issue(platform, user_id)
+            self._record(message, "code", "issued")
+            return prompts.render("commands/link_code_private", code=code, minutes=seconds // 60)
         result = await self._people.redeem(platform, user_id, args)
         outcome = result.outcome
         if outcome is LinkOutcome.LINKED and result.other is not None:
