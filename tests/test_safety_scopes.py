@@ -218,3 +218,44 @@ def _users_key(rig: object) -> str:
 
     conv = rig.conv()  # type: ignore[attr-defined]
     return keys.safety_users(conv.platform, conv.channel)
+
+
+def test_the_readme_example_loads_and_means_what_it_says() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    block = readme.split("**Per scope.**", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    gate = scoped_gate(settings_with(block))
+    kids, lounge = message("223456789012345678", "x"), message("1" * 18 + "9", "x")
+    kids = kids.model_copy(update={"server": "123456789012345678"})
+    lounge = lounge.model_copy(update={"server": "123456789012345678"})
+    strict, server = gate.policy(kids), gate.policy(lounge)
+    assert strict.preset == "streamer" and server.preset == "standard"
+    assert strict.screen("free   nitro here") and not server.screen("free nitro here")
+    assert strict.screen("gore") and server.screen("spoilers") and not server.screen("gore")
+    assert strict.screen("see https://example.org") and not strict.screen("en.wikipedia.org/x")
+    assert not strict.use_model
+    assert (strict.quota.user_messages_hour, server.quota.user_messages_hour) == (5, 30)
+    assert not strict.quota.exempt_moderators and server.quota.exempt_moderators
+    assert gate.status(kids, "998877665544332211", strict) == "block"
+    twitch = gate.policy(message("yourchannel", "x", platform="twitch"))
+    assert twitch.preset == "standard" and not twitch.fail_closed
+
+
+async def test_a_scope_block_beats_a_moderators_allow_and_a_channel_entry_beats_scope_trust(
+    redis_url: str, key_tag: str
+) -> None:
+    settings = settings_with(
+        '[[scope]]\nmatch = "discord"\n[scope.safety]\n'
+        f'blocked_users = ["troll-{key_tag}"]\nallowed_users = ["bo-{key_tag}"]\n'
+    )
+    async with safety_rig(redis_url, key_tag) as rig:
+        policies = Policies(settings.safety, settings.quota)
+        scoping = Scoping(settings, provider=ScriptedProvider(), policies=policies)
+        rig.gate.policies = policies
+        rig.gate.scope_of = lambda m: scoping.profile(m).safety
+        await rig.say(f"/allow id:troll-{key_tag}", mod=True)
+        await rig.say(f"/block id:bo-{key_tag}", mod=True)
+        troll, bo = rig.message("x", user="troll"), rig.message("x", user="bo")
+        policy = rig.gate.policy(troll)
+        assert rig.gate.status(troll, troll.author.id, policy) == "block"
+        assert rig.gate.status(bo, bo.author.id, policy) == "block"
+        assert await rig.say("hello", user="bo") == []
