@@ -99,7 +99,7 @@ async def test_a_final_that_cannot_go_into_the_old_message_is_sent_anew_and_the_
             views[-1].fail_finish = True
             return views[-1]
 
-        live = LiveAnswers(open_view, interval=0.0, store=store)  # type: ignore[arg-type]
+        live = LiveAnswers(open_view, interval=0.0, store=store)
         assert not await live.finish(reply("final", "r3"))  # the adapter posts it
         (view,) = views
         assert view.resumed == {"id": "deleted-meanwhile"} and view.discarded
@@ -115,7 +115,7 @@ async def test_no_lookup_for_answers_that_were_never_streamed_or_after_the_ttl(
     store = LiveMessages(redis, "slack", namespace=key_tag)
     try:
         await store.save(answer_key(CONV, "r4"), {"id": "old"})
-        clock, views = Clock(), []
+        clock, views = Clock(), list[View]()
         live = process(store, views, ttl=60.0, clock=clock)
         assert not await live.finish(reply("never streamed", "r5")) and views == []
         clock.now = 61.0  # anything a previous process saved has expired by now
