@@ -10,9 +10,16 @@ import asyncio
 
 from redis.asyncio import Redis
 
+from adapters.slack.adapter import build_client
+from adapters.slack.convert import reply_to_posts
+from adapters.slack.live import NativeStreams, SlackLive
+from adapters.slack.sender import SlackSender
+from bot.events import ConversationKey, Reply, ReplyDraft
 from bot.platform.streaming import LiveAnswers, answer_key
 from bot.state import connect
 from bot.state.live_messages import LiveMessages
+from tests.loopback.slack_server import SlackServer
+from tests.slack_rig import BOT_TOKEN, slack_settings
 from tests.test_drafts import CONV, View, draft, reply, until
 
 
@@ -52,6 +59,7 @@ async def test_a_restarted_gateway_puts_the_final_into_the_message_it_left(
         await until(lambda: bool(first and first[0].shown))
         await until_saved(redis, store, "r1")
         assert await saved(redis, store, "r1") == '{"id":"msg-1"}'
+        assert 0 < await redis.ttl(store.key(answer_key(CONV, "r1"))) <= 900  # kept 15 minutes
         # the process dies here: no finish, no aclose (kill -9)
         second: list[View] = []
         restarted = process(store, second)
@@ -142,3 +150,64 @@ async def until_saved(redis: Redis, store: LiveMessages, reply_to: str) -> None:
             if await saved(redis, store, reply_to) is not None:
                 return
             await asyncio.sleep(0.01)
+
+
+# -- Slack's views against the loopback Web API ---------------------------------------------------
+SLACK_THREAD = ConversationKey(platform="slack", channel="C111", thread="1595926230.009600")
+
+
+def slack_draft(text: str) -> ReplyDraft:
+    return ReplyDraft(
+        conversation=SLACK_THREAD,
+        reply_to_id="C111:1595926230.009600",
+        text=text,
+        addressed_user_ids=("W222",),
+        seq=1,
+    )
+
+
+def slack_final(text: str) -> Reply:
+    return Reply(
+        conversation=SLACK_THREAD,
+        text=text,
+        reply_to_id="C111:1595926230.009600",
+        addressed_user_ids=("W222",),
+    )
+
+
+async def test_slack_a_resumed_stream_is_stopped_and_updated_a_deleted_one_is_posted_anew(
+    key_tag: str,
+) -> None:
+    redis = await connect.open_redis("memory://")
+    store = LiveMessages(redis, "slack", namespace=key_tag)
+    async with SlackServer(bot_token=BOT_TOKEN) as server:
+        sender = SlackSender(build_client(slack_settings(server)))
+        native = NativeStreams()
+
+        def open_view(d: ReplyDraft) -> SlackLive:
+            return SlackLive(sender, d, native=native, team_id="T111")
+
+        first = LiveAnswers(open_view, interval=0.0, store=store)
+        first.draft(slack_draft("The first words"))
+        await server.wait_for(lambda: bool(server.thread_texts("C111")))
+        async with asyncio.timeout(10):
+            while True:
+                if await store.load(answer_key(SLACK_THREAD, "C111:1595926230.009600")):
+                    break
+                await asyncio.sleep(0.01)
+        # a new gateway: the open stream is stopped, the message updated to the final answer
+        second = LiveAnswers(open_view, interval=0.0, store=store)
+        assert await second.finish(slack_final("The **whole** answer."))
+        (expected,) = [p.text for p in reply_to_posts(slack_final("The **whole** answer."))]
+        assert server.thread_texts("C111") == [expected]
+        assert [m for _, m in server.method_calls].count("chat.stopStream") == 1
+
+        # the message was deleted by someone: the final cannot go there; False = post it anew
+        ts = next(iter(server.messages))
+        await store.save(answer_key(SLACK_THREAD, "C111:1595926230.009600"), {"ts": [ts]})
+        del server.messages[ts]
+        third = LiveAnswers(open_view, interval=0.0, store=store)
+        assert not await third.finish(slack_final("again"))
+        await first.aclose()
+        await sender.aclose()
+    await redis.aclose()
