@@ -259,3 +259,16 @@ async def test_a_scope_block_beats_a_moderators_allow_and_a_channel_entry_beats_
         assert rig.gate.status(troll, troll.author.id, policy) == "block"
         assert rig.gate.status(bo, bo.author.id, policy) == "block"
         assert await rig.say("hello", user="bo") == []
+
+
+def test_a_reload_applies_a_scopes_new_lists_without_a_restart() -> None:
+    settings = settings_with(TOML)
+    policies = Policies(settings.safety, settings.quota)
+    scoping = Scoping(settings, provider=ScriptedProvider(), policies=policies)
+    gate = SafetyGate(policies, scope_of=lambda m: scoping.profile(m).safety)
+    strict = message(STRICT, "x")
+    assert gate.policy(strict).screen("a frobnicate") is None
+    Path("chorus.toml").write_text(TOML.replace('"zorblax"', '"frobnicate"').lstrip("\n"), "utf-8")
+    scoping.reload(load_settings(environ=ENV, warn=False))
+    assert gate.policy(strict).screen("a frobnicate") is not None
+    assert gate.policy(strict).screen("a zorblax") is None
