@@ -44,7 +44,7 @@ from tests.test_stream_discord_e2e import (
     shown,
     stop,
 )
-from tests.test_stream_slack_e2e import CHANNEL, USER
+from tests.test_stream_slack_e2e import CHANNEL, USER, within_limits
 
 SLOW = 0.3  # seconds between the model's chunks: the answer takes about 12 s
 
@@ -144,6 +144,7 @@ async def test_a_slack_answer_streamed_across_a_gateway_kill_ends_as_one_message
         assert methods.count("chat.stopStream") >= 1  # the resumed stream was stopped
     else:
         assert methods.count("chat.postMessage") == 1
+    assert within_limits(slack), slack.method_calls  # each method within its tier
     assert await real_redis.get(key) is None  # forgotten once final
 
 
