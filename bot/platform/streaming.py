@@ -180,11 +180,15 @@ class LiveAnswers:
     async def _left_by_previous(self, key: Key, reply: Reply) -> dict[str, Any] | None:
         """The live message a previous process left for this answer, if any. Asked only in a
         process's first ``ttl`` seconds: anything older than that has expired in the store."""
-        if self.store is None or reply.reply_to_id is None:
+        if reply.reply_to_id is None or not self._may_resume():
             return None
-        if self._clock() - self._started > self.ttl:
-            return None
+        assert self.store is not None
         return await self.store.load(key)
+
+    def _may_resume(self) -> bool:
+        """Whether a previous process's live message may still be in the store: only in this
+        process's first ``ttl`` seconds (later, anything it saved has expired)."""
+        return self.store is not None and self._clock() - self._started <= self.ttl
 
     async def _final(self, view: DraftView, reply: Reply) -> bool:
         """The final answer in ``view``; when it cannot be put there, what the view showed is
@@ -244,8 +248,9 @@ class LiveAnswers:
 
     async def _load(self, live: _Live) -> None:
         """Before an answer's first draft here: the message a previous process left, if any."""
-        if self.store is None:
+        if not self._may_resume():
             return
+        assert self.store is not None
         saved = await self.store.load(live.key)
         if saved is not None:
             live.view.resume(saved)
