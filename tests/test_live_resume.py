@@ -128,6 +128,7 @@ async def test_no_lookup_for_answers_that_were_never_streamed_or_after_the_ttl(
         assert not await live.finish(reply("never streamed", "r5")) and views == []
         clock.now = 61.0  # anything a previous process saved has expired by now
         assert not await live.finish(reply("final", "r4")) and views == []
+        await store.save(answer_key(CONV, "r7"), {"id": "old too"})
         live.draft(draft("a new answer's first words", 1, "r7"))
         await until(lambda: bool(views and views[0].shown))
         assert views[0].resumed is None  # no lookup for drafts either
