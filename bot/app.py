@@ -107,6 +107,7 @@ class Chorus:
         # chorus.toml's personas and scopes (bot/router/scoping.py); every persona's system text
         # ends with the deployment's canary (bot/safety/canary.py), stable per deployment.
         canary = deployment_canary(settings.safety, settings.llm, settings.agent.bot_name)
+        policies = policies or Policies(settings.safety, settings.quota)
         self.scoping = Scoping(
             settings,
             provider=provider,
@@ -115,6 +116,7 @@ class Chorus:
             metrics=self.metrics,
             agent=self.agent,
             canary=canary,
+            policies=policies,  # each scope's safety tables, compiled with its profile
         )
         self.assembler = self.scoping.default.assembler
         system = self.assembler.system_prompt
@@ -126,13 +128,14 @@ class Chorus:
             commands, self.memory, self.history, eraser=StreamEraser.for_bus(bus, redis)
         )
         self.safety = SafetyGate.from_parts(
-            policies or Policies(settings.safety, settings.quota),
+            policies,
             redis,
             namespace=settings.state.bus_namespace,
             model=moderation,
             leak=LeakCheck(system, canary),
             prices=self.metrics.prices if isinstance(self.metrics, Metrics) else None,
         )
+        self.safety.scope_of = lambda message: self.scoping.profile(message).safety
         self.safety.audit.register(self.metrics)
         safety_commands.register(commands, self.safety, self.history)  # before plugins take names
         link_commands.register(commands, self.memory, audit=self.safety.audit)

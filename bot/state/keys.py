@@ -69,6 +69,10 @@ A history list holds JSON ``HistoryEntry`` values, oldest first, capped by CHORU
 A user key belongs to a person, so it must always carry a TTL: whoever writes one sets it in the
 same pipeline as the write. A dedupe key is ``SET NX`` by the router when it claims a message
 (value ``claimed``) and overwritten with ``done`` after the answer, each with its own expiry.
+``chorus:v1:liveanswer:{ns}:{platform}:{conversation}:{reply_to_id}`` -- string, JSON of where a
+    streamed answer's live message is (Slack ts and stream state, Discord message ids); TTL 15
+    minutes. A gateway restarted mid-stream finishes that message instead of posting another.
+    Written by ``LiveMessages`` (bot/state/live_messages.py) for ``LiveAnswers``.
 ``chorus:v1:tokens:{platform}:{app_id}`` -- string, JSON of the bot account's OAuth tokens
     (Twitch); no TTL: the bot's own credential, not a user's data. adapters/twitch/tokens.py.
 ``chorus:v1:ratelimit:{platform}:{bucket}`` -- zset, one member per granted send scored by its
@@ -363,6 +367,17 @@ def _quota_project(platform: str, project: str) -> str:
     _check_token("platform", platform)
     _check_id("project", project)
     return f"{PREFIX}:quota:{platform}:{_escape_part(project)}"
+
+
+# -- streamed answers ----------------------------------------------------------------------------
+def live_answer(platform: str, conversation: str, reply_to_id: str, namespace: str = "main") -> str:
+    """Where one streamed answer's live message is (``conversation``: its key as a string)."""
+    _check_token("platform", platform)
+    _check_token("namespace", namespace)
+    return (
+        f"{PREFIX}:liveanswer:{namespace}:{platform}:"
+        f"{_escape_part(conversation)}:{_escape_part(reply_to_id)}"
+    )
 
 
 # -- live chat -----------------------------------------------------------------------------------
