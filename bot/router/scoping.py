@@ -67,6 +67,7 @@ class Profile:
     engagement: Mapping[str, Any] = field(default_factory=dict)  # threshold updates
     memory: bool = True
     insights: bool = True
+    knowledge: tuple[str, ...] = ()  # the knowledge base's sources (files, folders, URLs)
 
     def route(self, message: ChatMessage, policy_applies: bool) -> Route:
         """Whether a message is answered, goes through the live-chat policy, or is ignored:
@@ -249,6 +250,7 @@ class Scoping:
             engagement=engagement,
             memory=bool(values.get("memory", True)),
             insights=bool(values.get("insights", settings.memory.insights_enabled)),
+            knowledge=tuple(values.get("knowledge", settings.memory.knowledge_sources)),
         )
 
     def _provider(self, spec: ModelSpec, fallbacks: tuple[ModelSpec, ...]) -> Provider:

@@ -104,6 +104,7 @@ class Scope(_Table):
     engagement: ScopeEngagement | None = None
     memory: bool | None = None
     insights: bool | None = None
+    knowledge: tuple[str, ...] | None = None
 
     @field_validator("match")
     @classmethod
@@ -131,6 +132,7 @@ DEPLOYMENT: dict[str, tuple[str, str] | None] = {
     **{f"engagement.{f}": ("engagement", f) for f in ScopeEngagement.model_fields if f != "mode"},
     "memory": None,
     "insights": ("memory", "insights_enabled"),
+    "knowledge": ("memory", "knowledge_paths"),
 }
 
 

@@ -24,6 +24,15 @@ Keys (``{platform}`` is ``[a-z0-9_]+``; every other ``{...}`` part is escaped):
     and TTL'd to the longer of CHORUS_MEMORY_TTL and CHORUS_HISTORY_TTL. ``MemoryStore``.
 ``chorus:v1:user:{platform}:{user_id}:forgot`` -- string, epoch ms of the user's last
     ``/forget``; TTL 1 day. An insights analysis that started earlier must not write back.
+``chorus:v1:user:{platform}:{user_id}:vec`` -- hash, ``text_id`` (a digest of the embedding model
+    and a pin's or recommendation's text) -> base64 of its int8 unit vector; TTL CHORUS_MEMORY_TTL,
+    set by every write. Only the current entries' vectors are kept; deleted by ``/forget``.
+    Written off the reply path by ``bot/memory/recall.py``.
+``chorus:v1:kb:{base}:version`` / ``:chunks`` / ``:vec`` / ``:sources`` -- one knowledge base
+    (``base`` is a digest of its source list): a counter bumped by each re-index (the reply path
+    reads only this), a JSON list of chunks (source, heading, text), a hash chunk number -> base64
+    int8 vector, a hash source -> its freshness mark (mtime or ETag). No TTL: the operator's
+    documents, not a user's data. Written by bot/knowledge/indexer.py.
 ``chorus:v1:insights:{queue}:due`` / ``chorus:v1:insights:{queue}:deadline`` -- zsets of
     pending insights jobs, member ``{platform}:{user_id}`` (``insights_member``), score = epoch
     ms when due (debounce) / the latest it may wait (first pending turn +
@@ -146,6 +155,18 @@ def _check_id(name: str, value: str) -> None:
 def memory(platform: str, user_id: str) -> str:
     """One user's buffer: pins, recommendations and timezone in one compact JSON string."""
     return user(platform, user_id, "memory")
+
+
+def user_vectors(platform: str, user_id: str) -> str:
+    """The embedding vectors of a user's pins and recommendations (``bot/memory/recall.py``)."""
+    return user(platform, user_id, "vec")
+
+
+def knowledge(base: str, part: str) -> str:
+    """One part (``version``, ``chunks``, ``vec``, ``sources``) of knowledge base ``base``."""
+    _check_token("base", base)
+    _check_token("part", part)
+    return f"{PREFIX}:kb:{base}:{part}"
 
 
 def user_conversations(platform: str, user_id: str) -> str:
