@@ -112,7 +112,8 @@ class KnowledgeIndexer:
 
     # -- one base ------------------------------------------------------------------------------
     async def index(self, sources: Sequence[str], *, force: bool = False) -> Report:
-        """Bring the base over ``sources`` up to date (``force``: skip the interval lock)."""
+        """Bring the base over ``sources`` up to date (``force``: now, even if a process checked
+        it within the interval)."""
         base = base_id(sources)
         lock = keys.knowledge(base, "lock")
         ttl_ms = max(1000, int(self.settings.knowledge_refresh * 900))
@@ -121,7 +122,7 @@ class KnowledgeIndexer:
         docs = await self._read_all(sources)
         marks = json.dumps(sorted((src, mark) for src, mark, _ in docs))
         previous = await self.redis.get(keys.knowledge(base, "sources"))
-        if previous == marks and not force:
+        if previous == marks:
             return Report(base, len(docs), 0, 0, changed=False)
         chunks = [
             chunk

@@ -39,7 +39,6 @@ from bot.state import keys
 log = logging.getLogger("chorus.recall")
 
 KNOWLEDGE_THRESHOLD = 0.1  # lexical and hybrid scores alike: below this a chunk is off topic
-_ATTR_UNSAFE = str.maketrans("", "", '"<>&')
 
 
 class Recall:
@@ -184,7 +183,7 @@ class Recall:
         lines: list[str] = []
         used = 0
         for hit in hits:
-            source = data_text(hit.chunk.where.translate(_ATTR_UNSAFE))
+            source = data_text(hit.chunk.where).replace('"', "&quot;")
             line = prompts.render(
                 "memory/knowledge_excerpt", source=source, text=data_text(hit.chunk.text)
             )

@@ -2,10 +2,9 @@
 
 Why int8: a vendor's vector is 768-3072 float32s (3-12 KB); a user has a few dozen notes and a
 knowledge base a few hundred chunks, so the vectors would dwarf the 4 KB memory buffer. Each
-vector is normalised to unit length and every component stored as ``round(x * 127)`` in one
-signed byte: a quarter of float32, and the cosine of two stored vectors stays within ~0.01 of
-the exact one (``tests/test_vectors.py``), far below the gap between a related note and an
-unrelated one. The connection decodes replies as text, so the bytes travel as base64 (4/3).
+component is stored as one signed byte, ``round(x / max|x| * 127)``: a quarter of float32, and
+a cosine against the stored vector stays within ~0.01 of the exact one
+(``tests/test_recall.py``), far below the gap between a related note and an unrelated one. The connection decodes replies as text, so the bytes travel as base64 (4/3).
 
 Why no vector index: the reply path scores one user's own few dozen vectors and, where a scope
 has a knowledge base, its few hundred chunks, all held in process; a pure-Python dot product of
@@ -55,8 +54,10 @@ def unit(vector: Sequence[float]) -> list[float]:
 
 
 def quantise(vector: Sequence[float]) -> str:
-    """The stored form: base64 of the unit vector's components as signed bytes (x 127)."""
-    packed = array("b", (max(-SCALE, min(SCALE, round(x * SCALE))) for x in unit(vector)))
+    """The stored form: base64 of the components as signed bytes, scaled so the largest is
+    +-127 (a cosine does not depend on the scale, so it is not stored)."""
+    peak = max((abs(x) for x in vector), default=0.0) or 1.0
+    packed = array("b", (max(-SCALE, min(SCALE, round(x / peak * SCALE))) for x in vector))
     return base64.b64encode(packed.tobytes()).decode("ascii")
 
 
