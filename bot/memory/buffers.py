@@ -270,7 +270,7 @@ class MemoryStore:
 
     LOAD_COMMANDS = 1
     TOUCH_COMMANDS = 5
-    FORGET_COMMANDS = 3
+    FORGET_COMMANDS = 4
 
     def __init__(self, redis: Redis, settings: MemorySettings | None = None) -> None:
         self.redis = redis
