@@ -73,7 +73,7 @@ def env_for(tmp_path: Path, server: OpenAIServer, redis_url: str, user: str) -> 
 
 async def poll(condition: Any, limit: float = 60.0) -> None:
     async with asyncio.timeout(limit):
-        while not await condition():
+        while not await condition():  # noqa: ASYNC110 (another process's Redis writes)
             await asyncio.sleep(0.05)
 
 
