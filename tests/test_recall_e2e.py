@@ -147,7 +147,7 @@ _KB_PARTS = ("version", "chunks", "vec", "sources", "lock")
 
 
 async def _hlen(redis: Redis, key: str, n: int) -> bool:
-    return int(await redis.hlen(key)) >= n  # type: ignore[misc]
+    return int(await redis.hlen(key)) >= n
 
 
 async def _exists(redis: Redis, key: str) -> bool:
