@@ -50,6 +50,26 @@ async def test_openai_sdk_embeds_through_the_endpoint_in_order(openai_server: Op
     assert _near(vectors[1], vectors[0]) > 0.4 > _near(vectors[1], vectors[2])
 
 
+async def test_a_smaller_size_is_asked_of_both_vendors(
+    openai_server: OpenAIServer, gemini_server: GeminiServer
+) -> None:
+    llm = LLMSettings(  # type: ignore[arg-type]
+        openai_api_key="sk-test",
+        openai_base_url=openai_server.base_url,
+        gemini_api_key="g-test",
+        gemini_base_url=gemini_server.base_url,
+    )
+    for name in ("openai:text-embedding-3-small", "gemini:text-embedding-004"):
+        embedder = build_embedder(name, llm, timeout=10, dimensions=64)
+        assert embedder is not None and embedder.name == f"{name}@64"
+        try:
+            [vector] = await embedder.embed(["eats no meat"])
+        finally:
+            await embedder.aclose()
+        assert len(vector) == 64
+    assert openai_server.requests[-1].body["dimensions"] == 64
+
+
 async def test_openai_embedder_retries_a_server_error(openai_server: OpenAIServer) -> None:
     openai_server.fail(500, "try again")
     embedder = build_embedder("openai:text-embedding-3-small", _openai(openai_server), timeout=10)

@@ -69,7 +69,10 @@ class RecallParts:
         memory = settings.memory
         if embedder is None:
             embedder = build_embedder(
-                memory.embedding_model, settings.llm, timeout=memory.embedding_timeout
+                memory.embedding_model,
+                settings.llm,
+                timeout=memory.embedding_timeout,
+                dimensions=memory.embedding_dimensions,
             )
         recall = Recall(redis, memory, embedder, metrics=metrics)
         indexer = None

@@ -33,13 +33,19 @@ class OpenAIEmbedder:
     """``embeddings.create`` over the official ``openai`` SDK."""
 
     def __init__(
-        self, client: openai.AsyncOpenAI, model: str, base_url: str, retry_policy: RetryPolicy
+        self,
+        client: openai.AsyncOpenAI,
+        model: str,
+        base_url: str,
+        retry_policy: RetryPolicy,
+        dimensions: int = 0,
     ) -> None:
         self.client = client
         self.model = model
         self.base_url = base_url
         self.retry_policy = retry_policy
-        self.name = f"openai:{model}"
+        self.dimensions = dimensions
+        self.name = f"openai:{model}" + (f"@{dimensions}" if dimensions else "")
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         out: list[list[float]] = []
@@ -53,7 +59,12 @@ class OpenAIEmbedder:
         check_endpoint("openai", self.base_url)
 
         async def call() -> list[list[float]]:
-            response = await self.client.embeddings.create(model=self.model, input=texts)
+            if self.dimensions:
+                response = await self.client.embeddings.create(
+                    model=self.model, input=texts, dimensions=self.dimensions
+                )
+            else:
+                response = await self.client.embeddings.create(model=self.model, input=texts)
             ordered = sorted(response.data, key=lambda item: item.index)
             return [list(item.embedding) for item in ordered]
 
@@ -67,13 +78,19 @@ class GeminiEmbedder:
     """``aio.models.embed_content`` over the official ``google-genai`` SDK."""
 
     def __init__(
-        self, client: genai.Client, model: str, base_url: str, retry_policy: RetryPolicy
+        self,
+        client: genai.Client,
+        model: str,
+        base_url: str,
+        retry_policy: RetryPolicy,
+        dimensions: int = 0,
     ) -> None:
         self.client = client
         self.model = model
         self.base_url = base_url
         self.retry_policy = retry_policy
-        self.name = f"gemini:{model}"
+        self.dimensions = dimensions
+        self.name = f"gemini:{model}" + (f"@{dimensions}" if dimensions else "")
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         out: list[list[float]] = []
@@ -87,9 +104,12 @@ class GeminiEmbedder:
         check_endpoint("gemini", self.base_url)
 
         async def call() -> list[list[float]]:
+            from google.genai import types
+
             contents: Any = texts
+            config = types.EmbedContentConfig(output_dimensionality=self.dimensions or None)
             response = await self.client.aio.models.embed_content(
-                model=self.model, contents=contents
+                model=self.model, contents=contents, config=config
             )
             found = response.embeddings or []
             if len(found) != len(texts):
@@ -104,24 +124,33 @@ class GeminiEmbedder:
 
 
 def build_embedder(
-    model_name: str, llm: LLMSettings, *, timeout: float, max_retries: int = 2
+    model_name: str,
+    llm: LLMSettings,
+    *,
+    timeout: float,
+    dimensions: int = 0,
+    max_retries: int = 2,
 ) -> OpenAIEmbedder | GeminiEmbedder | None:
-    """The embedder CHORUS_EMBEDDING_MODEL names (None when it is empty: lexical relevance)."""
+    """The embedder CHORUS_EMBEDDING_MODEL names (None when it is empty: lexical relevance).
+    ``dimensions`` (0: the model's own) is part of its name, so stored vectors of another size
+    are never compared with its own."""
     if not model_name.strip():
         return None
     spec = parse_model_spec(model_name, VARIABLE)
     policy = RetryPolicy(max_retries=max_retries, base_delay=0.25, max_delay=4.0)
     if spec.provider == "openai":
-        return _openai(spec.model, llm, timeout, policy)
+        return _openai(spec.model, llm, timeout, policy, dimensions)
     if spec.provider == "gemini":
-        return _gemini(spec.model, llm, timeout, policy)
+        return _gemini(spec.model, llm, timeout, policy, dimensions)
     raise ConfigError(
         f"{VARIABLE}={model_name!r}: {spec.provider} has no embedding API; use openai: "
         "(or an OpenAI-compatible server through OPENAI_BASE_URL) or gemini:"
     )
 
 
-def _openai(model: str, llm: LLMSettings, timeout: float, policy: RetryPolicy) -> OpenAIEmbedder:
+def _openai(
+    model: str, llm: LLMSettings, timeout: float, policy: RetryPolicy, dimensions: int
+) -> OpenAIEmbedder:
     try:
         import openai
     except ModuleNotFoundError:
@@ -138,10 +167,12 @@ def _openai(model: str, llm: LLMSettings, timeout: float, policy: RetryPolicy) -
     client = openai.AsyncOpenAI(
         api_key=key or "not-needed", base_url=base_url, timeout=timeout, max_retries=0
     )
-    return OpenAIEmbedder(client, model, base_url, policy)
+    return OpenAIEmbedder(client, model, base_url, policy, dimensions)
 
 
-def _gemini(model: str, llm: LLMSettings, timeout: float, policy: RetryPolicy) -> GeminiEmbedder:
+def _gemini(
+    model: str, llm: LLMSettings, timeout: float, policy: RetryPolicy, dimensions: int
+) -> GeminiEmbedder:
     try:
         from google import genai
         from google.genai import types
@@ -165,4 +196,4 @@ def _gemini(model: str, llm: LLMSettings, timeout: float, policy: RetryPolicy) -
             retry_options=types.HttpRetryOptions(attempts=1),
         ),
     )
-    return GeminiEmbedder(client, model, base_url, policy)
+    return GeminiEmbedder(client, model, base_url, policy, dimensions)

@@ -20,13 +20,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
 from bot.memory.relevance import Scorer, terms
-from bot.memory.vectors import cosine, dequantise, mix
+from bot.memory.vectors import cosine, dequantise, mix, vector_norm
 from bot.state import keys
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
@@ -116,10 +117,16 @@ class KnowledgeIndex:
     chunks: list[Chunk]
     vectors: list[str | None]
     docs: list[frozenset[str]] = field(default_factory=list)
+    _decoded: list[tuple[array[int], float] | None] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
+        """Term sets, decoded vectors and their norms once per version, not per query."""
         if not self.docs:
             self.docs = [frozenset(terms(f"{c.heading} {c.text}")) for c in self.chunks]
+        for i in range(len(self.chunks)):
+            stored = self.vectors[i] if i < len(self.vectors) else None
+            packed = dequantise(stored) if stored else None
+            self._decoded.append((packed, vector_norm(packed)) if packed else None)
 
     def search(
         self,
@@ -137,9 +144,9 @@ class KnowledgeIndex:
         hits = []
         for i, chunk in enumerate(self.chunks):
             score = lexical.score_terms(self.docs[i])
-            stored = self.vectors[i] if i < len(self.vectors) else None
-            if query_vector is not None and stored:
-                cos = cosine(query_vector, dequantise(stored))
+            decoded = self._decoded[i]
+            if query_vector is not None and decoded is not None:
+                cos = cosine(query_vector, *decoded)
                 score = mix(score, cos, weight=weight, floor=floor)
             if score > threshold:
                 hits.append((score, i, chunk))

@@ -13,9 +13,12 @@ has a knowledge base, its few hundred chunks, all held in process; a pure-Python
 it would pay off past tens of thousands of chunks per scope.
 
 ``HybridScorer`` is a ``relevance.TextScorer``: the lexical ``Scorer`` when there is no query
-vector or no vector for a note, else ``weight * cos' + (1 - weight) * min(lexical, 1)`` where
-``cos' = max(0, (cos - floor) / (1 - floor))`` (a cosine below ``floor`` counts as unrelated:
-real embedding models put unrelated sentences at 0.0-0.2).
+vector or no vector for a note, else ``max(w * cos' + (1 - w) * lex', lex')`` where
+``lex' = min(lexical, 1)`` and ``cos' = max(0, (cos - floor) / (1 - floor))`` (a cosine below
+``floor`` counts as unrelated: real embedding models put unrelated sentences at 0.0-0.2). The
+``max`` keeps what words alone find: a rare name ("Biscuit") that an embedding model does not
+relate to anything still ranks as high as it does lexically; the embedding only lifts notes.
+``weight`` 1 (CHORUS_RECALL_WEIGHT=1) is the cosine alone.
 """
 
 from __future__ import annotations
@@ -72,12 +75,17 @@ def dequantise(stored: str) -> array[int]:
     return packed
 
 
-def cosine(query: Sequence[float], stored: array[int]) -> float:
-    """Cosine of a unit ``query`` and a stored vector (0.0 when their sizes differ)."""
+def cosine(query: Sequence[float], stored: array[int], norm: float | None = None) -> float:
+    """Cosine of a unit ``query`` and a stored vector (0.0 when their sizes differ);
+    ``norm``: the stored vector's, when the caller keeps it (``vector_norm``)."""
     if len(query) != len(stored) or not stored:
         return 0.0
-    norm = math.sqrt(sum(map(operator.mul, stored, stored)))
+    norm = vector_norm(stored) if norm is None else norm
     return sum(map(operator.mul, query, stored)) / norm if norm else 0.0
+
+
+def vector_norm(stored: array[int]) -> float:
+    return math.sqrt(sum(map(operator.mul, stored, stored)))
 
 
 def text_id(model: str, text: str) -> str:
@@ -123,7 +131,9 @@ class HybridScorer:
 def mix(lexical: float, cos: float, *, weight: float, floor: float) -> float:
     """The hybrid score of a lexical score and a cosine (see the module docstring)."""
     near = max(0.0, (cos - floor) / (1.0 - floor))
-    return round(weight * near + (1.0 - weight) * min(lexical, 1.0), 6)
+    word = min(lexical, 1.0)
+    blended = weight * near + (1.0 - weight) * word
+    return round(blended if weight >= 1.0 else max(blended, word), 6)
 
 
 async def store_vectors(

@@ -48,6 +48,11 @@ class MemorySettings(Section):
 
     # Semantic recall (bot/memory/recall.py): empty = lexical relevance only.
     embedding_model: str = Field(default="", validation_alias="CHORUS_EMBEDDING_MODEL")
+    # Vector size asked of the model (OpenAI ``dimensions``, Gemini ``output_dimensionality``):
+    # 256 keeps the in-process search fast and the vectors small; 0 = the model's own size.
+    embedding_dimensions: int = Field(
+        default=256, ge=0, le=4096, validation_alias="CHORUS_EMBEDDING_DIMENSIONS"
+    )
     embedding_deadline: float = Field(
         default=0.3, gt=0, le=10, validation_alias="CHORUS_EMBEDDING_DEADLINE"
     )

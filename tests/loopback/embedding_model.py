@@ -147,8 +147,9 @@ def _component(token: str) -> tuple[int, float]:
     return index, 1.0 if digest[3] & 1 else -1.0
 
 
-def embed_text(text: str) -> list[float]:
-    """The loopback model's vector of ``text`` (unit length; all zeros for no content words)."""
+def embed_text(text: str, dimensions: int | None = None) -> list[float]:
+    """The loopback model's vector of ``text`` (unit length; all zeros for no content words);
+    ``dimensions`` keeps the first components, renormalised, as a Matryoshka model does."""
     vector = [0.0] * DIM
     for term in terms(text):
         index, sign = _component("w:" + term)
@@ -157,6 +158,7 @@ def embed_text(text: str) -> list[float]:
         if concept is not None:
             index, sign = _component("c:" + concept)
             vector[index] += sign * _CONCEPT_WEIGHT
+    vector = vector[: dimensions or DIM]
     norm = math.sqrt(sum(x * x for x in vector))
     return [round(x / norm, 6) for x in vector] if norm else vector
 

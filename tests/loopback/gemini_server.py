@@ -170,7 +170,10 @@ class GeminiServer(LoopbackServer):
         for item in requests:
             parts = (item.get("content") or {}).get("parts") or []
             text = " ".join(str(p.get("text", "")) for p in parts)
-            embeddings.append({"values": embed_text(text)})
+            size = item.get("outputDimensionality") or (item.get("embedContentConfig") or {}).get(
+                "outputDimensionality"
+            )
+            embeddings.append({"values": embed_text(text, size)})
         return web.json_response({"embeddings": embeddings})
 
     @property

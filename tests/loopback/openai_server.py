@@ -135,7 +135,7 @@ class OpenAIServer(LoopbackServer):
             return web.json_response({"error": error}, status=400)
         data = []
         for i, text in enumerate(texts):
-            vector = embed_text(text)
+            vector = embed_text(text, body.get("dimensions"))
             value: Any = vector
             if body.get("encoding_format") == "base64":
                 value = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
