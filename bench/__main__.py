@@ -12,8 +12,17 @@ from bot.ops import aio
 
 
 async def _main() -> None:
-    from bench import backpressure, cache, memory, overhead, recall, replay, safety, scaling
-    from bench import streaming
+    from bench import (
+        backpressure,
+        cache,
+        memory,
+        overhead,
+        recall,
+        replay,
+        safety,
+        scaling,
+        streaming,
+    )
 
     sections = [
         await cache.main(),
