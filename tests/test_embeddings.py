@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from pydantic import SecretStr
 
 from bot.llm.embeddings import build_embedder
 from bot.memory.vectors import cosine, dequantise, quantise, unit
@@ -53,10 +54,10 @@ async def test_openai_sdk_embeds_through_the_endpoint_in_order(openai_server: Op
 async def test_a_smaller_size_is_asked_of_both_vendors(
     openai_server: OpenAIServer, gemini_server: GeminiServer
 ) -> None:
-    llm = LLMSettings(  # type: ignore[arg-type]
-        openai_api_key="sk-test",
+    llm = LLMSettings(
+        openai_api_key=SecretStr("sk-test"),
         openai_base_url=openai_server.base_url,
-        gemini_api_key="g-test",
+        gemini_api_key=SecretStr("g-test"),
         gemini_base_url=gemini_server.base_url,
     )
     for name in ("openai:text-embedding-3-small", "gemini:text-embedding-004"):
