@@ -230,3 +230,14 @@ def test_recommendations_are_scored_with_their_tool() -> None:
         ),
     )
     assert note_texts(notes) == ["likes short answers current time"]
+
+
+def test_hybrid_never_ranks_a_note_below_its_keyword_score() -> None:
+    notes = buffer("has a labrador named Biscuit", "works night shifts as a nurse", "eats no meat")
+    ask = "is Biscuit due for a bath?"  # a name the embedding relates to nothing
+    vectors = {text_id("m", t): quantise(embed_text(t)) for t in note_texts(notes)}
+    hybrid = Recalled("m", unit(embed_text(ask)), vectors)
+    pins, _ = selected(notes, ask, SETTINGS, hybrid)
+    assert [p.item.text for p in pins] == ["has a labrador named Biscuit"]
+    cosine_only = SETTINGS.model_copy(update={"recall_weight": 1.0})
+    assert selected(notes, ask, cosine_only, hybrid) == ([], [])  # weight 1: the cosine alone
