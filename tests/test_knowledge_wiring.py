@@ -16,7 +16,7 @@ from bot.llm.scripted import ScriptedProvider
 from bot.memory.knowledge import base_id, load_index
 from bot.router.scoping import Scoping
 from bot.state import keys
-from tests.test_scopes import C, C2, G, settings_with
+from tests.test_scopes import C2, C, G, settings_with
 
 
 def message(channel: str) -> ChatMessage:
