@@ -265,7 +265,7 @@ class Chorus:
         """Start the router (a no-op when it already runs) and the knowledge indexer."""
         if self._router_task is not None:
             return
-        self.recall.start()
+        await self.recall.start()
         self._router_task = asyncio.create_task(self.router.run(), name="router")
 
     @contextlib.asynccontextmanager

@@ -72,9 +72,9 @@ async def test_indexed_at_start_and_at_once_on_reload(redis_client: Redis, tmp_p
     parts = RecallParts.build(settings, redis_client)
     assert [tool.spec.name for tool in parts.tools] == ["search_knowledge"]
     base = base_id((str(rules), blocked))
-    parts.start()
+    await parts.start()
     try:
-        await _until(redis_client, base, 1)
+        assert await _version(redis_client, base) == 1  # the first pass ran before start returned
         rules.write_text("# Rules\n\nNo spoilers in #general.\n\n## Memes\n\nMemes go in #memes.\n")
         stat = rules.stat()
         os.utime(rules, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))

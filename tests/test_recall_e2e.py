@@ -16,13 +16,16 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
 from bot.memory.knowledge import base_id
 from bot.state import keys
-from tests.agent_rig import tool_results
+from tests.agent_rig import VENDORS, tool_results
 from tests.loopback.openai_server import OpenAIServer
+from tests.test_chat_e2e import VENDORS as CHAT_VENDORS
 from tests.test_chat_e2e import base_env, run_chorus, spawn_chorus
+from tests.test_console_tools_e2e import tool_playing_model
 
 RULES = """# Server rules
 
@@ -152,3 +155,28 @@ async def _hlen(redis: Redis, key: str, n: int) -> bool:
 
 async def _exists(redis: Redis, key: str) -> bool:
     return bool(await redis.exists(key))
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+async def test_each_vendor_sdk_takes_the_search_knowledge_schema(
+    vendor: str, tmp_path: Path
+) -> None:
+    """The tool's schema goes through each vendor's SDK and validating loopback server, and the
+    model's call returns the passage with its source."""
+    rules = tmp_path / "rules.md"
+    rules.write_text(RULES)
+    server_cls, chat_model, key_env, url_env = CHAT_VENDORS[vendor]
+    async with server_cls() as server:
+        server.default_reply = tool_playing_model(vendor)
+        env = base_env(tmp_path) | {
+            "CHORUS_MODEL": chat_model,
+            key_env: "k-test",
+            url_env: server.base_url,
+            "CHORUS_KNOWLEDGE_PATHS": str(rules),
+            "CHORUS_INSIGHTS_ENABLED": "false",
+        }
+        line = b'please call tool search_knowledge with {"query": "push-to-talk", "limit": 2}\n'
+        code, out, err = await run_chorus(["chat"], env, tmp_path, line)
+    assert code == 0, err[-3000:]
+    assert out.startswith(f"Tool said: [1] source: {rules} # Server rules > Voice chat"), out
+    assert "Push-to-talk is required" in out

@@ -19,6 +19,7 @@ A source that cannot be read is logged and skipped; the rest of the base is inde
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -41,6 +42,7 @@ log = logging.getLogger("chorus.knowledge")
 TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst"})
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 MAX_FILE_BYTES = 5_000_000
+START_WAIT = 30.0  # seconds a start waits for the first indexing pass
 
 
 @dataclass(frozen=True)
@@ -71,11 +73,17 @@ class KnowledgeIndexer:
         self.bases = bases
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._first_pass = asyncio.Event()
 
     # -- schedule ------------------------------------------------------------------------------
-    def start(self) -> None:
+    async def start(self, wait: float = START_WAIT) -> None:
+        """Start the schedule and wait (at most ``wait`` seconds) for the first pass, so the
+        first messages after a start find the knowledge base; a slow source finishes later."""
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="knowledge-indexer")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait):
+                await self._first_pass.wait()
 
     def reindex(self) -> None:
         """Check every base now (``chorus reload``), not at the next interval."""
@@ -85,6 +93,7 @@ class KnowledgeIndexer:
         force = False
         while True:
             await self.index_all(force=force)
+            self._first_pass.set()
             self._wake.clear()
             try:
                 async with asyncio.timeout(self.settings.knowledge_refresh):

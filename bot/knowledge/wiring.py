@@ -90,9 +90,10 @@ class RecallParts:
         """Where each message's knowledge base comes from (its scope's profile)."""
         self.recall.knowledge_of = knowledge_of
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """The indexer's schedule, after its first pass (bounded: ``indexer.START_WAIT``)."""
         if self.indexer is not None:
-            self.indexer.start()
+            await self.indexer.start()
 
     def reload(self, settings: Settings) -> None:
         """``chorus reload``: index the (maybe changed) knowledge lists now."""
