@@ -117,7 +117,7 @@ class Recall:
         version = int(str(results.pop(0) or 0)) if base is not None else 0
         query = await self._query(started)
         knowledge = ""
-        if base is not None and version:
+        if base is not None and version and not message.text.lstrip().startswith("/"):
             hits = await self.search(base, version, message.text, query, limit=4)
             knowledge = self.render_knowledge(hits)
         if buffer is not None and self.embedder is not None:
