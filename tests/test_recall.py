@@ -241,3 +241,16 @@ def test_hybrid_never_ranks_a_note_below_its_keyword_score() -> None:
     assert [p.item.text for p in pins] == ["has a labrador named Biscuit"]
     cosine_only = SETTINGS.model_copy(update={"recall_weight": 1.0})
     assert selected(notes, ask, cosine_only, hybrid) == ([], [])  # weight 1: the cosine alone
+
+
+@pytest.mark.redis
+async def test_a_failed_refresh_pauses_refreshes(redis_client: Redis) -> None:
+    history, memory = await _stores(redis_client)
+    await memory.save(buffer("eats no meat"))
+    embedder = LoopbackEmbedder()
+    embedder.fail = RuntimeError("endpoint down")
+    recall = Recall(redis_client, SETTINGS, embedder)
+    for n in range(3):
+        await read_turn(redis_client, history, memory, message("/pins", n=n), None, recall)
+        await recall.idle()
+    assert embedder.calls == [["eats no meat"]]  # one failed refresh, then a pause

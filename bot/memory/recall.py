@@ -38,6 +38,7 @@ from bot.state import keys
 
 log = logging.getLogger("chorus.recall")
 
+REFRESH_PAUSE = 60.0  # seconds without note refreshes after one failed (the model is down)
 KNOWLEDGE_THRESHOLD = 0.1  # lexical and hybrid scores alike: below this a chunk is off topic
 
 
@@ -61,6 +62,7 @@ class Recall:
         self.cache = KnowledgeCache(redis)
         self._tasks: set[asyncio.Task[object]] = set()
         self._refreshing: set[tuple[str, str]] = set()
+        self._refresh_paused_until = 0.0  # after a failed refresh: no request per turn
 
     @property
     def model(self) -> str:
@@ -200,7 +202,7 @@ class Recall:
         if wanted == set(vectors):
             return
         who = (buffer.platform, buffer.user_id)
-        if who in self._refreshing:
+        if who in self._refreshing or time.monotonic() < self._refresh_paused_until:
             return
         self._refreshing.add(who)
         task = asyncio.create_task(self._refresh(buffer, texts), name="recall-refresh")
@@ -211,6 +213,7 @@ class Recall:
         try:
             await self.refresh_user(buffer.platform, buffer.user_id, texts)
         except Exception as exc:
+            self._refresh_paused_until = time.monotonic() + REFRESH_PAUSE
             log.warning("could not embed a user's notes", extra={"error": str(exc)})
         finally:
             self._refreshing.discard((buffer.platform, buffer.user_id))
