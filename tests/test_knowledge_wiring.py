@@ -16,6 +16,7 @@ from bot.llm.scripted import ScriptedProvider
 from bot.memory.knowledge import base_id, load_index
 from bot.router.scoping import Scoping
 from bot.state import keys
+from tests.test_chat_e2e import base_env, run_chorus
 from tests.test_scopes import C2, C, G, settings_with
 
 
@@ -85,3 +86,35 @@ async def test_indexed_at_start_and_at_once_on_reload(redis_client: Redis, tmp_p
     index = await load_index(redis_client, base)
     assert index is not None
     assert [c.where for c in index.chunks] == [f"{rules} # Rules", f"{rules} # Rules > Memes"]
+
+
+async def test_chorus_knowledge_index_and_status(
+    tmp_path: Path, real_redis: Redis, real_redis_url: str
+) -> None:
+    rules = tmp_path / "rules.md"
+    rules.write_text("# Rules\n\nNo spoilers in #general.\n\n## Memes\n\nMemes go in #memes.\n")
+    env = base_env(tmp_path) | {
+        "CHORUS_REDIS_URL": real_redis_url,
+        "CHORUS_KNOWLEDGE_PATHS": str(rules),
+    }
+    base = base_id((str(rules),))
+    try:
+        code, before, err = await run_chorus(["knowledge", "status"], env, tmp_path)
+        assert code == 0, err
+        assert before.strip() == f"{base}: not indexed yet ({rules})"
+        code, out, err = await run_chorus(["knowledge", "index"], env, tmp_path)
+        assert code == 0, err
+        assert out.splitlines() == [
+            f"{base}: re-indexed, 0 chunks embedded",
+            f"{base}: version 1, 2 chunks from 1 documents, 0 vectors (model none: keyword "
+            f"search); sources: {rules}",
+        ]
+        code, bad, err = await run_chorus(
+            ["knowledge", "index"], env | {"CHORUS_EMBEDDING_MODEL": "anthropic:x"}, tmp_path
+        )
+        assert code != 0 and "anthropic has no embedding API" in err
+    finally:
+        await real_redis.delete(*(keys.knowledge(base, p) for p in PARTS))
+
+
+PARTS = ("version", "chunks", "vec", "sources", "lock")
