@@ -63,6 +63,7 @@ class Recall:
         self._tasks: set[asyncio.Task[object]] = set()
         self._refreshing: set[tuple[str, str]] = set()
         self._refresh_paused_until = 0.0  # after a failed refresh: no request per turn
+        self._bases: dict[tuple[str, ...], str] = {}  # a scope's sources -> its base id
 
     @property
     def model(self) -> str:
@@ -82,8 +83,13 @@ class Recall:
         return unit(vector)
 
     def base_of(self, message: ChatMessage) -> str | None:
-        sources = self.knowledge_of(message)
-        return base_id(sources) if sources else None
+        sources = tuple(self.knowledge_of(message))
+        if not sources:
+            return None
+        base = self._bases.get(sources)
+        if base is None:
+            base = self._bases[sources] = base_id(sources)
+        return base
 
     def queue_read(self, pipe: Pipeline, message: ChatMessage, *, memory: bool) -> None:
         """Queue what ``finish`` reads (``width`` commands) into the turn's pipeline."""
@@ -133,7 +139,11 @@ class Recall:
             return None
         task, began = started
         left = self.settings.embedding_deadline - (time.monotonic() - began)
-        done, _ = await asyncio.wait({task}, timeout=max(0.0, left))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, left))
+        except BaseException:  # the turn is cancelled: so is its query
+            task.cancel()
+            raise
         if not done:
             task.cancel()
             self.metrics.recall("timeout")
