@@ -9,9 +9,9 @@ import pytest
 from pydantic import SecretStr
 
 from bot.llm.embeddings import build_embedder
-from bot.memory.vectors import cosine, dequantise, quantise, unit
+from bot.memory.vectors import Embedder, cosine, dequantise, quantise, unit
 from bot.settings import ConfigError, LLMSettings
-from tests.loopback.embedding_model import embed_text
+from tests.loopback.embedding_model import LoopbackEmbedder, embed_text
 from tests.loopback.gemini_server import GeminiServer
 from tests.loopback.openai_server import OpenAIServer
 
@@ -129,3 +129,36 @@ def test_settings_errors_are_specific() -> None:
         build_embedder("gemini:text-embedding-004", LLMSettings(), timeout=1)
     with pytest.raises(ConfigError, match="not provider:model"):
         build_embedder("text-embedding-3-small", LLMSettings(), timeout=1)
+
+
+@pytest.fixture(params=["twin", "openai", "gemini"])
+async def embedder(
+    request: pytest.FixtureRequest, openai_server: OpenAIServer, gemini_server: GeminiServer
+) -> AsyncIterator[Embedder]:
+    """Every ``Embedder``: the in-process twin and the two vendor SDKs over loopback servers."""
+    llm = LLMSettings(
+        openai_api_key=SecretStr("sk-test"),
+        openai_base_url=openai_server.base_url,
+        gemini_api_key=SecretStr("g-test"),
+        gemini_base_url=gemini_server.base_url,
+    )
+    built: Embedder | None = {
+        "twin": LoopbackEmbedder(),
+        "openai": build_embedder("openai:text-embedding-3-small", llm, timeout=10),
+        "gemini": build_embedder("gemini:text-embedding-004", llm, timeout=10),
+    }[request.param]
+    assert built is not None
+    try:
+        yield built
+    finally:
+        await built.aclose()
+
+
+async def test_contract_order_size_and_meaning(embedder: Embedder) -> None:
+    texts = ["plays the guitar", "eats no meat", "any vegetarian dinner ideas?"] * 40  # > a batch
+    vectors = await embedder.embed(texts)
+    assert len(vectors) == len(texts) and len({len(v) for v in vectors}) == 1
+    assert [_near(a, b) > 0.99 for a, b in zip(vectors, vectors[3:], strict=False)] == [True] * 117
+    guitar, meat, veg = vectors[:3]
+    assert _near(veg, meat) > 0.4 > _near(veg, guitar)
+    assert await embedder.embed([]) == []
