@@ -180,7 +180,7 @@ class Chorus:
         # knowledge base is its scope's.
         self.recall = recall or RecallParts.build(settings, redis, self.metrics)
         self.recall.bind(lambda message: self.scoping.profile(message).knowledge)
-        self.router.recall = self.recall.recall
+        self.router.recall = self.recall.recall if self.recall.active else None
         self.metrics.register_gauge_callback(
             "chorus_turns_in_flight",
             "Messages this process holds: turns running or queued behind their conversation "

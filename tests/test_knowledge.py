@@ -41,6 +41,22 @@ The book club meets every Sunday at 18:00 UTC in the reading room.
 """
 
 
+KB_PARTS = ("version", "chunks", "vec", "sources", "lock")
+
+
+@pytest.fixture
+async def kb_redis(redis_client: Redis, tmp_path: Path) -> AsyncIterator[Redis]:
+    """``redis_client``; afterwards the knowledge bases over the test's own files are deleted (a
+    base's keys carry a digest of its sources, not the test's tag)."""
+    yield redis_client
+    redis = redis_client
+    async for key in redis.scan_iter(match="chorus:v1:kb:*:chunks"):
+        raw = await redis.get(key)
+        if raw and str(tmp_path) in raw:
+            base = str(key).split(":")[3]
+            await redis.delete(*(keys.knowledge(base, part) for part in KB_PARTS))
+
+
 def message(text: str, channel: str = "general") -> ChatMessage:
     return ChatMessage(
         platform="discord",
@@ -89,7 +105,7 @@ def _fetcher(server: LoopbackServer) -> Fetcher:
 
 @pytest.mark.redis
 async def test_index_files_and_urls_then_search_with_sources(
-    redis_client: Redis, tmp_path: Path, docs: Docs
+    kb_redis: Redis, tmp_path: Path, docs: Docs
 ) -> None:
     rules = tmp_path / "rules.md"
     rules.write_text(RULES)
@@ -99,11 +115,11 @@ async def test_index_files_and_urls_then_search_with_sources(
     sources = (str(rules), str(tmp_path / "notes"), docs.url + "/faq", str(tmp_path / "missing"))
     embedder = LoopbackEmbedder()
     indexer = KnowledgeIndexer(
-        redis_client, SETTINGS, embedder, _fetcher(docs), bases=lambda: [sources]
+        kb_redis, SETTINGS, embedder, _fetcher(docs), bases=lambda: [sources]
     )
     [report] = await indexer.index_all()
     assert (report.chunks, report.embedded, report.changed) == (5, 5, True)
-    index = await load_index(redis_client, base_id(sources))
+    index = await load_index(kb_redis, base_id(sources))
     assert index is not None and index.model == embedder.name and all(index.vectors)
     assert {c.source for c in index.chunks} == {
         str(rules),
@@ -111,7 +127,7 @@ async def test_index_files_and_urls_then_search_with_sources(
         docs.url + "/faq",
     }
 
-    recall = Recall(redis_client, SETTINGS, embedder, knowledge_of=lambda m: sources)
+    recall = Recall(kb_redis, SETTINGS, embedder, knowledge_of=lambda m: sources)
     hits = await recall.search_for(message("when does the book club meet?"), "book club", limit=2)
     assert hits is not None and hits[0].chunk.where == f"{rules} # Server rules > Events"
     web_hits = await recall.search_for(message("x"), "refund", limit=1)
@@ -121,66 +137,66 @@ async def test_index_files_and_urls_then_search_with_sources(
 
 @pytest.mark.redis
 async def test_unchanged_sources_cost_nothing_and_a_change_reembeds_only_new_text(
-    redis_client: Redis, tmp_path: Path
+    kb_redis: Redis, tmp_path: Path
 ) -> None:
     rules = tmp_path / "rules.md"
     rules.write_text(RULES)
     embedder = LoopbackEmbedder()
     indexer = KnowledgeIndexer(
-        redis_client, SETTINGS, embedder, Fetcher(), bases=lambda: [(str(rules),)]
+        kb_redis, SETTINGS, embedder, Fetcher(), bases=lambda: [(str(rules),)]
     )
     first = await indexer.index((str(rules),), force=True)
     again = await indexer.index((str(rules),), force=True)
     assert (first.changed, again.changed) == (True, False)
-    version = await redis_client.get(keys.knowledge(base_id((str(rules),)), "version"))
+    version = await kb_redis.get(keys.knowledge(base_id((str(rules),)), "version"))
     rules.write_text(RULES + "\n## Bots\n\nAsk a moderator before adding a bot.\n")
     stat = rules.stat()
     os.utime(rules, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
     changed = await indexer.index((str(rules),), force=True)
     assert (changed.changed, changed.chunks, changed.embedded) == (True, 4, 1)
-    now = await redis_client.get(keys.knowledge(base_id((str(rules),)), "version"))
+    now = await kb_redis.get(keys.knowledge(base_id((str(rules),)), "version"))
     assert int(str(now)) == int(str(version)) + 1
 
 
 @pytest.mark.redis
 async def test_the_prompt_carries_relevant_excerpts_with_sources_within_budget(
-    redis_client: Redis, tmp_path: Path
+    kb_redis: Redis, tmp_path: Path
 ) -> None:
     rules = tmp_path / "rules.md"
     rules.write_text(RULES)
     sources = (str(rules),)
-    indexer = KnowledgeIndexer(redis_client, SETTINGS, None, Fetcher(), bases=lambda: [sources])
+    indexer = KnowledgeIndexer(kb_redis, SETTINGS, None, Fetcher(), bases=lambda: [sources])
     await indexer.index_all()
-    recall = Recall(redis_client, SETTINGS, None, knowledge_of=lambda m: sources)
+    recall = Recall(kb_redis, SETTINGS, None, knowledge_of=lambda m: sources)
     ask = message("is push-to-talk required in voice chat?")
-    async with redis_client.pipeline(transaction=False) as pipe:
-        recall.queue_read(pipe, ask, memory=True)
+    async with kb_redis.pipeline(transaction=False) as pipe:
+        pending = recall.begin(ask, memory=True)
+        Recall.queue_read(pipe, pending)
         results = await pipe.execute()
-    recalled = await recall.finish(ask, results, None, None, memory=True)
+    recalled = await recall.finish(pending, results, None)
     assert f'source="{rules} # Server rules &gt; Voice chat"' in recalled.knowledge
     assert (
         "Push-to-talk is required" in recalled.knowledge and "book club" not in recalled.knowledge
     )
     assert len(recalled.knowledge) < SETTINGS.knowledge_chars + 300
     off_topic = message("hello, how are you?")
-    async with redis_client.pipeline(transaction=False) as pipe:
-        recall.queue_read(pipe, off_topic, memory=True)
+    async with kb_redis.pipeline(transaction=False) as pipe:
+        pending = recall.begin(off_topic, memory=True)
+        Recall.queue_read(pipe, pending)
         results = await pipe.execute()
-    assert (await recall.finish(off_topic, results, None, None, memory=True)).knowledge == ""
+    assert (await recall.finish(pending, results, None)).knowledge == ""
 
 
 @pytest.mark.redis
 async def test_search_knowledge_tool_answers_from_the_askers_scope(
-    redis_client: Redis, tmp_path: Path
+    kb_redis: Redis, tmp_path: Path
 ) -> None:
     rules = tmp_path / "rules.md"
     rules.write_text(RULES)
     sources = (str(rules),)
-    await KnowledgeIndexer(
-        redis_client, SETTINGS, None, Fetcher(), bases=lambda: [sources]
-    ).index_all()
+    await KnowledgeIndexer(kb_redis, SETTINGS, None, Fetcher(), bases=lambda: [sources]).index_all()
     recall = Recall(
-        redis_client,
+        kb_redis,
         SETTINGS,
         None,
         knowledge_of=lambda m: sources if m.conversation.channel == "general" else (),

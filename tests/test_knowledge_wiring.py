@@ -17,6 +17,7 @@ from bot.memory.knowledge import base_id, load_index
 from bot.router.scoping import Scoping
 from bot.state import keys
 from tests.test_chat_e2e import base_env, run_chorus
+from tests.test_knowledge import KB_PARTS, kb_redis  # noqa: F401 (a fixture)
 from tests.test_scopes import C2, C, G, settings_with
 
 
@@ -50,7 +51,7 @@ knowledge = ["mods/rules.md", "https://example.org/faq"]
 @pytest.mark.redis
 async def test_no_knowledge_base_no_tool_and_no_indexer(redis_client: Redis) -> None:
     parts = RecallParts.build(settings_with(""), redis_client)
-    assert parts.tools == [] and parts.indexer is None and parts.recall.embedder is None
+    assert parts.tools == [] and parts.indexer is None and not parts.active
     await parts.aclose()
 
 
@@ -65,7 +66,11 @@ async def _until(redis: Redis, base: str, version: int) -> None:
 
 
 @pytest.mark.redis
-async def test_indexed_at_start_and_at_once_on_reload(redis_client: Redis, tmp_path: Path) -> None:
+async def test_indexed_at_start_and_at_once_on_reload(
+    kb_redis: Redis,  # noqa: F811 (the fixture imported above)
+    tmp_path: Path,
+) -> None:
+    redis_client = kb_redis
     rules = tmp_path / "rules.md"
     rules.write_text("# Rules\n\nNo spoilers in #general.\n")
     blocked = "http://127.0.0.1:9/faq"  # loopback, not allow-listed: the SSRF guard refuses it
@@ -114,7 +119,4 @@ async def test_chorus_knowledge_index_and_status(
         )
         assert code != 0 and "anthropic has no embedding API" in err
     finally:
-        await real_redis.delete(*(keys.knowledge(base, p) for p in PARTS))
-
-
-PARTS = ("version", "chunks", "vec", "sources", "lock")
+        await real_redis.delete(*(keys.knowledge(base, p) for p in KB_PARTS))

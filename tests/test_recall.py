@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -35,6 +36,21 @@ NOW = datetime(2026, 11, 20, 18, 0, tzinfo=UTC)
 SETTINGS = MemorySettings(CHORUS_EMBEDDING_MODEL="openai:loopback-embed")  # type: ignore[call-arg]
 
 
+_TAG = [""]
+
+
+@pytest.fixture(autouse=True)
+def _tagged(key_tag: str) -> Iterator[None]:
+    """Ids carry the test's tag, so real Redis keys are the test's own (and cleaned up)."""
+    _TAG[0] = key_tag
+    yield
+    _TAG[0] = ""
+
+
+def uid(name: str) -> str:
+    return name + _TAG[0]
+
+
 class Counted(NullMetrics):
     def __init__(self) -> None:
         self.outcomes: list[str] = []
@@ -47,8 +63,8 @@ def message(text: str, user: str = "u1", n: int = 1) -> ChatMessage:
     return ChatMessage(
         platform="discord",
         id=f"m{n}",
-        conversation=ConversationKey(platform="discord", channel="general"),
-        author=Author(id=user, display_name="Ada"),
+        conversation=ConversationKey(platform="discord", channel=uid("general")),
+        author=Author(id=uid(user), display_name="Ada"),
         text=text,
         sent_at=NOW,
     )
@@ -60,7 +76,7 @@ def pin(text: str) -> Pin:
 
 
 def buffer(*texts: str, user: str = "u1") -> UserBuffer:
-    return UserBuffer(platform="discord", user_id=user, pins=tuple(pin(t) for t in texts))
+    return UserBuffer(platform="discord", user_id=uid(user), pins=tuple(pin(t) for t in texts))
 
 
 # -- vectors ---------------------------------------------------------------------------------
@@ -130,9 +146,9 @@ async def test_the_query_races_the_read_and_picks_the_paraphrase(redis_client: R
     first = await read_turn(redis_client, history, memory, message("hello there"), None, recall)
     assert first is not None and first.recall is not None
     await recall.idle()  # the background refresh embedded the notes, off the reply path
-    stored = await redis_client.hgetall(keys.user_vectors("discord", "u1"))
+    stored = await redis_client.hgetall(keys.user_vectors("discord", uid("u1")))
     assert len(stored) == 2
-    assert await redis_client.ttl(keys.user_vectors("discord", "u1")) > 0
+    assert await redis_client.ttl(keys.user_vectors("discord", uid("u1"))) > 0
 
     ask = message("any vegetarian dinner ideas?", n=2)
     read = await read_turn(redis_client, history, memory, ask, None, recall)
@@ -178,7 +194,7 @@ async def test_only_the_speakers_own_vectors_are_read(redis_client: Redis) -> No
     embedder = LoopbackEmbedder()
     recall = Recall(redis_client, SETTINGS, embedder)
     await memory.save(buffer("eats no meat", user="bob"))
-    await recall.refresh_user("discord", "bob", ["eats no meat"])
+    await recall.refresh_user("discord", uid("bob"), ["eats no meat"])
     read = await read_turn(
         redis_client, history, memory, message("vegetarian dinner?", user="eve"), None, recall
     )
@@ -190,7 +206,7 @@ async def test_only_the_speakers_own_vectors_are_read(redis_client: Redis) -> No
 @pytest.mark.redis
 async def test_store_vectors_embeds_only_new_texts_and_prunes(redis_client: Redis) -> None:
     embedder = LoopbackEmbedder()
-    key = keys.user_vectors("discord", "u9")
+    key = keys.user_vectors("discord", uid("u9"))
     assert await store_vectors(redis_client, embedder, key, ["a cat", "a dog"], ttl_seconds=60) == 2
     assert (
         await store_vectors(redis_client, embedder, key, ["a dog", "a fish"], ttl_seconds=60) == 1
@@ -204,21 +220,21 @@ async def test_store_vectors_embeds_only_new_texts_and_prunes(redis_client: Redi
 async def test_forget_deletes_the_vectors(redis_client: Redis) -> None:
     _, memory = await _stores(redis_client)
     recall = Recall(redis_client, SETTINGS, LoopbackEmbedder())
-    await recall.refresh_user("discord", "u1", ["eats no meat"])
+    await recall.refresh_user("discord", uid("u1"), ["eats no meat"])
     async with redis_client.pipeline(transaction=True) as pipe:
-        memory.queue_forget(pipe, "discord", "u1", now=NOW)
+        memory.queue_forget(pipe, "discord", uid("u1"), now=NOW)
         await pipe.execute()
-    assert not await redis_client.exists(keys.user_vectors("discord", "u1"))
+    assert not await redis_client.exists(keys.user_vectors("discord", uid("u1")))
 
 
 async def test_a_duplicate_turn_cancels_the_query() -> None:
     recall = Recall(None, SETTINGS, LoopbackEmbedder(delay=30))  # type: ignore[arg-type]
-    started = recall.begin(message("something to embed"))
-    assert started is not None
-    Recall.abandon(started)
+    pending = recall.begin(message("something to embed"), memory=True)
+    assert pending.task is not None and pending.width == 1  # the vectors; no knowledge base
+    pending.abandon()
     with pytest.raises(asyncio.CancelledError):
-        await started[0]
-    assert recall.begin(message("/pins")) is None  # commands are not embedded
+        await pending.task
+    assert recall.begin(message("/pins"), memory=True).task is None  # commands: not embedded
 
 
 def test_recommendations_are_scored_with_their_tool() -> None:

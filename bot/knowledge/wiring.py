@@ -86,6 +86,12 @@ class RecallParts:
             indexer = KnowledgeIndexer(redis, memory, embedder, fetcher, bases=list)
         return cls(recall, indexer, settings)
 
+    @property
+    def active(self) -> bool:
+        """Whether turns need recall at all (a model or a knowledge base); else the reply path
+        stays exactly the lexical one."""
+        return self.recall.embedder is not None or self.indexer is not None
+
     def bind(self, knowledge_of: Callable[[ChatMessage], Sequence[str]]) -> None:
         """Where each message's knowledge base comes from (its scope's profile)."""
         self.recall.knowledge_of = knowledge_of

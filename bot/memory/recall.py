@@ -22,6 +22,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
@@ -40,6 +41,28 @@ log = logging.getLogger("chorus.recall")
 
 REFRESH_PAUSE = 60.0  # seconds without note refreshes after one failed (the model is down)
 KNOWLEDGE_THRESHOLD = 0.1  # lexical and hybrid scores alike: below this a chunk is off topic
+
+
+@dataclass(frozen=True)
+class Pending:
+    """One turn's recall in flight: its query embedding (None: no model, or a command), when it
+    started, the scope's knowledge base, and whether the speaker's vectors are read."""
+
+    message: ChatMessage
+    task: asyncio.Task[list[float]] | None
+    began: float
+    base: str | None
+    vectors: bool
+
+    @property
+    def width(self) -> int:
+        """How many commands ``Recall.queue_read`` adds to the pipeline."""
+        return int(self.vectors) + int(self.base is not None)
+
+    def abandon(self) -> None:
+        """The turn will not be answered (a duplicate, an error): stop the query."""
+        if self.task is not None:
+            self.task.cancel()
 
 
 class Recall:
@@ -70,12 +93,16 @@ class Recall:
         return self.embedder.name if self.embedder is not None else ""
 
     # -- the reply path ---------------------------------------------------------------------
-    def begin(self, message: ChatMessage) -> tuple[asyncio.Task[list[float]], float] | None:
-        """Start embedding the message (None: no model, or nothing worth embedding)."""
+    def begin(self, message: ChatMessage, *, memory: bool) -> Pending:
+        """Start embedding the message (unless there is no model or it is a command) and work
+        out what the turn's read must carry for recall."""
         text = message.text.strip()
-        if self.embedder is None or not text or text.startswith("/"):
-            return None
-        return asyncio.create_task(self._embed_query(text)), time.monotonic()
+        task = None
+        if self.embedder is not None and text and not text.startswith("/"):
+            task = asyncio.create_task(self._embed_query(text))
+        return Pending(
+            message, task, time.monotonic(), self.base_of(message), memory and bool(self.embedder)
+        )
 
     async def _embed_query(self, text: str) -> list[float]:
         assert self.embedder is not None
@@ -91,39 +118,26 @@ class Recall:
             base = self._bases[sources] = base_id(sources)
         return base
 
-    def queue_read(self, pipe: Pipeline, message: ChatMessage, *, memory: bool) -> None:
-        """Queue what ``finish`` reads (``width`` commands) into the turn's pipeline."""
-        if memory and self.embedder is not None:
-            pipe.hgetall(keys.user_vectors(message.platform, message.author.id))
-        base = self.base_of(message)
-        if base is not None:
-            pipe.get(keys.knowledge(base, "version"))
-
-    def width(self, message: ChatMessage, *, memory: bool) -> int:
-        return int(memory and self.embedder is not None) + int(self.base_of(message) is not None)
-
     @staticmethod
-    def abandon(started: tuple[asyncio.Task[list[float]], float] | None) -> None:
-        if started is not None:
-            started[0].cancel()
+    def queue_read(pipe: Pipeline, pending: Pending) -> None:
+        """Queue what ``finish`` reads (``pending.width`` commands) into the turn's pipeline."""
+        message = pending.message
+        if pending.vectors:
+            pipe.hgetall(keys.user_vectors(message.platform, message.author.id))
+        if pending.base is not None:
+            pipe.get(keys.knowledge(pending.base, "version"))
 
     async def finish(
-        self,
-        message: ChatMessage,
-        results: list[object],
-        started: tuple[asyncio.Task[list[float]], float] | None,
-        buffer: UserBuffer | None,
-        *,
-        memory: bool,
+        self, pending: Pending, results: Sequence[object], buffer: UserBuffer | None
     ) -> Recalled:
         """The turn's ``Recalled`` from its read ``results`` and the embedding, if in time."""
-        results = list(results)
+        rest = list(results)
         vectors: dict[str, str] = {}
-        if memory and self.embedder is not None:
-            vectors = {str(k): str(v) for k, v in dict(results.pop(0) or {}).items()}  # type: ignore[call-overload]
-        base = self.base_of(message)
-        version = int(str(results.pop(0) or 0)) if base is not None else 0
-        query = await self._query(started)
+        if pending.vectors:
+            vectors = {str(k): str(v) for k, v in dict(rest.pop(0) or {}).items()}  # type: ignore[call-overload]
+        base, message = pending.base, pending.message
+        version = int(str(rest.pop(0) or 0)) if base is not None else 0
+        query = await self._query(pending)
         knowledge = ""
         if base is not None and version and not message.text.lstrip().startswith("/"):
             hits = await self.search(base, version, message.text, query, limit=4)
@@ -132,12 +146,10 @@ class Recall:
             self._refresh_if_stale(buffer, vectors)
         return Recalled(self.model, query, vectors, knowledge)
 
-    async def _query(
-        self, started: tuple[asyncio.Task[list[float]], float] | None
-    ) -> list[float] | None:
-        if started is None:
+    async def _query(self, pending: Pending) -> list[float] | None:
+        task, began = pending.task, pending.began
+        if task is None:
             return None
-        task, began = started
         left = self.settings.embedding_deadline - (time.monotonic() - began)
         try:
             done, _ = await asyncio.wait({task}, timeout=max(0.0, left))

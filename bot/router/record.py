@@ -64,7 +64,7 @@ async def read_turn(
     also reads the author's vectors and the scope's knowledge version (``bot.memory.recall``).
     """
     conv, author = message.conversation, message.author
-    started = recall.begin(message) if recall is not None else None
+    pending = recall.begin(message, memory=memory is not None) if recall is not None else None
     try:
         async with redis.pipeline(transaction=False) as pipe:
             if claim is not None:
@@ -72,13 +72,13 @@ async def read_turn(
             history.queue_load(pipe, conv)
             if memory is not None:
                 memory.queue_load(pipe, message.platform, author.id)
-            if recall is not None:
-                recall.queue_read(pipe, message, memory=memory is not None)
+            if pending is not None:
+                Recall.queue_read(pipe, pending)
             results = await pipe.execute()
         if claim is not None:
             outcome = claim.taken(results.pop(0))
-            if not outcome:  # answered already, or another worker holds it: no query needed
-                Recall.abandon(started)
+            if not outcome and pending is not None:  # answered, or another worker has it
+                pending.abandon()
             if outcome is None:
                 if not await claim.wait_and_take():
                     return None
@@ -86,17 +86,18 @@ async def read_turn(
             if not outcome:
                 return None
     except BaseException:
-        Recall.abandon(started)
+        if pending is not None:
+            pending.abandon()
         raise
-    extra = recall.width(message, memory=memory is not None) if recall is not None else 0
+    extra = pending.width if pending is not None else 0
     ours = results[len(results) - extra :]
     results = results[: len(results) - extra]
     buffer = None
     if memory is not None:
         buffer = memory.parse_load(results[1:], platform=message.platform, user_id=author.id)
     recalled = None
-    if recall is not None:
-        recalled = await recall.finish(message, ours, started, buffer, memory=memory is not None)
+    if recall is not None and pending is not None:
+        recalled = await recall.finish(pending, ours, buffer)
     return TurnRead(history=history.parse_load(conv, results[0]), buffer=buffer, recall=recalled)
 
 
