@@ -15,7 +15,7 @@ from bot.events import Author, ChatMessage, ConversationKey
 from bot.memory.buffers import MemorySettings, MemoryStore, Pin, Recommendation, UserBuffer
 from bot.memory.enrichment import note_texts, render_context, selected
 from bot.memory.recall import Recall
-from bot.memory.relevance import Scorer
+from bot.memory.relevance import Scorer, select
 from bot.memory.vectors import (
     HybridScorer,
     Recalled,
@@ -270,3 +270,20 @@ async def test_a_failed_refresh_pauses_refreshes(redis_client: Redis) -> None:
         await read_turn(redis_client, history, memory, message("/pins", n=n), None, recall)
         await recall.idle()
     assert embedder.calls == [["eats no meat"]]  # one failed refresh, then a pause
+
+
+@pytest.mark.redis
+async def test_any_collection_can_be_stored_and_ranked_by_meaning(redis_client: Redis) -> None:
+    """What conversation summaries use: ``store_vectors`` off the reply path, then the turn's
+    query vector over that collection's vectors with ``select``."""
+    embedder = LoopbackEmbedder()
+    key = keys.user("discord", uid("chan"), "sumvec")
+    summaries = ["the channel planned a trip to Kyoto", "everyone argued about guitar strings"]
+    assert await store_vectors(redis_client, embedder, key, summaries, ttl_seconds=600) == 2
+    vectors = {str(k): str(v) for k, v in (await redis_client.hgetall(key)).items()}
+    ask = "what was our itinerary again?"
+    recalled = Recalled(embedder.name, unit(embed_text(ask)), {})
+    scorer = recalled.scorer(Scorer(ask, summaries), SETTINGS, vectors)
+    chosen = select(scorer, summaries, lambda s: s, threshold=0.15, limit=1)
+    assert [c.item for c in chosen] == ["the channel planned a trip to Kyoto"]
+    assert select(Scorer(ask, summaries), summaries, lambda s: s, threshold=0.1, limit=1) == []

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from bot.events import ChatMessage
 from bot.knowledge.indexer import KnowledgeIndexer
 from bot.knowledge.tool import knowledge_tool
-from bot.llm.embeddings import build_embedder
+from bot.llm.embeddings import embedder_for
 from bot.memory.recall import Recall
 from bot.memory.vectors import Embedder
 from bot.ops.metrics import MetricsSink
@@ -68,12 +68,7 @@ class RecallParts:
         """``embedder``: a given one (tests, benchmarks); else CHORUS_EMBEDDING_MODEL's."""
         memory = settings.memory
         if embedder is None:
-            embedder = build_embedder(
-                memory.embedding_model,
-                settings.llm,
-                timeout=memory.embedding_timeout,
-                dimensions=memory.embedding_dimensions,
-            )
+            embedder = embedder_for(memory, settings.llm)
         recall = Recall(redis, memory, embedder, metrics=metrics)
         indexer = None
         if knowledge_lists(settings):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from bot.llm.guard import check_endpoint
 from bot.resilience import RetryPolicy, retry
 from bot.settings import ConfigError, LLMSettings, parse_model_spec
+from bot.settings.memory import MemorySettings
 
 if TYPE_CHECKING:
     import openai
@@ -145,6 +146,19 @@ def build_embedder(
     raise ConfigError(
         f"{VARIABLE}={model_name!r}: {spec.provider} has no embedding API; use openai: "
         "(or an OpenAI-compatible server through OPENAI_BASE_URL) or gemini:"
+    )
+
+
+def embedder_for(
+    memory: MemorySettings, llm: LLMSettings
+) -> OpenAIEmbedder | GeminiEmbedder | None:
+    """The deployment's embedder (CHORUS_EMBEDDING_MODEL, its timeout and size), or None; for
+    any process that stores vectors (the bot; an insights worker writing summaries)."""
+    return build_embedder(
+        memory.embedding_model,
+        llm,
+        timeout=memory.embedding_timeout,
+        dimensions=memory.embedding_dimensions,
     )
 
 

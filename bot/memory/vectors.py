@@ -183,13 +183,21 @@ class Recalled:
     vectors: Mapping[str, str] = field(default_factory=dict)
     knowledge: str = ""
 
-    def scorer(self, lexical: Scorer, settings: MemorySettings) -> Scorer | HybridScorer:
+    def scorer(
+        self,
+        lexical: Scorer,
+        settings: MemorySettings,
+        vectors: Mapping[str, str] | None = None,
+    ) -> Scorer | HybridScorer:
+        """``lexical``, or the hybrid over it when the query was embedded in time. ``vectors``:
+        another collection's stored vectors (e.g. conversation summaries, read in the turn's
+        pipeline and stored with ``store_vectors``); default the speaker's notes'."""
         if self.query is None:
             return lexical
         return HybridScorer(
             lexical,
             self.query,
-            self.vectors,
+            self.vectors if vectors is None else vectors,
             model=self.model,
             weight=settings.recall_weight,
             floor=settings.recall_floor,
