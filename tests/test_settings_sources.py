@@ -25,6 +25,7 @@ from bot.events import StreamEventKind
 from bot.llm.types import Usage
 from bot.ops.metrics import Metrics
 from bot.settings import ConfigError, Settings, known_variables, load_settings
+from tests.settings_samples_recall import RECALL_SAMPLES
 from tests.settings_samples_safety import SAFETY_SAMPLES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,25 +179,6 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_PIN_THRESHOLD": (("memory.pin_threshold",), "0.3", 0.3),
     "CHORUS_REC_THRESHOLD": (("memory.rec_threshold",), "0.2", 0.2),
     "CHORUS_CONTEXT_CHARS": (("memory.context_chars",), "1200", 1200),
-    "CHORUS_EMBEDDING_MODEL": (
-        ("memory.embedding_model",),
-        "openai:text-embedding-3-small",
-        "openai:text-embedding-3-small",
-    ),
-    "CHORUS_EMBEDDING_DIMENSIONS": (("memory.embedding_dimensions",), "512", 512),
-    "CHORUS_EMBEDDING_DEADLINE": (("memory.embedding_deadline",), "0.5", 0.5),
-    "CHORUS_EMBEDDING_TIMEOUT": (("memory.embedding_timeout",), "15", 15.0),
-    "CHORUS_RECALL_WEIGHT": (("memory.recall_weight",), "0.6", 0.6),
-    "CHORUS_RECALL_FLOOR": (("memory.recall_floor",), "0.25", 0.25),
-    "CHORUS_RECALL_THRESHOLD": (("memory.recall_threshold",), "0.2", 0.2),
-    "CHORUS_KNOWLEDGE_PATHS": (
-        ("memory.knowledge_sources",),
-        "docs/rules.md, https://example.org/faq",
-        ("docs/rules.md", "https://example.org/faq"),
-    ),
-    "CHORUS_KNOWLEDGE_CHARS": (("memory.knowledge_chars",), "900", 900),
-    "CHORUS_KNOWLEDGE_CHUNK_CHARS": (("memory.knowledge_chunk_chars",), "800", 800),
-    "CHORUS_KNOWLEDGE_REFRESH": (("memory.knowledge_refresh",), "60", 60.0),
     "CHORUS_INSIGHTS_ENABLED": (("memory.insights_enabled",), "false", False),
     "CHORUS_INSIGHTS_IN_PROCESS": (("memory.insights_in_process",), "false", False),
     "CHORUS_INSIGHTS_MODEL": (("memory.insights_model_name",), "openai:gpt-x", "openai:gpt-x"),
@@ -305,6 +287,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
 }
 
 SAMPLES.update(SAFETY_SAMPLES)
+SAMPLES.update(RECALL_SAMPLES)
 
 
 def at(settings: Settings, path: str) -> Any:
