@@ -279,6 +279,7 @@ def apply_reload(app: Chorus, settings: Settings) -> list[str]:
     engagement = settings.engagement  # checked before anything changes
     default, overrides = policy_config(engagement), platform_overrides(engagement)
     app.scoping.reload(settings)
+    app.recall.reload(settings)  # knowledge bases: checked for changes now
     live = app.router.live
     if live is not None and isinstance(live.engagement, ScopedEngagement):
         live.engagement.refresh(default, overrides)

@@ -38,7 +38,6 @@ from bot.live.engagement import Action
 from bot.live.turns import LiveChat, ack
 from bot.llm.errors import LLMError
 from bot.memory.buffers import MemoryStore
-from bot.memory.enrichment import render_context
 from bot.ops.aio import shielded
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.plugins.runtime import TurnHooks
@@ -104,6 +103,7 @@ class Router:
         )
         self.live = live
         self.drafts = Drafts(bus, lambda _: False)  # streamed answers: app.py sets the real one
+        self.recall: record.Recall | None = None  # semantic recall, knowledge: app.py sets it
         self._queues: dict[ConversationKey, deque[Item]] = {}
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
         self._acks: set[asyncio.Task[None]] = set()
@@ -287,7 +287,9 @@ class Router:
         try:
             read = await until_redis_answers(
                 "read a turn",
-                lambda: record.read_turn(self.redis, self.history, memory, message, claim),
+                lambda: record.read_turn(
+                    self.redis, self.history, memory, message, claim, self.recall
+                ),
             )
             if read is None:
                 log.info(
@@ -341,9 +343,7 @@ class Router:
         if await safety_hooks.stopped(self, item, claim):  # over a quota, or flagged by a model
             return
 
-        context = ""
-        if self.memory is not None and read.buffer is not None:
-            context = render_context(read.buffer, message, self.memory.settings, utcnow())
+        context = record.context_for(read, message, self.memory, utcnow())
         if item.context:
             context = f"{item.context}\n{context}" if context else item.context
         context = await self.hooks.before_turn(message, context)

@@ -69,6 +69,7 @@ class Profile:
     memory: bool = True
     insights: bool = True
     safety: ScopedSafety | None = None  # the scope's moderation and quotas, compiled
+    knowledge: tuple[str, ...] = ()  # the knowledge base's sources (files, folders, URLs)
 
     def route(self, message: ChatMessage, policy_applies: bool) -> Route:
         """Whether a message is answered, goes through the live-chat policy, or is ignored:
@@ -255,6 +256,7 @@ class Scoping:
             memory=bool(values.get("memory", True)),
             insights=bool(values.get("insights", settings.memory.insights_enabled)),
             safety=self.policies.scoped(values) if self.policies is not None else None,
+            knowledge=tuple(values.get("knowledge", settings.memory.knowledge_sources)),
         )
 
     def _provider(self, spec: ModelSpec, fallbacks: tuple[ModelSpec, ...]) -> Provider:

@@ -108,6 +108,7 @@ class Scope(_Table):
     insights: bool | None = None
     safety: ScopeSafety | None = None
     quota: ScopeQuota | None = None
+    knowledge: tuple[str, ...] | None = None
 
     @field_validator("match")
     @classmethod
@@ -138,6 +139,7 @@ DEPLOYMENT: dict[str, tuple[str, str] | None] = {
     **{f"safety.{f}": ("safety", f) for f in ScopeSafety.model_fields if f != "moderation_model"},
     "safety.moderation_model": ("safety", "model"),
     **{f"quota.{f}": ("quota", f) for f in ScopeQuota.model_fields},
+    "knowledge": ("memory", "knowledge_paths"),
 }
 
 
