@@ -25,6 +25,7 @@ from bot.memory import insight_queue
 from bot.memory.buffers import PIN_TEXT_MAX, MemoryStore, UserBuffer, clean_text
 from bot.memory.edit import Outcome, add_pin
 from bot.router.text_commands import Command, Commands
+from bot.state import turnlog
 from bot.state.history import HistoryStore
 from bot.state.outages import until_redis_answers
 
@@ -158,6 +159,7 @@ class _Handlers:
         buffer = await self._memory.load(platform, user_id)
         async with self._memory.redis.pipeline(transaction=True) as pipe:
             self._memory.queue_forget(pipe, platform, user_id, now=self._clock())
+            turnlog.forget_names(pipe, platform, user_id, [message.author.display_name])
             insight_queue.queue_cancel(pipe, platform, user_id, queue=self._queue)
             await pipe.execute()
         queued = await self._erase_queued(message)  # last: a failure here keeps the rest done

@@ -93,6 +93,15 @@ same pipeline as the write. A dedupe key is ``SET NX`` by the router when it cla
 ``chorus:v1:safety:audit:{ns}`` -- Redis stream of moderation and quota decisions (who, where, which
     rule, what happened; never the text), capped by ``XADD MAXLEN ~`` CHORUS_AUDIT_MAX_ENTRIES.
     bot/safety/audit.py.
+``chorus:v1:admin:turns:{platform}:{channel}[:{thread}]`` -- list of JSON ``TurnRecord`` (newest
+    first): each decision the router made there (answered, batched, quiet, moderated...), never
+    the text; capped to ``TURN_LOG_MAX`` and TTL ``TURN_LOG_SECONDS``. ``...:admin:convs:{platform}``
+    -- zset, conversation key -> last activity (epoch s), capped; ``...:admin:names`` -- zset of
+    ``{lowercased name}\0{platform}\0{user id}`` (score 0, searched by ``ZRANGEBYLEX``) so the
+    dashboard finds a person without a scan. bot/state/turnlog.py, written by the router.
+``chorus:v1:timeline:{yyyymmddHHMM}`` / ``chorus:v1:timeline:d{yyyymmdd}`` -- hash of per-minute
+    / per-day counters (messages in and out by platform, replies, tokens, cost, errors); TTL 26 h
+    / 8 days. bot/ops/timeline.py, flushed with the router's commits.
 """
 
 from __future__ import annotations
@@ -360,3 +369,27 @@ def safety_audit(namespace: str = "main") -> str:
     decisions."""
     _check_token("namespace", namespace)
     return f"{PREFIX}:safety:audit:{namespace}"
+
+
+# -- the admin dashboard's indexes (bot/state/turnlog.py, bot/ops/timeline.py) ------------------
+def turn_log(conv: ConversationKey) -> str:
+    """The bounded log of the router's decisions in one conversation."""
+    return f"{PREFIX}:admin:turns:{conv}"
+
+
+def recent_conversations(platform: str) -> str:
+    """One platform's conversations by last activity."""
+    _check_token("platform", platform)
+    return f"{PREFIX}:admin:convs:{platform}"
+
+
+def user_names() -> str:
+    """The lexicographic index of people by lowercased name (and by id)."""
+    return f"{PREFIX}:admin:names"
+
+
+def timeline(bucket: str) -> str:
+    """Counters of one minute (``yyyymmddHHMM``) or day (``dyyyymmdd``)."""
+    if not re.fullmatch(r"[0-9]{12}|d[0-9]{8}", bucket):
+        raise ValueError(f"bucket must be yyyymmddHHMM or dyyyymmdd, got {bucket!r}")
+    return f"{PREFIX}:timeline:{bucket}"

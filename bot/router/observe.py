@@ -1,0 +1,168 @@
+"""What the router tells the admin dashboard: a record of every decision (the turn log), the
+per-minute counters (the timeline) and the indexes they feed (bot/state/turnlog.py).
+
+Why apart from ``core``: the message path decides; this module writes down what it decided,
+cheaply. A message answered is recorded inside the transaction that commits its reply
+(``queue_commit``), so the record costs no round trip. A decision that commits nothing (a live
+line batched or let go, a screened message, a turn the budget could not pay) is kept in memory
+and rides the next commit, or the one-second tick's ``flush`` when no commit comes: a busy
+chat's hundreds of unanswered lines a second cost a list append each, not a Redis command.
+What is held is bounded (``PENDING_MAX``); past it the oldest records are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from bot.agent.loop import AgentResult
+from bot.events import ChatMessage, ConversationKey, utcnow
+from bot.live.engagement import Decision as LiveDecision
+from bot.llm.errors import LLMError
+from bot.llm.pricing import PriceTable
+from bot.llm.types import LLMRequest
+from bot.ops.metrics import MetricsSink
+from bot.ops.timeline import Timeline
+from bot.state.turnlog import Decision, TurnRecord, queue_records
+
+log = logging.getLogger("chorus.router")
+
+PENDING_MAX = 10_000
+
+
+class TurnObserver:
+    """The turn log and timeline of one router."""
+
+    def __init__(self, redis: Redis, prices: PriceTable | None = None) -> None:
+        self.redis = redis
+        self.prices = prices or PriceTable.default()
+        self.timeline = Timeline()
+        self.pending: deque[tuple[ConversationKey, TurnRecord]] = deque()
+        self.dropped = 0
+
+    # -- what happened ---------------------------------------------------------------------------
+    def arrived(self, message: ChatMessage) -> None:
+        self.timeline.count(f"in:{message.platform}")
+
+    def note(self, message: ChatMessage, decision: Decision, reason: str = "") -> None:
+        """A decision that sends no reply now; recorded with the next commit or flush."""
+        if len(self.pending) >= PENDING_MAX:
+            self.pending.popleft()
+            self.dropped += 1
+        self.pending.append((message.conversation, _record(message, decision, reason)))
+
+    def decided(self, item: Any, decision: Decision, reason: str) -> None:
+        """A turn answered without the model (a refusal, a notice): written with its commit."""
+        item.progress.record = _record(item.message, decision, reason)
+
+    def live_quiet(self, message: ChatMessage, decision: LiveDecision) -> None:
+        """The live-chat policy did not answer ``message`` now (batched, paused, cooling down)."""
+        action, reason = decision.action.value, decision.reason.value
+        log.debug(
+            "live chat: not answered now",
+            extra={"message_id": message.id, "action": action, "reason": reason},
+        )
+        self.note(message, "batched" if action == "queue" else "quiet", reason)
+
+    def answered(
+        self, item: Any, result: AgentResult, request: LLMRequest, received: float
+    ) -> None:
+        """The numbers of an answered turn; written with its commit (``queue_commit``)."""
+        usage = result.usage
+        cost = self.prices.cost(request.model, usage) or 0.0
+        item.progress.record = _record(
+            item.message,
+            "answered",
+            "batch" if item.delivery is None else "",
+            model=request.model,
+            prompt_tokens=usage.total_input_tokens,
+            cache_share=round(usage.cache_read_share, 3),
+            output_tokens=usage.output_tokens,
+            tools=result.tool_calls,
+            latency_ms=round((time.perf_counter() - received) * 1000),
+            cost_usd=round(cost, 6),
+        )
+        timeline = self.timeline
+        timeline.count("replies")
+        timeline.count("tokens_in", usage.total_input_tokens)
+        timeline.count("tokens_out", usage.output_tokens)
+        timeline.count("cache_read", usage.cache_read_tokens)
+        timeline.cost(cost)
+
+    def llm_failed(
+        self, metrics: MetricsSink, message: ChatMessage, model: str, exc: LLMError
+    ) -> None:
+        """No answer from the model: counted, logged (the vendor's error, never a key), noted."""
+        metrics.llm_error(model, type(exc).__name__)
+        log.error(
+            "no answer from the model",
+            extra={
+                "platform": message.platform,
+                "message_id": message.id,
+                "error": str(exc),
+                "error_type": type(exc).__name__,
+            },
+        )
+        self.timeline.count("errors")
+        self.note(message, "error", type(exc).__name__)
+
+    # -- writing ---------------------------------------------------------------------------------
+    def queue_commit(self, pipe: Pipeline, item: Any, *, is_error: bool, sent: bool = True) -> None:
+        """Into a turn's commit: its record (answered, or the fixed answer it got), what waits
+        in memory, and the timeline's counts (``sent``: a reply goes out with it)."""
+        message = item.message
+        record = item.progress.record
+        if record is None:
+            decision: Decision = "error" if is_error else "command"
+            record = _record(message, decision, "fixed answer" if item.forced else "")
+            if is_error:
+                self.timeline.count("errors")
+        if sent:
+            self.timeline.count(f"out:{message.platform}")
+        self._queue_pending(pipe, (message.conversation, record))
+        self.timeline.queue_flush(pipe, utcnow())
+
+    async def flush(self) -> None:
+        """What waits in memory, in a pipeline of its own (the router's tick, and its stop)."""
+        if not self.pending and not self.timeline.pending:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            self._queue_pending(pipe)
+            self.timeline.queue_flush(pipe, utcnow())
+            await pipe.execute()
+
+    async def flush_quietly(self) -> None:
+        try:
+            await self.flush()
+        except Exception:  # the dashboard's records must never stop the chat
+            log.warning("could not write the turn log", exc_info=True)
+
+    def _queue_pending(
+        self, pipe: Pipeline, extra: tuple[ConversationKey, TurnRecord] | None = None
+    ) -> None:
+        by_conv: dict[ConversationKey, list[TurnRecord]] = {}
+        for conv, record in self.pending:
+            by_conv.setdefault(conv, []).append(record)
+        self.pending.clear()
+        if extra is not None:
+            by_conv.setdefault(extra[0], []).append(extra[1])
+        for conv, records in by_conv.items():
+            queue_records(pipe, conv, records)
+
+
+def _record(message: ChatMessage, decision: Decision, reason: str, **numbers: Any) -> TurnRecord:
+    author = message.author
+    return TurnRecord(
+        at=round(time.time(), 3),
+        message_id=message.id,
+        user_id=author.id,
+        user_name=author.display_name or author.id,
+        decision=decision,
+        reason=reason,
+        **numbers,
+    )
