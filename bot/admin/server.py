@@ -189,7 +189,7 @@ class AdminServer:
 
     async def person(self, request: web.Request) -> web.Response:
         platform, user_id = _who(request)
-        data = await views.person(self.sources, platform, user_id)
+        data = await views.person(self.sources, platform, user_id, request.query.get("name", ""))
         return self.render(request, "person", page="people", **data)
 
     async def export(self, request: web.Request) -> web.Response:

@@ -111,15 +111,15 @@ async def people(src: Sources, query: str, platform: str | None) -> dict[str, An
     return {"query": query, "platform": platform or "", "found": found}
 
 
-async def person(src: Sources, platform: str, user_id: str) -> dict[str, Any]:
+async def person(src: Sources, platform: str, user_id: str, name: str = "") -> dict[str, Any]:
+    """``name``: as the search found them (the index is by name; a person may have several)."""
     buffer, convs = await asyncio.gather(
         src.memory.load(platform, user_id), src.memory.conversations(platform, user_id)
     )
-    names = await turnlog.find_people(src.redis, user_id, platform, limit=5)
     return {
         "platform": platform,
         "user_id": user_id,
-        "name": next((n for n, _, uid in names if uid == user_id and n != user_id), user_id),
+        "name": name.strip()[:64] or user_id,
         "buffer": buffer,
         "conversations": convs[:20],
         "can_forget": src.commands is not None,
