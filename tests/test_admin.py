@@ -13,6 +13,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
+from bot.admin.auth import Auth
 from bot.admin.server import AdminServer
 from bot.admin.views import Sources
 from bot.events import ConversationKey
@@ -78,6 +79,17 @@ async def test_pages_need_a_login_and_the_cookie_is_httponly_strict(
     home = await client.get("/")
     assert home.status == 200 and "Overview" in await home.text()
     assert home.headers["Content-Security-Policy"].startswith("default-src 'self'")
+    assert home.headers["Cache-Control"] == "no-store"
+
+
+def test_a_session_lasts_12_hours_and_a_new_token_ends_every_session() -> None:
+    auth = Auth(TOKEN)
+    cookie = auth.new_session(now=1000.0)
+    assert auth.session_id(cookie, now=1000.0 + 12 * 3600 - 1) is not None
+    assert auth.session_id(cookie, now=1000.0 + 12 * 3600 + 1) is None
+    assert Auth(TOKEN + "x").session_id(cookie, now=1000.0) is None
+    sid, expires, _ = cookie.split(".")
+    assert auth.session_id(f"{sid}.{int(expires) + 999}.{cookie.split('.')[2]}", now=0) is None
 
 
 @pytest.mark.redis
