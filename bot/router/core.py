@@ -160,7 +160,7 @@ class Router:
             await self.bus.stop_consuming(topic, "agent")
         left = await stop.wait({*self._workers.values(), *self._acks, *self._loops})
         await stop.abandon(left)
-        await self.observer.flush_quietly()
+        await self.observer.flush_quietly(force=True)
         stop.end()
 
     def hurry(self) -> None:

@@ -8,13 +8,20 @@ line batched or let go, a screened message, a turn the budget could not pay) is 
 and rides the next commit, or the one-second tick's ``flush`` when no commit comes: a busy
 chat's hundreds of unanswered lines a second cost a list append each, not a Redis command.
 What is held is bounded (``PENDING_MAX``); past it the oldest records are dropped and counted.
+
+Cheap means one command per answered message in its commit (the record's ``LPUSH``): the log's
+cap and TTL and the conversation's place in the activity index are refreshed on a conversation's
+first record here and then at most every ``UPKEEP_SECONDS``, a person's name is indexed at most
+every ``NAMES_SECONDS``, and the timeline's counts go out every ``TIMELINE_SECONDS`` from the
+tick (and at the stop), whatever the traffic.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
@@ -28,11 +35,34 @@ from bot.llm.pricing import PriceTable
 from bot.llm.types import LLMRequest
 from bot.ops.metrics import MetricsSink
 from bot.ops.timeline import Timeline
-from bot.state.turnlog import Decision, TurnRecord, queue_records
+from bot.state.turnlog import Decision, TurnRecord, queue_names, queue_push, queue_upkeep
 
 log = logging.getLogger("chorus.router")
 
 PENDING_MAX = 10_000
+UPKEEP_SECONDS = 10.0
+NAMES_SECONDS = 600.0
+TIMELINE_SECONDS = 10.0
+THROTTLE_CAPACITY = 10_000
+
+
+class Throttle:
+    """Remembers when each key was last done (LRU-bounded): ``due`` says whether it is time."""
+
+    def __init__(self, every: float, capacity: int = THROTTLE_CAPACITY) -> None:
+        self.every = every
+        self.capacity = capacity
+        self._done: OrderedDict[object, float] = OrderedDict()
+
+    def due(self, key: object, now: float) -> bool:
+        last = self._done.get(key)
+        if last is not None and now - last < self.every:
+            return False
+        self._done[key] = now
+        self._done.move_to_end(key)
+        if len(self._done) > self.capacity:
+            self._done.popitem(last=False)
+        return True
 
 
 class TurnObserver:
@@ -44,6 +74,10 @@ class TurnObserver:
         self.timeline = Timeline()
         self.pending: deque[tuple[ConversationKey, TurnRecord]] = deque()
         self.dropped = 0
+        self.clock: Callable[[], float] = time.monotonic
+        self._upkept = Throttle(UPKEEP_SECONDS)
+        self._named = Throttle(NAMES_SECONDS)
+        self._timeline_at: float | None = None  # when the timeline was last sent
 
     # -- what happened ---------------------------------------------------------------------------
     def arrived(self, message: ChatMessage) -> None:
@@ -125,20 +159,24 @@ class TurnObserver:
         if sent:
             self.timeline.count(f"out:{message.platform}")
         self._queue_pending(pipe, (message.conversation, record))
-        self.timeline.queue_flush(pipe, utcnow())
 
-    async def flush(self) -> None:
-        """What waits in memory, in a pipeline of its own (the router's tick, and its stop)."""
-        if not self.pending and not self.timeline.pending:
+    async def flush(self, *, force: bool = False) -> None:
+        """What waits in memory, in a pipeline of its own (the router's tick; ``force``: its
+        stop, the timeline too even if it went out less than ``TIMELINE_SECONDS`` ago)."""
+        now = self.clock()
+        last = self._timeline_at
+        timeline = force or last is None or now - last >= TIMELINE_SECONDS
+        if not self.pending and not (timeline and self.timeline.pending):
             return
         async with self.redis.pipeline(transaction=False) as pipe:
             self._queue_pending(pipe)
-            self.timeline.queue_flush(pipe, utcnow())
+            if timeline and self.timeline.queue_flush(pipe, utcnow()):
+                self._timeline_at = now
             await pipe.execute()
 
-    async def flush_quietly(self) -> None:
+    async def flush_quietly(self, *, force: bool = False) -> None:
         try:
-            await self.flush()
+            await self.flush(force=force)
         except Exception:  # the dashboard's records must never stop the chat
             log.warning("could not write the turn log", exc_info=True)
 
@@ -151,8 +189,18 @@ class TurnObserver:
         self.pending.clear()
         if extra is not None:
             by_conv.setdefault(extra[0], []).append(extra[1])
+        now = self.clock()
         for conv, records in by_conv.items():
-            queue_records(pipe, conv, records)
+            queue_push(pipe, conv, records)
+            if self._upkept.due(conv, now):
+                queue_upkeep(pipe, conv, records[-1].at)
+            people = {
+                (r.user_id, r.user_name)
+                for r in records
+                if r.user_id and self._named.due((conv.platform, r.user_id, r.user_name), now)
+            }
+            if people:
+                queue_names(pipe, conv.platform, people)
 
 
 def _record(message: ChatMessage, decision: Decision, reason: str, **numbers: Any) -> TurnRecord:

@@ -81,27 +81,42 @@ def parse_name_member(member: str) -> tuple[str, str, str] | None:
 def queue_records(
     pipe: Pipeline, conv: ConversationKey, records: Sequence[TurnRecord], *, names: bool = True
 ) -> None:
-    """Queue ``records`` (oldest first) into the conversation's log, mark the conversation
-    active and, with ``names``, index each author's name and id: 5 commands plus one ``ZADD``
-    for the names of the batch."""
+    """Queue ``records`` (oldest first) with the upkeep of the conversation's log and indexes:
+    what ``queue_push``, ``queue_upkeep`` and ``queue_names`` do, together."""
     if not records:
         return
+    queue_push(pipe, conv, records)
+    queue_upkeep(pipe, conv, records[-1].at)
+    if names:
+        queue_names(pipe, conv.platform, {(r.user_id, r.user_name) for r in records})
+
+
+def queue_push(pipe: Pipeline, conv: ConversationKey, records: Sequence[TurnRecord]) -> None:
+    """The records, newest first, into the conversation's log (1 command). The writer runs
+    ``queue_upkeep`` on the first push and then every few seconds, which bounds the list."""
+    pipe.lpush(keys.turn_log(conv), *(record.encode() for record in records))
+
+
+def queue_upkeep(pipe: Pipeline, conv: ConversationKey, at: float) -> None:
+    """Cap the log and set its TTL; mark the conversation active at ``at`` (4 commands)."""
     log_key = keys.turn_log(conv)
-    pipe.lpush(log_key, *(record.encode() for record in records))
     pipe.ltrim(log_key, 0, TURN_LOG_MAX - 1)
     pipe.expire(log_key, TURN_LOG_SECONDS)
     recent = keys.recent_conversations(conv.platform)
-    pipe.zadd(recent, {str(conv): int(records[-1].at)})
+    pipe.zadd(recent, {str(conv): int(at)})
     pipe.zremrangebyrank(recent, 0, -(CONVERSATIONS_MAX + 1))
-    if names:
-        members = {
-            name_member(text, conv.platform, r.user_id): 0
-            for r in records
-            if r.user_id
-            for text in {r.user_name or r.user_id, r.user_id}
-        }
-        if members:
-            pipe.zadd(keys.user_names(), members)
+
+
+def queue_names(pipe: Pipeline, platform: str, people: Iterable[tuple[str, str]]) -> None:
+    """Index each (user id, display name) by name and by id (1 command)."""
+    members = {
+        name_member(text, platform, user_id): 0
+        for user_id, name in people
+        if user_id
+        for text in {name or user_id, user_id}
+    }
+    if members:
+        pipe.zadd(keys.user_names(), members)
 
 
 def forget_names(pipe: Pipeline, platform: str, user_id: str, names: Iterable[str]) -> None:
