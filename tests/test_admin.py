@@ -17,14 +17,14 @@ from bot.admin.auth import Auth
 from bot.admin.server import AdminServer
 from bot.admin.views import Sources
 from bot.events import ConversationKey
-from bot.memory.buffers import MemoryStore, Pin, UserBuffer
+from bot.memory.buffers import MemoryStore, Pin, UserBuffer, source_ref
 from bot.memory.entries import StaleEntry, delete_entry, edit_entry
 from bot.router import memory_commands
 from bot.router.text_commands import Commands
 from bot.safety.audit import Audit, read_audit
 from bot.settings import ConfigError, Settings, load_settings
 from bot.state import keys, turnlog
-from bot.state.history import HistoryStore
+from bot.state.history import HistoryEntry, HistoryStore
 
 Client = TestClient[web.Request, web.Application]
 TOKEN = "admin-token-0123456789abcdef"
@@ -238,3 +238,28 @@ def test_no_token_no_dashboard_with_a_message_naming_the_variable(
     with pytest.raises(ConfigError, match="CHORUS_ADMIN_TOKEN is required") as caught:
         load_settings()
     assert ("non-loopback" in str(caught.value)) == (host == "0.0.0.0")
+
+
+@pytest.mark.redis
+async def test_a_pin_shows_the_line_it_came_from(
+    client: Client, redis_client: Redis, key_tag: str
+) -> None:
+    await login(client)
+    user, conv = f"u{key_tag}", ConversationKey(platform="discord", channel=f"c{key_tag}")
+    history = HistoryStore(redis_client, max_messages=20, ttl_seconds=3600)
+    said = HistoryEntry(
+        role="user", text="I play the cello every day", message_id=f"src-{key_tag}",
+        author_id=user, author_name="Ada", at=NOW,
+    )  # fmt: skip
+    await history.append(conv, said)
+    memory = MemoryStore(redis_client)
+    learnt = Pin(
+        text="plays the cello", source=source_ref(f"src-{key_tag}"), confidence=0.7,
+        created_at=NOW, updated_at=NOW,
+    )  # fmt: skip
+    await memory.save(UserBuffer(platform="discord", user_id=user, pins=(learnt, pin("other"))))
+    await memory.touch("discord", user, conv)
+    page = await (await client.get(f"/people/discord/{user}?name=Ada")).text()
+    assert "“I play the cello every day”" in page and "0.70" in page
+    assert "message m1 (no longer in the history)" in page  # the other pin's source is gone
+    assert "<h1>Ada" in page

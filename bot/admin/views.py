@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from bot.events import ConversationKey
 from bot.live.store import Snapshot
 from bot.live.turns import LiveChat
-from bot.memory.buffers import MemoryStore, UserBuffer
+from bot.memory.buffers import MemoryStore, UserBuffer, source_ref
 from bot.ops import timeline
 from bot.quota.ledger import QuotaLedger
 from bot.quota.plan import QuotaConfig
@@ -33,6 +33,7 @@ from bot.state.history import HistoryStore
 
 LIVE_PLATFORMS = ("twitch", "youtube")
 CHECK_SECONDS = 2.0
+PROVENANCE_CONVERSATIONS = 5  # whose history is searched for the lines pins came from
 
 
 @dataclass
@@ -120,9 +121,27 @@ async def person(src: Sources, platform: str, user_id: str, name: str = "") -> d
         "platform": platform,
         "user_id": user_id,
         "name": name.strip()[:64] or user_id,
+        "lines": await source_lines(src, user_id, convs[:PROVENANCE_CONVERSATIONS]),
         "buffer": buffer,
         "conversations": convs[:20],
         "can_forget": src.commands is not None,
+    }
+
+
+async def source_lines(src: Sources, user_id: str, convs: list[ConversationKey]) -> dict[str, str]:
+    """The person's own lines still in the history of their latest conversations, by the
+    reference a pin keeps of its source message (``source_ref``): a pin's provenance."""
+    if not convs:
+        return {}
+    async with src.redis.pipeline(transaction=False) as pipe:
+        for conv in convs:
+            src.history.queue_load(pipe, conv)
+        found = await pipe.execute()
+    return {
+        source_ref(entry.message_id): entry.text
+        for conv, raw in zip(convs, found, strict=True)
+        for entry in src.history.parse_load(conv, raw)
+        if entry.message_id and entry.author_id == user_id
     }
 
 
