@@ -200,7 +200,7 @@ async def youtube_quota(src: Sources) -> dict[str, int] | None:
 
 
 async def insights(src: Sources, now: datetime) -> dict[str, Any]:
-    from bot.memory.insight_queue import DEFAULT_QUEUE
+    from bot.memory.insight_queue import DEFAULT_QUEUE, recent_outcomes
 
     due_key = keys.insights_due(DEFAULT_QUEUE)
     async with src.redis.pipeline(transaction=False) as pipe:
@@ -232,6 +232,7 @@ async def insights(src: Sources, now: datetime) -> dict[str, Any]:
             }
         )
     audit = [e for e in await _audit(src) if e.direction == "admin"][-20:]
+    outcomes = await recent_outcomes(src.redis, queue=DEFAULT_QUEUE, limit=25)
     memory = src.settings.memory
     return {
         "size": size,
@@ -240,6 +241,7 @@ async def insights(src: Sources, now: datetime) -> dict[str, Any]:
         "user_daily": memory.insights_user_daily_tokens,
         "channel_daily": memory.insights_channel_daily_tokens,
         "changes": list(reversed(audit)),
+        "outcomes": outcomes,
     }
 
 

@@ -33,6 +33,9 @@ Keys (``{platform}`` is ``[a-z0-9_]+``; every other ``{...}`` part is escaped):
 ``chorus:v1:insights:{queue}:job:{platform}:{user_id}`` -- hash of one user's pending job:
     ``rev`` (turn counter), ``attempts``, ``name``, ``c:{conversation}`` -> JSON of the last
     turn there. TTL ``insight_jobs.JOB_TTL_SECONDS`` (2 days), refreshed per turn and retry.
+``chorus:v1:insights:{queue}:outcomes`` -- list of JSON ``{at, platform, user_id, outcome}``
+    of the latest analyses (newest first, ids only), capped at 200, TTL 7 days; written by
+    insights/worker.py through bot/memory/insight_queue.py, read by the admin dashboard.
 ``chorus:v1:insights:{queue}:lease:{platform}:{user_id}`` -- string, the token of the worker
     analysing that user (``SET NX PX``), so two workers never analyse one user at once.
 ``chorus:v1:budget:user:{platform}:{user_id}:{yyyymmdd}`` and
@@ -199,6 +202,12 @@ def insights_job(platform: str, user_id: str, queue: str = "main") -> str:
     """The hash holding one user's pending insights job."""
     _check_token("queue", queue)
     return f"{PREFIX}:insights:{queue}:job:{insights_member(platform, user_id)}"
+
+
+def insights_outcomes(queue: str = "main") -> str:
+    """The latest analyses' outcomes (list of JSON, newest first, capped; the admin dashboard)."""
+    _check_token("queue", queue)
+    return f"{PREFIX}:insights:{queue}:outcomes"
 
 
 def insights_lease(platform: str, user_id: str, queue: str = "main") -> str:
