@@ -409,7 +409,6 @@ class Router:
             if self.live is not None:  # what the turn decided (answered, cooldowns, pause)
                 self.live.queue_save(pipe, message)
             self.safety.queue_turn(pipe, message)  # the turn's tokens and cost, when limited
-            self.observer.queue_commit(pipe, item, is_error=is_error)  # the turn log
 
         async def write() -> None:
             if transactional is None:
@@ -418,6 +417,7 @@ class Router:
             item.progress.committed, item.progress.elsewhere = outcome is not None, outcome is None
 
         await shielded(write())
+        self.observer.committed(item, is_error=is_error)  # the turn log, written by the tick
         self.metrics.message_out(message.platform)
         if self.live is not None:
             self.live.spoke(message.conversation)

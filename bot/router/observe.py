@@ -2,18 +2,18 @@
 per-minute counters (the timeline) and the indexes they feed (bot/state/turnlog.py).
 
 Why apart from ``core``: the message path decides; this module writes down what it decided,
-cheaply. A message answered is recorded inside the transaction that commits its reply
-(``queue_commit``), so the record costs no round trip. A decision that commits nothing (a live
-line batched or let go, a screened message, a turn the budget could not pay) is kept in memory
-and rides the next commit, or the one-second tick's ``flush`` when no commit comes: a busy
-chat's hundreds of unanswered lines a second cost a list append each, not a Redis command.
-What is held is bounded (``PENDING_MAX``); past it the oldest records are dropped and counted.
+cheaply. Every decision -- an answer once its commit went through, a live line batched or let
+go, a screened message, a turn the budget could not pay -- becomes a record held in memory (a
+list append), and the router's one-second tick writes what was held in one pipeline (``flush``),
+and its stop writes the rest. So a record costs the reply path no Redis command and no round
+trip at all: measured by the instruction-count gate, even one ``LPUSH`` per answered message in
+the commit cost the embedded store 6% of a message. What is held is bounded (``PENDING_MAX``;
+past it the oldest records are dropped and counted); a crash loses at most a second of records.
 
-Cheap means one command per answered message in its commit (the record's ``LPUSH``): the log's
-cap and TTL and the conversation's place in the activity index are refreshed on a conversation's
-first record here and then at most every ``UPKEEP_SECONDS``, a person's name is indexed at most
-every ``NAMES_SECONDS``, and the timeline's counts go out every ``TIMELINE_SECONDS`` from the
-tick (and at the stop), whatever the traffic.
+Within a flush: one ``LPUSH`` per conversation; the log's cap and TTL and the conversation's place
+in the activity index are refreshed on its first records here and then at most every
+``UPKEEP_SECONDS``; a person's name is indexed at most every ``NAMES_SECONDS``; the timeline's
+counts go out every ``TIMELINE_SECONDS`` (and at the stop), whatever the traffic.
 """
 
 from __future__ import annotations
@@ -84,14 +84,17 @@ class TurnObserver:
         self.timeline.count(f"in:{message.platform}")
 
     def note(self, message: ChatMessage, decision: Decision, reason: str = "") -> None:
-        """A decision that sends no reply now; recorded with the next commit or flush."""
+        """A decision that sends no reply now."""
+        self._hold(message.conversation, _record(message, decision, reason))
+
+    def _hold(self, conv: ConversationKey, record: TurnRecord) -> None:
         if len(self.pending) >= PENDING_MAX:
             self.pending.popleft()
             self.dropped += 1
-        self.pending.append((message.conversation, _record(message, decision, reason)))
+        self.pending.append((conv, record))
 
     def decided(self, item: Any, decision: Decision, reason: str) -> None:
-        """A turn answered without the model (a refusal, a notice): written with its commit."""
+        """A turn answered without the model (a refusal, a notice): recorded once committed."""
         item.progress.record = _record(item.message, decision, reason)
 
     def live_quiet(self, message: ChatMessage, decision: LiveDecision) -> None:
@@ -106,7 +109,7 @@ class TurnObserver:
     def answered(
         self, item: Any, result: AgentResult, request: LLMRequest, received: float
     ) -> None:
-        """The numbers of an answered turn; written with its commit (``queue_commit``)."""
+        """The numbers of an answered turn; recorded once committed (``committed``)."""
         usage = result.usage
         cost = self.prices.cost(request.model, usage) or 0.0
         item.progress.record = _record(
@@ -145,10 +148,11 @@ class TurnObserver:
         self.timeline.count("errors")
         self.note(message, "error", type(exc).__name__)
 
-    # -- writing ---------------------------------------------------------------------------------
-    def queue_commit(self, pipe: Pipeline, item: Any, *, is_error: bool, sent: bool = True) -> None:
-        """Into a turn's commit: its record (answered, or the fixed answer it got), what waits
-        in memory, and the timeline's counts (``sent``: a reply goes out with it)."""
+    def committed(self, item: Any, *, is_error: bool = False, sent: bool = True) -> None:
+        """A turn's commit went through: its record (answered, or the fixed answer it got) and
+        the timeline's counts (``sent``: a reply went out with it)."""
+        if not item.progress.committed:
+            return  # another worker recorded it (a lapsed claim), or nothing was written
         message = item.message
         record = item.progress.record
         if record is None:
@@ -158,7 +162,9 @@ class TurnObserver:
                 self.timeline.count("errors")
         if sent:
             self.timeline.count(f"out:{message.platform}")
-        self._queue_pending(pipe, (message.conversation, record))
+        self._hold(message.conversation, record)
+
+    # -- writing ---------------------------------------------------------------------------------
 
     async def flush(self, *, force: bool = False) -> None:
         """What waits in memory, in a pipeline of its own (the router's tick; ``force``: its
@@ -180,15 +186,11 @@ class TurnObserver:
         except Exception:  # the dashboard's records must never stop the chat
             log.warning("could not write the turn log", exc_info=True)
 
-    def _queue_pending(
-        self, pipe: Pipeline, extra: tuple[ConversationKey, TurnRecord] | None = None
-    ) -> None:
+    def _queue_pending(self, pipe: Pipeline) -> None:
         by_conv: dict[ConversationKey, list[TurnRecord]] = {}
         for conv, record in self.pending:
             by_conv.setdefault(conv, []).append(record)
         self.pending.clear()
-        if extra is not None:
-            by_conv.setdefault(extra[0], []).append(extra[1])
         now = self.clock()
         for conv, records in by_conv.items():
             queue_push(pipe, conv, records)

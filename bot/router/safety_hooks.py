@@ -93,10 +93,9 @@ async def _settle_silently(router: Router, item: Any, claim: Claim) -> None:
         if router.live is not None:
             router.live.queue_save(pipe, message)
 
-        router.observer.queue_commit(pipe, item, is_error=False, sent=False)
-
     async def write() -> None:
         outcome = await claim.commit(fill) or await record.recommit(router.claims, message, fill)
         item.progress.committed, item.progress.elsewhere = outcome is not None, outcome is None
 
     await shielded(write())
+    router.observer.committed(item, sent=False)
