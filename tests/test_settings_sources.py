@@ -73,7 +73,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_BREAKER_COOLDOWN": (("fallback.breaker_cooldown",), "30", 30.0),
     "CHORUS_HEALTH_PORT": (("health.port",), "9999", 9999),
     "CHORUS_HEALTH_HOST": (("health.host",), "127.0.0.1", "127.0.0.1"),
-    "CHORUS_ADMIN_PORT": (("admin.port",), "8470", 8470),
+    "CHORUS_ADMIN_PORT": (("admin.port",), "8470\nCHORUS_ADMIN_TOKEN=a-long-admin-token", 8470),
     "CHORUS_ADMIN_HOST": (("admin.host",), "0.0.0.0", "0.0.0.0"),
     "CHORUS_ADMIN_TOKEN": (("admin.token",), "a-long-admin-token-123", "a-long-admin-token-123"),
     "CHORUS_PRICES": (("metrics.prices",), "prices.json", Path("prices.json")),
@@ -297,10 +297,6 @@ def at(settings: Settings, path: str) -> Any:
     return value.get_secret_value() if isinstance(value, SecretStr) else value
 
 
-# A variable that is refused alone: what it needs beside it in the sample .env.
-COMPANIONS = {"CHORUS_ADMIN_PORT": "CHORUS_ADMIN_TOKEN=a-long-admin-token-123\n"}
-
-
 def write_env(lines: str) -> None:
     Path(".env").write_text(lines, encoding="utf-8")  # the test's own empty cwd
 
@@ -316,7 +312,7 @@ def test_the_documented_list_is_read_from_both_files() -> None:
 def test_documented_variable_works_from_dotenv(variable: str) -> None:
     assert variable in SAMPLES, f"{variable} is documented: give it a sample in SAMPLES"
     paths, text, expected = SAMPLES[variable]
-    write_env(f"{variable}={text}\n{COMPANIONS.get(variable, '')}")
+    write_env(f"{variable}={text}\n")
     settings = load_settings()
     defaults = Settings()
     for path in paths:
