@@ -28,7 +28,7 @@ from playwright.async_api import Page, async_playwright
 from redis.asyncio import Redis
 
 from bot.events import ConversationKey
-from bot.memory.buffers import MemoryStore, Pin, UserBuffer
+from bot.memory.buffers import MemoryStore, Pin, UserBuffer, source_ref
 from bot.state import connect, keys, turnlog
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.twitch_server import TwitchServer
@@ -113,20 +113,26 @@ async def test_the_dashboard_in_a_browser_deletes_a_pin_and_pauses_a_channel(
     assert chromium, "install the distribution's chromium (apt-get install chromium; .ci/run does)"
     channel_id, login, viewer = people
     now = datetime.now(UTC).replace(microsecond=0)
+    tag = uuid.uuid4().hex[:8]  # the test's message ids: the pins came from its first line
     memory = MemoryStore(store)
     await memory.save(
         UserBuffer(
             platform="twitch",
             user_id=viewer,
             pins=tuple(
-                Pin(text=t, source="seed", confidence=0.9, created_at=now, updated_at=now)
-                for t in (KEEP, DROP)
+                Pin(
+                    text=t,
+                    source=source_ref(f"{tag}-q1"),
+                    confidence=c,
+                    created_at=now,
+                    updated_at=now,
+                )
+                for t, c in ((KEEP, 0.9), (DROP, 0.7))
             ),
         )
     )
     port, health = free_port(), free_port()
     base = f"http://127.0.0.1:{port}"
-    tag = uuid.uuid4().hex[:8]
     conv = ConversationKey(platform="twitch", channel=channel_id)
     async with AnthropicServer() as model, TwitchServer() as twitch:
         twitch.add_user(BOT_ID, BOT_LOGIN)
@@ -198,6 +204,7 @@ async def test_the_dashboard_in_a_browser_deletes_a_pin_and_pauses_a_channel(
                 await page.click(f"a:has-text('fan{viewer}')")
                 await page.wait_for_selector(f"h1:has-text('fan{viewer}')")  # the name searched
                 await page.wait_for_selector(f"input[name=text][value='{DROP}']")
+                assert "do you remember my speedruns and cello?" in await page.content()
                 await shot(page, "people")
                 await page.click(f"button[data-pin='{DROP}']")
                 await page.wait_for_selector("text=The pin was deleted.")
