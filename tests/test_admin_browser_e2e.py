@@ -43,6 +43,12 @@ SHOTS = ROOT / "docs" / "img"
 LIMIT = 90.0  # generous: a loaded 2-core machine; each wait ends as soon as its event happens
 TOKEN = "browser-test-token-0123456789"
 KEEP, DROP = "likes speedruns", "plays the cello"
+QUESTIONS = {
+    "q1": "I speedrun and play the cello, remember that",
+    "q2": "do you remember my speedruns and cello?",
+    "q3": "and now: speedruns and cello?",
+    "q4": "are you still there? speedruns?",
+}
 
 
 @pytest.fixture
@@ -99,6 +105,14 @@ async def until(check: Any, limit: float = LIMIT) -> Any:
             if found:
                 return found
             await asyncio.sleep(0.1)
+
+
+def sent_with(model: AnthropicServer, msg_id: str) -> str:
+    """The model request that answered ``msg_id`` (its text is in the request's last turn)."""
+    suffix = msg_id.rsplit("-", 1)[1]
+    found = [json.dumps(b) for b in model.bodies if QUESTIONS[suffix] in json.dumps(b)]
+    assert found, f"no model request carried {msg_id}"
+    return found[-1]
 
 
 async def shot(page: Page, name: str, *, whole: bool = True) -> None:
@@ -174,10 +188,12 @@ async def test_the_dashboard_in_a_browser_deletes_a_pin_and_pauses_a_channel(
         try:
             await twitch.wait_until(lambda: subscribed(twitch) == 4, LIMIT)
             await until(dashboard_up)
-            model.replies.extend(["Noted!", "Sure.", "never sent"])
-            first = await ask("q1", "do you remember my speedruns and cello?")
+            model.replies.extend(["Noted!", "Hi!", "Sure.", "never sent"])
+            first = await ask("q1", QUESTIONS["q1"])
             await twitch.wait_until(lambda: bool(replies_to(twitch, first)), LIMIT)
-            assert KEEP in json.dumps(model.bodies[-1]) and DROP in json.dumps(model.bodies[-1])
+            asked = await ask("q2", QUESTIONS["q2"])
+            await twitch.wait_until(lambda: bool(replies_to(twitch, asked)), LIMIT)
+            assert KEEP in sent_with(model, asked) and DROP in sent_with(model, asked)
 
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(
@@ -204,16 +220,16 @@ async def test_the_dashboard_in_a_browser_deletes_a_pin_and_pauses_a_channel(
                 await page.click(f"a:has-text('fan{viewer}')")
                 await page.wait_for_selector(f"h1:has-text('fan{viewer}')")  # the name searched
                 await page.wait_for_selector(f"input[name=text][value='{DROP}']")
-                assert "do you remember my speedruns and cello?" in await page.content()
+                assert QUESTIONS["q1"] in await page.content()  # the line the pins came from
                 await shot(page, "people")
                 await page.click(f"button[data-pin='{DROP}']")
                 await page.wait_for_selector("text=The pin was deleted.")
                 stored = await memory.load("twitch", viewer)
                 assert [p.text for p in stored.pins] == [KEEP]
 
-                second = await ask("q2", "and now: speedruns and cello?")
+                second = await ask("q3", QUESTIONS["q3"])
                 await twitch.wait_until(lambda: bool(replies_to(twitch, second)), LIMIT)
-                body = json.dumps(model.bodies[-1])
+                body = sent_with(model, second)
                 assert KEEP in body and DROP not in body  # the next request no longer has it
 
                 await page.click("nav >> text=Live")
@@ -224,7 +240,7 @@ async def test_the_dashboard_in_a_browser_deletes_a_pin_and_pauses_a_channel(
                 assert "paused" in {str(r[0]) for r in chan}
                 await shot(page, "live")
 
-                quiet = await ask("q3", "are you still there? speedruns?")
+                quiet = await ask("q4", QUESTIONS["q4"])
 
                 async def decided() -> list[turnlog.TurnRecord]:
                     log = await turnlog.read_log(store, conv)
@@ -232,7 +248,7 @@ async def test_the_dashboard_in_a_browser_deletes_a_pin_and_pauses_a_channel(
 
                 [record] = await until(decided)
                 assert (record.decision, record.reason) == ("quiet", "paused")
-                assert replies_to(twitch, quiet) == [] and len(model.requests) == 2
+                assert replies_to(twitch, quiet) == [] and len(model.requests) == 3
 
                 await page.click("nav >> text=Insights")
                 await page.wait_for_selector("text=live:pause")  # the audit trail shows it
