@@ -4,10 +4,15 @@ rendered, and each change (entry delete and edit, pause) reaching Redis and the 
 
 from __future__ import annotations
 
+import asyncio
 import re
+import signal
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -25,6 +30,8 @@ from bot.safety.audit import Audit, read_audit
 from bot.settings import ConfigError, Settings, load_settings
 from bot.state import keys, turnlog
 from bot.state.history import HistoryEntry, HistoryStore
+from tests.redis_server import free_port
+from tests.test_chat_e2e import base_env, run_chorus, spawn_chorus
 
 Client = TestClient[web.Request, web.Application]
 TOKEN = "admin-token-0123456789abcdef"
@@ -131,7 +138,7 @@ async def test_every_page_renders_with_data_and_no_secret(
     await login(client)
     conv = ConversationKey(platform="discord", channel=f"c{key_tag}")
     record = turnlog.TurnRecord(
-        at=NOW.timestamp(), message_id="m1", user_id=f"u{key_tag}", user_name="Ada",
+        at=time.time(), message_id="m1", user_id=f"u{key_tag}", user_name="Ada",
         decision="quiet", reason="paused",
     )  # fmt: skip
     async with redis_client.pipeline() as pipe:
@@ -263,3 +270,61 @@ async def test_a_pin_shows_the_line_it_came_from(
     assert "“I play the cello every day”" in page and "0.70" in page
     assert "message m1 (no longer in the history)" in page  # the other pin's source is gone
     assert "<h1>Ada" in page
+
+
+async def test_chorus_insights_serves_the_dashboard_too(
+    tmp_path: Path, real_redis_url: str
+) -> None:
+    """Any role serves it: here ``chorus insights`` (a real process), behind the token."""
+    port = free_port()
+    env = base_env(tmp_path) | {
+        "CHORUS_REDIS_URL": real_redis_url,
+        "CHORUS_MODEL": "anthropic:claude-test",
+        "ANTHROPIC_API_KEY": "k",
+        "ANTHROPIC_BASE_URL": "http://127.0.0.1:9",  # never called: no job is due
+        "CHORUS_ADMIN_PORT": str(port),
+        "CHORUS_ADMIN_TOKEN": TOKEN,
+    }
+    proc = await spawn_chorus(["insights"], env, tmp_path)
+    try:
+        async with aiohttp.ClientSession() as http, asyncio.timeout(60):
+            while True:
+                try:
+                    async with http.get(f"http://127.0.0.1:{port}/insights") as page:
+                        if page.status == 200:
+                            assert page.url.path == "/login"  # no token, no page
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+            headers = {"Authorization": f"Bearer {TOKEN}"}
+            async with http.get(f"http://127.0.0.1:{port}/insights", headers=headers) as page:
+                assert page.status == 200 and "Next jobs" in await page.text()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert TOKEN not in err.decode()
+
+
+async def test_chorus_run_refuses_an_open_dashboard_naming_the_variable(tmp_path: Path) -> None:
+    env = base_env(tmp_path) | {"CHORUS_ADMIN_PORT": "8471", "CHORUS_ADMIN_HOST": "0.0.0.0"}
+    code, out, err = await run_chorus(["run"], env, tmp_path)
+    assert code != 0 and "CHORUS_ADMIN_TOKEN is required" in out + err
+    assert "non-loopback" in out + err
+
+
+async def test_without_jinja2_the_error_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, redis_client: Redis
+) -> None:
+    import sys
+
+    from bot.admin.wiring import start_admin
+
+    monkeypatch.setenv("CHORUS_ADMIN_PORT", "8472")
+    monkeypatch.setenv("CHORUS_ADMIN_TOKEN", TOKEN)
+    settings = load_settings()
+    monkeypatch.delitem(sys.modules, "bot.admin.server")
+    monkeypatch.setitem(sys.modules, "jinja2", None)
+    with pytest.raises(ConfigError, match=r"pip install 'chorus-bot\[admin\]'"):
+        await start_admin(settings, redis_client)
