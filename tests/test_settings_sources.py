@@ -25,7 +25,7 @@ from bot.events import StreamEventKind
 from bot.llm.types import Usage
 from bot.ops.metrics import Metrics
 from bot.settings import ConfigError, Settings, known_variables, load_settings
-from tests.settings_samples_recall import RECALL_SAMPLES
+from tests.settings_samples_recall import ADMIN_SAMPLES, RECALL_SAMPLES
 from tests.settings_samples_safety import SAFETY_SAMPLES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -288,6 +288,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
 
 SAMPLES.update(SAFETY_SAMPLES)
 SAMPLES.update(RECALL_SAMPLES)
+SAMPLES.update(ADMIN_SAMPLES)
 
 
 def at(settings: Settings, path: str) -> Any:
