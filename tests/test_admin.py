@@ -219,10 +219,17 @@ async def test_forget_goes_through_the_forget_command(
     user = f"u{key_tag}"
     memory = MemoryStore(redis_client)
     await memory.save(UserBuffer(platform="slack", user_id=user, pins=(pin("a"),)))
+    async with redis_client.pipeline(transaction=False) as pipe:  # known by two names over time
+        turnlog.queue_names(pipe, "slack", [(user, f"Old{key_tag}"), (user, f"New{key_tag}")])
+        await pipe.execute()
+    assert await turnlog.find_people(redis_client, f"old{key_tag}") != []
     response = await client.post(f"/people/slack/{user}/forget", data={"csrf": csrf})
     assert "1 note" in await response.text()
     assert (await memory.load("slack", user)).is_empty
     assert await redis_client.exists(keys.forgotten("slack", user)) == 1  # the tombstone
+    for name in (f"old{key_tag}", f"new{key_tag}", user):
+        assert await turnlog.find_people(redis_client, name) == [], f"{name} is forgotten too"
+    assert await redis_client.exists(keys.user("slack", user, "names")) == 0
 
 
 def test_the_pure_entry_edits_refuse_stale_and_bad_input() -> None:

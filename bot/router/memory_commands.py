@@ -180,14 +180,18 @@ class _Handlers:
                 removed += count
                 touched += bool(count)
         buffer = await self._memory.load(platform, user_id)
+        names = {}
         for who_platform, who in identities:
             await self._people.void_code(who_platform, who)
+            names[who_platform, who] = await turnlog.names_of(self._memory.redis, who_platform, who)
         async with self._memory.redis.pipeline(transaction=True) as pipe:
             for who_platform, who in identities:
                 self._memory.queue_forget(pipe, who_platform, who, now=self._clock())
                 mine = (who_platform, who) == (platform, user_id)
-                names = [message.author.display_name] if mine else []
-                turnlog.forget_names(pipe, who_platform, who, names)
+                now_called = [message.author.display_name] if mine else []
+                turnlog.forget_names(
+                    pipe, who_platform, who, [*names[who_platform, who], *now_called]
+                )
                 insight_queue.queue_cancel(pipe, who_platform, who, queue=self._queue)
                 pipe.delete(keys.user(who_platform, who, "pinsview"))
             if person is not None:

@@ -113,21 +113,32 @@ def queue_upkeep(pipe: Pipeline, conv: ConversationKey, at: float) -> None:
 
 
 def queue_names(pipe: Pipeline, platform: str, people: Iterable[tuple[str, str]]) -> None:
-    """Index each (user id, display name) by name and by id (1 command)."""
-    members = {
-        name_member(text, platform, user_id): 0
-        for user_id, name in people
-        if user_id
-        for text in {name or user_id, user_id}
-    }
+    """Index each (user id, display name) by name and by id (1 command), and remember each
+    person's names under their own key (2 commands each), so ``/forget`` finds every name they
+    went by, not only today's."""
+    members: dict[str, int] = {}
+    for user_id, name in people:
+        if not user_id:
+            continue
+        members |= {name_member(text, platform, user_id): 0 for text in {name or user_id, user_id}}
+        if name:
+            pipe.sadd(keys.user(platform, user_id, "names"), name)
+            pipe.expire(keys.user(platform, user_id, "names"), keys.USER_TTL_SECONDS)
     if members:
         pipe.zadd(keys.user_names(), members)
 
 
+async def names_of(redis: Redis, platform: str, user_id: str) -> set[str]:
+    """Every display name the names index holds for this person (for ``forget_names``)."""
+    return {str(n) for n in await redis.smembers(keys.user(platform, user_id, "names"))}
+
+
 def forget_names(pipe: Pipeline, platform: str, user_id: str, names: Iterable[str]) -> None:
-    """Queue the removal of a person's entries from the names index (their id and ``names``)."""
+    """Queue the removal of a person's entries from the names index (their id and ``names``:
+    pass ``names_of`` and the name they use now) and of their own list of names."""
     members = [name_member(n, platform, user_id) for n in {*names, user_id} if n]
     pipe.zrem(keys.user_names(), *members)
+    pipe.delete(keys.user(platform, user_id, "names"))
 
 
 async def read_log(redis: Redis, conv: ConversationKey, limit: int = 50) -> list[TurnRecord]:
