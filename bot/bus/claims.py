@@ -24,7 +24,8 @@ Delivery is at-least-once (a Redis Streams entry is redelivered when its worker 
   made that belief wrong and two workers committed.) Renewal and release use the same script.
   The script runs the commands a ``Pipeline`` would have sent, so callers still "fill a
   pipeline"; the keys they touch are not declared, which is fine on one Redis (not Cluster).
-  The embedded store runs it too (fakeredis with its Lua engine, ``lupa``).
+  The embedded store runs that script natively in Python, atomically under its own lock
+  (``bot.state.embedded``); any other script goes through fakeredis's Lua engine.
 - **leases are short** (``CHORUS_CLAIM_LEASE_MS``, 10 s by default) and renewed every third of
   a lease while the turn runs, so a worker that dies holds its messages for at most one lease.
 """
@@ -47,24 +48,13 @@ from redis.typing import EncodableT
 
 from bot.ops.aio import cancel_and_wait
 from bot.state import keys
+from bot.state.guarded import GUARDED
 from bot.state.outages import TRANSIENT, until_redis_answers
 
 log = logging.getLogger("chorus.claims")
 
 DONE = "done"
 WAIT_CAP_MS = 1000  # how stale a wait for another worker's claim may get
-
-# KEYS[1] the claim; ARGV[1] our token, then each command as its argument count and arguments.
-GUARDED = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local i = 2
-while i <= #ARGV do
-  local n = tonumber(ARGV[i])
-  redis.call(unpack(ARGV, i + 1, i + n))
-  i = i + n + 1
-end
-return 1
-"""
 
 
 def default_worker_id() -> str:

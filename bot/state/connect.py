@@ -30,6 +30,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisError
 
 from bot.settings import ConfigError, check_redis_url
+from bot.state import embedded
 
 log = logging.getLogger("chorus.store")
 
@@ -126,7 +127,7 @@ def _memory_client(name: str, path: str) -> Redis:
         server = _memory_servers.get(name)
         if server is None:
             server = _memory_servers[name] = fakeredis.FakeServer()
-    return fakeredis.FakeAsyncRedis(server=server, db=int(db_text or 0), decode_responses=True)
+    return embedded.client(server, int(db_text or 0))
 
 
 def _scrub(text: str, password: str | None) -> str:
