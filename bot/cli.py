@@ -37,6 +37,7 @@ from bot.settings import ConfigError, Settings, load_settings
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
+    from adapters.console_tty import Terminal
     from bot.app import Chorus
     from bot.ops.metrics import MetricsSink
     from insights.worker import InsightsWorker
@@ -232,12 +233,13 @@ async def _chat(
     does with any platform (``chorus chat`` is a tool, ``chorus run`` a deployment). On a
     terminal the answers stream; piped, each comes whole (the scripting contract)."""
     from adapters.console import ConsoleAdapter, FdLineReader
-    from adapters.console_tty import Terminal, state_dir
     from bot.app import Chorus
 
     terminal: Terminal | None = None
     name = user or _default_user()
     if _on_terminal() and not json_output:
+        from adapters.console_tty import Terminal, state_dir  # prompt_toolkit, rich: a TTY only
+
         spec = str(settings.llm.model_spec())
         terminal = Terminal(
             bot_name=settings.agent.bot_name, model=spec, user=name, history=_history(state_dir())

@@ -10,6 +10,7 @@ Redis and the embedded store is tests/test_claims.py and tests/test_bus_contract
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -103,3 +104,51 @@ async def test_other_scripts_still_run_through_lua(store: Redis) -> None:
     before = _Socket.native_evals
     assert await store.eval("return ARGV[1] .. KEYS[1]", 1, "k", "v") == "vk"
     assert _Socket.native_evals == before
+
+
+async def test_commands_skip_the_wire_format_and_round_trip_every_kind_of_value(
+    store: Redis,
+) -> None:
+    before = _Socket.direct_commands
+    text = "héllo\r\n$3\r\n*2 ünïcode ✓"  # RESP framing characters inside a value
+    await store.set("s", text)
+    await store.hset("h", mapping={"int": 7, "float": 1.5, "bytes": b"\x00\xff"})
+    async with store.pipeline(transaction=True) as pipe:
+        pipe.rpush("l", "a", "b")
+        pipe.lrange("l", 0, -1)
+        pipe.incrby("n", 3)
+        assert await pipe.execute() == [2, ["a", "b"], 3]
+    assert await store.get("s") == text
+    assert await store.hget("h", "int") == "7"
+    assert await store.hget("h", "float") == "1.5"
+    sha = await store.execute_command("SCRIPT LOAD", "return 1")  # type: ignore[no-untyped-call]
+    assert await store.execute_command("SCRIPT EXISTS", sha) == [1]  # type: ignore[no-untyped-call]
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        await store.rpush("s", "x")
+    assert _Socket.direct_commands - before >= 9
+
+
+def test_the_wire_format_written_while_paused_is_redis_pys_own() -> None:
+    from redis.asyncio.connection import Connection
+
+    from bot.state.embedded import resp
+
+    args = ("SET", "k", "héllo", 3, 1.5, b"\x00")
+    packed = b"".join(Connection().pack_command(*args))
+    fields = [Connection().encoder.encode(a) for a in args]  # type: ignore[no-untyped-call]
+    assert resp(fields) == packed
+
+
+async def test_a_blocking_command_is_answered_when_another_client_writes() -> None:
+    name = f"memory://embedded-{uuid.uuid4().hex[:8]}"
+    reader, writer = await open_redis(name), await open_redis(name)
+    try:
+        popped: Any = reader.blpop(["queue"], timeout=30)
+        waiting = asyncio.ensure_future(popped)
+        await asyncio.sleep(0.05)
+        await writer.rpush("queue", "x")
+        assert await asyncio.wait_for(waiting, 30) == ("queue", "x")
+        assert await reader.get("after") is None  # the connection still works after it
+    finally:
+        await reader.aclose()
+        await writer.aclose()

@@ -1,4 +1,5 @@
-"""The embedded store (``memory://``): fakeredis, with the claims' guarded commit run natively.
+"""The embedded store (``memory://``): fakeredis, with the claims' guarded commit run natively
+and commands handed over without the Redis wire format.
 
 Why: every answered message commits through one Lua script (``bot.state.guarded.GUARDED``,
 see ``bot.bus.claims``). Real Redis runs it in C; fakeredis runs it through its Lua engine
@@ -10,6 +11,13 @@ atomic as the script (nothing else runs between the token check and the commands
 command goes through fakeredis's own implementation, so the data is what the script would
 have written. Any other script still runs through Lua. The claim contract tests run over both
 stores (tests/test_claims.py, tests/test_bus_contract.py), so a difference would show there.
+
+Why no wire format: redis-py packs every command into RESP bytes and fakeredis parses them
+back into the same list of arguments, in the same process, a tenth of a turn's instructions.
+Here the connection hands the encoded arguments (``_Fields``) straight to the socket, which
+dispatches them as its parser would have (``_process_command``); replies still travel as
+before. While the socket is paused (a blocking command in progress) the arguments are packed
+into RESP after all and queue behind what the parser holds, so the order never changes.
 
 It reaches into fakeredis's socket internals (``_run_command``, ``_name_to_func``), which is
 why fakeredis is pinned in constraints.txt; ``tests/test_embedded_store.py`` fails if a new
@@ -33,8 +41,32 @@ from bot.state.guarded import GUARDED
 _GUARDED = GUARDED.encode()
 
 
+class _Fields(list[bytes]):
+    """One command's arguments, encoded, as the connection hands them to the socket."""
+
+
+def resp(fields: list[bytes]) -> bytes:
+    """One command's arguments as RESP bytes, exactly as redis-py would have written them."""
+    parts = [b"*%d\r\n" % len(fields)]
+    for field in fields:
+        parts += (b"$%d\r\n" % len(field), field, b"\r\n")
+    return b"".join(parts)
+
+
 class _Socket(AsyncFakeSocket):
     native_evals = 0  # how many guarded commits took the native path (tests read it)
+    direct_commands = 0  # how many commands skipped the wire format (tests read it)
+
+    def sendall(self, data: Any) -> None:
+        if type(data) is not _Fields:
+            return super().sendall(data)
+        if self._paused:  # behind what the parser holds back
+            return super().sendall(resp(data))
+        if not self._server.connected or self._killed:
+            raise self._connection_error_class(msgs.CONNECTION_ERROR_MSG)
+        type(self).direct_commands += 1
+        self._process_command(data)
+        return None
 
     def eval(self, script: bytes, numkeys: int, *keys_and_args: bytes) -> Any:
         if script != _GUARDED or numkeys != 1 or len(keys_and_args) < 2:
@@ -61,6 +93,17 @@ class _Socket(AsyncFakeSocket):
 
 
 class _Connection(FakeAsyncRedisConnection):
+    def pack_command(self, *args: Any) -> list[Any]:
+        """redis-py's own, minus RESP: a multi-word name (``CLIENT SETINFO``) still splits."""
+        if isinstance(args[0], str):
+            args = (*args[0].encode().split(), *args[1:])
+        elif b" " in args[0]:
+            args = (*args[0].split(), *args[1:])
+        return [_Fields(map(self.encoder.encode, args))]
+
+    def pack_commands(self, commands: Any) -> list[Any]:
+        return [self.pack_command(*command)[0] for command in commands]
+
     async def _connect(self) -> None:  # fakeredis's own, with the socket above
         if self._server is None or not self._server.connected:
             raise self._connection_error_class(msgs.CONNECTION_ERROR_MSG)
