@@ -116,25 +116,38 @@ class Claim:
     # -- holding it ------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def renewing(self) -> AsyncIterator[None]:
-        """Keep the lease alive while the body runs (a long model call or tool loop)."""
-        task = asyncio.create_task(self._renew(), name=f"renew:{self.key}")
+        """Keep the lease alive while the body runs (a long model call or tool loop).
+
+        The renewing task starts only once a third of the lease has passed (a timer until
+        then): most turns end well before, and a task created and cancelled per turn was a
+        measurable share of a turn's work."""
+        task: asyncio.Task[None] | None = None
+
+        def start() -> None:
+            nonlocal task
+            task = asyncio.create_task(self._renew(), name=f"renew:{self.key}")
+
+        timer = asyncio.get_running_loop().call_later(self.owner.lease_ms / 3000, start)
         try:
             yield
         finally:
-            await cancel_and_wait(task)
+            timer.cancel()
+            if task is not None:
+                await cancel_and_wait(task)
 
     async def _renew(self) -> None:
+        """Renew now, then every third of a lease, until the claim is found lost."""
         while True:
-            await asyncio.sleep(self.owner.lease_ms / 3000)
             try:
                 ours = await self._if_ours(lambda pipe: pipe.pexpire(self.key, self.owner.lease_ms))
             except TRANSIENT:
                 log.warning("redis unavailable while renewing a claim", extra={"key": self.key})
-                continue  # the commit checks ownership anyway
+                ours = True  # the commit checks ownership anyway
             if not ours:
                 self.lost = True
                 log.warning("lost the claim while working", extra={"key": self.key})
                 return
+            await asyncio.sleep(self.owner.lease_ms / 3000)
 
     # -- finishing -------------------------------------------------------------------------
     async def commit(self, fill: Callable[[Pipeline], None]) -> bool:

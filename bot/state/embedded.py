@@ -120,6 +120,13 @@ class _Connection(FakeAsyncRedisConnection):
 
 def client(server: fakeredis.FakeServer, db: int) -> Redis:
     """A client of ``server``'s database ``db`` whose guarded commits run natively."""
+    # No socket timeout: a write is a synchronous call into the store, and with a timeout
+    # redis-py wraps every one in ``asyncio.wait_for`` (a task per command). Reads wait for the
+    # store's reply as before (a blocking command's own timeout is the store's business).
     return fakeredis.FakeAsyncRedis(
-        server=server, db=db, decode_responses=True, connection_class=_Connection
+        server=server,
+        db=db,
+        decode_responses=True,
+        connection_class=_Connection,
+        socket_timeout=None,
     )
