@@ -12,7 +12,17 @@ from bot.ops import aio
 
 
 async def _main() -> None:
-    from bench import backpressure, cache, memory, overhead, replay, safety, scaling, streaming
+    from bench import (
+        backpressure,
+        cache,
+        memory,
+        overhead,
+        replay,
+        safety,
+        scaling,
+        startup,
+        streaming,
+    )
 
     sections = [
         await cache.main(),
@@ -23,6 +33,7 @@ async def _main() -> None:
         await scaling.main(memory.REAL),
         await backpressure.main(memory.REAL),
         await streaming.main(),
+        await startup.main(),
     ]
     print(
         f"# Chorus benchmarks\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
