@@ -23,7 +23,15 @@ ROOT = Path(__file__).resolve().parent.parent
 VENDOR_SDKS = {"anthropic": "anthropic", "openai": "openai", "gemini": "google.genai"}
 PLATFORM_SDKS = ("discord", "slack_sdk", "slack_bolt", "twitchio", "grpc", "googleapiclient")
 TERMINAL_UI = ("prompt_toolkit", "rich")
-WATCHED = (*VENDOR_SDKS.values(), *PLATFORM_SDKS, *TERMINAL_UI, "aiohttp.web", "mcp")
+EMBEDDED_STORE = ("fakeredis", "lupa")
+WATCHED = (
+    *VENDOR_SDKS.values(),
+    *PLATFORM_SDKS,
+    *TERMINAL_UI,
+    *EMBEDDED_STORE,
+    "aiohttp.web",
+    "mcp",
+)
 
 _PROBE = """
 import asyncio, json, sys
@@ -74,7 +82,15 @@ def test_the_command_module_imports_no_vendor_platform_or_terminal_package(
 def test_a_built_app_imports_only_the_configured_vendors_sdk(vendor: str, tmp_path: Path) -> None:
     key = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}
     found = _probe(tmp_path, {"CHORUS_MODEL": f"{vendor}:some-model", key[vendor]: "test-key"})
-    assert found["app"] == [VENDOR_SDKS[vendor]]
+    assert found["app"] == sorted([VENDOR_SDKS[vendor], *EMBEDDED_STORE])  # memory://
+
+
+def test_an_app_on_a_real_redis_does_not_load_the_embedded_store(
+    tmp_path: Path, real_redis_url: str
+) -> None:
+    env = {"CHORUS_MODEL": "openai:gpt-test", "OPENAI_API_KEY": "k"}
+    found = _probe(tmp_path, env | {"CHORUS_REDIS_URL": real_redis_url})
+    assert found["app"] == ["openai"]
 
 
 async def test_a_piped_chat_answers_without_the_terminal_ui_or_other_vendors(
@@ -111,4 +127,4 @@ async def test_a_piped_chat_answers_without_the_terminal_ui_or_other_vendors(
         if line.startswith("import time:")
     }
     assert "openai" in imported and "bot.app" in imported  # the listing is real
-    assert sorted(set(WATCHED) & imported) == ["openai"]
+    assert sorted(set(WATCHED) & imported) == sorted(["openai", *EMBEDDED_STORE])
