@@ -56,6 +56,13 @@ def _env(home: str) -> dict[str, str]:
     return env
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds a running process has used (``/proc/<pid>/stat``): far
+    steadier than its wall clock on a loaded machine, though cache contention still moves it."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def status_kib(pid: int) -> dict[str, int]:
     """``VmRSS`` and ``VmHWM`` (KiB) of a running process, from ``/proc/<pid>/status``."""
     found: dict[str, int] = {}
@@ -66,9 +73,9 @@ def status_kib(pid: int) -> dict[str, int]:
     return found
 
 
-async def first_answer(vendor: str) -> tuple[float, float]:
-    """Seconds from spawn to the first answer line of a piped ``chorus chat``, and its peak
-    resident MiB at that moment."""
+async def first_answer(vendor: str) -> tuple[float, float, float]:
+    """Seconds from spawn to the first answer line of a piped ``chorus chat``, its peak
+    resident MiB at that moment, and the CPU seconds it had used by then."""
     server_cls, model, key_env, url_env = VENDORS[vendor]
     server = server_cls()
     await server.start()
@@ -89,11 +96,12 @@ async def first_answer(vendor: str) -> tuple[float, float]:
             line = await asyncio.wait_for(proc.stdout.readline(), 60)
             elapsed = time.perf_counter() - started
             peak = status_kib(proc.pid)["VmHWM"] / 1024
+            cpu = cpu_seconds(proc.pid)
             if not line.strip():
                 raise RuntimeError(f"{vendor}: no answer on stdout")
             proc.stdin.close()
             await asyncio.wait_for(proc.wait(), 60)
-            return elapsed, peak
+            return elapsed, peak, cpu
     finally:
         await server.close()
 
@@ -147,16 +155,18 @@ async def main(runs: int = RUNS) -> list[str]:
     lines = [
         "## Start-up: `chorus chat` from spawn to first answer",
         "",
-        f"| vendor | start to first answer p50 (min..max of {runs}) | peak RSS at first answer |",
-        "|---|---|---|",
+        f"| vendor | start to first answer p50 (min..max of {runs}) | CPU to first answer p50 "
+        "| peak RSS at first answer |",
+        "|---|---|---|---|",
     ]
     for vendor in VENDORS:
         results = [await first_answer(vendor) for _ in range(runs)]
         secs = [r[0] for r in results]
         peak = statistics.median(r[1] for r in results)
+        cpu = statistics.median(r[2] for r in results)
         lines.append(
             f"| {vendor} | {statistics.median(secs):.2f} s ({min(secs):.2f}..{max(secs):.2f}) "
-            f"| {peak:.0f} MiB |"
+            f"| {cpu:.2f} s | {peak:.0f} MiB |"
         )
     idle = [await idle_run() for _ in range(3)]
     lines += [

@@ -10,19 +10,24 @@ import sys
 
 import pytest
 
-from bench.startup import first_answer, idle_run, status_kib
+from bench.startup import cpu_seconds, first_answer, idle_run, status_kib
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 
-def test_status_reads_a_processs_resident_and_peak_memory() -> None:
+def test_status_reads_a_processs_resident_and_peak_memory_and_cpu() -> None:
     mine = status_kib(os.getpid())
     assert 0 < mine["VmRSS"] <= mine["VmHWM"]
+    before = cpu_seconds(os.getpid())
+    total = 0
+    for i in range(3_000_000):  # about a tenth of a second of CPU
+        total += i
+    assert cpu_seconds(os.getpid()) > before
 
 
 async def test_a_piped_chat_is_timed_to_its_first_answer() -> None:
-    seconds, peak_mib = await first_answer("openai")
-    assert seconds > 0
+    seconds, peak_mib, cpu = await first_answer("openai")
+    assert seconds > 0 and cpu > 0
     assert peak_mib > 20  # the chat process with the SDK loaded, not an empty interpreter
 
 
