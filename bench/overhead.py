@@ -30,6 +30,7 @@ from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.llm.base import Provider
 from bot.llm.scripted import ScriptedProvider
+from bot.ops import aio
 from bot.ops.metrics import NullMetrics
 from bot.settings import settings_from
 from tests.loopback.anthropic_server import AnthropicServer
@@ -129,6 +130,7 @@ async def _chorus(
 
     collector = asyncio.create_task(collect())
     await app.start()
+    aio.freeze_heap()  # as `chorus run` and `chorus chat` do once started
     tag = uuid.uuid4().hex[:8]
     totals: list[float] = []
     try:

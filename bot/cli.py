@@ -129,6 +129,7 @@ async def _run(settings: Settings, *, role: str = "all", logs: Path | None = Non
         async with app.bus_only(), registered(settings):
             return await _serve(supervisor)
     async with app, _insights_in_process(app), registered(settings):
+        aio.freeze_heap()
         return await _serve(supervisor, app)
 
 
@@ -252,6 +253,7 @@ async def _chat(
     if health:
         await app.start_health()
     async with app, _insights_in_process(app), registered(settings):
+        aio.freeze_heap()
         adapter = ConsoleAdapter(
             app.bus,
             stdin=FdLineReader(sys.stdin.fileno()),
