@@ -32,7 +32,6 @@ from bot.llm.base import Provider
 from bot.llm.fallback import build_chain
 from bot.memory.buffers import MemoryStore
 from bot.ops.aio import cancel_and_wait
-from bot.ops.health import HealthServer, adapter_checks, provider_check, redis_check
 from bot.ops.metrics import Metrics, NullMetrics
 from bot.platform.commands import NativeCommand
 from bot.plugins.loader import LoadedPlugins, load_plugins
@@ -55,6 +54,7 @@ from bot.tools.toolbox import Toolbox
 
 if TYPE_CHECKING:
     from bot.admin.server import AdminServer
+    from bot.ops.health import HealthServer
     from bot.tools.mcp import MCPManager
 
 log = logging.getLogger("chorus.app")
@@ -285,6 +285,8 @@ class Chorus:
 
     async def start_health(self, adapters: Sequence[object] = ()) -> None:
         """The /healthz, /readyz and /metrics server (CHORUS_HEALTH_PORT=0: none)."""
+        from bot.ops.health import HealthServer, adapter_checks, provider_check, redis_check
+
         checks = {
             "redis": redis_check(self.redis),
             "llm": provider_check(self.provider),
