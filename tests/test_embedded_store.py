@@ -19,6 +19,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from bot.state.alias_scripts import LOAD
 from bot.state.connect import open_redis
 from bot.state.embedded import _Socket
 from bot.state.guarded import GUARDED
@@ -152,3 +153,28 @@ async def test_a_blocking_command_is_answered_when_another_client_writes() -> No
     finally:
         await reader.aclose()
         await writer.aclose()
+
+
+@pytest.mark.parametrize("linked", [False, True])
+@pytest.mark.parametrize("ttl", [0, 600])
+async def test_the_link_alias_read_runs_natively_with_the_scripts_answer_and_effects(
+    store: Redis, linked: bool, ttl: int
+) -> None:
+    """``alias_scripts.LOAD`` (every answered message's memory read) natively and through Lua:
+    the same answer, the same expiries (``EXPIRE`` never creates a key)."""
+    found = []
+    for prefix, script in (("n", LOAD), ("l", LOAD + "-- only Lua runs this\n")):
+        alias, own, people = f"{prefix}:alias", f"{prefix}:own", f"{prefix}:person:"
+        await store.set(own, "own buffer")
+        if linked:
+            await store.set(alias, "p1")
+            await store.set(f"{people}p1:memory", "shared buffer")  # no members set: not created
+        before = _Socket.native_evals
+        answer = await store.eval(script, 2, alias, own, people, ttl)
+        assert _Socket.native_evals - before == (1 if prefix == "n" else 0)
+        ttls = [await store.ttl(k) for k in (alias, f"{people}p1:memory", f"{people}p1:members")]
+        found.append((answer, ttls))
+    assert found[0] == found[1]
+    answer, ttls = found[0]
+    assert answer == (["p1", "shared buffer"] if linked else ["", "own buffer"])
+    assert ttls == ([ttl, ttl, -2] if linked and ttl else [-1, -1, -2] if linked else [-2, -2, -2])

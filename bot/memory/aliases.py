@@ -41,34 +41,9 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from bot.state import keys
+from bot.state.alias_scripts import LOAD, SAVE
 
-# KEYS: the alias, the identity's own memory. ARGV: the person prefix, a TTL in seconds (0: none).
-# -> {person id or "", the buffer JSON or false}. A linked identity's read on the reply path
-# also keeps the link alive (the alias, the person's buffer and member set): EXPIRE never creates.
-LOAD = """
-local p = redis.call('GET', KEYS[1])
-if p then
-  local ttl = tonumber(ARGV[2])
-  if ttl > 0 then
-    redis.call('EXPIRE', KEYS[1], ttl)
-    redis.call('EXPIRE', ARGV[1] .. p .. ':members', ttl)
-    redis.call('EXPIRE', ARGV[1] .. p .. ':memory', ttl)
-  end
-  return {p, redis.call('GET', ARGV[1] .. p .. ':memory')}
-end
-return {'', redis.call('GET', KEYS[2])}
-"""
-
-# KEYS: the alias, the identity's own memory. ARGV: the person prefix, the buffer JSON ("" to
-# delete), the TTL in seconds. An unconditional write (``MemoryStore.save``) in one round trip.
-SAVE = """
-local p = redis.call('GET', KEYS[1])
-local key = KEYS[2]
-if p then key = ARGV[1] .. p .. ':memory' end
-if ARGV[2] == '' then return redis.call('DEL', key) end
-redis.call('SET', key, ARGV[2], 'EX', tonumber(ARGV[3]))
-return 1
-"""
+# The scripts live in bot.state.alias_scripts: the embedded store runs LOAD natively.
 
 
 def memory_key(platform: str, user_id: str, person_id: str | None) -> str:

@@ -5,8 +5,9 @@ Why: every answered message commits through one Lua script (``bot.state.guarded.
 see ``bot.bus.claims``). Real Redis runs it in C; fakeredis runs it through its Lua engine
 (``lupa``), which compiles the script on every call, collects Lua's garbage after it and
 checks Lua's globals around every ``redis.call``: about a fifth of all the instructions of an
-in-process turn. This socket recognises that one script (by its exact text) and does the same
-in Python: it runs inside fakeredis's command dispatch, under the server's lock, so it is as
+in-process turn. This socket recognises that script (by its exact text) and does the same
+in Python (and the ``/link`` alias read every answered message makes, ``bot.state.alias_scripts``
+``LOAD``): it runs inside fakeredis's command dispatch, under the server's lock, so it is as
 atomic as the script (nothing else runs between the token check and the commands), and each
 command goes through fakeredis's own implementation, so the data is what the script would
 have written. Any other script still runs through Lua. The claim contract tests run over both
@@ -36,9 +37,11 @@ from fakeredis._socket import AsyncFakeSocket
 from fakeredis._socket._resp import extract_command
 from redis.asyncio import Redis
 
+from bot.state.alias_scripts import LOAD
 from bot.state.guarded import GUARDED
 
 _GUARDED = GUARDED.encode()
+_LOAD = LOAD.encode()
 
 
 class _Fields(list[bytes]):
@@ -69,6 +72,8 @@ class _Socket(AsyncFakeSocket):
         return None
 
     def eval(self, script: bytes, numkeys: int, *keys_and_args: bytes) -> Any:
+        if script == _LOAD and numkeys == 2 and len(keys_and_args) == 4:
+            return self._load(*keys_and_args)
         if script != _GUARDED or numkeys != 1 or len(keys_and_args) < 2:
             return super().eval(script, numkeys, *keys_and_args)
         type(self).native_evals += 1
@@ -81,6 +86,19 @@ class _Socket(AsyncFakeSocket):
             self._call(list(rest[i + 1 : i + 1 + n]))
             i += n + 1
         return 1
+
+    def _load(self, alias: bytes, own: bytes, prefix: bytes, ttl: bytes) -> list[Any]:
+        """``alias_scripts.LOAD``: the memory an identity's alias points to (every answered
+        message reads it), with the link kept alive; the same commands, in the same order."""
+        type(self).native_evals += 1
+        person = self._call([b"GET", alias])
+        if person is None:
+            return [b"", self._call([b"GET", own])]
+        if int(ttl) > 0:
+            self._call([b"EXPIRE", alias, ttl])
+            self._call([b"EXPIRE", prefix + person + b":members", ttl])
+            self._call([b"EXPIRE", prefix + person + b":memory", ttl])
+        return [person, self._call([b"GET", prefix + person + b":memory"])]
 
     def _call(self, fields: list[bytes]) -> Any:
         """One command as ``redis.call`` runs it: an error aborts (what ran before stays)."""
