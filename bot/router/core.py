@@ -38,7 +38,6 @@ from bot.live.engagement import Action
 from bot.live.turns import LiveChat, ack
 from bot.llm.errors import LLMError
 from bot.memory.buffers import MemoryStore
-from bot.memory.enrichment import render_context
 from bot.ops.aio import shielded
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.plugins.runtime import TurnHooks
@@ -287,7 +286,7 @@ class Router:
         try:
             read = await until_redis_answers(
                 "read a turn",
-                lambda: record.read_turn(self.redis, self.history, memory, message, claim),
+                lambda: record.read_turn(self.redis, self.history, memory, message, claim, profile),
             )
             if read is None:
                 log.info(
@@ -341,11 +340,7 @@ class Router:
         if await safety_hooks.stopped(self, item, claim):  # over a quota, or flagged by a model
             return
 
-        context = ""
-        if self.memory is not None and read.buffer is not None:
-            context = render_context(read.buffer, message, self.memory.settings, utcnow())
-        if item.context:
-            context = f"{item.context}\n{context}" if context else item.context
+        context = record.turn_context(self.memory, read, message, item.context)
         context = await self.hooks.before_turn(message, context)
         ctx = ToolContext(message=message, tools=profile.tools)
         request = profile.assembler.build(
@@ -375,9 +370,7 @@ class Router:
         now, text = utcnow(), await safety_hooks.answered(self, item, result, request)
         entries = record.turn_entries(message, text, now)
         activity = now if profile.memory else None  # memory off: no activity, no insights
-        await self._finish(
-            item, claim, text, entries=entries, activity=activity, insights=profile.insights
-        )
+        await self._finish(item, claim, text, entries=entries, activity=activity, profile=profile)
         self.hooks.after_reply(message, text)  # what was sent: the safe line if replaced
         self.metrics.observe_overhead(
             time.perf_counter() - item.received - result.llm_seconds - result.tool_seconds
@@ -394,7 +387,7 @@ class Router:
         is_error: bool = False,
         entries: tuple[HistoryEntry, ...] = (),
         activity: datetime | None = None,
-        insights: bool = True,
+        profile: Profile | None = None,
     ) -> None:
         """The reply and its record (history, done marker, memory activity, the insights job)
         in ONE transaction; the reply rides inside it when the bus is transactional. Shielded:
@@ -411,9 +404,7 @@ class Router:
                 self.history.queue_append(pipe, message.conversation, *entries)
             if activity is not None and self.memory is not None:
                 touch = self._touched.due(message, self.clock())
-                record.queue_activity(
-                    pipe, self.memory, message, activity, touch=touch, insights=insights
-                )
+                record.queue_activity(pipe, self.memory, message, activity, touch, profile, entries)
             if self.live is not None:  # what the turn decided (answered, cooldowns, pause)
                 self.live.queue_save(pipe, message)
             self.safety.queue_turn(pipe, message)  # the turn's tokens and cost, when limited

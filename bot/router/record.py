@@ -1,5 +1,5 @@
 """A turn's two Redis round trips: what it reads (the claim, the history, the author's
-memory: ``read_turn``) and what an answered turn leaves behind besides the reply (its history
+memory, the conversation's summaries and community notes: ``read_turn``) and what an answered turn leaves behind besides the reply (its history
 lines, the author's activity, and the insights job).
 
 Why apart from ``core``: the message path decides *whether* and *what* to answer; this module
@@ -21,9 +21,12 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from bot.bus.claims import Claim, Claims
-from bot.events import ChatMessage, ConversationKey
+from bot.events import ChatMessage, ConversationKey, utcnow
+from bot.memory import recall
 from bot.memory.buffers import MemoryStore, UserBuffer
+from bot.memory.enrichment import render_context
 from bot.memory.insight_queue import InsightJob, queue_enqueue
+from bot.router.scoping import Profile
 from bot.state.history import HistoryEntry, HistoryStore
 from bot.state.outages import until_redis_answers
 
@@ -40,6 +43,7 @@ TOUCHED_CACHE = 10_000
 class TurnRead:
     history: list[HistoryEntry]
     buffer: UserBuffer | None
+    recalled: recall.Recalled | None = None
 
 
 async def read_turn(
@@ -48,8 +52,10 @@ async def read_turn(
     memory: MemoryStore | None,
     message: ChatMessage,
     claim: Claim | None,
+    profile: Profile | None = None,
 ) -> TurnRead | None:
-    """Claim the message and read its history and the author's memory: ONE round trip.
+    """Claim the message and read its history, the author's memory and (when the scope keeps
+    them) the conversation's summaries and community notes: ONE round trip.
 
     None when the message was answered already (at-least-once delivery must not mean
     answering twice). If another worker holds the claim, wait for it, then read again.
@@ -59,6 +65,9 @@ async def read_turn(
         if claim is not None:
             claim.queue_take(pipe)
         history.queue_load(pipe, conv)
+        plan = profile.recall if profile is not None and memory is not None else None
+        if plan is not None:
+            recall.queue_read(pipe, conv, plan)
         if memory is not None:
             memory.queue_load(pipe, message.platform, author.id)
         results = await pipe.execute()
@@ -67,13 +76,30 @@ async def read_turn(
         if outcome is None:
             if not await claim.wait_and_take():
                 return None
-            return await read_turn(redis, history, memory, message, None)
+            return await read_turn(redis, history, memory, message, None, profile)
         if not outcome:
             return None
-    buffer = None
+    buffer, recalled = None, None
+    lines = history.parse_load(conv, results.pop(0))
+    if plan is not None:
+        recalled = recall.parse_read(results, conv, plan)
+        del results[: 1 + plan.community]
     if memory is not None:
-        buffer = memory.parse_load(results[1:], platform=message.platform, user_id=author.id)
-    return TurnRead(history=history.parse_load(conv, results[0]), buffer=buffer)
+        buffer = memory.parse_load(results, platform=message.platform, user_id=author.id)
+    return TurnRead(history=lines, buffer=buffer, recalled=recalled)
+
+
+def turn_context(
+    memory: MemoryStore | None, read: TurnRead, message: ChatMessage, extra: str
+) -> str:
+    """The ``<context>`` block of a turn (empty when memory is off here), after ``extra``
+    (e.g. a live-chat turn's own context)."""
+    context = ""
+    if memory is not None and read.buffer is not None:
+        context = render_context(read.buffer, message, memory.settings, utcnow(), read.recalled)
+    if extra:
+        context = f"{extra}\n{context}" if context else extra
+    return context
 
 
 async def recommit(
@@ -149,16 +175,22 @@ def queue_activity(
     memory: MemoryStore,
     message: ChatMessage,
     now: datetime,
-    *,
     touch: bool,
-    insights: bool = True,
+    profile: Profile | None = None,
+    lines: tuple[HistoryEntry, ...] = (),
 ) -> None:
     """The author's activity (when ``touch``) and, unless they are a bot or the scope has
-    ``insights = false``, their insights job."""
+    ``insights = false``, their insights job; where the scope keeps summaries, the turn's
+    ``lines`` for the summariser."""
     author = message.author
     if touch:
         memory.queue_touch(pipe, message.platform, author.id, message.conversation, now=now)
+    insights = profile is None or profile.insights
     settings = memory.settings
+    plan = profile.recall if profile is not None else None
+    if insights and plan is not None:
+        ttl = settings.history_ttl_seconds
+        recall.queue_record(pipe, message.conversation, lines, plan, now, ttl_seconds=ttl)
     if insights and settings.insights_enabled and not author.is_bot:
         queue_enqueue(
             pipe,

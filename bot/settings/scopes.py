@@ -104,6 +104,8 @@ class Scope(_Table):
     engagement: ScopeEngagement | None = None
     memory: bool | None = None
     insights: bool | None = None
+    summary_ttl_days: int | None = Field(default=None, ge=1, le=3650)
+    community_memory: bool | None = None
 
     @field_validator("match")
     @classmethod
@@ -131,6 +133,8 @@ DEPLOYMENT: dict[str, tuple[str, str] | None] = {
     **{f"engagement.{f}": ("engagement", f) for f in ScopeEngagement.model_fields if f != "mode"},
     "memory": None,
     "insights": ("memory", "insights_enabled"),
+    "summary_ttl_days": ("memory", "summary_ttl_days"),
+    "community_memory": ("memory", "community_memory"),
 }
 
 

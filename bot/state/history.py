@@ -5,6 +5,12 @@ The reply path reads history once (``LRANGE``) and writes it once (``RPUSH`` + `
 round trips. The list is capped so memory stays bounded, and its TTL is refreshed on every append
 so a quiet conversation is forgotten after CHORUS_HISTORY_TTL.
 
+Lines that the summariser (insights/summarise.py) has not folded into a summary yet are also
+kept in a second list, ``keys.recall("lines", conv)`` (``queue_pending``, with the same TTL): the history window is
+trimmed by ``LTRIM`` inside the write transaction, and a copy pushed in that same transaction is
+the only way, without Lua, to be sure no line falls off before it is summarised. Every deletion
+below removes the line from both lists, so a deleted message is never summarised either.
+
 Deletions (a Discord/Twitch message deleted, a user asking to be forgotten) are rarer and must
 not race an append, so they run as ``WATCH`` + ``LREM`` of the exact stored values inside
 ``MULTI``: if the list changed meanwhile, the transaction is retried. No Lua is needed, so the
@@ -29,6 +35,7 @@ from bot.state import keys
 log = logging.getLogger("chorus.history")
 
 _WATCH_RETRIES = 8
+PENDING_MAX = 400  # lines awaiting a summary per conversation (the summariser runs far sooner)
 PARSED_CACHE = 4096  # stored values whose parsed entry is kept (about 1 MB at 250 bytes each)
 
 
@@ -128,8 +135,8 @@ class HistoryStore:
         return entries
 
     async def clear(self, conv: ConversationKey) -> None:
-        """Forget the whole conversation (``/reset``)."""
-        await self._redis.delete(keys.history(conv))
+        """Forget the whole conversation (``/reset``), with its lines awaiting a summary."""
+        await self._redis.delete(keys.history(conv), keys.recall("lines", conv))
 
     async def delete_message(self, conv: ConversationKey, message_id: str) -> int:
         """Remove the entries of one platform message; returns how many were removed."""
@@ -140,24 +147,43 @@ class HistoryStore:
         return await self._remove(conv, lambda entry: entry.author_id == author_id)
 
     async def _remove(self, conv: ConversationKey, match: Callable[[HistoryEntry], bool]) -> int:
-        key = keys.history(conv)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            for _ in range(_WATCH_RETRIES):
-                try:
-                    await pipe.watch(key)
-                    raw = cast("list[str]", await pipe.lrange(key, 0, -1))  # decoded by connect
-                    doomed = {value for value in raw if (entry := _parse(value)) and match(entry)}
-                    if not doomed:
-                        await pipe.unwatch()  # type: ignore[no-untyped-call]
-                        return 0
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    for value in doomed:
-                        pipe.lrem(key, 0, value)
-                    removed: list[int] = await pipe.execute()
-                    return sum(removed)
-                except WatchError:
-                    continue  # the list changed between LRANGE and EXEC: read it again
-        raise RuntimeError(f"history {key} kept changing; gave up after {_WATCH_RETRIES} tries")
+        """Remove the matching entries from the history and from the lines awaiting a summary;
+        returns how many left the history."""
+        removed = await remove_matching(self._redis, keys.history(conv), match)
+        await remove_matching(self._redis, keys.recall("lines", conv), match)
+        return removed
+
+
+def queue_pending(
+    pipe: Pipeline, conv: ConversationKey, entries: Sequence[HistoryEntry], ttl_seconds: int
+) -> None:
+    """Keep ``entries`` for the summariser too (3 commands; capped at ``PENDING_MAX``)."""
+    key = keys.recall("lines", conv)
+    pipe.rpush(key, *(entry.model_dump_json() for entry in entries))
+    pipe.ltrim(key, -PENDING_MAX, -1)
+    pipe.expire(key, ttl_seconds)
+
+
+async def remove_matching(redis: Redis, key: str, match: Callable[[HistoryEntry], bool]) -> int:
+    """``LREM`` the entries of list ``key`` that ``match``, under ``WATCH`` (retried when the
+    list changed between the read and the write); returns how many were removed."""
+    async with redis.pipeline(transaction=True) as pipe:
+        for _ in range(_WATCH_RETRIES):
+            try:
+                await pipe.watch(key)
+                raw = cast("list[str]", await pipe.lrange(key, 0, -1))  # decoded by connect
+                doomed = {value for value in raw if (entry := _parse(value)) and match(entry)}
+                if not doomed:
+                    await pipe.unwatch()  # type: ignore[no-untyped-call]
+                    return 0
+                pipe.multi()  # type: ignore[no-untyped-call]
+                for value in doomed:
+                    pipe.lrem(key, 0, value)
+                removed: list[int] = await pipe.execute()
+                return sum(removed)
+            except WatchError:
+                continue  # the list changed between LRANGE and EXEC: read it again
+    raise RuntimeError(f"list {key} kept changing; gave up after {_WATCH_RETRIES} tries")
 
 
 def _parse(value: str) -> HistoryEntry | None:

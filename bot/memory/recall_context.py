@@ -1,0 +1,93 @@
+"""The summaries and community notes of a prompt's ``<context>`` block, under their budgets.
+
+Every character here is paid on every turn, so each part has a budget of its own
+(CHORUS_SUMMARY_CHARS, CHORUS_COMMUNITY_CHARS) on top of CHORUS_CONTEXT_CHARS. Summaries are
+chosen by relevance to the message (``bot.memory.relevance``'s ``Scorer``/``select``, the same
+API the pins use, so a better scorer behind it serves both), best first, then the most recent
+day (what a channel talked about yesterday is the likeliest background); what fits is shown in
+date order. Notes: relevant ones first, then the most confident. The mood line, when there is
+one, comes first.
+
+All of it was written by a model from users' lines, so it is data: one printable line per
+entry, ``&``/``<``/``>`` as entities, each entry length-limited (``enrichment``'s rule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import prompts
+from bot.memory.buffers import MemorySettings, clean_text, clip
+from bot.memory.recall import MOOD_MAX, NOTE_TEXT_MAX, SUMMARY_TEXT_MAX, Community, Note, Summary
+from bot.memory.relevance import Scorer, select
+
+T = TypeVar("T")
+
+
+def data(text: str) -> str:
+    """User-derived text as data: one printable line, no tag can open or close."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _ranked(
+    items: Sequence[T], text: str, text_of: Callable[[T], str], threshold: float
+) -> list[T]:
+    """Items relevant to ``text`` (best first), then the rest in their given order."""
+    scorer = Scorer(text, [text_of(item) for item in items])
+    relevant = [s.item for s in select(scorer, items, text_of, threshold=threshold, limit=99)]
+    return relevant + [item for item in items if item not in relevant]
+
+
+def summaries_block(summaries: Sequence[Summary], text: str, settings: MemorySettings) -> str:
+    """The ``<summaries>`` section for a message (empty when nothing fits or exists)."""
+    if not summaries or settings.summary_chars <= 0:
+        return ""
+    recent = sorted(summaries, key=lambda s: s.day, reverse=True)
+    scorer = Scorer(text, [s.text for s in recent])
+    relevant = select(
+        scorer, recent, lambda s: s.text, threshold=settings.summary_threshold, limit=len(recent)
+    )
+    order = [s.item for s in relevant]
+    if recent[0] not in order:
+        order.append(recent[0])
+    lines: dict[str, str] = {}
+    for summary in order:
+        line = f"- {summary.day}: " + data(clip(clean_text(summary.text), SUMMARY_TEXT_MAX))
+        candidate = {**lines, summary.day: line}
+        if len(_render("memory/context_summaries", candidate)) <= settings.summary_chars:
+            lines = candidate
+    return _render("memory/context_summaries", lines) if lines else ""
+
+
+def community_block(community: Community | None, text: str, settings: MemorySettings) -> str:
+    """The ``<community>`` section: the mood, then the notes that fit (empty when none)."""
+    if community is None or settings.community_chars <= 0:
+        return ""
+    lines: dict[str, str] = {}
+    if community.mood:
+        mood = prompts.render(
+            "memory/context_mood", mood=data(clip(clean_text(community.mood), MOOD_MAX))
+        )
+        if len(_render("memory/context_community", {"": mood})) <= settings.community_chars:
+            lines[""] = mood
+    by_confidence = sorted(community.notes, key=lambda n: -n.confidence)
+    for note in _ranked(by_confidence, text, _note_terms, settings.summary_threshold):
+        line = f"- {note.kind}: " + data(clip(clean_text(note.text), NOTE_TEXT_MAX))
+        candidate = {**lines, note.message_id + note.text: line}
+        if len(_render("memory/context_community", candidate)) <= settings.community_chars:
+            lines = candidate
+    return _render("memory/context_community", lines) if lines else ""
+
+
+def _note_terms(note: Note) -> str:
+    return note.text
+
+
+def _render(name: str, lines: dict[str, str]) -> str:
+    ordered = (
+        [lines[key] for key in sorted(lines)]
+        if name.endswith("summaries")
+        else list(lines.values())
+    )
+    return prompts.render(name, lines="\n".join(ordered))
