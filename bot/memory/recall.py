@@ -30,7 +30,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from redis.asyncio import Redis
@@ -128,8 +128,9 @@ def dump_summaries(summaries: Sequence[Summary]) -> str:
     return json.dumps([s.model_dump(mode="json") for s in summaries], separators=(",", ":"))
 
 
-def load_summaries(raw: str | None, where: str = "") -> tuple[Summary, ...]:
-    if not raw:
+def load_summaries(raw: object, where: str = "") -> tuple[Summary, ...]:
+    """Stored summaries (``raw``: the GET result, decoded by ``connect``); unreadable: none."""
+    if not isinstance(raw, str) or not raw:
         return ()
     try:
         rows = json.loads(raw)
@@ -143,8 +144,8 @@ def dump_community(community: Community) -> str:
     return community.model_dump_json(exclude_defaults=True)
 
 
-def load_community(raw: str | None, where: str = "") -> Community:
-    if not raw:
+def load_community(raw: object, where: str = "") -> Community:
+    if not isinstance(raw, str) or not raw:
         return Community()
     try:
         return Community.model_validate_json(raw)
@@ -215,7 +216,7 @@ async def forget_user(
     they contributed to, in ``conversations`` and wherever the user's recall index points.
     (Their pending lines go with their history lines: ``HistoryStore.forget_author``.)"""
     cites = keys.user(platform, user_id, "recall")
-    indexed = await redis.zrange(cites, 0, -1)
+    indexed = cast("list[str]", await redis.zrange(cites, 0, -1))  # decoded by connect
     convs = dict.fromkeys(list(conversations))
     for member in indexed:
         try:
