@@ -2,8 +2,9 @@
 
 Each acts on the speaker only: identity is the platform plus the author's platform user id,
 so nobody can read or erase another person's memory by taking their display name. ``/forget``
-erases everything kept about the speaker -- the buffer, their lines in every conversation they
-spoke in (tracked per user by ``MemoryStore.queue_touch``), their pending insights job, and on
+erases everything kept about the speaker -- the buffer, the summaries and community notes their
+lines fed, their lines in every conversation they spoke in (tracked per user by
+``MemoryStore.queue_touch``), their pending insights job, and on
 the Redis Streams bus their entries still held in the streams (``bot.bus.erasure``; the
 in-process bus keeps nothing) -- and leaves a tombstone so an analysis already running cannot
 write their pins back.
@@ -21,7 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 import prompts
 from bot.bus.erasure import BusEraser
 from bot.events import ChatMessage, ConversationKey, utcnow
-from bot.memory import insight_queue
+from bot.memory import insight_queue, recall
 from bot.memory.buffers import PIN_TEXT_MAX, MemoryStore, UserBuffer, clean_text
 from bot.memory.edit import Outcome, add_pin
 from bot.router.text_commands import Command, Commands
@@ -155,6 +156,8 @@ class _Handlers:
             count = await self._history.forget_author(conv, user_id)
             removed += count
             touched += bool(count)
+        # Summaries and community notes their lines fed are dropped (bot/memory/recall.py).
+        await recall.forget_user(self._memory.redis, platform, user_id, conversations)
         buffer = await self._memory.load(platform, user_id)
         async with self._memory.redis.pipeline(transaction=True) as pipe:
             self._memory.queue_forget(pipe, platform, user_id, now=self._clock())
