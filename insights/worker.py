@@ -114,6 +114,7 @@ class InsightsWorker:
                 history_max=history.max_messages,
                 clock=clock,
                 lease_seconds=lease_seconds,
+                queue=queue,
                 metrics=self.metrics,
             )
 

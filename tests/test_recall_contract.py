@@ -1,0 +1,282 @@
+"""Summaries and community notes over both backends (``memory://`` and a real Redis), with the
+scripted insights model: lines kept until summarised, a summary per day with its provenance,
+the daily run, community notes, budgets, outages, and /forget (also racing a run). Time is
+injected; nothing sleeps."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from redis.asyncio import Redis
+
+from bot.events import ConversationKey
+from bot.llm.errors import ProviderUnavailable
+from bot.llm.scripted import Script, ScriptedProvider
+from bot.llm.types import LLMRequest, LLMResponse
+from bot.memory import recall
+from bot.memory.buffers import MemorySettings, MemoryStore
+from bot.state import keys
+from bot.state.history import HistoryEntry, HistoryStore
+from insights.budget import Budget
+from insights.summariser import Summariser
+
+T0 = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
+_LINE = re.compile(r'<line(?: id="(L\d+)")? from="([^"]*)"[^>]*>([^<]*)</line>')
+
+
+def scripted_model(request: LLMRequest) -> Script:
+    """Deterministic insights model: a summary quoting every user line; a note citing the first
+    user line; the mood 'busy'."""
+    text = request.messages[-1].text
+    lines = [(label, who, said) for label, who, said in _LINE.findall(text) if who != "assistant"]
+    if "current_notes" in text:
+        label = lines[0][0] if lines else "L1"
+        note = {
+            "kind": "topic",
+            "text": f"talks about {lines[0][2]}",
+            "source_line": label,
+            "confidence": 0.8,
+        }
+        return json.dumps({"notes": [note], "mood": "busy"})
+    earlier = re.search(r"<earlier_summary[^>]*>\n(.*?)\n?</earlier_summary>", text, re.S)
+    said = " / ".join(f"{who}: {words}" for _, who, words in lines)
+    prefix = earlier[1].strip() + " + " if earlier and earlier[1].strip() else ""
+    return json.dumps({"summary": (prefix + said)[:600]})
+
+
+class Rig:
+    def __init__(self, redis: Redis, tag: str, **settings: object) -> None:
+        self.redis = redis
+        self.tag = tag
+        self.settings = MemorySettings.model_validate({"CHORUS_SUMMARY_AFTER_LINES": 4, **settings})
+        self.history = HistoryStore(redis, max_messages=10, ttl_seconds=3600)
+        self.memory = MemoryStore(redis, self.settings)
+        self.provider = ScriptedProvider(responder=scripted_model)
+        self.conv = ConversationKey(platform="discord", channel=f"general-{tag}")
+        self.plan = recall.RecallPlan(ttl_days=30, community=False)
+        self.clock = T0
+        self.turns = 0
+
+    def summariser(self) -> Summariser:
+        budget = Budget(
+            self.redis, user_daily=10**9, channel_daily=self.settings.insights_channel_daily_tokens
+        )
+        return Summariser(
+            self.redis,
+            self.provider,
+            "cheap",
+            self.settings,
+            budget,
+            history_max=self.history.max_messages,
+            clock=lambda: self.clock,
+            queue=self.tag,
+        )
+
+    def id(self, who: str) -> str:
+        """A user id unique to this test (a real Redis is shared)."""
+        return f"{who}-{self.tag}"
+
+    async def turn(self, who: str, text: str, at: datetime) -> None:
+        """What the router's commit writes for one answered turn (history + recall lines)."""
+        self.turns += 1
+        entries = (
+            HistoryEntry(
+                role="user",
+                text=text,
+                message_id=f"{self.tag}-{self.turns}",
+                author_id=self.id(who),
+                author_name=who.title(),
+                at=at,
+            ),
+            HistoryEntry(role="assistant", text=f"ok {self.turns}", at=at),
+        )
+        async with self.redis.pipeline(transaction=True) as pipe:
+            self.history.queue_append(pipe, self.conv, *entries)
+            recall.queue_record(
+                pipe, self.conv, entries, self.plan, at, ttl_seconds=3600, queue=self.tag
+            )
+            await pipe.execute()
+
+    async def summaries(self) -> tuple[recall.Summary, ...]:
+        return recall.load_summaries(await self.redis.get(keys.recall("sum", self.conv)))
+
+    async def community(self) -> recall.Community:
+        return recall.load_community(await self.redis.get(keys.recall("notes", self.conv)))
+
+    async def pending(self) -> int:
+        return int(await self.redis.llen(keys.recall("lines", self.conv)))
+
+    async def cleanup(self) -> None:
+        await self.redis.delete(
+            keys.recall_queue("due", self.tag), keys.recall_queue("fill", self.tag)
+        )
+
+
+@pytest.fixture
+async def rig(redis_client: Redis, key_tag: str) -> AsyncIterator[Rig]:
+    made = Rig(redis_client, key_tag)
+    yield made
+    await made.cleanup()
+
+
+@pytest.mark.redis
+async def test_lines_leaving_the_history_are_summarised_with_their_provenance(rig: Rig) -> None:
+    for n in range(8):  # 16 lines, the history keeps 10: 6 have left it
+        await rig.turn("ada" if n % 2 else "bo", f"line {n}", T0)
+    assert await rig.pending() == 16
+    assert await rig.summariser().run_once(T0) == [(str(rig.conv), "summarised")]
+    (day,) = await rig.summaries()
+    assert (
+        day.day == "2025-03-10"
+        and day.lines == 6
+        and set(day.users) == {rig.id("ada"), rig.id("bo")}
+    )
+    assert "Bo: line 0" in day.text and "line 3" not in day.text
+    assert await rig.pending() == 10  # the lines still in the window wait
+    ttl = await rig.redis.ttl(keys.recall("sum", rig.conv))
+    assert 29 * 86400 < ttl <= 30 * 86400
+    assert await rig.redis.zrange(keys.user("discord", rig.id("ada"), "recall"), 0, -1) == [
+        str(rig.conv)
+    ]
+    assert await rig.summariser().run_once(T0) == []  # nothing due until the day ends
+    rig.clock = T0 + timedelta(days=1)
+    assert await rig.summariser().run_once(rig.clock) == [(str(rig.conv), "summarised")]
+    (day,) = await rig.summaries()
+    assert day.lines == 16 and day.text.startswith("Bo: line 0") and "line 7" in day.text
+    assert await rig.pending() == 0
+    assert not await rig.redis.zcard(keys.recall_queue("due", rig.tag))
+    # The model saw the earlier summary of the day, so one summary covers both runs.
+    assert "line 0" in rig.provider.requests[-1].messages[0].text
+
+
+@pytest.mark.redis
+async def test_each_day_gets_its_own_summary_and_a_reply_stays_with_its_line(rig: Rig) -> None:
+    await rig.turn("ada", "the meetup moves to Friday", T0 - timedelta(days=2))
+    await rig.turn("bo", "see you there", T0 - timedelta(days=1))
+    # Two lines only (no pile-up), but their days are over: the daily job takes them.
+    assert await rig.summariser().run_once(T0) == [(str(rig.conv), "summarised")]
+    days = await rig.summaries()
+    assert [(s.day, s.users, s.lines) for s in days] == [
+        ("2025-03-08", (rig.id("ada"),), 2),
+        ("2025-03-09", (rig.id("bo"),), 2),
+    ]
+
+
+@pytest.mark.redis
+async def test_community_notes_keep_the_line_they_came_from(
+    redis_client: Redis, key_tag: str
+) -> None:
+    rig = Rig(redis_client, key_tag)
+    rig.plan = recall.RecallPlan(ttl_days=7, community=True)
+    try:
+        for n in range(8):
+            await rig.turn("ada", f"rust {n}", T0)
+        await rig.summariser().run_once(T0)
+        community = await rig.community()
+        (note,) = community.notes
+        assert (note.user, note.message_id, note.at) == (rig.id("ada"), f"{key_tag}-1", T0)
+        assert note.text == "talks about rust 0" and community.mood == "busy"
+        ttl = await redis_client.ttl(keys.recall("notes", rig.conv))
+        assert 6 * 86400 < ttl <= 7 * 86400
+    finally:
+        await rig.cleanup()
+
+
+@pytest.mark.redis
+async def test_forget_drops_what_the_users_lines_fed_and_keeps_the_rest(
+    redis_client: Redis, key_tag: str
+) -> None:
+    rig = Rig(redis_client, key_tag)
+    rig.plan = recall.RecallPlan(ttl_days=30, community=True)
+    try:
+        await rig.turn("ada", "ada's plan", T0 - timedelta(days=2))
+        await rig.turn("bo", "bo's plan", T0 - timedelta(days=1))
+        rig.clock = T0
+        await rig.summariser().run_once(T0)
+        assert len(await rig.summaries()) == 2 and (await rig.community()).notes
+        await rig.turn("ada", "ada again", T0)  # pending, not summarised yet
+        await rig.history.forget_author(rig.conv, rig.id("ada"))
+        # No conversation given: the user's recall index finds the summaries and notes.
+        gone = await recall.forget_user(redis_client, "discord", rig.id("ada"), [])
+        assert (gone.summaries, gone.notes) == (1, 1)
+        assert [s.users for s in await rig.summaries()] == [(rig.id("bo"),)]
+        community = await rig.community()
+        assert not community.notes and community.mood == ""  # ada's note and the mood she fed
+        # Her pending line went with her history lines (the reply stays, as in the history).
+        left = await rig.redis.lrange(keys.recall("lines", rig.conv), 0, -1)
+        assert [HistoryEntry.model_validate_json(raw).role for raw in left] == ["assistant"]
+        assert not await redis_client.exists(keys.user("discord", rig.id("ada"), "recall"))
+    finally:
+        await rig.cleanup()
+
+
+@pytest.mark.redis
+async def test_a_forget_during_the_run_means_nothing_is_written(rig: Rig) -> None:
+    for n in range(8):
+        await rig.turn("ada", f"secret plan {n}", T0)
+    summariser = rig.summariser()
+    original = rig.provider.complete
+
+    async def forget_meanwhile(request: LLMRequest) -> LLMResponse:
+        """Ada says /forget while the model writes (the tombstone is what /forget leaves)."""
+        async with rig.redis.pipeline(transaction=True) as pipe:
+            rig.memory.queue_forget(pipe, "discord", rig.id("ada"), now=T0 + timedelta(seconds=1))
+            await pipe.execute()
+        return await original(request)
+
+    rig.provider.complete = forget_meanwhile  # type: ignore[method-assign]
+    assert await summariser.run_once(T0) == [(str(rig.conv), "forgotten")]
+    assert await rig.summaries() == ()
+    assert await rig.pending() == 16  # nothing consumed: the next run sees what is left
+
+
+@pytest.mark.redis
+async def test_a_spent_budget_or_an_outage_keeps_the_lines_for_later(
+    redis_client: Redis, key_tag: str
+) -> None:
+    rig = Rig(redis_client, key_tag, CHORUS_INSIGHTS_CHANNEL_DAILY_TOKENS=0)
+    try:
+        for n in range(8):
+            await rig.turn("ada", f"l{n}", T0)
+        assert await rig.summariser().run_once(T0) == [(str(rig.conv), "skipped_budget")]
+        assert not rig.provider.requests and await rig.pending() == 16
+        assert await rig.summariser().run_once(T0) == []  # not again at once
+    finally:
+        await rig.cleanup()
+    rig = Rig(redis_client, key_tag + "b")
+    try:
+        for n in range(8):
+            await rig.turn("ada", f"l{n}", T0)
+        rig.provider.script.append(
+            ProviderUnavailable("down", provider="scripted", status=529, attempts=3)
+        )
+        assert await rig.summariser().run_once(T0) == [(str(rig.conv), "retry")]
+        assert await rig.pending() == 16 and await rig.summaries() == ()
+        later = T0 + timedelta(minutes=6)
+        assert await rig.summariser().run_once(later) == [(str(rig.conv), "summarised")]
+    finally:
+        await rig.cleanup()
+
+
+@pytest.mark.redis
+async def test_the_read_brings_summaries_and_notes_only_where_the_scope_keeps_them(
+    rig: Rig,
+) -> None:
+    s = recall.Summary(day="2025-03-09", text="x", first=T0, last=T0)
+    await rig.redis.set(keys.recall("sum", rig.conv), recall.dump_summaries([s]))
+    await rig.redis.set(
+        keys.recall("notes", rig.conv), recall.dump_community(recall.Community(mood="m"))
+    )
+    for community in (False, True):
+        plan = recall.RecallPlan(ttl_days=1, community=community)
+        async with rig.redis.pipeline(transaction=False) as pipe:
+            count = recall.queue_read(pipe, rig.conv, plan)
+            results = await pipe.execute()
+        assert count == len(results) == 1 + community
+        got = recall.parse_read(results, rig.conv, plan)
+        assert got.summaries == (s,)
+        assert (got.community.mood if got.community else None) == ("m" if community else None)
