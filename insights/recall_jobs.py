@@ -83,6 +83,10 @@ class RecallQueue:
             leased, data = await pipe.execute()
         if not leased:
             return None
+        if not data:  # its lines and settings expired (or were erased): nothing to summarise
+            await self._drop(member)
+            await self._redis.delete(keys.recall("lease", conv))
+            return None
         try:
             ttl = int(data.get("ttl", self.default_ttl_days))
         except ValueError:

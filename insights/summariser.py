@@ -4,7 +4,8 @@ Per conversation (``insights.recall_jobs`` leases it): read its pending lines, i
 window, summaries and notes (one pipelined read) -> pick the lines that are ready
 (``summarise.due_lines``) -> check the channel's daily insights budget (spent: try after the
 day ends) -> one summary call per day, then the community call if the scope has it -> charge
-the tokens -> ``summarise.store``. A provider outage keeps the lines and retries after a delay;
+the tokens -> ``summarise.store``. A conversation whose history is gone (``/reset``, expired,
+erased) has its pending lines dropped unsummarised: they lived only as long as the history. A provider outage keeps the lines and retries after a delay;
 any other failure is logged with its traceback and the conversation retried after the same
 delay, so one bad conversation never stalls the others and no line is dropped.
 """
@@ -112,6 +113,10 @@ class Summariser:
             pipe.get(keys.recall("sum", conv))
             pipe.get(keys.recall("notes", conv))
             raw_lines, window, raw_sum, raw_notes = await pipe.execute()
+        if not window:  # the history is gone (/reset, expiry, erasure): so are its lines
+            await self.redis.delete(keys.recall("lines", conv), keys.recall("job", conv))
+            await self.queue.finish(job, now, 0)
+            return "no_history"
         pending = []
         for raw in cast("list[str]", raw_lines):
             try:
