@@ -280,3 +280,16 @@ async def test_the_read_brings_summaries_and_notes_only_where_the_scope_keeps_th
         got = recall.parse_read(results, rig.conv, plan)
         assert got.summaries == (s,)
         assert (got.community.mood if got.community else None) == ("m" if community else None)
+
+
+@pytest.mark.redis
+async def test_lines_of_a_history_that_is_gone_are_dropped_unsummarised(rig: Rig) -> None:
+    for n in range(8):
+        await rig.turn("ada", f"l{n}", T0 - timedelta(days=1))
+    await rig.redis.delete(keys.history(rig.conv))  # e.g. expired with the history's TTL
+    assert await rig.summariser().run_once(T0) == [(str(rig.conv), "no_history")]
+    assert not rig.provider.requests and await rig.pending() == 0
+    assert not await rig.redis.exists(keys.recall("job", rig.conv))
+    await rig.turn("ada", "back", T0)
+    await rig.history.clear(rig.conv)  # /reset takes the pending lines with the history
+    assert await rig.pending() == 0
