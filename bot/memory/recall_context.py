@@ -14,15 +14,27 @@ entry, ``&``/``<``/``>`` as entities, each entry length-limited (``enrichment``'
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from typing import TypeVar
 
 import prompts
 from bot.memory.buffers import MemorySettings, clean_text, clip
 from bot.memory.recall import MOOD_MAX, NOTE_TEXT_MAX, SUMMARY_TEXT_MAX, Community, Note, Summary
-from bot.memory.relevance import Scorer, select
+from bot.memory.relevance import STOP_WORDS, Scorer, select
 
 T = TypeVar("T")
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@lru_cache(maxsize=4096)
+def keywords(text: str) -> str:
+    """``text`` reduced to its distinct words minus stop words, in order: the same terms for
+    the scorer (which stems each word it gets) at a fraction of the words. A channel's summaries
+    are the same from turn to turn, so each is reduced once per process."""
+    words = (w for w in _WORD.findall(text.casefold()) if w not in STOP_WORDS)
+    return " ".join(dict.fromkeys(words))
 
 
 def data(text: str) -> str:
@@ -44,16 +56,20 @@ def summaries_block(summaries: Sequence[Summary], text: str, settings: MemorySet
     if not summaries or settings.summary_chars <= 0:
         return ""
     recent = sorted(summaries, key=lambda s: s.day, reverse=True)
-    scorer = Scorer(text, [s.text for s in recent])
+    scorer = Scorer(text, [keywords(s.text) for s in recent])
     relevant = select(
-        scorer, recent, lambda s: s.text, threshold=settings.summary_threshold, limit=len(recent)
+        scorer,
+        recent,
+        lambda s: keywords(s.text),
+        threshold=settings.summary_threshold,
+        limit=len(recent),
     )
     order = [s.item for s in relevant]
     if recent[0] not in order:
         order.append(recent[0])
     lines: dict[str, str] = {}
     for summary in order:
-        line = f"- {summary.day}: " + data(clip(clean_text(summary.text), SUMMARY_TEXT_MAX))
+        line = _summary_line(summary.day, summary.text)
         candidate = {**lines, summary.day: line}
         if len(_render("memory/context_summaries", candidate)) <= settings.summary_chars:
             lines = candidate
@@ -73,15 +89,26 @@ def community_block(community: Community | None, text: str, settings: MemorySett
             lines[""] = mood
     by_confidence = sorted(community.notes, key=lambda n: -n.confidence)
     for note in _ranked(by_confidence, text, _note_terms, settings.summary_threshold):
-        line = f"- {note.kind}: " + data(clip(clean_text(note.text), NOTE_TEXT_MAX))
+        line = _note_line(note.kind, note.text)
         candidate = {**lines, note.message_id + note.text: line}
         if len(_render("memory/context_community", candidate)) <= settings.community_chars:
             lines = candidate
     return _render("memory/context_community", lines) if lines else ""
 
 
+@lru_cache(maxsize=4096)
+def _summary_line(day: str, text: str) -> str:
+    """A summary as its data line (cleaning is per character: done once per process)."""
+    return f"- {day}: " + data(clip(clean_text(text), SUMMARY_TEXT_MAX))
+
+
+@lru_cache(maxsize=4096)
+def _note_line(kind: str, text: str) -> str:
+    return f"- {kind}: " + data(clip(clean_text(text), NOTE_TEXT_MAX))
+
+
 def _note_terms(note: Note) -> str:
-    return note.text
+    return keywords(note.text)
 
 
 def _render(name: str, lines: dict[str, str]) -> str:
