@@ -4,8 +4,8 @@ cost the reply path.
 Bytes are Redis's own ``MEMORY USAGE`` (real Redis only) of one channel's recall keys: the
 summaries at the default TTL (30 days, one summary each, every summary at its 600-character
 maximum, five authors each), the community notes at their cap (12 notes of 120 characters and
-the mood), and the pending lines a busy channel holds at most between two runs (history max +
-CHORUS_SUMMARY_AFTER_LINES lines of 200 characters). The reply path is measured with the real
+the mood), and what the history list holds past its window before the summariser takes the lines
+(CHORUS_SUMMARY_AFTER_LINES lines of 200 characters). The reply path is measured with the real
 app over the anthropic SDK and a loopback server, with a scope turning community memory on and
 both keys filled: round trips per answered message (counted at the connection), and the time to
 render the ``<context>`` block with and without them (median and p90 of many renders).
@@ -28,7 +28,7 @@ from bot.memory import recall
 from bot.memory.buffers import MemorySettings, UserBuffer
 from bot.memory.enrichment import render_context
 from bot.state import connect, keys
-from bot.state.history import HistoryEntry, queue_pending
+from bot.state.history import HistoryEntry, HistoryStore
 
 
 def full_summaries(days: int = 30) -> list[recall.Summary]:
@@ -88,14 +88,21 @@ async def channel_bytes(url: str) -> dict[str, int]:
             )
             for n in range(40 + settings.summary_after_lines)
         ]
-        async with redis.pipeline(transaction=True) as pipe:
-            queue_pending(pipe, conv, lines, 3600)
-            await pipe.execute()
         sizes = {
             kind: int(await redis.memory_usage(keys.recall(kind, conv)) or 0)
-            for kind in ("sum", "notes", "lines")
+            for kind in ("sum", "notes")
         }
-        await redis.delete(*(keys.recall(kind, conv) for kind in ("sum", "notes", "lines")))
+        history = HistoryStore(
+            redis, max_messages=40, ttl_seconds=3600, **recall.history_room(settings)
+        )
+        for label, held in (("window", lines[:40]), ("kept", lines)):
+            await redis.delete(keys.history(conv))
+            await history.append(conv, *held)
+            sizes[label] = int(await redis.memory_usage(keys.history(conv)) or 0)
+        sizes["lines"] = sizes.pop("kept") - sizes.pop("window")
+        await redis.delete(
+            keys.history(conv), *(keys.recall(kind, conv) for kind in ("sum", "notes"))
+        )
         return sizes
     finally:
         await redis.aclose()
@@ -202,10 +209,11 @@ async def main() -> list[str]:
     caps = {
         "sum": "30 daily summaries x 600 chars, 5 authors each",
         "notes": "12 notes x 120 chars + mood",
-        "lines": "60 pending lines x 200 chars",
+        "lines": "history: 20 lines past the 40-line window x 200 chars",
     }
     for kind, size in sizes.items():
-        lines.append(f"| `recall:{kind}` | {caps[kind]} | {size:,} |")
+        name = "hist (the extra)" if kind == "lines" else f"recall:{kind}"
+        lines.append(f"| `{name}` | {caps[kind]} | {size:,} |")
     lines.append(f"| total | | {sum(sizes.values()):,} |")
     return lines
 

@@ -30,6 +30,7 @@ from bot.live.turns import LiveChat, platform_overrides, policy_config
 from bot.llm.base import Provider
 from bot.llm.fallback import build_chain
 from bot.memory.buffers import MemoryStore
+from bot.memory.recall import history_room
 from bot.ops.aio import cancel_and_wait
 from bot.ops.health import HealthServer, adapter_checks, provider_check, redis_check
 from bot.ops.metrics import Metrics, NullMetrics
@@ -93,6 +94,7 @@ class Chorus:
             redis,
             max_messages=settings.state.history_max_messages,
             ttl_seconds=settings.state.history_ttl_seconds,
+            **history_room(settings.memory),  # lines past the window wait for their summary
         )
         self.tools = tools if tools is not None else Toolbox.from_settings(settings.tools)
         self.agent = Agent(

@@ -304,6 +304,7 @@ def _insights_worker(
 ) -> tuple[InsightsWorker, Provider]:
     from bot.llm.registry import build_provider
     from bot.memory.buffers import MemoryStore
+    from bot.memory.recall import history_room
     from bot.state.history import HistoryStore
     from insights.worker import InsightsWorker
 
@@ -319,6 +320,7 @@ def _insights_worker(
         redis,
         max_messages=settings.state.history_max_messages,
         ttl_seconds=settings.state.history_ttl_seconds,
+        **history_room(memory),
     )
     worker = InsightsWorker(
         redis, provider, spec.model, history, MemoryStore(redis, memory), memory, metrics=metrics

@@ -1,8 +1,8 @@
 """Claiming and finishing summary jobs (the router's side is ``bot.memory.recall.queue_record``).
 
-A conversation is due when its UTC day is over (``due`` zset, next midnight + a grace) or when
-enough of its lines have left the history window (``fill`` zset, lines waiting >= history max +
-CHORUS_SUMMARY_AFTER_LINES). Like a user's insights job, a conversation is leased with
+A conversation is due (``due`` zset) when its UTC day is over (next midnight + a grace) or when
+CHORUS_SUMMARY_AFTER_LINES lines wait past its history window (the router saw them: due now).
+Like a user's insights job, a conversation is leased with
 ``SET NX PX`` so two workers never summarise it at once; a worker that dies leaves the job due,
 and the lease lapses. The job hash carries the scope's settings (the worker resolves no scopes).
 """
@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
 from redis.asyncio import Redis
 
@@ -30,6 +31,7 @@ class ConversationJob:
     ttl_days: int
     community: bool
     token: str
+    mark: str | None = None  # the last line summarised (a history entry's JSON)
 
 
 class RecallQueue:
@@ -37,29 +39,24 @@ class RecallQueue:
         self,
         redis: Redis,
         *,
-        fill_threshold: int,
         default_ttl_days: int,
         lease_seconds: float = 300.0,
         queue: str = DEFAULT_QUEUE,
         token: Callable[[], str] = lambda: uuid.uuid4().hex,
     ) -> None:
         self._redis = redis
-        self.fill_threshold = fill_threshold
         self.default_ttl_days = default_ttl_days
         self.lease_seconds = lease_seconds
-        self._due = keys.recall_queue("due", queue)
-        self._fill = keys.recall_queue("fill", queue)
+        self._due = keys.recall_queue(queue)
         self._token = token
 
     async def claim_due(self, now: datetime, limit: int) -> list[ConversationJob]:
         """Lease up to ``limit`` conversations whose day ended or whose lines piled up."""
         scan = limit * 4 + 16
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.zrangebyscore(self._due, "-inf", _ms(now), start=0, num=scan)
-            pipe.zrangebyscore(self._fill, self.fill_threshold, "+inf", start=0, num=scan)
-            by_day, by_fill = await pipe.execute()
+        found = await self._redis.zrangebyscore(self._due, "-inf", _ms(now), start=0, num=scan)
+        due = cast("list[str]", found)  # decoded by connect
         jobs: list[ConversationJob] = []
-        for member in dict.fromkeys([*by_fill, *by_day]):
+        for member in due:
             if len(jobs) >= limit:
                 break
             job = await self._claim(member)
@@ -91,33 +88,30 @@ class RecallQueue:
             ttl = int(data.get("ttl", self.default_ttl_days))
         except ValueError:
             ttl = self.default_ttl_days
-        return ConversationJob(conv, max(ttl, 1), data.get("community") == "1", token)
+        community = data.get("community") == "1"
+        return ConversationJob(conv, max(ttl, 1), community, token, data.get("mark"))
 
     async def finish(self, job: ConversationJob, now: datetime, remaining: int) -> None:
-        """Record what is left waiting (``remaining`` lines: due again at the next day's end,
-        or no longer due) and release the lease."""
+        """Release the lease; due again after the next day's end while ``remaining`` lines
+        wait (or lines may have come in during the run), else no longer due."""
         member = str(job.conversation)
         lease = keys.recall("lease", job.conversation)
         holder = await self._redis.get(lease)
         async with self._redis.pipeline(transaction=True) as pipe:
-            if remaining > 0:
-                pipe.zadd(self._fill, {member: remaining})
+            if remaining >= 0:
                 pipe.zadd(self._due, {member: _ms(next_day_due(now))})
             else:
-                pipe.zrem(self._fill, member)
                 pipe.zrem(self._due, member)
             if holder == job.token:
                 pipe.delete(lease)
             await pipe.execute()
 
     async def later(self, job: ConversationJob, when: datetime) -> None:
-        """Try again at ``when`` (today's budget is spent, or the model is unavailable); the
-        line count starts over and is set exactly by the next run."""
+        """Try again at ``when`` (today's budget is spent, or the model is unavailable)."""
         member = str(job.conversation)
         lease = keys.recall("lease", job.conversation)
         holder = await self._redis.get(lease)
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.zrem(self._fill, member)
             pipe.zadd(self._due, {member: _ms(when)})
             if holder == job.token:
                 pipe.delete(lease)
@@ -130,10 +124,7 @@ class RecallQueue:
             await self._redis.delete(lease)
 
     async def _drop(self, member: str) -> None:
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.zrem(self._fill, member)
-            pipe.zrem(self._due, member)
-            await pipe.execute()
+        await self._redis.zrem(self._due, member)
 
 
 def _ms(moment: datetime) -> int:

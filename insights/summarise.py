@@ -1,7 +1,7 @@
 """Conversation summaries: fold a conversation's older lines into one summary per UTC day.
 
-Which lines: the conversation's pending lines (``bot.memory.recall``) from the oldest on, while
-each has left the history window or belongs to a day that is over. A reply belongs to the day
+Which lines: the history's lines after the last one summarised (the job's ``mark``), from the
+oldest on, while each has left the history window or belongs to a day that is over. A reply belongs to the day
 of the line it answered (a turn is never split across two summaries). At most
 ``MAX_LINES_PER_RUN`` per run; the rest wait for the next one.
 
@@ -15,9 +15,9 @@ The write is one ``WATCH``ed transaction over the summaries, the notes and the `
 tombstones of every author in the batch: if one of them said ``/forget`` after the run began,
 nothing is written (their lines are gone from the pending list already; the next run summarises
 what is left). Otherwise the summaries (pruned to the scope's TTL days) and notes are stored
-with that TTL, each author's recall index learns the conversation (for ``/forget``), and the
-summarised lines leave the pending list (``LREM`` by value, so lines appended or forgotten
-meanwhile are never hit).
+with that TTL, each author's recall index learns the conversation (for ``/forget``), the
+summarised lines past the window leave the history (``LREM`` by value, so lines appended or
+forgotten meanwhile are never hit), and the mark moves to the last line summarised.
 """
 
 from __future__ import annotations
@@ -82,6 +82,23 @@ def turn_days(entries: Sequence[HistoryEntry]) -> list[str]:
             current = day_of(entry.at)
         days.append(current)
     return days
+
+
+def after_mark(
+    lines: Sequence[tuple[str, HistoryEntry]], mark: str | None
+) -> list[tuple[str, HistoryEntry]]:
+    """The lines after the last one summarised that is still in the history: found by value,
+    or (deleted meanwhile, e.g. forgotten) by its time; all of them without a mark."""
+    if not mark:
+        return list(lines)
+    values = [raw for raw, _ in lines]
+    if mark in values:
+        return list(lines[values.index(mark) + 1 :])
+    try:
+        last = HistoryEntry.model_validate_json(mark).at
+    except ValidationError:
+        return list(lines)
+    return [(raw, entry) for raw, entry in lines if entry.at > last]
 
 
 def due_lines(pending: Sequence[tuple[str, HistoryEntry]], window: set[str], today: str) -> int:
@@ -222,15 +239,26 @@ def fold(
     return tuple(kept[-MAX_SUMMARIES:])
 
 
+async def remove_lines(redis: Redis, conv: ConversationKey, lines: Sequence[str]) -> None:
+    """``LREM`` already summarised lines from the history (by value: appends and deletions
+    meanwhile are never hit)."""
+    async with redis.pipeline(transaction=True) as pipe:
+        for raw in lines:
+            pipe.lrem(keys.history(conv), 1, raw)
+        await pipe.execute()
+
+
 async def store(
     redis: Redis,
     conv: ConversationKey,
     *,
     days: dict[str, tuple[str, list[HistoryEntry]]],
     community: Callable[[Community], Community] | None,
-    consumed: Sequence[str],
+    remove: Sequence[str],
+    mark: str,
     users: Sequence[str],
     ttl_days: int,
+    job_ttl: int,
     started: datetime,
     now: datetime,
 ) -> bool:
@@ -262,9 +290,11 @@ async def store(
                     pipe.delete(sum_key)
                 if notes is not None:
                     pipe.set(notes_key, dump_community(notes), ex=ttl)
-                lines_key = keys.recall("lines", conv)
-                for raw in consumed:
-                    pipe.lrem(lines_key, 1, raw)
+                history = keys.history(conv)
+                for raw in remove:
+                    pipe.lrem(history, 1, raw)
+                pipe.hset(keys.recall("job", conv), "mark", mark)
+                pipe.expire(keys.recall("job", conv), job_ttl)  # a line's text: never kept longer
                 cited = set(users) & (
                     {u for s in summaries for u in s.users} | (notes.users if notes else set())
                 )

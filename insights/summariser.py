@@ -1,11 +1,11 @@
 """The summary pass of the insights worker: claim due conversations, summarise, store.
 
-Per conversation (``insights.recall_jobs`` leases it): read its pending lines, its history
-window, summaries and notes (one pipelined read) -> pick the lines that are ready
+Per conversation (``insights.recall_jobs`` leases it): read its history (the window and the
+lines kept past it), summaries and notes (one pipelined read) -> pick the lines that are ready
 (``summarise.due_lines``) -> check the channel's daily insights budget (spent: try after the
 day ends) -> one summary call per day, then the community call if the scope has it -> charge
 the tokens -> ``summarise.store``. A conversation whose history is gone (``/reset``, expired,
-erased) has its pending lines dropped unsummarised: they lived only as long as the history. A provider outage keeps the lines and retries after a delay;
+erased) is no longer due: its lines lived only as long as the history. A provider outage keeps the lines and retries after a delay;
 any other failure is logged with its traceback and the conversation retried after the same
 delay, so one bad conversation never stalls the others and no line is dropped.
 """
@@ -34,10 +34,12 @@ from insights.community import CommunityAnswer, community_request, merge_notes, 
 from insights.recall_jobs import ConversationJob, RecallQueue
 from insights.summarise import (
     SummaryAnswer,
+    after_mark,
     ask,
     authors,
     due_lines,
     json_answer,
+    remove_lines,
     store,
     summary_request,
     turn_days,
@@ -76,7 +78,6 @@ class Summariser:
         self._clock = clock
         self.queue = RecallQueue(
             redis,
-            fill_threshold=history_max + settings.summary_after_lines,
             default_ttl_days=settings.summary_ttl_days,
             lease_seconds=lease_seconds,
             queue=queue,
@@ -108,24 +109,30 @@ class Summariser:
         conv = job.conversation
         started = self._clock()
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.lrange(keys.recall("lines", conv), 0, -1)
-            pipe.lrange(keys.history(conv), -self.history_max, -1)
+            pipe.lrange(keys.history(conv), 0, -1)
             pipe.get(keys.recall("sum", conv))
             pipe.get(keys.recall("notes", conv))
-            raw_lines, window, raw_sum, raw_notes = await pipe.execute()
-        if not window:  # the history is gone (/reset, expiry, erasure): so are its lines
-            await self.redis.delete(keys.recall("lines", conv), keys.recall("job", conv))
-            await self.queue.finish(job, now, 0)
+            raw_lines, raw_sum, raw_notes = await pipe.execute()
+        if not raw_lines:  # the history is gone (/reset, expiry, erasure): so are its lines
+            await self.redis.delete(keys.recall("job", conv))
+            await self.queue.finish(job, now, -1)
             return "no_history"
-        pending = []
+        lines = []
         for raw in cast("list[str]", raw_lines):
             try:
-                pending.append((raw, HistoryEntry.model_validate_json(raw)))
+                lines.append((raw, HistoryEntry.model_validate_json(raw)))
             except ValidationError:
-                log.warning("unreadable pending line skipped", extra={"conversation": str(conv)})
-        ready = due_lines(pending, set(window), day_of(now))
+                log.warning("unreadable history line skipped", extra={"conversation": str(conv)})
+        window = {raw for raw, _ in lines[-self.history_max :]}
+        pending = after_mark(lines, job.mark)
+        # Lines summarised while in the window that have slid out of it since: not needed.
+        waiting = {raw for raw, _ in pending}
+        stale = [raw for raw, _ in lines if raw not in waiting and raw not in window]
+        ready = due_lines(pending, window, day_of(now))
         if ready == 0:
-            await self.queue.finish(job, now, len(pending))
+            if stale:
+                await remove_lines(self.redis, conv, stale)
+            await self.queue.finish(job, now, len(pending) or -1)
             return "nothing_ready"
         spent = await self.budget.channel_exhausted(conv.platform, conv.channel, now)
         if spent is not None:
@@ -170,9 +177,13 @@ class Summariser:
             conv,
             days=days,
             community=update,
-            consumed=[raw for raw, _ in pending[:ready]],
+            remove=stale + [raw for raw, _ in pending[:ready] if raw not in window],
+            # Summarised lines past the window leave the history; the mark is needed only when
+            # the last one summarised stays (in the window), else every line left is new.
+            mark=next((raw for raw, _ in reversed(pending[:ready]) if raw in window), ""),
             users=authors(batch),
             ttl_days=job.ttl_days,
+            job_ttl=self.settings.history_ttl_seconds,
             started=started,
             now=now,
         )

@@ -53,7 +53,8 @@ class Rig:
         self.redis = redis
         self.tag = tag
         self.settings = MemorySettings.model_validate({"CHORUS_SUMMARY_AFTER_LINES": 4, **settings})
-        self.history = HistoryStore(redis, max_messages=10, ttl_seconds=3600)
+        room = recall.history_room(self.settings)  # keep lines past the window; probe 4
+        self.history = HistoryStore(redis, max_messages=10, ttl_seconds=3600, **room)
         self.memory = MemoryStore(redis, self.settings)
         self.provider = ScriptedProvider(responder=scripted_model)
         self.conv = ConversationKey(platform="discord", channel=f"general-{tag}")
@@ -81,7 +82,8 @@ class Rig:
         return f"{who}-{self.tag}"
 
     async def turn(self, who: str, text: str, at: datetime) -> None:
-        """What the router's commit writes for one answered turn (history + recall lines)."""
+        """What the router reads and writes for one answered turn (the history, whether lines
+        wait past its window, the summary schedule)."""
         self.turns += 1
         entries = (
             HistoryEntry(
@@ -94,10 +96,21 @@ class Rig:
             ),
             HistoryEntry(role="assistant", text=f"ok {self.turns}", at=at),
         )
+        async with self.redis.pipeline(transaction=False) as pipe:
+            self.history.queue_load(pipe, self.conv)
+            [raw] = await pipe.execute()
+        waiting = self.history.waiting(raw)
         async with self.redis.pipeline(transaction=True) as pipe:
             self.history.queue_append(pipe, self.conv, *entries)
             recall.queue_record(
-                pipe, self.conv, entries, self.plan, at, ttl_seconds=3600, queue=self.tag
+                pipe,
+                self.conv,
+                self.plan,
+                at,
+                waiting=waiting,
+                touch=True,
+                ttl_seconds=3600,
+                queue=self.tag,
             )
             await pipe.execute()
 
@@ -107,13 +120,12 @@ class Rig:
     async def community(self) -> recall.Community:
         return recall.load_community(await self.redis.get(keys.recall("notes", self.conv)))
 
-    async def pending(self) -> int:
-        return int(await self.redis.llen(keys.recall("lines", self.conv)))
+    async def held(self) -> int:
+        """Lines in the history list: the window and those kept past it."""
+        return int(await self.redis.llen(keys.history(self.conv)))
 
     async def cleanup(self) -> None:
-        await self.redis.delete(
-            keys.recall_queue("due", self.tag), keys.recall_queue("fill", self.tag)
-        )
+        await self.redis.delete(keys.recall_queue(self.tag))
 
 
 @pytest.fixture
@@ -127,7 +139,7 @@ async def rig(redis_client: Redis, key_tag: str) -> AsyncIterator[Rig]:
 async def test_lines_leaving_the_history_are_summarised_with_their_provenance(rig: Rig) -> None:
     for n in range(8):  # 16 lines, the history keeps 10: 6 have left it
         await rig.turn("ada" if n % 2 else "bo", f"line {n}", T0)
-    assert await rig.pending() == 16
+    assert await rig.held() == 16  # the window of 10, and 6 kept past it for the summary
     assert await rig.summariser().run_once(T0) == [(str(rig.conv), "summarised")]
     (day,) = await rig.summaries()
     assert (
@@ -136,7 +148,7 @@ async def test_lines_leaving_the_history_are_summarised_with_their_provenance(ri
         and set(day.users) == {rig.id("ada"), rig.id("bo")}
     )
     assert "Bo: line 0" in day.text and "line 3" not in day.text
-    assert await rig.pending() == 10  # the lines still in the window wait
+    assert await rig.held() == 10  # the summarised lines left; the window's lines wait
     ttl = await rig.redis.ttl(keys.recall("sum", rig.conv))
     assert 29 * 86400 < ttl <= 30 * 86400
     assert await rig.redis.zrange(keys.user("discord", rig.id("ada"), "recall"), 0, -1) == [
@@ -147,10 +159,12 @@ async def test_lines_leaving_the_history_are_summarised_with_their_provenance(ri
     assert await rig.summariser().run_once(rig.clock) == [(str(rig.conv), "summarised")]
     (day,) = await rig.summaries()
     assert day.lines == 16 and day.text.startswith("Bo: line 0") and "line 7" in day.text
-    assert await rig.pending() == 0
-    assert not await rig.redis.zcard(keys.recall_queue("due", rig.tag))
+    assert await rig.held() == 10  # the window stays whole for the prompt
     # The model saw the earlier summary of the day, so one summary covers both runs.
     assert "line 0" in rig.provider.requests[-1].messages[0].text
+    rig.clock = T0 + timedelta(days=2)  # nothing new: one empty look, then no longer due
+    assert await rig.summariser().run_once(rig.clock) == [(str(rig.conv), "nothing_ready")]
+    assert not await rig.redis.zcard(keys.recall_queue(rig.tag))
 
 
 @pytest.mark.redis
@@ -206,9 +220,10 @@ async def test_forget_drops_what_the_users_lines_fed_and_keeps_the_rest(
         assert [s.users for s in await rig.summaries()] == [(rig.id("bo"),)]
         community = await rig.community()
         assert not community.notes and community.mood == ""  # ada's note and the mood she fed
-        # Her pending line went with her history lines (the reply stays, as in the history).
-        left = await rig.redis.lrange(keys.recall("lines", rig.conv), 0, -1)
-        assert [HistoryEntry.model_validate_json(raw).role for raw in left] == ["assistant"]
+        # Her line awaiting a summary went with her history lines (the replies stay).
+        left = await rig.redis.lrange(keys.history(rig.conv), 0, -1)
+        authors = {HistoryEntry.model_validate_json(raw).author_id for raw in left}
+        assert rig.id("ada") not in authors and rig.id("bo") in authors
         assert not await redis_client.exists(keys.user("discord", rig.id("ada"), "recall"))
     finally:
         await rig.cleanup()
@@ -231,7 +246,7 @@ async def test_a_forget_during_the_run_means_nothing_is_written(rig: Rig) -> Non
     rig.provider.complete = forget_meanwhile  # type: ignore[method-assign]
     assert await summariser.run_once(T0) == [(str(rig.conv), "forgotten")]
     assert await rig.summaries() == ()
-    assert await rig.pending() == 16  # nothing consumed: the next run sees what is left
+    assert await rig.held() == 16  # nothing consumed: the next run sees what is left
 
 
 @pytest.mark.redis
@@ -243,7 +258,7 @@ async def test_a_spent_budget_or_an_outage_keeps_the_lines_for_later(
         for n in range(8):
             await rig.turn("ada", f"l{n}", T0)
         assert await rig.summariser().run_once(T0) == [(str(rig.conv), "skipped_budget")]
-        assert not rig.provider.requests and await rig.pending() == 16
+        assert not rig.provider.requests and await rig.held() == 16
         assert await rig.summariser().run_once(T0) == []  # not again at once
     finally:
         await rig.cleanup()
@@ -255,7 +270,7 @@ async def test_a_spent_budget_or_an_outage_keeps_the_lines_for_later(
             ProviderUnavailable("down", provider="scripted", status=529, attempts=3)
         )
         assert await rig.summariser().run_once(T0) == [(str(rig.conv), "retry")]
-        assert await rig.pending() == 16 and await rig.summaries() == ()
+        assert await rig.held() == 16 and await rig.summaries() == ()
         later = T0 + timedelta(minutes=6)
         assert await rig.summariser().run_once(later) == [(str(rig.conv), "summarised")]
     finally:
@@ -283,13 +298,42 @@ async def test_the_read_brings_summaries_and_notes_only_where_the_scope_keeps_th
 
 
 @pytest.mark.redis
-async def test_lines_of_a_history_that_is_gone_are_dropped_unsummarised(rig: Rig) -> None:
+async def test_a_conversation_whose_history_is_gone_is_no_longer_due(rig: Rig) -> None:
     for n in range(8):
         await rig.turn("ada", f"l{n}", T0 - timedelta(days=1))
-    await rig.redis.delete(keys.history(rig.conv))  # e.g. expired with the history's TTL
+    await rig.history.clear(rig.conv)  # /reset (or the history's TTL): its lines go with it
     assert await rig.summariser().run_once(T0) == [(str(rig.conv), "no_history")]
-    assert not rig.provider.requests and await rig.pending() == 0
+    assert not rig.provider.requests
     assert not await rig.redis.exists(keys.recall("job", rig.conv))
-    await rig.turn("ada", "back", T0)
-    await rig.history.clear(rig.conv)  # /reset takes the pending lines with the history
-    assert await rig.pending() == 0
+    assert not await rig.redis.zcard(keys.recall_queue(rig.tag))
+
+
+@pytest.mark.redis
+async def test_a_history_keeps_lines_past_its_window_only_where_they_are_summarised(
+    rig: Rig,
+) -> None:
+    entry = HistoryEntry(role="user", text="x", message_id="m", author_id=rig.id("ada"))
+    for keep in (True, False):
+        async with rig.redis.pipeline(transaction=True) as pipe:
+            for _ in range(15):
+                rig.history.queue_append(pipe, rig.conv, entry, keep=keep)
+            await pipe.execute()
+        assert await rig.held() == (15 if keep else 10)
+        assert len(await rig.history.load(rig.conv)) == 10  # the prompt reads the window only
+        await rig.history.clear(rig.conv)
+
+
+@pytest.mark.redis
+async def test_summarised_lines_leave_the_history_once_out_of_its_window(rig: Rig) -> None:
+    for n in range(5):  # 10 lines, all in the window
+        await rig.turn("ada", f"day one {n}", T0 - timedelta(days=1))
+    await rig.summariser().run_once(T0)  # the day is over: all ten summarised, all kept
+    assert await rig.held() == 10
+    for n in range(3):
+        await rig.turn("ada", f"today {n}", T0)
+    assert await rig.held() == 16  # six summarised lines slid past the window
+    assert await rig.summariser().run_once(T0 + timedelta(days=1)) == [
+        (str(rig.conv), "summarised")
+    ]
+    assert await rig.held() == 10  # the summarised ones left; the window stays whole
+    assert [s.lines for s in await rig.summaries()] == [10, 6]

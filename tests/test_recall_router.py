@@ -70,16 +70,12 @@ async def test_summaries_reach_the_volatile_tail_in_the_one_read(
         chats = [b for b in server.bodies if "output_config" not in b]
         last = chats[-1]["messages"][-1]["content"][-1]
         assert "cache_control" not in last and "<summaries" in last["text"]
-        # The answered turn left its lines for the summariser, in that same write.
-        pending = await console.app.redis.lrange(keys.recall("lines", conv), 0, -1)
-        assert any("Where is the meetup" in raw for raw in pending)
-        assert (
-            await console.app.redis.zscore(keys.recall_queue("fill"), str(conv)) == 4
-        )  # two turns, two lines each
+        # The answered turn scheduled the conversation's summary, in that same write.
+        due = await console.app.redis.zscore(keys.recall_queue(), str(conv))
+        assert due == int(recall.next_day_due(utcnow()).timestamp() * 1000)  # after its day
     finally:
         await stop(console, listener)
-        await console.app.redis.zrem(keys.recall_queue("fill"), str(conv))
-        await console.app.redis.zrem(keys.recall_queue("due"), str(conv))
+        await console.app.redis.zrem(keys.recall_queue(), str(conv))
 
 
 @pytest.mark.redis
@@ -94,13 +90,11 @@ async def test_forget_drops_the_summaries_and_notes_the_users_lines_fed(
         await console.say("ada", "/forget")
         redis = console.app.redis
         assert not await redis.exists(keys.recall("sum", conv), keys.recall("notes", conv))
-        assert not await redis.lrange(keys.recall("lines", conv), 0, -1)
         await console.say("ada", "Where is the meetup on Friday?")
         assert "Blue Lagoon" not in last_chat_prompt(server)
     finally:
         await stop(console, listener)
-        await console.app.redis.zrem(keys.recall_queue("fill"), str(conv))
-        await console.app.redis.zrem(keys.recall_queue("due"), str(conv))
+        await console.app.redis.zrem(keys.recall_queue(), str(conv))
 
 
 async def test_a_scope_turns_community_memory_on_for_its_channel(

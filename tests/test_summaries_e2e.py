@@ -58,8 +58,7 @@ async def _clean(url: str, user_id: int, ids: list[int]) -> None:
         doomed += [k async for k in redis.scan_iter(match=f"chorus:v1:user:discord:{user_id}:*")]
         doomed.append(keys.insights_job("discord", str(user_id)))
         await redis.delete(*doomed)
-        for kind in ("due", "fill"):
-            await redis.zrem(keys.recall_queue(kind), str(CONV))
+        await redis.zrem(keys.recall_queue(), str(CONV))
         member = keys.insights_member("discord", str(user_id))
         await redis.zrem(keys.insights_due(), member)
         await redis.zrem(keys.insights_deadline(), member)

@@ -15,12 +15,13 @@ the model wrote from them, so ``/forget`` *drops* every summary that any of thei
 every note sourced from their line, and the mood they contributed to (the other people's lines
 in those summaries go too; the summaries they did not feed stay).
 
-The job: every answered line is also pushed to the conversation's pending lines (by
-``bot.state.history.queue_pending``, so no line falls off the history before it is summarised) and
-counted in the ``fill`` zset; the summariser takes a conversation once CHORUS_SUMMARY_AFTER_LINES
-lines have left the history window, and in any case after the UTC day ends (the ``due`` zset,
-``ZADD LT``). The job hash carries the scope's settings (TTL, community memory), since the worker
-does not resolve scopes.
+The job: the history list keeps the lines past its window until they are summarised
+(``HistoryStore(keep=...)``, so no line falls off before), and the turn's read shows whether
+CHORUS_SUMMARY_AFTER_LINES of them wait (``probe``). Each answered turn then schedules the
+conversation in the ``due`` zset (``ZADD LT``): now when lines wait, else just after its UTC day
+ends -- one command in the turn's write. The job hash carries the scope's settings (TTL,
+community memory; the worker resolves no scopes) and the last line summarised (``mark``); the
+hash is refreshed with the user's activity, at most once a minute.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from redis.exceptions import WatchError
 from bot.events import AwareDatetime, ConversationKey
 from bot.memory.buffers import MemorySettings
 from bot.state import keys
-from bot.state.history import HistoryEntry, queue_pending
 
 log = logging.getLogger("chorus.recall")
 
@@ -114,8 +114,10 @@ class RecallPlan:
 
     @classmethod
     def of(cls, settings: MemorySettings, values: Mapping[str, Any]) -> RecallPlan | None:
-        """The plan from a scope's resolved ``values`` (None: no summaries here)."""
-        if not (settings.summaries_enabled and settings.insights_enabled):
+        """The plan from a scope's resolved ``values`` (None: no summaries here, as where the
+        scope turns memory or insights off)."""
+        insights = values.get("insights", settings.insights_enabled)
+        if not (settings.summaries_enabled and insights and values.get("memory", True)):
             return None
         return cls(
             ttl_days=int(values.get("summary_ttl_days", settings.summary_ttl_days)),
@@ -163,6 +165,16 @@ def next_day_due(now: datetime) -> datetime:
     return start + timedelta(days=1) + DAY_GRACE
 
 
+KEEP_PAST_WINDOW = 360  # lines kept past the history window for the summariser, at most
+
+
+def history_room(settings: MemorySettings) -> dict[str, int]:
+    """``HistoryStore``'s ``keep`` and ``probe`` for these settings (none without summaries)."""
+    if not (settings.summaries_enabled and settings.insights_enabled):
+        return {"keep": 0, "probe": 0}
+    return {"keep": KEEP_PAST_WINDOW, "probe": settings.summary_after_lines}
+
+
 # -- the reply path: one read, one write --------------------------------------------------------
 def queue_read(pipe: Pipeline, conv: ConversationKey, plan: RecallPlan) -> int:
     """The summaries and (when on) the community notes; returns how many results to expect."""
@@ -181,25 +193,22 @@ def parse_read(results: Sequence[Any], conv: ConversationKey, plan: RecallPlan) 
 def queue_record(
     pipe: Pipeline,
     conv: ConversationKey,
-    entries: Sequence[HistoryEntry],
     plan: RecallPlan,
     now: datetime,
     *,
+    waiting: bool,
+    touch: bool,
     ttl_seconds: int,
     queue: str = DEFAULT_QUEUE,
 ) -> None:
-    """Keep an answered turn's lines for the summariser and schedule its job (7 commands);
-    ``ttl_seconds`` is the history's, so the pending lines live as long as the history would."""
-    if not entries:
-        return
-    queue_pending(pipe, conv, entries, ttl_seconds)
-    member = str(conv)
-    job = keys.recall("job", conv)
-    pipe.hset(job, mapping={"ttl": plan.ttl_days, "community": int(plan.community)})
-    pipe.expire(job, ttl_seconds)
-    pipe.zincrby(keys.recall_queue("fill", queue), len(entries), member)
-    due = int(next_day_due(now).timestamp() * 1000)
-    pipe.zadd(keys.recall_queue("due", queue), {member: due}, lt=True)
+    """Schedule the conversation's summary after an answered turn: 1 command, 3 when ``touch``
+    (the scope's settings, kept ``ttl_seconds``: the history's TTL)."""
+    due = now if waiting else next_day_due(now)
+    pipe.zadd(keys.recall_queue(queue), {str(conv): int(due.timestamp() * 1000)}, lt=True)
+    if touch:
+        job = keys.recall("job", conv)
+        pipe.hset(job, mapping={"ttl": plan.ttl_days, "community": int(plan.community)})
+        pipe.expire(job, ttl_seconds)
 
 
 # -- forgetting ----------------------------------------------------------------------------------
@@ -214,7 +223,7 @@ async def forget_user(
 ) -> Forgotten:
     """Drop every summary fed by ``user_id``'s lines, every note sourced from them and a mood
     they contributed to, in ``conversations`` and wherever the user's recall index points.
-    (Their pending lines go with their history lines: ``HistoryStore.forget_author``.)"""
+    (Their lines awaiting a summary are history lines: ``HistoryStore.forget_author``.)"""
     cites = keys.user(platform, user_id, "recall")
     indexed = cast("list[str]", await redis.zrange(cites, 0, -1))  # decoded by connect
     convs = dict.fromkeys(list(conversations))

@@ -44,6 +44,26 @@ class TurnRead:
     history: list[HistoryEntry]
     buffer: UserBuffer | None
     recalled: recall.Recalled | None = None
+    waiting: bool = False  # lines past the history window wait for the summariser
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What an answered turn leaves besides its reply: its history lines, and (``at`` the
+    answer's time) the author's activity, the insights job and the summary schedule."""
+
+    entries: tuple[HistoryEntry, ...]
+    at: datetime
+    profile: Profile
+    waiting: bool = False
+
+    @property
+    def activity(self) -> datetime | None:
+        return self.at if self.profile.memory else None  # memory off: no activity, no insights
+
+    def queue_history(self, pipe: Pipeline, history: HistoryStore, conv: ConversationKey) -> None:
+        """The lines, kept past the window only where the scope summarises them."""
+        history.queue_append(pipe, conv, *self.entries, keep=self.profile.recall is not None)
 
 
 async def read_turn(
@@ -80,13 +100,14 @@ async def read_turn(
         if not outcome:
             return None
     buffer, recalled = None, None
-    lines = history.parse_load(conv, results.pop(0))
+    raw = results.pop(0)
+    lines, waiting = history.parse_load(conv, raw), history.waiting(raw)
     if plan is not None:
         recalled = recall.parse_read(results, conv, plan)
         del results[: 1 + plan.community]
     if memory is not None:
         buffer = memory.parse_load(results, platform=message.platform, user_id=author.id)
-    return TurnRead(history=lines, buffer=buffer, recalled=recalled)
+    return TurnRead(history=lines, buffer=buffer, recalled=recalled, waiting=waiting)
 
 
 def turn_context(
@@ -171,26 +192,19 @@ class TouchThrottle:
 
 
 def queue_activity(
-    pipe: Pipeline,
-    memory: MemoryStore,
-    message: ChatMessage,
-    now: datetime,
-    touch: bool,
-    profile: Profile | None = None,
-    lines: tuple[HistoryEntry, ...] = (),
+    pipe: Pipeline, memory: MemoryStore, message: ChatMessage, kept: Kept, touch: bool
 ) -> None:
     """The author's activity (when ``touch``) and, unless they are a bot or the scope has
-    ``insights = false``, their insights job; where the scope keeps summaries, the turn's
-    ``lines`` for the summariser."""
-    author = message.author
+    ``insights = false``, their insights job and (where the scope keeps summaries) the
+    conversation's summary schedule."""
+    author, now = message.author, kept.at
     if touch:
         memory.queue_touch(pipe, message.platform, author.id, message.conversation, now=now)
-    insights = profile is None or profile.insights
-    settings = memory.settings
-    plan = profile.recall if profile is not None else None
+    insights, plan, settings = kept.profile.insights, kept.profile.recall, memory.settings
     if insights and plan is not None:
         ttl = settings.history_ttl_seconds
-        recall.queue_record(pipe, message.conversation, lines, plan, now, ttl_seconds=ttl)
+        conv, waiting = message.conversation, kept.waiting
+        recall.queue_record(pipe, conv, plan, now, waiting=waiting, touch=touch, ttl_seconds=ttl)
     if insights and settings.insights_enabled and not author.is_bot:
         queue_enqueue(
             pipe,

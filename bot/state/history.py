@@ -5,11 +5,12 @@ The reply path reads history once (``LRANGE``) and writes it once (``RPUSH`` + `
 round trips. The list is capped so memory stays bounded, and its TTL is refreshed on every append
 so a quiet conversation is forgotten after CHORUS_HISTORY_TTL.
 
-Lines that the summariser (insights/summarise.py) has not folded into a summary yet are also
-kept in a second list, ``keys.recall("lines", conv)`` (``queue_pending``, with the same TTL): the history window is
-trimmed by ``LTRIM`` inside the write transaction, and a copy pushed in that same transaction is
-the only way, without Lua, to be sure no line falls off before it is summarised. Every deletion
-below removes the line from both lists, so a deleted message is never summarised either.
+Where conversation summaries are on (bot/memory/recall.py), the list also keeps up to ``keep``
+older lines past the window until the summariser has folded them into a summary and removed
+them: the window is trimmed by ``LTRIM`` inside the write transaction, and keeping the lines in
+the same list is the only way, without Lua, to be sure none is lost before it is summarised (and
+every deletion below reaches them too). The prompt still reads only the window; each read also
+fetches ``probe`` lines more, so the router learns in the same round trip that lines are waiting.
 
 Deletions (a Discord/Twitch message deleted, a user asking to be forgotten) are rarer and must
 not race an append, so they run as ``WATCH`` + ``LREM`` of the exact stored values inside
@@ -35,7 +36,6 @@ from bot.state import keys
 log = logging.getLogger("chorus.history")
 
 _WATCH_RETRIES = 8
-PENDING_MAX = 400  # lines awaiting a summary per conversation (the summariser runs far sooner)
 PARSED_CACHE = 4096  # stored values whose parsed entry is kept (about 1 MB at 250 bytes each)
 
 
@@ -67,7 +67,11 @@ class HistoryEntry(BaseModel):
 class HistoryStore:
     """Per-conversation history over any Redis client (real or ``memory://``)."""
 
-    def __init__(self, redis: Redis, *, max_messages: int, ttl_seconds: int) -> None:
+    def __init__(
+        self, redis: Redis, *, max_messages: int, ttl_seconds: int, keep: int = 0, probe: int = 0
+    ) -> None:
+        """``keep``: lines kept past the window for the summariser (0: none); ``probe``: lines
+        read past the window to tell whether that many wait (``waiting``)."""
         if max_messages < 1:
             raise ValueError("max_messages must be at least 1")
         if ttl_seconds < 1:
@@ -75,6 +79,8 @@ class HistoryStore:
         self._redis = redis
         self.max_messages = max_messages
         self.ttl_seconds = ttl_seconds
+        self.keep = max(keep, 0)
+        self.probe = min(max(probe, 0), self.keep)
         # Every turn re-reads the same stored values (the list only gains two per turn), and
         # parsing 40 entries with pydantic costs ~0.25 ms; entries are frozen, so the parsed
         # objects of recently read values are kept, least recently read dropped first.
@@ -88,12 +94,15 @@ class HistoryStore:
             self.queue_append(pipe, conv, *entries)
             await pipe.execute()
 
-    def queue_append(self, pipe: Pipeline, conv: ConversationKey, *entries: HistoryEntry) -> None:
+    def queue_append(
+        self, pipe: Pipeline, conv: ConversationKey, *entries: HistoryEntry, keep: bool = True
+    ) -> None:
         """``append`` as commands on the caller's pipeline (3 results), so the router can fold
-        the history write into its one write round trip per answered message."""
+        the history write into its one write round trip per answered message. ``keep=False``:
+        trim to the window (a conversation whose scope has no summaries)."""
         key = keys.history(conv)
         pipe.rpush(key, *(entry.model_dump_json() for entry in entries))
-        pipe.ltrim(key, -self.max_messages, -1)
+        pipe.ltrim(key, -(self.max_messages + (self.keep if keep else 0)), -1)
         pipe.expire(key, self.ttl_seconds)
 
     async def load(self, conv: ConversationKey, limit: int | None = None) -> list[HistoryEntry]:
@@ -106,14 +115,18 @@ class HistoryStore:
 
     def queue_load(self, pipe: Pipeline, conv: ConversationKey) -> None:
         """``load`` as one command (1 result) on the caller's pipeline; see ``parse_load``."""
-        pipe.lrange(keys.history(conv), -self.max_messages, -1)
+        pipe.lrange(keys.history(conv), -(self.max_messages + self.probe), -1)
+
+    def waiting(self, raw: Sequence[str]) -> bool:
+        """Whether a ``queue_load`` result shows ``probe`` lines waiting past the window."""
+        return self.probe > 0 and len(raw) >= self.max_messages + self.probe
 
     def parse_load(self, conv: ConversationKey, raw: Sequence[str]) -> list[HistoryEntry]:
         """Entries from an LRANGE result; unreadable ones are logged with their key and skipped."""
         key = keys.history(conv)
         entries = []
         parsed = self._parsed
-        for index, value in enumerate(raw):
+        for index, value in enumerate(raw[-self.max_messages :]):
             entry = parsed.get(value)
             if entry is not None:
                 parsed.move_to_end(value)
@@ -135,8 +148,8 @@ class HistoryStore:
         return entries
 
     async def clear(self, conv: ConversationKey) -> None:
-        """Forget the whole conversation (``/reset``), with its lines awaiting a summary."""
-        await self._redis.delete(keys.history(conv), keys.recall("lines", conv))
+        """Forget the whole conversation (``/reset``)."""
+        await self._redis.delete(keys.history(conv))
 
     async def delete_message(self, conv: ConversationKey, message_id: str) -> int:
         """Remove the entries of one platform message; returns how many were removed."""
@@ -147,43 +160,24 @@ class HistoryStore:
         return await self._remove(conv, lambda entry: entry.author_id == author_id)
 
     async def _remove(self, conv: ConversationKey, match: Callable[[HistoryEntry], bool]) -> int:
-        """Remove the matching entries from the history and from the lines awaiting a summary;
-        returns how many left the history."""
-        removed = await remove_matching(self._redis, keys.history(conv), match)
-        await remove_matching(self._redis, keys.recall("lines", conv), match)
-        return removed
-
-
-def queue_pending(
-    pipe: Pipeline, conv: ConversationKey, entries: Sequence[HistoryEntry], ttl_seconds: int
-) -> None:
-    """Keep ``entries`` for the summariser too (3 commands; capped at ``PENDING_MAX``)."""
-    key = keys.recall("lines", conv)
-    pipe.rpush(key, *(entry.model_dump_json() for entry in entries))
-    pipe.ltrim(key, -PENDING_MAX, -1)
-    pipe.expire(key, ttl_seconds)
-
-
-async def remove_matching(redis: Redis, key: str, match: Callable[[HistoryEntry], bool]) -> int:
-    """``LREM`` the entries of list ``key`` that ``match``, under ``WATCH`` (retried when the
-    list changed between the read and the write); returns how many were removed."""
-    async with redis.pipeline(transaction=True) as pipe:
-        for _ in range(_WATCH_RETRIES):
-            try:
-                await pipe.watch(key)
-                raw = cast("list[str]", await pipe.lrange(key, 0, -1))  # decoded by connect
-                doomed = {value for value in raw if (entry := _parse(value)) and match(entry)}
-                if not doomed:
-                    await pipe.unwatch()  # type: ignore[no-untyped-call]
-                    return 0
-                pipe.multi()  # type: ignore[no-untyped-call]
-                for value in doomed:
-                    pipe.lrem(key, 0, value)
-                removed: list[int] = await pipe.execute()
-                return sum(removed)
-            except WatchError:
-                continue  # the list changed between LRANGE and EXEC: read it again
-    raise RuntimeError(f"list {key} kept changing; gave up after {_WATCH_RETRIES} tries")
+        key = keys.history(conv)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for _ in range(_WATCH_RETRIES):
+                try:
+                    await pipe.watch(key)
+                    raw = cast("list[str]", await pipe.lrange(key, 0, -1))  # decoded by connect
+                    doomed = {value for value in raw if (entry := _parse(value)) and match(entry)}
+                    if not doomed:
+                        await pipe.unwatch()  # type: ignore[no-untyped-call]
+                        return 0
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    for value in doomed:
+                        pipe.lrem(key, 0, value)
+                    removed: list[int] = await pipe.execute()
+                    return sum(removed)
+                except WatchError:
+                    continue  # the list changed between LRANGE and EXEC: read it again
+        raise RuntimeError(f"history {key} kept changing; gave up after {_WATCH_RETRIES} tries")
 
 
 def _parse(value: str) -> HistoryEntry | None:

@@ -88,15 +88,15 @@ same pipeline as the write. A dedupe key is ``SET NX`` by the router when it cla
     Checked and counted atomically by one Lua script (bot/safety/quota.py), so every worker
     shares the limits.
 ``chorus:v1:recall:{kind}:{platform}:{channel}[:{thread}]`` -- what a conversation keeps past its
-    history (bot/memory/recall.py). ``lines``: list of JSON ``HistoryEntry`` not yet folded into
-    a summary (every answered line is pushed here too; capped, TTL CHORUS_HISTORY_TTL). ``sum``:
-    string, JSON list of daily summaries; ``notes``: string, JSON community notes and mood; both
-    TTL the scope's CHORUS_SUMMARY_TTL_DAYS. ``job``: hash of the scope settings the summariser
-    needs (``ttl`` days, ``community``); TTL as ``lines``. ``lease``: the summarising worker's
-    token (``SET NX PX``). ``chorus:v1:recall:{queue}:due`` / ``...:fill`` -- zsets, conversation
-    -> epoch ms of the next daily summary (``ZADD LT``) / lines waiting (``ZINCRBY``); members
-    removed when done. ``chorus:v1:user:{platform}:{user_id}:recall`` -- zset, conversation ->
-    epoch seconds: the summaries and notes that cite the user, for ``/forget``; TTL as ``sum``.
+    history (bot/memory/recall.py). ``sum``: string, JSON list of daily summaries; ``notes``:
+    string, JSON community notes and mood; both TTL the scope's CHORUS_SUMMARY_TTL_DAYS. ``job``:
+    hash of the summariser's settings (``ttl`` days, ``community``) and ``mark``, the last line
+    summarised; TTL CHORUS_HISTORY_TTL. ``lease``: the summarising worker's token (``SET NX PX``).
+    (The lines awaiting a summary stay in the ``hist`` list, past its window.)
+``chorus:v1:recall:{queue}:due`` -- zset, conversation -> epoch ms when its summary is due (``ZADD
+    LT``: now when lines wait, else after its UTC day); removed when nothing waits.
+``chorus:v1:user:{platform}:{user_id}:recall`` -- zset, conversation -> epoch seconds: the
+    summaries and notes that cite the user, for ``/forget``; TTL as ``sum``.
 ``chorus:v1:safety:users:{platform}:{channel}`` -- hash, user id -> ``block`` or ``allow``, set
     by moderators' ``/block`` and ``/allow`` (bot/safety/users.py). No TTL: a moderator's
     decision, not a user's data; removed by ``/unblock`` and ``/disallow``.
@@ -328,7 +328,7 @@ def live(kind: str, conv: ConversationKey) -> str:
 
 
 # -- recall: summaries and community notes ------------------------------------------------------
-RECALL_KINDS = ("lines", "sum", "notes", "job", "lease")
+RECALL_KINDS = ("sum", "notes", "job", "lease")
 
 
 def recall(kind: str, conv: ConversationKey) -> str:
@@ -338,12 +338,10 @@ def recall(kind: str, conv: ConversationKey) -> str:
     return f"{PREFIX}:recall:{kind}:{conv}"
 
 
-def recall_queue(kind: str, queue: str = "main") -> str:
-    """The summariser's ``due`` (daily) or ``fill`` (lines waiting) zset."""
-    if kind not in ("due", "fill"):
-        raise ValueError(f"kind must be due or fill, got {kind!r}")
+def recall_queue(queue: str = "main") -> str:
+    """The summariser's zset of due conversations."""
     _check_token("queue", queue)
-    return f"{PREFIX}:recall:{queue}:{kind}"
+    return f"{PREFIX}:recall:{queue}:due"
 
 
 # -- safety: quotas, user lists, the audit trail -------------------------------------------------
