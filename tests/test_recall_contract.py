@@ -337,3 +337,31 @@ async def test_summarised_lines_leave_the_history_once_out_of_its_window(rig: Ri
     ]
     assert await rig.held() == 10  # the summarised ones left; the window stays whole
     assert [s.lines for s in await rig.summaries()] == [10, 6]
+
+
+@pytest.mark.redis
+async def test_the_schedule_rides_with_the_activity_record_or_when_lines_wait(rig: Rig) -> None:
+    due = keys.recall_queue(rig.tag)
+
+    async def record(*, waiting: bool, touch: bool) -> float | None:
+        async with rig.redis.pipeline(transaction=True) as pipe:
+            recall.queue_record(
+                pipe,
+                rig.conv,
+                rig.plan,
+                T0,
+                waiting=waiting,
+                touch=touch,
+                ttl_seconds=60,
+                queue=rig.tag,
+            )
+            await pipe.execute()
+        score = await rig.redis.zscore(due, str(rig.conv))
+        return None if score is None else float(score)
+
+    assert await record(waiting=False, touch=False) is None  # a busy chat's turn: no command
+    assert not await rig.redis.exists(keys.recall("job", rig.conv))
+    assert await record(waiting=False, touch=True) == recall.next_day_due(T0).timestamp() * 1000
+    assert await rig.redis.hgetall(keys.recall("job", rig.conv)) == {"ttl": "30", "community": "0"}
+    assert await record(waiting=True, touch=False) == T0.timestamp() * 1000  # due now (LT)
+    assert await record(waiting=False, touch=True) == T0.timestamp() * 1000  # never later

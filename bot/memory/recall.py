@@ -17,11 +17,13 @@ in those summaries go too; the summaries they did not feed stay).
 
 The job: the history list keeps the lines past its window until they are summarised
 (``HistoryStore(keep=...)``, so no line falls off before), and the turn's read shows whether
-CHORUS_SUMMARY_AFTER_LINES of them wait (``probe``). Each answered turn then schedules the
+CHORUS_SUMMARY_AFTER_LINES of them wait (``probe``). The turn's write then schedules the
 conversation in the ``due`` zset (``ZADD LT``): now when lines wait, else just after its UTC day
-ends -- one command in the turn's write. The job hash carries the scope's settings (TTL,
-community memory; the worker resolves no scopes) and the last line summarised (``mark``); the
-hash is refreshed with the user's activity, at most once a minute.
+ends. The schedule and the job hash (the scope's settings -- TTL, community memory; the worker
+resolves no scopes -- and ``mark``, the last line summarised) ride with the user's activity
+record, at most once a minute per user and conversation (``touch``), and whenever lines wait:
+one answered message in a busy chat adds no command at all, and a conversation with new lines
+always has a schedule, since its first turn in a minute writes one.
 """
 
 from __future__ import annotations
@@ -201,10 +203,12 @@ def queue_record(
     ttl_seconds: int,
     queue: str = DEFAULT_QUEUE,
 ) -> None:
-    """Schedule the conversation's summary after an answered turn: 1 command, 3 when ``touch``
-    (the scope's settings, kept ``ttl_seconds``: the history's TTL)."""
-    due = now if waiting else next_day_due(now)
-    pipe.zadd(keys.recall_queue(queue), {str(conv): int(due.timestamp() * 1000)}, lt=True)
+    """Schedule the conversation's summary after an answered turn: when lines wait (1
+    command) or with the user's activity record (``touch``: 3, the scope's settings kept
+    ``ttl_seconds``, the history's TTL); else nothing."""
+    if waiting or touch:
+        due = now if waiting else next_day_due(now)
+        pipe.zadd(keys.recall_queue(queue), {str(conv): int(due.timestamp() * 1000)}, lt=True)
     if touch:
         job = keys.recall("job", conv)
         pipe.hset(job, mapping={"ttl": plan.ttl_days, "community": int(plan.community)})
