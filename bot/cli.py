@@ -345,7 +345,7 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
             if drain:
                 later = utcnow() + timedelta(seconds=worker.settings.insights_max_delay + 1)
                 done = await worker.run_once(later)
-                while done:
+                while done or worker.summarised:  # user analyses, then conversation summaries
                     done = await worker.run_once(later)
                 return 0
             health = HealthServer.from_settings(

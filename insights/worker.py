@@ -104,6 +104,7 @@ class InsightsWorker:
         self._stop = asyncio.Event()
         self._running: asyncio.Task[None] | None = None
         self.summariser: Summariser | None = None
+        self.summarised = 0  # conversations the last pass summarised (or looked at)
         if settings.summaries_enabled:
             self.summariser = Summariser(
                 redis,
@@ -127,7 +128,9 @@ class InsightsWorker:
             while not self._stop.is_set():
                 try:
                     done = await self.run_once()
-                    wait = 0.0 if len(done) >= self.batch else await self._idle_wait()
+                    summaries = self.summariser.batch if self.summariser else 1
+                    busy = len(done) >= self.batch or self.summarised >= summaries
+                    wait = 0.0 if busy else await self._idle_wait()
                 except Exception:
                     log.exception("insights pass failed; trying again shortly")
                     wait = self.settings.insights_poll_seconds
@@ -171,8 +174,8 @@ class InsightsWorker:
                 extra={"platform": job.platform, "job": job.member, "outcome": str(outcome)},
             )
             results.append((job.member, outcome))
-        if self.summariser is not None:
-            await self.summariser.run_once(now)  # logs each conversation's outcome
+        if self.summariser is not None:  # logs each conversation's outcome
+            self.summarised = len(await self.summariser.run_once(now))
         return results
 
     async def _process(self, job: ClaimedJob, now: datetime) -> JobOutcome:

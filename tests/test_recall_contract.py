@@ -365,3 +365,30 @@ async def test_the_schedule_rides_with_the_activity_record_or_when_lines_wait(ri
     assert await rig.redis.hgetall(keys.recall("job", rig.conv)) == {"ttl": "30", "community": "0"}
     assert await record(waiting=True, touch=False) == T0.timestamp() * 1000  # due now (LT)
     assert await record(waiting=False, touch=True) == T0.timestamp() * 1000  # never later
+
+
+@pytest.mark.redis
+async def test_the_insights_worker_runs_the_summary_pass(rig: Rig) -> None:
+    from insights.worker import InsightsWorker
+
+    for n in range(8):
+        await rig.turn("ada", f"line {n}", T0)
+    worker = InsightsWorker(
+        rig.redis,
+        rig.provider,
+        "cheap",
+        rig.history,
+        rig.memory,
+        rig.settings,
+        clock=lambda: T0,
+        queue=rig.tag,
+    )
+    assert await worker.run_once(T0) == []  # no user analysis was queued here
+    assert worker.summarised == 1 and len(await rig.summaries()) == 1
+    await worker.run_once(T0)
+    assert worker.summarised == 0  # nothing due until the day ends: a drain stops here
+    off = MemorySettings.model_validate({"CHORUS_SUMMARIES": False})
+    assert (
+        InsightsWorker(rig.redis, rig.provider, "m", rig.history, rig.memory, off).summariser
+        is None
+    )
