@@ -67,33 +67,37 @@ def summaries_block(summaries: Sequence[Summary], text: str, settings: MemorySet
     order = [s.item for s in relevant]
     if recent[0] not in order:
         order.append(recent[0])
-    lines: dict[str, str] = {}
-    for summary in order:
-        line = _summary_line(summary.day, summary.text)
-        candidate = {**lines, summary.day: line}
-        if len(_render("memory/context_summaries", candidate)) <= settings.summary_chars:
-            lines = candidate
-    return _render("memory/context_summaries", lines) if lines else ""
+    ranked = [(s.day, _summary_line(s.day, s.text)) for s in order]
+    return _fit("memory/context_summaries", ranked, settings.summary_chars)  # in date order
 
 
 def community_block(community: Community | None, text: str, settings: MemorySettings) -> str:
     """The ``<community>`` section: the mood, then the notes that fit (empty when none)."""
     if community is None or settings.community_chars <= 0:
         return ""
-    lines: dict[str, str] = {}
+    ranked: list[tuple[str, str]] = []
     if community.mood:
-        mood = prompts.render(
-            "memory/context_mood", mood=data(clip(clean_text(community.mood), MOOD_MAX))
-        )
-        if len(_render("memory/context_community", {"": mood})) <= settings.community_chars:
-            lines[""] = mood
+        mood = clip(clean_text(community.mood), MOOD_MAX)
+        ranked.append(("0", prompts.render("memory/context_mood", mood=data(mood))))
     by_confidence = sorted(community.notes, key=lambda n: -n.confidence)
-    for note in _ranked(by_confidence, text, _note_terms, settings.summary_threshold):
-        line = _note_line(note.kind, note.text)
-        candidate = {**lines, note.message_id + note.text: line}
-        if len(_render("memory/context_community", candidate)) <= settings.community_chars:
-            lines = candidate
-    return _render("memory/context_community", lines) if lines else ""
+    notes = _ranked(by_confidence, text, _note_terms, settings.summary_threshold)
+    ranked += [(f"1{n:03d}", _note_line(note.kind, note.text)) for n, note in enumerate(notes)]
+    return _fit("memory/context_community", ranked, settings.community_chars)
+
+
+def _fit(name: str, ranked: Sequence[tuple[str, str]], budget: int) -> str:
+    """Section ``name`` with the ``(key, line)`` pairs taken in the given (priority) order while
+    it stays within ``budget`` characters, listed by key; empty when none fits."""
+    taken: dict[str, str] = {}
+    for key, line in ranked:
+        trial = {**taken, key: line}
+        if len(_section(name, trial)) <= budget:
+            taken = trial
+    return _section(name, taken) if taken else ""
+
+
+def _section(name: str, taken: dict[str, str]) -> str:
+    return prompts.render(name, lines="\n".join(taken[key] for key in sorted(taken)))
 
 
 @lru_cache(maxsize=4096)
@@ -109,12 +113,3 @@ def _note_line(kind: str, text: str) -> str:
 
 def _note_terms(note: Note) -> str:
     return keywords(note.text)
-
-
-def _render(name: str, lines: dict[str, str]) -> str:
-    ordered = (
-        [lines[key] for key in sorted(lines)]
-        if name.endswith("summaries")
-        else list(lines.values())
-    )
-    return prompts.render(name, lines="\n".join(ordered))
