@@ -392,3 +392,22 @@ async def test_the_insights_worker_runs_the_summary_pass(rig: Rig) -> None:
         InsightsWorker(rig.redis, rig.provider, "m", rig.history, rig.memory, off).summariser
         is None
     )
+
+
+@pytest.mark.redis
+async def test_a_message_deleted_on_its_platform_is_never_summarised(rig: Rig) -> None:
+    await rig.turn("ada", "a line she deleted", T0 - timedelta(days=1))
+    await rig.turn("bo", "a line that stays", T0 - timedelta(days=1))
+    await rig.history.delete_message(rig.conv, f"{rig.tag}-1")
+    await rig.summariser().run_once(T0)
+    (day,) = await rig.summaries()
+    assert "stays" in day.text and "deleted" not in day.text and day.users == (rig.id("bo"),)
+
+
+@pytest.mark.redis
+async def test_the_lines_kept_past_the_window_are_capped(rig: Rig) -> None:
+    entry = HistoryEntry(role="user", text="x", message_id="m", author_id=rig.id("ada"))
+    async with rig.redis.pipeline(transaction=True) as pipe:
+        rig.history.queue_append(pipe, rig.conv, *[entry] * (recall.KEEP_PAST_WINDOW + 50))
+        await pipe.execute()
+    assert await rig.held() == 10 + recall.KEEP_PAST_WINDOW == 370
