@@ -130,3 +130,15 @@ async def test_a_scope_turns_community_memory_on_for_its_channel(
         assert job == {"ttl": "3", "community": "1"}  # the scope's settings, for the worker
     finally:
         await stop(console, listener)
+
+
+def test_community_memory_where_no_summaries_run_is_a_configuration_error(tmp_path: Path) -> None:
+    from bot.settings import ConfigError, load_settings
+
+    config = tmp_path / "chorus.toml"
+    config.write_text('[[scope]]\nmatch = "console"\ncommunity_memory = true\n', encoding="utf-8")
+    env = {"CHORUS_MODEL": "anthropic:claude-test", "ANTHROPIC_API_KEY": "k"}
+    for off in ({"CHORUS_INSIGHTS_ENABLED": "false"}, {"CHORUS_SUMMARIES": "false"}):
+        with pytest.raises(ConfigError, match="community_memory"):
+            load_settings(environ=env | off, env_file=None, config=config, warn=False)
+    assert load_settings(environ=env, env_file=None, config=config, warn=False).file.scopes

@@ -338,6 +338,11 @@ def check_scopes(
             for error in exc.errors():
                 key = ".".join(str(part) for part in error["loc"])
                 problems.append(f"{at(f'engagement.{key}')}: {error['msg']}")
+        if scope.community_memory and not (memory.insights_enabled and memory.summaries_enabled):
+            problems.append(
+                f"{at('community_memory')}: community notes are written by the insights worker's "
+                "summary pass, which is off (CHORUS_INSIGHTS_ENABLED / CHORUS_SUMMARIES)"
+            )
         if scope.insights and not memory.insights_enabled:
             problems.append(
                 f"{at('insights')}: the insights worker is off for the deployment "
