@@ -1,6 +1,7 @@
 """A turn's two Redis round trips: what it reads (the claim, the history, the author's
-memory, the conversation's summaries and community notes: ``read_turn``) and what an answered turn leaves behind besides the reply (its history
-lines, the author's activity, and the insights job).
+memory, the conversation's summaries and community notes: ``read_turn``) and what an answered
+turn leaves behind besides the reply (its history lines, the author's activity, the insights job
+and the summary schedule: ``Kept``, ``queue_activity``).
 
 Why apart from ``core``: the message path decides *whether* and *what* to answer; this module
 decides what is read before and written down after, the writes all queued into the one pipeline
