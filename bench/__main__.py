@@ -15,6 +15,7 @@ async def _main() -> None:
     from bench import (
         backpressure,
         cache,
+        identity,
         memory,
         overhead,
         recall,
@@ -27,6 +28,7 @@ async def _main() -> None:
     sections = [
         await cache.main(),
         await memory.main(),
+        await identity.main(memory.REAL),
         await recall.main(),
         await overhead.main(memory.REAL),
         replay.main(),

@@ -37,7 +37,7 @@ from bot.ops.metrics import Metrics, NullMetrics
 from bot.platform.commands import NativeCommand
 from bot.plugins.loader import LoadedPlugins, load_plugins
 from bot.plugins.runtime import TurnHooks, command_handler
-from bot.router import memory_commands, safety_commands
+from bot.router import link_commands, memory_commands, safety_commands
 from bot.router.core import Router, RouterLimits
 from bot.router.drafts import Drafts
 from bot.router.scoping import ScopedEngagement, Scoping, chain_factory
@@ -137,6 +137,7 @@ class Chorus:
         )
         self.safety.audit.register(self.metrics)
         safety_commands.register(commands, self.safety, self.history)  # before plugins take names
+        link_commands.register(commands, self.memory, audit=self.safety.audit)
         self.plugins = plugins or LoadedPlugins()
         self.native_commands = _install_commands(commands, self.plugins)
         self.hooks = TurnHooks(self.plugins.hooks, timeout=settings.plugins.hook_timeout)

@@ -194,6 +194,11 @@ class ChatMessage(_Frozen):
     text: str
     mentions_bot: bool = False
     is_direct: bool = False
+    private_reply: bool = Field(
+        default=False,
+        description="the answer reaches only the author (a native slash command answered "
+        "ephemerally); a direct message is private anyway (is_direct)",
+    )
     reply_to_id: str | None = None
     reply_to_bot: bool = False
     attachments: tuple[Attachment, ...] = ()

@@ -24,8 +24,11 @@ from bot.events import ChatMessage, MessageDeleted, Reply
 from bot.settings import DiscordSettings
 from tests.loopback.discord_server import (
     BOT_ID,
+    CHANNEL_ID,
+    GUILD_ID,
     DiscordServer,
     bot_mention,
+    load_fixture,
     plain_message,
 )
 
@@ -141,3 +144,53 @@ async def running(
 
 def mention(message_id: int, text: str = "hello", **kw: Any) -> dict[str, Any]:
     return plain_message(message_id, f"<@{BOT_ID}> {text}", mentions=[bot_mention()], **kw)
+
+
+def slash_interaction(
+    interaction_id: str,
+    command: str,
+    options: list[dict[str, Any]] | None = None,
+    *,
+    user_id: str | None = None,
+    token: str = "interaction-token-secret",
+) -> dict[str, Any]:
+    """An INTERACTION_CREATE ``d``: ``/chorus <command>`` with ``options`` in the fixture guild's
+    channel, by the docs example's author (or ``user_id``); the follow-up goes to ``token``."""
+    human = dict(load_fixture("discord_message_create_docs_example")["d"]["author"])
+    if user_id is not None:
+        human["id"] = user_id
+    return {
+        "id": interaction_id,
+        "application_id": str(BOT_ID),
+        "type": 2,
+        "token": token,
+        "version": 1,
+        "guild_id": str(GUILD_ID),
+        "channel_id": str(CHANNEL_ID),
+        "channel": {
+            "id": str(CHANNEL_ID),
+            "type": 0,
+            "guild_id": str(GUILD_ID),
+            "name": "general",
+            "position": 0,
+        },
+        "member": {
+            "user": human,
+            "roles": [],
+            "joined_at": "2015-04-26T06:26:56.936000+00:00",
+            "deaf": False,
+            "mute": False,
+            "flags": 0,
+            "permissions": "0",
+        },
+        "data": {
+            "id": "1",
+            "name": "chorus",
+            "type": 1,
+            "options": [{"name": command, "type": 1, "options": options or []}],
+        },
+        "locale": "en-US",
+        "app_permissions": "0",
+        "entitlements": [],
+        "attachment_size_limit": 10485760,
+    }

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from bot.events import ChatMessage, ConversationKey, MessageDeleted
-from tests.discord_rig import TOKEN, mention, running
+from tests.discord_rig import TOKEN, mention, running, slash_interaction
 from tests.loopback.discord_server import (
     BOT_ID,
     CHANNEL_ID,
@@ -180,59 +179,33 @@ async def test_deletions_publish_message_deleted(server: DiscordServer) -> None:
     ]
 
 
-def _interaction(interaction_id: str, command: str) -> dict[str, Any]:
-    human = load_fixture("discord_message_create_docs_example")["d"]["author"]
-    return {
-        "id": interaction_id,
-        "application_id": str(BOT_ID),
-        "type": 2,
-        "token": "interaction-token-secret",
-        "version": 1,
-        "guild_id": str(GUILD_ID),
-        "channel_id": str(CHANNEL_ID),
-        "channel": {
-            "id": str(CHANNEL_ID),
-            "type": 0,
-            "guild_id": str(GUILD_ID),
-            "name": "general",
-            "position": 0,
-        },
-        "member": {
-            "user": human,
-            "roles": [],
-            "joined_at": "2015-04-26T06:26:56.936000+00:00",
-            "deaf": False,
-            "mute": False,
-            "flags": 0,
-            "permissions": "0",
-        },
-        "data": {
-            "id": "1",
-            "name": "chorus",
-            "type": 1,
-            "options": [{"name": command, "type": 1, "options": []}],
-        },
-        "locale": "en-US",
-        "app_permissions": "0",
-        "entitlements": [],
-        "attachment_size_limit": 10485760,
-    }
-
-
 async def test_slash_command_is_answered_ephemerally(server: DiscordServer) -> None:
     async def commands(message: ChatMessage) -> str:
         return "Nothing pinned yet." if message.text == "/pins" else "?"
 
     async with running(server, commands) as rig:
         (sync,) = server.requests_to("PUT", f"/applications/{BOT_ID}/commands")
-        await server.dispatch("INTERACTION_CREATE", _interaction("3001", "pins"))
+        await server.dispatch("INTERACTION_CREATE", slash_interaction("3001", "pins"))
         (followup,) = await server.wait_request(
             "POST", f"/webhooks/{BOT_ID}/interaction-token-secret"
         )
         await rig.bus.drain(timeout=10)
     (group,) = sync.body
     assert group["name"] == "chorus"
-    assert {o["name"] for o in group["options"]} == {"help", "pins", "forget", "reset"}
+    assert {o["name"] for o in group["options"]} == {
+        "help",
+        "pins",
+        "forget",
+        "reset",
+        "link",
+        "unlink",
+    }
+    by_name = {o["name"]: o for o in group["options"]}
+    (number,) = by_name["forget"]["options"]
+    assert (number["name"], number["type"], number["required"]) == ("number", 4, False)
+    assert (number["min_value"], number["max_value"]) == (1, 1000)
+    (code,) = by_name["link"]["options"]
+    assert (code["name"], code["type"], code["required"]) == ("code", 3, False)
     (seen,) = rig.seen
     assert seen.text == "/pins" and seen.id == "3001" and seen.author.id == str(HUMAN_ID)
     (callback,) = server.requests_to("POST", "/interactions/3001/interaction-token-secret/callback")
@@ -241,3 +214,37 @@ async def test_slash_command_is_answered_ephemerally(server: DiscordServer) -> N
     assert followup.body["flags"] & 64
     assert followup.body["allowed_mentions"] == {"parse": []}
     assert server.requests_to("POST", f"/channels/{CHANNEL_ID}/messages") == []
+
+
+async def test_slash_options_become_the_text_commands_arguments(server: DiscordServer) -> None:
+    async def commands(message: ChatMessage) -> str:
+        return f"got {message.text} privately={message.private_reply}"
+
+    async with running(server, commands) as rig:
+        calls = [
+            ("3101", "forget", [{"name": "number", "type": 4, "value": 2}]),
+            ("3102", "forget", []),
+            ("3103", "link", [{"name": "code", "type": 3, "value": " k7m2pq9x "}]),
+            ("3104", "link", []),
+            ("3105", "unlink", []),
+        ]
+        for interaction_id, command, options in calls:
+            await server.dispatch(
+                "INTERACTION_CREATE", slash_interaction(interaction_id, command, options)
+            )
+        await server.wait_for(
+            lambda: (
+                len(server.requests_to("POST", f"/webhooks/{BOT_ID}/interaction-token-secret"))
+                >= len(calls)
+            )
+        )
+        await rig.bus.drain(timeout=10)
+    texts = {m.id: m.text for m in rig.seen}
+    assert texts == {
+        "3101": "/forget 2",
+        "3102": "/forget",
+        "3103": "/link k7m2pq9x",
+        "3104": "/link",
+        "3105": "/unlink",
+    }
+    assert all(m.private_reply for m in rig.seen), "answered ephemerally: a code stays private"

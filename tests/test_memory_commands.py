@@ -104,7 +104,8 @@ async def test_remember_then_pins(rig: Rig) -> None:
         "1. I am a vegan\n"
         "2. Lives in Lyon\n"
         "Your timezone: Europe/Paris\n"
-        "/remember <fact> adds a note; /forget deletes everything."
+        "/remember <fact> adds a note; /forget <number> deletes that entry; "
+        "/forget deletes everything."
     )
     stored = await rig.memory.load("discord", rig.user("ada"))
     assert stored.pins[0].confidence == 1.0 and stored.pins[0].came_from(

@@ -21,6 +21,7 @@ from bot.events import Author, ChatMessage, ConversationKey
 from bot.memory.buffers import MemorySettings, MemoryStore, UserBuffer
 from bot.memory.edit import add_pin, add_recommendation
 from bot.memory.enrichment import render_context
+from bot.memory.people import People
 
 NOW = datetime(2025, 1, 2, 10, 0, tzinfo=UTC)
 OPEN = MemorySettings(
@@ -141,3 +142,53 @@ async def test_isolation_on_both_backends(redis_client: Redis, key_tag: str) -> 
         ("youtube", f"UC:{key_tag}"),
     ]
     await _check(users, [(3, 2), (2, 1), (1, 1), (3, 0), (0, 2)], redis_client)
+
+
+# -- linked identities share, unlinked never do ------------------------------------------------
+async def _check_links(users: list[User], groups: list[int], redis: Redis, tag: str = "") -> None:
+    """``groups[i]`` is the person user i is linked into (a group of one: not linked). Each
+    user's block holds exactly the markers of their group, never another group's."""
+    memory = MemoryStore(redis, OPEN)
+    counts = [(2, 1)] * len(users)
+    await _fill(memory, users, counts)
+    serial = iter(range(len(users)))
+    people = People(memory, person_ids=lambda: f"{tag}p{next(serial)}")  # tagged: cleaned up
+    first_of: dict[int, User] = {}
+    for user, group in zip(users, groups, strict=True):
+        if group in first_of:
+            await people.link(first_of[group], user)
+        else:
+            first_of[group] = user
+    owned = _markers(users, counts)
+    for index, user in enumerate(users):
+        shared = set().union(*(owned[i] for i, g in enumerate(groups) if g == groups[index]))
+        everyone = sorted(set().union(*owned.values()))
+        shown = set(MARKER.findall(await _block_for(memory, redis, user, " ".join(everyone))))
+        assert shown == shared, (user, shown ^ shared)
+
+
+@given(users=_users, data=st.data())
+@settings(max_examples=40, deadline=None)
+def test_linked_identities_share_and_unlinked_never_do(
+    users: list[User], data: st.DataObject
+) -> None:
+    groups = [data.draw(st.integers(0, 2), label="person") for _ in users]
+
+    async def run() -> None:
+        redis = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer(), decode_responses=True)
+        try:
+            await _check_links(users, groups, redis)
+        finally:
+            await redis.aclose()
+
+    asyncio.run(run())
+
+
+async def test_link_isolation_on_both_backends(redis_client: Redis, key_tag: str) -> None:
+    users = [
+        ("discord", f"1:{key_tag}"),
+        ("twitch", f"1:{key_tag}"),
+        ("slack", f"1:{key_tag}"),
+        ("youtube", f"1%3A{key_tag}"),
+    ]
+    await _check_links(users, [0, 0, 1, 2], redis_client, key_tag)

@@ -53,7 +53,7 @@ from insights.analyse import (
     parse_analysis,
     retry_request,
 )
-from tests import golden_plugins, golden_recall, thanks_rig
+from tests import golden_identity, golden_plugins, golden_recall, thanks_rig
 from tests.golden_persona import system_persona
 from tests.golden_progress import progress_texts
 from tests.golden_safety import SAFETY_CASES, shown
@@ -370,13 +370,13 @@ async def _discord(redis: Redis) -> str:
 
     group = build_group(ignore)
     lines = [f"/{group.name}: {group.description}"]
-    lines += [f"/{group.name} {c.name}: {c.description}" for c in group.commands]
+    lines += [golden_identity.slash_line(group.name, c) for c in group.commands]
     roll = build_native(NativeCommand("roll", "Roll dice"), ignore)
     lines += [f"/{roll.name} [{p.name}]: {p.description}" for p in roll.parameters]
     return "\n".join([*lines, no_answer_in_time()])
 
 
-CASES["plugin_commands"] = golden_plugins.plugin_commands
+CASES |= {"plugin_commands": golden_plugins.plugin_commands, **golden_identity.CASES}
 CASES["progress"] = progress_texts
 CASES["system_persona"] = system_persona
 CASES.update(SAFETY_CASES, **golden_recall.CASES, live_thanks=thanks_rig.live_thanks)

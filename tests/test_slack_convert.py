@@ -218,12 +218,17 @@ def test_command_maps_to_text_commands() -> None:
         "Forget my birthday": "/forget my birthday",
         "reset": "/reset",
         "what is this": "/help",
+        "forget 2": "/forget 2",
+        "link": "/link",
+        "LINK k7m2pq9x": "/link k7m2pq9x",
+        "unlink": "/unlink",
     }
     for text, expected in cases.items():
         msg = command_message({**base, "text": text})
         assert msg.text == expected, text
         assert msg.id == base["trigger_id"]
         assert msg.mentions_bot and not msg.is_direct
+        assert msg.private_reply, "answered through response_url, ephemerally"
         assert msg.conversation == ConversationKey(platform="slack", channel="C1")
     assert command_message({**base, "channel_id": "D1", "text": "help"}).is_direct
 

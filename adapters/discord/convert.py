@@ -167,6 +167,7 @@ def command_to_chat(interaction: discord.Interaction, command: str) -> ChatMessa
         text=f"/{command}",
         mentions_bot=True,
         is_direct=interaction.guild_id is None,
+        private_reply=True,  # answered ephemerally
         sent_at=interaction.created_at,
         server=_server(None, interaction),
     )

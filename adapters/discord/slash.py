@@ -1,9 +1,11 @@
 """Native slash commands: the ``/chorus`` group and the plugins' commands, mapped onto text.
 
 Discord shows native commands in its command picker and lets the bot answer them privately
-(ephemeral). The router already answers ``/help``, ``/pins``, ``/forget`` and ``/reset`` as
-text, so each subcommand only forwards its name; the adapter publishes it as a ChatMessage and
-answers the interaction with the Reply. Nothing about a command's behaviour lives here; the
+(ephemeral). The router already answers ``/help``, ``/pins``, ``/forget``, ``/reset``,
+``/link`` and ``/unlink`` as text, so each subcommand only forwards its name (with its option:
+``forget``'s optional ``number``, ``link``'s optional ``code``); the adapter publishes it as a
+ChatMessage and answers the interaction with the Reply. The answer being ephemeral is what lets
+``/link`` show its one-time code privately. Nothing about a command's behaviour lives here; the
 descriptions Discord shows are ``prompts/discord/*``.
 
 A plugin's command (``NativeCommand``) becomes a top-level ``/name`` with one optional ``text``
@@ -29,23 +31,45 @@ SUBCOMMANDS: dict[str, str] = {
     "pins": "discord/command_pins",
     "forget": "discord/command_forget",
     "reset": "discord/command_reset",
+    "link": "discord/command_link",
+    "unlink": "discord/command_unlink",
 }
 
 OnCommand = Callable[[discord.Interaction, str], Awaitable[None]]
 
 
 def build_group(on_command: OnCommand) -> app_commands.Group:
-    """``/chorus help|pins|forget|reset``, each calling ``on_command(interaction, name)``."""
+    """``/chorus help|pins|forget [number]|reset|link [code]|unlink``, each calling
+    ``on_command(interaction, "<name>[ <option>]")``."""
     group = app_commands.Group(name=GROUP_NAME, description=prompts.render("discord/group"))
     for name, prompt in SUBCOMMANDS.items():
+        callback = {"forget": _forget(on_command), "link": _link(on_command)}.get(name)
         group.add_command(
             app_commands.Command(
                 name=name,
                 description=prompts.render(prompt),
-                callback=_forward(on_command, name),
+                callback=callback or _forward(on_command, name),
             )
         )
     return group
+
+
+def _forget(on_command: OnCommand) -> Callable[..., Coroutine[Any, Any, None]]:
+    @app_commands.describe(number=prompts.render("discord/command_forget_number"))
+    async def callback(
+        interaction: discord.Interaction, number: app_commands.Range[int, 1, 1000] | None = None
+    ) -> None:
+        await on_command(interaction, "forget" if number is None else f"forget {number}")
+
+    return callback
+
+
+def _link(on_command: OnCommand) -> Callable[..., Coroutine[Any, Any, None]]:
+    @app_commands.describe(code=prompts.render("discord/command_link_code"))
+    async def callback(interaction: discord.Interaction, code: str = "") -> None:
+        await on_command(interaction, f"link {code.strip()}".strip())
+
+    return callback
 
 
 def _forward(

@@ -38,7 +38,7 @@ from bot.platform.textsplit import split_text
 
 PLATFORM = "slack"
 MESSAGE_LIMIT = 3900  # Slack truncates long text and advises < 4,000 characters per message
-COMMAND_NAMES = ("help", "pins", "forget", "reset")
+COMMAND_NAMES = ("help", "pins", "forget", "reset", "link", "unlink")
 
 # Message subtypes that are a person speaking; everything else (edits, joins, bot_message,
 # channel_topic, ...) is not something to answer.
@@ -224,6 +224,7 @@ def command_message(payload: Mapping[str, Any], *, author: Author | None = None)
         text=text,
         mentions_bot=True,
         is_direct=channel.startswith("D"),
+        private_reply=True,  # answered through response_url, ephemerally
     )
 
 

@@ -31,6 +31,7 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import WatchError
 
 from bot.events import AwareDatetime, ConversationKey, utcnow
+from bot.memory import aliases
 from bot.settings.memory import (
     INSIGHTS_MODELS,
     PIN_TEXT_MAX,
@@ -278,19 +279,22 @@ class MemoryStore:
 
     # reading
     def queue_load(self, pipe: Pipeline, platform: str, user_id: str) -> None:
-        """Queue the read of one buffer (1 command); parse its result with ``parse_load``."""
-        pipe.get(keys.memory(platform, user_id))
+        """Queue the read of one buffer (1 command, following a ``/link`` alias and keeping the
+        link alive: see bot/memory/aliases.py); parse its result with ``parse_load``."""
+        aliases.queue_load(pipe, platform, user_id, refresh_seconds=self.settings.ttl_seconds)
 
     def parse_load(self, results: Sequence[object], *, platform: str, user_id: str) -> UserBuffer:
         """The buffer from the ``LOAD_COMMANDS`` results ``queue_load`` produced."""
         if len(results) != self.LOAD_COMMANDS:
             raise ValueError(f"expected {self.LOAD_COMMANDS} result, got {len(results)}")
-        return decode(cast("str | None", results[0]), platform=platform, user_id=user_id)
+        _, raw = aliases.parse_load(results[0])
+        return decode(raw, platform=platform, user_id=user_id)
 
     async def load(self, platform: str, user_id: str) -> UserBuffer:
-        """One user's buffer, in one round trip."""
-        raw = await self.redis.get(keys.memory(platform, user_id))
-        return decode(cast("str | None", raw), platform=platform, user_id=user_id)
+        """One user's buffer (their linked person's, if linked), in one round trip. The
+        buffer is labelled with the identity asking, whoever's key holds it."""
+        _, raw = await aliases.load(self.redis, platform, user_id)
+        return decode(raw, platform=platform, user_id=user_id)
 
     async def conversations(self, platform: str, user_id: str) -> list[ConversationKey]:
         """The conversations the user spoke in lately (most recent first)."""
@@ -308,11 +312,10 @@ class MemoryStore:
         """Store ``buffer`` (fitted to the caps) in one round trip; returns what was stored.
         Unconditional: use ``update`` when another writer may be at work."""
         fitted = fit(buffer, self.settings)
-        key = keys.memory(buffer.platform, buffer.user_id)
-        if fitted.is_empty:
-            await self.redis.delete(key)
-        else:
-            await self.redis.set(key, encode(fitted), ex=self.settings.ttl_seconds)
+        value = "" if fitted.is_empty else encode(fitted)
+        await aliases.save(
+            self.redis, buffer.platform, buffer.user_id, value, self.settings.ttl_seconds
+        )
         return fitted
 
     async def update(
@@ -329,13 +332,16 @@ class MemoryStore:
         ``unless_forgotten_since``, nothing is written when the user said ``/forget`` after
         that moment, and None is returned: an analysis of forgotten lines never writes back.
         """
+        alias, tomb = keys.person_of(platform, user_id), keys.forgotten(platform, user_id)
         key = keys.memory(platform, user_id)
-        tomb = keys.forgotten(platform, user_id)
         async with self.redis.pipeline(transaction=True) as pipe:
             for _ in range(_WATCH_RETRIES):
-                try:
-                    await pipe.watch(key, tomb)
-                    raw, forgot = await pipe.mget(key, tomb)
+                try:  # the alias is watched too: a /link or /unlink meanwhile retries
+                    await pipe.watch(alias, tomb)
+                    person, forgot = await pipe.mget(alias, tomb)
+                    key = aliases.memory_key(platform, user_id, cast("str | None", person))
+                    await pipe.watch(key)
+                    raw = await pipe.get(key)
                     if _forgotten_since(forgot, unless_forgotten_since):
                         await pipe.unwatch()  # type: ignore[no-untyped-call]
                         return None
@@ -367,7 +373,8 @@ class MemoryStore:
         *,
         now: datetime | None = None,
     ) -> None:
-        """Queue activity (5 commands): refresh the buffer's TTL (never creating it) and record
+        """Queue activity (5 commands): refresh the buffer's TTL (never creating it; a linked
+        identity's link is refreshed by its ``queue_load`` instead) and record
         ``conversation`` in the user's conversation set, pruned to its window and capped."""
         moment = int((now or utcnow()).timestamp())
         window = self.settings.conversation_window

@@ -4,10 +4,16 @@
 rules hold whoever writes: text is cleaned and bounded, a near-duplicate refreshes the pin it
 restates (the newer wording wins) instead of adding a copy, a replacement is validated before
 the pin it replaces is dropped, and the caps evict the weakest entries.
+
+``/pins`` numbers the entries pins first, then recommendations (``numbered``); ``/forget <n>``
+deletes by the entry's fingerprint (``entry_print``) rather than by its position, so an insights
+write landing between the two can shift the numbers but never make ``/forget`` delete another
+entry. ``/link`` joins two buffers with ``merge_buffers``: the same duplicate rule, then the caps.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
@@ -143,17 +149,83 @@ def add_recommendation(
     if tool is not None and not 0 < len(tool) <= TOOL_MAX:
         tool = None
     recs = list(buffer.recommendations)
+    index = _same_recommendation(recs, text, tool)
+    if index is not None:
+        del recs[index]
+        recs.append(Recommendation(text=text, tool=tool, created_at=now))
+        return buffer.model_copy(update={"recommendations": tuple(recs)}), Outcome.UPDATED
+    recs.append(Recommendation(text=text, tool=tool, created_at=now))
+    capped = cap(buffer.model_copy(update={"recommendations": tuple(recs)}), None, max_recs)
+    return capped, Outcome.ADDED
+
+
+Entry = Pin | Recommendation
+
+
+def numbered(buffer: UserBuffer) -> list[Entry]:
+    """The entries in the order ``/pins`` numbers them (from 1): pins, then recommendations."""
+    return [*buffer.pins, *buffer.recommendations]
+
+
+def entry_print(entry: Entry) -> str:
+    """A short fingerprint of one entry as stored (kind, text, tool, creation time): a refined
+    or replaced entry gets a new one."""
+    if isinstance(entry, Pin):
+        parts = ["p", entry.text, "", str(int(entry.created_at.timestamp()))]
+    else:
+        parts = ["r", entry.text, entry.tool or "", str(int(entry.created_at.timestamp()))]
+    return hashlib.blake2b("\x1f".join(parts).encode(), digest_size=6).hexdigest()
+
+
+def remove_entry(buffer: UserBuffer, fingerprint: str) -> UserBuffer | None:
+    """``buffer`` without the entry whose ``entry_print`` is ``fingerprint``; None if none is."""
+    pins = tuple(p for p in buffer.pins if entry_print(p) != fingerprint)
+    recs = tuple(r for r in buffer.recommendations if entry_print(r) != fingerprint)
+    if len(pins) == len(buffer.pins) and len(recs) == len(buffer.recommendations):
+        return None
+    return buffer.model_copy(update={"pins": pins, "recommendations": recs})
+
+
+def merge_buffers(
+    first: UserBuffer, second: UserBuffer, *, max_pins: int, max_recs: int
+) -> UserBuffer:
+    """``first`` (its identity kept) with ``second``'s entries joined: a near-duplicate pin
+    keeps the stronger copy (higher confidence, then the later update), a near-duplicate
+    recommendation (same tool) the newer one; then the caps. The timezone is ``first``'s if
+    it has one."""
+    pins = list(first.pins)
+    for pin in second.pins:
+        index = find_duplicate(pins, pin.text)
+        if index is None:
+            pins.append(pin)
+        elif (pin.confidence, pin.updated_at) > (pins[index].confidence, pins[index].updated_at):
+            pins[index] = pin
+    recs = list(first.recommendations)
+    for rec in second.recommendations:
+        index = _same_recommendation(recs, rec.text, rec.tool)
+        if index is None:
+            recs.append(rec)
+        elif rec.created_at > recs[index].created_at:
+            recs[index] = rec
+    recs.sort(key=lambda r: r.created_at)  # the caps drop the oldest first
+    merged = first.model_copy(
+        update={
+            "pins": tuple(pins),
+            "recommendations": tuple(recs),
+            "timezone": first.timezone or second.timezone,
+        }
+    )
+    return cap(merged, max_pins, max_recs)
+
+
+def _same_recommendation(recs: Sequence[Recommendation], text: str, tool: str | None) -> int | None:
     for index, rec in enumerate(recs):
         if rec.tool == tool and (
             _normal(rec.text) == _normal(text)
             or jaccard(terms(rec.text), terms(text)) >= DUPLICATE_SIMILARITY
         ):
-            del recs[index]
-            recs.append(Recommendation(text=text, tool=tool, created_at=now))
-            return buffer.model_copy(update={"recommendations": tuple(recs)}), Outcome.UPDATED
-    recs.append(Recommendation(text=text, tool=tool, created_at=now))
-    capped = cap(buffer.model_copy(update={"recommendations": tuple(recs)}), None, max_recs)
-    return capped, Outcome.ADDED
+            return index
+    return None
 
 
 def _checked(text: str, limit: int, what: str) -> str:

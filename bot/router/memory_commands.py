@@ -1,13 +1,20 @@
 """The memory commands: ``/pins``, ``/remember``, ``/forget`` and ``/timezone``.
 
 Each acts on the speaker only: identity is the platform plus the author's platform user id,
-so nobody can read or erase another person's memory by taking their display name. ``/forget``
-erases everything kept about the speaker -- the buffer, the summaries and community notes their
-lines fed, their lines in every conversation they spoke in (tracked per user by
-``MemoryStore.queue_touch``), their pending insights job, and on
-the Redis Streams bus their entries still held in the streams (``bot.bus.erasure``; the
-in-process bus keeps nothing) -- and leaves a tombstone so an analysis already running cannot
-write their pins back.
+so nobody can read or erase another person's memory by taking their display name (an identity
+linked with ``/link`` shares one memory with its person's other identities: bot/memory/people.py).
+``/forget`` erases everything kept about the speaker -- the buffer, the summaries and community
+notes their lines fed (bot/memory/recall.py), their lines in every conversation they spoke in
+(tracked per user by ``MemoryStore.queue_touch``), their pending insights job, and on the Redis
+Streams bus their entries still held in the streams (``bot.bus.erasure``; the in-process bus
+keeps nothing) -- and leaves a tombstone so an analysis already running cannot write their pins
+back. On a linked identity it forgets the person: all
+of that for every linked identity, and the links themselves.
+
+``/pins`` numbers the entries (pins, then recommendations) and keeps the fingerprints of what
+it showed for an hour (``keys.user(..., "pinsview")``); ``/forget <n>`` deletes the entry shown
+as ``n`` by its fingerprint, so an insights write landing in between can never make it delete
+another entry: if that entry changed or went, the user is told and shown the list again.
 
 Every sentence they answer with is ``prompts/commands/*``.
 """
@@ -24,14 +31,17 @@ from bot.bus.erasure import BusEraser
 from bot.events import ChatMessage, ConversationKey, utcnow
 from bot.memory import insight_queue, recall
 from bot.memory.buffers import PIN_TEXT_MAX, MemoryStore, UserBuffer, clean_text
-from bot.memory.edit import Outcome, add_pin
+from bot.memory.edit import Outcome, add_pin, entry_print, numbered, remove_entry
+from bot.memory.people import Identity, People
 from bot.router.text_commands import Command, Commands
+from bot.state import keys
 from bot.state.history import HistoryStore
 from bot.state.outages import until_redis_answers
 
 Clock = Callable[[], datetime]
 
 _CLEAR_WORDS = frozenset({"clear", "off", "none", "unset", "reset"})
+PINS_VIEW_SECONDS = 3600
 
 
 def register(
@@ -91,15 +101,25 @@ class _Handlers:
         self._clock = clock
         self._queue = queue
         self._eraser = eraser
+        self._people = People(memory)
 
     async def pins(self, message: ChatMessage, args: str) -> str:
         buffer = await self._memory.load(message.platform, message.author.id)
+        return await self._show(message, buffer)
+
+    async def _show(self, message: ChatMessage, buffer: UserBuffer) -> str:
+        """The numbered list, remembering which entry each number named (for ``/forget <n>``)."""
+        view = keys.user(message.platform, message.author.id, "pinsview")
         if buffer.is_empty:
+            await self._memory.redis.delete(view)
             return prompts.render("commands/pins_empty")
+        entries = numbered(buffer)
+        prints = " ".join(entry_print(entry) for entry in entries)
+        await self._memory.redis.set(view, prints or "-", ex=PINS_VIEW_SECONDS)
         pins = [f"{n}. {pin.text}" for n, pin in enumerate(buffer.pins, 1)]
         recs = [
-            f"- {rec.text}" + (f" (tool: {rec.tool})" if rec.tool else "")
-            for rec in buffer.recommendations
+            f"{n}. {rec.text}" + (f" (tool: {rec.tool})" if rec.tool else "")
+            for n, rec in enumerate(buffer.recommendations, len(pins) + 1)
         ]
         return prompts.render(
             "commands/pins",
@@ -146,24 +166,35 @@ class _Handlers:
         return prompts.render("commands/remember_added", fact=fact)
 
     async def forget(self, message: ChatMessage, args: str) -> str:
+        if args.strip():
+            return await self._forget_one(message, args.strip())
         platform, user_id = message.platform, message.author.id
-        conversations = _unique(
-            [message.conversation, *await self._memory.conversations(platform, user_id)]
-        )
+        person = await self._people.person(platform, user_id)
+        identities = await self._people.identities(platform, user_id)
         removed = 0
         touched = 0
-        for conv in conversations:
-            count = await self._history.forget_author(conv, user_id)
-            removed += count
-            touched += bool(count)
-        # Summaries and community notes their lines fed are dropped (bot/memory/recall.py).
-        await recall.forget_user(self._memory.redis, platform, user_id, conversations)
+        for who_platform, who in identities:
+            known = await self._memory.conversations(who_platform, who)
+            here = [message.conversation] if (who_platform, who) == (platform, user_id) else []
+            convs = _unique([*here, *known])
+            for conv in convs:
+                count = await self._history.forget_author(conv, who)
+                removed += count
+                touched += bool(count)
+            # The summaries and community notes their lines fed are dropped too.
+            await recall.forget_user(self._memory.redis, who_platform, who, convs)
         buffer = await self._memory.load(platform, user_id)
+        for who_platform, who in identities:
+            await self._people.void_code(who_platform, who)
         async with self._memory.redis.pipeline(transaction=True) as pipe:
-            self._memory.queue_forget(pipe, platform, user_id, now=self._clock())
-            insight_queue.queue_cancel(pipe, platform, user_id, queue=self._queue)
+            for who_platform, who in identities:
+                self._memory.queue_forget(pipe, who_platform, who, now=self._clock())
+                insight_queue.queue_cancel(pipe, who_platform, who, queue=self._queue)
+                pipe.delete(keys.user(who_platform, who, "pinsview"))
+            if person is not None:
+                self._people.queue_dissolve(pipe, person, identities)
             await pipe.execute()
-        queued = await self._erase_queued(message)  # last: a failure here keeps the rest done
+        queued = await self._erase_queued(message, identities)  # last: a failure keeps the rest
         parts = [
             _count(len(buffer.pins), "commands/count_note_one", "commands/count_note_other"),
             _count(
@@ -185,17 +216,54 @@ class _Handlers:
             parts.append(_count(queued, "commands/count_queued_one", "commands/count_queued_other"))
         return prompts.render("commands/forget_done", deleted=", ".join(parts))
 
-    async def _erase_queued(self, message: ChatMessage) -> int | None:
-        """The speaker's entries still held by the bus, erased (None: the bus keeps none).
-        Idempotent, so a Redis outage is waited out and the erasure retried."""
+    async def _forget_one(self, message: ChatMessage, args: str) -> str:
+        """``/forget <n>``: the entry ``/pins`` showed as ``n``, found again by fingerprint."""
+        platform, user_id = message.platform, message.author.id
+        if not args.isdigit() or int(args) < 1:
+            return prompts.render("commands/forget_usage")
+        number = int(args)
+        shown = await self._memory.redis.get(keys.user(platform, user_id, "pinsview"))
+        prints = [p for p in str(shown or "").split() if p != "-"]
+        if not shown or number > len(prints):
+            buffer = await self._memory.load(platform, user_id)
+            listing = await self._show(message, buffer)
+            reason = "commands/forget_no_list" if not shown else "commands/forget_no_such"
+            return prompts.render(reason, number=number) + "\n\n" + listing
+        wanted = prints[number - 1]
+        gone: list[str] = []
+
+        def change(buffer: UserBuffer) -> UserBuffer | None:
+            entry = next((e for e in numbered(buffer) if entry_print(e) == wanted), None)
+            kept = remove_entry(buffer, wanted)
+            gone[:] = [entry.text] if entry is not None and kept is not None else []
+            return kept
+
+        stored = await self._memory.update(platform, user_id, change)
+        if not gone:
+            listing = await self._show(
+                message, stored or UserBuffer(platform=platform, user_id=user_id)
+            )
+            return prompts.render("commands/forget_changed", number=number) + "\n\n" + listing
+        return prompts.render("commands/forget_one_done", number=number, text=gone[0])
+
+    async def _erase_queued(self, message: ChatMessage, identities: list[Identity]) -> int | None:
+        """The entries of the speaker (and their linked identities) still held by the bus,
+        erased (None: the bus keeps none). Idempotent, so a Redis outage is waited out and the
+        erasure retried."""
         eraser = self._eraser
         if eraser is None:
             return None
-        erased = await until_redis_answers(
-            "erase a user's bus entries",
-            lambda: eraser.erase_user(message.platform, message.author.id, request=message),
-        )
-        return erased.total
+        total = 0
+        for platform, user_id in identities:
+            asking = (platform, user_id) == (message.platform, message.author.id)
+            erased = await until_redis_answers(
+                "erase a user's bus entries",
+                lambda p=platform, u=user_id, a=asking: eraser.erase_user(  # type: ignore[misc]
+                    p, u, request=message if a else None
+                ),
+            )
+            total += erased.total
+        return total
 
     async def timezone(self, message: ChatMessage, args: str) -> str:
         platform, user_id = message.platform, message.author.id

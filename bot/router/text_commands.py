@@ -1,7 +1,9 @@
 """Text commands (``/help``, ``/reset``) answered without calling the model.
 
 Commands are parsed from the message text so every platform gets them for free; native slash
-commands of Discord and Slack map onto the same handlers. A command never reaches the LLM.
+commands of Discord and Slack map onto the same handlers. Where the chat client keeps ``/`` for
+its own commands (Twitch's and YouTube's web chat), people address the bot instead:
+``@chorus /pins`` is ``/pins`` (``command_text``). A command never reaches the LLM.
 Summaries and replies are ``prompts/commands/*``.
 """
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 
 import prompts
 from bot.events import ChatMessage
+from bot.settings.scopes import LIVE_PLATFORMS
 from bot.state.history import HistoryStore
 
 Handler = Callable[[ChatMessage, str], Awaitable[str]]
@@ -33,6 +36,18 @@ def parse(text: str) -> tuple[str, str] | None:
     return name.lower(), args.strip()
 
 
+def command_text(message: ChatMessage) -> str:
+    """The text a command is parsed from: on the live platforms, a leading ``@mention`` of the
+    bot is skipped (elsewhere the adapter removes the bot's mention itself, and a leading
+    ``@someone`` is not the bot)."""
+    text = message.text.strip()
+    if message.platform in LIVE_PLATFORMS and message.mentions_bot and text.startswith("@"):
+        rest = text.partition(" ")[2].lstrip()
+        if rest.startswith("/"):
+            return rest
+    return text
+
+
 class Commands:
     """The command table of one deployment."""
 
@@ -50,7 +65,7 @@ class Commands:
 
     async def handle(self, message: ChatMessage) -> str | None:
         """The command's answer, or None when the message is not a known command."""
-        parsed = parse(message.text)
+        parsed = parse(command_text(message))
         if parsed is None:
             return None
         name, args = parsed

@@ -24,6 +24,19 @@ Keys (``{platform}`` is ``[a-z0-9_]+``; every other ``{...}`` part is escaped):
     and TTL'd to the longer of CHORUS_MEMORY_TTL and CHORUS_HISTORY_TTL. ``MemoryStore``.
 ``chorus:v1:user:{platform}:{user_id}:forgot`` -- string, epoch ms of the user's last
     ``/forget``; TTL 1 day. An insights analysis that started earlier must not write back.
+``chorus:v1:user:{platform}:{user_id}:person`` -- string, the person id a linked identity
+    belongs to (``/link``); TTL CHORUS_MEMORY_TTL, refreshed by the identity's activity. When
+    set, the identity's memory lives in ``chorus:v1:user:person:{person_id}:memory`` (the pseudo
+    platform ``person``; the id is 24 hex digits) and ``...:person:{person_id}:members`` is the
+    set of its identities (``{platform}:{escaped user_id}``); both TTL CHORUS_MEMORY_TTL,
+    refreshed by any member's activity. bot/memory/aliases.py and bot/memory/people.py.
+``chorus:v1:user:{platform}:{user_id}:pinsview`` -- string, the fingerprints of the entries the
+    user's last ``/pins`` numbered, so ``/forget <n>`` deletes what was shown; TTL 1 hour.
+``chorus:v1:user:{platform}:{user_id}:linkcode`` / ``...:linktries`` -- the one-time code this
+    identity issued last (a new one voids it) / its failed ``/link <code>`` attempts; TTL the
+    code's life / the attempt window (10 minutes).
+``chorus:v1:link:{code}`` -- string, ``{platform}:{escaped user_id}`` of the identity that issued
+    the one-time link code; TTL 10 minutes (2 in public chat), deleted when used (``GETDEL``).
 ``chorus:v1:insights:{queue}:due`` / ``chorus:v1:insights:{queue}:deadline`` -- zsets of
     pending insights jobs, member ``{platform}:{user_id}`` (``insights_member``), score = epoch
     ms when due (debounce) / the latest it may wait (first pending turn +
@@ -156,6 +169,52 @@ def _check_id(name: str, value: str) -> None:
 def memory(platform: str, user_id: str) -> str:
     """One user's buffer: pins, recommendations and timezone in one compact JSON string."""
     return user(platform, user_id, "memory")
+
+
+# -- one person across platforms (/link) ----------------------------------------------------------
+PERSON = "person"  # the pseudo platform of a linked person's keys
+
+
+def person_of(platform: str, user_id: str) -> str:
+    """The alias of a linked identity: the person id it belongs to."""
+    return user(platform, user_id, "person")
+
+
+def person_prefix() -> str:
+    """What every key of a person starts with; the person id and ``:{kind}`` follow (for the Lua
+    scripts that follow an alias: they build ``person_prefix() + person_id + ":memory"``)."""
+    return f"{PREFIX}:user:{PERSON}:"
+
+
+def person_memory(person_id: str) -> str:
+    """A linked person's buffer (``memory`` under the pseudo platform ``person``)."""
+    return memory(PERSON, person_id)
+
+
+def person_members(person_id: str) -> str:
+    """The set of identities (``identity_member``) linked into one person."""
+    return user(PERSON, person_id, "members")
+
+
+def identity_member(platform: str, user_id: str) -> str:
+    """One identity as a set member or a value: ``{platform}:{escaped user_id}``."""
+    _check_token("platform", platform)
+    _check_id("user_id", user_id)
+    return f"{platform}:{_escape_part(user_id)}"
+
+
+def parse_identity_member(value: str) -> tuple[str, str]:
+    """``identity_member``'s inverse: ``(platform, user_id)``."""
+    platform, sep, escaped = value.partition(":")
+    if not sep or not _TOKEN.match(platform) or not escaped:
+        raise ValueError(f"not an identity: {value[:40]!r}")
+    return platform, escaped.replace("%3A", ":").replace("%25", "%")
+
+
+def link_code(code: str) -> str:
+    """A one-time ``/link`` code, naming the identity that issued it."""
+    _check_token("code", code.lower())
+    return f"{PREFIX}:link:{code}"
 
 
 def user_conversations(platform: str, user_id: str) -> str:

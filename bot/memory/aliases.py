@@ -1,0 +1,127 @@
+"""Whose memory an identity reads: its own, or that of the person it is linked into (``/link``).
+
+An identity is ``platform`` + the platform's user id. Once linked (bot/memory/people.py), its
+alias ``keys.person_of`` names a person id, and the memory lives under the person
+(``keys.person_prefix() + person_id + ":memory"``); the identity's own key is no longer used.
+Every reader and writer goes through the alias, so a pin learnt on Twitch is the Discord
+identity's pin too, and the two stay merged until ``/unlink``.
+
+Why a Lua script on the reply path. The router reads a turn in ONE pipelined round trip
+(bot/router/record.py ``read_turn``); following an alias is a read that depends on a read. The
+choices were:
+
+* two round trips (``GET`` the alias, then the memory): doubles the turn's reads, for everyone;
+* ``GET`` the alias and the own buffer together and follow the alias with a second round trip
+  when it is set: one round trip for most users, two for linked ones, plus a race (an
+  ``/unlink`` between the two reads);
+* compute the memory key from a per-process cache of aliases: every worker must learn of a
+  ``/link`` or ``/unlink`` made on another one (a pub/sub invalidation, and a window in which
+  a stale alias reads -- or the insights agent writes -- the wrong buffer);
+* a script that reads the alias and the buffer it names as ONE command, atomically, inside the
+  same pipeline (``LOAD``): still one round trip, for everyone, never stale.
+
+The script won: it costs its body on the wire (about 200 bytes) and a few microseconds of Lua
+in Redis (``bench/identity_read.py`` measures it against the plain ``GET``: see BENCHMARKS.md).
+The scripts name the person's key from the alias's value, which a Redis Cluster would refuse;
+Chorus runs on one Redis (a primary, with replicas if wanted), like the quota scripts.
+
+Activity keeps a link alive in the same script: the reply path's read of a linked identity
+refreshes its alias, the person's memory and its member set (``EXPIRE``, which never creates a
+key). Not in the turn's write, which the claim runs inside its own Lua script
+(bot/bus/claims.py), where a script cannot be called. A member identity that stays silent for
+CHORUS_MEMORY_TTL loses its alias like any inactive user loses their memory; the person (and
+its other identities) keeps what it knows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from bot.state import keys
+
+# KEYS: the alias, the identity's own memory. ARGV: the person prefix, a TTL in seconds (0: none).
+# -> {person id or "", the buffer JSON or false}. A linked identity's read on the reply path
+# also keeps the link alive (the alias, the person's buffer and member set): EXPIRE never creates.
+LOAD = """
+local p = redis.call('GET', KEYS[1])
+if p then
+  local ttl = tonumber(ARGV[2])
+  if ttl > 0 then
+    redis.call('EXPIRE', KEYS[1], ttl)
+    redis.call('EXPIRE', ARGV[1] .. p .. ':members', ttl)
+    redis.call('EXPIRE', ARGV[1] .. p .. ':memory', ttl)
+  end
+  return {p, redis.call('GET', ARGV[1] .. p .. ':memory')}
+end
+return {'', redis.call('GET', KEYS[2])}
+"""
+
+# KEYS: the alias, the identity's own memory. ARGV: the person prefix, the buffer JSON ("" to
+# delete), the TTL in seconds. An unconditional write (``MemoryStore.save``) in one round trip.
+SAVE = """
+local p = redis.call('GET', KEYS[1])
+local key = KEYS[2]
+if p then key = ARGV[1] .. p .. ':memory' end
+if ARGV[2] == '' then return redis.call('DEL', key) end
+redis.call('SET', key, ARGV[2], 'EX', tonumber(ARGV[3]))
+return 1
+"""
+
+
+def memory_key(platform: str, user_id: str, person_id: str | None) -> str:
+    """Where the identity's memory lives, given its alias (None: not linked)."""
+    return keys.memory(keys.PERSON, person_id) if person_id else keys.memory(platform, user_id)
+
+
+def queue_load(pipe: Pipeline, platform: str, user_id: str, *, refresh_seconds: int = 0) -> None:
+    """Queue the alias-following read of one identity's memory (ONE command); with
+    ``refresh_seconds``, a linked identity's link is kept alive that long."""
+    pipe.eval(
+        LOAD,
+        2,
+        keys.person_of(platform, user_id),
+        keys.memory(platform, user_id),
+        keys.person_prefix(),
+        refresh_seconds,
+    )
+
+
+def parse_load(result: object) -> tuple[str | None, str | None]:
+    """``(person id or None, the stored buffer's JSON or None)`` from ``queue_load``'s result."""
+    if not isinstance(result, Sequence) or isinstance(result, str | bytes) or len(result) != 2:
+        raise ValueError(f"unexpected memory read result {result!r:.60}")
+    person, raw = result
+    return (_text(person) or None), (_text(raw) if raw else None)
+
+
+async def load(redis: Redis, platform: str, user_id: str) -> tuple[str | None, str | None]:
+    """``parse_load`` of one ``queue_load``, in one round trip."""
+    result = await redis.eval(
+        LOAD,
+        2,
+        keys.person_of(platform, user_id),
+        keys.memory(platform, user_id),
+        keys.person_prefix(),
+        0,
+    )
+    return parse_load(result)
+
+
+async def save(redis: Redis, platform: str, user_id: str, value: str, ttl_seconds: int) -> None:
+    """Store ``value`` (``""``: delete) where the identity's memory lives, in one round trip."""
+    await redis.eval(
+        SAVE,
+        2,
+        keys.person_of(platform, user_id),
+        keys.memory(platform, user_id),
+        keys.person_prefix(),
+        value,
+        ttl_seconds,
+    )
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
