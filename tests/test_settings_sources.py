@@ -25,6 +25,7 @@ from bot.events import StreamEventKind
 from bot.llm.types import Usage
 from bot.ops.metrics import Metrics
 from bot.settings import ConfigError, Settings, known_variables, load_settings
+from tests.settings_samples_recall import RECALL_SAMPLES
 from tests.settings_samples_safety import SAFETY_SAMPLES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -285,7 +286,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "YOUTUBE_HTTP_TIMEOUT": (("youtube.http_timeout",), "10", 10.0),
 }
 
-SAMPLES.update(SAFETY_SAMPLES)
+SAMPLES.update(SAFETY_SAMPLES, **RECALL_SAMPLES)
 
 
 def at(settings: Settings, path: str) -> Any:
