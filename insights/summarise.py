@@ -87,18 +87,13 @@ def turn_days(entries: Sequence[HistoryEntry]) -> list[str]:
 def after_mark(
     lines: Sequence[tuple[str, HistoryEntry]], mark: str | None
 ) -> list[tuple[str, HistoryEntry]]:
-    """The lines after the last one summarised that is still in the history: found by value,
-    or (deleted meanwhile, e.g. forgotten) by its time; all of them without a mark."""
-    if not mark:
-        return list(lines)
+    """The lines after the last one summarised (the mark, kept in the history as the anchor);
+    all of them without a mark, or when the mark line was deleted meanwhile (a /forget, a
+    platform deletion): a few lines may then be summarised twice, none is skipped."""
     values = [raw for raw, _ in lines]
-    if mark in values:
-        return list(lines[values.index(mark) + 1 :])
-    try:
-        last = HistoryEntry.model_validate_json(mark).at
-    except ValidationError:
+    if not mark or mark not in values:
         return list(lines)
-    return [(raw, entry) for raw, entry in lines if entry.at > last]
+    return list(lines[values.index(mark) + 1 :])
 
 
 def due_lines(pending: Sequence[tuple[str, HistoryEntry]], window: set[str], today: str) -> int:

@@ -125,9 +125,12 @@ class Summariser:
                 log.warning("unreadable history line skipped", extra={"conversation": str(conv)})
         window = {raw for raw, _ in lines[-self.history_max :]}
         pending = after_mark(lines, job.mark)
-        # Lines summarised while in the window that have slid out of it since: not needed.
+        # Lines summarised while in the window that have slid out of it since: not needed (but
+        # the mark stays: it is where the next run starts).
         waiting = {raw for raw, _ in pending}
-        stale = [raw for raw, _ in lines if raw not in waiting and raw not in window]
+        stale = [
+            raw for raw, _ in lines if raw not in waiting and raw not in window and raw != job.mark
+        ]
         ready = due_lines(pending, window, day_of(now))
         if ready == 0:
             if stale:
@@ -153,8 +156,11 @@ class Summariser:
             request = summary_request(self.model, conv, day, summaries.get(day), entries)
             answer, used = await ask(self.provider, request, json_answer(SummaryAnswer))
             usage = usage + used
-            if answer is not None:
-                days[day] = (answer.summary, entries)
+            if answer is None:  # invalid twice: nothing is consumed, the lines are tried later
+                await self.budget.charge_channel(conv.platform, conv.channel, _tokens(usage), now)
+                await self.queue.later(job, now + RETRY_AFTER)
+                return "invalid"
+            days[day] = (answer.summary, entries)
         update = None
         if job.community:
             current = load_community(raw_notes)
@@ -170,7 +176,7 @@ class Summariser:
 
                 update = update_notes
         self.metrics.tokens(self.model, usage)
-        tokens = usage.total_input_tokens + usage.output_tokens
+        tokens = _tokens(usage)
         await self.budget.charge_channel(conv.platform, conv.channel, tokens, now)
         written = await store(
             self.redis,
@@ -196,3 +202,7 @@ class Summariser:
             extra={"conversation": str(conv), "lines": ready, "days": len(days), "tokens": tokens},
         )
         return "summarised"
+
+
+def _tokens(usage: Usage) -> int:
+    return usage.total_input_tokens + usage.output_tokens

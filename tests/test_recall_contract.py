@@ -411,3 +411,30 @@ async def test_the_lines_kept_past_the_window_are_capped(rig: Rig) -> None:
         rig.history.queue_append(pipe, rig.conv, *[entry] * (recall.KEEP_PAST_WINDOW + 50))
         await pipe.execute()
     assert await rig.held() == 10 + recall.KEEP_PAST_WINDOW == 370
+
+
+@pytest.mark.redis
+async def test_an_invalid_summary_consumes_nothing(rig: Rig) -> None:
+    for n in range(8):
+        await rig.turn("ada", f"l{n}", T0)
+    rig.provider.script.extend(["not json", "still not json"])
+    assert await rig.summariser().run_once(T0) == [(str(rig.conv), "invalid")]
+    assert await rig.held() == 16 and await rig.summaries() == ()
+    later = T0 + timedelta(minutes=6)
+    assert await rig.summariser().run_once(later) == [(str(rig.conv), "summarised")]
+
+
+@pytest.mark.redis
+async def test_the_last_line_summarised_stays_as_the_anchor_of_the_next_run(rig: Rig) -> None:
+    for n in range(5):
+        await rig.turn("ada", f"yesterday {n}", T0 - timedelta(days=1))
+    await rig.summariser().run_once(T0)  # all ten summarised; the last is the mark
+    for n in range(5):
+        await rig.turn("ada", f"today {n}", T0)  # the mark is now just past the window
+    rig.clock = T0 + timedelta(days=1)
+    await rig.redis.zadd(keys.recall_queue(rig.tag), {str(rig.conv): 0})  # due at once
+    await rig.summariser().run_once(T0)  # today's lines are in the window: nothing ready
+    assert await rig.held() == 11  # the window, and the mark past it (the rest left)
+    await rig.summariser().run_once(rig.clock)
+    today = [s for s in await rig.summaries() if s.day == "2025-03-10"]
+    assert [s.lines for s in today] == [10] and "today 0" in today[0].text

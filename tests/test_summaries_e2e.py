@@ -122,8 +122,10 @@ async def test_a_fact_said_60_messages_and_two_days_ago_reaches_the_prompt(
                 if fact_day is not None and "Blue Lagoon" in fact_day.text:
                     break
                 await asyncio.sleep(0.2)
-            assert fact_day is not None and "Blue Lagoon" in fact_day.text, days
-            assert str(ada) in fact_day.users  # provenance: whose lines fed it
+            recalled = fact_day is not None and "Blue Lagoon" in fact_day.text
+            if not recalled:
+                raise AssertionError(f"no summary of the fact's day: {days}")
+            assert fact_day is not None and str(ada) in fact_day.users  # whose lines fed it
 
             question = discord_message(
                 question_id,
@@ -133,9 +135,15 @@ async def test_a_fact_said_60_messages_and_two_days_ago_reaches_the_prompt(
             )
             await discord.dispatch("MESSAGE_CREATE", question)
             await discord.wait_for(posted(discord, len(said) + 1), limit=90)
-        finally:
+        except AssertionError as failed:
             proc.send_signal(signal.SIGTERM)
             _, err = await asyncio.wait_for(proc.communicate(), 60)
+            logs = [line for line in err.decode().splitlines() if "summar" in line]
+            raise AssertionError(f"{failed}\n" + "\n".join(logs[-40:])) from None
+        finally:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+                _, err = await asyncio.wait_for(proc.communicate(), 60)
             await _clean(real_redis_url, ada, [*ids, question_id])
         assert proc.returncode == 0, err.decode()[-3000:]
     chats = [b for b in llm.bodies if "output_config" not in b]
