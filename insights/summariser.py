@@ -4,7 +4,8 @@ Per conversation (``insights.recall_jobs`` leases it): read its history (the win
 lines kept past it), summaries and notes (one pipelined read) -> pick the lines that are ready
 (``summarise.due_lines``) -> check the channel's daily insights budget (spent: try after the
 day ends) -> one summary call per day, then the community call if the scope has it -> charge
-the tokens -> ``summarise.store``. A conversation whose history is gone (``/reset``, expired,
+the tokens -> ``summarise.store``. An answer invalid twice consumes nothing: the lines wait
+for a retry after ``RETRY_AFTER``, like after an outage. A conversation whose history is gone (``/reset``, expired,
 erased) is no longer due: its lines lived only as long as the history. A provider outage keeps the lines and retries after a delay;
 any other failure is logged with its traceback and the conversation retried after the same
 delay, so one bad conversation never stalls the others and no line is dropped.
