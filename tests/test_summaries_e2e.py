@@ -116,7 +116,7 @@ async def test_a_fact_said_60_messages_and_two_days_ago_reaches_the_prompt(
                 await discord.dispatch("MESSAGE_CREATE", payload)
                 await discord.wait_for(posted(discord, n + 1), limit=90)
             # The summariser runs once 20 lines have left the 40-line history window.
-            for _ in range(600):
+            for _ in range(1500):  # up to 5 minutes on a loaded machine
                 days = {s.day: s for s in await _summaries(real_redis_url)}
                 fact_day = days.get(recall.day_of(said[0][0]))
                 if fact_day is not None and "Blue Lagoon" in fact_day.text:
