@@ -18,18 +18,18 @@ async def _main() -> None:
         identity,
         memory,
         overhead,
-        recall,
         replay,
         safety,
         scaling,
         streaming,
+        summaries,
     )
 
     sections = [
         await cache.main(),
         await memory.main(),
         await identity.main(memory.REAL),
-        await recall.main(),
+        await summaries.main(),
         await overhead.main(memory.REAL),
         replay.main(),
         safety.main(),

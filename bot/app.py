@@ -30,7 +30,7 @@ from bot.live.turns import LiveChat, platform_overrides, policy_config
 from bot.llm.base import Provider
 from bot.llm.fallback import build_chain
 from bot.memory.buffers import MemoryStore
-from bot.memory.recall import history_room
+from bot.memory.summaries import history_room
 from bot.ops.aio import cancel_and_wait
 from bot.ops.health import HealthServer, adapter_checks, provider_check, redis_check
 from bot.ops.metrics import Metrics, NullMetrics

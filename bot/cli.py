@@ -304,7 +304,7 @@ def _insights_worker(
 ) -> tuple[InsightsWorker, Provider]:
     from bot.llm.registry import build_provider
     from bot.memory.buffers import MemoryStore
-    from bot.memory.recall import history_room
+    from bot.memory.summaries import history_room
     from bot.state.history import HistoryStore
     from insights.worker import InsightsWorker
 

@@ -25,9 +25,9 @@ import prompts
 from bot.events import ConversationKey
 from bot.llm.types import LLMRequest
 from bot.memory.buffers import clean_text, clip
-from bot.memory.recall import MAX_NOTES, MOOD_MAX, NOTE_TEXT_MAX, Community, Note
-from bot.memory.recall_context import data
 from bot.memory.relevance import jaccard, terms
+from bot.memory.summaries import MAX_NOTES, MOOD_MAX, NOTE_TEXT_MAX, Community, Note
+from bot.memory.summaries_context import data
 from bot.state.history import HistoryEntry
 from insights.summarise import authors, name, render_lines, structured_request
 

@@ -15,7 +15,7 @@ The write is one ``WATCH``ed transaction over the summaries, the notes and the `
 tombstones of every author in the batch: if one of them said ``/forget`` after the run began,
 nothing is written (their lines are gone from the pending list already; the next run summarises
 what is left). Otherwise the summaries (pruned to the scope's TTL days) and notes are stored
-with that TTL, each author's recall index learns the conversation (for ``/forget``), the
+with that TTL, each author's summary index learns the conversation (for ``/forget``), the
 summarised lines past the window leave the history (``LREM`` by value, so lines appended or
 forgotten meanwhile are never hit), and the mark moves to the last line summarised.
 """
@@ -37,7 +37,7 @@ from bot.events import ConversationKey
 from bot.llm.base import Provider
 from bot.llm.types import CachePoint, LLMRequest, LLMResponse, Message, TextPart, Usage
 from bot.memory.buffers import clean_text, clip
-from bot.memory.recall import (
+from bot.memory.summaries import (
     MAX_SUMMARIES,
     SUMMARY_TEXT_MAX,
     Community,
@@ -48,7 +48,7 @@ from bot.memory.recall import (
     load_community,
     load_summaries,
 )
-from bot.memory.recall_context import data
+from bot.memory.summaries_context import data
 from bot.state import keys
 from bot.state.history import HistoryEntry
 from insights.analyse import _strict, retry_request  # one strict-schema rule for all vendors
@@ -259,7 +259,7 @@ async def store(
 ) -> bool:
     """Write the run's result (see the module docstring). False: someone in the batch said
     ``/forget`` since ``started``, nothing was written."""
-    sum_key, notes_key = keys.recall("sum", conv), keys.recall("notes", conv)
+    sum_key, notes_key = keys.summary("sum", conv), keys.summary("notes", conv)
     tombs = [keys.forgotten(conv.platform, user) for user in users]
     ttl = ttl_days * 24 * 3600
     keep_since = day_of(now - timedelta(days=ttl_days))
@@ -288,13 +288,13 @@ async def store(
                 history = keys.history(conv)
                 for raw in remove:
                     pipe.lrem(history, 1, raw)
-                pipe.hset(keys.recall("job", conv), "mark", mark)
-                pipe.expire(keys.recall("job", conv), job_ttl)  # a line's text: never kept longer
+                pipe.hset(keys.summary("job", conv), "mark", mark)
+                pipe.expire(keys.summary("job", conv), job_ttl)  # a line's text: never kept longer
                 cited = set(users) & (
                     {u for s in summaries for u in s.users} | (notes.users if notes else set())
                 )
                 for user in cited:
-                    index = keys.user(conv.platform, user, "recall")
+                    index = keys.user(conv.platform, user, "summ")
                     pipe.zadd(index, {str(conv): int(now.timestamp())})
                     pipe.expire(index, ttl)
                 await pipe.execute()

@@ -1,6 +1,6 @@
 """The summary pass of the insights worker: claim due conversations, summarise, store.
 
-Per conversation (``insights.recall_jobs`` leases it): read its history (the window and the
+Per conversation (``insights.summary_jobs`` leases it): read its history (the window and the
 lines kept past it), summaries and notes (one pipelined read) -> pick the lines that are ready
 (``summarise.due_lines``) -> check the channel's daily insights budget (spent: try after the
 day ends) -> one summary call per day, then the community call if the scope has it -> charge
@@ -26,13 +26,12 @@ from bot.llm.base import Provider
 from bot.llm.errors import LLMError
 from bot.llm.types import Usage
 from bot.memory.buffers import MemorySettings
-from bot.memory.recall import DEFAULT_QUEUE, Community, day_of, load_community, load_summaries
+from bot.memory.summaries import DEFAULT_QUEUE, Community, day_of, load_community, load_summaries
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.state import keys
 from bot.state.history import HistoryEntry
 from insights.budget import Budget
 from insights.community import CommunityAnswer, community_request, merge_notes, sourced_notes
-from insights.recall_jobs import ConversationJob, RecallQueue
 from insights.summarise import (
     SummaryAnswer,
     after_mark,
@@ -45,6 +44,7 @@ from insights.summarise import (
     summary_request,
     turn_days,
 )
+from insights.summary_jobs import ConversationJob, SummaryQueue
 
 log = logging.getLogger("chorus.insights.summaries")
 
@@ -77,7 +77,7 @@ class Summariser:
         self.batch = batch
         self.metrics: MetricsSink = metrics or NullMetrics()
         self._clock = clock
-        self.queue = RecallQueue(
+        self.queue = SummaryQueue(
             redis,
             default_ttl_days=settings.summary_ttl_days,
             lease_seconds=lease_seconds,
@@ -111,11 +111,11 @@ class Summariser:
         started = self._clock()
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.lrange(keys.history(conv), 0, -1)
-            pipe.get(keys.recall("sum", conv))
-            pipe.get(keys.recall("notes", conv))
+            pipe.get(keys.summary("sum", conv))
+            pipe.get(keys.summary("notes", conv))
             raw_lines, raw_sum, raw_notes = await pipe.execute()
         if not raw_lines:  # the history is gone (/reset, expiry, erasure): so are its lines
-            await self.redis.delete(keys.recall("job", conv))
+            await self.redis.delete(keys.summary("job", conv))
             await self.queue.finish(job, now, -1)
             return "no_history"
         lines = []

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.events import ConversationKey, utcnow
-from bot.memory import recall
+from bot.memory import summaries as chan
 from bot.state import connect, keys
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.discord_server import BOT_ID, CHANNEL_ID, DiscordServer, bot_mention
@@ -53,12 +53,12 @@ def model(body: dict[str, Any]) -> Any:
 async def _clean(url: str, user_id: int, ids: list[int]) -> None:
     redis = await connect.open_redis(url)
     try:
-        doomed = [keys.history(CONV)] + [keys.recall(k, CONV) for k in recall_kinds()]
+        doomed = [keys.history(CONV)] + [keys.summary(k, CONV) for k in summary_kinds()]
         doomed += [keys.dedupe("discord", str(i)) for i in ids]
         doomed += [k async for k in redis.scan_iter(match=f"chorus:v1:user:discord:{user_id}:*")]
         doomed.append(keys.insights_job("discord", str(user_id)))
         await redis.delete(*doomed)
-        await redis.zrem(keys.recall_queue(), str(CONV))
+        await redis.zrem(keys.summary_queue(), str(CONV))
         member = keys.insights_member("discord", str(user_id))
         await redis.zrem(keys.insights_due(), member)
         await redis.zrem(keys.insights_deadline(), member)
@@ -66,14 +66,14 @@ async def _clean(url: str, user_id: int, ids: list[int]) -> None:
         await redis.aclose()
 
 
-def recall_kinds() -> tuple[str, ...]:
-    return keys.RECALL_KINDS
+def summary_kinds() -> tuple[str, ...]:
+    return keys.SUMMARY_KINDS
 
 
-async def _summaries(url: str) -> tuple[recall.Summary, ...]:
+async def _summaries(url: str) -> tuple[chan.Summary, ...]:
     redis = await connect.open_redis(url)
     try:
-        return recall.load_summaries(await redis.get(keys.recall("sum", CONV)))
+        return chan.load_summaries(await redis.get(keys.summary("sum", CONV)))
     finally:
         await redis.aclose()
 
@@ -118,12 +118,12 @@ async def test_a_fact_said_60_messages_and_two_days_ago_reaches_the_prompt(
             # The summariser runs once 20 lines have left the 40-line history window.
             for _ in range(1500):  # up to 5 minutes on a loaded machine
                 days = {s.day: s for s in await _summaries(real_redis_url)}
-                fact_day = days.get(recall.day_of(said[0][0]))
+                fact_day = days.get(chan.day_of(said[0][0]))
                 if fact_day is not None and "Blue Lagoon" in fact_day.text:
                     break
                 await asyncio.sleep(0.2)
-            recalled = fact_day is not None and "Blue Lagoon" in fact_day.text
-            if not recalled:
+            channel_memory = fact_day is not None and "Blue Lagoon" in fact_day.text
+            if not channel_memory:
                 raise AssertionError(f"no summary of the fact's day: {days}")
             assert fact_day is not None and str(ada) in fact_day.users  # whose lines fed it
 
@@ -152,5 +152,5 @@ async def test_a_fact_said_60_messages_and_two_days_ago_reaches_the_prompt(
     assert "Blue Lagoon" not in history  # the fact left the history long ago...
     tail = json.dumps(asked[-1])
     assert "Where is the meetup on Friday?" in tail
-    summaries = tail[tail.index("<summaries") : tail.index("</summaries>")]
-    assert "Blue Lagoon cafe, Friday at 7pm" in summaries  # ...and its summary brought it back
+    section = tail[tail.index("<summaries") : tail.index("</summaries>")]
+    assert "Blue Lagoon cafe, Friday at 7pm" in section  # ...and its summary brought it back

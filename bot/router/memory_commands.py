@@ -4,7 +4,7 @@ Each acts on the speaker only: identity is the platform plus the author's platfo
 so nobody can read or erase another person's memory by taking their display name (an identity
 linked with ``/link`` shares one memory with its person's other identities: bot/memory/people.py).
 ``/forget`` erases everything kept about the speaker -- the buffer, the summaries and community
-notes their lines fed (bot/memory/recall.py), their lines in every conversation they spoke in
+notes their lines fed (bot/memory/summaries.py), their lines in every conversation they spoke in
 (tracked per user by ``MemoryStore.queue_touch``), their pending insights job, and on the Redis
 Streams bus their entries still held in the streams (``bot.bus.erasure``; the in-process bus
 keeps nothing) -- and leaves a tombstone so an analysis already running cannot write their pins
@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 import prompts
 from bot.bus.erasure import BusEraser
 from bot.events import ChatMessage, ConversationKey, utcnow
-from bot.memory import insight_queue, recall
+from bot.memory import insight_queue, summaries
 from bot.memory.buffers import PIN_TEXT_MAX, MemoryStore, UserBuffer, clean_text
 from bot.memory.edit import Outcome, add_pin, entry_print, numbered, remove_entry
 from bot.memory.people import Identity, People
@@ -182,7 +182,7 @@ class _Handlers:
                 removed += count
                 touched += bool(count)
             # The summaries and community notes their lines fed are dropped too.
-            await recall.forget_user(self._memory.redis, who_platform, who, convs)
+            await summaries.forget_user(self._memory.redis, who_platform, who, convs)
         buffer = await self._memory.load(platform, user_id)
         for who_platform, who in identities:
             await self._people.void_code(who_platform, who)

@@ -23,7 +23,7 @@ from redis.asyncio.client import Pipeline
 
 from bot.bus.claims import Claim, Claims
 from bot.events import ChatMessage, ConversationKey, utcnow
-from bot.memory import recall
+from bot.memory import summaries
 from bot.memory.buffers import MemoryStore, UserBuffer
 from bot.memory.enrichment import render_context
 from bot.memory.insight_queue import InsightJob, queue_enqueue
@@ -44,7 +44,7 @@ TOUCHED_CACHE = 10_000
 class TurnRead:
     history: list[HistoryEntry]
     buffer: UserBuffer | None
-    recalled: recall.Recalled | None = None
+    channel_memory: summaries.ChannelMemory | None = None
     waiting: bool = False  # lines past the history window wait for the summariser
 
 
@@ -64,7 +64,7 @@ class Kept:
 
     def queue_history(self, pipe: Pipeline, history: HistoryStore, conv: ConversationKey) -> None:
         """The lines, kept past the window only where the scope summarises them."""
-        history.queue_append(pipe, conv, *self.entries, keep=self.profile.recall is not None)
+        history.queue_append(pipe, conv, *self.entries, keep=self.profile.summaries is not None)
 
 
 async def read_turn(
@@ -86,9 +86,9 @@ async def read_turn(
         if claim is not None:
             claim.queue_take(pipe)
         history.queue_load(pipe, conv)
-        plan = profile.recall if profile is not None and memory is not None else None
+        plan = profile.summaries if profile is not None and memory is not None else None
         if plan is not None:
-            recall.queue_read(pipe, conv, plan)
+            summaries.queue_read(pipe, conv, plan)
         if memory is not None:
             memory.queue_load(pipe, message.platform, author.id)
         results = await pipe.execute()
@@ -100,15 +100,15 @@ async def read_turn(
             return await read_turn(redis, history, memory, message, None, profile)
         if not outcome:
             return None
-    buffer, recalled = None, None
+    buffer, channel_memory = None, None
     raw = results.pop(0)
     lines, waiting = history.parse_load(conv, raw), history.waiting(raw)
     if plan is not None:
-        recalled = recall.parse_read(results, conv, plan)
+        channel_memory = summaries.parse_read(results, conv, plan)
         del results[: 1 + plan.community]
     if memory is not None:
         buffer = memory.parse_load(results, platform=message.platform, user_id=author.id)
-    return TurnRead(history=lines, buffer=buffer, recalled=recalled, waiting=waiting)
+    return TurnRead(history=lines, buffer=buffer, channel_memory=channel_memory, waiting=waiting)
 
 
 def turn_context(
@@ -118,7 +118,9 @@ def turn_context(
     (e.g. a live-chat turn's own context)."""
     context = ""
     if memory is not None and read.buffer is not None:
-        context = render_context(read.buffer, message, memory.settings, utcnow(), read.recalled)
+        context = render_context(
+            read.buffer, message, memory.settings, utcnow(), read.channel_memory
+        )
     if extra:
         context = f"{extra}\n{context}" if context else extra
     return context
@@ -201,11 +203,11 @@ def queue_activity(
     author, now = message.author, kept.at
     if touch:
         memory.queue_touch(pipe, message.platform, author.id, message.conversation, now=now)
-    insights, plan, settings = kept.profile.insights, kept.profile.recall, memory.settings
+    insights, plan, settings = kept.profile.insights, kept.profile.summaries, memory.settings
     if insights and plan is not None:
         ttl = settings.history_ttl_seconds
         conv, waiting = message.conversation, kept.waiting
-        recall.queue_record(pipe, conv, plan, now, waiting=waiting, touch=touch, ttl_seconds=ttl)
+        summaries.queue_record(pipe, conv, plan, now, waiting=waiting, touch=touch, ttl_seconds=ttl)
     if insights and settings.insights_enabled and not author.is_bot:
         queue_enqueue(
             pipe,

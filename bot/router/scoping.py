@@ -38,7 +38,7 @@ from bot.live.engagement import Engagement, PolicyConfig
 from bot.live.turns import policy_config
 from bot.llm.base import Provider
 from bot.llm.fallback import build_chain
-from bot.memory.recall import RecallPlan
+from bot.memory.summaries import SummaryPlan
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.router.turn import RouterLimits
 from bot.safety.canary import with_canary
@@ -68,7 +68,7 @@ class Profile:
     engagement: Mapping[str, Any] = field(default_factory=dict)  # threshold updates
     memory: bool = True
     insights: bool = True
-    recall: RecallPlan | None = None  # summaries and community notes here (None: none)
+    summaries: SummaryPlan | None = None  # summaries and community notes here (None: none)
 
     def route(self, message: ChatMessage, policy_applies: bool) -> Route:
         """Whether a message is answered, goes through the live-chat policy, or is ignored:
@@ -251,7 +251,7 @@ class Scoping:
             engagement=engagement,
             memory=bool(values.get("memory", True)),
             insights=bool(values.get("insights", settings.memory.insights_enabled)),
-            recall=RecallPlan.of(settings.memory, values),
+            summaries=SummaryPlan.of(settings.memory, values),
         )
 
     def _provider(self, spec: ModelSpec, fallbacks: tuple[ModelSpec, ...]) -> Provider:

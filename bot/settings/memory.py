@@ -69,7 +69,7 @@ class MemorySettings(Section):
         default=30, ge=2, le=200, validation_alias="CHORUS_INSIGHTS_HISTORY"
     )
 
-    # Conversation summaries and community memory (bot/memory/recall.py, insights/summarise.py).
+    # Conversation summaries and community memory (bot/memory/summaries.py, insights/summarise.py).
     summaries_enabled: bool = Field(default=True, validation_alias="CHORUS_SUMMARIES")
     summary_ttl_days: int = Field(
         default=30, ge=1, le=3650, validation_alias="CHORUS_SUMMARY_TTL_DAYS"

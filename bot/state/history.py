@@ -5,7 +5,7 @@ The reply path reads history once (``LRANGE``) and writes it once (``RPUSH`` + `
 round trips. The list is capped so memory stays bounded, and its TTL is refreshed on every append
 so a quiet conversation is forgotten after CHORUS_HISTORY_TTL.
 
-Where conversation summaries are on (bot/memory/recall.py), the list also keeps up to ``keep``
+Where conversation summaries are on (bot/memory/summaries.py), the list also keeps up to ``keep``
 older lines past the window until the summariser has folded them into a summary and removed
 them: the window is trimmed by ``LTRIM`` inside the write transaction, and keeping the lines in
 the same list is the only way, without Lua, to be sure none is lost before it is summarised (and

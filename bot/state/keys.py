@@ -100,15 +100,15 @@ same pipeline as the write. A dedupe key is ``SET NX`` by the router when it cla
     (``SET NX``) when the one "over the limit" notice of that period was sent; expires with it.
     Checked and counted atomically by one Lua script (bot/safety/quota.py), so every worker
     shares the limits.
-``chorus:v1:recall:{kind}:{platform}:{channel}[:{thread}]`` -- what a conversation keeps past its
-    history (bot/memory/recall.py). ``sum``: string, JSON list of daily summaries; ``notes``:
+``chorus:v1:summ:{kind}:{platform}:{channel}[:{thread}]`` -- what a conversation keeps past its
+    history (bot/memory/summaries.py). ``sum``: string, JSON list of daily summaries; ``notes``:
     string, JSON community notes and mood; both TTL the scope's CHORUS_SUMMARY_TTL_DAYS. ``job``:
     hash of the summariser's settings (``ttl`` days, ``community``) and ``mark``, the last line
     summarised; TTL CHORUS_HISTORY_TTL. ``lease``: the summarising worker's token (``SET NX PX``).
     (The lines awaiting a summary stay in the ``hist`` list, past its window.)
-``chorus:v1:recall:{queue}:due`` -- zset, conversation -> epoch ms when its summary is due (``ZADD
+``chorus:v1:summ:{queue}:due`` -- zset, conversation -> epoch ms when its summary is due (``ZADD
     LT``: now when lines wait, else after its UTC day); removed when nothing waits.
-``chorus:v1:user:{platform}:{user_id}:recall`` -- zset, conversation -> epoch seconds: the
+``chorus:v1:user:{platform}:{user_id}:summ`` -- zset, conversation -> epoch seconds: the
     summaries and notes that cite the user, for ``/forget``; TTL as ``sum``.
 ``chorus:v1:safety:users:{platform}:{channel}`` -- hash, user id -> ``block`` or ``allow``, set
     by moderators' ``/block`` and ``/allow`` (bot/safety/users.py). No TTL: a moderator's
@@ -387,20 +387,20 @@ def live(kind: str, conv: ConversationKey) -> str:
 
 
 # -- recall: summaries and community notes ------------------------------------------------------
-RECALL_KINDS = ("sum", "notes", "job", "lease")
+SUMMARY_KINDS = ("sum", "notes", "job", "lease")
 
 
-def recall(kind: str, conv: ConversationKey) -> str:
-    """One part (``RECALL_KINDS``) of what a conversation keeps past its history."""
-    if kind not in RECALL_KINDS:
-        raise ValueError(f"kind must be one of {RECALL_KINDS}, got {kind!r}")
-    return f"{PREFIX}:recall:{kind}:{conv}"
+def summary(kind: str, conv: ConversationKey) -> str:
+    """One part (``SUMMARY_KINDS``) of what a conversation keeps past its history."""
+    if kind not in SUMMARY_KINDS:
+        raise ValueError(f"kind must be one of {SUMMARY_KINDS}, got {kind!r}")
+    return f"{PREFIX}:summ:{kind}:{conv}"
 
 
-def recall_queue(queue: str = "main") -> str:
+def summary_queue(queue: str = "main") -> str:
     """The summariser's zset of due conversations."""
     _check_token("queue", queue)
-    return f"{PREFIX}:recall:{queue}:due"
+    return f"{PREFIX}:summ:{queue}:due"
 
 
 # -- safety: quotas, user lists, the audit trail -------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bot.events import ConversationKey, utcnow
-from bot.memory import recall
+from bot.memory import summaries
 from bot.state import keys
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.roundtrips import counting_round_trips
@@ -22,17 +22,17 @@ from tests.test_memory_e2e import Console, last_chat_prompt, server, start, stop
 __all__ = ["server"]  # the loopback model fixture
 
 
-def seeded(user: str) -> tuple[recall.Summary, recall.Community]:
+def seeded(user: str) -> tuple[summaries.Summary, summaries.Community]:
     at = utcnow() - timedelta(days=2)
-    summary = recall.Summary(
-        day=recall.day_of(at),
+    summary = summaries.Summary(
+        day=summaries.day_of(at),
         text="Ada said the <b>meetup</b> moved to the Blue Lagoon cafe on Friday.",
         users=(user,),
         first=at,
         last=at,
         lines=4,
     )
-    note = recall.Note(
+    note = summaries.Note(
         kind="norm",
         text="Meetups are announced here",
         user=user,
@@ -40,14 +40,14 @@ def seeded(user: str) -> tuple[recall.Summary, recall.Community]:
         at=at,
         confidence=0.9,
     )
-    return summary, recall.Community(notes=(note,), mood="excited", mood_users=(user,))
+    return summary, summaries.Community(notes=(note,), mood="excited", mood_users=(user,))
 
 
 async def seed(console: Console, conv: ConversationKey, user: str) -> None:
     summary, community = seeded(user)
     redis = console.app.redis
-    await redis.set(keys.recall("sum", conv), recall.dump_summaries([summary]), ex=3600)
-    await redis.set(keys.recall("notes", conv), recall.dump_community(community), ex=3600)
+    await redis.set(keys.summary("sum", conv), summaries.dump_summaries([summary]), ex=3600)
+    await redis.set(keys.summary("notes", conv), summaries.dump_community(community), ex=3600)
 
 
 @pytest.mark.redis
@@ -71,11 +71,11 @@ async def test_summaries_reach_the_volatile_tail_in_the_one_read(
         last = chats[-1]["messages"][-1]["content"][-1]
         assert "cache_control" not in last and "<summaries" in last["text"]
         # The answered turn scheduled the conversation's summary, in that same write.
-        due = await console.app.redis.zscore(keys.recall_queue(), str(conv))
-        assert due == int(recall.next_day_due(utcnow()).timestamp() * 1000)  # after its day
+        due = await console.app.redis.zscore(keys.summary_queue(), str(conv))
+        assert due == int(summaries.next_day_due(utcnow()).timestamp() * 1000)  # after its day
     finally:
         await stop(console, listener)
-        await console.app.redis.zrem(keys.recall_queue(), str(conv))
+        await console.app.redis.zrem(keys.summary_queue(), str(conv))
 
 
 @pytest.mark.redis
@@ -89,12 +89,12 @@ async def test_forget_drops_the_summaries_and_notes_the_users_lines_fed(
         await seed(console, conv, ada)
         await console.say("ada", "/forget")
         redis = console.app.redis
-        assert not await redis.exists(keys.recall("sum", conv), keys.recall("notes", conv))
+        assert not await redis.exists(keys.summary("sum", conv), keys.summary("notes", conv))
         await console.say("ada", "Where is the meetup on Friday?")
         assert "Blue Lagoon" not in last_chat_prompt(server)
     finally:
         await stop(console, listener)
-        await console.app.redis.zrem(keys.recall_queue(), str(conv))
+        await console.app.redis.zrem(keys.summary_queue(), str(conv))
 
 
 async def test_a_scope_turns_community_memory_on_for_its_channel(
@@ -126,7 +126,7 @@ async def test_a_scope_turns_community_memory_on_for_its_channel(
         await console.say("ada", "Where is the meetup on Friday?")
         prompt = last_chat_prompt(server)
         assert "mood: excited" in prompt and "Meetups are announced here" in prompt
-        job = await app.redis.hgetall(keys.recall("job", conv))
+        job = await app.redis.hgetall(keys.summary("job", conv))
         assert job == {"ttl": "3", "community": "1"}  # the scope's settings, for the worker
     finally:
         await stop(console, listener)

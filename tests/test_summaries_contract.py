@@ -17,7 +17,7 @@ from bot.events import ConversationKey
 from bot.llm.errors import ProviderUnavailable
 from bot.llm.scripted import Script, ScriptedProvider
 from bot.llm.types import LLMRequest, LLMResponse
-from bot.memory import recall
+from bot.memory import summaries as chan
 from bot.memory.buffers import MemorySettings, MemoryStore
 from bot.state import keys
 from bot.state.history import HistoryEntry, HistoryStore
@@ -53,12 +53,12 @@ class Rig:
         self.redis = redis
         self.tag = tag
         self.settings = MemorySettings.model_validate({"CHORUS_SUMMARY_AFTER_LINES": 4, **settings})
-        room = recall.history_room(self.settings)  # keep lines past the window; probe 4
+        room = chan.history_room(self.settings)  # keep lines past the window; probe 4
         self.history = HistoryStore(redis, max_messages=10, ttl_seconds=3600, **room)
         self.memory = MemoryStore(redis, self.settings)
         self.provider = ScriptedProvider(responder=scripted_model)
         self.conv = ConversationKey(platform="discord", channel=f"general-{tag}")
-        self.plan = recall.RecallPlan(ttl_days=30, community=False)
+        self.plan = chan.SummaryPlan(ttl_days=30, community=False)
         self.clock = T0
         self.turns = 0
 
@@ -102,7 +102,7 @@ class Rig:
         waiting = self.history.waiting(raw)
         async with self.redis.pipeline(transaction=True) as pipe:
             self.history.queue_append(pipe, self.conv, *entries)
-            recall.queue_record(
+            chan.queue_record(
                 pipe,
                 self.conv,
                 self.plan,
@@ -114,18 +114,18 @@ class Rig:
             )
             await pipe.execute()
 
-    async def summaries(self) -> tuple[recall.Summary, ...]:
-        return recall.load_summaries(await self.redis.get(keys.recall("sum", self.conv)))
+    async def summaries(self) -> tuple[chan.Summary, ...]:
+        return chan.load_summaries(await self.redis.get(keys.summary("sum", self.conv)))
 
-    async def community(self) -> recall.Community:
-        return recall.load_community(await self.redis.get(keys.recall("notes", self.conv)))
+    async def community(self) -> chan.Community:
+        return chan.load_community(await self.redis.get(keys.summary("notes", self.conv)))
 
     async def held(self) -> int:
         """Lines in the history list: the window and those kept past it."""
         return int(await self.redis.llen(keys.history(self.conv)))
 
     async def cleanup(self) -> None:
-        await self.redis.delete(keys.recall_queue(self.tag))
+        await self.redis.delete(keys.summary_queue(self.tag))
 
 
 @pytest.fixture
@@ -149,9 +149,9 @@ async def test_lines_leaving_the_history_are_summarised_with_their_provenance(ri
     )
     assert "Bo: line 0" in day.text and "line 3" not in day.text
     assert await rig.held() == 10  # the summarised lines left; the window's lines wait
-    ttl = await rig.redis.ttl(keys.recall("sum", rig.conv))
+    ttl = await rig.redis.ttl(keys.summary("sum", rig.conv))
     assert 29 * 86400 < ttl <= 30 * 86400
-    assert await rig.redis.zrange(keys.user("discord", rig.id("ada"), "recall"), 0, -1) == [
+    assert await rig.redis.zrange(keys.user("discord", rig.id("ada"), "summ"), 0, -1) == [
         str(rig.conv)
     ]
     assert await rig.summariser().run_once(T0) == []  # nothing due until the day ends
@@ -164,7 +164,7 @@ async def test_lines_leaving_the_history_are_summarised_with_their_provenance(ri
     assert "line 0" in rig.provider.requests[-1].messages[0].text
     rig.clock = T0 + timedelta(days=2)  # nothing new: one empty look, then no longer due
     assert await rig.summariser().run_once(rig.clock) == [(str(rig.conv), "nothing_ready")]
-    assert not await rig.redis.zcard(keys.recall_queue(rig.tag))
+    assert not await rig.redis.zcard(keys.summary_queue(rig.tag))
 
 
 @pytest.mark.redis
@@ -185,7 +185,7 @@ async def test_community_notes_keep_the_line_they_came_from(
     redis_client: Redis, key_tag: str
 ) -> None:
     rig = Rig(redis_client, key_tag)
-    rig.plan = recall.RecallPlan(ttl_days=7, community=True)
+    rig.plan = chan.SummaryPlan(ttl_days=7, community=True)
     try:
         for n in range(8):
             await rig.turn("ada", f"rust {n}", T0)
@@ -194,7 +194,7 @@ async def test_community_notes_keep_the_line_they_came_from(
         (note,) = community.notes
         assert (note.user, note.message_id, note.at) == (rig.id("ada"), f"{key_tag}-1", T0)
         assert note.text == "talks about rust 0" and community.mood == "busy"
-        ttl = await redis_client.ttl(keys.recall("notes", rig.conv))
+        ttl = await redis_client.ttl(keys.summary("notes", rig.conv))
         assert 6 * 86400 < ttl <= 7 * 86400
     finally:
         await rig.cleanup()
@@ -205,7 +205,7 @@ async def test_forget_drops_what_the_users_lines_fed_and_keeps_the_rest(
     redis_client: Redis, key_tag: str
 ) -> None:
     rig = Rig(redis_client, key_tag)
-    rig.plan = recall.RecallPlan(ttl_days=30, community=True)
+    rig.plan = chan.SummaryPlan(ttl_days=30, community=True)
     try:
         await rig.turn("ada", "ada's plan", T0 - timedelta(days=2))
         await rig.turn("bo", "bo's plan", T0 - timedelta(days=1))
@@ -214,8 +214,8 @@ async def test_forget_drops_what_the_users_lines_fed_and_keeps_the_rest(
         assert len(await rig.summaries()) == 2 and (await rig.community()).notes
         await rig.turn("ada", "ada again", T0)  # pending, not summarised yet
         await rig.history.forget_author(rig.conv, rig.id("ada"))
-        # No conversation given: the user's recall index finds the summaries and notes.
-        gone = await recall.forget_user(redis_client, "discord", rig.id("ada"), [])
+        # No conversation given: the user's summary index finds the summaries and notes.
+        gone = await chan.forget_user(redis_client, "discord", rig.id("ada"), [])
         assert (gone.summaries, gone.notes) == (1, 1)
         assert [s.users for s in await rig.summaries()] == [(rig.id("bo"),)]
         community = await rig.community()
@@ -224,7 +224,7 @@ async def test_forget_drops_what_the_users_lines_fed_and_keeps_the_rest(
         left = await rig.redis.lrange(keys.history(rig.conv), 0, -1)
         authors = {HistoryEntry.model_validate_json(raw).author_id for raw in left}
         assert rig.id("ada") not in authors and rig.id("bo") in authors
-        assert not await redis_client.exists(keys.user("discord", rig.id("ada"), "recall"))
+        assert not await redis_client.exists(keys.user("discord", rig.id("ada"), "summ"))
     finally:
         await rig.cleanup()
 
@@ -281,18 +281,18 @@ async def test_a_spent_budget_or_an_outage_keeps_the_lines_for_later(
 async def test_the_read_brings_summaries_and_notes_only_where_the_scope_keeps_them(
     rig: Rig,
 ) -> None:
-    s = recall.Summary(day="2025-03-09", text="x", first=T0, last=T0)
-    await rig.redis.set(keys.recall("sum", rig.conv), recall.dump_summaries([s]))
+    s = chan.Summary(day="2025-03-09", text="x", first=T0, last=T0)
+    await rig.redis.set(keys.summary("sum", rig.conv), chan.dump_summaries([s]))
     await rig.redis.set(
-        keys.recall("notes", rig.conv), recall.dump_community(recall.Community(mood="m"))
+        keys.summary("notes", rig.conv), chan.dump_community(chan.Community(mood="m"))
     )
     for community in (False, True):
-        plan = recall.RecallPlan(ttl_days=1, community=community)
+        plan = chan.SummaryPlan(ttl_days=1, community=community)
         async with rig.redis.pipeline(transaction=False) as pipe:
-            count = recall.queue_read(pipe, rig.conv, plan)
+            count = chan.queue_read(pipe, rig.conv, plan)
             results = await pipe.execute()
         assert count == len(results) == 1 + community
-        got = recall.parse_read(results, rig.conv, plan)
+        got = chan.parse_read(results, rig.conv, plan)
         assert got.summaries == (s,)
         assert (got.community.mood if got.community else None) == ("m" if community else None)
 
@@ -304,8 +304,8 @@ async def test_a_conversation_whose_history_is_gone_is_no_longer_due(rig: Rig) -
     await rig.history.clear(rig.conv)  # /reset (or the history's TTL): its lines go with it
     assert await rig.summariser().run_once(T0) == [(str(rig.conv), "no_history")]
     assert not rig.provider.requests
-    assert not await rig.redis.exists(keys.recall("job", rig.conv))
-    assert not await rig.redis.zcard(keys.recall_queue(rig.tag))
+    assert not await rig.redis.exists(keys.summary("job", rig.conv))
+    assert not await rig.redis.zcard(keys.summary_queue(rig.tag))
 
 
 @pytest.mark.redis
@@ -341,11 +341,11 @@ async def test_summarised_lines_leave_the_history_once_out_of_its_window(rig: Ri
 
 @pytest.mark.redis
 async def test_the_schedule_rides_with_the_activity_record_or_when_lines_wait(rig: Rig) -> None:
-    due = keys.recall_queue(rig.tag)
+    due = keys.summary_queue(rig.tag)
 
     async def record(*, waiting: bool, touch: bool) -> float | None:
         async with rig.redis.pipeline(transaction=True) as pipe:
-            recall.queue_record(
+            chan.queue_record(
                 pipe,
                 rig.conv,
                 rig.plan,
@@ -360,9 +360,9 @@ async def test_the_schedule_rides_with_the_activity_record_or_when_lines_wait(ri
         return None if score is None else float(score)
 
     assert await record(waiting=False, touch=False) is None  # a busy chat's turn: no command
-    assert not await rig.redis.exists(keys.recall("job", rig.conv))
-    assert await record(waiting=False, touch=True) == recall.next_day_due(T0).timestamp() * 1000
-    assert await rig.redis.hgetall(keys.recall("job", rig.conv)) == {"ttl": "30", "community": "0"}
+    assert not await rig.redis.exists(keys.summary("job", rig.conv))
+    assert await record(waiting=False, touch=True) == chan.next_day_due(T0).timestamp() * 1000
+    assert await rig.redis.hgetall(keys.summary("job", rig.conv)) == {"ttl": "30", "community": "0"}
     assert await record(waiting=True, touch=False) == T0.timestamp() * 1000  # due now (LT)
     assert await record(waiting=False, touch=True) == T0.timestamp() * 1000  # never later
 
@@ -408,9 +408,9 @@ async def test_a_message_deleted_on_its_platform_is_never_summarised(rig: Rig) -
 async def test_the_lines_kept_past_the_window_are_capped(rig: Rig) -> None:
     entry = HistoryEntry(role="user", text="x", message_id="m", author_id=rig.id("ada"))
     async with rig.redis.pipeline(transaction=True) as pipe:
-        rig.history.queue_append(pipe, rig.conv, *[entry] * (recall.KEEP_PAST_WINDOW + 50))
+        rig.history.queue_append(pipe, rig.conv, *[entry] * (chan.KEEP_PAST_WINDOW + 50))
         await pipe.execute()
-    assert await rig.held() == 10 + recall.KEEP_PAST_WINDOW == 370
+    assert await rig.held() == 10 + chan.KEEP_PAST_WINDOW == 370
 
 
 @pytest.mark.redis
@@ -432,7 +432,7 @@ async def test_the_last_line_summarised_stays_as_the_anchor_of_the_next_run(rig:
     for n in range(5):
         await rig.turn("ada", f"today {n}", T0)  # the mark is now just past the window
     rig.clock = T0 + timedelta(days=1)
-    await rig.redis.zadd(keys.recall_queue(rig.tag), {str(rig.conv): 0})  # due at once
+    await rig.redis.zadd(keys.summary_queue(rig.tag), {str(rig.conv): 0})  # due at once
     await rig.summariser().run_once(T0)  # today's lines are in the window: nothing ready
     assert await rig.held() == 11  # the window, and the mark past it (the rest left)
     await rig.summariser().run_once(rig.clock)

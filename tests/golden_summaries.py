@@ -13,7 +13,7 @@ from bot.events import Author, ChatMessage, ConversationKey
 from bot.llm.types import LLMRequest, TextPart
 from bot.memory.buffers import MemorySettings, UserBuffer
 from bot.memory.enrichment import render_context
-from bot.memory.recall import Community, Note, Recalled, Summary
+from bot.memory.summaries import ChannelMemory, Community, Note, Summary
 from bot.state.history import HistoryEntry
 from insights.community import community_request
 from insights.summarise import summary_request
@@ -77,7 +77,7 @@ LINES = [
 ]
 
 
-async def recall_context(redis: Redis) -> str:
+async def summaries_context(redis: Redis) -> str:
     message = ChatMessage(
         platform="discord",
         id="m10",
@@ -86,8 +86,8 @@ async def recall_context(redis: Redis) -> str:
         text="Where is the meetup on Friday?",
     )
     empty = UserBuffer(platform="discord", user_id="ada")
-    recalled = Recalled(SUMMARIES, COMMUNITY)
-    return render_context(empty, message, MemorySettings(), NOW, recalled)
+    channel_memory = ChannelMemory(SUMMARIES, COMMUNITY)
+    return render_context(empty, message, MemorySettings(), NOW, channel_memory)
 
 
 def _shown(request: LLMRequest) -> str:
@@ -105,7 +105,7 @@ async def community_texts(redis: Redis) -> str:
 
 
 CASES: dict[str, Callable[[Redis], Awaitable[str]]] = {
-    "recall_context": recall_context,
+    "summaries_context": summaries_context,
     "summary_request": summary_texts,
     "community_request": community_texts,
 }

@@ -11,19 +11,19 @@ import pytest
 from bot.events import ConversationKey
 from bot.llm.types import LLMResponse, TextPart
 from bot.memory.buffers import MemorySettings
-from bot.memory.recall import (
+from bot.memory.summaries import (
     MAX_NOTES,
     Community,
     Note,
-    RecallPlan,
     Summary,
+    SummaryPlan,
     dump_community,
     dump_summaries,
     load_community,
     load_summaries,
     next_day_due,
 )
-from bot.memory.recall_context import community_block, summaries_block
+from bot.memory.summaries_context import community_block, summaries_block
 from bot.state.history import HistoryEntry
 from insights.community import CommunityAnswer, NoteProposal, merge_notes, sourced_notes
 from insights.summarise import (
@@ -187,14 +187,15 @@ def test_the_daily_job_runs_just_after_the_utc_day_ends() -> None:
 
 def test_a_scope_sets_the_ttl_and_turns_community_memory_on() -> None:
     settings = MemorySettings()
-    plan = RecallPlan.of(settings, {})
-    assert plan == RecallPlan(ttl_days=30, community=False)  # community memory: off by default
-    assert RecallPlan.of(settings, {"summary_ttl_days": 7, "community_memory": True}) == (
-        RecallPlan(ttl_days=7, community=True)
+    plan = SummaryPlan.of(settings, {})
+    assert plan == SummaryPlan(ttl_days=30, community=False)  # community memory: off by default
+    assert SummaryPlan.of(settings, {"summary_ttl_days": 7, "community_memory": True}) == (
+        SummaryPlan(ttl_days=7, community=True)
     )
-    assert RecallPlan.of(MemorySettings.model_validate({"CHORUS_SUMMARIES": False}), {}) is None
+    assert SummaryPlan.of(MemorySettings.model_validate({"CHORUS_SUMMARIES": False}), {}) is None
     assert (
-        RecallPlan.of(MemorySettings.model_validate({"CHORUS_INSIGHTS_ENABLED": False}), {}) is None
+        SummaryPlan.of(MemorySettings.model_validate({"CHORUS_INSIGHTS_ENABLED": False}), {})
+        is None
     )
 
 

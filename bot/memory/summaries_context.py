@@ -21,8 +21,8 @@ from typing import TypeVar
 
 import prompts
 from bot.memory.buffers import MemorySettings, clean_text, clip
-from bot.memory.recall import MOOD_MAX, NOTE_TEXT_MAX, SUMMARY_TEXT_MAX, Community, Note, Summary
 from bot.memory.relevance import STOP_WORDS, Scorer, select
+from bot.memory.summaries import MOOD_MAX, NOTE_TEXT_MAX, SUMMARY_TEXT_MAX, Community, Note, Summary
 
 T = TypeVar("T")
 _WORD = re.compile(r"\w+", re.UNICODE)

@@ -1,4 +1,4 @@
-"""Claiming and finishing summary jobs (the router's side is ``bot.memory.recall.queue_record``).
+"""Claiming and finishing summary jobs (the router's side is ``bot.memory.summaries.queue_record``).
 
 A conversation is due (``due`` zset) when its UTC day is over (next midnight + a grace) or when
 CHORUS_SUMMARY_AFTER_LINES lines wait past its history window (the router saw them: due now).
@@ -19,10 +19,10 @@ from typing import cast
 from redis.asyncio import Redis
 
 from bot.events import ConversationKey
-from bot.memory.recall import DEFAULT_QUEUE, next_day_due
+from bot.memory.summaries import DEFAULT_QUEUE, next_day_due
 from bot.state import keys
 
-log = logging.getLogger("chorus.insights.recall")
+log = logging.getLogger("chorus.insights.summary_jobs")
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class ConversationJob:
     mark: str | None = None  # the last line summarised (a history entry's JSON)
 
 
-class RecallQueue:
+class SummaryQueue:
     def __init__(
         self,
         redis: Redis,
@@ -47,7 +47,7 @@ class RecallQueue:
         self._redis = redis
         self.default_ttl_days = default_ttl_days
         self.lease_seconds = lease_seconds
-        self._due = keys.recall_queue(queue)
+        self._due = keys.summary_queue(queue)
         self._token = token
 
     async def claim_due(self, now: datetime, limit: int) -> list[ConversationJob]:
@@ -74,15 +74,15 @@ class RecallQueue:
         token = self._token()
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.set(
-                keys.recall("lease", conv), token, nx=True, px=round(self.lease_seconds * 1000)
+                keys.summary("lease", conv), token, nx=True, px=round(self.lease_seconds * 1000)
             )
-            pipe.hgetall(keys.recall("job", conv))
+            pipe.hgetall(keys.summary("job", conv))
             leased, data = await pipe.execute()
         if not leased:
             return None
         if not data:  # its lines and settings expired (or were erased): nothing to summarise
             await self._drop(member)
-            await self._redis.delete(keys.recall("lease", conv))
+            await self._redis.delete(keys.summary("lease", conv))
             return None
         try:
             ttl = int(data.get("ttl", self.default_ttl_days))
@@ -95,7 +95,7 @@ class RecallQueue:
         """Release the lease; due again after the next day's end while ``remaining`` lines
         wait (or lines may have come in during the run), else no longer due."""
         member = str(job.conversation)
-        lease = keys.recall("lease", job.conversation)
+        lease = keys.summary("lease", job.conversation)
         holder = await self._redis.get(lease)
         async with self._redis.pipeline(transaction=True) as pipe:
             if remaining >= 0:
@@ -109,7 +109,7 @@ class RecallQueue:
     async def later(self, job: ConversationJob, when: datetime) -> None:
         """Try again at ``when`` (today's budget is spent, or the model is unavailable)."""
         member = str(job.conversation)
-        lease = keys.recall("lease", job.conversation)
+        lease = keys.summary("lease", job.conversation)
         holder = await self._redis.get(lease)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.zadd(self._due, {member: _ms(when)})
@@ -119,7 +119,7 @@ class RecallQueue:
 
     async def release(self, job: ConversationJob) -> None:
         """Give the conversation back as it is (a retry later, e.g. after a /forget raced)."""
-        lease = keys.recall("lease", job.conversation)
+        lease = keys.summary("lease", job.conversation)
         if await self._redis.get(lease) == job.token:
             await self._redis.delete(lease)
 

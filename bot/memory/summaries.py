@@ -44,7 +44,7 @@ from bot.events import AwareDatetime, ConversationKey
 from bot.memory.buffers import MemorySettings
 from bot.state import keys
 
-log = logging.getLogger("chorus.recall")
+log = logging.getLogger("chorus.summaries")
 
 DEFAULT_QUEUE = "main"
 SUMMARY_TEXT_MAX = 600
@@ -100,7 +100,7 @@ class Community(BaseModel):
 
 
 @dataclass(frozen=True)
-class Recalled:
+class ChannelMemory:
     """What the read pipeline brought back for one turn."""
 
     summaries: tuple[Summary, ...] = ()
@@ -108,14 +108,14 @@ class Recalled:
 
 
 @dataclass(frozen=True)
-class RecallPlan:
-    """What a scope asks of recall: summaries kept ``ttl_days``, community memory on or off."""
+class SummaryPlan:
+    """What a scope asks of summaries: summaries kept ``ttl_days``, community memory on or off."""
 
     ttl_days: int
     community: bool
 
     @classmethod
-    def of(cls, settings: MemorySettings, values: Mapping[str, Any]) -> RecallPlan | None:
+    def of(cls, settings: MemorySettings, values: Mapping[str, Any]) -> SummaryPlan | None:
         """The plan from a scope's resolved ``values`` (None: no summaries here, as where the
         scope turns memory or insights off)."""
         insights = values.get("insights", settings.insights_enabled)
@@ -178,24 +178,24 @@ def history_room(settings: MemorySettings) -> dict[str, int]:
 
 
 # -- the reply path: one read, one write --------------------------------------------------------
-def queue_read(pipe: Pipeline, conv: ConversationKey, plan: RecallPlan) -> int:
+def queue_read(pipe: Pipeline, conv: ConversationKey, plan: SummaryPlan) -> int:
     """The summaries and (when on) the community notes; returns how many results to expect."""
-    pipe.get(keys.recall("sum", conv))
+    pipe.get(keys.summary("sum", conv))
     if plan.community:
-        pipe.get(keys.recall("notes", conv))
+        pipe.get(keys.summary("notes", conv))
     return 1 + plan.community
 
 
-def parse_read(results: Sequence[Any], conv: ConversationKey, plan: RecallPlan) -> Recalled:
-    summaries = load_summaries(results[0], keys.recall("sum", conv))
-    community = load_community(results[1], keys.recall("notes", conv)) if plan.community else None
-    return Recalled(summaries, community)
+def parse_read(results: Sequence[Any], conv: ConversationKey, plan: SummaryPlan) -> ChannelMemory:
+    summaries = load_summaries(results[0], keys.summary("sum", conv))
+    community = load_community(results[1], keys.summary("notes", conv)) if plan.community else None
+    return ChannelMemory(summaries, community)
 
 
 def queue_record(
     pipe: Pipeline,
     conv: ConversationKey,
-    plan: RecallPlan,
+    plan: SummaryPlan,
     now: datetime,
     *,
     waiting: bool,
@@ -208,9 +208,9 @@ def queue_record(
     ``ttl_seconds``, the history's TTL); else nothing."""
     if waiting or touch:
         due = now if waiting else next_day_due(now)
-        pipe.zadd(keys.recall_queue(queue), {str(conv): int(due.timestamp() * 1000)}, lt=True)
+        pipe.zadd(keys.summary_queue(queue), {str(conv): int(due.timestamp() * 1000)}, lt=True)
     if touch:
-        job = keys.recall("job", conv)
+        job = keys.summary("job", conv)
         pipe.hset(job, mapping={"ttl": plan.ttl_days, "community": int(plan.community)})
         pipe.expire(job, ttl_seconds)
 
@@ -226,16 +226,16 @@ async def forget_user(
     redis: Redis, platform: str, user_id: str, conversations: Iterable[ConversationKey]
 ) -> Forgotten:
     """Drop every summary fed by ``user_id``'s lines, every note sourced from them and a mood
-    they contributed to, in ``conversations`` and wherever the user's recall index points.
+    they contributed to, in ``conversations`` and wherever the user's summary index points.
     (Their lines awaiting a summary are history lines: ``HistoryStore.forget_author``.)"""
-    cites = keys.user(platform, user_id, "recall")
+    cites = keys.user(platform, user_id, "summ")
     indexed = cast("list[str]", await redis.zrange(cites, 0, -1))  # decoded by connect
     convs = dict.fromkeys(list(conversations))
     for member in indexed:
         try:
             convs.setdefault(ConversationKey.parse(member))
         except ValueError:
-            log.warning("skipping an unreadable conversation in a recall index", exc_info=True)
+            log.warning("skipping an unreadable conversation in a summary index", exc_info=True)
     done = Forgotten()
     for conv in convs:
         if conv.platform != platform:
@@ -248,7 +248,7 @@ async def forget_user(
 
 
 async def _drop_user(redis: Redis, conv: ConversationKey, user_id: str) -> Forgotten:
-    sum_key, notes_key = keys.recall("sum", conv), keys.recall("notes", conv)
+    sum_key, notes_key = keys.summary("sum", conv), keys.summary("notes", conv)
     async with redis.pipeline(transaction=True) as pipe:
         for _ in range(_WATCH_RETRIES):
             try:
@@ -272,7 +272,7 @@ async def _drop_user(redis: Redis, conv: ConversationKey, user_id: str) -> Forgo
                 return gone
             except WatchError:
                 continue
-    raise RuntimeError(f"recall of {conv} kept changing; gave up")
+    raise RuntimeError(f"summaries of {conv} kept changing; gave up")
 
 
 def _queue_set(pipe: Pipeline, key: str, value: str | None) -> None:

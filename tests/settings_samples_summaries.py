@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-RECALL_SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
+SUMMARY_SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_SUMMARIES": (("memory.summaries_enabled",), "false", False),
     "CHORUS_SUMMARY_TTL_DAYS": (("memory.summary_ttl_days",), "7", 7),
     "CHORUS_SUMMARY_CHARS": (("memory.summary_chars",), "1200", 1200),

@@ -1,7 +1,7 @@
 """Recall benchmark: Redis bytes per channel for summaries and community notes, and what they
 cost the reply path.
 
-Bytes are Redis's own ``MEMORY USAGE`` (real Redis only) of one channel's recall keys: the
+Bytes are Redis's own ``MEMORY USAGE`` (real Redis only) of one channel's summary keys: the
 summaries at the default TTL (30 days, one summary each, every summary at its 600-character
 maximum, five authors each), the community notes at their cap (12 notes of 120 characters and
 the mood), and what the history list holds past its window before the summariser takes the lines
@@ -24,23 +24,23 @@ from typing import Any
 
 from bench.memory import REAL
 from bot.events import Author, ChatMessage, ConversationKey, utcnow
-from bot.memory import recall
+from bot.memory import summaries
 from bot.memory.buffers import MemorySettings, UserBuffer
 from bot.memory.enrichment import render_context
 from bot.state import connect, keys
 from bot.state.history import HistoryEntry, HistoryStore
 
 
-def full_summaries(days: int = 30) -> list[recall.Summary]:
+def full_summaries(days: int = 30) -> list[summaries.Summary]:
     now = utcnow()
     out = []
     for n in range(days):
         at = now - timedelta(days=n + 1)
         text = f"Day {n}: the channel planned the meetup and argued about the release. " * 12
         out.append(
-            recall.Summary(
-                day=recall.day_of(at),
-                text=text[: recall.SUMMARY_TEXT_MAX],
+            summaries.Summary(
+                day=summaries.day_of(at),
+                text=text[: summaries.SUMMARY_TEXT_MAX],
                 users=tuple(str(10**17 + n * 10 + u) for u in range(5)),
                 first=at,
                 last=at,
@@ -50,24 +50,24 @@ def full_summaries(days: int = 30) -> list[recall.Summary]:
     return sorted(out, key=lambda s: s.day)
 
 
-def full_community() -> recall.Community:
+def full_community() -> summaries.Community:
     now = utcnow()
     notes = tuple(
-        recall.Note(
+        summaries.Note(
             kind=("topic", "norm", "joke")[n % 3],
             text=(f"note {n} about what this channel keeps coming back to " * 4)[
-                : recall.NOTE_TEXT_MAX
+                : summaries.NOTE_TEXT_MAX
             ],
             user=str(10**17 + n),
             message_id=str(10**18 + n),
             at=now,
             confidence=0.8,
         )
-        for n in range(recall.MAX_NOTES)
+        for n in range(summaries.MAX_NOTES)
     )
-    mood = ("relaxed, joking about the release " * 4)[: recall.MOOD_MAX]
+    mood = ("relaxed, joking about the release " * 4)[: summaries.MOOD_MAX]
     users = tuple(str(10**17 + n) for n in range(8))
-    return recall.Community(notes=notes, mood=mood, mood_users=users, mood_at=now)
+    return summaries.Community(notes=notes, mood=mood, mood_users=users, mood_at=now)
 
 
 async def channel_bytes(url: str) -> dict[str, int]:
@@ -75,8 +75,8 @@ async def channel_bytes(url: str) -> dict[str, int]:
     conv = ConversationKey(platform="discord", channel=f"bench-{uuid.uuid4().hex[:8]}")
     settings = MemorySettings()
     try:
-        await redis.set(keys.recall("sum", conv), recall.dump_summaries(full_summaries()))
-        await redis.set(keys.recall("notes", conv), recall.dump_community(full_community()))
+        await redis.set(keys.summary("sum", conv), summaries.dump_summaries(full_summaries()))
+        await redis.set(keys.summary("notes", conv), summaries.dump_community(full_community()))
         lines = [
             HistoryEntry(
                 role="user",
@@ -89,11 +89,11 @@ async def channel_bytes(url: str) -> dict[str, int]:
             for n in range(40 + settings.summary_after_lines)
         ]
         sizes = {
-            kind: int(await redis.memory_usage(keys.recall(kind, conv)) or 0)
+            kind: int(await redis.memory_usage(keys.summary(kind, conv)) or 0)
             for kind in ("sum", "notes")
         }
         history = HistoryStore(
-            redis, max_messages=40, ttl_seconds=3600, **recall.history_room(settings)
+            redis, max_messages=40, ttl_seconds=3600, **summaries.history_room(settings)
         )
         for label, held in (("window", lines[:40]), ("kept", lines)):
             await redis.delete(keys.history(conv))
@@ -101,7 +101,7 @@ async def channel_bytes(url: str) -> dict[str, int]:
             sizes[label] = int(await redis.memory_usage(keys.history(conv)) or 0)
         sizes["lines"] = sizes.pop("kept") - sizes.pop("window")
         await redis.delete(
-            keys.history(conv), *(keys.recall(kind, conv) for kind in ("sum", "notes"))
+            keys.history(conv), *(keys.summary(kind, conv) for kind in ("sum", "notes"))
         )
         return sizes
     finally:
@@ -109,7 +109,7 @@ async def channel_bytes(url: str) -> dict[str, int]:
 
 
 def render_times(rounds: int = 1000) -> tuple[float, float, float]:
-    """Median milliseconds to render the context block: without recall; with 30 summaries and
+    """Median milliseconds to render the context block: without them; with 30 summaries and
     full notes (their data lines cached, as from the second turn on); p90 of the latter."""
     message = ChatMessage(
         platform="discord",
@@ -120,10 +120,10 @@ def render_times(rounds: int = 1000) -> tuple[float, float, float]:
     )
     buffer = UserBuffer(platform="discord", user_id="ada")
     settings = MemorySettings()
-    recalled = recall.Recalled(tuple(full_summaries()), full_community())
+    channel_memory = summaries.ChannelMemory(tuple(full_summaries()), full_community())
     now = utcnow()
 
-    def samples(with_recall: recall.Recalled | None) -> list[float]:
+    def samples(with_recall: summaries.ChannelMemory | None) -> list[float]:
         render_context(buffer, message, settings, now, with_recall)  # warm the caches
         out = []
         for _ in range(rounds):
@@ -132,7 +132,7 @@ def render_times(rounds: int = 1000) -> tuple[float, float, float]:
             out.append((time.perf_counter() - start) * 1000)
         return sorted(out)
 
-    base, full = samples(None), samples(recalled)
+    base, full = samples(None), samples(channel_memory)
     return statistics.median(base), statistics.median(full), full[int(len(full) * 0.9)]
 
 
@@ -164,10 +164,10 @@ async def round_trips(url: str, messages: int = 20) -> float:
             try:
                 conv = ConversationKey(platform="console", channel=f"ada-{tag}")
                 await app.redis.set(
-                    keys.recall("sum", conv), recall.dump_summaries(full_summaries())
+                    keys.summary("sum", conv), summaries.dump_summaries(full_summaries())
                 )
                 await app.redis.set(
-                    keys.recall("notes", conv), recall.dump_community(full_community())
+                    keys.summary("notes", conv), summaries.dump_community(full_community())
                 )
                 await console.say("ada", "warm-up")
                 from tests.roundtrips import counting_round_trips
@@ -185,7 +185,7 @@ async def main() -> list[str]:
     lines.append("| store | round trips per answered message (summaries + community notes on) |")
     lines.append("|---|---|")
     for label, url in (
-        ("embedded (memory://)", "memory://bench-recall"),
+        ("embedded (memory://)", "memory://bench-summaries"),
         ("Redis 127.0.0.1", REAL),
     ):
         try:
@@ -195,7 +195,7 @@ async def main() -> list[str]:
     base, full, p90 = render_times()
     lines += [
         "",
-        f"context block render: {base:.3f} ms without recall, {full:.2f} ms (p90 {p90:.2f} ms) "
+        f"context block render: {base:.3f} ms without them, {full:.2f} ms (p90 {p90:.2f} ms) "
         "with 30 summaries + 12 notes (median of 1,000 renders each)",
         "",
         "| one channel's key | at its cap | `MEMORY USAGE` bytes |",
@@ -212,7 +212,7 @@ async def main() -> list[str]:
         "lines": "history: 20 lines past the 40-line window x 200 chars",
     }
     for kind, size in sizes.items():
-        name = "hist (the extra)" if kind == "lines" else f"recall:{kind}"
+        name = "hist (the extra)" if kind == "lines" else f"summ:{kind}"
         lines.append(f"| `{name}` | {caps[kind]} | {size:,} |")
     lines.append(f"| total | | {sum(sizes.values()):,} |")
     return lines
