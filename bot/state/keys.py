@@ -386,7 +386,7 @@ def live(kind: str, conv: ConversationKey) -> str:
     return f"{PREFIX}:live:{kind}:{conv}"
 
 
-# -- recall: summaries and community notes ------------------------------------------------------
+# -- summaries and community notes --------------------------------------------------------------
 SUMMARY_KINDS = ("sum", "notes", "job", "lease")
 
 
