@@ -22,6 +22,7 @@ from bot.platform.commands import NativeCommand
 from bot.platform.protocol import PlatformAdapter
 from bot.platform.supervisor import Slot
 from bot.settings import ConfigError, Settings
+from bot.state.live_messages import LiveMessages
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Platform:
     extra: str
     needs_redis: bool
     native_commands: bool = False  # from_section takes the plugins' commands
+    streams: bool = False  # edits streamed answers: from_section takes ``live_store``
 
 
 PLATFORMS = (
@@ -44,8 +46,17 @@ PLATFORMS = (
         "discord",
         False,
         native_commands=True,
+        streams=True,
     ),
-    Platform("slack", "adapters.slack.adapter", "SlackAdapter", "SLACK_BOT_TOKEN", "slack", False),
+    Platform(
+        "slack",
+        "adapters.slack.adapter",
+        "SlackAdapter",
+        "SLACK_BOT_TOKEN",
+        "slack",
+        False,
+        streams=True,
+    ),
     Platform(
         "twitch", "adapters.twitch.adapter", "TwitchAdapter", "TWITCH_CLIENT_ID", "twitch", True
     ),
@@ -99,9 +110,15 @@ def build_slots(
         args: tuple[Any, ...] = (section, bus, redis) if platform.needs_redis else (section, bus)
         if platform.native_commands:
             args = (*args, tuple(commands))
+        options: dict[str, Any] = {}
+        if platform.streams:  # where a streamed answer's live message is, for a restart
+            namespace = settings.state.bus_namespace
+            options["live_store"] = LiveMessages(redis, platform.name, namespace=namespace)
 
-        def build(make: Any = from_section, args: tuple[Any, ...] = args) -> PlatformAdapter:
-            adapter: PlatformAdapter = make(*args)
+        def build(
+            make: Any = from_section, args: tuple[Any, ...] = args, options: Any = options
+        ) -> PlatformAdapter:
+            adapter: PlatformAdapter = make(*args, **options)
             return adapter
 
         add_secrets(section.secret_values())

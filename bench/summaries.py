@@ -124,11 +124,13 @@ def render_times(rounds: int = 1000) -> tuple[float, float, float]:
     now = utcnow()
 
     def samples(with_recall: summaries.ChannelMemory | None) -> list[float]:
-        render_context(buffer, message, settings, now, with_recall)  # warm the caches
+        render_context(
+            buffer, message, settings, now, channel_memory=with_recall
+        )  # warm the caches
         out = []
         for _ in range(rounds):
             start = time.perf_counter()
-            render_context(buffer, message, settings, now, with_recall)
+            render_context(buffer, message, settings, now, channel_memory=with_recall)
             out.append((time.perf_counter() - start) * 1000)
         return sorted(out)
 

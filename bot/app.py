@@ -23,6 +23,7 @@ from bot.bus.erasure import StreamEraser
 from bot.bus.outbox import Outbox
 from bot.bus.retention import StreamRetention
 from bot.bus.spool import Spool
+from bot.knowledge.wiring import RecallParts
 from bot.live.budget import live_reply_gate
 from bot.live.store import RedisLiveStore
 from bot.live.thanks import ThanksConfig
@@ -79,6 +80,7 @@ class Chorus:
         plugins: LoadedPlugins | None = None,
         policies: Policies | None = None,
         moderation: ModerationModel | None = None,
+        recall: RecallParts | None = None,
     ) -> None:
         self.metrics: Metrics | NullMetrics = metrics or NullMetrics()
         self.health: HealthServer | None = None
@@ -109,6 +111,7 @@ class Chorus:
         # chorus.toml's personas and scopes (bot/router/scoping.py); every persona's system text
         # ends with the deployment's canary (bot/safety/canary.py), stable per deployment.
         canary = deployment_canary(settings.safety, settings.llm, settings.agent.bot_name)
+        policies = policies or Policies(settings.safety, settings.quota)
         self.scoping = Scoping(
             settings,
             provider=provider,
@@ -117,6 +120,7 @@ class Chorus:
             metrics=self.metrics,
             agent=self.agent,
             canary=canary,
+            policies=policies,  # each scope's safety tables, compiled with its profile
         )
         self.assembler = self.scoping.default.assembler
         system = self.assembler.system_prompt
@@ -128,13 +132,14 @@ class Chorus:
             commands, self.memory, self.history, eraser=StreamEraser.for_bus(bus, redis)
         )
         self.safety = SafetyGate.from_parts(
-            policies or Policies(settings.safety, settings.quota),
+            policies,
             redis,
             namespace=settings.state.bus_namespace,
             model=moderation,
             leak=LeakCheck(system, canary),
             prices=self.metrics.prices if isinstance(self.metrics, Metrics) else None,
         )
+        self.safety.scope_of = lambda message: self.scoping.profile(message).safety
         self.safety.audit.register(self.metrics)
         safety_commands.register(commands, self.safety, self.history)  # before plugins take names
         link_commands.register(commands, self.memory, audit=self.safety.audit)
@@ -177,6 +182,11 @@ class Chorus:
             ),
         )
         self.router.drafts = Drafts(bus, settings.agent.streams, check=self.safety.guard)
+        # Semantic recall and the knowledge base (bot/knowledge/wiring.py): each message's
+        # knowledge base is its scope's.
+        self.recall = recall or RecallParts.build(settings, redis, self.metrics)
+        self.recall.bind(lambda message: self.scoping.profile(message).knowledge)
+        self.router.recall = self.recall.recall if self.recall.active else None
         self.metrics.register_gauge_callback(
             "chorus_turns_in_flight",
             "Messages this process holds: turns running or queued behind their conversation "
@@ -209,7 +219,12 @@ class Chorus:
             extra = mcp.tools() if mcp else []
             reserved = [t.spec.name for t in (*builtin_tools(settings.tools), *extra)]
             plugins = load_plugins(settings.plugins, reserved_tools=reserved)
-            tools = Toolbox.from_settings(settings.tools, extra_tools=[*extra, *plugins.tools])
+            redis = await connect.open_redis(settings.state.redis_url)
+            owned.append(redis)
+            recall = RecallParts.build(settings, redis, metrics)  # closed by the app
+            tools = Toolbox.from_settings(
+                settings.tools, extra_tools=[*extra, *plugins.tools, *recall.tools]
+            )
             policies = Policies(settings.safety, settings.quota)  # a bad list or pattern: here
             moderation = build_moderation_model(settings.safety, settings.llm)
             if moderation is not None:
@@ -219,8 +234,6 @@ class Chorus:
                     settings.llm, spec, settings.fallback, on_fallback=metrics.llm_fallback
                 )
                 owned.append(provider)
-            redis = await connect.open_redis(settings.state.redis_url)
-            owned.append(redis)
             ordered: Outbox | None = None
             if bus is None:
                 bus = _make_bus(settings, redis)
@@ -251,12 +264,14 @@ class Chorus:
             plugins=plugins,
             policies=policies,
             moderation=moderation,
+            recall=recall,
         )
 
     async def start(self) -> None:
-        """Start the router (a no-op when it already runs)."""
+        """Start the router (a no-op when it already runs) and the knowledge indexer."""
         if self._router_task is not None:
             return
+        await self.recall.start()
         self._router_task = asyncio.create_task(self.router.run(), name="router")
 
     @contextlib.asynccontextmanager
@@ -316,6 +331,7 @@ class Chorus:
         if self.health is not None:
             await self.health.aclose()
         await self.scoping.aclose()
+        await self.recall.aclose()
         await _close_all(self._owns)  # the bus first (newest): its partition leases go back
 
     async def __aenter__(self) -> Chorus:

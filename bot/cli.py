@@ -81,6 +81,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "reload":
         return reload_command(settings)
+    if args.command == "knowledge":
+        from bot.knowledge.command import knowledge_command
+
+        try:
+            return aio.run(knowledge_command(settings, args.action))
+        except ConfigError as exc:
+            print(f"chorus: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
     if args.command == "replay":
         return _replay(args.trace, settings, youtube_read=args.youtube_read)
     try:

@@ -34,7 +34,7 @@ from bot.settings import (
     load_settings,
     restart_only_changes,
 )
-from bot.settings.scopes import DEFAULT_PERSONA, DEPLOYMENT, parse_match, resolve
+from bot.settings.scopes import DEFAULT_PERSONA, DEPLOYMENT, Resolved, parse_match, resolve
 from bot.state.connect import mask_url
 
 if TYPE_CHECKING:
@@ -145,6 +145,7 @@ def describe_scope(settings: Settings, text: str) -> str:
             value = "(the platform's lists)" if key == "engagement.mode" else True
             origin = "default"
         lines.append(f"  {key:<36} {_shown(value):<28} {origin}")
+    lines += _effective_safety(settings, where.platform, channel or where.server or "", resolved)
     lines += ["", "All settings (the environment > .env > chorus.toml > defaults)"]
     for section in type(settings).model_fields:
         part = getattr(settings, section)
@@ -157,6 +158,25 @@ def describe_scope(settings: Settings, text: str) -> str:
                 f"  {section + '.' + name:<36} {shown:<28} {settings.origin(section, name)}"
             )
     return "\n".join(lines)
+
+
+def _effective_safety(
+    settings: Settings, platform: str, channel: str, resolved: Resolved
+) -> list[str]:
+    """What the safety gate applies there: the deployment's rules with the scopes' changes."""
+    from bot.events import ConversationKey
+    from bot.safety.policy import Policies, describe
+
+    policies = Policies(settings.safety, settings.quota)
+    policy = policies.safety_for(
+        ConversationKey(platform=platform, channel=channel or "-"),
+        policies.scoped(resolved.values),
+    )
+    lines = ["Effective safety here (the scopes' keys above over the deployment's rules)"]
+    lines += [
+        f"  {name:<36} {value}" for name, value in describe(policy, model=settings.safety.model)
+    ]
+    return lines
 
 
 def _plain(value: Any) -> str | None:
@@ -259,6 +279,7 @@ def apply_reload(app: Chorus, settings: Settings) -> list[str]:
     engagement = settings.engagement  # checked before anything changes
     default, overrides = policy_config(engagement), platform_overrides(engagement)
     app.scoping.reload(settings)
+    app.recall.reload(settings)  # knowledge bases: checked for changes now
     live = app.router.live
     if live is not None and isinstance(live.engagement, ScopedEngagement):
         live.engagement.refresh(default, overrides)

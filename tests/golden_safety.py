@@ -146,8 +146,27 @@ async def safety_commands_case(redis: Redis) -> str:
     return "\n\n".join(replies)
 
 
+async def safety_commands_scope_case(redis: Redis) -> str:
+    """The list commands where chorus.toml's scope blocks and trusts users of its own."""
+    history = HistoryStore(redis, max_messages=50, ttl_seconds=3600)
+    policies = Policies()
+    scoped = policies.scoped(
+        {"safety.blocked_users": frozenset({"troll_99"}), "safety.allowed_users": frozenset({"bo"})}
+    )
+    gate = SafetyGate(policies, users=UserLists(redis), scope_of=lambda message: scoped)
+    commands = Commands(history)
+    safety_commands.register(commands, gate, history)
+    replies = []
+    for text in ("/block", "/unblock id:troll_99"):
+        reply = await commands.handle(_message(text, "mod", moderator=True))
+        replies.append(f"> {text} (moderator)\n{reply}")
+    await gate.aclose()
+    return "\n\n".join(replies)
+
+
 SAFETY_CASES: dict[str, Case] = {
     "safety_texts": safety_texts,
+    "safety_commands_scope": safety_commands_scope_case,
     "safety_classifier": safety_classifier,
     "safety_commands": safety_commands_case,
     "tool_output": tool_output,

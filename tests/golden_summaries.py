@@ -87,7 +87,7 @@ async def summaries_context(redis: Redis) -> str:
     )
     empty = UserBuffer(platform="discord", user_id="ada")
     channel_memory = ChannelMemory(SUMMARIES, COMMUNITY)
-    return render_context(empty, message, MemorySettings(), NOW, channel_memory)
+    return render_context(empty, message, MemorySettings(), NOW, channel_memory=channel_memory)
 
 
 def _shown(request: LLMRequest) -> str:

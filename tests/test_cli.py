@@ -86,7 +86,16 @@ async def test_version_and_every_subcommand_help_shows_an_example(tmp_path: Path
     top = parser()
     action = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
     commands: dict[str, argparse.ArgumentParser] = action.choices
-    assert set(commands) == {"run", "chat", "insights", "replay", "config", "reload", "init"}
+    assert set(commands) == {
+        "run",
+        "chat",
+        "insights",
+        "replay",
+        "config",
+        "reload",
+        "init",
+        "knowledge",
+    }
     for name, sub in commands.items():
         text = sub.format_help()
         assert "examples:" in text and f"chorus {name}" in text.split("examples:")[1], name

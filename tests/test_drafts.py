@@ -7,7 +7,8 @@ bus is the real in-process one."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from bot.bus.base import InProcessBus
 from bot.bus.topics import outbound_topic
@@ -128,19 +129,38 @@ async def test_streaming_follows_the_setting_and_needs_a_message_to_answer() -> 
 
 # -- the gateway half -----------------------------------------------------------------------------
 class View:
-    def __init__(self) -> None:
+    """A platform's view: one "message" (``ident``) created by the first draft it shows."""
+
+    def __init__(self, ident: str = "msg-1") -> None:
         self.gate = asyncio.Event()
         self.shown: list[str] = []
         self.finished: list[str] = []
+        self.ident = ident
+        self.created = False
+        self.resumed: dict[str, Any] | None = None
+        self.discarded = False
+        self.fail_finish = False
 
     async def pace(self) -> None:
         await self.gate.wait()
 
     async def show(self, draft: ReplyDraft) -> None:
+        self.created = True
         self.shown.append(draft.text)
 
     async def finish(self, reply: Reply) -> None:
+        if self.fail_finish:
+            raise RuntimeError("message_not_found")
         self.finished.append(reply.text)
+
+    def state(self) -> dict[str, Any] | None:
+        return {"id": self.ident} if self.created else None
+
+    def resume(self, state: Mapping[str, Any]) -> None:
+        self.resumed, self.created = dict(state), True
+
+    async def discard(self) -> None:
+        self.discarded = True
 
 
 def draft(text: str, seq: int, reply_to: str = "m1") -> ReplyDraft:

@@ -43,12 +43,14 @@ MAY_IMPORT: dict[str, set[str]] = {
     "bot.plugins": BASE | {"bot.llm", "bot.tools"},
     "bot.safety": BASE | {"bot.llm", "bot.state", "bot.ops"},
     "bot.onboarding": BASE | {"bot.llm"},
+    "bot.knowledge": BASE | {"bot.state", "bot.ops", "bot.llm", "bot.tools", "bot.memory"},
     "bot.router": BASE
     | {"bot.llm", "bot.tools", "bot.state", "bot.ops", "bot.bus", "bot.live", "bot.memory"}
     | {"bot.agent", "bot.plugins", "bot.quota", "bot.safety"},
     "bot.app": BASE
     | {"bot.llm", "bot.tools", "bot.state", "bot.ops", "bot.bus", "bot.live", "bot.memory"}
-    | {"bot.agent", "bot.router", "bot.platform", "bot.plugins", "bot.quota", "bot.safety"},
+    | {"bot.agent", "bot.router", "bot.platform", "bot.plugins", "bot.quota", "bot.safety"}
+    | {"bot.knowledge"},
     "insights": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.memory"},
     "adapters": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.bus", "bot.platform", "bot.quota"},
 }

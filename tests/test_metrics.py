@@ -65,6 +65,7 @@ async def test_chokepoint_counters_and_histograms_move() -> None:
     metrics.tool_call("current_time", "ok")
     metrics.tool_call("fetch_page", "error")
     metrics.insights_job("merged")
+    metrics.recall("timeout")
     metrics.ratelimit_wait("twitch", 0.3)
     metrics.llm_fallback("anthropic:claude-sonnet-4-5", "openai:gpt-4.1-mini")
     metrics.llm_error("gpt-4.1-mini", "ChainExhausted")
@@ -83,6 +84,7 @@ async def test_chokepoint_counters_and_histograms_move() -> None:
     assert got[key("chorus_overhead_seconds_sum")] == pytest.approx(0.0008)
     assert got[key("chorus_tool_calls_total", tool="fetch_page", outcome="error")] == 1
     assert got[key("chorus_insights_jobs_total", outcome="merged")] == 1
+    assert got[key("chorus_recall_queries_total", outcome="timeout")] == 1
     assert got[key("chorus_ratelimit_wait_seconds_count", platform="twitch")] == 1
     assert (
         got[

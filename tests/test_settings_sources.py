@@ -25,6 +25,7 @@ from bot.events import StreamEventKind
 from bot.llm.types import Usage
 from bot.ops.metrics import Metrics
 from bot.settings import ConfigError, Settings, known_variables, load_settings
+from tests.settings_samples_recall import RECALL_SAMPLES
 from tests.settings_samples_safety import SAFETY_SAMPLES
 from tests.settings_samples_summaries import SUMMARY_SAMPLES
 
@@ -287,6 +288,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
 }
 
 SAMPLES.update(SAFETY_SAMPLES, **SUMMARY_SAMPLES)
+SAMPLES.update(RECALL_SAMPLES)
 
 
 def at(settings: Settings, path: str) -> Any:

@@ -30,7 +30,7 @@ from tests.test_chat_e2e import ROOT, base_env, spawn_chorus
 from tests.test_stream_discord_e2e import ANSWER, WORDS
 
 CHANNEL, THREAD, USER = "C111", "1595926230.009600", "W222"  # the mention fixture's
-TIERS = {"chat.startStream": 20, "chat.appendStream": 100, "chat.update": 50}
+TIERS = {"chat.startStream": 20, "chat.appendStream": 100, "chat.update": 50, "chat.stopStream": 20}
 
 
 def expected() -> list[str]:

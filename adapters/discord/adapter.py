@@ -44,7 +44,7 @@ from bot.bus.base import BusClosed, Delivery, EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import Outbound, Reply, ReplyDraft
 from bot.platform.commands import NativeCommand
-from bot.platform.streaming import LiveAnswers
+from bot.platform.streaming import AnswerStore, LiveAnswers
 from bot.resilience import Sleep
 from bot.settings import ConfigError, DiscordSettings
 from bot.settings.discord import PORTAL_URL
@@ -171,6 +171,7 @@ class DiscordAdapter:
         sleep: Sleep = asyncio.sleep,
         client_options: Mapping[str, Any] | None = None,
         commands: Sequence[NativeCommand] = (),
+        live_store: AnswerStore | None = None,
     ) -> None:
         if not settings.token_value():
             raise ConfigError(f"DISCORD_TOKEN is not set; get it at {PORTAL_URL} -> Bot")
@@ -196,7 +197,7 @@ class DiscordAdapter:
             self.sender, self.client.http.send_typing, timeout=settings.typing_timeout
         )
         self._interactions: dict[str, asyncio.Future[Reply]] = {}
-        self.live = LiveAnswers(self._live_view, interval=DRAFT_INTERVAL)  # streamed answers
+        self.live = LiveAnswers(self._live_view, interval=DRAFT_INTERVAL, store=live_store)
         self._outbound: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[None]] = set()
         self._send_slots = asyncio.Semaphore(MAX_CONCURRENT_SENDS)
@@ -204,10 +205,16 @@ class DiscordAdapter:
 
     @classmethod
     def from_section(
-        cls, settings: DiscordSettings, bus: EventBus, commands: Sequence[NativeCommand] = ()
+        cls,
+        settings: DiscordSettings,
+        bus: EventBus,
+        commands: Sequence[NativeCommand] = (),
+        *,
+        live_store: AnswerStore | None = None,
     ) -> DiscordAdapter:
-        """The adapter of the settings root's Discord section (``DISCORD_TOKEN`` is set)."""
-        return cls(bus, settings, commands=commands)
+        """The adapter of the settings root's Discord section (``DISCORD_TOKEN`` is set);
+        ``live_store``: where streamed answers' messages are kept for a restarted gateway."""
+        return cls(bus, settings, commands=commands, live_store=live_store)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def run(self) -> None:

@@ -12,16 +12,19 @@ exactly what an unstreamed reply sends: each message is edited to its piece (unc
 left alone), missing pieces are posted, and messages a longer draft needed are deleted. An edit
 of a message someone deleted meanwhile posts the piece anew.
 
-A gateway that crashed mid-stream loses this state; the next one posts the final answer's
-pieces with the same nonces, Discord hands back the draft messages it already has for them
-(``enforce_nonce``), and ``adopt`` edits them to the final text: still one answer.
+A gateway that crashed mid-stream gets the answer's message ids back from ``LiveAnswers``
+(``state``/``resume``, saved in Redis) and edits them to the final text; a message deleted
+meanwhile is posted anew. Without that record (Redis away) the nonces still hold for a few
+minutes: the next gateway posts the final answer's pieces with the same nonces, Discord hands
+back the draft messages it already has for them (``enforce_nonce``), and ``adopt`` edits them to
+the final text: still one answer.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import discord
@@ -58,6 +61,20 @@ class DiscordLive:
 
     async def pace(self) -> None:
         await self.sender.pace(self.key)
+
+    def state(self) -> dict[str, Any] | None:
+        return {"messages": list(self.messages)} if self.messages else None
+
+    def resume(self, state: Mapping[str, Any]) -> None:
+        self.messages = [int(m) for m in state.get("messages") or ()]
+        self.contents = [""] * len(self.messages)  # unknown: every piece is edited
+
+    async def discard(self) -> None:
+        async with self.sender.lock(self.key):
+            for message_id in self.messages:
+                await self._delete(message_id)
+        self.messages.clear()
+        self.contents.clear()
 
     async def show(self, draft: ReplyDraft) -> None:
         contents = convert.draft_contents(draft)

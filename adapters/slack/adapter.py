@@ -56,7 +56,7 @@ from adapters.slack.transport import AUTH_ERRORS, connect_socket, serve_http
 from bot.bus.base import Delivery, EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import Attachment, AttachmentKind, Author, Outbound, Reply, ReplyDraft
-from bot.platform.streaming import LiveAnswers
+from bot.platform.streaming import AnswerStore, LiveAnswers
 from bot.settings import ConfigError, SlackSettings
 from bot.settings.slack import APPS_URL, SlackMode
 
@@ -96,6 +96,7 @@ class SlackAdapter:
         client: AsyncWebClient | None = None,
         sender: SlackSender | None = None,
         socket_ping_interval: float = 10.0,
+        live_store: AnswerStore | None = None,
     ) -> None:
         self.bus = bus
         self.settings = settings
@@ -115,7 +116,7 @@ class SlackAdapter:
         self._intake = Intake()
         self._lanes: dict[str, deque[tuple[Delivery[Outbound], Reply]]] = {}
         self._native = NativeStreams(enabled=settings.native_streaming)
-        self.live = LiveAnswers(self._live_view, interval=DRAFT_INTERVAL)  # streamed answers
+        self.live = LiveAnswers(self._live_view, interval=DRAFT_INTERVAL, store=live_store)
         self._lane_tasks: dict[str, asyncio.Task[None]] = {}
         self._capacity: asyncio.Semaphore | None = None
         self._outbound: asyncio.Task[None] | None = None
@@ -124,10 +125,12 @@ class SlackAdapter:
         self.app: AsyncApp | None = None
 
     @classmethod
-    def from_section(cls, settings: SlackSettings, bus: EventBus) -> SlackAdapter:
+    def from_section(
+        cls, settings: SlackSettings, bus: EventBus, *, live_store: AnswerStore | None = None
+    ) -> SlackAdapter:
         """The adapter of the settings root's Slack section; ``ConfigError`` if incomplete."""
         settings.check()
-        return cls(bus, settings)
+        return cls(bus, settings, live_store=live_store)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:

@@ -19,16 +19,23 @@ While a tool runs the thread shows the assistant status ("is fetching a page…"
 unstreamed reply posts (``convert.reply_to_posts``: mrkdwn, mention-safe, split): the stream
 is stopped, the message updated to the first piece, the rest posted, surplus drafts deleted.
 
+A gateway restarted mid-stream gets the answer's message back from ``LiveAnswers`` (``state``:
+the messages' ts and whether a stream is open; ``resume``): an open stream cannot be appended to
+by a process that does not know what it shows, so it is stopped and the message edited from
+then on, and the final answer lands in it like any other.
+
 Every call goes through ``SlackSender`` (``stream_call``: per-method windows; ``post_message``:
 the channel's one-a-second slot); ``pace`` keeps drafts to their share of each window.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import prompts
 from adapters.slack.convert import MESSAGE_LIMIT, PostArgs, reply_to_posts
@@ -96,16 +103,36 @@ class SlackLive:
         self.ts: list[str] = []  # the answer's messages
         self.texts: list[str] = []
         self.streamed: str | None = None  # the Markdown streamed so far, while streaming
+        self.reopened = False  # a stream a previous process opened (resumed): stop it first
         self.status = False
 
     async def pace(self) -> None:
         await self.sender.pace("chat.appendStream" if self.streamed else "chat.update")
+
+    def state(self) -> dict[str, Any] | None:
+        if not self.ts:
+            return None
+        return {"ts": list(self.ts), "streaming": self.streamed is not None or self.reopened}
+
+    def resume(self, state: Mapping[str, Any]) -> None:
+        self.ts = [str(ts) for ts in state.get("ts") or ()]
+        self.texts = [""] * len(self.ts)  # unknown: every piece is updated
+        self.reopened = bool(state.get("streaming")) and bool(self.ts)
+
+    async def discard(self) -> None:
+        for ts in self.ts:
+            with contextlib.suppress(SlackSendError):  # gone already
+                await self._call("chat.delete", ts=ts)
+        self.ts.clear()
+        self.texts.clear()
 
     async def show(self, draft: ReplyDraft) -> None:
         await self._status(draft.status)
         text = draft.text.strip()
         if not text:
             return
+        if self.reopened:
+            await self._stop()
         markdown = markdown_safe(text)
         if self.streamed is not None:
             if markdown.startswith(self.streamed) and len(markdown) <= MARKDOWN_LIMIT:
@@ -123,7 +150,7 @@ class SlackLive:
 
     async def finish(self, reply: Reply) -> None:
         posts = reply_to_posts(reply)
-        if self.streamed is not None:
+        if self.streamed is not None or self.reopened:
             await self._stop()
         await self._status(None)
         for index, post in enumerate(posts):
@@ -161,7 +188,7 @@ class SlackLive:
         return True
 
     async def _stop(self) -> None:
-        self.streamed = None
+        self.streamed, self.reopened = None, False
         try:
             await self._call("chat.stopStream", ts=self.ts[0])
         except SlackSendError as exc:

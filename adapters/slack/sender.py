@@ -15,11 +15,9 @@ one-liners:
   ``invalid_auth``...) raises at once: retrying cannot fix it.
 
 - **per method and workspace** for what a streamed answer calls (``Windows``): Slack counts
-  those per method, per workspace, per app, in tiers: ``chat.update`` Tier 3 (50 a minute),
-  ``chat.appendStream`` Tier 4 (100), ``chat.startStream`` counted as Tier 2 (20: its tier is
-  not documented; the conservative guess), ``chat.stopStream`` and
-  ``assistant.threads.setStatus`` as Tier 3. A draft waits for room with part of each window
-  kept for final answers (``pace``), and a final waits only for the window itself.
+  those per method, per workspace, per app, in tiers (``METHOD_RATES``, each with the page that
+  documents it). A draft waits for room with part of each window kept for final answers
+  (``pace``), and a final waits only for the window itself.
 
 The sender sleeps only in the outbound worker that called it; bolt's event handlers never
 wait on it for anything but a one-shot lookup with no retries.
@@ -63,12 +61,20 @@ _RETRYABLE_ERRORS = frozenset(
     {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
 )
 _MAX_CHANNEL_SLOTS = 10_000
-# Calls per minute per workspace of the methods a streamed answer uses (see the docstring).
+# Calls per minute per workspace of the methods a streamed answer uses: each method's tier
+# (https://docs.slack.dev/apis/web-api/rate-limits: Tier 2 is 20+ a minute, Tier 3 50+, Tier 4
+# 100+), from the "Rate limits" fact of its reference page:
 METHOD_RATES: dict[str, int] = {
+    # https://api.slack.com/methods/chat.update: "Rate limits: Tier 3"
     "chat.update": 50,
+    # https://docs.slack.dev/reference/methods/chat.appendStream: Tier 4 ("rate_limit: t4")
     "chat.appendStream": 100,
+    # https://docs.slack.dev/reference/methods/chat.startStream lists no tier (checked 2026-11):
+    # counted as Tier 2, the lowest tier a message-writing method has (chat.stopStream's)
     "chat.startStream": 20,
-    "chat.stopStream": 50,
+    # https://api.slack.com/methods/chat.stopStream: "Rate limits: Tier 2"
+    "chat.stopStream": 20,
+    # chat.delete and assistant.threads.setStatus: counted as Tier 3 (not re-checked)
     "chat.delete": 50,
     "assistant.threads.setStatus": 50,
 }

@@ -186,11 +186,16 @@ class GeminiProvider(SDKProvider):
         yield builder.finish()
 
     def _classify(self, exc: BaseException) -> Failure:
-        if isinstance(exc, genai_errors.APIError):
-            return _classify_api_error(exc)
-        if isinstance(exc, _TRANSPORT_ERRORS):
-            return Failure(retryable=True, reason=f"{type(exc).__name__}: {exc}".rstrip(": "))
-        return Failure(retryable=False, reason=f"{type(exc).__name__}: {exc}")
+        return classify_error(exc)
+
+
+def classify_error(exc: BaseException) -> Failure:
+    """Whether a google-genai error is worth retrying (also for ``bot.llm.embeddings``)."""
+    if isinstance(exc, genai_errors.APIError):
+        return _classify_api_error(exc)
+    if isinstance(exc, _TRANSPORT_ERRORS):
+        return Failure(retryable=True, reason=f"{type(exc).__name__}: {exc}".rstrip(": "))
+    return Failure(retryable=False, reason=f"{type(exc).__name__}: {exc}")
 
 
 # -- request mapping ------------------------------------------------------------------------

@@ -188,18 +188,23 @@ class OpenAIProvider(SDKProvider):
         yield state.response()
 
     def _classify(self, exc: BaseException) -> Failure:
-        if isinstance(exc, openai.APIStatusError):
-            return _classify_status(exc)
-        if isinstance(exc, openai.APITimeoutError):
-            return Failure(retryable=True, reason="request timed out")
-        if isinstance(exc, openai.APIConnectionError):
-            return Failure(retryable=True, reason=f"connection error: {exc.__cause__ or exc}")
-        if isinstance(exc, openai.APIError):  # an error event inside a stream
-            kinds = {str(exc.type), str(exc.code)}
-            return Failure(retryable=bool(kinds & _RETRY_ERROR_KINDS), reason=exc.message)
-        if isinstance(exc, httpx2.TransportError | _StreamCut):
-            return Failure(retryable=True, reason=f"{type(exc).__name__}: {exc}")
-        return Failure(retryable=False, reason=f"{type(exc).__name__}: {exc}")
+        return classify_error(exc)
+
+
+def classify_error(exc: BaseException) -> Failure:
+    """Whether an OpenAI SDK error is worth retrying (also for ``bot.llm.embeddings``)."""
+    if isinstance(exc, openai.APIStatusError):
+        return _classify_status(exc)
+    if isinstance(exc, openai.APITimeoutError):
+        return Failure(retryable=True, reason="request timed out")
+    if isinstance(exc, openai.APIConnectionError):
+        return Failure(retryable=True, reason=f"connection error: {exc.__cause__ or exc}")
+    if isinstance(exc, openai.APIError):  # an error event inside a stream
+        kinds = {str(exc.type), str(exc.code)}
+        return Failure(retryable=bool(kinds & _RETRY_ERROR_KINDS), reason=exc.message)
+    if isinstance(exc, httpx2.TransportError | _StreamCut):
+        return Failure(retryable=True, reason=f"{type(exc).__name__}: {exc}")
+    return Failure(retryable=False, reason=f"{type(exc).__name__}: {exc}")
 
 
 def _classify_status(exc: openai.APIStatusError) -> Failure:

@@ -271,7 +271,7 @@ class MemoryStore:
 
     LOAD_COMMANDS = 1
     TOUCH_COMMANDS = 5
-    FORGET_COMMANDS = 3
+    FORGET_COMMANDS = 4
 
     def __init__(self, redis: Redis, settings: MemorySettings | None = None) -> None:
         self.redis = redis
@@ -400,10 +400,11 @@ class MemoryStore:
     def queue_forget(
         self, pipe: Pipeline, platform: str, user_id: str, *, now: datetime | None = None
     ) -> None:
-        """Queue the deletion of the buffer and the conversation set (3 commands), leaving a
+        """Queue the deletion of the buffer and the conversation set (4 commands), leaving a
         day-long tombstone so an analysis already under way cannot write the buffer back."""
         pipe.delete(keys.memory(platform, user_id))
         pipe.delete(keys.user_conversations(platform, user_id))
+        pipe.delete(keys.user_vectors(platform, user_id))
         pipe.set(
             keys.forgotten(platform, user_id), _ms(now or utcnow()), ex=FORGET_TOMBSTONE_SECONDS
         )

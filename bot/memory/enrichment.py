@@ -39,6 +39,7 @@ from bot.memory.buffers import (
 from bot.memory.relevance import Scored, Scorer, select
 from bot.memory.summaries import ChannelMemory
 from bot.memory.summaries_context import community_block, summaries_block
+from bot.memory.vectors import Recalled
 
 log = logging.getLogger("chorus.enrichment")
 
@@ -57,31 +58,39 @@ def zone(name: str | None) -> ZoneInfo | None:
 
 
 def selected(
-    buffer: UserBuffer, text: str, settings: MemorySettings
+    buffer: UserBuffer, text: str, settings: MemorySettings, recall: Recalled | None = None
 ) -> tuple[list[Scored[Pin]], list[Scored[Recommendation]]]:
-    """The pins and recommendations relevant to ``text`` (see ``bot.memory.relevance``)."""
+    """The pins and recommendations relevant to ``text`` (see ``bot.memory.relevance``); with
+    a query vector in ``recall``, by the hybrid score (``bot.memory.vectors``)."""
     if not buffer.pins and not buffer.recommendations:
         return [], []  # most users most of the time: no need to tokenise the message
     pins = sorted(buffer.pins, key=lambda p: (-p.confidence, -p.updated_at.timestamp()))
     recs = sorted(buffer.recommendations, key=lambda r: -r.created_at.timestamp())
     corpus = [p.text for p in pins] + [_rec_terms(r) for r in recs]
-    scorer = Scorer(text, corpus)
+    lexical = Scorer(text, corpus)
+    scorer = recall.scorer(lexical, settings) if recall is not None else lexical
+    hybrid = scorer is not lexical
     return (
         select(
             scorer,
             pins,
             lambda p: p.text,
-            threshold=settings.pin_threshold,
+            threshold=settings.recall_threshold if hybrid else settings.pin_threshold,
             limit=settings.prompt_pins,
         ),
         select(
             scorer,
             recs,
             _rec_terms,
-            threshold=settings.rec_threshold,
+            threshold=settings.recall_threshold if hybrid else settings.rec_threshold,
             limit=settings.prompt_recs,
         ),
     )
+
+
+def note_texts(buffer: UserBuffer) -> list[str]:
+    """The texts relevance scores a buffer's notes by (what ``bot.memory.recall`` embeds)."""
+    return [p.text for p in buffer.pins] + [_rec_terms(r) for r in buffer.recommendations]
 
 
 def render_context(
@@ -89,6 +98,7 @@ def render_context(
     message: ChatMessage,
     settings: MemorySettings,
     now: datetime,
+    recall: Recalled | None = None,
     channel_memory: ChannelMemory | None = None,
 ) -> str:
     """The ``<context>`` block for ``message``: deterministic for the same inputs."""
@@ -106,7 +116,7 @@ def render_context(
             extra={"platform": message.platform, "message_id": message.id},
         )
         return _assemble(header, pins, recs, _channel(channel_memory, message, settings))
-    chosen_pins, chosen_recs = selected(buffer, message.text, settings)
+    chosen_pins, chosen_recs = selected(buffer, message.text, settings, recall)
     for pin in chosen_pins:
         line = "- " + _data(clip(clean_text(pin.item.text), PIN_TEXT_MAX))
         if len(_assemble(header, [*pins, line], recs)) <= settings.context_chars:
@@ -162,6 +172,11 @@ def _time(now: datetime, zone_name: str | None) -> str:
         zone=zone_name or "",
         offset=f"{offset[:3]}:{offset[3:]}",
     )
+
+
+def data_text(text: str) -> str:
+    """``text`` with ``&``, ``<`` and ``>`` as entities: it cannot open or close a tag."""
+    return _data(text)
 
 
 def _data(text: str) -> str:

@@ -26,8 +26,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -130,13 +131,22 @@ class Scored(Generic[T]):
     score: float
 
 
+class TextScorer(Protocol):
+    """What ``select`` ranks with: the lexical ``Scorer`` or ``bot.memory.vectors.HybridScorer``."""
+
+    def score(self, text: str) -> float: ...
+
+
 class Scorer:
     """Scores notes against one message, with IDF weights from the user's own notes."""
 
-    def __init__(self, message: str, corpus: Sequence[str]) -> None:
+    def __init__(
+        self, message: str, corpus: Sequence[str], *, docs: Sequence[AbstractSet[str]] = ()
+    ) -> None:
+        """``docs``: the corpus's term sets when the caller keeps them (a knowledge base)."""
         self._query = terms(message)[:MAX_QUERY_TERMS]
         self._first = set(self._query[:FIRST_WORDS])
-        docs = [set(terms(text)) for text in corpus]
+        docs = list(docs) or [set(terms(text)) for text in corpus]
         size = len(docs)
         self._weight = {
             term: math.log(1 + (size - n + 0.5) / (n + 0.5))
@@ -146,9 +156,12 @@ class Scorer:
         self._total = sum(self._weight.values())
 
     def score(self, text: str) -> float:
+        return self.score_terms(set(terms(text)))
+
+    def score_terms(self, note: AbstractSet[str]) -> float:
+        """``score`` of a text whose term set is already known."""
         if not self._total:
             return 0.0
-        note = set(terms(text))
         shared = [term for term in self._query if term in note]
         if not shared:
             return 0.0
@@ -158,7 +171,7 @@ class Scorer:
 
 
 def select(
-    scorer: Scorer,
+    scorer: TextScorer,
     items: Sequence[T],
     text_of: Callable[[T], str],
     *,

@@ -71,6 +71,7 @@ class MetricsSink(Protocol):
     def llm_error(self, model: str, error: str) -> None: ...
     def tool_call(self, tool: str, outcome: str) -> None: ...
     def insights_job(self, outcome: str) -> None: ...
+    def recall(self, outcome: str) -> None: ...
     def ratelimit_wait(self, platform: str, seconds: float) -> None: ...
     def llm_fallback(self, from_model: str, to_model: str) -> None: ...
 
@@ -191,6 +192,12 @@ class Metrics:
         self._insights = Counter(
             "chorus_insights_jobs", "Insights jobs by outcome", ("outcome",), registry=r
         )
+        self._recall = Counter(
+            "chorus_recall_queries",
+            "Relevance per turn: hybrid (query embedded in time), or lexical after a timeout/error",
+            ("outcome",),
+            registry=r,
+        )
         self._wait = Histogram(
             "chorus_ratelimit_wait_seconds",
             "Time a send waited for its platform's rate limit",
@@ -264,6 +271,9 @@ class Metrics:
 
     def tool_call(self, tool: str, outcome: str) -> None:
         self._tools.labels(tool, str(outcome)).inc()
+
+    def recall(self, outcome: str) -> None:
+        self._recall.labels(outcome).inc()
 
     def insights_job(self, outcome: str) -> None:
         self._insights.labels(str(outcome)).inc()
@@ -374,6 +384,8 @@ class NullMetrics:
     def tool_call(self, tool: str, outcome: str) -> None: ...
 
     def insights_job(self, outcome: str) -> None: ...
+
+    def recall(self, outcome: str) -> None: ...
 
     def ratelimit_wait(self, platform: str, seconds: float) -> None: ...
 

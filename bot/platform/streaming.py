@@ -18,7 +18,13 @@ console prints), driven by one task:
   another worker answered) cannot re-open it;
 - **takeovers keep one message**: drafts from the worker that took a crashed worker's turn over
   carry the same key, so they edit the same message, and the final fills it in;
-- an answer whose final never comes (nobody took the turn over within ``ttl``) is forgotten.
+- an answer whose final never comes (nobody took the turn over within ``ttl``) is forgotten;
+- **a restarted gateway finishes the same message**: with a ``store`` (``AnswerStore``: Redis,
+  ``bot/state/live_messages.py``) each answer's live message identity (``DraftView.state``) is
+  saved when it is created or changes, and a gateway that gets drafts or the final reply of an
+  answer it never showed (it was restarted mid-stream) reads it back and ``resume``s that
+  message. A final that cannot be put there (the message was deleted, the stream expired past
+  repair) is sent the usual way after ``discard`` removed the partial: never two answers.
 
 Adapters only convert and do I/O; this is the platform-neutral bookkeeping they share.
 """
@@ -30,9 +36,9 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from bot.events import ConversationKey, Reply, ReplyDraft
 
@@ -53,6 +59,25 @@ class DraftView(Protocol):
     async def finish(self, reply: Reply) -> None:
         """Render the final answer in place of the drafts."""
 
+    def state(self) -> dict[str, Any] | None:
+        """What identifies the answer's message(s) now (JSON-able), None before there is one."""
+
+    def resume(self, state: Mapping[str, Any]) -> None:
+        """Adopt the message(s) a previous process showed (its last ``state``)."""
+
+    async def discard(self) -> None:
+        """Remove what this view showed (the final could not be put there)."""
+
+
+class AnswerStore(Protocol):
+    """Where live messages' identities outlive the process (``bot.state.live_messages``)."""
+
+    async def save(self, answer: Key, state: Mapping[str, Any]) -> None: ...
+
+    async def load(self, answer: Key) -> dict[str, Any] | None: ...
+
+    async def forget(self, answer: Key) -> None: ...
+
 
 OpenView = Callable[[ReplyDraft], DraftView | None]
 
@@ -71,6 +96,9 @@ class _Live:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     task: asyncio.Task[None] | None = None
     shown: int = 0
+    key: Key = ("", "")
+    saved: dict[str, Any] | None = None  # the state last saved to the store
+    resumed: bool = False  # showing a message a previous process created
 
 
 class LiveAnswers:
@@ -84,8 +112,11 @@ class LiveAnswers:
         ttl: float = 900.0,
         remember: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
+        store: AnswerStore | None = None,
     ) -> None:
         self._open = open_view
+        self.store = store
+        self._started = clock()
         self.interval = interval
         self.ttl = ttl
         self._remember = remember
@@ -110,7 +141,7 @@ class LiveAnswers:
             view = self._open(draft)
             if view is None:
                 return
-            live = self._live[key] = _Live(view, opened=now)
+            live = self._live[key] = _Live(view, opened=now, key=key)
             live.task = asyncio.create_task(self._run(live), name="live-answer")
         live.latest = draft
         live.changed.set()
@@ -124,17 +155,58 @@ class LiveAnswers:
         while len(self._done) > self._remember:
             self._done.popitem(last=False)
         live = self._live.pop(key, None)
-        if live is None:
-            return False
-        live.stopped.set()
+        saved = live is not None and (live.saved is not None or live.resumed)
         try:
-            async with live.lock:  # an edit in progress completes first
-                if live.shown == 0:
-                    return False  # nothing reached the platform yet: a plain send
-                await live.view.finish(reply)
-            return True
+            if live is not None:
+                live.stopped.set()
+                async with live.lock:  # an edit in progress completes first
+                    if live.shown or live.resumed:
+                        return await self._final(live.view, reply)
+            state = await self._left_by_previous(key, reply)
+            if state is None:
+                return False  # nothing reached the platform yet: a plain send
+            saved = True
+            view = live.view if live is not None else self._open(_draft_of(reply))
+            if view is None:
+                return False
+            view.resume(state)
+            return await self._final(view, reply)
         finally:
-            await self._stop(live)
+            if live is not None:
+                await self._stop(live)
+            if saved and self.store is not None:
+                await self.store.forget(key)
+
+    async def _left_by_previous(self, key: Key, reply: Reply) -> dict[str, Any] | None:
+        """The live message a previous process left for this answer, if any. Asked only in a
+        process's first ``ttl`` seconds: anything older than that has expired in the store."""
+        if reply.reply_to_id is None or not self._may_resume():
+            return None
+        assert self.store is not None
+        return await self.store.load(key)
+
+    def _may_resume(self) -> bool:
+        """Whether a previous process's live message may still be in the store: only in this
+        process's first ``ttl`` seconds (later, anything it saved has expired)."""
+        return self.store is not None and self._clock() - self._started <= self.ttl
+
+    async def _final(self, view: DraftView, reply: Reply) -> bool:
+        """The final answer in ``view``; when it cannot be put there, what the view showed is
+        removed and False says "send it the usual way": one answer, never two."""
+        try:
+            await view.finish(reply)
+            return True
+        except Exception:
+            log.warning(
+                "could not turn the live message into the answer; sending it anew",
+                extra={"conversation": str(reply.conversation)},
+                exc_info=True,
+            )
+        try:
+            await view.discard()
+        except Exception:
+            log.warning("could not remove a partial answer", exc_info=True)
+        return False
 
     async def aclose(self) -> None:
         lives, self._live = list(self._live.values()), {}
@@ -158,6 +230,8 @@ class LiveAnswers:
             async with live.lock:
                 if live.stopped.is_set() or live.latest is None:
                     return
+                if live.shown == 0 and not live.resumed:
+                    await self._load(live)
                 live.changed.clear()
                 draft = live.latest
                 try:
@@ -169,7 +243,26 @@ class LiveAnswers:
                         exc_info=True,
                     )
                 live.shown += 1
+                await self._save(live)
             last = self._clock()
+
+    async def _load(self, live: _Live) -> None:
+        """Before an answer's first draft here: the message a previous process left, if any."""
+        if not self._may_resume():
+            return
+        assert self.store is not None
+        saved = await self.store.load(live.key)
+        if saved is not None:
+            live.view.resume(saved)
+            live.saved, live.resumed = saved, True
+
+    async def _save(self, live: _Live) -> None:
+        """The view's message identity, when it changed (created, split, stream stopped)."""
+        state = live.view.state()
+        if self.store is None or state is None or state == live.saved:
+            return
+        await self.store.save(live.key, state)
+        live.saved = state
 
     async def _stop(self, live: _Live) -> None:
         if live.task is not None and live.task is not asyncio.current_task():
@@ -186,6 +279,16 @@ class LiveAnswers:
                 live.task.cancel()  # kept until it has ended; nothing awaits it
                 self._forgotten.add(live.task)
                 live.task.add_done_callback(self._forgotten.discard)
+
+
+def _draft_of(reply: Reply) -> ReplyDraft:
+    """A draft standing for ``reply``, to open its view when no draft came here."""
+    return ReplyDraft(
+        conversation=reply.conversation,
+        reply_to_id=reply.reply_to_id or "-",
+        addressed_user_ids=reply.addressed_user_ids,
+        seq=1,
+    )
 
 
 async def _first(changed: asyncio.Event, stopped: asyncio.Event) -> None:

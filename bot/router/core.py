@@ -102,6 +102,7 @@ class Router:
         )
         self.live = live
         self.drafts = Drafts(bus, lambda _: False)  # streamed answers: app.py sets the real one
+        self.recall: record.Recall | None = None  # semantic recall, knowledge: app.py sets it
         self._queues: dict[ConversationKey, deque[Item]] = {}
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
         self._acks: set[asyncio.Task[None]] = set()
@@ -285,7 +286,9 @@ class Router:
         try:
             read = await until_redis_answers(
                 "read a turn",
-                lambda: record.read_turn(self.redis, self.history, memory, message, claim, profile),
+                lambda: record.read_turn(
+                    self.redis, self.history, memory, message, claim, self.recall, profile
+                ),
             )
             if read is None:
                 log.info(
@@ -339,7 +342,9 @@ class Router:
         if await safety_hooks.stopped(self, item, claim):  # over a quota, or flagged by a model
             return
 
-        context = record.turn_context(self.memory, read, message, item.context)
+        context = record.context_for(read, message, self.memory, utcnow())
+        if item.context:
+            context = f"{item.context}\n{context}" if context else item.context
         context = await self.hooks.before_turn(message, context)
         ctx = ToolContext(message=message, tools=profile.tools)
         request = profile.assembler.build(

@@ -22,14 +22,18 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from bot.bus.claims import Claim, Claims
-from bot.events import ChatMessage, ConversationKey, utcnow
+from bot.events import ChatMessage, ConversationKey
 from bot.memory import summaries
 from bot.memory.buffers import MemoryStore, UserBuffer
 from bot.memory.enrichment import render_context
 from bot.memory.insight_queue import InsightJob, queue_enqueue
+from bot.memory.recall import Recall
+from bot.memory.vectors import Recalled
 from bot.router.scoping import Profile
 from bot.state.history import HistoryEntry, HistoryStore
 from bot.state.outages import until_redis_answers
+
+__all__ = ["Kept", "Recall", "TurnRead", "context_for", "read_turn"]
 
 log = logging.getLogger("chorus.router")
 
@@ -44,6 +48,7 @@ TOUCHED_CACHE = 10_000
 class TurnRead:
     history: list[HistoryEntry]
     buffer: UserBuffer | None
+    recall: Recalled | None = None
     channel_memory: summaries.ChannelMemory | None = None
     waiting: bool = False  # lines past the history window wait for the summariser
 
@@ -73,6 +78,7 @@ async def read_turn(
     memory: MemoryStore | None,
     message: ChatMessage,
     claim: Claim | None,
+    recall: Recall | None = None,
     profile: Profile | None = None,
 ) -> TurnRead | None:
     """Claim the message and read its history, the author's memory and (when the scope keeps
@@ -80,50 +86,70 @@ async def read_turn(
 
     None when the message was answered already (at-least-once delivery must not mean
     answering twice). If another worker holds the claim, wait for it, then read again.
+    With ``recall``, the message's embedding runs during the round trip and the pipeline
+    also reads the author's vectors and the scope's knowledge version (``bot.memory.recall``).
     """
     conv, author = message.conversation, message.author
-    async with redis.pipeline(transaction=False) as pipe:
+    pending = recall.begin(message, memory=memory is not None) if recall is not None else None
+    plan = profile.summaries if profile is not None and memory is not None else None
+    try:
+        async with redis.pipeline(transaction=False) as pipe:
+            if claim is not None:
+                claim.queue_take(pipe)
+            history.queue_load(pipe, conv)
+            if memory is not None:
+                memory.queue_load(pipe, message.platform, author.id)
+            mine = summaries.queue_read(pipe, conv, plan) if plan is not None else 0
+            if pending is not None:
+                Recall.queue_read(pipe, pending)
+            results = await pipe.execute()
         if claim is not None:
-            claim.queue_take(pipe)
-        history.queue_load(pipe, conv)
-        plan = profile.summaries if profile is not None and memory is not None else None
-        if plan is not None:
-            summaries.queue_read(pipe, conv, plan)
-        if memory is not None:
-            memory.queue_load(pipe, message.platform, author.id)
-        results = await pipe.execute()
-    if claim is not None:
-        outcome = claim.taken(results.pop(0))
-        if outcome is None:
-            if not await claim.wait_and_take():
+            outcome = claim.taken(results.pop(0))
+            if not outcome and pending is not None:  # answered, or another worker has it
+                pending.abandon()
+            if outcome is None:
+                if not await claim.wait_and_take():
+                    return None
+                return await read_turn(redis, history, memory, message, None, recall, profile)
+            if not outcome:
                 return None
-            return await read_turn(redis, history, memory, message, None, profile)
-        if not outcome:
-            return None
-    buffer, channel_memory = None, None
-    raw = results.pop(0)
-    lines, waiting = history.parse_load(conv, raw), history.waiting(raw)
+    except BaseException:
+        if pending is not None:
+            pending.abandon()
+        raise
+    extra = pending.width if pending is not None else 0
+    ours = results[len(results) - extra :]
+    results = results[: len(results) - extra]
+    channel_memory = None
     if plan is not None:
-        channel_memory = summaries.parse_read(results, conv, plan)
-        del results[: 1 + plan.community]
+        channel_memory = summaries.parse_read(results[len(results) - mine :], conv, plan)
+        results = results[: len(results) - mine]
+    buffer = None
     if memory is not None:
-        buffer = memory.parse_load(results, platform=message.platform, user_id=author.id)
-    return TurnRead(history=lines, buffer=buffer, channel_memory=channel_memory, waiting=waiting)
+        buffer = memory.parse_load(results[1:], platform=message.platform, user_id=author.id)
+    recalled = None
+    if recall is not None and pending is not None:
+        recalled = await recall.finish(pending, ours, buffer)
+    return TurnRead(
+        history=history.parse_load(conv, results[0]),
+        buffer=buffer,
+        recall=recalled,
+        channel_memory=channel_memory,
+        waiting=history.waiting(results[0]),
+    )
 
 
-def turn_context(
-    memory: MemoryStore | None, read: TurnRead, message: ChatMessage, extra: str
+def context_for(
+    read: TurnRead, message: ChatMessage, memory: MemoryStore | None, now: datetime
 ) -> str:
-    """The ``<context>`` block of a turn (empty when memory is off here), after ``extra``
-    (e.g. a live-chat turn's own context)."""
+    """The volatile tail's data: the speaker's notes (``<context>``) and the knowledge block."""
     context = ""
     if memory is not None and read.buffer is not None:
         context = render_context(
-            read.buffer, message, memory.settings, utcnow(), read.channel_memory
+            read.buffer, message, memory.settings, now, read.recall, read.channel_memory
         )
-    if extra:
-        context = f"{extra}\n{context}" if context else extra
-    return context
+    knowledge = read.recall.knowledge if read.recall is not None else ""
+    return f"{context}\n{knowledge}" if context and knowledge else context or knowledge
 
 
 async def recommit(

@@ -1,12 +1,17 @@
 """The safety commands: ``/usage`` for everyone, and the moderators' ``/block``, ``/unblock``,
 ``/allow`` and ``/disallow``.
 
-``/usage`` shows the speaker their own use this hour and today (UTC) and their limits; nobody
-can read another person's. The list commands act on the channel they are said in and only for
-its moderators (the platform's owner or moderator role); each change is audited. A person is
+``/usage`` shows the speaker their own use this hour and today (UTC) and their limits (their
+scope's); nobody can read another person's. The list commands act on the channel they are said
+in and only for its moderators (the platform's owner or moderator role); each change is audited.
+Why the channel and not a wider scope: the channel is the narrowest scope, the one where a
+moderator's authority is certain (a Discord moderator of one channel is not one of the whole
+server, a Twitch moderator is one of one channel). The lists a wider scope holds are
+``chorus.toml``'s (``[scope.safety] blocked_users``/``allowed_users``): the listing shows them
+beside the channel's, and a user blocked there stays blocked whatever a command says (the reply
+says so). Identity is always the id: a display name only finds it. A person is
 named the way moderators see them: ``@name`` (someone who wrote here lately, or is in the
 history), a platform mention, or ``id:<platform user id>`` when a name is ambiguous or unknown.
-Identity is always the id: a display name only finds it.
 
 Why in the router: commands are the router's (``text_commands``); the lists, quotas and the
 audit they act on are ``bot.safety``'s. Every sentence is ``prompts/safety/*``.
@@ -51,7 +56,7 @@ class _Handlers:
         self.history = history
 
     async def usage(self, message: ChatMessage, args: str) -> str:
-        policy = self.gate.safety_for(message.conversation)
+        policy = self.gate.policy(message)
         exempt = self.gate.exempt(message, policy)
         used = {}
         quotas = self.gate.quotas
@@ -112,6 +117,8 @@ class _Change:
                 message, direction="command", rule=f"user_{self.name}:{user_id}", action="set"
             )
         )
+        if wanted != "block" and user_id in gate.policy(message).blocked_users:
+            return prompts.render("safety/config_blocked", name=args.split()[0])
         return prompts.render(self.done, name=args.split()[0])
 
     async def _listing(self, message: ChatMessage) -> str:
@@ -121,11 +128,21 @@ class _Change:
         )
         blocked = sorted(u for u, s in entries.items() if s == "block")
         allowed = sorted(u for u, s in entries.items() if s == "allow")
-        if not blocked and not allowed:
-            return prompts.render("safety/users_none", command=self.name)
+        policy = self.handlers.gate.policy(message)
         none = prompts.render("safety/users_nobody")
-        return prompts.render(
-            "safety/users_list",
-            blocked=", ".join(blocked) or none,
-            allowed=", ".join(allowed) or none,
-        )
+        configured = ""
+        if policy.blocked_users or policy.allowed_users:
+            configured = prompts.render(
+                "safety/users_config",
+                blocked=", ".join(sorted(policy.blocked_users)) or none,
+                allowed=", ".join(sorted(policy.allowed_users)) or none,
+            )
+        if not blocked and not allowed:
+            listed = prompts.render("safety/users_none", command=self.name)
+        else:
+            listed = prompts.render(
+                "safety/users_list",
+                blocked=", ".join(blocked) or none,
+                allowed=", ".join(allowed) or none,
+            )
+        return f"{listed}\n{configured}" if configured else listed

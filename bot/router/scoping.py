@@ -42,6 +42,7 @@ from bot.memory.summaries import SummaryPlan
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.router.turn import RouterLimits
 from bot.safety.canary import with_canary
+from bot.safety.policy import Policies, ScopedSafety
 from bot.settings import ConfigError, ModelSpec, Settings, parse_model_spec
 from bot.settings.scopes import LIVE_PLATFORMS, SERVER_PLATFORMS, Mode, Persona, flatten, resolve
 from bot.tools.toolbox import ChannelToolConfig, Toolbox
@@ -69,6 +70,8 @@ class Profile:
     memory: bool = True
     insights: bool = True
     summaries: SummaryPlan | None = None  # summaries and community notes here (None: none)
+    safety: ScopedSafety | None = None  # the scope's moderation and quotas, compiled
+    knowledge: tuple[str, ...] = ()  # the knowledge base's sources (files, folders, URLs)
 
     def route(self, message: ChatMessage, policy_applies: bool) -> Route:
         """Whether a message is answered, goes through the live-chat policy, or is ignored:
@@ -105,12 +108,15 @@ class Scoping:
         metrics: MetricsSink | None = None,
         agent: Agent | None = None,
         canary: str | None = None,
+        policies: Policies | None = None,
     ) -> None:
         """``provider`` answers for the deployment's model and fallbacks (``agent``, when given,
         is the deployment's agent over it); ``chains`` builds the chain of another model and
         its fallbacks (a scope's); ``canary`` ends every persona's system text, the same for the
-        process's life (the leak check knows it). Raises ``ConfigError`` like ``reload``."""
+        process's life (the leak check knows it); ``policies`` compiles each scope's safety
+        tables (none: the gate's deployment rules). Raises ``ConfigError`` like ``reload``."""
         self.tools = tools
+        self.policies = policies
         self.canary = canary
         self.metrics: MetricsSink = metrics or NullMetrics()
         self._chains = chains
@@ -252,6 +258,8 @@ class Scoping:
             memory=bool(values.get("memory", True)),
             insights=bool(values.get("insights", settings.memory.insights_enabled)),
             summaries=SummaryPlan.of(settings.memory, values),
+            safety=self.policies.scoped(values) if self.policies is not None else None,
+            knowledge=tuple(values.get("knowledge", settings.memory.knowledge_sources)),
         )
 
     def _provider(self, spec: ModelSpec, fallbacks: tuple[ModelSpec, ...]) -> Provider:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -40,14 +41,15 @@ from bot.safety import texts
 from bot.safety.audit import Audit, AuditEntry
 from bot.safety.canary import LeakCheck
 from bot.safety.moderator import ModerationModel
-from bot.safety.policy import Policies, SafetyPolicy
+from bot.safety.policy import Policies, SafetyPolicy, ScopedSafety
 from bot.safety.quota import Quotas
 from bot.safety.rules import Flag
-from bot.safety.users import UserLists
+from bot.safety.users import Status, UserLists
 from bot.state.outages import until_redis_answers
 
 log = logging.getLogger("chorus.safety")
 
+ScopeOf = Callable[[ChatMessage], ScopedSafety | None]
 RECENT_NAMES = 20_000  # (channel, name) -> user id, for moderators' commands
 HELD_USAGE = 4096  # turns answered and not yet committed, at most
 
@@ -80,8 +82,12 @@ class SafetyGate:
         leak: LeakCheck | None = None,
         prices: PriceTable | None = None,
         timeout: float = 3.0,
+        scope_of: ScopeOf | None = None,
     ) -> None:
         self.policies = policies or Policies()
+        # A message's scope rules: the router's scope profile (``Profile.safety``), set by the
+        # composition root; None: the deployment's rules everywhere.
+        self.scope_of = scope_of
         self.audit = audit or Audit(None)
         self.users = users or UserLists(None)
         self.quotas = quotas
@@ -119,19 +125,35 @@ class SafetyGate:
         )
 
     def safety_for(self, conversation: ConversationKey) -> SafetyPolicy:
+        """The deployment's policy for ``conversation`` (no scope: use ``policy``)."""
         return self.policies.safety_for(conversation)
+
+    def policy(self, message: ChatMessage) -> SafetyPolicy:
+        """The policy of ``message``'s scope (one cached lookup of its scope profile)."""
+        scoped = self.scope_of(message) if self.scope_of is not None else None
+        return self.policies.safety_for(message.conversation, scoped)
+
+    def status(self, message: ChatMessage, user_id: str, policy: SafetyPolicy) -> Status | None:
+        """``block``, ``allow`` or None for ``user_id`` where ``message`` was said: the scope's
+        block list (chorus.toml), then the deployment's and the channel's moderators' lists
+        (``UserLists``), then the scope's allow list."""
+        if user_id in policy.blocked_users:
+            return "block"
+        found = self.users.status(message.conversation, user_id)
+        if found is None and user_id in policy.allowed_users:
+            return "allow"
+        return found
 
     # -- dispatch -------------------------------------------------------------------------------
     def screen(self, message: ChatMessage) -> Screened:
         """What dispatch does with ``message``: pass it on, drop it, or refuse it."""
         self._remember_name(message)
         self._refresh_soon(message.conversation)
-        author = message.author
-        status = self.users.status(message.conversation, author.id)
+        author, policy = message.author, self.policy(message)
+        status = self.status(message, author.id, policy)
         if status == "block":
             self._record(message, "user", "user_blocked", "ignored")
             return Screened("ignore")
-        policy = self.safety_for(message.conversation)
         flag = policy.screen(message.text, trusted=status == "allow")
         if flag is None:
             return PASS
@@ -175,15 +197,15 @@ class SafetyGate:
         """Skips the per-user and per-channel limits: moderators (by default) and trusted users."""
         if policy.quota.exempt_moderators and message.author.is_moderator:
             return True
-        return self.users.status(message.conversation, message.author.id) == "allow"
+        return self.status(message, message.author.id, policy) == "allow"
 
     async def before_model(self, message: ChatMessage, *, person: bool = True) -> Stop | None:
         """The author's block entry, the quota, then the moderation model; a ``Stop`` when the
         model must not be called."""
-        policy = self.safety_for(message.conversation)
+        policy = self.policy(message)
         if person:
             await self.users.prepare(message.conversation)  # a no-op when fresh
-            if self.users.status(message.conversation, message.author.id) == "block":
+            if self.status(message, message.author.id, policy) == "block":
                 self._record(message, "user", "user_blocked", "ignored")
                 return Stop(None)
         if self.quotas is not None and policy.quota.enabled:
@@ -196,7 +218,7 @@ class SafetyGate:
                 action = "noticed" if refused.notice else "silenced"
                 self._record(message, "quota", refused.rule, action)
                 return Stop(texts.quota_notice(refused) if refused.notice else None)
-        if self.model is None or not policy.enabled:
+        if self.model is None or not policy.enabled or not policy.use_model:
             return None
         flag = await self._model_flag(message.text, policy)
         if flag is None:
@@ -206,9 +228,9 @@ class SafetyGate:
 
     async def answer(self, message: ChatMessage, text: str) -> str:
         """``text``, or the safe line when the answer breaks a rule (audited)."""
-        policy = self.safety_for(message.conversation)
+        policy = self.policy(message)
         flag = self._outbound_flag(policy, text)
-        if flag is None and self.model is not None and policy.enabled and text:
+        if flag is None and self.model is not None and policy.enabled and policy.use_model and text:
             flag = await self._model_flag(text, policy)
         if flag is None:
             self._passed = text
@@ -220,7 +242,7 @@ class SafetyGate:
         """The last check of every reply (sync: lists, links, personal data, the leak check)."""
         if text is self._passed:
             return text
-        flag = self._outbound_flag(self.safety_for(message.conversation), text)
+        flag = self._outbound_flag(self.policy(message), text)
         if flag is None:
             return text
         self._record(message, "out", str(flag), "replaced", text)
@@ -235,7 +257,7 @@ class SafetyGate:
 
     def hold_usage(self, message: ChatMessage, usage: Usage, model: str, person: bool) -> None:
         """Keep a turn's usage until its commit (``queue_turn``); only when limits are set."""
-        if self.quotas is None or not self.safety_for(message.conversation).quota.enabled:
+        if self.quotas is None or not self.policy(message).quota.enabled:
             return
         self._usage[message.platform, message.id] = (usage, model, person)
         while len(self._usage) > HELD_USAGE:  # turns that never committed
@@ -257,7 +279,7 @@ class SafetyGate:
         person: bool = True,
     ) -> None:
         """The turn's tokens and estimated cost, into ``pipe`` (only when limits are set)."""
-        policy = self.safety_for(message.conversation)
+        policy = self.policy(message)
         if self.quotas is None or not policy.quota.enabled:
             return
         self.quotas.queue_usage(

@@ -230,6 +230,7 @@ LIVE = {
     "tools": {"tools_enabled", "tools_disabled"},
     "llm": {"model"},
     "fallback": {"models"},
+    "memory": {"knowledge_paths"},  # indexed at once when a base already existed at start
     "engagement": set(EngagementSettings.model_fields) - {"pause_hours"},
 }
 

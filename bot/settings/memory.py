@@ -46,6 +46,36 @@ class MemorySettings(Section):
         default=800, ge=300, le=20_000, validation_alias="CHORUS_CONTEXT_CHARS"
     )
 
+    # Semantic recall (bot/memory/recall.py): empty = lexical relevance only.
+    embedding_model: str = Field(default="", validation_alias="CHORUS_EMBEDDING_MODEL")
+    # Vector size asked of the model (OpenAI ``dimensions``, Gemini ``output_dimensionality``):
+    # 256 keeps the in-process search fast and the vectors small; 0 = the model's own size.
+    embedding_dimensions: int = Field(
+        default=256, ge=0, le=4096, validation_alias="CHORUS_EMBEDDING_DIMENSIONS"
+    )
+    embedding_deadline: float = Field(
+        default=0.3, gt=0, le=10, validation_alias="CHORUS_EMBEDDING_DEADLINE"
+    )
+    embedding_timeout: float = Field(
+        default=20.0, gt=0, le=300, validation_alias="CHORUS_EMBEDDING_TIMEOUT"
+    )
+    recall_weight: float = Field(default=0.7, ge=0, le=1, validation_alias="CHORUS_RECALL_WEIGHT")
+    recall_floor: float = Field(default=0.2, ge=0, lt=1, validation_alias="CHORUS_RECALL_FLOOR")
+    recall_threshold: float = Field(
+        default=0.15, ge=0, le=1, validation_alias="CHORUS_RECALL_THRESHOLD"
+    )
+    # The knowledge base (bot/knowledge/): files, folders or URLs, comma-separated.
+    knowledge_paths: str = Field(default="", validation_alias="CHORUS_KNOWLEDGE_PATHS")
+    knowledge_chars: int = Field(
+        default=700, ge=0, le=20_000, validation_alias="CHORUS_KNOWLEDGE_CHARS"
+    )
+    knowledge_chunk_chars: int = Field(
+        default=600, ge=200, le=4000, validation_alias="CHORUS_KNOWLEDGE_CHUNK_CHARS"
+    )
+    knowledge_refresh: float = Field(
+        default=300.0, ge=5, validation_alias="CHORUS_KNOWLEDGE_REFRESH"
+    )
+
     insights_enabled: bool = Field(default=True, validation_alias="CHORUS_INSIGHTS_ENABLED")
     # False when dedicated ``chorus insights`` processes do the work; the bot still enqueues.
     insights_in_process: bool = Field(default=True, validation_alias="CHORUS_INSIGHTS_IN_PROCESS")
@@ -94,6 +124,11 @@ class MemorySettings(Section):
                 f"({self.insights_max_delay:g} < {self.insights_debounce:g})"
             )
         return self
+
+    @property
+    def knowledge_sources(self) -> tuple[str, ...]:
+        """CHORUS_KNOWLEDGE_PATHS as a list (the deployment's knowledge base; scopes override)."""
+        return tuple(part.strip() for part in self.knowledge_paths.split(",") if part.strip())
 
     @property
     def max_bytes(self) -> int:

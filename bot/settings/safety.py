@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from bot.settings.base import Section, comma_set, comma_tuple
 
@@ -38,6 +38,15 @@ def check_pattern(pattern: str) -> None:
         re.compile(pattern)
     except re.error as exc:
         raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+
+
+def clean_domains(value: frozenset[str]) -> frozenset[str]:
+    """Lower-cased domain names (``*.`` dropped); ``ValueError`` names one that is not."""
+    domains = frozenset(d.lower().strip(".").removeprefix("*.") for d in value)
+    for domain in domains:
+        if not re.fullmatch(r"[a-z0-9-]+(\.[a-z0-9-]+)+", domain):
+            raise ValueError(f"{domain!r} is not a domain name (e.g. example.com)")
+    return domains
 
 
 def check_user_entry(entry: str) -> None:
@@ -114,11 +123,7 @@ class SafetySettings(Section):
     @field_validator("link_domains")
     @classmethod
     def _check_domains(cls, value: frozenset[str]) -> frozenset[str]:
-        domains = frozenset(d.lower().strip(".").removeprefix("*.") for d in value)
-        for domain in domains:
-            if not re.fullmatch(r"[a-z0-9-]+(\.[a-z0-9-]+)+", domain):
-                raise ValueError(f"{domain!r} is not a domain name (e.g. example.com)")
-        return domains
+        return clean_domains(value)
 
     @field_validator("blocked_users", "allowed_users")
     @classmethod
@@ -157,3 +162,70 @@ class QuotaSettings(Section):
         default=None, gt=0, validation_alias="CHORUS_QUOTA_COST_USD_DAY"
     )
     exempt_moderators: bool = Field(default=True, validation_alias="CHORUS_QUOTA_EXEMPT_MODERATORS")
+
+
+# -- per scope (chorus.toml ``[scope.safety]`` and ``[scope.quota]``) ----------------------------
+class _ScopeTable(BaseModel):
+    """A scope's table: unknown keys are the loader's errors; ``None`` keeps the deployment's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ScopeSafety(_ScopeTable):
+    """What a scope changes of the deployment's moderation (``bot.safety.policy`` applies it).
+
+    ``words`` and ``patterns`` are added to the deployment's lists (which always apply unless
+    the preset is ``off``); a more specific scope's ``words`` replace a broader scope's. User
+    entries are bare user ids: the scope's platform is implied."""
+
+    preset: Preset | None = None
+    words: tuple[str, ...] | None = None
+    patterns: tuple[str, ...] | None = None
+    links: LinkPolicy | None = None
+    link_domains: frozenset[str] | None = None
+    personal_data: bool | None = None
+    injection: InjectionAction | None = None
+    action: Action | None = None
+    moderation_model: bool | None = None
+    fail: Literal["open", "closed"] | None = None
+    blocked_users: frozenset[str] | None = None
+    allowed_users: frozenset[str] | None = None
+
+    @field_validator("patterns")
+    @classmethod
+    def _check_patterns(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for pattern in value or ():
+            check_pattern(pattern)
+        return value
+
+    @field_validator("link_domains")
+    @classmethod
+    def _check_domains(cls, value: frozenset[str] | None) -> frozenset[str] | None:
+        return None if value is None else clean_domains(value)
+
+    @field_validator("blocked_users", "allowed_users")
+    @classmethod
+    def _check_ids(cls, value: frozenset[str] | None) -> frozenset[str] | None:
+        for entry in value or ():
+            if not entry.strip() or ":" in entry or any(c.isspace() for c in entry):
+                raise ValueError(f"{entry!r} is not a user id (the scope names the platform)")
+        return value
+
+
+def _scope_limit() -> Any:
+    return Field(default=None, ge=1)
+
+
+class ScopeQuota(_ScopeTable):
+    """A scope's per-user and per-channel limits (``[quota]``'s names); the daily cost cap is
+    the deployment's alone (``CHORUS_QUOTA_COST_USD_DAY``)."""
+
+    user_messages_hour: int | None = _scope_limit()
+    user_messages_day: int | None = _scope_limit()
+    user_tokens_hour: int | None = _scope_limit()
+    user_tokens_day: int | None = _scope_limit()
+    channel_messages_hour: int | None = _scope_limit()
+    channel_messages_day: int | None = _scope_limit()
+    channel_tokens_hour: int | None = _scope_limit()
+    channel_tokens_day: int | None = _scope_limit()
+    exempt_moderators: bool | None = None

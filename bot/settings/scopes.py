@@ -9,8 +9,9 @@ sections of the settings root), so ``discord`` can give every server a persona w
 
 Resolution is generic over the fields of ``Scope``: ``flatten`` turns a scope into dotted keys
 (``engagement.mode``, ``tools.enabled``) and the most specific value of each key wins. Adding a
-setting a scope may override (moderation, quotas) is adding a field here plus the line of
-``DEPLOYMENT`` that names its deployment-wide default; nothing else in this module changes.
+setting a scope may override is adding a field here plus the line of ``DEPLOYMENT`` that names
+its deployment-wide default; nothing else in this module changes (``[scope.safety]`` and
+``[scope.quota]`` came this way: ``bot.safety.policy`` turns them into the scope's rules).
 
 Why the ``server`` of a message is learnt rather than keyed: a conversation key holds only the
 platform and the channel (it names Redis keys, which must not change), so adapters put the
@@ -35,6 +36,7 @@ from bot.settings.discord import DiscordSettings
 from bot.settings.engagement import EngagementSettings
 from bot.settings.llm import LLMSettings, parse_model_spec
 from bot.settings.memory import MemorySettings
+from bot.settings.safety import ScopeQuota, ScopeSafety
 from bot.settings.slack import SlackSettings
 
 PLATFORMS = ("console", "discord", "slack", "twitch", "youtube")
@@ -106,6 +108,9 @@ class Scope(_Table):
     insights: bool | None = None
     summary_ttl_days: int | None = Field(default=None, ge=1, le=3650)
     community_memory: bool | None = None
+    safety: ScopeSafety | None = None
+    quota: ScopeQuota | None = None
+    knowledge: tuple[str, ...] | None = None
 
     @field_validator("match")
     @classmethod
@@ -135,6 +140,10 @@ DEPLOYMENT: dict[str, tuple[str, str] | None] = {
     "insights": ("memory", "insights_enabled"),
     "summary_ttl_days": ("memory", "summary_ttl_days"),
     "community_memory": ("memory", "community_memory"),
+    **{f"safety.{f}": ("safety", f) for f in ScopeSafety.model_fields if f != "moderation_model"},
+    "safety.moderation_model": ("safety", "model"),
+    **{f"quota.{f}": ("quota", f) for f in ScopeQuota.model_fields},
+    "knowledge": ("memory", "knowledge_paths"),
 }
 
 

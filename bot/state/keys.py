@@ -6,116 +6,8 @@ Ids coming from platforms may contain ``:`` (the separator), so each id is escap
 ``ConversationKey.__str__`` escapes channel and thread (``%`` -> ``%25``, ``:`` -> ``%3A``):
 channel ``a:b`` and channel ``a`` + thread ``b`` can never share a key.
 
-Keys (``{platform}`` is ``[a-z0-9_]+``; every other ``{...}`` part is escaped):
-
-``chorus:v1:hist:{platform}:{channel}[:{thread}]`` -- list of JSON ``HistoryEntry``
-    TTL CHORUS_HISTORY_TTL (default 7 days), refreshed by every append.
-    Written by ``HistoryStore`` (bot/state/history.py).
-``chorus:v1:user:{platform}:{user_id}:{kind}`` -- per-user value (``kind`` is ``[a-z0-9_]+``,
-    e.g. ``pins``); TTL ``USER_TTL_SECONDS`` (30 days), refreshed by every write.
-    Written by its owner (e.g. the insights worker).
-``chorus:v1:dedupe:{platform}:{message_id}`` -- string ``claimed`` then ``done``
-    TTL: claim 10 minutes, done 3 days (``RouterLimits``). Written by the router.
-``chorus:v1:user:{platform}:{user_id}:memory`` -- string, compact JSON ``UserBuffer`` (pins,
-    recommendations, timezone); <= 4 KB. TTL CHORUS_MEMORY_TTL (30 days), set by every write
-    and refreshed by every answered turn. Written by ``MemoryStore`` (bot/memory/buffers.py).
-``chorus:v1:user:{platform}:{user_id}:convs`` -- zset, conversation key -> last activity (epoch
-    seconds); the conversations whose history holds this user's lines, for ``/forget``. Pruned
-    and TTL'd to the longer of CHORUS_MEMORY_TTL and CHORUS_HISTORY_TTL. ``MemoryStore``.
-``chorus:v1:user:{platform}:{user_id}:forgot`` -- string, epoch ms of the user's last
-    ``/forget``; TTL 1 day. An insights analysis that started earlier must not write back.
-``chorus:v1:user:{platform}:{user_id}:person`` -- string, the person id a linked identity
-    belongs to (``/link``); TTL CHORUS_MEMORY_TTL, refreshed by the identity's activity. When
-    set, the identity's memory lives in ``chorus:v1:user:person:{person_id}:memory`` (the pseudo
-    platform ``person``; the id is 24 hex digits) and ``...:person:{person_id}:members`` is the
-    set of its identities (``{platform}:{escaped user_id}``); both TTL CHORUS_MEMORY_TTL,
-    refreshed by any member's activity. bot/memory/aliases.py and bot/memory/people.py.
-``chorus:v1:user:{platform}:{user_id}:pinsview`` -- string, the fingerprints of the entries the
-    user's last ``/pins`` numbered, so ``/forget <n>`` deletes what was shown; TTL 1 hour.
-``chorus:v1:user:{platform}:{user_id}:linkcode`` / ``...:linktries`` -- the one-time code this
-    identity issued last (a new one voids it) / its failed ``/link <code>`` attempts; TTL the
-    code's life / the attempt window (10 minutes).
-``chorus:v1:link:{code}`` -- string, ``{platform}:{escaped user_id}`` of the identity that issued
-    the one-time link code; TTL 10 minutes (2 in public chat), deleted when used (``GETDEL``).
-``chorus:v1:insights:{queue}:due`` / ``chorus:v1:insights:{queue}:deadline`` -- zsets of
-    pending insights jobs, member ``{platform}:{user_id}`` (``insights_member``), score = epoch
-    ms when due (debounce) / the latest it may wait (first pending turn +
-    CHORUS_INSIGHTS_MAX_DELAY). ``queue`` is ``[a-z0-9_]+``, ``main`` unless a deployment (or a
-    test) wants its own. Shared by the queue's users, no TTL: members are removed when their
-    job completes. Written by bot/memory/insight_queue.py and insights/jobs.py.
-``chorus:v1:insights:{queue}:job:{platform}:{user_id}`` -- hash of one user's pending job:
-    ``rev`` (turn counter), ``attempts``, ``name``, ``c:{conversation}`` -> JSON of the last
-    turn there. TTL ``insight_jobs.JOB_TTL_SECONDS`` (2 days), refreshed per turn and retry.
-``chorus:v1:insights:{queue}:lease:{platform}:{user_id}`` -- string, the token of the worker
-    analysing that user (``SET NX PX``), so two workers never analyse one user at once.
-``chorus:v1:budget:user:{platform}:{user_id}:{yyyymmdd}`` and
-``chorus:v1:budget:chan:{platform}:{channel}:{yyyymmdd}`` -- integer insights tokens used that
-    UTC day (``INCRBY``); expire at the end of that day (+1 hour). Written by insights/budget.py.
-``chorus:v1:bus:{ns}:stream:{topic}:{partition}`` -- Redis stream, one partition of a bus topic
-    (``topic`` is ``[a-z0-9_]+`` parts joined by ``:``, e.g. ``outbound:discord``; the partition
-    number is always the last part). Entries hold one field ``e`` (the event's JSON). Capped by
-    ``XADD MAXLEN ~`` and trimmed to CHORUS_BUS_RETENTION by a periodic ``XTRIM MINID``
-    (bot/bus/retention.py), no TTL; ``/forget`` deletes a user's entries (bot/bus/erasure.py).
-    ``ns`` is ``[a-z0-9_]+``, ``main`` unless a deployment (or a
-    test) wants its own. Written by ``RedisStreamsBus`` (bot/bus/streams.py).
-``chorus:v1:bus:{ns}:members:{group}:{topic}`` -- zset, consumer token -> heartbeat deadline
-    (epoch ms) of the live consumers of one group; TTL 3 leases, refreshed by every heartbeat.
-``chorus:v1:bus:{ns}:lease:{group}:{topic}:{partition}`` -- string, the token of the consumer
-    that reads that partition (``SET NX PX``, renewed by compare-and-set); lapses when it dies.
-``chorus:v1:bus:{ns}:retention`` -- string, the token of the process that swept the streams
-    last (``SET NX PX`` one sweep interval), so one process per interval trims them.
-
-A history list holds JSON ``HistoryEntry`` values, oldest first, capped by CHORUS_HISTORY_MAX.
-A user key belongs to a person, so it must always carry a TTL: whoever writes one sets it in the
-same pipeline as the write. A dedupe key is ``SET NX`` by the router when it claims a message
-(value ``claimed``) and overwritten with ``done`` after the answer, each with its own expiry.
-``chorus:v1:tokens:{platform}:{app_id}`` -- string, JSON of the bot account's OAuth tokens
-    (Twitch); no TTL: the bot's own credential, not a user's data. adapters/twitch/tokens.py.
-``chorus:v1:ratelimit:{platform}:{bucket}`` -- zset, one member per granted send scored by its
-    epoch time; PEXPIRE one window (+1 s). ``...:{bucket}:pause`` -- string, epoch seconds until
-    which sends wait; PX = the pause. Shared by every process of a deployment so they stay
-    under one platform budget. adapters/twitch/ratelimit.py.
-``chorus:v1:quota:{platform}:{project}:{yyyymmdd}`` -- hash ``units``, ``inserts`` and the units by
-    kind (``read``, ``reply``, ``lookup``): the API quota spent that quota day (YouTube: Pacific
-    time); expires an hour after the day's reset. ``...:{project}:holds`` -- hash, hold id ->
-    ``"{units} {expiry epoch}"``: units reserved by replies decided but not yet sent (settled by
-    the sender, or lapsed). ``...:{project}:stream`` -- hash ``started``, ``since``, ``reading``,
-    ``mentions``, ``unprompted``: the chat being read (its start, stream or poll, mentions seen
-    since ``since``) and the latest unprompted turn. Those two: TTL 2 days, refreshed by every
-    write. bot/quota/ledger.py (the gateway's YouTube adapter and the workers' reply budget).
-``chorus:v1:live:{kind}:{platform}:{channel}[:{thread}]`` -- what of a live channel's engagement
-    ledger outlives the process that holds it (``RedisLiveStore``, bot/live/store.py). ``chan``:
-    zset, ``paused``/``resumed``/``spoke`` -> epoch seconds of the latest pause, resume and
-    decision to speak (``ZADD GT``: the newest wins; paused while ``paused`` > ``resumed``); TTL
-    CHORUS_ENGAGE_PAUSE_HOURS (default 12 h), refreshed by every write and while chat goes on in
-    a paused channel. ``users``: zset, user id -> epoch seconds last answered (the per-user
-    cooldown). ``answered``: zset, message id -> epoch seconds it was answered (no second answer
-    after a restart; the newest 1,024 kept). Those two: TTL ``LIVE_LEDGER_SECONDS`` (30 minutes),
-    refreshed and pruned by score by every write.
-``chorus:v1:usage:{user|chan}:{platform}:{id}:{period}`` -- hash ``m`` (messages answered) and
-    ``t`` (tokens: all input plus output) of one user or channel (threads count to their channel)
-    in one UTC hour (``hYYYYMMDDHH``) or day (``dYYYYMMDD``); expires an hour after the period.
-    ``...:usage:cost:{ns}:{yyyymmdd}`` -- integer, the deployment's estimated spend that UTC day in
-    micro-USD; same expiry. ``...:usage:notice:{kind}:{platform}:{id}:{period}`` -- string, set
-    (``SET NX``) when the one "over the limit" notice of that period was sent; expires with it.
-    Checked and counted atomically by one Lua script (bot/safety/quota.py), so every worker
-    shares the limits.
-``chorus:v1:summ:{kind}:{platform}:{channel}[:{thread}]`` -- what a conversation keeps past its
-    history (bot/memory/summaries.py). ``sum``: string, JSON list of daily summaries; ``notes``:
-    string, JSON community notes and mood; both TTL the scope's CHORUS_SUMMARY_TTL_DAYS. ``job``:
-    hash of the summariser's settings (``ttl`` days, ``community``) and ``mark``, the last line
-    summarised; TTL CHORUS_HISTORY_TTL. ``lease``: the summarising worker's token (``SET NX PX``).
-    (The lines awaiting a summary stay in the ``hist`` list, past its window.)
-``chorus:v1:summ:{queue}:due`` -- zset, conversation -> epoch ms when its summary is due (``ZADD
-    LT``: now when lines wait, else after its UTC day); removed when nothing waits.
-``chorus:v1:user:{platform}:{user_id}:summ`` -- zset, conversation -> epoch seconds: the
-    summaries and notes that cite the user, for ``/forget``; TTL as ``sum``.
-``chorus:v1:safety:users:{platform}:{channel}`` -- hash, user id -> ``block`` or ``allow``, set
-    by moderators' ``/block`` and ``/allow`` (bot/safety/users.py). No TTL: a moderator's
-    decision, not a user's data; removed by ``/unblock`` and ``/disallow``.
-``chorus:v1:safety:audit:{ns}`` -- Redis stream of moderation and quota decisions (who, where, which
-    rule, what happened; never the text), capped by ``XADD MAXLEN ~`` CHORUS_AUDIT_MAX_ENTRIES.
-    bot/safety/audit.py.
+The catalogue of every key -- its type, TTL, writer and reader -- is docs/redis-keys.md; a new
+key gets its entry there in the same change.
 """
 
 from __future__ import annotations
@@ -215,6 +107,18 @@ def link_code(code: str) -> str:
     """A one-time ``/link`` code, naming the identity that issued it."""
     _check_token("code", code.lower())
     return f"{PREFIX}:link:{code}"
+
+
+def user_vectors(platform: str, user_id: str) -> str:
+    """The embedding vectors of a user's pins and recommendations (``bot/memory/recall.py``)."""
+    return user(platform, user_id, "vec")
+
+
+def knowledge(base: str, part: str) -> str:
+    """One part (``version``, ``chunks``, ``vec``, ``sources``) of knowledge base ``base``."""
+    _check_token("base", base)
+    _check_token("part", part)
+    return f"{PREFIX}:kb:{base}:{part}"
 
 
 def user_conversations(platform: str, user_id: str) -> str:
@@ -373,6 +277,17 @@ def _quota_project(platform: str, project: str) -> str:
     _check_token("platform", platform)
     _check_id("project", project)
     return f"{PREFIX}:quota:{platform}:{_escape_part(project)}"
+
+
+# -- streamed answers ----------------------------------------------------------------------------
+def live_answer(platform: str, conversation: str, reply_to_id: str, namespace: str = "main") -> str:
+    """Where one streamed answer's live message is (``conversation``: its key as a string)."""
+    _check_token("platform", platform)
+    _check_token("namespace", namespace)
+    return (
+        f"{PREFIX}:liveanswer:{namespace}:{platform}:"
+        f"{_escape_part(conversation)}:{_escape_part(reply_to_id)}"
+    )
 
 
 # -- live chat -----------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.loopback.base import LoopbackServer, ScriptedFailure
+from tests.loopback.embedding_model import embed_text
 
 _STATUS_TEXT = {
     400: "INVALID_ARGUMENT",
@@ -133,6 +134,8 @@ class GeminiServer(LoopbackServer):
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         rec = await self.record(request)
         model, _, action = request.match_info["target"].partition(":")
+        if action == "batchEmbedContents":
+            return await self._embed(rec)
         if action not in ("generateContent", "streamGenerateContent"):
             return web.json_response(error_body(404, f"unknown method {action!r}"), status=404)
         if self.api_key is not None and rec.headers.get("x-goog-api-key") != self.api_key:
@@ -151,6 +154,39 @@ class GeminiServer(LoopbackServer):
         if action == "generateContent":
             return web.json_response(_response(reply, body, model, response_id))
         return await self._stream(request, _chunks(reply, body, model, response_id))
+
+    async def _embed(self, rec: Any) -> web.StreamResponse:
+        """``batchEmbedContents``: one ``embed_text`` vector per request's text parts."""
+        if self.api_key is not None and rec.headers.get("x-goog-api-key") != self.api_key:
+            return web.json_response(INVALID_KEY_BODY, status=400)
+        failure = self.next_failure()
+        if failure is not None:
+            return failure
+        body = rec.body if isinstance(rec.body, dict) else {}
+        requests = body.get("requests") or []
+        if not requests:
+            return web.json_response(error_body(400, "requests must not be empty"), status=400)
+        embeddings = []
+        for item in requests:
+            parts = (item.get("content") or {}).get("parts") or []
+            text = " ".join(str(p.get("text", "")) for p in parts)
+            size = item.get("outputDimensionality") or (item.get("embedContentConfig") or {}).get(
+                "outputDimensionality"
+            )
+            embeddings.append({"values": embed_text(text, size)})
+        return web.json_response({"embeddings": embeddings})
+
+    @property
+    def embedded(self) -> list[list[str]]:
+        """The texts of each ``batchEmbedContents`` request."""
+        return [
+            [
+                " ".join(p.get("text", "") for p in r["content"]["parts"])
+                for r in rec.body["requests"]
+            ]
+            for rec in self.requests
+            if rec.path.endswith(":batchEmbedContents")
+        ]
 
     def _invalid(self, body: dict[str, Any]) -> str | None:
         """What the real API would refuse in this request, or None."""

@@ -37,13 +37,17 @@ Usage is deterministic: prompt tokens ~= len(json of messages + tools) // 4.
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 import re
+import struct
 from typing import Any
 
 from aiohttp import web
 
 from tests.loopback.base import LoopbackServer, ScriptedFailure
+from tests.loopback.embedding_model import embed_text
 
 CREATED = 1_700_000_000  # a fixed timestamp keeps answers deterministic
 
@@ -96,11 +100,50 @@ def _invalid(body: dict[str, Any]) -> tuple[str, str, str] | None:
 
 
 class OpenAIServer(LoopbackServer):
+    embed_delay = 0.0  # seconds before each embeddings answer (a slow endpoint, for timeouts)
+
     def routes(self) -> list[web.RouteDef]:
         return [
             web.post("/v1/chat/completions", self._completions),
+            web.post("/v1/embeddings", self._embeddings),
             web.get("/v1/models", self.list_models),
         ]
+
+    @property
+    def embedded(self) -> list[Any]:
+        """The inputs the embeddings endpoint was asked about (one list per request)."""
+        return [r.body["input"] for r in self.requests if r.path == "/v1/embeddings"]
+
+    async def _embeddings(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/embeddings``: ``embed_text`` vectors, as floats or base64 float32 (the
+        SDK asks for base64 unless told otherwise). ``embed_delay`` seconds pass first."""
+        rec = await self.record(request)
+        await asyncio.sleep(self.embed_delay)
+        failure = self.next_failure()
+        if failure is not None:
+            return failure
+        body: dict[str, Any] = rec.body if isinstance(rec.body, dict) else {}
+        inputs = body.get("input")
+        texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
+        if not texts or not all(isinstance(t, str) and t for t in texts):
+            error = {
+                "message": "'input' must be a non-empty string or array of strings",
+                "type": "invalid_request_error",
+                "param": "input",
+                "code": None,
+            }
+            return web.json_response({"error": error}, status=400)
+        data = []
+        for i, text in enumerate(texts):
+            vector = embed_text(text, body.get("dimensions"))
+            value: Any = vector
+            if body.get("encoding_format") == "base64":
+                value = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+            data.append({"object": "embedding", "index": i, "embedding": value})
+        tokens = sum(len(t) // 4 + 1 for t in texts)
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        model = body.get("model", "")
+        return web.json_response({"object": "list", "data": data, "model": model, "usage": usage})
 
     @property
     def base_url(self) -> str:

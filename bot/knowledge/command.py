@@ -1,0 +1,51 @@
+"""``chorus knowledge status|index``: what each configured knowledge base holds, and indexing
+on demand (the running bot also checks its sources on a schedule and on ``chorus reload``).
+
+Why a command: an operator who just wrote the FAQ wants to see it chunked and stored without
+restarting the bot or waiting for the next check. It works on the Redis the bot uses
+(CHORUS_REDIS_URL); with the embedded ``memory://`` store there is nothing shared to show.
+"""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from bot.knowledge.wiring import RecallParts, knowledge_lists
+from bot.memory.knowledge import base_id, load_index
+from bot.settings import Settings
+from bot.state import connect
+
+
+async def knowledge_command(settings: Settings, action: str) -> int:
+    """Print one line per knowledge base; ``index`` brings each up to date first."""
+    bases = knowledge_lists(settings)
+    if not bases:
+        print("no knowledge base is configured (CHORUS_KNOWLEDGE_PATHS or a scope's knowledge)")
+        return 0
+    redis = await connect.open_redis(settings.state.redis_url)
+    parts = RecallParts.build(settings, redis)
+    try:
+        for sources in bases:
+            if action == "index" and parts.indexer is not None:
+                report = await parts.indexer.index(sources, force=True)
+                state = "re-indexed" if report.changed else "unchanged"
+                print(f"{report.base}: {state}, {report.embedded} chunks embedded")
+            print(await _status(redis, sources))
+    finally:
+        await parts.aclose()
+        await redis.aclose()
+    return 0
+
+
+async def _status(redis: Redis, sources: tuple[str, ...]) -> str:
+    base = base_id(sources)
+    index = await load_index(redis, base)
+    if index is None:
+        return f"{base}: not indexed yet ({', '.join(sources)})"
+    files = len({chunk.source for chunk in index.chunks})
+    vectors = sum(1 for v in index.vectors if v)
+    model = index.model or "none: keyword search"
+    return (
+        f"{base}: version {index.version}, {len(index.chunks)} chunks from {files} documents, "
+        f"{vectors} vectors (model {model}); sources: {', '.join(sources)}"
+    )

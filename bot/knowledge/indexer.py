@@ -1,0 +1,214 @@
+"""Keeping each knowledge base fresh: read the operator's files and URLs, chunk, embed, store.
+
+Sources are what a scope's ``knowledge`` list (or CHORUS_KNOWLEDGE_PATHS) names: a Markdown or
+text file, a folder (its ``.md``, ``.markdown``, ``.txt`` and ``.rst`` files, recursively), or an
+``http(s)`` URL. URLs go through the tools' SSRF-guarded ``Fetcher`` (CHORUS_FETCH_ALLOW lets
+an operator name an internal host), so a knowledge list cannot be turned against the network
+the bot runs in. Relative paths are relative to the working directory.
+
+Freshness: every CHORUS_KNOWLEDGE_REFRESH seconds, and at once on ``chorus reload``, each base's
+sources get a mark (a file's mtime and size, a URL's body digest); an unchanged set of
+marks costs nothing more. A changed one re-chunks the base and re-embeds only chunks whose text
+is new (vectors are reused by text digest), then replaces chunks and vectors in one transaction
+and bumps the version the reply path watches. With several processes, a short Redis lock per
+base (``SET NX``) lets one of them do the work per interval.
+
+A source that cannot be read is logged and skipped; the rest of the base is indexed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import secrets
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from redis.asyncio import Redis
+
+from bot.memory.knowledge import Chunk, base_id, chunk_text, load_index, save_index
+from bot.memory.vectors import Embedder, quantise, text_id
+from bot.settings.memory import MemorySettings
+from bot.state import keys
+from bot.tools.base import ToolError
+from bot.tools.builtin.fetch import Fetcher, readable_text
+
+log = logging.getLogger("chorus.knowledge")
+
+TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst"})
+HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+MAX_FILE_BYTES = 5_000_000
+START_WAIT = 30.0  # seconds a start waits for the first indexing pass
+
+
+@dataclass(frozen=True)
+class Report:
+    base: str
+    sources: int
+    chunks: int
+    embedded: int
+    changed: bool
+
+
+class KnowledgeIndexer:
+    """Indexes the bases ``bases()`` names, on a schedule and on demand."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        settings: MemorySettings,
+        embedder: Embedder | None,
+        fetcher: Fetcher,
+        *,
+        bases: Callable[[], Iterable[Sequence[str]]],
+    ) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.embedder = embedder
+        self.fetcher = fetcher
+        self.bases = bases
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._first_pass = asyncio.Event()
+
+    # -- schedule ------------------------------------------------------------------------------
+    async def start(self, wait: float = START_WAIT) -> None:
+        """Start the schedule and wait (at most ``wait`` seconds) for the first pass, so the
+        first messages after a start find the knowledge base; a slow source finishes later."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="knowledge-indexer")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait):
+                await self._first_pass.wait()
+
+    def reindex(self) -> None:
+        """Check every base now (``chorus reload``), not at the next interval."""
+        self._wake.set()
+
+    async def _run(self) -> None:
+        force = False
+        while True:
+            await self.index_all(force=force)
+            self._first_pass.set()
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(self.settings.knowledge_refresh):
+                    await self._wake.wait()
+                force = True
+            except TimeoutError:
+                force = False
+
+    async def index_all(self, *, force: bool = False) -> list[Report]:
+        reports = []
+        for sources in {tuple(s) for s in self.bases() if s}:
+            try:
+                reports.append(await self.index(sources, force=force))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("knowledge base not indexed", extra={"sources": len(sources)})
+        return reports
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    # -- one base ------------------------------------------------------------------------------
+    async def index(self, sources: Sequence[str], *, force: bool = False) -> Report:
+        """Bring the base over ``sources`` up to date (``force``: now, even if a process checked
+        it within the interval)."""
+        base = base_id(sources)
+        lock = keys.knowledge(base, "lock")
+        ttl_ms = max(1000, int(self.settings.knowledge_refresh * 900))
+        if not force and not await self.redis.set(lock, secrets.token_hex(8), nx=True, px=ttl_ms):
+            return Report(base, len(sources), 0, 0, changed=False)
+        docs = await self._read_all(sources)
+        marks = json.dumps(sorted((src, mark) for src, mark, _ in docs))
+        previous = await self.redis.get(keys.knowledge(base, "sources"))
+        if previous == marks:
+            return Report(base, len(docs), 0, 0, changed=False)
+        chunks = [
+            chunk
+            for source, _, text in docs
+            for chunk in chunk_text(source, text, self.settings.knowledge_chunk_chars)
+        ]
+        vectors, embedded = await self._vectors(base, chunks)
+        model = self.embedder.name if self.embedder is not None else ""
+        version = await save_index(self.redis, base, chunks, vectors, model)
+        await self.redis.set(keys.knowledge(base, "sources"), marks)
+        log.info(
+            "knowledge base indexed",
+            extra={"base": base, "chunks": len(chunks), "embedded": embedded, "version": version},
+        )
+        return Report(base, len(docs), len(chunks), embedded, changed=True)
+
+    async def _vectors(self, base: str, chunks: list[Chunk]) -> tuple[list[str | None], int]:
+        if self.embedder is None or not chunks:
+            return [None] * len(chunks), 0
+        name = self.embedder.name
+        old = await load_index(self.redis, base)
+        known: dict[str, str] = {}
+        if old is not None and old.model == name:
+            for chunk, vector in zip(old.chunks, old.vectors, strict=False):
+                if vector:
+                    known[text_id(name, _embedded_text(chunk))] = vector
+        ids = [text_id(name, _embedded_text(c)) for c in chunks]
+        missing = sorted({i: c for i, c in zip(ids, chunks, strict=True) if i not in known}.items())
+        if missing:
+            fresh = await self.embedder.embed([_embedded_text(c) for _, c in missing])
+            known.update({i: quantise(v) for (i, _), v in zip(missing, fresh, strict=True)})
+        return [known.get(i) for i in ids], len(missing)
+
+    async def _read_all(self, sources: Sequence[str]) -> list[tuple[str, str, str]]:
+        """``(source, mark, text)`` of every readable document of ``sources``."""
+        found: list[tuple[str, str, str]] = []
+        for source in sources:
+            try:
+                if source.startswith(("http://", "https://")):
+                    found.append(await self._fetch(source))
+                else:
+                    found.extend(await asyncio.to_thread(_read_path, source))
+            except (OSError, ToolError, UnicodeDecodeError) as exc:
+                log.warning("knowledge source skipped", extra={"source": source, "error": str(exc)})
+        return found
+
+    async def _fetch(self, url: str) -> tuple[str, str, str]:
+        page = await self.fetcher.get(url, accept="text/markdown,text/plain,text/html;q=0.9")
+        text = page.text()
+        if page.content_type in HTML_TYPES:
+            title, body = readable_text(text)
+            text = f"# {title}\n\n{body}" if title else body
+        mark = hashlib.blake2b(page.body, digest_size=8).hexdigest()
+        return url, mark, text
+
+
+def _embedded_text(chunk: Chunk) -> str:
+    """What a chunk's vector is of: its heading path and text."""
+    return f"{chunk.heading}\n{chunk.text}" if chunk.heading else chunk.text
+
+
+def _read_path(source: str) -> list[tuple[str, str, str]]:
+    path = Path(source).expanduser()
+    if path.is_dir():
+        files = sorted(
+            p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES
+        )
+    elif path.is_file():
+        files = [path]
+    else:
+        raise FileNotFoundError(f"{source}: no such file or folder")
+    out = []
+    for file in files:
+        stat = file.stat()
+        if stat.st_size > MAX_FILE_BYTES:
+            log.warning("knowledge file too large; skipped", extra={"source": str(file)})
+            continue
+        mark = f"{stat.st_mtime_ns}:{stat.st_size}"
+        out.append((str(file), mark, file.read_text(encoding="utf-8")))
+    return out

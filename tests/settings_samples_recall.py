@@ -1,0 +1,29 @@
+"""Samples of the semantic recall and knowledge-base variables for
+``tests/test_settings_sources.py``'s SAMPLES (variable -> where it lands, the text in .env, the
+value expected; never the default)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+RECALL_SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
+    "CHORUS_EMBEDDING_MODEL": (
+        ("memory.embedding_model",),
+        "openai:text-embedding-3-small",
+        "openai:text-embedding-3-small",
+    ),
+    "CHORUS_EMBEDDING_DIMENSIONS": (("memory.embedding_dimensions",), "512", 512),
+    "CHORUS_EMBEDDING_DEADLINE": (("memory.embedding_deadline",), "0.5", 0.5),
+    "CHORUS_EMBEDDING_TIMEOUT": (("memory.embedding_timeout",), "15", 15.0),
+    "CHORUS_RECALL_WEIGHT": (("memory.recall_weight",), "0.6", 0.6),
+    "CHORUS_RECALL_FLOOR": (("memory.recall_floor",), "0.25", 0.25),
+    "CHORUS_RECALL_THRESHOLD": (("memory.recall_threshold",), "0.2", 0.2),
+    "CHORUS_KNOWLEDGE_PATHS": (
+        ("memory.knowledge_sources",),
+        "docs/rules.md, https://example.org/faq",
+        ("docs/rules.md", "https://example.org/faq"),
+    ),
+    "CHORUS_KNOWLEDGE_CHARS": (("memory.knowledge_chars",), "900", 900),
+    "CHORUS_KNOWLEDGE_CHUNK_CHARS": (("memory.knowledge_chunk_chars",), "800", 800),
+    "CHORUS_KNOWLEDGE_REFRESH": (("memory.knowledge_refresh",), "60", 60.0),
+}
