@@ -13,6 +13,7 @@ from bot.ops import aio
 
 async def _main() -> None:
     from bench import (
+        admin,
         backpressure,
         cache,
         identity,
@@ -38,6 +39,7 @@ async def _main() -> None:
         await scaling.main(memory.REAL),
         await backpressure.main(memory.REAL),
         await streaming.main(),
+        await admin.main(),
     ]
     print(
         f"# Chorus benchmarks\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -55,6 +55,7 @@ from bot.tools.mcp_config import config_from_settings
 from bot.tools.toolbox import Toolbox
 
 if TYPE_CHECKING:
+    from bot.admin.server import AdminServer
     from bot.tools.mcp import MCPManager
 
 log = logging.getLogger("chorus.app")
@@ -84,6 +85,8 @@ class Chorus:
     ) -> None:
         self.metrics: Metrics | NullMetrics = metrics or NullMetrics()
         self.health: HealthServer | None = None
+        self.admin: AdminServer | None = None  # the dashboard (CHORUS_ADMIN_PORT)
+        self.reload_config: Callable[[], None] | None = None  # SIGHUP's reload, once installed
         self.settings = settings
         self.provider = provider
         self.redis = redis
@@ -292,6 +295,20 @@ class Chorus:
         self.health = HealthServer.from_settings(self.settings.health, self.metrics, checks)
         if self.health is not None:
             await self.health.start()
+        from bot.admin.wiring import start_admin  # Jinja2 loads only when the dashboard is on
+
+        self.admin = await start_admin(
+            self.settings,
+            self.redis,
+            memory=self.memory,
+            history=self.history,
+            audit=self.safety.audit,
+            checks=checks,
+            provider=self.provider,
+            commands=self.router.commands,
+            live=self.router.live,
+            reload=lambda: self.reload_config() if self.reload_config else None,
+        )
 
     async def drain(self) -> None:
         """The graceful stop of the router (once): intake stops, the turns in progress get
@@ -328,8 +345,9 @@ class Chorus:
         await self.drain()
         await self.safety.aclose()  # the audit entries still being written
         await self.hooks.aclose()
-        if self.health is not None:
-            await self.health.aclose()
+        for server in (self.health, self.admin):
+            if server is not None:
+                await server.aclose()
         await self.scoping.aclose()
         await self.recall.aclose()
         await _close_all(self._owns)  # the bus first (newest): its partition leases go back

@@ -37,6 +37,7 @@ from bot.settings import ConfigError, Settings, load_settings
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
+    from bot.admin.server import AdminServer
     from bot.app import Chorus
     from bot.ops.metrics import MetricsSink
     from insights.worker import InsightsWorker
@@ -340,6 +341,7 @@ def _insights_worker(
 async def _insights(settings: Settings, *, drain: bool) -> int:
     """``chorus insights``: the worker alone (scale it separately from the chat workers), with
     its own /healthz, /readyz (Redis, the insights model) and /metrics unless it only drains."""
+    from bot.admin.wiring import start_admin
     from bot.ops.health import HealthServer, provider_check, redis_check
     from bot.ops.metrics import Metrics
     from bot.state import connect
@@ -347,6 +349,7 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
     metrics = Metrics.from_settings(settings.metrics)
     redis = await connect.open_redis(settings.state.redis_url)
     health: HealthServer | None = None
+    admin: AdminServer | None = None
     try:
         worker, provider = _insights_worker(settings, redis, None, metrics)
         try:
@@ -356,13 +359,11 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
                 while done or worker.summarised:  # user analyses, then conversation summaries
                     done = await worker.run_once(later)
                 return 0
-            health = HealthServer.from_settings(
-                settings.health,
-                metrics,
-                {"redis": redis_check(redis), "llm": provider_check(provider)},
-            )
+            checks = {"redis": redis_check(redis), "llm": provider_check(provider)}
+            health = HealthServer.from_settings(settings.health, metrics, checks)
             if health is not None:
                 await health.start()
+            admin = await start_admin(settings, redis, checks=checks, provider=provider)
             stop = asyncio.Event()
             on_stop_signals(stop)
             running = asyncio.create_task(worker.run(), name="insights")
@@ -375,6 +376,8 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
         finally:
             if health is not None:
                 await health.aclose()
+            if admin is not None:
+                await admin.aclose()
             await worker.aclose()
             await provider.aclose()
     finally:

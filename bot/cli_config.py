@@ -320,3 +320,4 @@ def on_reload_signal(app: Chorus, load: Callable[[], Settings] | None = None) ->
             )
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
+    app.reload_config = reload  # the admin dashboard's reload button

@@ -35,7 +35,7 @@ from bot.events import utcnow
 from bot.llm.base import Provider
 from bot.llm.errors import LLMError, ProviderUnavailable
 from bot.memory.buffers import MemorySettings, MemoryStore, UserBuffer
-from bot.memory.insight_queue import DEFAULT_QUEUE
+from bot.memory.insight_queue import DEFAULT_QUEUE, record_outcome
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.resilience import RetryPolicy
 from bot.state.history import HistoryStore
@@ -174,6 +174,13 @@ class InsightsWorker:
                 extra={"platform": job.platform, "job": job.member, "outcome": str(outcome)},
             )
             results.append((job.member, outcome))
+            try:  # for the admin dashboard; an analysis never fails for want of it
+                await record_outcome(
+                    self.memory.redis, job.platform, job.user_id, outcome.value, now,
+                    queue=self.queue.queue,
+                )  # fmt: skip
+            except Exception:
+                log.warning("could not note an insights outcome", exc_info=True)
         if self.summariser is not None:  # logs each conversation's outcome
             self.summarised = len(await self.summariser.run_once(now))
         return results

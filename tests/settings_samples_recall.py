@@ -1,4 +1,4 @@
-"""Samples of the semantic recall and knowledge-base variables for
+"""Samples of the semantic recall, knowledge-base and admin-dashboard variables for
 ``tests/test_settings_sources.py``'s SAMPLES (variable -> where it lands, the text in .env, the
 value expected; never the default)."""
 
@@ -26,4 +26,11 @@ RECALL_SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_KNOWLEDGE_CHARS": (("memory.knowledge_chars",), "900", 900),
     "CHORUS_KNOWLEDGE_CHUNK_CHARS": (("memory.knowledge_chunk_chars",), "800", 800),
     "CHORUS_KNOWLEDGE_REFRESH": (("memory.knowledge_refresh",), "60", 60.0),
+}
+
+# The admin dashboard's settings (bot/settings: ``admin``).
+ADMIN_SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
+    "CHORUS_ADMIN_PORT": (("admin.port",), "8470\nCHORUS_ADMIN_TOKEN=a-long-admin-token", 8470),
+    "CHORUS_ADMIN_HOST": (("admin.host",), "0.0.0.0", "0.0.0.0"),
+    "CHORUS_ADMIN_TOKEN": (("admin.token",), "a-long-admin-token-123", "a-long-admin-token-123"),
 }

@@ -19,7 +19,7 @@ from bot.llm.errors import ProviderRequestError, ProviderUnavailable
 from bot.llm.scripted import Script, ScriptedProvider
 from bot.llm.types import LLMRequest
 from bot.memory.buffers import MemorySettings, MemoryStore, Pin, UserBuffer
-from bot.memory.insight_queue import InsightJob, queue_enqueue
+from bot.memory.insight_queue import InsightJob, queue_enqueue, recent_outcomes
 from bot.state import keys
 from bot.state.history import HistoryEntry, HistoryStore
 from insights.worker import InsightsWorker, JobOutcome
@@ -129,6 +129,14 @@ async def test_an_analysis_merges_the_users_own_facts(rig: Rig) -> None:
     [request] = rig.provider.requests
     assert request.model == "cheap-model" and request.response_schema is not None
     assert await rig.worker().run_once(DUE + timedelta(hours=1)) == [], "the job is done"
+    # the outcome is noted for the admin dashboard: ids and outcome, never what was learnt
+    [noted] = await recent_outcomes(rig.redis, queue=rig.tag)
+    assert noted == {
+        "at": DUE.timestamp(),
+        "platform": "discord",
+        "user_id": rig.alice,
+        "outcome": "merged",
+    }
 
 
 async def test_another_users_words_never_become_a_pin(rig: Rig) -> None:

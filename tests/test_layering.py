@@ -50,7 +50,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     "bot.app": BASE
     | {"bot.llm", "bot.tools", "bot.state", "bot.ops", "bot.bus", "bot.live", "bot.memory"}
     | {"bot.agent", "bot.router", "bot.platform", "bot.plugins", "bot.quota", "bot.safety"}
-    | {"bot.knowledge"},
+    | {"bot.knowledge", "bot.admin"},
+    # The dashboard: every core package (it shows and steers them); `chorus config --scope`'s
+    # text (bot.cli_config) only lazily, inside the settings page.
+    "bot.admin": BASE
+    | {"bot.llm", "bot.state", "bot.ops", "bot.live", "bot.memory", "bot.quota", "bot.safety"}
+    | {"bot.router", "bot.cli_config"},
     "insights": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.memory"},
     "adapters": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.bus", "bot.platform", "bot.quota"},
 }

@@ -16,9 +16,12 @@ arrived while it was busy.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
+from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from bot.events import AwareDatetime, ChatMessage, ConversationKey, utcnow
@@ -29,6 +32,8 @@ JOB_TTL_SECONDS = 2 * 24 * 3600
 ENQUEUE_COMMANDS = 5
 CANCEL_COMMANDS = 3
 CONVERSATION_FIELD = "c:"
+OUTCOMES_MAX = 200
+OUTCOMES_SECONDS = 7 * 24 * 3600
 
 
 class TurnRef(BaseModel):
@@ -103,3 +108,37 @@ def queue_cancel(
 
 def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
+
+
+async def record_outcome(
+    redis: Redis,
+    platform: str,
+    user_id: str,
+    outcome: str,
+    at: datetime,
+    *,
+    queue: str = DEFAULT_QUEUE,
+) -> None:
+    """Note how an analysis ended (merged, unchanged, skipped...) for the admin dashboard: ids
+    and the outcome only, never what was learnt."""
+    key = keys.insights_outcomes(queue)
+    entry = {"at": at.timestamp(), "platform": platform, "user_id": user_id, "outcome": outcome}
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.lpush(key, json.dumps(entry))
+        pipe.ltrim(key, 0, OUTCOMES_MAX - 1)
+        pipe.expire(key, OUTCOMES_SECONDS)
+        await pipe.execute()
+
+
+async def recent_outcomes(
+    redis: Redis, *, queue: str = DEFAULT_QUEUE, limit: int = 25
+) -> list[dict[str, Any]]:
+    """The latest ``limit`` outcomes, newest first (unreadable entries skipped)."""
+    rows = cast("list[str]", await redis.lrange(keys.insights_outcomes(queue), 0, limit - 1))
+    found = []
+    for row in rows:
+        try:
+            found.append(dict(json.loads(row)))
+        except (ValueError, TypeError):
+            continue
+    return found

@@ -45,6 +45,7 @@ from bot.router.drafts import Drafts
 from bot.router.flow import Admission, Shutdown, admit, release_quietly
 from bot.router.housekeeping import consume_deletions, dead_letter
 from bot.router.items import Item, answer_item, turn_item
+from bot.router.observe import TurnObserver
 from bot.router.scoping import FixedScoping, Profile, Scoping
 from bot.router.text_commands import Commands
 from bot.router.texts import apology, crash_apology, too_long
@@ -115,6 +116,7 @@ class Router:
         self._shutdown: Shutdown | None = None
         self._touched = record.TouchThrottle()
         self.clock: Callable[[], float] = time.monotonic  # for the activity throttle
+        self.observer = TurnObserver(redis)  # the turn log and timeline (the admin dashboard)
 
     async def run(self) -> None:
         """Consume the inbound and deletion topics until the bus closes or ``shutdown``."""
@@ -123,7 +125,7 @@ class Router:
                 group.create_task(self._consume_inbound()),
                 group.create_task(consume_deletions(self.bus, self.history)),
             ]
-            self._ticker = group.create_task(self._tick_forever()) if self.live else None
+            self._ticker = group.create_task(self._tick_forever())
             self._loops.update(consumers)
             await asyncio.wait(consumers)
             if self._ticker is not None:
@@ -157,6 +159,7 @@ class Router:
             await self.bus.stop_consuming(topic, "agent")
         left = await stop.wait({*self._workers.values(), *self._acks, *self._loops})
         await stop.abandon(left)
+        await self.observer.flush_quietly(force=True)
         stop.end()
 
     def hurry(self) -> None:
@@ -167,6 +170,7 @@ class Router:
         """Check once a second whether a live-chat batch or idle line came due."""
         while True:
             await asyncio.sleep(1.0)
+            await self.observer.flush_quietly()
             if self.live is not None:
                 await self.live.maintain()  # durable live state: save, refresh, evict
             self.live_tick()
@@ -207,11 +211,13 @@ class Router:
             self._background(dead_letter(self.bus, self.metrics, delivery), slot=True)
             return
         self.metrics.message_in(message.platform)
+        self.observer.arrived(message)
         item = Item(message, delivery, (message.author.id,), message.id)
         if safety_hooks.screened_out(self, item):  # blocked or flagged: dropped or refused
             return
         route = profile.route(message, self.live is not None and self.live.applies(message))
         if route == "ignore":  # the scope answers only when addressed
+            self.observer.note(message, "ignored", "not addressed")
             self._background(delivery.ack(), slot=True)
             return
         if route == "live" and self.live is not None:
@@ -222,14 +228,7 @@ class Router:
             elif decision.action is Action.COMMAND and (text := ack(decision.reason)):
                 item = Item(message, delivery, (message.author.id,), message.id, forced=text)
             else:
-                log.debug(
-                    "live chat: not answered now",
-                    extra={
-                        "message_id": message.id,
-                        "action": decision.action.value,
-                        "reason": decision.reason.value,
-                    },
-                )
+                self.observer.live_quiet(message, decision)
                 self._background(delivery.ack(), slot=True)
                 return
         self._enqueue(item)
@@ -300,6 +299,7 @@ class Router:
             if self.live is not None:  # where replies cost quota, reserve before the model
                 paid, item.progress.hold = await self.live.pay(message, item.kind, item.mentions)
                 if not paid:  # declined or held back (logged and counted); nothing to send
+                    self.observer.note(message, "over_quota", "reply budget")
                     await claim.release()
                     settled = True
                     return
@@ -358,20 +358,12 @@ class Router:
         try:
             result = await profile.agent.run(request, ctx, drafts)
         except LLMError as exc:
-            self.metrics.llm_error(request.model, type(exc).__name__)
-            log.error(
-                "no answer from the model",
-                extra={
-                    "platform": message.platform,
-                    "message_id": message.id,
-                    "error": str(exc),
-                    "error_type": type(exc).__name__,
-                },
-            )
+            self.observer.llm_failed(self.metrics, message, request.model, exc)
             await claim.release()  # a later delivery of the same message may try again
             await self._send(item, apology(), is_error=True)
             return
         now, text = utcnow(), await safety_hooks.answered(self, item, result, request)
+        self.observer.answered(item, result, request, item.received)
         kept = record.Kept(record.turn_entries(message, text, now), now, profile, read.waiting)
         await self._finish(item, claim, text, kept=kept)
         self.hooks.after_reply(message, text)  # what was sent: the safe line if replaced
@@ -417,6 +409,7 @@ class Router:
             item.progress.committed, item.progress.elsewhere = outcome is not None, outcome is None
 
         await shielded(write())
+        self.observer.committed(item, is_error=is_error)  # the turn log, written by the tick
         self.metrics.message_out(message.platform)
         if self.live is not None:
             self.live.spoke(message.conversation)

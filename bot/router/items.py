@@ -17,6 +17,7 @@ from bot.events import ChatMessage
 from bot.live.engagement import Decision
 from bot.live.turns import Turn, covered_context
 from bot.quota.plan import Kind
+from bot.state.turnlog import TurnRecord
 
 
 @dataclass
@@ -24,6 +25,7 @@ class Progress:
     committed: bool = False  # the reply and its record are in Redis: never release, ack
     elsewhere: bool = False  # our lapsed claim is another worker's now: it answers and acks
     hold: str | None = None  # the reply budget reserved for it (where replies cost quota)
+    record: TurnRecord | None = None  # an answered turn's numbers, for the turn log
 
 
 @dataclass(frozen=True)

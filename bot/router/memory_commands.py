@@ -34,7 +34,7 @@ from bot.memory.buffers import PIN_TEXT_MAX, MemoryStore, UserBuffer, clean_text
 from bot.memory.edit import Outcome, add_pin, entry_print, numbered, remove_entry
 from bot.memory.people import Identity, People
 from bot.router.text_commands import Command, Commands
-from bot.state import keys
+from bot.state import keys, turnlog
 from bot.state.history import HistoryStore
 from bot.state.outages import until_redis_answers
 
@@ -184,11 +184,18 @@ class _Handlers:
             # The summaries and community notes their lines fed are dropped too.
             await summaries.forget_user(self._memory.redis, who_platform, who, convs)
         buffer = await self._memory.load(platform, user_id)
+        names = {}
         for who_platform, who in identities:
             await self._people.void_code(who_platform, who)
+            names[who_platform, who] = await turnlog.names_of(self._memory.redis, who_platform, who)
         async with self._memory.redis.pipeline(transaction=True) as pipe:
             for who_platform, who in identities:
                 self._memory.queue_forget(pipe, who_platform, who, now=self._clock())
+                mine = (who_platform, who) == (platform, user_id)
+                now_called = [message.author.display_name] if mine else []
+                turnlog.forget_names(
+                    pipe, who_platform, who, [*names[who_platform, who], *now_called]
+                )
                 insight_queue.queue_cancel(pipe, who_platform, who, queue=self._queue)
                 pipe.delete(keys.user(who_platform, who, "pinsview"))
             if person is not None:

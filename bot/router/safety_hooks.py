@@ -25,7 +25,9 @@ from bot.live.turns import LiveChat
 from bot.llm.types import LLMRequest
 from bot.ops.aio import shielded
 from bot.router import record
+from bot.router.observe import TurnObserver
 from bot.safety.gate import SafetyGate
+from bot.state.turnlog import Decision
 
 __all__ = ["SafetyGate", "answered", "screened_out", "stopped"]
 
@@ -36,6 +38,7 @@ class Router(Protocol):
     safety: SafetyGate
     live: LiveChat | None
     claims: Claims
+    observer: TurnObserver
 
     def _background(self, work: Coroutine[Any, Any, None], *, slot: bool = False) -> None: ...
 
@@ -51,8 +54,10 @@ def screened_out(router: Router, item: Any) -> bool:
         return False
     if screened.text is None:
         assert item.delivery is not None
+        router.observer.note(item.message, "moderated", "dropped")
         router._background(item.delivery.ack(), slot=True)
     else:
+        router.observer.decided(item, "moderated", "refused")
         router._enqueue(dataclasses.replace(item, forced=screened.text))
     return True
 
@@ -62,6 +67,8 @@ async def stopped(router: Router, item: Any, claim: Claim) -> bool:
     stop = await router.safety.before_model(item.message, person=item.delivery is not None)
     if stop is None:
         return False
+    decision: Decision = "over_quota" if stop.why.startswith("quota") else "moderated"
+    router.observer.decided(item, decision, stop.why)
     if stop.text is not None:
         await router._finish(item, claim, stop.text)
     else:
@@ -91,3 +98,4 @@ async def _settle_silently(router: Router, item: Any, claim: Claim) -> None:
         item.progress.committed, item.progress.elsewhere = outcome is not None, outcome is None
 
     await shielded(write())
+    router.observer.committed(item, sent=False)

@@ -68,6 +68,7 @@ class Stop:
     """Do not call the model: answer ``text`` (a notice or refusal) or nothing at all."""
 
     text: str | None
+    why: str = ""  # for the turn log: "blocked", "quota:<rule>" or "moderation"
 
 
 class SafetyGate:
@@ -207,7 +208,7 @@ class SafetyGate:
             await self.users.prepare(message.conversation)  # a no-op when fresh
             if self.status(message, message.author.id, policy) == "block":
                 self._record(message, "user", "user_blocked", "ignored")
-                return Stop(None)
+                return Stop(None, "blocked")
         if self.quotas is not None and policy.quota.enabled:
             quotas, exempt = self.quotas, self.exempt(message, policy)
             refused = await until_redis_answers(  # an outage is waited out, like every step
@@ -217,14 +218,15 @@ class SafetyGate:
             if refused is not None:
                 action = "noticed" if refused.notice else "silenced"
                 self._record(message, "quota", refused.rule, action)
-                return Stop(texts.quota_notice(refused) if refused.notice else None)
+                notice = texts.quota_notice(refused) if refused.notice else None
+                return Stop(notice, f"quota:{refused.rule}")
         if self.model is None or not policy.enabled or not policy.use_model:
             return None
         flag = await self._model_flag(message.text, policy)
         if flag is None:
             return None
         screened = self._inbound(message, policy, flag)
-        return None if screened.action == "pass" else Stop(screened.text)
+        return None if screened.action == "pass" else Stop(screened.text, "moderation")
 
     async def answer(self, message: ChatMessage, text: str) -> str:
         """``text``, or the safe line when the answer breaks a rule (audited)."""

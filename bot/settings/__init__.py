@@ -40,7 +40,7 @@ from bot.settings.llm import (
     parse_model_spec,
 )
 from bot.settings.memory import MemorySettings
-from bot.settings.ops import HealthSettings, LoggingSettings, MetricsSettings
+from bot.settings.ops import AdminSettings, HealthSettings, LoggingSettings, MetricsSettings
 from bot.settings.plugins import PluginSettings
 from bot.settings.safety import QuotaSettings, SafetySettings
 from bot.settings.scopes import FileSettings, check_scopes, scope_channels, scope_warnings
@@ -110,6 +110,7 @@ class Settings(BaseModel):
     tools: ToolSettings = Field(default_factory=ToolSettings)
     plugins: PluginSettings = Field(default_factory=PluginSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
+    admin: AdminSettings = Field(default_factory=AdminSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
@@ -155,6 +156,7 @@ class Settings(BaseModel):
             self.twitch,
             self.youtube,
             self.safety,
+            self.admin,
         )
         return [value for section in sections for value in section.secret_values()]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from bot.settings.base import Section
 
@@ -49,3 +49,44 @@ class MetricsSettings(Section):
     @classmethod
     def _empty_path(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
+
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class AdminSettings(Section):
+    """The admin dashboard (bot/admin): off unless ``CHORUS_ADMIN_PORT`` is set; always behind
+    ``CHORUS_ADMIN_TOKEN``, so a dashboard can never start open."""
+
+    host: str = Field(default="127.0.0.1", min_length=1, validation_alias="CHORUS_ADMIN_HOST")
+    port: int = Field(default=0, ge=0, le=65535, validation_alias="CHORUS_ADMIN_PORT")
+    token: SecretStr | None = Field(default=None, validation_alias="CHORUS_ADMIN_TOKEN")
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _empty_token(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _token_when_enabled(self) -> AdminSettings:
+        if self.enabled and self.token is None:
+            where = (
+                "on a loopback address"
+                if self.host in LOOPBACK_HOSTS
+                else f"on {self.host}, a non-loopback address reachable from the network,"
+            )
+            raise ValueError(
+                f"CHORUS_ADMIN_TOKEN is required: the admin dashboard (CHORUS_ADMIN_PORT="
+                f"{self.port}) would start {where} without a login; set CHORUS_ADMIN_TOKEN to "
+                "a long random string, or unset CHORUS_ADMIN_PORT"
+            )
+        if self.token is not None and len(self.token.get_secret_value()) < 16:
+            raise ValueError("CHORUS_ADMIN_TOKEN must be at least 16 characters long")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.port != 0
+
+    def secret_values(self) -> list[str]:
+        return [self.token.get_secret_value()] if self.token is not None else []

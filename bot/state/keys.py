@@ -165,6 +165,12 @@ def insights_job(platform: str, user_id: str, queue: str = "main") -> str:
     return f"{PREFIX}:insights:{queue}:job:{insights_member(platform, user_id)}"
 
 
+def insights_outcomes(queue: str = "main") -> str:
+    """The latest analyses' outcomes (list of JSON, newest first, capped; the admin dashboard)."""
+    _check_token("queue", queue)
+    return f"{PREFIX}:insights:{queue}:outcomes"
+
+
 def insights_lease(platform: str, user_id: str, queue: str = "main") -> str:
     """The ``SET NX PX`` lease of the worker analysing one user."""
     _check_token("queue", queue)
@@ -361,3 +367,27 @@ def safety_audit(namespace: str = "main") -> str:
     decisions."""
     _check_token("namespace", namespace)
     return f"{PREFIX}:safety:audit:{namespace}"
+
+
+# -- the admin dashboard's indexes (bot/state/turnlog.py, bot/ops/timeline.py) ------------------
+def turn_log(conv: ConversationKey) -> str:
+    """The bounded log of the router's decisions in one conversation."""
+    return f"{PREFIX}:admin:turns:{conv}"
+
+
+def recent_conversations(platform: str) -> str:
+    """One platform's conversations by last activity."""
+    _check_token("platform", platform)
+    return f"{PREFIX}:admin:convs:{platform}"
+
+
+def user_names() -> str:
+    """The lexicographic index of people by lowercased name (and by id)."""
+    return f"{PREFIX}:admin:names"
+
+
+def timeline(bucket: str) -> str:
+    """Counters of one minute (``yyyymmddHHMM``) or day (``dyyyymmdd``)."""
+    if not re.fullmatch(r"[0-9]{12}|d[0-9]{8}", bucket):
+        raise ValueError(f"bucket must be yyyymmddHHMM or dyyyymmdd, got {bucket!r}")
+    return f"{PREFIX}:timeline:{bucket}"

@@ -1,0 +1,332 @@
+"""The dashboard's web app: routes, the login, the changes (each audited), the server's life.
+
+Pages are GET and change nothing; every change is a POST with the session's CSRF token (or a
+Bearer token), goes through the same path its chat command takes, is recorded in the audit
+trail (``direction="admin"``), and redirects back (POST-redirect-GET). Templates are loaded
+from ``prompts/admin/`` with autoescaping on, and never receive a secret: the settings page
+gets masked values only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import jinja2
+from aiohttp import web
+
+from bot.admin import charts, views
+from bot.admin.auth import COOKIE, SESSION_KEY, Auth
+from bot.admin.views import Sources
+from bot.events import Author, ChatMessage, ConversationKey
+from bot.live.engagement import apply_pause
+from bot.live.store import Changes, RedisLiveStore
+from bot.memory.entries import StaleEntry, delete_entry, edit_entry
+from bot.safety.audit import AuditEntry
+from bot.settings import ConfigError
+from bot.settings.ops import LOOPBACK_HOSTS, AdminSettings
+
+log = logging.getLogger("chorus.admin")
+
+TEMPLATES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
+SRC = web.AppKey("sources", Sources)
+PAGES = ("overview", "conversations", "people", "live", "insights", "settings")
+
+
+def environment() -> jinja2.Environment:
+    """Templates from ``prompts/admin`` (found the way ``prompts`` finds its files: next to it)."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.globals["sparkline"] = charts.sparkline
+    env.filters["q"] = lambda text: quote(str(text), safe="")
+    env.filters["when"] = lambda at: datetime.fromtimestamp(float(at), UTC).strftime(
+        "%Y-%m-%d %H:%M:%S"
+    )
+    return env
+
+
+class AdminServer:
+    """``await AdminServer(...).start()``; ``aclose`` stops it. Port 0 binds a free port."""
+
+    def __init__(self, sources: Sources, token: str, host: str = "127.0.0.1", port: int = 0):
+        self.sources = sources
+        self.auth = Auth(token)
+        self.host = host
+        self.port = port
+        self.env = environment()
+        self._runner: web.AppRunner | None = None
+
+    @classmethod
+    def from_settings(cls, settings: AdminSettings, sources: Sources) -> AdminServer | None:
+        if not settings.enabled:
+            return None
+        if settings.token is None:  # the settings refuse this already; never start open
+            raise ConfigError("CHORUS_ADMIN_TOKEN is required when CHORUS_ADMIN_PORT is set")
+        return cls(sources, settings.token.get_secret_value(), settings.host, settings.port)
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self.auth.middleware()])  # type: ignore[list-item]
+        app[SRC] = self.sources
+        get, post = web.get, web.post
+        app.add_routes(
+            [
+                get("/login", self.login_page),
+                post("/login", self.login),
+                post("/logout", self.logout),
+                get("/static/admin.css", self.css),
+                get("/", self.overview),
+                get("/conversations", self.conversations),
+                get("/conversations/{conv}", self.conversation),
+                get("/people", self.people),
+                get("/people/{platform}/{user_id}", self.person),
+                get("/people/{platform}/{user_id}/export.json", self.export),
+                post("/people/{platform}/{user_id}/entry", self.entry),
+                post("/people/{platform}/{user_id}/forget", self.forget),
+                get("/live", self.live),
+                post("/live/{conv}/pause", self.pause),
+                get("/insights", self.insights),
+                get("/settings", self.settings),
+                post("/settings/reload", self.reload),
+            ]
+        )
+        return app
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            self.port = server.sockets[0].getsockname()[1]
+        exposed = "" if self.host in LOOPBACK_HOSTS else " (reachable from the network)"
+        log.info("admin dashboard at %s%s", self.url, exposed)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def aclose(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- rendering --------------------------------------------------------------------------------
+    def render(self, request: web.Request, template: str, **values: Any) -> web.Response:
+        sid = request.get(SESSION_KEY, "")
+        values.setdefault("page", template)
+        body = self.env.get_template(f"{template}.html").render(
+            csrf=self.auth.csrf_for(sid) if sid else "",
+            pages=PAGES,
+            notice=request.query.get("notice", ""),
+            **values,
+        )
+        return web.Response(text=body, content_type="text/html")
+
+    def audit(self, request: web.Request, rule: str, action: str, **where: Any) -> None:
+        """Record a change in the audit trail (who: the session or ``bearer``; never a token)."""
+        sid = request.get(SESSION_KEY, "")
+        entry = AuditEntry(
+            at_ms=int(time.time() * 1000),
+            direction="admin",
+            rule=rule,
+            action=action,
+            user_name=f"session:{sid[:6]}" if sid else "bearer",
+            **where,
+        )
+        self.sources.audit.record(entry)
+
+    # -- login ------------------------------------------------------------------------------------
+    async def login_page(self, request: web.Request) -> web.Response:
+        return self.render(request, "login", failed=False)
+
+    async def login(self, request: web.Request) -> web.StreamResponse:
+        form = await request.post()
+        if not self.auth.token_ok(str(form.get("token", ""))):
+            log.warning("admin dashboard: a login with a wrong token")
+            response = self.render(request, "login", failed=True)
+            response.set_status(401)
+            return response
+        response = web.Response(status=303, headers={"Location": "/"})
+        self.auth.set_cookie(response, request)
+        return response
+
+    async def logout(self, request: web.Request) -> web.StreamResponse:
+        response = web.Response(status=303, headers={"Location": "/login"})
+        response.del_cookie(COOKIE, path="/")
+        return response
+
+    async def css(self, request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(TEMPLATES / "admin.css")
+
+    # -- pages ------------------------------------------------------------------------------------
+    async def overview(self, request: web.Request) -> web.Response:
+        data = await views.overview(self.sources, datetime.now(UTC))
+        return self.render(request, "overview", **data)
+
+    async def conversations(self, request: web.Request) -> web.Response:
+        data = await views.conversations(self.sources, request.query.get("platform"))
+        return self.render(request, "conversations", **data)
+
+    async def conversation(self, request: web.Request) -> web.Response:
+        data = await views.conversation(self.sources, _conv(request))
+        return self.render(request, "conversation", page="conversations", **data)
+
+    async def people(self, request: web.Request) -> web.Response:
+        query, platform = request.query.get("q", ""), request.query.get("platform", "")
+        return self.render(request, "people", **await views.people(self.sources, query, platform))
+
+    async def person(self, request: web.Request) -> web.Response:
+        platform, user_id = _who(request)
+        data = await views.person(self.sources, platform, user_id, request.query.get("name", ""))
+        return self.render(request, "person", page="people", **data)
+
+    async def export(self, request: web.Request) -> web.Response:
+        platform, user_id = _who(request)
+        memory = self.sources.memory
+        buffer = await memory.load(platform, user_id)
+        data = views.export(buffer, await memory.conversations(platform, user_id))
+        self.audit(request, "memory:export", "exported", platform=platform, user_id=user_id)
+        return web.Response(
+            text=json.dumps(data, indent=2, ensure_ascii=False),
+            content_type="application/json",
+            headers={"Content-Disposition": f'attachment; filename="{platform}-memory.json"'},
+        )
+
+    async def live(self, request: web.Request) -> web.Response:
+        return self.render(request, "live", **await views.live(self.sources, time.time()))
+
+    async def insights(self, request: web.Request) -> web.Response:
+        data = await views.insights(self.sources, datetime.now(UTC))
+        return self.render(request, "insights", **data)
+
+    async def settings(self, request: web.Request) -> web.Response:
+        scope = request.query.get("scope", "").strip()
+        described, problem = "", ""
+        if scope:
+            from bot.cli_config import describe_scope  # the text `chorus config --scope` prints
+
+            try:
+                described = _masked_scope(describe_scope(self.sources.settings, scope))
+            except ValueError as exc:
+                problem = str(exc)
+        return self.render(
+            request,
+            "settings",
+            rows=views.settings_rows(self.sources),
+            scope=scope,
+            described=described,
+            problem=problem,
+            can_reload=self.sources.reload is not None,
+        )
+
+    # -- changes ----------------------------------------------------------------------------------
+    async def entry(self, request: web.Request) -> web.StreamResponse:
+        """Delete or edit one pin or recommendation (``WATCH``'d, checked against what the page
+        showed: a stale page changes nothing)."""
+        platform, user_id = _who(request)
+        form = await request.post()
+        kind, action = str(form.get("kind", "")), str(form.get("action", ""))
+        seen, text = str(form.get("seen", "")), str(form.get("text", ""))
+        index = str(form.get("index", ""))
+        if kind not in ("pin", "rec") or action not in ("delete", "edit") or not index.isdigit():
+            raise web.HTTPBadRequest(text="kind must be pin or rec, action delete or edit")
+        now = datetime.now(UTC)
+
+        def change(buffer: Any) -> Any:
+            if action == "delete":
+                return delete_entry(buffer, kind, int(index), seen)  # type: ignore[arg-type]
+            return edit_entry(buffer, kind, int(index), seen, text, now)  # type: ignore[arg-type]
+
+        try:
+            await self.sources.memory.update(platform, user_id, change)
+        except (StaleEntry, ValueError) as exc:
+            raise web.HTTPSeeOther(_back(request, f"Nothing changed: {exc}")) from None
+        done = "deleted" if action == "delete" else "edited"
+        self.audit(request, f"memory:{kind}", done, platform=platform, user_id=user_id)
+        await self.sources.audit.flush()
+        raise web.HTTPSeeOther(_back(request, f"The {kind} was {done}."))
+
+    async def forget(self, request: web.Request) -> web.StreamResponse:
+        """Everything about a person, through ``/forget`` itself (its tombstone, the history,
+        the queued insights job and the bus's copies)."""
+        platform, user_id = _who(request)
+        commands = self.sources.commands
+        if commands is None:
+            raise web.HTTPConflict(text="this process runs no router; forget from a chat worker")
+        message = ChatMessage(
+            platform=platform,
+            id=f"admin-forget-{uuid.uuid4().hex}",
+            conversation=ConversationKey(platform=platform, channel="admin-dashboard"),
+            author=Author(id=user_id, display_name=str((await request.post()).get("name", ""))),
+            text="/forget",
+            is_direct=True,
+        )
+        summary = await commands.handle(message) or ""
+        self.audit(request, "memory:forget", "forgotten", platform=platform, user_id=user_id)
+        await self.sources.audit.flush()
+        raise web.HTTPSeeOther(_back(request, summary))
+
+    async def pause(self, request: web.Request) -> web.StreamResponse:
+        """Pause or resume a live channel: the durable keys ``!chorus pause`` writes (so every
+        process honours it), and this process's ledger at once."""
+        conv = _conv(request)
+        paused = str((await request.post()).get("paused", "")) == "1"
+        now = time.time()
+        src = self.sources
+        pause_seconds = round(src.settings.engagement.pause_hours * 3600)
+        store = RedisLiveStore(src.redis, pause_seconds=pause_seconds)
+        await store.save({conv: Changes(paused=paused, pause_at=now)}, now)
+        if src.live is not None:
+            state = src.live.engagement.states.get(conv)
+            if state is not None and state.paused != paused:
+                apply_pause(state, paused, now)
+            src.live.durable.paused(conv, paused, now)
+        action = "paused" if paused else "resumed"
+        self.audit(request, "live:pause", action, platform=conv.platform, conversation=str(conv))
+        await src.audit.flush()
+        raise web.HTTPSeeOther(f"/live?notice={action}+{conv.channel}")
+
+    async def reload(self, request: web.Request) -> web.StreamResponse:
+        reload = self.sources.reload
+        if reload is None:
+            raise web.HTTPConflict(text="this process cannot reload its configuration")
+        reload()
+        self.audit(request, "config:reload", "reloaded")
+        await self.sources.audit.flush()
+        raise web.HTTPSeeOther("/settings?notice=reloaded")
+
+
+def _conv(request: web.Request) -> ConversationKey:
+    try:
+        return ConversationKey.parse(request.match_info["conv"])
+    except ValueError:
+        raise web.HTTPNotFound(text="no such conversation") from None
+
+
+def _who(request: web.Request) -> tuple[str, str]:
+    return request.match_info["platform"], request.match_info["user_id"]
+
+
+def _back(request: web.Request, notice: str) -> str:
+    platform, user_id = _who(request)
+    return f"/people/{quote(platform)}/{quote(user_id, safe='')}?notice={quote(notice)}"
+
+
+def _masked_scope(text: str) -> str:
+    """``chorus config --scope`` masks secrets as ``set, ****abcd``; the dashboard shows none of
+    a secret, not even its last characters."""
+    import re
+
+    return re.sub(r"set, \*\*\*\*\S*", "set, hidden", text)

@@ -1,0 +1,275 @@
+"""What each dashboard page shows, read from Redis (and from this process where only it knows).
+
+Why apart from the server: each function here is one page's reads, batched into as few round
+trips as the page allows, and nothing here scans: every list comes from an index kept at write
+time (bot/state/turnlog.py), every count from the timeline (bot/ops/timeline.py). bench/admin.py
+holds them to 200 ms with 10,000 conversations and 100,000 people in Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from redis.asyncio import Redis
+
+from bot.events import ConversationKey
+from bot.live.store import Snapshot
+from bot.live.turns import LiveChat
+from bot.memory.buffers import MemoryStore, UserBuffer, source_ref
+from bot.ops import timeline
+from bot.quota.ledger import QuotaLedger
+from bot.quota.plan import QuotaConfig
+from bot.router.text_commands import Commands
+from bot.safety.audit import Audit
+from bot.settings import Settings
+from bot.state import keys, turnlog
+from bot.state.history import HistoryStore
+
+LIVE_PLATFORMS = ("twitch", "youtube")
+CHECK_SECONDS = 2.0
+PROVENANCE_CONVERSATIONS = 5  # whose history is searched for the lines pins came from
+
+
+@dataclass
+class Sources:
+    """Everything the dashboard reads or changes; what a process lacks is None."""
+
+    settings: Settings
+    redis: Redis
+    memory: MemoryStore
+    history: HistoryStore
+    audit: Audit
+    checks: Mapping[str, Callable[[], Awaitable[bool]]] = field(default_factory=dict)
+    provider: object | None = None  # the model chain (its breakers), in this process
+    commands: Commands | None = None  # the chat commands: /forget, the same path
+    live: LiveChat | None = None  # this process's live channels (mentions waiting)
+    reload: Callable[[], None] | None = None  # what SIGHUP (`chorus reload`) does
+
+
+async def overview(src: Sources, now: datetime) -> dict[str, Any]:
+    async def run(check: Callable[[], Awaitable[bool]]) -> bool:
+        try:
+            async with asyncio.timeout(CHECK_SECONDS):
+                return await check()
+        except Exception:
+            return False
+
+    names = sorted(src.checks)
+    results = await asyncio.gather(*(run(src.checks[n]) for n in names))
+    states = getattr(src.provider, "breaker_states", None)
+    models = getattr(src.provider, "models", None) or [str(src.settings.llm.model or "")]
+    breakers = states() if callable(states) else {}
+    rows = await timeline.read_minutes(src.redis, now, 60)
+    day = await timeline.read_day(src.redis, now)
+    tokens_in = day.get("tokens_in", 0)
+    return {
+        "checks": list(zip(names, results, strict=True)),
+        "chain": [(m, breakers.get(m, "closed")) for m in models if m],
+        "minutes": rows,
+        "series": {
+            "in": timeline.series(rows, "in:"),
+            "out": timeline.series(rows, "out:"),
+            "replies": timeline.series(rows, "replies"),
+            "errors": timeline.series(rows, "errors"),
+        },
+        "last": {
+            "in": timeline.total(rows[-1][1], "in:"),
+            "out": timeline.total(rows[-1][1], "out:"),
+            "replies": rows[-1][1].get("replies", 0),
+        },
+        "today": {
+            "tokens": tokens_in + day.get("tokens_out", 0),
+            "cost": day.get("cost_micro", 0) / timeline.COST_SCALE,
+            "cache_share": day.get("cache_read", 0) / tokens_in if tokens_in else 0.0,
+            "replies": day.get("replies", 0),
+        },
+        "errors_hour": sum(timeline.series(rows, "errors")),
+    }
+
+
+async def conversations(src: Sources, platform: str | None) -> dict[str, Any]:
+    platforms = [platform] if platform in turnlog.PLATFORMS else list(turnlog.PLATFORMS)
+    found = await turnlog.recent(src.redis, platforms, limit=50)
+    return {"platforms": turnlog.PLATFORMS, "chosen": platform or "", "recent": found}
+
+
+async def conversation(src: Sources, conv: ConversationKey) -> dict[str, Any]:
+    records, lines = await asyncio.gather(
+        turnlog.read_log(src.redis, conv, limit=100), src.history.load(conv)
+    )
+    texts = {line.message_id: line.text for line in lines if line.message_id}
+    return {"conv": conv, "records": records, "texts": texts, "history": lines[-20:]}
+
+
+async def people(src: Sources, query: str, platform: str | None) -> dict[str, Any]:
+    found = await turnlog.find_people(src.redis, query, platform or None) if query else []
+    return {"query": query, "platform": platform or "", "found": found}
+
+
+async def person(src: Sources, platform: str, user_id: str, name: str = "") -> dict[str, Any]:
+    """``name``: as the search found them (the index is by name; a person may have several)."""
+    buffer, convs = await asyncio.gather(
+        src.memory.load(platform, user_id), src.memory.conversations(platform, user_id)
+    )
+    return {
+        "platform": platform,
+        "user_id": user_id,
+        "name": name.strip()[:64] or user_id,
+        "lines": await source_lines(src, user_id, convs[:PROVENANCE_CONVERSATIONS]),
+        "buffer": buffer,
+        "conversations": convs[:20],
+        "can_forget": src.commands is not None,
+    }
+
+
+async def source_lines(src: Sources, user_id: str, convs: list[ConversationKey]) -> dict[str, str]:
+    """The person's own lines still in the history of their latest conversations, by the
+    reference a pin keeps of its source message (``source_ref``): a pin's provenance."""
+    if not convs:
+        return {}
+    async with src.redis.pipeline(transaction=False) as pipe:
+        for conv in convs:
+            src.history.queue_load(pipe, conv)
+        found = await pipe.execute()
+    return {
+        source_ref(entry.message_id): entry.text
+        for conv, raw in zip(convs, found, strict=True)
+        for entry in src.history.parse_load(conv, raw)
+        if entry.message_id and entry.author_id == user_id
+    }
+
+
+def export(buffer: UserBuffer, conversations: list[ConversationKey]) -> dict[str, Any]:
+    data = buffer.model_dump(mode="json")
+    data["conversations"] = [str(c) for c in conversations]
+    return data
+
+
+async def live(src: Sources, now: float) -> dict[str, Any]:
+    found = await turnlog.recent(src.redis, LIVE_PLATFORMS, limit=50)
+    convs = [conv for rows in found.values() for conv, _ in rows]
+    async with src.redis.pipeline(transaction=False) as pipe:
+        for conv in convs:
+            pipe.zrange(keys.live("chan", conv), 0, -1, withscores=True)
+            pipe.lrange(keys.turn_log(conv), 0, 199)
+        raw = await pipe.execute()
+    channels = []
+    for i, conv in enumerate(convs):
+        marks = {str(m): float(at) for m, at in raw[2 * i]}
+        records = [r for r in map(turnlog.TurnRecord.decode, raw[2 * i + 1]) if r is not None]
+        recent = [r for r in records if now - r.at <= 300]
+        counts = Counter(r.decision for r in recent)
+        state = src.live.engagement.states.get(conv) if src.live is not None else None
+        channels.append(
+            {
+                "conv": conv,
+                "paused": Snapshot.from_marks(marks, 0.0, {}, ()).paused,
+                "per_minute": round(len(recent) / 5, 1),
+                "replies_per_minute": round(counts["answered"] / 5, 1),
+                "waiting": None
+                if state is None
+                else sum(1 for c in state.pending.values() for p in c.messages if p.addressed),
+            }
+        )
+    return {"channels": channels, "quota": await youtube_quota(src)}
+
+
+async def youtube_quota(src: Sources) -> dict[str, int] | None:
+    """Today's YouTube quota: spent and left (None when YouTube is not configured)."""
+    youtube = src.settings.youtube
+    if not (youtube.enabled and youtube.client_id and youtube.client_id.strip()):
+        return None
+    config = QuotaConfig.from_settings(youtube)
+    ledger = QuotaLedger(
+        src.redis, config, project=youtube.client_id.strip(), clock=lambda: datetime.now(UTC)
+    )
+    view = await ledger.view()
+    spent = view.usage.units
+    plan = view.budget(config, datetime.now(UTC))
+    return {
+        "spent": spent,
+        "left": max(youtube.daily_quota - spent, 0),
+        "replies_left": plan.replies_left,
+    }
+
+
+async def insights(src: Sources, now: datetime) -> dict[str, Any]:
+    from bot.memory.insight_queue import DEFAULT_QUEUE, recent_outcomes
+
+    due_key = keys.insights_due(DEFAULT_QUEUE)
+    async with src.redis.pipeline(transaction=False) as pipe:
+        pipe.zcard(due_key)
+        pipe.zrange(due_key, 0, 24, withscores=True)
+        size, head = await pipe.execute()
+    jobs = []
+    day = now.strftime("%Y%m%d")
+    async with src.redis.pipeline(transaction=False) as pipe:
+        for member, _ in head:
+            platform, user_id = keys.parse_insights_member(str(member))
+            pipe.hmget(keys.insights_job(platform, user_id), "rev", "attempts", "name")
+            pipe.exists(keys.insights_lease(platform, user_id))
+            pipe.get(keys.budget_user(platform, user_id, day))
+        found = await pipe.execute()
+    for i, (member, score) in enumerate(head):
+        platform, user_id = keys.parse_insights_member(str(member))
+        (rev, attempts, name), running, used = found[3 * i : 3 * i + 3]
+        jobs.append(
+            {
+                "platform": platform,
+                "user_id": user_id,
+                "name": name or user_id,
+                "due": datetime.fromtimestamp(float(score) / 1000, UTC),
+                "turns": int(rev or 0),
+                "attempts": int(attempts or 0),
+                "running": bool(running),
+                "tokens_today": int(used or 0),
+            }
+        )
+    audit = [e for e in await _audit(src) if e.direction == "admin"][-20:]
+    outcomes = await recent_outcomes(src.redis, queue=DEFAULT_QUEUE, limit=25)
+    memory = src.settings.memory
+    return {
+        "size": size,
+        "jobs": jobs,
+        "enabled": memory.insights_enabled,
+        "user_daily": memory.insights_user_daily_tokens,
+        "channel_daily": memory.insights_channel_daily_tokens,
+        "changes": list(reversed(audit)),
+        "outcomes": outcomes,
+    }
+
+
+async def _audit(src: Sources) -> list[Any]:
+    from bot.safety.audit import read_audit
+
+    return await read_audit(src.redis, namespace=src.settings.state.bus_namespace, count=200)
+
+
+def settings_rows(src: Sources) -> list[tuple[str, str, str]]:
+    """Every setting: name, value (secrets masked, always), where it came from."""
+    settings = src.settings
+    rows = []
+    for section in type(settings).model_fields:
+        part = getattr(settings, section)
+        for name in type(part).model_fields:
+            if section == "file":
+                continue
+            value = getattr(part, name)
+            if settings.is_secret(section, name) or "url" in name and "@" in str(value):
+                shown = "(not set)" if value is None else "set, hidden"
+            elif isinstance(value, frozenset | set | tuple | list):
+                shown = ", ".join(sorted(map(str, value))) or "(none)"
+            else:
+                shown = "(not set)" if value is None else str(value)
+            rows.append((f"{section}.{name}", shown, settings.origin(section, name)))
+    return rows
+
+
+def clock() -> float:
+    return time.time()

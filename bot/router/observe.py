@@ -1,0 +1,218 @@
+"""What the router tells the admin dashboard: a record of every decision (the turn log), the
+per-minute counters (the timeline) and the indexes they feed (bot/state/turnlog.py).
+
+Why apart from ``core``: the message path decides; this module writes down what it decided,
+cheaply. Every decision -- an answer once its commit went through, a live line batched or let
+go, a screened message, a turn the budget could not pay -- becomes a record held in memory (a
+list append), and the router's one-second tick writes what was held in one pipeline (``flush``),
+and its stop writes the rest. So a record costs the reply path no Redis command and no round
+trip at all: measured by the instruction-count gate, even one ``LPUSH`` per answered message in
+the commit cost the embedded store 6% of a message. What is held is bounded (``PENDING_MAX``;
+past it the oldest records are dropped and counted); a crash loses at most a second of records.
+
+Within a flush: one ``LPUSH`` per conversation; the log's cap and TTL and the conversation's place
+in the activity index are refreshed on its first records here and then at most every
+``UPKEEP_SECONDS``; a person's name is indexed at most every ``NAMES_SECONDS``; the timeline's
+counts go out every ``TIMELINE_SECONDS`` (and at the stop), whatever the traffic.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from bot.agent.loop import AgentResult
+from bot.events import ChatMessage, ConversationKey, utcnow
+from bot.live.engagement import Decision as LiveDecision
+from bot.llm.errors import LLMError
+from bot.llm.pricing import PriceTable
+from bot.llm.types import LLMRequest
+from bot.ops.metrics import MetricsSink
+from bot.ops.timeline import Timeline
+from bot.state.turnlog import Decision, TurnRecord, queue_names, queue_push, queue_upkeep
+
+log = logging.getLogger("chorus.router")
+
+PENDING_MAX = 10_000
+UPKEEP_SECONDS = 10.0
+NAMES_SECONDS = 600.0
+TIMELINE_SECONDS = 10.0
+THROTTLE_CAPACITY = 10_000
+
+
+class Throttle:
+    """Remembers when each key was last done (LRU-bounded): ``due`` says whether it is time."""
+
+    def __init__(self, every: float, capacity: int = THROTTLE_CAPACITY) -> None:
+        self.every = every
+        self.capacity = capacity
+        self._done: OrderedDict[object, float] = OrderedDict()
+
+    def due(self, key: object, now: float) -> bool:
+        last = self._done.get(key)
+        if last is not None and now - last < self.every:
+            return False
+        self._done[key] = now
+        self._done.move_to_end(key)
+        if len(self._done) > self.capacity:
+            self._done.popitem(last=False)
+        return True
+
+
+class TurnObserver:
+    """The turn log and timeline of one router."""
+
+    def __init__(self, redis: Redis, prices: PriceTable | None = None) -> None:
+        self.redis = redis
+        self.prices = prices or PriceTable.default()
+        self.timeline = Timeline()
+        self.pending: deque[tuple[ConversationKey, TurnRecord]] = deque()
+        self.dropped = 0
+        self.clock: Callable[[], float] = time.monotonic
+        self._upkept = Throttle(UPKEEP_SECONDS)
+        self._named = Throttle(NAMES_SECONDS)
+        self._timeline_at: float | None = None  # when the timeline was last sent
+
+    # -- what happened ---------------------------------------------------------------------------
+    def arrived(self, message: ChatMessage) -> None:
+        self.timeline.count(f"in:{message.platform}")
+
+    def note(self, message: ChatMessage, decision: Decision, reason: str = "") -> None:
+        """A decision that sends no reply now."""
+        self._hold(message.conversation, _record(message, decision, reason))
+
+    def _hold(self, conv: ConversationKey, record: TurnRecord) -> None:
+        if len(self.pending) >= PENDING_MAX:
+            self.pending.popleft()
+            self.dropped += 1
+        self.pending.append((conv, record))
+
+    def decided(self, item: Any, decision: Decision, reason: str) -> None:
+        """A turn answered without the model (a refusal, a notice): recorded once committed."""
+        item.progress.record = _record(item.message, decision, reason)
+
+    def live_quiet(self, message: ChatMessage, decision: LiveDecision) -> None:
+        """The live-chat policy did not answer ``message`` now (batched, paused, cooling down)."""
+        action, reason = decision.action.value, decision.reason.value
+        log.debug(
+            "live chat: not answered now",
+            extra={"message_id": message.id, "action": action, "reason": reason},
+        )
+        self.note(message, "batched" if action == "queue" else "quiet", reason)
+
+    def answered(
+        self, item: Any, result: AgentResult, request: LLMRequest, received: float
+    ) -> None:
+        """The numbers of an answered turn; recorded once committed (``committed``)."""
+        usage = result.usage
+        cost = self.prices.cost(request.model, usage) or 0.0
+        item.progress.record = _record(
+            item.message,
+            "answered",
+            "batch" if item.delivery is None else "",
+            model=request.model,
+            prompt_tokens=usage.total_input_tokens,
+            cache_share=round(usage.cache_read_share, 3),
+            output_tokens=usage.output_tokens,
+            tools=result.tool_calls,
+            latency_ms=round((time.perf_counter() - received) * 1000),
+            cost_usd=round(cost, 6),
+        )
+        timeline = self.timeline
+        timeline.count("replies")
+        timeline.count("tokens_in", usage.total_input_tokens)
+        timeline.count("tokens_out", usage.output_tokens)
+        timeline.count("cache_read", usage.cache_read_tokens)
+        timeline.cost(cost)
+
+    def llm_failed(
+        self, metrics: MetricsSink, message: ChatMessage, model: str, exc: LLMError
+    ) -> None:
+        """No answer from the model: counted, logged (the vendor's error, never a key), noted."""
+        metrics.llm_error(model, type(exc).__name__)
+        log.error(
+            "no answer from the model",
+            extra={
+                "platform": message.platform,
+                "message_id": message.id,
+                "error": str(exc),
+                "error_type": type(exc).__name__,
+            },
+        )
+        self.timeline.count("errors")
+        self.note(message, "error", type(exc).__name__)
+
+    def committed(self, item: Any, *, is_error: bool = False, sent: bool = True) -> None:
+        """A turn's commit went through: its record (answered, or the fixed answer it got) and
+        the timeline's counts (``sent``: a reply went out with it)."""
+        if not item.progress.committed:
+            return  # another worker recorded it (a lapsed claim), or nothing was written
+        message = item.message
+        record = item.progress.record
+        if record is None:
+            decision: Decision = "error" if is_error else "command"
+            record = _record(message, decision, "fixed answer" if item.forced else "")
+            if is_error:
+                self.timeline.count("errors")
+        if sent:
+            self.timeline.count(f"out:{message.platform}")
+        self._hold(message.conversation, record)
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    async def flush(self, *, force: bool = False) -> None:
+        """What waits in memory, in a pipeline of its own (the router's tick; ``force``: its
+        stop, the timeline too even if it went out less than ``TIMELINE_SECONDS`` ago)."""
+        now = self.clock()
+        last = self._timeline_at
+        timeline = force or last is None or now - last >= TIMELINE_SECONDS
+        if not self.pending and not (timeline and self.timeline.pending):
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            self._queue_pending(pipe)
+            if timeline and self.timeline.queue_flush(pipe, utcnow()):
+                self._timeline_at = now
+            await pipe.execute()
+
+    async def flush_quietly(self, *, force: bool = False) -> None:
+        try:
+            await self.flush(force=force)
+        except Exception:  # the dashboard's records must never stop the chat
+            log.warning("could not write the turn log", exc_info=True)
+
+    def _queue_pending(self, pipe: Pipeline) -> None:
+        by_conv: dict[ConversationKey, list[TurnRecord]] = {}
+        for conv, record in self.pending:
+            by_conv.setdefault(conv, []).append(record)
+        self.pending.clear()
+        now = self.clock()
+        for conv, records in by_conv.items():
+            queue_push(pipe, conv, records)
+            if self._upkept.due(conv, now):
+                queue_upkeep(pipe, conv, records[-1].at)
+            people = {
+                (r.user_id, r.user_name)
+                for r in records
+                if r.user_id and self._named.due((conv.platform, r.user_id, r.user_name), now)
+            }
+            if people:
+                queue_names(pipe, conv.platform, people)
+
+
+def _record(message: ChatMessage, decision: Decision, reason: str, **numbers: Any) -> TurnRecord:
+    author = message.author
+    return TurnRecord(
+        at=round(time.time(), 3),
+        message_id=message.id,
+        user_id=author.id,
+        user_name=author.display_name or author.id,
+        decision=decision,
+        reason=reason,
+        **numbers,
+    )
