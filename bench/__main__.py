@@ -23,6 +23,7 @@ async def _main() -> None:
         replay,
         safety,
         scaling,
+        startup,
         streaming,
         summaries,
     )
@@ -40,6 +41,7 @@ async def _main() -> None:
         await backpressure.main(memory.REAL),
         await streaming.main(),
         await admin.main(),
+        await startup.main(),
     ]
     print(
         f"# Chorus benchmarks\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "

@@ -5,7 +5,9 @@ The same loopback Anthropic server answers both sides. The bare side times
 ``bus.publish`` to the reply's arrival on the outbound topic through the whole pipeline (claim,
 history, memory, prompt assembly, agent, reply). The agent measures its own model-call time, so
 overhead = end-to-end time minus that LLM time, per message; the ratio compares Chorus's
-end-to-end time with the bare call's. Messages arrive one at a time at an idle bot: the next is
+end-to-end time with the bare call's. A second bare side replays the very request bodies Chorus
+sent (system prompt, tools, history: the same bytes on the wire, the same work for the server)
+through the SDK's own ``post``, so its ratio is the framework's cost alone. Messages arrive one at a time at an idle bot: the next is
 published once the previous turn's tail (the history/memory/insights commit and the acks, work
 done after the reply is out) has finished, so one message's latency does not include the last
 one's bookkeeping. That bookkeeping is not free, and ``framework_cpu`` counts it: the total CPU
@@ -28,6 +30,7 @@ from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.llm.base import Provider
 from bot.llm.scripted import ScriptedProvider
+from bot.ops import aio
 from bot.ops.metrics import NullMetrics
 from bot.settings import settings_from
 from tests.loopback.anthropic_server import AnthropicServer
@@ -48,6 +51,8 @@ class Overhead:
     overhead_p50_ms: float
     overhead_p99_ms: float
     ratio_p50: float
+    replay_p50_ms: float = 0.0  # the bare SDK replaying Chorus's own request bodies
+    ratio_replay_p50: float = 0.0
 
 
 async def _bare(server: AnthropicServer, n: int) -> list[float]:
@@ -63,6 +68,20 @@ async def _bare(server: AnthropicServer, n: int) -> list[float]:
             )
             if i >= WARMUP:
                 times.append(time.perf_counter() - started)
+    finally:
+        await client.close()
+    return times
+
+
+async def _replay(server: AnthropicServer, bodies: list[dict[str, object]]) -> list[float]:
+    """The bare SDK sending each of ``bodies`` (requests Chorus made) as they were."""
+    client = anthropic.AsyncAnthropic(api_key="bench", base_url=server.base_url, max_retries=0)
+    times: list[float] = []
+    try:
+        for body in bodies:
+            started = time.perf_counter()
+            await client.post("/v1/messages", body=body, cast_to=anthropic.types.Message)
+            times.append(time.perf_counter() - started)
     finally:
         await client.close()
     return times
@@ -111,6 +130,7 @@ async def _chorus(
 
     collector = asyncio.create_task(collect())
     await app.start()
+    aio.freeze_heap()  # as `chorus run` and `chorus chat` do once started
     tag = uuid.uuid4().hex[:8]
     totals: list[float] = []
     try:
@@ -146,9 +166,12 @@ async def measure(label: str, redis_url: str, bus: str, n: int = 300) -> Overhea
     async with AnthropicServer() as server:
         server.default_reply = lambda body: "ok"
         bare = await _bare(server, n)
+        first = len(server.requests)
         totals, llm = await _chorus(server, n, redis_url, bus)
+        replay = await _replay(server, server.bodies[first + WARMUP :])
     overheads = [t - m for t, m in zip(totals, llm, strict=True)]
     bare_p50, chorus_p50 = statistics.median(bare), statistics.median(totals)
+    replay_p50 = statistics.median(replay)
     return Overhead(
         label,
         bare_p50 * 1000,
@@ -156,6 +179,8 @@ async def measure(label: str, redis_url: str, bus: str, n: int = 300) -> Overhea
         statistics.median(overheads) * 1000,
         _pct(overheads, 0.99) * 1000,
         chorus_p50 / bare_p50,
+        replay_p50 * 1000,
+        chorus_p50 / replay_p50,
     )
 
 
@@ -186,8 +211,8 @@ async def main(real_redis: str) -> list[str]:
         "## Framework overhead per answered message (LLM excluded)",
         "",
         "| setup | bare SDK call p50 | Chorus end to end p50 | overhead p50 | overhead p99 "
-        "| ratio (Chorus / bare) |",
-        "|---|---|---|---|---|---|",
+        "| ratio (Chorus / bare) | same requests replayed p50 | ratio (Chorus / replayed) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for label, url, bus in (
         ("embedded store, in-process bus", "memory://bench-overhead", "memory"),
@@ -197,12 +222,12 @@ async def main(real_redis: str) -> list[str]:
         try:
             r = await measure(label, url, bus)
         except Exception as exc:
-            lines.append(f"| {label} | not measured: {exc} | | | | |")
+            lines.append(f"| {label} | not measured: {exc} | | | | | | |")
             continue
         lines.append(
             f"| {r.label} | {r.bare_p50_ms:.2f} ms | {r.chorus_p50_ms:.2f} ms | "
             f"{r.overhead_p50_ms:.2f} ms | {r.overhead_p99_ms:.2f} ms | "
-            f"{r.ratio_p50:.2f} |"
+            f"{r.ratio_p50:.2f} | {r.replay_p50_ms:.2f} ms | {r.ratio_replay_p50:.2f} |"
         )
     lines += [
         "",

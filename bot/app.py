@@ -33,7 +33,6 @@ from bot.llm.fallback import build_chain
 from bot.memory.buffers import MemoryStore
 from bot.memory.summaries import history_room
 from bot.ops.aio import cancel_and_wait
-from bot.ops.health import HealthServer, adapter_checks, provider_check, redis_check
 from bot.ops.metrics import Metrics, NullMetrics
 from bot.platform.commands import NativeCommand
 from bot.plugins.loader import LoadedPlugins, load_plugins
@@ -56,6 +55,7 @@ from bot.tools.toolbox import Toolbox
 
 if TYPE_CHECKING:
     from bot.admin.server import AdminServer
+    from bot.ops.health import HealthServer
     from bot.tools.mcp import MCPManager
 
 log = logging.getLogger("chorus.app")
@@ -287,6 +287,8 @@ class Chorus:
 
     async def start_health(self, adapters: Sequence[object] = ()) -> None:
         """The /healthz, /readyz and /metrics server (CHORUS_HEALTH_PORT=0: none)."""
+        from bot.ops.health import HealthServer, adapter_checks, provider_check, redis_check
+
         checks = {
             "redis": redis_check(self.redis),
             "llm": provider_check(self.provider),

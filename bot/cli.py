@@ -37,6 +37,7 @@ from bot.settings import ConfigError, Settings, load_settings
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
+    from adapters.console_tty import Terminal
     from bot.admin.server import AdminServer
     from bot.app import Chorus
     from bot.ops.metrics import MetricsSink
@@ -137,6 +138,7 @@ async def _run(settings: Settings, *, role: str = "all", logs: Path | None = Non
         async with app.bus_only(), registered(settings):
             return await _serve(supervisor)
     async with app, _insights_in_process(app), registered(settings):
+        aio.freeze_heap()
         return await _serve(supervisor, app)
 
 
@@ -241,12 +243,13 @@ async def _chat(
     does with any platform (``chorus chat`` is a tool, ``chorus run`` a deployment). On a
     terminal the answers stream; piped, each comes whole (the scripting contract)."""
     from adapters.console import ConsoleAdapter, FdLineReader
-    from adapters.console_tty import Terminal, state_dir
     from bot.app import Chorus
 
     terminal: Terminal | None = None
     name = user or _default_user()
     if _on_terminal() and not json_output:
+        from adapters.console_tty import Terminal, state_dir  # prompt_toolkit, rich: a TTY only
+
         spec = str(settings.llm.model_spec())
         terminal = Terminal(
             bot_name=settings.agent.bot_name, model=spec, user=name, history=_history(state_dir())
@@ -259,6 +262,7 @@ async def _chat(
     if health:
         await app.start_health()
     async with app, _insights_in_process(app), registered(settings):
+        aio.freeze_heap()
         adapter = ConsoleAdapter(
             app.bus,
             stdin=FdLineReader(sys.stdin.fileno()),

@@ -2,7 +2,7 @@
 
 Every write of one command, or of a whole pipeline, to a connection goes through
 ``AbstractConnection.send_packed_command``, for redis-py and fakeredis alike; one write is one
-round trip. The handshake of a connection the pool opens (``HELLO``, ``CLIENT ...``,
+round trip (the embedded store writes argument lists, not RESP: they are shown as RESP here). The handshake of a connection the pool opens (``HELLO``, ``CLIENT ...``,
 ``SELECT``, ``AUTH``) is counted apart: it happens once per pooled connection, not per message.
 Used by the store tests, the router test and the benchmark.
 """
@@ -16,6 +16,8 @@ from unittest import mock
 
 from redis.asyncio.connection import AbstractConnection
 
+from bot.state.embedded import resp as embedded_resp
+
 _HANDSHAKE = (b"HELLO", b"CLIENT", b"SELECT", b"AUTH")
 
 
@@ -23,6 +25,16 @@ def _command(packed: bytes) -> bytes:
     """The name of the first command in a RESP-encoded write (its third CRLF-separated field)."""
     parts = packed.split(b"\r\n", 3)
     return parts[2].upper() if len(parts) > 2 else b""
+
+
+def _wire(chunk: Any) -> bytes:
+    """A chunk as RESP bytes: the embedded store's connection writes argument lists instead
+    (``bot.state.embedded``), one per command."""
+    if isinstance(chunk, str):
+        return chunk.encode()
+    if isinstance(chunk, list):
+        return embedded_resp(chunk)
+    return bytes(chunk)
 
 
 class RoundTrips:
@@ -42,12 +54,12 @@ def counting_round_trips() -> Iterator[RoundTrips]:
 
     async def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
         chunks = [command] if isinstance(command, bytes | str) else list(command)
-        packed = b"".join(c.encode() if isinstance(c, str) else c for c in chunks)
+        packed = b"".join(_wire(c) for c in chunks)
         if _command(packed) in _HANDSHAKE:
             counter.handshakes.append(packed)
         else:
             counter.writes.append(packed)
-        await original(self, packed, check_health)
+        await original(self, command, check_health)
 
     with mock.patch.object(AbstractConnection, "send_packed_command", counting):
         yield counter

@@ -111,6 +111,23 @@ async def test_a_renewal_that_finds_the_claim_lost_marks_it_and_stops(
 
 
 @pytest.mark.redis
+async def test_a_turn_longer_than_its_lease_keeps_the_claim_by_renewing(
+    redis_client: Redis, key_tag: str
+) -> None:
+    """The renewal starts a third of a lease in (a timer before that) and repeats: a turn that
+    runs for several leases still holds its claim and commits."""
+    a = Claims(redis_client, worker_id="a", lease_ms=1200).new("slack", f"m-{key_tag}")
+    assert await take(redis_client, a) is True
+    async with a.renewing():
+        for _ in range(30):  # 3 s: two and a half leases (renewed every 0.4 s)
+            await asyncio.sleep(0.1)
+            assert await redis_client.get(a.key) == a.token
+    assert not a.lost
+    assert await a.commit(reply_writer(f"replies:{key_tag}", "a")) is True
+    await redis_client.delete(f"replies:{key_tag}", a.key)
+
+
+@pytest.mark.redis
 async def test_a_claim_that_lapsed_with_nobody_taking_it_is_taken_back_and_committed(
     redis_client: Redis, key_tag: str
 ) -> None:

@@ -135,6 +135,7 @@ async def test_the_router_read_follows_the_link_in_one_round_trip(rig: Rig) -> N
     await rig.remember("twitch", "ada", "Eats no meat")
     await rig.run(f"/link {await rig.code('twitch')}", "discord")
     await rig.memory.load("discord", rig.user("ada"))  # warm the connection
+    await rig.audit.flush()  # the link's audit entries are written in the background
     with counting_round_trips() as trips:
         async with rig.redis.pipeline(transaction=False) as pipe:
             rig.memory.queue_load(pipe, "discord", rig.user("ada"))

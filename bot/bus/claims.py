@@ -24,7 +24,8 @@ Delivery is at-least-once (a Redis Streams entry is redelivered when its worker 
   made that belief wrong and two workers committed.) Renewal and release use the same script.
   The script runs the commands a ``Pipeline`` would have sent, so callers still "fill a
   pipeline"; the keys they touch are not declared, which is fine on one Redis (not Cluster).
-  The embedded store runs it too (fakeredis with its Lua engine, ``lupa``).
+  The embedded store runs that script natively in Python, atomically under its own lock
+  (``bot.state.embedded``); any other script goes through fakeredis's Lua engine.
 - **leases are short** (``CHORUS_CLAIM_LEASE_MS``, 10 s by default) and renewed every third of
   a lease while the turn runs, so a worker that dies holds its messages for at most one lease.
 """
@@ -36,7 +37,6 @@ import contextlib
 import logging
 import os
 import socket
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import cast
@@ -47,24 +47,13 @@ from redis.typing import EncodableT
 
 from bot.ops.aio import cancel_and_wait
 from bot.state import keys
+from bot.state.guarded import GUARDED
 from bot.state.outages import TRANSIENT, until_redis_answers
 
 log = logging.getLogger("chorus.claims")
 
 DONE = "done"
 WAIT_CAP_MS = 1000  # how stale a wait for another worker's claim may get
-
-# KEYS[1] the claim; ARGV[1] our token, then each command as its argument count and arguments.
-GUARDED = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local i = 2
-while i <= #ARGV do
-  local n = tonumber(ARGV[i])
-  redis.call(unpack(ARGV, i + 1, i + n))
-  i = i + n + 1
-end
-return 1
-"""
 
 
 def default_worker_id() -> str:
@@ -79,7 +68,7 @@ class Claims:
     done_seconds: int = 3 * 24 * 3600
 
     def new(self, platform: str, message_id: str) -> Claim:
-        token = f"claimed:{self.worker_id}:{uuid.uuid4().hex[:12]}"
+        token = f"claimed:{self.worker_id}:{os.urandom(6).hex()}"  # 48 random bits, as before
         return Claim(self, keys.dedupe(platform, message_id), token)
 
 
@@ -126,25 +115,38 @@ class Claim:
     # -- holding it ------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def renewing(self) -> AsyncIterator[None]:
-        """Keep the lease alive while the body runs (a long model call or tool loop)."""
-        task = asyncio.create_task(self._renew(), name=f"renew:{self.key}")
+        """Keep the lease alive while the body runs (a long model call or tool loop).
+
+        The renewing task starts only once a third of the lease has passed (a timer until
+        then): most turns end well before, and a task created and cancelled per turn was a
+        measurable share of a turn's work."""
+        task: asyncio.Task[None] | None = None
+
+        def start() -> None:
+            nonlocal task
+            task = asyncio.create_task(self._renew(), name=f"renew:{self.key}")
+
+        timer = asyncio.get_running_loop().call_later(self.owner.lease_ms / 3000, start)
         try:
             yield
         finally:
-            await cancel_and_wait(task)
+            timer.cancel()
+            if task is not None:
+                await cancel_and_wait(task)
 
     async def _renew(self) -> None:
+        """Renew now, then every third of a lease, until the claim is found lost."""
         while True:
-            await asyncio.sleep(self.owner.lease_ms / 3000)
             try:
                 ours = await self._if_ours(lambda pipe: pipe.pexpire(self.key, self.owner.lease_ms))
             except TRANSIENT:
                 log.warning("redis unavailable while renewing a claim", extra={"key": self.key})
-                continue  # the commit checks ownership anyway
+                ours = True  # the commit checks ownership anyway
             if not ours:
                 self.lost = True
                 log.warning("lost the claim while working", extra={"key": self.key})
                 return
+            await asyncio.sleep(self.owner.lease_ms / 3000)
 
     # -- finishing -------------------------------------------------------------------------
     async def commit(self, fill: Callable[[Pipeline], None]) -> bool:

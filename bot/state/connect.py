@@ -21,15 +21,18 @@ import asyncio
 import logging
 import re
 import threading
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-import fakeredis
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisError
 
 from bot.settings import ConfigError, check_redis_url
+
+if TYPE_CHECKING:
+    import fakeredis
 
 log = logging.getLogger("chorus.store")
 
@@ -122,11 +125,15 @@ def _memory_client(name: str, path: str) -> Redis:
             f"{VARIABLE}=memory://{name}{path}: the path must be a database number "
             "(memory://NAME/0) or empty"
         )
+    import fakeredis  # here: a deployment on a real Redis never loads the embedded store
+
+    from bot.state import embedded
+
     with _memory_lock:
         server = _memory_servers.get(name)
         if server is None:
             server = _memory_servers[name] = fakeredis.FakeServer()
-    return fakeredis.FakeAsyncRedis(server=server, db=int(db_text or 0), decode_responses=True)
+    return embedded.client(server, int(db_text or 0))
 
 
 def _scrub(text: str, password: str | None) -> str:

@@ -1,0 +1,183 @@
+"""Start to first answer per vendor, and the resident memory of a chat and of an idle run.
+
+Why it is measured this way: a user's first impression is how long ``chorus chat`` takes to
+answer a piped question, so the clock runs from spawning the real process (``python -m
+bot.cli chat``, the same interpreter the ``chorus`` script runs) until its first answer line is on
+stdout, with the vendor's real SDK talking to a loopback server that answers at once. The peak
+resident memory (``VmHWM``) is read from ``/proc`` at that moment, while the process still runs.
+An idle ``chorus run`` (no platform configured, so the console and the health server) is read
+once ``/readyz`` answers and a second has passed. Median of ``RUNS`` spawns; the milliseconds
+depend on the machine (compare runs taken in one session), the megabytes much less.
+
+    python -m bench.startup            # prints a Markdown table
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from tests.loopback.anthropic_server import AnthropicServer
+from tests.loopback.gemini_server import GeminiServer
+from tests.loopback.openai_server import OpenAIServer
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = 5
+VENDORS: dict[str, tuple[Any, str, str, str]] = {
+    "anthropic": (
+        AnthropicServer,
+        "anthropic:claude-test",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+    ),
+    "openai": (OpenAIServer, "openai:gpt-test", "OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    "gemini": (GeminiServer, "gemini:gemini-test", "GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL"),
+}
+
+
+def _env(home: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG"}}
+    env.update(
+        CHORUS_BLOCK_REAL_LLM="1",
+        CHORUS_REDIS_URL="memory://",
+        CHORUS_HEALTH_PORT="0",
+        PYTHONPATH=str(ROOT),
+        HOME=home,
+    )
+    return env
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds a running process has used (``/proc/<pid>/stat``): far
+    steadier than its wall clock on a loaded machine, though cache contention still moves it."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def status_kib(pid: int) -> dict[str, int]:
+    """``VmRSS`` and ``VmHWM`` (KiB) of a running process, from ``/proc/<pid>/status``."""
+    found: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            found[key] = int(value.split()[0])
+    return found
+
+
+async def first_answer(vendor: str) -> tuple[float, float, float]:
+    """Seconds from spawn to the first answer line of a piped ``chorus chat``, its peak
+    resident MiB at that moment, and the CPU seconds it had used by then."""
+    server_cls, model, key_env, url_env = VENDORS[vendor]
+    server = server_cls()
+    await server.start()
+    try:
+        with tempfile.TemporaryDirectory() as home:
+            env = _env(home)
+            env.update(CHORUS_MODEL=model, **{key_env: "bench-key-0123456789"})
+            env[url_env] = server.base_url
+            started = time.perf_counter()
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bot.cli", "chat",
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL, env=env, cwd=home,
+            )  # fmt: skip
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(b"hello\n")
+            await proc.stdin.drain()
+            line = await asyncio.wait_for(proc.stdout.readline(), 60)
+            elapsed = time.perf_counter() - started
+            peak = status_kib(proc.pid)["VmHWM"] / 1024
+            cpu = cpu_seconds(proc.pid)
+            if not line.strip():
+                raise RuntimeError(f"{vendor}: no answer on stdout")
+            proc.stdin.close()
+            await asyncio.wait_for(proc.wait(), 60)
+            return elapsed, peak, cpu
+    finally:
+        await server.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def idle_run() -> tuple[float, float]:
+    """Resident and peak MiB of ``chorus run`` (no platform: the console and health server)
+    a second after it is ready."""
+    port = _free_port()
+    with tempfile.TemporaryDirectory() as home:
+        env = _env(home)
+        env.update(
+            CHORUS_MODEL="openai:gpt-test", OPENAI_API_KEY="bench-key", CHORUS_HEALTH_PORT=str(port)
+        )
+        env["OPENAI_BASE_URL"] = "http://127.0.0.1:9/v1"  # never called: nobody writes
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot.cli", "run",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL, env=env, cwd=home,
+        )  # fmt: skip
+        try:
+            async with aiohttp.ClientSession() as session:
+                deadline = time.monotonic() + 60
+                while True:
+                    try:
+                        async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
+                            if resp.status == 200:
+                                break
+                    except aiohttp.ClientError:
+                        pass
+                    if time.monotonic() > deadline or proc.returncode is not None:
+                        raise RuntimeError("chorus run never became ready")
+                    await asyncio.sleep(0.05)
+            await asyncio.sleep(1.0)
+            kib = status_kib(proc.pid)
+            return kib["VmRSS"] / 1024, kib["VmHWM"] / 1024
+        finally:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.terminate()
+            await asyncio.wait_for(proc.wait(), 60)
+
+
+async def main(runs: int = RUNS) -> list[str]:
+    lines = [
+        "## Start-up: `chorus chat` from spawn to first answer",
+        "",
+        f"| vendor | start to first answer p50 (min..max of {runs}) | CPU to first answer p50 "
+        "| peak RSS at first answer |",
+        "|---|---|---|---|",
+    ]
+    for vendor in VENDORS:
+        results = [await first_answer(vendor) for _ in range(runs)]
+        secs = [r[0] for r in results]
+        peak = statistics.median(r[1] for r in results)
+        cpu = statistics.median(r[2] for r in results)
+        lines.append(
+            f"| {vendor} | {statistics.median(secs):.2f} s ({min(secs):.2f}..{max(secs):.2f}) "
+            f"| {cpu:.2f} s | {peak:.0f} MiB |"
+        )
+    idle = [await idle_run() for _ in range(3)]
+    lines += [
+        "",
+        "| idle `chorus run` (console + health server), median of 3 | VmRSS | VmHWM |",
+        "|---|---|---|",
+        f"| every extra installed | {statistics.median(i[0] for i in idle):.0f} MiB "
+        f"| {statistics.median(i[1] for i in idle):.0f} MiB |",
+    ]
+    return lines
+
+
+if __name__ == "__main__":
+    print("\n".join(asyncio.run(main())))

@@ -1,0 +1,132 @@
+"""The embedded store (``memory://``): fakeredis, with the claims' guarded commit run natively
+and commands handed over without the Redis wire format.
+
+Why: every answered message commits through one Lua script (``bot.state.guarded.GUARDED``,
+see ``bot.bus.claims``). Real Redis runs it in C; fakeredis runs it through its Lua engine
+(``lupa``), which compiles the script on every call, collects Lua's garbage after it and
+checks Lua's globals around every ``redis.call``: about a fifth of all the instructions of an
+in-process turn. This socket recognises that one script (by its exact text) and does the same
+in Python: it runs inside fakeredis's command dispatch, under the server's lock, so it is as
+atomic as the script (nothing else runs between the token check and the commands), and each
+command goes through fakeredis's own implementation, so the data is what the script would
+have written. Any other script still runs through Lua. The claim contract tests run over both
+stores (tests/test_claims.py, tests/test_bus_contract.py), so a difference would show there.
+
+Why no wire format: redis-py packs every command into RESP bytes and fakeredis parses them
+back into the same list of arguments, in the same process, a tenth of a turn's instructions.
+Here the connection hands the encoded arguments (``_Fields``) straight to the socket, which
+dispatches them as its parser would have (``_process_command``); replies still travel as
+before. While the socket is paused (a blocking command in progress) the arguments are packed
+into RESP after all and queue behind what the parser holds, so the order never changes.
+
+It reaches into fakeredis's socket internals (``_run_command``, ``_name_to_func``), which is
+why fakeredis is pinned in constraints.txt; ``tests/test_embedded_store.py`` fails if a new
+version stops taking this path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fakeredis
+from fakeredis import _msgs as msgs
+from fakeredis._clients._async import FakeAsyncRedisConnection, FakeReader, FakeWriter
+from fakeredis._helpers import SimpleError
+from fakeredis._socket import AsyncFakeSocket
+from fakeredis._socket._resp import extract_command
+from redis.asyncio import Redis
+
+from bot.state.guarded import GUARDED
+
+_GUARDED = GUARDED.encode()
+
+
+class _Fields(list[bytes]):
+    """One command's arguments, encoded, as the connection hands them to the socket."""
+
+
+def resp(fields: list[bytes]) -> bytes:
+    """One command's arguments as RESP bytes, exactly as redis-py would have written them."""
+    parts = [b"*%d\r\n" % len(fields)]
+    for field in fields:
+        parts += (b"$%d\r\n" % len(field), field, b"\r\n")
+    return b"".join(parts)
+
+
+class _Socket(AsyncFakeSocket):
+    native_evals = 0  # how many guarded commits took the native path (tests read it)
+    direct_commands = 0  # how many commands skipped the wire format (tests read it)
+
+    def sendall(self, data: Any) -> None:
+        if type(data) is not _Fields:
+            return super().sendall(data)
+        if self._paused:  # behind what the parser holds back
+            return super().sendall(resp(data))
+        if not self._server.connected or self._killed:
+            raise self._connection_error_class(msgs.CONNECTION_ERROR_MSG)
+        type(self).direct_commands += 1
+        self._process_command(data)
+        return None
+
+    def eval(self, script: bytes, numkeys: int, *keys_and_args: bytes) -> Any:
+        if script != _GUARDED or numkeys != 1 or len(keys_and_args) < 2:
+            return super().eval(script, numkeys, *keys_and_args)
+        type(self).native_evals += 1
+        key, token, *rest = keys_and_args
+        if self._call([b"GET", key]) != token:
+            return 0
+        i = 0
+        while i < len(rest):
+            n = int(rest[i])
+            self._call(list(rest[i + 1 : i + 1 + n]))
+            i += n + 1
+        return 1
+
+    def _call(self, fields: list[bytes]) -> Any:
+        """One command as ``redis.call`` runs it: an error aborts (what ran before stays)."""
+        cmd, args = extract_command(fields)
+        func, sig = self._name_to_func(cmd)
+        result = self._run_command(func, sig, args, True)
+        if isinstance(result, SimpleError):
+            raise result
+        return result
+
+
+class _Connection(FakeAsyncRedisConnection):
+    def pack_command(self, *args: Any) -> list[Any]:
+        """redis-py's own, minus RESP: a multi-word name (``CLIENT SETINFO``) still splits."""
+        if isinstance(args[0], str):
+            args = (*args[0].encode().split(), *args[1:])
+        elif b" " in args[0]:
+            args = (*args[0].split(), *args[1:])
+        return [_Fields(map(self.encoder.encode, args))]
+
+    def pack_commands(self, commands: Any) -> list[Any]:
+        return [self.pack_command(*command)[0] for command in commands]
+
+    async def _connect(self) -> None:  # fakeredis's own, with the socket above
+        if self._server is None or not self._server.connected:
+            raise self._connection_error_class(msgs.CONNECTION_ERROR_MSG)
+        self._sock = _Socket(
+            self._server,
+            self.db,
+            client_class=self._client_class,
+            lua_modules=self._lua_modules,
+            client_info=self._client_info,
+        )
+        self._reader = FakeReader(self._sock)
+        self._writer = FakeWriter(self._sock)
+
+
+def client(server: fakeredis.FakeServer, db: int) -> Redis:
+    """A client of ``server``'s database ``db`` whose guarded commits run natively."""
+    # No socket timeout: a write is a synchronous call into the store, and with a timeout
+    # redis-py wraps every one in ``asyncio.wait_for`` (a task per command). Reads wait for the
+    # store's reply as before (a blocking command's own timeout is the store's business).
+    return fakeredis.FakeAsyncRedis(
+        server=server,
+        db=db,
+        decode_responses=True,
+        connection_class=_Connection,
+        socket_timeout=None,
+    )
