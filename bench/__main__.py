@@ -25,6 +25,7 @@ async def _main() -> None:
         scaling,
         startup,
         streaming,
+        summaries,
     )
 
     sections = [
@@ -32,6 +33,7 @@ async def _main() -> None:
         await memory.main(),
         await identity.main(memory.REAL),
         await recall.main(),
+        await summaries.main(),
         await overhead.main(memory.REAL),
         replay.main(),
         safety.main(),

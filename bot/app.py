@@ -31,6 +31,7 @@ from bot.live.turns import LiveChat, platform_overrides, policy_config
 from bot.llm.base import Provider
 from bot.llm.fallback import build_chain
 from bot.memory.buffers import MemoryStore
+from bot.memory.summaries import history_room
 from bot.ops.aio import cancel_and_wait
 from bot.ops.metrics import Metrics, NullMetrics
 from bot.platform.commands import NativeCommand
@@ -98,6 +99,7 @@ class Chorus:
             redis,
             max_messages=settings.state.history_max_messages,
             ttl_seconds=settings.state.history_ttl_seconds,
+            **history_room(settings.memory),  # lines past the window wait for their summary
         )
         self.tools = tools if tools is not None else Toolbox.from_settings(settings.tools)
         self.agent = Agent(

@@ -317,6 +317,7 @@ def _insights_worker(
 ) -> tuple[InsightsWorker, Provider]:
     from bot.llm.registry import build_provider
     from bot.memory.buffers import MemoryStore
+    from bot.memory.summaries import history_room
     from bot.state.history import HistoryStore
     from insights.worker import InsightsWorker
 
@@ -332,6 +333,7 @@ def _insights_worker(
         redis,
         max_messages=settings.state.history_max_messages,
         ttl_seconds=settings.state.history_ttl_seconds,
+        **history_room(memory),
     )
     worker = InsightsWorker(
         redis, provider, spec.model, history, MemoryStore(redis, memory), memory, metrics=metrics
@@ -358,7 +360,7 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
             if drain:
                 later = utcnow() + timedelta(seconds=worker.settings.insights_max_delay + 1)
                 done = await worker.run_once(later)
-                while done:
+                while done or worker.summarised:  # user analyses, then conversation summaries
                     done = await worker.run_once(later)
                 return 0
             checks = {"redis": redis_check(redis), "llm": provider_check(provider)}

@@ -86,6 +86,27 @@ class Budget:
                 pipe.expire(key, ttl)
             await pipe.execute()
 
+    async def channel_exhausted(
+        self, platform: str, channel: str, now: datetime
+    ) -> Exhausted | None:
+        """The channel's budget when spent today (summaries and community notes have no
+        subject user: they count to their channel only)."""
+        used = int(await self._redis.get(keys.budget_channel(platform, channel, _day(now))) or 0)
+        if used >= self.channel_daily:
+            return Exhausted("channel", used, self.channel_daily, channel)
+        return None
+
+    async def charge_channel(self, platform: str, channel: str, tokens: int, now: datetime) -> None:
+        """Add ``tokens`` to today's counter of the channel."""
+        if tokens <= 0:
+            return
+        key = keys.budget_channel(platform, channel, _day(now))
+        ttl = round((_end_of_day(now) + _GRACE - now).total_seconds())
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.incrby(key, tokens)
+            pipe.expire(key, ttl)
+            await pipe.execute()
+
     async def used(self, platform: str, user_id: str, now: datetime) -> int:
         return int(await self._redis.get(keys.budget_user(platform, user_id, _day(now))) or 0)
 

@@ -12,6 +12,9 @@ began) -> complete. A provider outage keeps the job and retries it later with ji
 exponential backoff, up to ``max_attempts``; any other failure is logged with its traceback and
 dropped, so one bad job never stalls the queue.
 
+Each pass also runs the summary pass (``insights.summariser``: conversation summaries and
+community notes), on the same model and budgets, when CHORUS_SUMMARIES is on.
+
 ``run_once(now)`` does one pass and is what tests drive; ``run`` loops over it and waits only
 for the next due time (or the poll interval, since other processes enqueue too).
 """
@@ -40,6 +43,7 @@ from insights.analyse import analyse, build_request, check_provenance, label_lin
 from insights.budget import Budget
 from insights.jobs import ClaimedJob, JobQueue
 from insights.merge import MergeReport, merge
+from insights.summariser import Summariser
 
 log = logging.getLogger("chorus.insights")
 
@@ -99,6 +103,21 @@ class InsightsWorker:
         self._rng = rng or random.Random()
         self._stop = asyncio.Event()
         self._running: asyncio.Task[None] | None = None
+        self.summariser: Summariser | None = None
+        self.summarised = 0  # conversations the last pass summarised (or looked at)
+        if settings.summaries_enabled:
+            self.summariser = Summariser(
+                redis,
+                provider,
+                model,
+                settings,
+                self.budget,
+                history_max=history.max_messages,
+                clock=clock,
+                lease_seconds=lease_seconds,
+                queue=queue,
+                metrics=self.metrics,
+            )
 
     # -- loop ----------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -109,7 +128,9 @@ class InsightsWorker:
             while not self._stop.is_set():
                 try:
                     done = await self.run_once()
-                    wait = 0.0 if len(done) >= self.batch else await self._idle_wait()
+                    summaries = self.summariser.batch if self.summariser else 1
+                    busy = len(done) >= self.batch or self.summarised >= summaries
+                    wait = 0.0 if busy else await self._idle_wait()
                 except Exception:
                     log.exception("insights pass failed; trying again shortly")
                     wait = self.settings.insights_poll_seconds
@@ -160,6 +181,8 @@ class InsightsWorker:
                 )  # fmt: skip
             except Exception:
                 log.warning("could not note an insights outcome", exc_info=True)
+        if self.summariser is not None:  # logs each conversation's outcome
+            self.summarised = len(await self.summariser.run_once(now))
         return results
 
     async def _process(self, job: ClaimedJob, now: datetime) -> JobOutcome:

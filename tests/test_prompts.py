@@ -141,7 +141,14 @@ def test_a_missing_value_is_named() -> None:
 
 def test_a_line_holding_only_an_empty_placeholder_disappears() -> None:
     text = prompts.render(
-        "memory/context", platform="discord", user="Ada", time="t", pins="", recommendations=""
+        "memory/context",
+        platform="discord",
+        user="Ada",
+        time="t",
+        pins="",
+        recommendations="",
+        summaries="",
+        community="",
     )
     assert text == '<context platform="discord" user="Ada" time="t">\n</context>'
 

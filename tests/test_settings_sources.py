@@ -27,6 +27,7 @@ from bot.ops.metrics import Metrics
 from bot.settings import ConfigError, Settings, known_variables, load_settings
 from tests.settings_samples_recall import ADMIN_SAMPLES, RECALL_SAMPLES
 from tests.settings_samples_safety import SAFETY_SAMPLES
+from tests.settings_samples_summaries import SUMMARY_SAMPLES
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO_SERVER = ROOT / "tests" / "mcp_servers" / "echo_server.py"
@@ -286,8 +287,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "YOUTUBE_HTTP_TIMEOUT": (("youtube.http_timeout",), "10", 10.0),
 }
 
-SAMPLES.update(SAFETY_SAMPLES)
-SAMPLES.update(RECALL_SAMPLES)
+SAMPLES.update(SAFETY_SAMPLES, **SUMMARY_SAMPLES, **RECALL_SAMPLES)
 SAMPLES.update(ADMIN_SAMPLES)
 
 

@@ -11,6 +11,9 @@ block stays within CHORUS_CONTEXT_CHARS. The system prompt already tells the mod
 The block's frame and hints are ``prompts/memory/context*``; the data lines inside it are laid
 out here, next to the escaping that keeps them data.
 
+A conversation's summaries and community notes (``bot.memory.summaries``) join the block when the
+turn's read brought them, each section under its own budget (``bot.memory.summaries_context``).
+
 Only the speaker's own notes can appear: the buffer must belong to the message's author
 (platform + user id), otherwise the block is rendered without any notes and an error is logged.
 """
@@ -34,6 +37,8 @@ from bot.memory.buffers import (
     clip,
 )
 from bot.memory.relevance import Scored, Scorer, select
+from bot.memory.summaries import ChannelMemory
+from bot.memory.summaries_context import community_block, summaries_block
 from bot.memory.vectors import Recalled
 
 log = logging.getLogger("chorus.enrichment")
@@ -94,6 +99,7 @@ def render_context(
     settings: MemorySettings,
     now: datetime,
     recall: Recalled | None = None,
+    channel_memory: ChannelMemory | None = None,
 ) -> str:
     """The ``<context>`` block for ``message``: deterministic for the same inputs."""
     name = clean_text((message.author.display_name or message.author.id).translate(_ATTR_UNSAFE))
@@ -109,7 +115,7 @@ def render_context(
             "memory of another user offered for a prompt; leaving it out",
             extra={"platform": message.platform, "message_id": message.id},
         )
-        return _assemble(header, pins, recs)
+        return _assemble(header, pins, recs, _channel(channel_memory, message, settings))
     chosen_pins, chosen_recs = selected(buffer, message.text, settings, recall)
     for pin in chosen_pins:
         line = "- " + _data(clip(clean_text(pin.item.text), PIN_TEXT_MAX))
@@ -121,13 +127,31 @@ def render_context(
         line = "- " + _data(text) + tool
         if len(_assemble(header, pins, [*recs, line])) <= settings.context_chars:
             recs.append(line)
-    return _assemble(header, pins, recs)
+    return _assemble(header, pins, recs, _channel(channel_memory, message, settings))
 
 
-def _assemble(header: dict[str, str], pins: list[str], recs: list[str]) -> str:
+def _channel(
+    channel_memory: ChannelMemory | None, message: ChatMessage, settings: MemorySettings
+) -> dict[str, str]:
+    if channel_memory is None:
+        return {}
+    return {
+        "summaries": summaries_block(channel_memory.summaries, message.text, settings),
+        "community": community_block(channel_memory.community, message.text, settings),
+    }
+
+
+def _assemble(
+    header: dict[str, str],
+    pins: list[str],
+    recs: list[str],
+    extra: dict[str, str] | None = None,
+) -> str:
     return prompts.render(
         "memory/context",
         **header,
+        summaries=(extra or {}).get("summaries", ""),
+        community=(extra or {}).get("community", ""),
         pins=prompts.render("memory/context_pins", lines="\n".join(pins)) if pins else "",
         recommendations=(
             prompts.render("memory/context_recommendations", lines="\n".join(recs)) if recs else ""

@@ -21,7 +21,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
-from datetime import datetime
 from typing import Any
 
 from redis.asyncio import Redis
@@ -51,7 +50,7 @@ from bot.router.scoping import FixedScoping, Profile, Scoping
 from bot.router.text_commands import Commands
 from bot.router.texts import apology, crash_apology, too_long
 from bot.router.turn import RouterLimits
-from bot.state.history import HistoryEntry, HistoryStore
+from bot.state.history import HistoryStore
 from bot.state.outages import until_redis_answers
 from bot.tools.base import ToolContext
 from bot.tools.toolbox import Toolbox
@@ -287,7 +286,7 @@ class Router:
             read = await until_redis_answers(
                 "read a turn",
                 lambda: record.read_turn(
-                    self.redis, self.history, memory, message, claim, self.recall
+                    self.redis, self.history, memory, message, claim, self.recall, profile
                 ),
             )
             if read is None:
@@ -365,11 +364,8 @@ class Router:
             return
         now, text = utcnow(), await safety_hooks.answered(self, item, result, request)
         self.observer.answered(item, result, request, item.received)
-        entries = record.turn_entries(message, text, now)
-        activity = now if profile.memory else None  # memory off: no activity, no insights
-        await self._finish(
-            item, claim, text, entries=entries, activity=activity, insights=profile.insights
-        )
+        kept = record.Kept(record.turn_entries(message, text, now), now, profile, read.waiting)
+        await self._finish(item, claim, text, kept=kept)
         self.hooks.after_reply(message, text)  # what was sent: the safe line if replaced
         self.metrics.observe_overhead(
             time.perf_counter() - item.received - result.llm_seconds - result.tool_seconds
@@ -384,9 +380,7 @@ class Router:
         text: str,
         *,
         is_error: bool = False,
-        entries: tuple[HistoryEntry, ...] = (),
-        activity: datetime | None = None,
-        insights: bool = True,
+        kept: record.Kept | None = None,
     ) -> None:
         """The reply and its record (history, done marker, memory activity, the insights job)
         in ONE transaction; the reply rides inside it when the bus is transactional. Shielded:
@@ -399,13 +393,11 @@ class Router:
         def fill(pipe: Pipeline) -> None:
             if transactional is not None:
                 transactional.queue_publish(pipe, topic, reply)
-            if entries:
-                self.history.queue_append(pipe, message.conversation, *entries)
-            if activity is not None and self.memory is not None:
+            if kept is not None:
+                kept.queue_history(pipe, self.history, message.conversation)
+            if kept is not None and kept.activity is not None and self.memory is not None:
                 touch = self._touched.due(message, self.clock())
-                record.queue_activity(
-                    pipe, self.memory, message, activity, touch=touch, insights=insights
-                )
+                record.queue_activity(pipe, self.memory, message, kept, touch)
             if self.live is not None:  # what the turn decided (answered, cooldowns, pause)
                 self.live.queue_save(pipe, message)
             self.safety.queue_turn(pipe, message)  # the turn's tokens and cost, when limited

@@ -3,11 +3,12 @@
 Each acts on the speaker only: identity is the platform plus the author's platform user id,
 so nobody can read or erase another person's memory by taking their display name (an identity
 linked with ``/link`` shares one memory with its person's other identities: bot/memory/people.py).
-``/forget`` erases everything kept about the speaker -- the buffer, their lines in every
-conversation they spoke in (tracked per user by ``MemoryStore.queue_touch``), their pending
-insights job, and on the Redis Streams bus their entries still held in the streams
-(``bot.bus.erasure``; the in-process bus keeps nothing) -- and leaves a tombstone so an analysis
-already running cannot write their pins back. On a linked identity it forgets the person: all
+``/forget`` erases everything kept about the speaker -- the buffer, the summaries and community
+notes their lines fed (bot/memory/summaries.py), their lines in every conversation they spoke in
+(tracked per user by ``MemoryStore.queue_touch``), their pending insights job, and on the Redis
+Streams bus their entries still held in the streams (``bot.bus.erasure``; the in-process bus
+keeps nothing) -- and leaves a tombstone so an analysis already running cannot write their pins
+back. On a linked identity it forgets the person: all
 of that for every linked identity, and the links themselves.
 
 ``/pins`` numbers the entries (pins, then recommendations) and keeps the fingerprints of what
@@ -28,7 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 import prompts
 from bot.bus.erasure import BusEraser
 from bot.events import ChatMessage, ConversationKey, utcnow
-from bot.memory import insight_queue
+from bot.memory import insight_queue, summaries
 from bot.memory.buffers import PIN_TEXT_MAX, MemoryStore, UserBuffer, clean_text
 from bot.memory.edit import Outcome, add_pin, entry_print, numbered, remove_entry
 from bot.memory.people import Identity, People
@@ -175,10 +176,13 @@ class _Handlers:
         for who_platform, who in identities:
             known = await self._memory.conversations(who_platform, who)
             here = [message.conversation] if (who_platform, who) == (platform, user_id) else []
-            for conv in _unique([*here, *known]):
+            convs = _unique([*here, *known])
+            for conv in convs:
                 count = await self._history.forget_author(conv, who)
                 removed += count
                 touched += bool(count)
+            # The summaries and community notes their lines fed are dropped too.
+            await summaries.forget_user(self._memory.redis, who_platform, who, convs)
         buffer = await self._memory.load(platform, user_id)
         names = {}
         for who_platform, who in identities:

@@ -1,6 +1,7 @@
 """A turn's two Redis round trips: what it reads (the claim, the history, the author's
-memory: ``read_turn``) and what an answered turn leaves behind besides the reply (its history
-lines, the author's activity, and the insights job).
+memory, the conversation's summaries and community notes: ``read_turn``) and what an answered
+turn leaves behind besides the reply (its history lines, the author's activity, the insights job
+and the summary schedule: ``Kept``, ``queue_activity``).
 
 Why apart from ``core``: the message path decides *whether* and *what* to answer; this module
 decides what is read before and written down after, the writes all queued into the one pipeline
@@ -22,15 +23,17 @@ from redis.asyncio.client import Pipeline
 
 from bot.bus.claims import Claim, Claims
 from bot.events import ChatMessage, ConversationKey
+from bot.memory import summaries
 from bot.memory.buffers import MemoryStore, UserBuffer
 from bot.memory.enrichment import render_context
 from bot.memory.insight_queue import InsightJob, queue_enqueue
 from bot.memory.recall import Recall
 from bot.memory.vectors import Recalled
+from bot.router.scoping import Profile
 from bot.state.history import HistoryEntry, HistoryStore
 from bot.state.outages import until_redis_answers
 
-__all__ = ["Recall", "TurnRead", "context_for", "read_turn"]
+__all__ = ["Kept", "Recall", "TurnRead", "context_for", "read_turn"]
 
 log = logging.getLogger("chorus.router")
 
@@ -46,6 +49,27 @@ class TurnRead:
     history: list[HistoryEntry]
     buffer: UserBuffer | None
     recall: Recalled | None = None
+    channel_memory: summaries.ChannelMemory | None = None
+    waiting: bool = False  # lines past the history window wait for the summariser
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What an answered turn leaves besides its reply: its history lines, and (``at`` the
+    answer's time) the author's activity, the insights job and the summary schedule."""
+
+    entries: tuple[HistoryEntry, ...]
+    at: datetime
+    profile: Profile
+    waiting: bool = False
+
+    @property
+    def activity(self) -> datetime | None:
+        return self.at if self.profile.memory else None  # memory off: no activity, no insights
+
+    def queue_history(self, pipe: Pipeline, history: HistoryStore, conv: ConversationKey) -> None:
+        """The lines, kept past the window only where the scope summarises them."""
+        history.queue_append(pipe, conv, *self.entries, keep=self.profile.summaries is not None)
 
 
 async def read_turn(
@@ -55,8 +79,10 @@ async def read_turn(
     message: ChatMessage,
     claim: Claim | None,
     recall: Recall | None = None,
+    profile: Profile | None = None,
 ) -> TurnRead | None:
-    """Claim the message and read its history and the author's memory: ONE round trip.
+    """Claim the message and read its history, the author's memory and (when the scope keeps
+    them) the conversation's summaries and community notes: ONE round trip.
 
     None when the message was answered already (at-least-once delivery must not mean
     answering twice). If another worker holds the claim, wait for it, then read again.
@@ -65,6 +91,7 @@ async def read_turn(
     """
     conv, author = message.conversation, message.author
     pending = recall.begin(message, memory=memory is not None) if recall is not None else None
+    plan = profile.summaries if profile is not None and memory is not None else None
     try:
         async with redis.pipeline(transaction=False) as pipe:
             if claim is not None:
@@ -72,6 +99,7 @@ async def read_turn(
             history.queue_load(pipe, conv)
             if memory is not None:
                 memory.queue_load(pipe, message.platform, author.id)
+            mine = summaries.queue_read(pipe, conv, plan) if plan is not None else 0
             if pending is not None:
                 Recall.queue_read(pipe, pending)
             results = await pipe.execute()
@@ -82,7 +110,7 @@ async def read_turn(
             if outcome is None:
                 if not await claim.wait_and_take():
                     return None
-                return await read_turn(redis, history, memory, message, None, recall)
+                return await read_turn(redis, history, memory, message, None, recall, profile)
             if not outcome:
                 return None
     except BaseException:
@@ -92,13 +120,23 @@ async def read_turn(
     extra = pending.width if pending is not None else 0
     ours = results[len(results) - extra :]
     results = results[: len(results) - extra]
+    channel_memory = None
+    if plan is not None:
+        channel_memory = summaries.parse_read(results[len(results) - mine :], conv, plan)
+        results = results[: len(results) - mine]
     buffer = None
     if memory is not None:
         buffer = memory.parse_load(results[1:], platform=message.platform, user_id=author.id)
     recalled = None
     if recall is not None and pending is not None:
         recalled = await recall.finish(pending, ours, buffer)
-    return TurnRead(history=history.parse_load(conv, results[0]), buffer=buffer, recall=recalled)
+    return TurnRead(
+        history=history.parse_load(conv, results[0]),
+        buffer=buffer,
+        recall=recalled,
+        channel_memory=channel_memory,
+        waiting=history.waiting(results[0]),
+    )
 
 
 def context_for(
@@ -107,7 +145,9 @@ def context_for(
     """The volatile tail's data: the speaker's notes (``<context>``) and the knowledge block."""
     context = ""
     if memory is not None and read.buffer is not None:
-        context = render_context(read.buffer, message, memory.settings, now, read.recall)
+        context = render_context(
+            read.buffer, message, memory.settings, now, read.recall, read.channel_memory
+        )
     knowledge = read.recall.knowledge if read.recall is not None else ""
     return f"{context}\n{knowledge}" if context and knowledge else context or knowledge
 
@@ -181,20 +221,19 @@ class TouchThrottle:
 
 
 def queue_activity(
-    pipe: Pipeline,
-    memory: MemoryStore,
-    message: ChatMessage,
-    now: datetime,
-    *,
-    touch: bool,
-    insights: bool = True,
+    pipe: Pipeline, memory: MemoryStore, message: ChatMessage, kept: Kept, touch: bool
 ) -> None:
     """The author's activity (when ``touch``) and, unless they are a bot or the scope has
-    ``insights = false``, their insights job."""
-    author = message.author
+    ``insights = false``, their insights job and (where the scope keeps summaries) the
+    conversation's summary schedule."""
+    author, now = message.author, kept.at
     if touch:
         memory.queue_touch(pipe, message.platform, author.id, message.conversation, now=now)
-    settings = memory.settings
+    insights, plan, settings = kept.profile.insights, kept.profile.summaries, memory.settings
+    if insights and plan is not None:
+        ttl = settings.history_ttl_seconds
+        conv, waiting = message.conversation, kept.waiting
+        summaries.queue_record(pipe, conv, plan, now, waiting=waiting, touch=touch, ttl_seconds=ttl)
     if insights and settings.insights_enabled and not author.is_bot:
         queue_enqueue(
             pipe,

@@ -39,6 +39,7 @@ from bot.live.engagement import Engagement, PolicyConfig
 from bot.live.turns import policy_config
 from bot.llm.base import Provider
 from bot.llm.fallback import build_chain
+from bot.memory.summaries import SummaryPlan
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.router.turn import RouterLimits
 from bot.safety.canary import with_canary
@@ -69,6 +70,7 @@ class Profile:
     engagement: Mapping[str, Any] = field(default_factory=dict)  # threshold updates
     memory: bool = True
     insights: bool = True
+    summaries: SummaryPlan | None = None  # summaries and community notes here (None: none)
     safety: ScopedSafety | None = None  # the scope's moderation and quotas, compiled
     knowledge: tuple[str, ...] = ()  # the knowledge base's sources (files, folders, URLs)
 
@@ -259,6 +261,7 @@ class Scoping:
             engagement=engagement,
             memory=bool(values.get("memory", True)),
             insights=bool(values.get("insights", settings.memory.insights_enabled)),
+            summaries=SummaryPlan.of(settings.memory, values),
             safety=self.policies.scoped(values) if self.policies is not None else None,
             knowledge=tuple(values.get("knowledge", settings.memory.knowledge_sources)),
         )

@@ -99,6 +99,23 @@ class MemorySettings(Section):
         default=30, ge=2, le=200, validation_alias="CHORUS_INSIGHTS_HISTORY"
     )
 
+    # Conversation summaries and community memory (bot/memory/summaries.py, insights/summarise.py).
+    summaries_enabled: bool = Field(default=True, validation_alias="CHORUS_SUMMARIES")
+    summary_ttl_days: int = Field(
+        default=30, ge=1, le=3650, validation_alias="CHORUS_SUMMARY_TTL_DAYS"
+    )
+    summary_chars: int = Field(
+        default=700, ge=0, le=20_000, validation_alias="CHORUS_SUMMARY_CHARS"
+    )
+    summary_threshold: float = Field(default=0.1, ge=0, validation_alias="CHORUS_SUMMARY_THRESHOLD")
+    summary_after_lines: int = Field(
+        default=20, ge=1, le=350, validation_alias="CHORUS_SUMMARY_AFTER_LINES"
+    )
+    community_memory: bool = Field(default=False, validation_alias="CHORUS_COMMUNITY_MEMORY")
+    community_chars: int = Field(
+        default=400, ge=0, le=20_000, validation_alias="CHORUS_COMMUNITY_CHARS"
+    )
+
     @model_validator(mode="after")
     def _check_delays(self) -> MemorySettings:
         if self.insights_max_delay < self.insights_debounce:

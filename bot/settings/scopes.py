@@ -106,6 +106,8 @@ class Scope(_Table):
     engagement: ScopeEngagement | None = None
     memory: bool | None = None
     insights: bool | None = None
+    summary_ttl_days: int | None = Field(default=None, ge=1, le=3650)
+    community_memory: bool | None = None
     safety: ScopeSafety | None = None
     quota: ScopeQuota | None = None
     knowledge: tuple[str, ...] | None = None
@@ -136,6 +138,8 @@ DEPLOYMENT: dict[str, tuple[str, str] | None] = {
     **{f"engagement.{f}": ("engagement", f) for f in ScopeEngagement.model_fields if f != "mode"},
     "memory": None,
     "insights": ("memory", "insights_enabled"),
+    "summary_ttl_days": ("memory", "summary_ttl_days"),
+    "community_memory": ("memory", "community_memory"),
     **{f"safety.{f}": ("safety", f) for f in ScopeSafety.model_fields if f != "moderation_model"},
     "safety.moderation_model": ("safety", "model"),
     **{f"quota.{f}": ("quota", f) for f in ScopeQuota.model_fields},
@@ -343,6 +347,11 @@ def check_scopes(
             for error in exc.errors():
                 key = ".".join(str(part) for part in error["loc"])
                 problems.append(f"{at(f'engagement.{key}')}: {error['msg']}")
+        if scope.community_memory and not (memory.insights_enabled and memory.summaries_enabled):
+            problems.append(
+                f"{at('community_memory')}: community notes are written by the insights worker's "
+                "summary pass, which is off (CHORUS_INSIGHTS_ENABLED / CHORUS_SUMMARIES)"
+            )
         if scope.insights and not memory.insights_enabled:
             problems.append(
                 f"{at('insights')}: the insights worker is off for the deployment "

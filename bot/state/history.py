@@ -5,6 +5,13 @@ The reply path reads history once (``LRANGE``) and writes it once (``RPUSH`` + `
 round trips. The list is capped so memory stays bounded, and its TTL is refreshed on every append
 so a quiet conversation is forgotten after CHORUS_HISTORY_TTL.
 
+Where conversation summaries are on (bot/memory/summaries.py), the list also keeps up to ``keep``
+older lines past the window until the summariser has folded them into a summary and removed
+them: the window is trimmed by ``LTRIM`` inside the write transaction, and keeping the lines in
+the same list is the only way, without Lua, to be sure none is lost before it is summarised (and
+every deletion below reaches them too). The prompt still reads only the window; each read also
+fetches ``probe`` lines more, so the router learns in the same round trip that lines are waiting.
+
 Deletions (a Discord/Twitch message deleted, a user asking to be forgotten) are rarer and must
 not race an append, so they run as ``WATCH`` + ``LREM`` of the exact stored values inside
 ``MULTI``: if the list changed meanwhile, the transaction is retried. No Lua is needed, so the
@@ -60,7 +67,11 @@ class HistoryEntry(BaseModel):
 class HistoryStore:
     """Per-conversation history over any Redis client (real or ``memory://``)."""
 
-    def __init__(self, redis: Redis, *, max_messages: int, ttl_seconds: int) -> None:
+    def __init__(
+        self, redis: Redis, *, max_messages: int, ttl_seconds: int, keep: int = 0, probe: int = 0
+    ) -> None:
+        """``keep``: lines kept past the window for the summariser (0: none); ``probe``: lines
+        read past the window to tell whether that many wait (``waiting``)."""
         if max_messages < 1:
             raise ValueError("max_messages must be at least 1")
         if ttl_seconds < 1:
@@ -68,6 +79,8 @@ class HistoryStore:
         self._redis = redis
         self.max_messages = max_messages
         self.ttl_seconds = ttl_seconds
+        self.keep = max(keep, 0)
+        self.probe = min(max(probe, 0), self.keep)
         # Every turn re-reads the same stored values (the list only gains two per turn), and
         # parsing 40 entries with pydantic costs ~0.25 ms; entries are frozen, so the parsed
         # objects of recently read values are kept, least recently read dropped first.
@@ -81,12 +94,15 @@ class HistoryStore:
             self.queue_append(pipe, conv, *entries)
             await pipe.execute()
 
-    def queue_append(self, pipe: Pipeline, conv: ConversationKey, *entries: HistoryEntry) -> None:
+    def queue_append(
+        self, pipe: Pipeline, conv: ConversationKey, *entries: HistoryEntry, keep: bool = True
+    ) -> None:
         """``append`` as commands on the caller's pipeline (3 results), so the router can fold
-        the history write into its one write round trip per answered message."""
+        the history write into its one write round trip per answered message. ``keep=False``:
+        trim to the window (a conversation whose scope has no summaries)."""
         key = keys.history(conv)
         pipe.rpush(key, *(entry.model_dump_json() for entry in entries))
-        pipe.ltrim(key, -self.max_messages, -1)
+        pipe.ltrim(key, -(self.max_messages + (self.keep if keep else 0)), -1)
         pipe.expire(key, self.ttl_seconds)
 
     async def load(self, conv: ConversationKey, limit: int | None = None) -> list[HistoryEntry]:
@@ -99,14 +115,18 @@ class HistoryStore:
 
     def queue_load(self, pipe: Pipeline, conv: ConversationKey) -> None:
         """``load`` as one command (1 result) on the caller's pipeline; see ``parse_load``."""
-        pipe.lrange(keys.history(conv), -self.max_messages, -1)
+        pipe.lrange(keys.history(conv), -(self.max_messages + self.probe), -1)
+
+    def waiting(self, raw: Sequence[str]) -> bool:
+        """Whether a ``queue_load`` result shows ``probe`` lines waiting past the window."""
+        return self.probe > 0 and len(raw) >= self.max_messages + self.probe
 
     def parse_load(self, conv: ConversationKey, raw: Sequence[str]) -> list[HistoryEntry]:
         """Entries from an LRANGE result; unreadable ones are logged with their key and skipped."""
         key = keys.history(conv)
         entries = []
         parsed = self._parsed
-        for index, value in enumerate(raw):
+        for index, value in enumerate(raw[-self.max_messages :]):
             entry = parsed.get(value)
             if entry is not None:
                 parsed.move_to_end(value)

@@ -307,6 +307,23 @@ def live(kind: str, conv: ConversationKey) -> str:
     return f"{PREFIX}:live:{kind}:{conv}"
 
 
+# -- summaries and community notes --------------------------------------------------------------
+SUMMARY_KINDS = ("sum", "notes", "job", "lease")
+
+
+def summary(kind: str, conv: ConversationKey) -> str:
+    """One part (``SUMMARY_KINDS``) of what a conversation keeps past its history."""
+    if kind not in SUMMARY_KINDS:
+        raise ValueError(f"kind must be one of {SUMMARY_KINDS}, got {kind!r}")
+    return f"{PREFIX}:summ:{kind}:{conv}"
+
+
+def summary_queue(queue: str = "main") -> str:
+    """The summariser's zset of due conversations."""
+    _check_token("queue", queue)
+    return f"{PREFIX}:summ:{queue}:due"
+
+
 # -- safety: quotas, user lists, the audit trail -------------------------------------------------
 USAGE_SCOPES = ("user", "chan")
 _PERIOD = re.compile(r"^(?:h[0-9]{10}|d[0-9]{8})$")

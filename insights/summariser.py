@@ -1,0 +1,209 @@
+"""The summary pass of the insights worker: claim due conversations, summarise, store.
+
+Per conversation (``insights.summary_jobs`` leases it): read its history (the window and the
+lines kept past it), summaries and notes (one pipelined read) -> pick the lines that are ready
+(``summarise.due_lines``) -> check the channel's daily insights budget (spent: try after the
+day ends) -> one summary call per day, then the community call if the scope has it -> charge
+the tokens -> ``summarise.store``. An answer invalid twice consumes nothing: the lines wait
+for a retry after ``RETRY_AFTER``, like after an outage. A conversation whose history is gone (``/reset``, expired,
+erased) is no longer due: its lines lived only as long as the history. A provider outage keeps the lines and retries after a delay;
+any other failure is logged with its traceback and the conversation retried after the same
+delay, so one bad conversation never stalls the others and no line is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import cast
+
+from pydantic import ValidationError
+from redis.asyncio import Redis
+
+from bot.events import utcnow
+from bot.llm.base import Provider
+from bot.llm.errors import LLMError
+from bot.llm.types import Usage
+from bot.memory.buffers import MemorySettings
+from bot.memory.summaries import DEFAULT_QUEUE, Community, day_of, load_community, load_summaries
+from bot.ops.metrics import MetricsSink, NullMetrics
+from bot.state import keys
+from bot.state.history import HistoryEntry
+from insights.budget import Budget
+from insights.community import CommunityAnswer, community_request, merge_notes, sourced_notes
+from insights.summarise import (
+    SummaryAnswer,
+    after_mark,
+    ask,
+    authors,
+    due_lines,
+    json_answer,
+    remove_lines,
+    store,
+    summary_request,
+    turn_days,
+)
+from insights.summary_jobs import ConversationJob, SummaryQueue
+
+log = logging.getLogger("chorus.insights.summaries")
+
+Clock = Callable[[], datetime]
+RETRY_AFTER = timedelta(minutes=5)
+
+
+class Summariser:
+    def __init__(
+        self,
+        redis: Redis,
+        provider: Provider,
+        model: str,
+        settings: MemorySettings,
+        budget: Budget,
+        *,
+        history_max: int,
+        clock: Clock = utcnow,
+        batch: int = 4,
+        lease_seconds: float = 300.0,
+        queue: str = DEFAULT_QUEUE,
+        metrics: MetricsSink | None = None,
+    ) -> None:
+        self.redis = redis
+        self.provider = provider
+        self.model = model
+        self.settings = settings
+        self.budget = budget
+        self.history_max = history_max
+        self.batch = batch
+        self.metrics: MetricsSink = metrics or NullMetrics()
+        self._clock = clock
+        self.queue = SummaryQueue(
+            redis,
+            default_ttl_days=settings.summary_ttl_days,
+            lease_seconds=lease_seconds,
+            queue=queue,
+        )
+
+    async def run_once(self, now: datetime | None = None) -> list[tuple[str, str]]:
+        """Summarise the conversations due at ``now``; returns (conversation, outcome) pairs."""
+        now = now or self._clock()
+        done = []
+        for job in await self.queue.claim_due(now, self.batch):
+            try:
+                outcome = await self._summarise(job, now)
+            except LLMError:
+                log.warning("summary model failed; retrying later", exc_info=True)
+                await self.queue.later(job, now + RETRY_AFTER)
+                outcome = "retry"
+            except Exception:
+                log.exception("summary job failed; retrying later")
+                await self.queue.later(job, now + RETRY_AFTER)
+                outcome = "failed"
+            log.info(
+                "summary job done",
+                extra={"conversation": str(job.conversation), "outcome": outcome},
+            )
+            done.append((str(job.conversation), outcome))
+        return done
+
+    async def _summarise(self, job: ConversationJob, now: datetime) -> str:
+        conv = job.conversation
+        started = self._clock()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.lrange(keys.history(conv), 0, -1)
+            pipe.get(keys.summary("sum", conv))
+            pipe.get(keys.summary("notes", conv))
+            raw_lines, raw_sum, raw_notes = await pipe.execute()
+        if not raw_lines:  # the history is gone (/reset, expiry, erasure): so are its lines
+            await self.redis.delete(keys.summary("job", conv))
+            await self.queue.finish(job, now, -1)
+            return "no_history"
+        lines = []
+        for raw in cast("list[str]", raw_lines):
+            try:
+                lines.append((raw, HistoryEntry.model_validate_json(raw)))
+            except ValidationError:
+                log.warning("unreadable history line skipped", extra={"conversation": str(conv)})
+        window = {raw for raw, _ in lines[-self.history_max :]}
+        pending = after_mark(lines, job.mark)
+        # Lines summarised while in the window that have slid out of it since: not needed (but
+        # the mark stays: it is where the next run starts).
+        waiting = {raw for raw, _ in pending}
+        stale = [
+            raw for raw, _ in lines if raw not in waiting and raw not in window and raw != job.mark
+        ]
+        ready = due_lines(pending, window, day_of(now))
+        if ready == 0:
+            if stale:
+                await remove_lines(self.redis, conv, stale)
+            await self.queue.finish(job, now, len(pending) or -1)
+            return "nothing_ready"
+        spent = await self.budget.channel_exhausted(conv.platform, conv.channel, now)
+        if spent is not None:
+            log.warning(
+                "insights budget spent for today; summary waits for tomorrow",
+                extra={"conversation": str(conv), "used": spent.used, "limit": spent.limit},
+            )
+            await self.queue.later(job, now + timedelta(hours=1))
+            return "skipped_budget"
+        batch = [entry for _, entry in pending[:ready]]
+        by_day: dict[str, list[HistoryEntry]] = {}
+        for entry, day in zip(batch, turn_days(batch), strict=True):
+            by_day.setdefault(day, []).append(entry)
+        summaries = {s.day: s for s in load_summaries(raw_sum)}
+        usage = Usage()
+        days: dict[str, tuple[str, list[HistoryEntry]]] = {}
+        for day, entries in by_day.items():
+            request = summary_request(self.model, conv, day, summaries.get(day), entries)
+            answer, used = await ask(self.provider, request, json_answer(SummaryAnswer))
+            usage = usage + used
+            if answer is None:  # invalid twice: nothing is consumed, the lines are tried later
+                await self.budget.charge_channel(conv.platform, conv.channel, _tokens(usage), now)
+                await self.queue.later(job, now + RETRY_AFTER)
+                return "invalid"
+            days[day] = (answer.summary, entries)
+        update = None
+        if job.community:
+            current = load_community(raw_notes)
+            request = community_request(self.model, conv, current, batch)
+            found, used = await ask(self.provider, request, json_answer(CommunityAnswer))
+            usage = usage + used
+            if found is not None:
+                notes, _ = sourced_notes(found, batch)
+                mood = found.mood
+
+                def update_notes(stored: Community) -> Community:
+                    return merge_notes(stored, notes, mood, batch, now)
+
+                update = update_notes
+        self.metrics.tokens(self.model, usage)
+        tokens = _tokens(usage)
+        await self.budget.charge_channel(conv.platform, conv.channel, tokens, now)
+        written = await store(
+            self.redis,
+            conv,
+            days=days,
+            community=update,
+            remove=stale + [raw for raw, _ in pending[:ready] if raw not in window],
+            # Summarised lines past the window leave the history; the mark is needed only when
+            # the last one summarised stays (in the window), else every line left is new.
+            mark=next((raw for raw, _ in reversed(pending[:ready]) if raw in window), ""),
+            users=authors(batch),
+            ttl_days=job.ttl_days,
+            job_ttl=self.settings.history_ttl_seconds,
+            started=started,
+            now=now,
+        )
+        if not written:
+            await self.queue.release(job)
+            return "forgotten"
+        await self.queue.finish(job, now, len(pending) - ready)
+        log.info(
+            "conversation summarised",
+            extra={"conversation": str(conv), "lines": ready, "days": len(days), "tokens": tokens},
+        )
+        return "summarised"
+
+
+def _tokens(usage: Usage) -> int:
+    return usage.total_input_tokens + usage.output_tokens
