@@ -4,7 +4,8 @@ Chromium from the distribution (``.ci/run`` installs it), driven by Playwright f
 ``executable_path`` (never ``playwright install``: nothing is downloaded). ``chorus run`` is a
 real process with Twitch (twitchio 3 against the loopback Twitch), the Anthropic SDK against its
 loopback server and state in a real Redis, the dashboard on ``CHORUS_ADMIN_PORT``. The test logs
-in, opens each page (saving the screenshots README shows, ``docs/img/admin-<page>.png``),
+in, opens each page (screenshots; with CHORUS_UPDATE_SCREENSHOTS=1 it rewrites the ones README shows,
+``docs/img/admin-<page>.png``),
 deletes one pin and checks Redis and the next model request, then pauses the channel and checks
 Redis and that the router stays quiet (the turn log says why).
 """
@@ -13,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import signal
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -39,7 +42,13 @@ from tests.test_twitch_e2e import BOT_ID, BOT_LOGIN, CHAT
 from tests.test_twitch_reconnect_e2e import twitch_env
 
 ROOT = Path(__file__).resolve().parent.parent
-SHOTS = ROOT / "docs" / "img"
+# README's screenshots are rewritten only on purpose (CHORUS_UPDATE_SCREENSHOTS=1 pytest ...), so
+# an ordinary run leaves the tree clean; otherwise they go to a scratch directory.
+SHOTS = (
+    ROOT / "docs" / "img"
+    if os.environ.get("CHORUS_UPDATE_SCREENSHOTS") == "1"
+    else Path(tempfile.mkdtemp(prefix="chorus-admin-shots-"))
+)
 LIMIT = 90.0  # generous: a loaded 2-core machine; each wait ends as soon as its event happens
 TOKEN = "browser-test-token-0123456789"
 KEEP, DROP = "likes speedruns", "plays the cello"
@@ -115,7 +124,8 @@ def sent_with(model: AnthropicServer, msg_id: str) -> str:
 
 async def shot(page: Page, name: str, *, whole: bool = True) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(SHOTS / f"admin-{name}.png"), full_page=whole)
+    png = await page.screenshot(path=str(SHOTS / f"admin-{name}.png"), full_page=whole)
+    assert png.startswith(b"\x89PNG") and len(png) > 5_000, f"the {name} page rendered nothing"
 
 
 async def test_the_dashboard_in_a_browser_deletes_a_pin_and_pauses_a_channel(
