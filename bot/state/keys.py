@@ -369,6 +369,13 @@ def user_names() -> str:
     return f"{PREFIX}:admin:names"
 
 
+def admin_login_failures(address: str, namespace: str = "main") -> str:
+    """A deployment's (its bus namespace's) recent failed dashboard logins from one client
+    address: the login rate limit every process serving the dashboard shares."""
+    _check_token("namespace", namespace)
+    return f"{PREFIX}:admin:login:{namespace}:{_escape_part(address)}"
+
+
 def timeline(bucket: str) -> str:
     """Counters of one minute (``yyyymmddHHMM``) or day (``dyyyymmdd``)."""
     if not re.fullmatch(r"[0-9]{12}|d[0-9]{8}", bucket):
