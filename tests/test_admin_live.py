@@ -130,3 +130,35 @@ async def test_an_ambient_pause_is_the_one_chorus_pause_keeps_both_ways(
     assert worker.observe(resume).action is Action.COMMAND
     await worker.maintain()
     assert "Pause" in row(await (await http.get("/live")).text(), conv)
+
+
+@pytest.mark.redis
+async def test_a_dashboard_pause_reaches_every_worker_holding_a_busy_channel(
+    http: Client, redis_client: Redis, key_tag: str, discord_channel: str
+) -> None:
+    """Two workers (their own live-chat memory, the shared store) hold a busy ambient channel:
+    neither would re-read it, yet the dashboard's pause and resume reach both with their next
+    one-second ``maintain`` pass (the pause feed), and the dashboard runs in neither."""
+    conv = ConversationKey(platform="discord", channel=discord_channel)
+    clock = [1_750_000_000.0]
+    workers = [LiveChat(clock=lambda: clock[0], store=RedisLiveStore(redis_client)) for _ in "ab"]
+    lines = iter(range(1000))
+
+    async def chat(worker: LiveChat) -> Reason:
+        line = ambient(conv, f"{key_tag}-{next(lines)}", "just chatting", moderator=False)
+        await worker.prepare(line)
+        return worker.observe(line).reason
+
+    for worker in workers:
+        assert await chat(worker) is not Reason.PAUSED
+    for paused, expected in (("1", Reason.PAUSED), ("0", None)):
+        done = await http.post(f"/live/{conv}/pause", data={"paused": paused}, headers=BEARER)
+        assert done.status == 200  # after the redirect
+        clock[0] += 1  # busy: one line a second, never quiet long enough to be read again
+        for worker in workers:
+            await chat(worker)
+            await worker.maintain()
+        clock[0] += 1
+        for worker in workers:
+            reason = await chat(worker)
+            assert (reason is Reason.PAUSED) == (expected is Reason.PAUSED), reason

@@ -307,6 +307,11 @@ def live(kind: str, conv: ConversationKey) -> str:
     return f"{PREFIX}:live:{kind}:{conv}"
 
 
+def live_pauses() -> str:
+    """The stream of pause and resume decisions (which channel), that every worker follows."""
+    return f"{PREFIX}:live:pauses"
+
+
 # -- safety: quotas, user lists, the audit trail -------------------------------------------------
 USAGE_SCOPES = ("user", "chan")
 _PERIOD = re.compile(r"^(?:h[0-9]{10}|d[0-9]{8})$")
