@@ -155,3 +155,25 @@ def _later(seconds: int) -> float:
     import time
 
     return time.time() + seconds + 1
+
+
+@pytest.mark.redis
+async def test_wrong_bearer_tokens_count_as_failed_logins_too(
+    redis_client: Redis, key_tag: str
+) -> None:
+    """A script cannot guess around the login's limit, and a blocked address learns nothing:
+    the right token is refused as well until the window passes."""
+    async with dashboard(redis_client, key_tag) as (server, http):
+        for n in range(3):
+            wrong = await http.get("/live", headers={"Authorization": f"Bearer guess-{n}"})
+            assert wrong.status == 401
+        assert (await http.get("/live", headers={"Authorization": f"Bearer {TOKEN}"})).status == 200
+        for n in range(2):
+            assert await attempt(http, f"guess-{n}") == 401  # the form counts with the scripts
+        right = await http.get("/live", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert right.status == 429 and 1 <= int(right.headers["Retry-After"]) <= 300
+        assert await attempt(http, TOKEN) == 429
+        entries = await read_audit(redis_client, namespace=key_tag)
+        assert [e.action for e in entries if e.rule == "admin:login"][-1] == "blocked"
+        server.guard.clock = lambda: _later(300)
+        assert (await http.get("/live", headers={"Authorization": f"Bearer {TOKEN}"})).status == 200

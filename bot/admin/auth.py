@@ -28,9 +28,14 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 
+BearerCheck = Callable[[web.Request, str], Awaitable[None]]
+
+
 class Auth:
     def __init__(self, token: str) -> None:
         self._token = token.encode()
+        # The rate limit on Bearer tokens (bot/admin/login.py): raises to refuse; None: none.
+        self.bearer_check: BearerCheck | None = None
         self._key = hashlib.sha256(b"chorus-admin-session\0" + self._token).digest()
 
     # -- the token --------------------------------------------------------------------------------
@@ -72,7 +77,9 @@ class Auth:
                 return _hardened(await handler(request))
             bearer = request.headers.get("Authorization", "")
             if bearer.startswith("Bearer "):
-                if not self.token_ok(bearer[7:].strip()):
+                if self.bearer_check is not None:
+                    await self.bearer_check(request, bearer[7:].strip())
+                elif not self.token_ok(bearer[7:].strip()):
                     raise web.HTTPUnauthorized(text="wrong token")
                 request[SESSION_KEY] = ""  # a script: no session, no CSRF needed
                 return _hardened(await handler(request))

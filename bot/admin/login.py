@@ -14,7 +14,10 @@ each attempt elsewhere), so the attempts are counted in one sorted set per addre
 ``chorus:v1:admin:login:{ns}:{address}`` (bot/state/keys.py). Each attempt is reserved in the
 set atomically (one transaction: prune, add, read) *before* the token is checked, so attempts
 racing through several processes cannot exceed the limit; a right token clears the set, a wrong
-one stays as a failure, a refused one is taken back. The address is the TCP peer: behind a
+one stays as a failure, a refused one is taken back. A script's ``Authorization: Bearer``
+token counts the same way (a wrong one is a failed login; a blocked address gets a 429 even
+with the right one, so the limit is no oracle), but a Bearer request only reads the set. The
+address is the TCP peer: behind a
 reverse proxy every client shares the proxy's address, so the limit then holds for all of them
 together (the safe side); ``X-Forwarded-For`` is not trusted, anyone can send it.
 """
@@ -27,6 +30,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from redis.asyncio import Redis
@@ -105,12 +109,39 @@ class LoginGuard:
             pipe.zrange(key, 0, -1, withscores=True)
             pipe.expire(key, math.ceil(self.window))
             found = (await pipe.execute())[2]
-        earlier = sorted(float(at) for member, at in found if _text(member) != attempt)
-        if len(earlier) < self.failures:
+        retry = self._retry([at for member, at in found if _text(member) != attempt], now)
+        if not retry:
             return attempt, 0
         await self.redis.zrem(key, attempt)
+        return "", retry
+
+    async def blocked_for(self, address: str) -> int:
+        """Seconds until ``address`` may try again (0: now). One read: what a Bearer request
+        pays, so a script's requests never write."""
+        key, now = keys.admin_login_failures(address, self.namespace), self.clock()
+        found: list[tuple[Any, float]] = await self.redis.zrangebyscore(  # type: ignore[assignment]
+            key, f"({now - self.window!r}", "+inf", withscores=True
+        )
+        return self._retry([at for _, at in found], now)
+
+    async def record_failure(self, address: str) -> bool:
+        """A wrong Bearer token: one failure more; whether the address is now blocked."""
+        key, now = keys.admin_login_failures(address, self.namespace), self.clock()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zremrangebyscore(key, "-inf", f"({now - self.window!r}")
+            pipe.zadd(key, {uuid.uuid4().hex: now})
+            pipe.zcard(key)
+            pipe.expire(key, math.ceil(self.window))
+            count = (await pipe.execute())[2]
+        return int(count) >= self.failures
+
+    def _retry(self, failures: list[float], now: float) -> int:
+        """Seconds until fewer than ``self.failures`` of these are in the window (0: now)."""
+        earlier = sorted(float(at) for at in failures)
+        if len(earlier) < self.failures:
+            return 0
         free_at = earlier[len(earlier) - self.failures] + self.window
-        return "", max(1, math.ceil(free_at - now))
+        return max(1, math.ceil(free_at - now))
 
     async def failed(self, address: str) -> bool:
         """After a wrong token (its attempt stays as a failure): whether the address is now

@@ -64,6 +64,7 @@ class AdminServer:
         self.sources = sources
         self.auth = Auth(token)
         self.guard = LoginGuard(self.auth, sources.redis, namespace=sources.audit.namespace)
+        self.auth.bearer_check = self.bearer
         self.host = host
         self.port = port
         self.env = environment()
@@ -193,6 +194,23 @@ class AdminServer:
         response = web.Response(status=303, headers={"Location": "/"})
         self.auth.set_cookie(response, request)
         return response
+
+    async def bearer(self, request: web.Request, token: str) -> None:
+        """A script's token, under the login's rate limit (refused while the address is
+        blocked, whatever the token; a wrong one counts and is audited like a failed login)."""
+        address = request.remote or "unknown"
+        retry = await self.guard.blocked_for(address)
+        if retry:
+            raise web.HTTPTooManyRequests(
+                text=f"too many failed logins from {address}; try again in {retry} seconds",
+                headers={"Retry-After": str(retry)},
+            )
+        if not self.auth.token_ok(token):
+            blocked = await self.guard.record_failure(address)
+            log.warning("admin dashboard: a wrong Bearer token from %s", address)
+            self.audit(request, "admin:login", "blocked" if blocked else "failed", who=address)
+            await self.sources.audit.flush()
+            raise web.HTTPUnauthorized(text="wrong token")
 
     async def logout(self, request: web.Request) -> web.StreamResponse:
         response = web.Response(status=303, headers={"Location": "/login"})
