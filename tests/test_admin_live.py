@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -14,7 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
 from bot.admin.server import AdminServer
-from bot.admin.views import Sources
+from bot.admin.views import Sources, ambient_channels
 from bot.events import Author, ChatMessage, ConversationKey, Role
 from bot.live.engagement import Action, Reason
 from bot.live.store import RedisLiveStore
@@ -162,3 +163,18 @@ async def test_a_dashboard_pause_reaches_every_worker_holding_a_busy_channel(
         for worker in workers:
             reason = await chat(worker)
             assert (reason is Reason.PAUSED) == (expected is Reason.PAUSED), reason
+
+
+def test_a_channel_scope_in_ambient_mode_is_an_ambient_channel_of_the_page(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "chorus.toml"
+    config.write_text(
+        '[[scope]]\nmatch = "discord:123456789012345678/223456789012345678"\n'
+        'engagement.mode = "ambient"\n\n'
+        '[[scope]]\nmatch = "slack:T1/C2"\nengagement.mode = "ambient"\n',
+        encoding="utf-8",
+    )
+    env = {"ANTHROPIC_API_KEY": "sk-ant-test-key-0001", "SLACK_AMBIENT_CHANNELS": "C1"}
+    settings = load_settings(environ=env, env_file=None, config=config, warn=False)
+    assert ambient_channels(settings) == {"discord": {"223456789012345678"}, "slack": {"C1", "C2"}}

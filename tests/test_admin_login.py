@@ -81,7 +81,8 @@ async def test_five_failures_block_the_address_with_a_429_that_says_when(
         for n in range(5):
             assert await attempt(http, f"guess-{key_tag}-{n}") == 401
         form = {"token": TOKEN, "csrf": await login_csrf(http)}
-        blocked = await http.post("/login", data=form, allow_redirects=False)
+        elsewhere = {"X-Forwarded-For": "203.0.113.9"}  # anyone can send it: not trusted
+        blocked = await http.post("/login", data=form, headers=elsewhere, allow_redirects=False)
         assert blocked.status == 429 and COOKIE not in blocked.cookies  # even the right token
         retry = int(blocked.headers["Retry-After"])
         assert 290 <= retry <= 300
