@@ -62,9 +62,18 @@ async def client(redis_client: Redis, key_tag: str) -> AsyncIterator[Client]:
         yield http
 
 
+async def login_csrf(http: Client) -> str:
+    """The login form's pre-session CSRF token (its cookie is now in the client's jar)."""
+    page = await (await http.get("/login")).text()
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found is not None
+    return found.group(1)
+
+
 async def login(http: Client) -> str:
     """Log in; the CSRF token of the session."""
-    response = await http.post("/login", data={"token": TOKEN}, allow_redirects=False)
+    form = {"token": TOKEN, "csrf": await login_csrf(http)}
+    response = await http.post("/login", data=form, allow_redirects=False)
     assert response.status == 303
     page = await (await http.get("/settings")).text()
     found = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
@@ -78,9 +87,11 @@ async def test_pages_need_a_login_and_the_cookie_is_httponly_strict(
 ) -> None:
     response = await client.get("/", allow_redirects=False)
     assert response.status == 303 and response.headers["Location"] == "/login"
-    wrong = await client.post("/login", data={"token": "nope"}, allow_redirects=False)
+    csrf = await login_csrf(client)
+    wrong = await client.post("/login", data={"token": "nope", "csrf": csrf})
     assert wrong.status == 401
-    right = await client.post("/login", data={"token": TOKEN}, allow_redirects=False)
+    form = {"token": TOKEN, "csrf": csrf}
+    right = await client.post("/login", data=form, allow_redirects=False)
     cookie = right.headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and TOKEN not in cookie
     home = await client.get("/")

@@ -194,6 +194,29 @@ async def test_a_process_that_was_away_reads_the_pause_again(
     assert a.answered() == ["m1"]
 
 
+async def test_a_pause_elsewhere_reaches_a_busy_channel_with_the_next_maintain_pass(
+    start: Callable[[], Awaitable[Process]],
+) -> None:
+    """A busy channel is never re-read; the pause feed brings another worker's pause (or the
+    dashboard's) to it on the next one-second pass, and the resume the same way."""
+    a = await start()
+    await a.say("m1", "ann", "hi bot", mention=True)  # A holds the channel
+    b = await start()
+    advance(1)
+    await b.say("p", "mod", "!chorus pause", roles=MOD)  # another worker pauses it
+    advance(1)
+    await a.say("x1", "bob", "chatting on")  # busy in A: too soon to read its state again
+    await a.live.maintain()
+    advance(1)
+    await a.say("m2", "cat", "are you there?", mention=True)
+    assert a.answered() == ["m1"]  # paused in A too
+    await b.say("r", "mod", "!chorus resume", roles=MOD)
+    await a.live.maintain()
+    advance(1)
+    await a.say("m3", "dan", "and now?", mention=True)
+    assert a.answered() == ["m1", "m3"]
+
+
 async def test_cooldowns_hold_in_the_next_process(
     start: Callable[[], Awaitable[Process]],
 ) -> None:

@@ -174,11 +174,36 @@ async def test_save_and_load_are_one_round_trip_each(
     assert trips == expected
 
 
+async def test_every_pause_and_resume_is_in_the_feed_once_for_each_reader(
+    store: LiveStore, conv: ConversationKey
+) -> None:
+    """The feed other workers follow: only pause decisions, in order, each reader its own
+    cursor; a reader that starts now sees nothing older (it loads the channels it takes up)."""
+    other = ConversationKey(platform="discord", channel=conv.channel)
+    await store.save({conv: Changes(paused=True, pause_at=NOW)}, NOW)
+    first, nothing = await store.pause_changes(None)
+    assert nothing == []
+    await store.save({conv: Changes(spoke=NOW + 1)}, NOW + 1)  # not a pause: not in the feed
+    await store.save({other: Changes(paused=True, pause_at=NOW + 2)}, NOW + 2)
+    await commit(store, conv, Changes(paused=False, pause_at=NOW + 3), NOW + 3)
+    cursor, changed = await store.pause_changes(first)
+    mine = [c for c in changed if c.channel == conv.channel]  # a real server is shared
+    assert mine == [other, conv]
+    again, changed = await store.pause_changes(cursor)
+    assert [c for c in changed if c.channel == conv.channel] == []
+    _, changed = await store.pause_changes(first)  # another reader, at its own place
+    assert [c for c in changed if c.channel == conv.channel] == [other, conv]
+    with counting_round_trips() as counter:
+        await store.pause_changes(again)
+    assert counter.count == (1 if isinstance(store, RedisLiveStore) else 0)
+
+
 async def test_every_key_has_a_ttl(redis_client: Redis, conv: ConversationKey) -> None:
     store = RedisLiveStore(redis_client, pause_seconds=3600, ledger_seconds=LEDGER)
     changes = Changes(paused=True, spoke=NOW, users={"ann": NOW}, answered={"m1": NOW})
     await store.save({conv: changes}, NOW)
     ttls = [await redis_client.ttl(keys.live(kind, conv)) for kind in keys.LIVE_KINDS]
+    assert await redis_client.ttl(keys.live_pauses()) > 0  # the pause feed: capped, and a TTL
     assert ttls[0] in range(3590, 3601)  # paused: CHORUS_ENGAGE_PAUSE_HOURS
     assert all(ttl in range(LEDGER - 10, LEDGER + 1) for ttl in ttls[1:]), ttls
 

@@ -28,9 +28,14 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 
+BearerCheck = Callable[[web.Request, str], Awaitable[None]]
+
+
 class Auth:
     def __init__(self, token: str) -> None:
         self._token = token.encode()
+        # The rate limit on Bearer tokens (bot/admin/login.py): raises to refuse; None: none.
+        self.bearer_check: BearerCheck | None = None
         self._key = hashlib.sha256(b"chorus-admin-session\0" + self._token).digest()
 
     # -- the token --------------------------------------------------------------------------------
@@ -42,26 +47,26 @@ class Auth:
         sid = secrets.token_urlsafe(18)
         expires = int((now or time.time()) + SESSION_SECONDS)
         body = f"{sid}.{expires}"
-        return f"{body}.{self._sign(body)}"
+        return f"{body}.{self.sign(body)}"
 
     def session_id(self, cookie: str | None, now: float | None = None) -> str | None:
         """The session id of a valid, unexpired cookie; None otherwise."""
         if not cookie or cookie.count(".") != 2:
             return None
         sid, expires, signature = cookie.split(".")
-        if not hmac.compare_digest(signature, self._sign(f"{sid}.{expires}")):
+        if not hmac.compare_digest(signature, self.sign(f"{sid}.{expires}")):
             return None
         if not expires.isdigit() or int(expires) < (now or time.time()):
             return None
         return sid
 
     def csrf_for(self, sid: str) -> str:
-        return self._sign(f"csrf:{sid}")
+        return self.sign(f"csrf:{sid}")
 
     def csrf_ok(self, sid: str, given: str) -> bool:
         return hmac.compare_digest(given, self.csrf_for(sid))
 
-    def _sign(self, text: str) -> str:
+    def sign(self, text: str) -> str:
         return hmac.new(self._key, text.encode(), hashlib.sha256).hexdigest()
 
     # -- the middleware ---------------------------------------------------------------------------
@@ -72,7 +77,9 @@ class Auth:
                 return _hardened(await handler(request))
             bearer = request.headers.get("Authorization", "")
             if bearer.startswith("Bearer "):
-                if not self.token_ok(bearer[7:].strip()):
+                if self.bearer_check is not None:
+                    await self.bearer_check(request, bearer[7:].strip())
+                elif not self.token_ok(bearer[7:].strip()):
                     raise web.HTTPUnauthorized(text="wrong token")
                 request[SESSION_KEY] = ""  # a script: no session, no CSRF needed
                 return _hardened(await handler(request))

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from bot.admin import charts, views
 from bot.admin.auth import COOKIE, SESSION_KEY, Auth
+from bot.admin.login import LoginGuard
 from bot.admin.views import Sources
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.live.engagement import apply_pause
@@ -62,6 +63,8 @@ class AdminServer:
     def __init__(self, sources: Sources, token: str, host: str = "127.0.0.1", port: int = 0):
         self.sources = sources
         self.auth = Auth(token)
+        self.guard = LoginGuard(self.auth, sources.redis, namespace=sources.audit.namespace)
+        self.auth.bearer_check = self.bearer
         self.host = host
         self.port = port
         self.env = environment()
@@ -134,33 +137,80 @@ class AdminServer:
         )
         return web.Response(text=body, content_type="text/html")
 
-    def audit(self, request: web.Request, rule: str, action: str, **where: Any) -> None:
-        """Record a change in the audit trail (who: the session or ``bearer``; never a token)."""
+    def audit(
+        self, request: web.Request, rule: str, action: str, who: str = "", **where: Any
+    ) -> None:
+        """Record a change in the audit trail (who: the session, ``bearer`` or, for a failed
+        login, the client's address; never a token)."""
         sid = request.get(SESSION_KEY, "")
         entry = AuditEntry(
             at_ms=int(time.time() * 1000),
             direction="admin",
             rule=rule,
             action=action,
-            user_name=f"session:{sid[:6]}" if sid else "bearer",
+            user_name=f"address:{who}" if who else f"session:{sid[:6]}" if sid else "bearer",
             **where,
         )
         self.sources.audit.record(entry)
 
     # -- login ------------------------------------------------------------------------------------
     async def login_page(self, request: web.Request) -> web.Response:
-        return self.render(request, "login", failed=False)
+        return self.login_form(request)
+
+    def login_form(
+        self, request: web.Request, status: int = 200, problem: str = "", retry: int = 0
+    ) -> web.Response:
+        """The login page with a fresh (or the browser's still valid) pre-session CSRF token."""
+        nonce, cookie = self.guard.form_token(request)
+        retry_at = datetime.fromtimestamp(time.time() + retry, UTC).strftime("%H:%M:%S UTC")
+        response = self.render(
+            request, "login", problem=problem, login_csrf=nonce, retry=retry, retry_at=retry_at
+        )
+        response.set_status(status)
+        if cookie is not None:
+            self.guard.set_cookie(response, request, cookie)
+        if retry:
+            response.headers["Retry-After"] = str(retry)
+        return response
 
     async def login(self, request: web.Request) -> web.StreamResponse:
+        """CSRF first (no Redis), then one attempt reserved against the address's limit, then
+        the token. A failure is audited with the address, never with what was typed."""
         form = await request.post()
+        if not self.guard.token_ok(request, str(form.get("csrf", ""))):
+            return self.login_form(request, 403, "expired")
+        address = request.remote or "unknown"
+        attempt, retry = await self.guard.attempt(address)
+        if not attempt:
+            log.warning("admin dashboard: logins from %s refused for %ds", address, retry)
+            return self.login_form(request, 429, "limited", retry)
         if not self.auth.token_ok(str(form.get("token", ""))):
-            log.warning("admin dashboard: a login with a wrong token")
-            response = self.render(request, "login", failed=True)
-            response.set_status(401)
-            return response
+            blocked = await self.guard.failed(address)
+            log.warning("admin dashboard: a login with a wrong token from %s", address)
+            self.audit(request, "admin:login", "blocked" if blocked else "failed", who=address)
+            await self.sources.audit.flush()
+            return self.login_form(request, 401, "wrong")
+        await self.guard.succeeded(address)
         response = web.Response(status=303, headers={"Location": "/"})
         self.auth.set_cookie(response, request)
         return response
+
+    async def bearer(self, request: web.Request, token: str) -> None:
+        """A script's token, under the login's rate limit (refused while the address is
+        blocked, whatever the token; a wrong one counts and is audited like a failed login)."""
+        address = request.remote or "unknown"
+        retry = await self.guard.blocked_for(address)
+        if retry:
+            raise web.HTTPTooManyRequests(
+                text=f"too many failed logins from {address}; try again in {retry} seconds",
+                headers={"Retry-After": str(retry)},
+            )
+        if not self.auth.token_ok(token):
+            blocked = await self.guard.record_failure(address)
+            log.warning("admin dashboard: a wrong Bearer token from %s", address)
+            self.audit(request, "admin:login", "blocked" if blocked else "failed", who=address)
+            await self.sources.audit.flush()
+            raise web.HTTPUnauthorized(text="wrong token")
 
     async def logout(self, request: web.Request) -> web.StreamResponse:
         response = web.Response(status=303, headers={"Location": "/login"})

@@ -151,9 +151,34 @@ def export(buffer: UserBuffer, conversations: list[ConversationKey]) -> dict[str
     return data
 
 
+def ambient_channels(settings: Settings) -> dict[str, set[str]]:
+    """The Discord and Slack channels where the bot joins in unprompted, by platform
+    (``DISCORD_AMBIENT_CHANNELS``, ``SLACK_AMBIENT_CHANNELS`` and the channel scopes whose
+    ``engagement.mode`` is ambient, which the settings add to those lists)."""
+    return {
+        "discord": {str(channel) for channel in settings.discord.ambient_channels},
+        "slack": set(settings.slack.ambient_channels),
+    }
+
+
 async def live(src: Sources, now: float) -> dict[str, Any]:
-    found = await turnlog.recent(src.redis, LIVE_PLATFORMS, limit=50)
-    convs = [conv for rows in found.values() for conv, _ in rows]
+    """Every live channel (Twitch and YouTube conversations active lately) and every ambient
+    one: each configured ambient channel, and the threads of those active lately."""
+    ambient = ambient_channels(src.settings)
+    found = await turnlog.recent(src.redis, LIVE_PLATFORMS + tuple(ambient), limit=50)
+    convs = [conv for platform in LIVE_PLATFORMS for conv, _ in found[platform]]
+    configured = [
+        ConversationKey(platform=platform, channel=channel)
+        for platform, channels in ambient.items()
+        for channel in sorted(channels)
+    ]
+    threads = [
+        conv
+        for platform in ambient
+        for conv, _ in found[platform]
+        if conv.channel in ambient[platform] and conv not in configured
+    ]
+    convs += configured + threads
     async with src.redis.pipeline(transaction=False) as pipe:
         for conv in convs:
             pipe.zrange(keys.live("chan", conv), 0, -1, withscores=True)
@@ -169,6 +194,7 @@ async def live(src: Sources, now: float) -> dict[str, Any]:
         channels.append(
             {
                 "conv": conv,
+                "ambient": conv.platform not in LIVE_PLATFORMS,
                 "paused": Snapshot.from_marks(marks, 0.0, {}, ()).paused,
                 "per_minute": round(len(recent) / 5, 1),
                 "replies_per_minute": round(counts["answered"] / 5, 1),

@@ -17,6 +17,11 @@ Why here and not in the policy: the policy stays pure and O(1) per message (the 
   pause TTL of a paused channel whose chat goes on (so a pause lapses only after the channel has
   been quiet for the whole TTL, or is resumed elsewhere, which this pass notices), forgets old
   turn records and evicts idle channels from memory (bounded: least recently seen first).
+- **follow the pause feed** (same pass): every pause or resume is also written to a feed (a
+  stream every process reads with its own cursor), so a channel paused elsewhere -- by
+  ``!chorus pause`` on another worker, or from the admin dashboard -- is reloaded here within
+  a second even while it is busy (a busy channel is otherwise never re-read). It costs one
+  read a second per process, none per message.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ class DurableLedger:
         self.pauses: dict[ConversationKey, tuple[bool, float]] = {}  # unsaved: (paused, when)
         self.turns: OrderedDict[tuple[ConversationKey, str], tuple[float, Changes]] = OrderedDict()
         self.refreshed: dict[ConversationKey, float] = {}  # when each pause TTL last restarted
+        self.pause_cursor: str | None = None  # how far this process read the pause feed
 
     # -- reads --------------------------------------------------------------------------------
     def needs_load(self, state: ChannelState | None, now: float) -> bool:
@@ -71,7 +77,10 @@ class DurableLedger:
         return seen is None or now - seen > self.resync_seconds
 
     async def load(self, conv: ConversationKey, now: float) -> None:
-        """Merge the stored state of ``conv`` into its ledger (one store round trip)."""
+        """Merge the stored state of ``conv`` into its ledger (one store round trip; the first
+        load also starts this process's place in the pause feed, so no later pause is missed)."""
+        if self.pause_cursor is None:
+            self.pause_cursor, _ = await self.store.pause_changes(None)
         cooldown = self.engagement.config_for(conv).user_cooldown_seconds
         snapshot = await self.store.load(conv, now=now, users_since=now - cooldown)
         self.restore(self.engagement.state(conv), conv, snapshot, now)
@@ -134,6 +143,7 @@ class DurableLedger:
                 if self.pauses.get(conv) == saved:  # not changed again meanwhile
                     del self.pauses[conv]
         await self._refresh_pauses(now)
+        await self._follow_pauses(now)
         while self.turns and now - next(iter(self.turns.values()))[0] > TURN_RECORD_SECONDS:
             self.turns.popitem(last=False)
         self._evict(now)
@@ -157,6 +167,15 @@ class DurableLedger:
             if not held and state is not None and state.paused and conv not in self.pauses:
                 apply_pause(state, False, now)
                 log.info("live chat: the pause ended elsewhere", extra={"conversation": str(conv)})
+
+    async def _follow_pauses(self, now: float) -> None:
+        """Reload each channel held here that another process (a worker's ``!chorus pause``,
+        the admin dashboard) paused or resumed since the last pass: one read when none was."""
+        self.pause_cursor, changed = await self.store.pause_changes(self.pause_cursor)
+        states = self.engagement.states
+        for conv in dict.fromkeys(changed):
+            if conv in states and conv not in self.pauses:
+                await self.load(conv, now)
 
     def _evict(self, now: float) -> None:
         """Forget channels idle for ``evict_after_seconds`` (and, beyond ``max_channels``, the

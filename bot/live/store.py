@@ -23,9 +23,10 @@ sent are durable together, or in a batch of their own (``save``).
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
@@ -34,6 +35,8 @@ from bot.events import ConversationKey
 from bot.state import keys
 
 PAUSE_SECONDS = 12 * 3600  # CHORUS_ENGAGE_PAUSE_HOURS' default
+PAUSE_FEED_MAX = 1000  # pause decisions the feed keeps (approximately): workers read it each second
+PAUSE_FEED_READ = 500  # decisions one read returns at most (the rest: the next read)
 PAUSED, RESUMED, SPOKE = "paused", "resumed", "spoke"  # members of a channel's zset
 ANSWERED_LIMIT = 1024  # answered message ids a load returns (the newest)
 
@@ -114,6 +117,11 @@ class LiveStore(Protocol):
         elsewhere, or the pause lapsed). One round trip."""
         ...
 
+    async def pause_changes(self, cursor: str | None) -> tuple[str, list[ConversationKey]]:
+        """The channels paused or resumed (by any process) since ``cursor``, and the cursor to
+        pass next time. ``None``: start from now (nothing is returned). One round trip."""
+        ...
+
 
 class RedisLiveStore:
     """``LiveStore`` over Redis, three keys per channel (bot/state/keys.py): ``chan``, a zset of
@@ -159,6 +167,11 @@ class RedisLiveStore:
             chan = keys.live("chan", conv)
             pipe.zadd(chan, marks, gt=True)  # an older decision never overwrites a newer one
             pipe.expire(chan, self.pause_seconds)
+        if changes.paused is not None:  # every worker holding the channel reloads it
+            feed = keys.live_pauses()
+            event = {"conv": str(conv), "paused": int(changes.paused)}
+            pipe.xadd(feed, event, maxlen=PAUSE_FEED_MAX, approximate=True)  # type: ignore[arg-type]
+            pipe.expire(feed, self.pause_seconds)
         for kind, members, cap in (
             ("users", changes.users, None),
             ("answered", changes.answered, self.answered_limit),
@@ -191,6 +204,24 @@ class RedisLiveStore:
         snaps = [Snapshot.from_marks(dict(marks), 0.0, {}, ()) for marks in found[::2]]
         return [snap.paused for snap in snaps]
 
+    async def pause_changes(self, cursor: str | None) -> tuple[str, list[ConversationKey]]:
+        feed = keys.live_pauses()
+        if cursor is None:
+            newest = await self.redis.xrevrange(feed, count=1)
+            return (_text(newest[0][0]) if newest else "0-0"), []
+        found: list[tuple[Any, list[tuple[Any, dict[Any, Any]]]]]
+        found = await self.redis.xread({feed: cursor}, count=PAUSE_FEED_READ)  # type: ignore[assignment]
+        convs: list[ConversationKey] = []
+        for _, entries in found:
+            for entry_id, fields in entries:
+                cursor = _text(entry_id)
+                try:
+                    conv = ConversationKey.parse(_text(fields.get(b"conv") or fields.get("conv")))
+                except ValueError:
+                    continue
+                convs.append(conv)
+        return cursor, convs
+
 
 @dataclass(slots=True)
 class _Channel:
@@ -218,6 +249,8 @@ class MemoryLiveStore:
         self.answered_limit = answered_limit
         self.timer = timer
         self.channels: dict[ConversationKey, _Channel] = {}
+        self.pause_feed: deque[tuple[int, ConversationKey]] = deque(maxlen=PAUSE_FEED_MAX)
+        self._pause_seq = 0  # the feed's last entry (entries are numbered from 1)
 
     async def load(self, conv: ConversationKey, *, now: float, users_since: float) -> Snapshot:
         chan = self.channels.get(conv)
@@ -239,6 +272,9 @@ class MemoryLiveStore:
         self, pipe: Pipeline | None, conv: ConversationKey, changes: Changes, now: float
     ) -> None:
         chan = self.channels.setdefault(conv, _Channel())
+        if changes.paused is not None:
+            self._pause_seq += 1
+            self.pause_feed.append((self._pause_seq, conv))
         marks = changes.marks()
         if marks:
             kept = self._marks(chan)
@@ -271,7 +307,18 @@ class MemoryLiveStore:
             found.append(Snapshot.from_marks(marks, 0.0, {}, ()).paused)
         return found
 
+    async def pause_changes(self, cursor: str | None) -> tuple[str, list[ConversationKey]]:
+        if cursor is None:
+            return str(self._pause_seq), []
+        after = int(cursor)
+        found = [(seq, conv) for seq, conv in self.pause_feed if seq > after][:PAUSE_FEED_READ]
+        return (str(found[-1][0]) if found else cursor), [conv for _, conv in found]
+
     def _marks(self, chan: _Channel) -> dict[str, float]:
         if self.timer() >= chan.marks_until:
             chan.marks = {}
         return chan.marks
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

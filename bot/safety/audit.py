@@ -96,6 +96,7 @@ class Audit:
         max_entries: int = 10_000,
     ) -> None:
         self.redis = redis
+        self.namespace = namespace
         self.key = keys.safety_audit(namespace)
         self.max_entries = max_entries
         self.decisions: Counter[tuple[str, str, str]] = Counter()  # (direction, rule, action)

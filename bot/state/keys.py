@@ -307,6 +307,11 @@ def live(kind: str, conv: ConversationKey) -> str:
     return f"{PREFIX}:live:{kind}:{conv}"
 
 
+def live_pauses() -> str:
+    """The stream of pause and resume decisions (which channel), that every worker follows."""
+    return f"{PREFIX}:live:pauses"
+
+
 # -- summaries and community notes --------------------------------------------------------------
 SUMMARY_KINDS = ("sum", "notes", "job", "lease")
 
@@ -384,6 +389,13 @@ def recent_conversations(platform: str) -> str:
 def user_names() -> str:
     """The lexicographic index of people by lowercased name (and by id)."""
     return f"{PREFIX}:admin:names"
+
+
+def admin_login_failures(address: str, namespace: str = "main") -> str:
+    """A deployment's (its bus namespace's) recent failed dashboard logins from one client
+    address: the login rate limit every process serving the dashboard shares."""
+    _check_token("namespace", namespace)
+    return f"{PREFIX}:admin:login:{namespace}:{_escape_part(address)}"
 
 
 def timeline(bucket: str) -> str:

@@ -1,0 +1,157 @@
+"""The dashboard's login form: a CSRF token before there is a session, and a rate limit per
+client address shared by every process serving the dashboard.
+
+Why a CSRF token on the login too: without one, any page a logged-out admin visits can post
+guesses (or the attacker's own token, logging the browser into a session the attacker knows)
+from the admin's browser and address. There is no session yet to derive a token from, so it is
+a double submit: ``GET /login`` sets a random nonce in a signed cookie (HttpOnly,
+SameSite=Strict, path ``/login``) and puts the same nonce in the form; ``POST /login`` needs
+both, equal, and the cookie's signature valid (a cookie planted by a sibling subdomain cannot
+be signed without the admin token).
+
+Why the limit lives in Redis: any process may serve the dashboard (a load balancer may send
+each attempt elsewhere), so the attempts are counted in one sorted set per address,
+``chorus:v1:admin:login:{ns}:{address}`` (bot/state/keys.py). Each attempt is reserved in the
+set atomically (one transaction: prune, add, read) *before* the token is checked, so attempts
+racing through several processes cannot exceed the limit; a right token clears the set, a wrong
+one stays as a failure, a refused one is taken back. A script's ``Authorization: Bearer``
+token counts the same way (a wrong one is a failed login; a blocked address gets a 429 even
+with the right one, so the limit is no oracle), but a Bearer request only reads the set. The
+address is the TCP peer: behind a
+reverse proxy every client shares the proxy's address, so the limit then holds for all of them
+together (the safe side); ``X-Forwarded-For`` is not trusted, anyone can send it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+import secrets
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from redis.asyncio import Redis
+
+from bot.admin.auth import Auth
+from bot.state import keys
+
+LOGIN_COOKIE = "chorus_admin_login"
+LOGIN_FAILURES = 5  # failed logins per address ...
+LOGIN_WINDOW_SECONDS = 300  # ... within this many seconds; then a 429 until the oldest ages out
+LOGIN_COOKIE_SECONDS = 3600
+
+
+class LoginGuard:
+    """The login form's CSRF token and the per-address rate limit."""
+
+    def __init__(
+        self,
+        auth: Auth,
+        redis: Redis,
+        *,
+        namespace: str = "main",
+        failures: int = LOGIN_FAILURES,
+        window: float = LOGIN_WINDOW_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.auth = auth
+        self.redis = redis
+        self.namespace = namespace
+        self.failures = failures
+        self.window = window
+        self.clock = clock
+
+    # -- the pre-session CSRF token (double submit) -----------------------------------------------
+    def form_token(self, request: web.Request) -> tuple[str, str | None]:
+        """The nonce for the form, and the cookie to set (None: the browser's is still good)."""
+        cookie = request.cookies.get(LOGIN_COOKIE, "")
+        nonce = self._nonce(cookie)
+        if nonce is not None:
+            return nonce, None
+        nonce = secrets.token_urlsafe(18)
+        return nonce, f"{nonce}.{self.auth.sign(f'login-csrf:{nonce}')}"
+
+    def token_ok(self, request: web.Request, given: str) -> bool:
+        nonce = self._nonce(request.cookies.get(LOGIN_COOKIE, ""))
+        return nonce is not None and hmac.compare_digest(given.encode(), nonce.encode())
+
+    def _nonce(self, cookie: str) -> str | None:
+        nonce, _, signature = cookie.partition(".")
+        expected = self.auth.sign(f"login-csrf:{nonce}")
+        if not nonce or not hmac.compare_digest(signature.encode(), expected.encode()):
+            return None
+        return nonce
+
+    @staticmethod
+    def set_cookie(response: web.StreamResponse, request: web.Request, cookie: str) -> None:
+        response.set_cookie(
+            LOGIN_COOKIE,
+            cookie,
+            max_age=LOGIN_COOKIE_SECONDS,
+            httponly=True,
+            samesite="Strict",
+            secure=request.secure,
+            path="/login",
+        )
+
+    # -- the rate limit ---------------------------------------------------------------------------
+    async def attempt(self, address: str) -> tuple[str, int]:
+        """Reserve one attempt for ``address``: ``(attempt id, 0)`` to go on and check the token,
+        or ``("", seconds)``: refused, try again in that many seconds."""
+        key = keys.admin_login_failures(address, self.namespace)
+        now, attempt = self.clock(), uuid.uuid4().hex
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zremrangebyscore(key, "-inf", f"({now - self.window!r}")
+            pipe.zadd(key, {attempt: now})
+            pipe.zrange(key, 0, -1, withscores=True)
+            pipe.expire(key, math.ceil(self.window))
+            found = (await pipe.execute())[2]
+        retry = self._retry([at for member, at in found if _text(member) != attempt], now)
+        if not retry:
+            return attempt, 0
+        await self.redis.zrem(key, attempt)
+        return "", retry
+
+    async def blocked_for(self, address: str) -> int:
+        """Seconds until ``address`` may try again (0: now). One read: what a Bearer request
+        pays, so a script's requests never write."""
+        key, now = keys.admin_login_failures(address, self.namespace), self.clock()
+        found: list[tuple[Any, float]] = await self.redis.zrangebyscore(  # type: ignore[assignment]
+            key, f"({now - self.window!r}", "+inf", withscores=True
+        )
+        return self._retry([at for _, at in found], now)
+
+    async def record_failure(self, address: str) -> bool:
+        """A wrong Bearer token: one failure more; whether the address is now blocked."""
+        key, now = keys.admin_login_failures(address, self.namespace), self.clock()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zremrangebyscore(key, "-inf", f"({now - self.window!r}")
+            pipe.zadd(key, {uuid.uuid4().hex: now})
+            pipe.zcard(key)
+            pipe.expire(key, math.ceil(self.window))
+            count = (await pipe.execute())[2]
+        return int(count) >= self.failures
+
+    def _retry(self, failures: list[float], now: float) -> int:
+        """Seconds until fewer than ``self.failures`` of these are in the window (0: now)."""
+        earlier = sorted(float(at) for at in failures)
+        if len(earlier) < self.failures:
+            return 0
+        free_at = earlier[len(earlier) - self.failures] + self.window
+        return max(1, math.ceil(free_at - now))
+
+    async def failed(self, address: str) -> bool:
+        """After a wrong token (its attempt stays as a failure): whether the address is now
+        blocked."""
+        key = keys.admin_login_failures(address, self.namespace)
+        return int(await self.redis.zcard(key)) >= self.failures
+
+    async def succeeded(self, address: str) -> None:
+        await self.redis.delete(keys.admin_login_failures(address, self.namespace))
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
