@@ -16,16 +16,20 @@ from redis.asyncio import Redis
 from bot.app import Chorus
 from bot.events import ConversationKey, utcnow
 from bot.memory import summaries as chan
+from bot.memory.buffers import MemorySettings
 from bot.memory.summaries_context import community_block, summaries_block
 from bot.memory.vectors import Recalled, store_vectors, text_id, unit
 from bot.settings import settings_from
 from bot.state import keys
 from insights.budget import Budget
 from insights.summariser import Summariser
+from insights.worker import JobOutcome
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.embedding_model import LoopbackEmbedder, embed_text
 from tests.loopback.openai_server import OpenAIServer
 from tests.roundtrips import counting_round_trips
+from tests.test_insights_worker import DUE, add, answer
+from tests.test_insights_worker import Rig as WorkerRig
 from tests.test_memory_e2e import Console, last_chat_prompt, server, stop
 from tests.test_summaries_contract import T0, Rig, rig
 
@@ -197,3 +201,30 @@ async def test_summary_vectors_ride_in_the_one_read_of_an_answered_turn(
             await stop(console, listener)
             await app.redis.delete(keys.summary("sum", conv), keys.summary("vec", conv))
             await app.redis.zrem(keys.summary_queue(), str(conv))
+
+
+@pytest.mark.redis
+async def test_the_insights_worker_embeds_a_users_new_notes_at_once(
+    redis_client: Redis, key_tag: str
+) -> None:
+    """Their next turn then ranks them by meaning without waiting for a background refresh;
+    a failing embedder loses no note (that refresh still catches them)."""
+    rig = WorkerRig(redis_client, key_tag, MemorySettings())
+    embedder = LoopbackEmbedder()
+    await rig.say(rig.alice, "I went vegan last year", "a1")
+    rig.provider.script.append(answer([add("Is vegan", "L1")]))
+    assert await rig.worker(embedder=embedder).run_once(DUE) == [
+        (f"discord:{rig.alice}", JobOutcome.MERGED)
+    ]
+    stored = await redis_client.hgetall(keys.user_vectors("discord", rig.alice))
+    assert set(stored) == {text_id(embedder.name, "Is vegan")}
+    assert await redis_client.ttl(keys.user_vectors("discord", rig.alice)) > 0
+    embedder.fail = RuntimeError("down")
+    await rig.say(rig.bob, "I play the violin", "b1", at=DUE)
+    rig.provider.script.append(answer([add("Plays violin", "L3")]))
+    later = DUE + timedelta(hours=1)
+    assert await rig.worker(embedder=embedder).run_once(later) == [
+        (f"discord:{rig.bob}", JobOutcome.MERGED)
+    ]
+    assert await rig.pins(rig.bob) == ["Plays violin"]
+    assert not await redis_client.exists(keys.user_vectors("discord", rig.bob))
