@@ -205,9 +205,12 @@ async def test_a_paraphrase_finds_the_fact_by_meaning_on_a_loopback_embedding_se
     lexical score over the very same summaries does not."""
     model_name = "openai:text-embedding-3-small"
 
+    dimensions = MemorySettings().embedding_dimensions  # part of the embedder's name
+    named = f"{model_name}@{dimensions}" if dimensions else model_name
+
     async def embedded(redis: Redis, summaries: tuple[chan.Summary, ...]) -> bool:
         stored = set(await redis.hkeys(keys.summary("vec", CONV)))
-        return {text_id(model_name, s.text) for s in summaries} <= stored
+        return {text_id(named, s.text) for s in summaries} <= stored
 
     async with OpenAIServer() as embeddings:
         env = {
