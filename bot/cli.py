@@ -315,6 +315,7 @@ def _insights_worker(
     chat_provider: Provider | None,
     metrics: MetricsSink | None = None,
 ) -> tuple[InsightsWorker, Provider]:
+    from bot.llm.embeddings import embedder_for
     from bot.llm.registry import build_provider
     from bot.memory.buffers import MemoryStore
     from bot.memory.summaries import history_room
@@ -336,8 +337,9 @@ def _insights_worker(
         **history_room(memory),
     )
     worker = InsightsWorker(
-        redis, provider, spec.model, history, MemoryStore(redis, memory), memory, metrics=metrics
-    )
+        redis, provider, spec.model, history, MemoryStore(redis, memory), memory, metrics=metrics,
+        embedder=embedder_for(memory, settings.llm),
+    )  # fmt: skip
     log.info("insights worker ready", extra={"model": str(spec)})
     return worker, provider
 

@@ -9,6 +9,12 @@ for a retry after ``RETRY_AFTER``, like after an outage. A conversation whose hi
 erased) is no longer due: its lines lived only as long as the history. A provider outage keeps the lines and retries after a delay;
 any other failure is logged with its traceback and the conversation retried after the same
 delay, so one bad conversation never stalls the others and no line is dropped.
+
+With an embedding model (CHORUS_EMBEDDING_MODEL) each run that finds summaries also stores the
+vectors of the summaries' and notes' texts (``store_vectors``: only the new texts are embedded,
+the gone ones pruned) so the reply path can rank them by meaning without computing any. That is
+after the summary is written: an embedding failure loses no summary (lexical relevance still
+finds it; logged, ``chorus_insights_jobs{outcome="vectors_error"}``, retried on the next run).
 """
 
 from __future__ import annotations
@@ -21,12 +27,13 @@ from typing import cast
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
-from bot.events import utcnow
+from bot.events import ConversationKey, utcnow
 from bot.llm.base import Provider
 from bot.llm.errors import LLMError
 from bot.llm.types import Usage
 from bot.memory.buffers import MemorySettings
 from bot.memory.summaries import DEFAULT_QUEUE, Community, day_of, load_community, load_summaries
+from bot.memory.vectors import Embedder, store_vectors
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.state import keys
 from bot.state.history import HistoryEntry
@@ -67,8 +74,10 @@ class Summariser:
         lease_seconds: float = 300.0,
         queue: str = DEFAULT_QUEUE,
         metrics: MetricsSink | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
         self.redis = redis
+        self.embedder = embedder
         self.provider = provider
         self.model = model
         self.settings = settings
@@ -91,6 +100,8 @@ class Summariser:
         for job in await self.queue.claim_due(now, self.batch):
             try:
                 outcome = await self._summarise(job, now)
+                if outcome in ("summarised", "nothing_ready"):
+                    await self.embed(job.conversation, job.ttl_days)
             except LLMError:
                 log.warning("summary model failed; retrying later", exc_info=True)
                 await self.queue.later(job, now + RETRY_AFTER)
@@ -105,6 +116,30 @@ class Summariser:
             )
             done.append((str(job.conversation), outcome))
         return done
+
+    async def embed(self, conv: ConversationKey, ttl_days: int) -> int:
+        """Store the vectors of ``conv``'s summaries and notes that lack one (none without an
+        embedding model); returns how many were embedded. Never raises for the embedder."""
+        if self.embedder is None:
+            return 0
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.get(keys.summary("sum", conv))
+            pipe.get(keys.summary("notes", conv))
+            raw_sum, raw_notes = await pipe.execute()
+        texts = [s.text for s in load_summaries(raw_sum)]
+        texts += [n.text for n in load_community(raw_notes).notes]
+        key = keys.summary("vec", conv)
+        try:
+            return await store_vectors(
+                self.redis, self.embedder, key, texts, ttl_seconds=ttl_days * 24 * 3600
+            )
+        except Exception as exc:
+            self.metrics.insights_job("vectors_error")
+            log.warning(
+                "could not embed a conversation's summaries; lexical relevance until next run",
+                extra={"conversation": str(conv), "error": str(exc)},
+            )
+            return 0
 
     async def _summarise(self, job: ConversationJob, now: datetime) -> str:
         conv = job.conversation

@@ -35,9 +35,12 @@ from bot.events import utcnow
 from bot.llm.base import Provider
 from bot.llm.errors import LLMError, ProviderUnavailable
 from bot.memory.buffers import MemorySettings, MemoryStore, UserBuffer
+from bot.memory.enrichment import note_texts
 from bot.memory.insight_queue import DEFAULT_QUEUE, record_outcome
+from bot.memory.vectors import Embedder, store_vectors
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.resilience import RetryPolicy
+from bot.state import keys
 from bot.state.history import HistoryStore
 from insights.analyse import analyse, build_request, check_provenance, label_lines
 from insights.budget import Budget
@@ -80,8 +83,10 @@ class InsightsWorker:
         rng: random.Random | None = None,
         queue: str = DEFAULT_QUEUE,
         metrics: MetricsSink | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
         self.metrics: MetricsSink = metrics or NullMetrics()
+        self.embedder = embedder  # summaries' vectors (and new notes'); closed by ``aclose``
         self.provider = provider
         self.model = model
         self.history = history
@@ -117,6 +122,7 @@ class InsightsWorker:
                 lease_seconds=lease_seconds,
                 queue=queue,
                 metrics=self.metrics,
+                embedder=embedder,
             )
 
     # -- loop ----------------------------------------------------------------------------------
@@ -146,12 +152,14 @@ class InsightsWorker:
         cancelled job's lease expires and another pass picks it up)."""
         self._stop.set()
         task = self._running
-        if task is None or task is asyncio.current_task():
-            return
-        done, _ = await asyncio.wait({task}, timeout=grace)
-        if not done:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        if task is not None and task is not asyncio.current_task():
+            done, _ = await asyncio.wait({task}, timeout=grace)
+            if not done:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        embedder, self.embedder = self.embedder, None
+        if embedder is not None:
+            await embedder.aclose()
 
     async def _idle_wait(self) -> float:
         poll = self.settings.insights_poll_seconds
@@ -277,7 +285,28 @@ class InsightsWorker:
                 "tokens": tokens,
             },
         )
+        if report.changed:
+            await self._embed_notes(stored)
         return JobOutcome.MERGED if report.changed else JobOutcome.UNCHANGED
+
+    async def _embed_notes(self, buffer: UserBuffer) -> None:
+        """Store the vectors of the user's new notes now, so their next turn can rank them by
+        meaning (the reply path would otherwise embed them in the background on that turn).
+        A failure loses nothing: the reply path's refresh still catches them."""
+        if self.embedder is None:
+            return
+        key = keys.user_vectors(buffer.platform, buffer.user_id)
+        try:
+            await store_vectors(
+                self.memory.redis,
+                self.embedder,
+                key,
+                note_texts(buffer),
+                ttl_seconds=self.settings.ttl_seconds,
+            )
+        except Exception as exc:
+            self.metrics.insights_job("vectors_error")
+            log.warning("could not embed a user's notes", extra={"error": str(exc)})
 
     async def _retry(self, job: ClaimedJob, now: datetime) -> JobOutcome:
         attempts = job.attempts + 1

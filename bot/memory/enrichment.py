@@ -115,7 +115,7 @@ def render_context(
             "memory of another user offered for a prompt; leaving it out",
             extra={"platform": message.platform, "message_id": message.id},
         )
-        return _assemble(header, pins, recs, _channel(channel_memory, message, settings))
+        return _assemble(header, pins, recs, _channel(channel_memory, message, settings, recall))
     chosen_pins, chosen_recs = selected(buffer, message.text, settings, recall)
     for pin in chosen_pins:
         line = "- " + _data(clip(clean_text(pin.item.text), PIN_TEXT_MAX))
@@ -127,17 +127,21 @@ def render_context(
         line = "- " + _data(text) + tool
         if len(_assemble(header, pins, [*recs, line])) <= settings.context_chars:
             recs.append(line)
-    return _assemble(header, pins, recs, _channel(channel_memory, message, settings))
+    return _assemble(header, pins, recs, _channel(channel_memory, message, settings, recall))
 
 
 def _channel(
-    channel_memory: ChannelMemory | None, message: ChatMessage, settings: MemorySettings
+    channel_memory: ChannelMemory | None,
+    message: ChatMessage,
+    settings: MemorySettings,
+    recall: Recalled | None,
 ) -> dict[str, str]:
     if channel_memory is None:
         return {}
+    text, vectors = message.text, channel_memory.vectors
     return {
-        "summaries": summaries_block(channel_memory.summaries, message.text, settings),
-        "community": community_block(channel_memory.community, message.text, settings),
+        "summaries": summaries_block(channel_memory.summaries, text, settings, recall, vectors),
+        "community": community_block(channel_memory.community, text, settings, recall, vectors),
     }
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
 
@@ -105,6 +105,7 @@ class ChannelMemory:
 
     summaries: tuple[Summary, ...] = ()
     community: Community | None = None
+    vectors: Mapping[str, str] = field(default_factory=dict)  # the ``vec`` hash, when read
 
 
 @dataclass(frozen=True)
@@ -178,18 +179,28 @@ def history_room(settings: MemorySettings) -> dict[str, int]:
 
 
 # -- the reply path: one read, one write --------------------------------------------------------
-def queue_read(pipe: Pipeline, conv: ConversationKey, plan: SummaryPlan) -> int:
-    """The summaries and (when on) the community notes; returns how many results to expect."""
+def queue_read(
+    pipe: Pipeline, conv: ConversationKey, plan: SummaryPlan, *, vectors: bool = False
+) -> int:
+    """The summaries, (when on) the community notes and (with ``vectors``: the turn's query is
+    being embedded) their stored vectors; returns how many results to expect."""
     pipe.get(keys.summary("sum", conv))
     if plan.community:
         pipe.get(keys.summary("notes", conv))
-    return 1 + plan.community
+    if vectors:
+        pipe.hgetall(keys.summary("vec", conv))
+    return 1 + plan.community + vectors
 
 
-def parse_read(results: Sequence[Any], conv: ConversationKey, plan: SummaryPlan) -> ChannelMemory:
+def parse_read(
+    results: Sequence[Any], conv: ConversationKey, plan: SummaryPlan, *, vectors: bool = False
+) -> ChannelMemory:
     summaries = load_summaries(results[0], keys.summary("sum", conv))
     community = load_community(results[1], keys.summary("notes", conv)) if plan.community else None
-    return ChannelMemory(summaries, community)
+    stored: dict[str, str] = {}
+    if vectors:
+        stored = {str(k): str(v) for k, v in dict(results[1 + plan.community] or {}).items()}
+    return ChannelMemory(summaries, community, stored)
 
 
 def queue_record(
@@ -268,6 +279,9 @@ async def _drop_user(redis: Redis, conv: ConversationKey, user_id: str) -> Forgo
                 if mood_gone:
                     left = left.model_copy(update={"mood": "", "mood_users": (), "mood_at": None})
                 _queue_set(pipe, notes_key, None if left == Community() else dump_community(left))
+                # The dropped texts' vectors go too (their ids need the model: all of them go;
+                # the summariser embeds what is left on its next run, lexical until then).
+                pipe.delete(keys.summary("vec", conv))
                 await pipe.execute()
                 return gone
             except WatchError:

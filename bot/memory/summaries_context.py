@@ -3,7 +3,9 @@
 Every character here is paid on every turn, so each part has a budget of its own
 (CHORUS_SUMMARY_CHARS, CHORUS_COMMUNITY_CHARS) on top of CHORUS_CONTEXT_CHARS. Summaries are
 chosen by relevance to the message (``bot.memory.relevance``'s ``Scorer``/``select``, the same
-API the pins use, so a better scorer behind it serves both), best first, then the most recent
+API the pins use; with an embedding model the hybrid score of ``bot.memory.vectors`` over the
+vectors the summariser stored, when the turn's query was embedded in time, so a paraphrase
+sharing no word with a summary still finds it), best first, then the most recent
 day (what a channel talked about yesterday is the likeliest background); what fits is shown in
 date order. Notes: relevant ones first, then the most confident. The mood line, when there is
 one, comes first.
@@ -15,14 +17,15 @@ entry, ``&``/``<``/``>`` as entities, each entry length-limited (``enrichment``'
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import TypeVar
 
 import prompts
 from bot.memory.buffers import MemorySettings, clean_text, clip
-from bot.memory.relevance import STOP_WORDS, Scorer, select
+from bot.memory.relevance import STOP_WORDS, Scorer, TextScorer, select
 from bot.memory.summaries import MOOD_MAX, NOTE_TEXT_MAX, SUMMARY_TEXT_MAX, Community, Note, Summary
+from bot.memory.vectors import Recalled
 
 T = TypeVar("T")
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -42,28 +45,54 @@ def data(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+class _ByKeywords:
+    """The lexical ``Scorer`` of ``keywords``-reduced texts, scoring a full text: the hybrid
+    scorer then finds the vector of the full text (what the summariser embedded)."""
+
+    def __init__(self, message: str, texts: Sequence[str]) -> None:
+        self.scorer = Scorer(message, [keywords(t) for t in texts])
+
+    def score(self, text: str) -> float:
+        return self.scorer.score(keywords(text))
+
+
+def scorer_for(
+    message: str,
+    texts: Sequence[str],
+    settings: MemorySettings,
+    recall: Recalled | None = None,
+    vectors: Mapping[str, str] | None = None,
+) -> tuple[TextScorer, float]:
+    """The scorer of ``texts`` (summaries' or notes' own texts) and its threshold: lexical, or
+    hybrid over ``vectors`` (the ``vec`` hash) when the query was embedded in time."""
+    lexical = _ByKeywords(message, texts)
+    if recall is None or recall.query is None:
+        return lexical, settings.summary_threshold
+    return recall.scorer(lexical, settings, vectors or {}), settings.recall_threshold
+
+
 def _ranked(
-    items: Sequence[T], text: str, text_of: Callable[[T], str], threshold: float
+    items: Sequence[T], scored: tuple[TextScorer, float], text_of: Callable[[T], str]
 ) -> list[T]:
-    """Items relevant to ``text`` (best first), then the rest in their given order."""
-    scorer = Scorer(text, [text_of(item) for item in items])
+    """Items relevant to the message (best first), then the rest in their given order."""
+    scorer, threshold = scored
     relevant = [s.item for s in select(scorer, items, text_of, threshold=threshold, limit=99)]
     return relevant + [item for item in items if item not in relevant]
 
 
-def summaries_block(summaries: Sequence[Summary], text: str, settings: MemorySettings) -> str:
+def summaries_block(
+    summaries: Sequence[Summary],
+    text: str,
+    settings: MemorySettings,
+    recall: Recalled | None = None,
+    vectors: Mapping[str, str] | None = None,
+) -> str:
     """The ``<summaries>`` section for a message (empty when nothing fits or exists)."""
     if not summaries or settings.summary_chars <= 0:
         return ""
     recent = sorted(summaries, key=lambda s: s.day, reverse=True)
-    scorer = Scorer(text, [keywords(s.text) for s in recent])
-    relevant = select(
-        scorer,
-        recent,
-        lambda s: keywords(s.text),
-        threshold=settings.summary_threshold,
-        limit=len(recent),
-    )
+    scorer, threshold = scorer_for(text, [s.text for s in recent], settings, recall, vectors)
+    relevant = select(scorer, recent, lambda s: s.text, threshold=threshold, limit=len(recent))
     order = [s.item for s in relevant]
     if recent[0] not in order:
         order.append(recent[0])
@@ -71,7 +100,13 @@ def summaries_block(summaries: Sequence[Summary], text: str, settings: MemorySet
     return _fit("memory/context_summaries", ranked, settings.summary_chars)  # in date order
 
 
-def community_block(community: Community | None, text: str, settings: MemorySettings) -> str:
+def community_block(
+    community: Community | None,
+    text: str,
+    settings: MemorySettings,
+    recall: Recalled | None = None,
+    vectors: Mapping[str, str] | None = None,
+) -> str:
     """The ``<community>`` section: the mood, then the notes that fit (empty when none)."""
     if community is None or settings.community_chars <= 0:
         return ""
@@ -80,7 +115,8 @@ def community_block(community: Community | None, text: str, settings: MemorySett
         mood = clip(clean_text(community.mood), MOOD_MAX)
         ranked.append(("0", prompts.render("memory/context_mood", mood=data(mood))))
     by_confidence = sorted(community.notes, key=lambda n: -n.confidence)
-    notes = _ranked(by_confidence, text, _note_terms, settings.summary_threshold)
+    scored = scorer_for(text, [n.text for n in by_confidence], settings, recall, vectors)
+    notes = _ranked(by_confidence, scored, _note_text)
     ranked += [(f"1{n:03d}", _note_line(note.kind, note.text)) for n, note in enumerate(notes)]
     return _fit("memory/context_community", ranked, settings.community_chars)
 
@@ -111,5 +147,5 @@ def _note_line(kind: str, text: str) -> str:
     return f"- {kind}: " + data(clip(clean_text(text), NOTE_TEXT_MAX))
 
 
-def _note_terms(note: Note) -> str:
-    return keywords(note.text)
+def _note_text(note: Note) -> str:
+    return note.text

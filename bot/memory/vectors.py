@@ -34,7 +34,7 @@ from typing import Protocol
 
 from redis.asyncio import Redis
 
-from bot.memory.relevance import Scorer
+from bot.memory.relevance import Scorer, TextScorer
 from bot.settings.memory import MemorySettings
 
 SCALE = 127
@@ -98,7 +98,7 @@ class HybridScorer:
 
     def __init__(
         self,
-        lexical: Scorer,
+        lexical: TextScorer,
         query: Sequence[float] | None,
         vectors: Mapping[str, str],
         *,
@@ -185,10 +185,10 @@ class Recalled:
 
     def scorer(
         self,
-        lexical: Scorer,
+        lexical: Scorer | TextScorer,
         settings: MemorySettings,
         vectors: Mapping[str, str] | None = None,
-    ) -> Scorer | HybridScorer:
+    ) -> Scorer | TextScorer:
         """``lexical``, or the hybrid over it when the query was embedded in time. ``vectors``:
         another collection's stored vectors (e.g. conversation summaries, read in the turn's
         pipeline and stored with ``store_vectors``); default the speaker's notes'."""

@@ -99,7 +99,8 @@ async def read_turn(
             history.queue_load(pipe, conv)
             if memory is not None:
                 memory.queue_load(pipe, message.platform, author.id)
-            mine = summaries.queue_read(pipe, conv, plan) if plan is not None else 0
+            vectors = pending is not None and pending.task is not None  # a query to rank by
+            mine = summaries.queue_read(pipe, conv, plan, vectors=vectors) if plan else 0
             if pending is not None:
                 Recall.queue_read(pipe, pending)
             results = await pipe.execute()
@@ -122,7 +123,8 @@ async def read_turn(
     results = results[: len(results) - extra]
     channel_memory = None
     if plan is not None:
-        channel_memory = summaries.parse_read(results[len(results) - mine :], conv, plan)
+        ours_sum = results[len(results) - mine :]
+        channel_memory = summaries.parse_read(ours_sum, conv, plan, vectors=vectors)
         results = results[: len(results) - mine]
     buffer = None
     if memory is not None:

@@ -313,7 +313,7 @@ def live_pauses() -> str:
 
 
 # -- summaries and community notes --------------------------------------------------------------
-SUMMARY_KINDS = ("sum", "notes", "job", "lease")
+SUMMARY_KINDS = ("sum", "notes", "vec", "job", "lease")
 
 
 def summary(kind: str, conv: ConversationKey) -> str:
