@@ -214,3 +214,44 @@ async def test_search_knowledge_tool_answers_from_the_askers_scope(
 
     with pytest.raises(ToolError, match="no knowledge base"):
         await tool.call({"query": "music"}, ToolContext(message=message("?", channel="other")))
+
+
+def tiny_pdf(lines: list[str]) -> bytes:
+    """A one-page PDF whose text layer holds ``lines`` (Helvetica, one text object), written by
+    hand so the test needs nothing beyond the reader."""
+    text = "BT /F1 12 Tf 72 720 Td 14 TL " + " ".join(f"({line}) '" for line in lines) + " ET"
+    objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>",
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R"
+        " /Resources << /Font << /F1 5 0 R >> >> >>",
+        f"<< /Length {len(text)} >>\nstream\n{text}\nendstream",
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out, offsets = b"%PDF-1.4\n", []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n{body}\nendobj\n".encode()
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += b"".join(f"{offset:010d} 00000 n \n".encode() for offset in offsets)
+    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\n".encode()
+    return out + f"startxref\n{xref}\n%%EOF\n".encode()
+
+
+@pytest.mark.redis
+async def test_a_pdf_in_a_folder_is_indexed_from_its_text_layer(
+    kb_redis: Redis, tmp_path: Path
+) -> None:
+    (tmp_path / "handbook").mkdir()
+    pdf = tmp_path / "handbook" / "moderation.pdf"
+    pdf.write_bytes(tiny_pdf(["Moderators answer appeals within two days.", "Email the team."]))
+    (tmp_path / "handbook" / "broken.pdf").write_bytes(b"%PDF-1.4 not really")  # skipped alone
+    sources = (str(tmp_path / "handbook"),)
+    indexer = KnowledgeIndexer(kb_redis, SETTINGS, None, Fetcher(), bases=lambda: [sources])
+    [report] = await indexer.index_all()
+    assert report.chunks == 1
+    recall = Recall(kb_redis, SETTINGS, None, knowledge_of=lambda m: sources)
+    hits = await recall.search_for(message("?"), "how long do appeals take", limit=2)
+    assert hits is not None and [h.chunk.source for h in hits] == [str(pdf)]
+    assert "appeals within two days" in hits[0].chunk.text

@@ -1,7 +1,8 @@
 """Keeping each knowledge base fresh: read the operator's files and URLs, chunk, embed, store.
 
 Sources are what a scope's ``knowledge`` list (or CHORUS_KNOWLEDGE_PATHS) names: a Markdown or
-text file, a folder (its ``.md``, ``.markdown``, ``.txt`` and ``.rst`` files, recursively), or an
+text file, a PDF (its text layer, page by page, through ``pypdf``: the ``pdf`` extra), a folder
+(its ``.md``, ``.markdown``, ``.txt``, ``.rst`` and ``.pdf`` files, recursively), or an
 ``http(s)`` URL. URLs go through the tools' SSRF-guarded ``Fetcher`` (CHORUS_FETCH_ALLOW lets
 an operator name an internal host), so a knowledge list cannot be turned against the network
 the bot runs in. Relative paths are relative to the working directory.
@@ -39,7 +40,7 @@ from bot.tools.builtin.fetch import Fetcher, readable_text
 
 log = logging.getLogger("chorus.knowledge")
 
-TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst"})
+TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst", ".pdf"})
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 MAX_FILE_BYTES = 5_000_000
 START_WAIT = 30.0  # seconds a start waits for the first indexing pass
@@ -210,5 +211,25 @@ def _read_path(source: str) -> list[tuple[str, str, str]]:
             log.warning("knowledge file too large; skipped", extra={"source": str(file)})
             continue
         mark = f"{stat.st_mtime_ns}:{stat.st_size}"
-        out.append((str(file), mark, file.read_text(encoding="utf-8")))
+        try:
+            pdf = file.suffix.lower() == ".pdf"
+            text = _pdf_text(file) if pdf else file.read_text(encoding="utf-8")
+        except Exception as exc:  # one unreadable file (bad PDF, not UTF-8) skips only itself
+            log.warning(
+                "knowledge file unreadable; skipped", extra={"source": str(file), "error": str(exc)}
+            )
+            continue
+        out.append((str(file), mark, text))
     return out
+
+
+def _pdf_text(file: Path) -> str:
+    """A PDF's text layer, pages apart as paragraphs (a scanned PDF without one yields nothing)."""
+    try:
+        from pypdf import PdfReader
+    except ImportError as exc:
+        raise RuntimeError(
+            f"{file}: reading PDF needs pypdf: pip install 'chorus-bot[pdf]'"
+        ) from exc
+    pages = [page.extract_text() or "" for page in PdfReader(file).pages]
+    return "\n\n".join(text.strip() for text in pages if text.strip())
