@@ -30,12 +30,15 @@ VARIABLE = "CHORUS_EMBEDDING_MODEL"
 BATCH = 96  # texts per request: under both vendors' limits (OpenAI 2048, Gemini 100)
 
 
-class OpenAIEmbedder:
-    """``embeddings.create`` over the official ``openai`` SDK."""
+class _Embedder:
+    """What both vendors' embedders share: their settings, their name (the size is part of it)
+    and cutting a request into ``BATCH``-sized calls of ``_batch``."""
+
+    vendor = ""
 
     def __init__(
         self,
-        client: openai.AsyncOpenAI,
+        client: Any,
         model: str,
         base_url: str,
         retry_policy: RetryPolicy,
@@ -46,13 +49,23 @@ class OpenAIEmbedder:
         self.base_url = base_url
         self.retry_policy = retry_policy
         self.dimensions = dimensions
-        self.name = f"openai:{model}" + (f"@{dimensions}" if dimensions else "")
+        self.name = f"{self.vendor}:{model}" + (f"@{dimensions}" if dimensions else "")
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         out: list[list[float]] = []
         for start in range(0, len(texts), BATCH):
             out.extend(await self._batch(list(texts[start : start + BATCH])))
         return out
+
+    async def _batch(self, texts: list[str]) -> list[list[float]]:
+        raise NotImplementedError
+
+
+class OpenAIEmbedder(_Embedder):
+    """``embeddings.create`` over the official ``openai`` SDK."""
+
+    vendor = "openai"
+    client: openai.AsyncOpenAI
 
     async def _batch(self, texts: list[str]) -> list[list[float]]:
         from bot.llm.openai import classify_error
@@ -75,29 +88,11 @@ class OpenAIEmbedder:
         await self.client.close()
 
 
-class GeminiEmbedder:
+class GeminiEmbedder(_Embedder):
     """``aio.models.embed_content`` over the official ``google-genai`` SDK."""
 
-    def __init__(
-        self,
-        client: genai.Client,
-        model: str,
-        base_url: str,
-        retry_policy: RetryPolicy,
-        dimensions: int = 0,
-    ) -> None:
-        self.client = client
-        self.model = model
-        self.base_url = base_url
-        self.retry_policy = retry_policy
-        self.dimensions = dimensions
-        self.name = f"gemini:{model}" + (f"@{dimensions}" if dimensions else "")
-
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        out: list[list[float]] = []
-        for start in range(0, len(texts), BATCH):
-            out.extend(await self._batch(list(texts[start : start + BATCH])))
-        return out
+    vendor = "gemini"
+    client: genai.Client
 
     async def _batch(self, texts: list[str]) -> list[list[float]]:
         from bot.llm.gemini import classify_error
