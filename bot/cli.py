@@ -263,6 +263,8 @@ async def _chat(
         await app.start_health()
     async with app, _insights_in_process(app), registered(settings):
         aio.freeze_heap()
+        if not health:  # a chat, not an idle deployment: the model SDK loads while one types
+            _warm(app.provider)
         adapter = ConsoleAdapter(
             app.bus,
             stdin=FdLineReader(sys.stdin.fileno()),
@@ -307,6 +309,13 @@ async def _insights_in_process(app: Chorus) -> AsyncIterator[None]:
         await asyncio.gather(task, return_exceptions=True)
         if provider is not app.provider:
             await provider.aclose()
+
+
+def _warm(provider: Provider) -> None:
+    """Start loading a lazily imported model SDK now (``bot.llm.lazy``)."""
+    warm = getattr(provider, "warm", None)
+    if warm is not None:
+        warm()
 
 
 def _insights_worker(
