@@ -26,6 +26,7 @@ async def _main() -> None:
         startup,
         streaming,
         summaries,
+        turn_ratio,
     )
 
     sections = [
@@ -42,6 +43,7 @@ async def _main() -> None:
         await streaming.main(),
         await admin.main(),
         await startup.main(),
+        await turn_ratio.main(),
     ]
     print(
         f"# Chorus benchmarks\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
