@@ -7,12 +7,14 @@ REST (``mldev``) JSON with a ``get_value_by_path`` lookup for each of the ~20 po
 every part. That is per call and over the whole history: 75% of a 40-message ``chorus chat``
 console turn's CPU (16 ms, against 2.8 for OpenAI; cProfile of the piped console). This module
 writes that JSON directly from the neutral types, in the very shape the SDK produces (key order
-included, so the bytes on the wire are the same), and hands it to the client's request layer.
+included, so the bytes on the wire are the same), and hands it to the client's request layer:
+the turn's CPU went from 15.5 to about 3 ms, level with OpenAI's.
 
 What stays the SDK's: the URL (base URL, API version), the key and client headers, the
 ``x-server-timeout`` header, the client's retry options (``attempts=1``), the transport and its
 errors (``errors.APIError`` from HTTP and from in-band stream errors), and reading the answer
-into ``types.GenerateContentResponse`` exactly as ``generate_content`` does.
+into ``types.GenerateContentResponse`` exactly as ``generate_content`` does (less ``parsed``, the
+structured-output convenience, and ``sdk_http_response``, which Chorus does not read).
 
 **Private SDK internals used** (google-genai is pinned in constraints.txt; tests/
 test_gemini_wire.py fails if a new version moves or changes any of them, and proves that the
