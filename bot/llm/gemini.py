@@ -1,16 +1,19 @@
 """Gemini through the google-genai SDK (``google.genai``), on the Gemini Developer API.
 
-Reading answers (responses and stream chunks) lives in ``bot.llm.gemini_parse``; this
-module builds requests, runs the calls and classifies failures.
+Requests are written as REST JSON and sent through the SDK client's request layer by
+``bot.llm.gemini_wire`` (``generate_content``'s per-call validation of the whole history was
+three quarters of a console turn's CPU); reading answers (responses and stream chunks) lives in
+``bot.llm.gemini_parse``. This module runs the calls and classifies failures.
 
 Only translation lives here; guarding and retries are ``SDKProvider``'s. Quirks of google-genai
-3.x that shape this module (read in ``google/genai/_api_client.py`` and ``models.py``):
+3.x that shape it (read in ``google/genai/_api_client.py`` and ``models.py``):
 
 - **The SDK must not retry behind our back.** Without ``HttpOptions.retry_options`` its aiohttp
   transport silently re-sends a request after a connection error (sleeping 1-10 s with the real
   clock); with ``HttpRetryOptions(attempts=1)`` it raises instead, so ``RetryPolicy`` governs.
-  Automatic continuation (re-requests on ``finishReason: CONTINUATION`` or a dropped stream) and
-  automatic function calling are switched off per request for the same reason.
+  The request layer ``gemini_wire`` calls has no automatic continuation (re-requests on
+  ``finishReason: CONTINUATION`` or a dropped stream) and no automatic function calling: those
+  live in ``generate_content``, which is not used.
 - **Explicit settings beat the environment.** The client reads ``GOOGLE_API_KEY`` (preferred over
   ``GEMINI_API_KEY``), ``GOOGLE_GEMINI_BASE_URL`` and ``GOOGLE_GENAI_USE_VERTEXAI`` itself, so
   ``from_settings`` passes the key, the base URL (the public host when unset) and
@@ -21,9 +24,9 @@ Only translation lives here; guarding and retries are ``SDKProvider``'s. Quirks 
   A 429 may say how long to wait in a ``google.rpc.RetryInfo`` detail (``"retryDelay": "7s"``).
 - **Caching is implicit**: Gemini 2.5+ caches a repeated prompt prefix by itself, so
   ``CachePoint`` is ignored; ``usageMetadata.promptTokenCount`` includes the cached part.
-- **Reasoning** is ``thinking_config.thinking_budget`` (``THINKING_BUDGETS``), not
+- **Reasoning** is ``thinkingConfig.thinking_budget`` (``gemini_wire.THINKING_BUDGETS``), not
   ``thinking_level``: the Developer API accepts a budget on Gemini 2.5 and 3 alike, a level only
-  on 3, and refuses both at once. Thinking tokens count against ``max_output_tokens``, so the
+  on 3, and refuses both at once. Thinking tokens count against ``maxOutputTokens``, so the
   budget is added to ``request.max_tokens`` (the answer's own allowance). ``off`` leaves the
   model's default. Thought summaries (``include_thoughts``) are not asked for.
 - **Thought signatures** (https://ai.google.dev/gemini-api/docs/thought-signatures): Gemini 3
@@ -34,18 +37,16 @@ Only translation lives here; guarding and retries are ``SDKProvider``'s. Quirks 
   thought part (text and signature) becomes a ``ThinkingPart(vendor="gemini")`` and goes back as
   a thought part; a signature on a text part (not validated, but it helps the model) becomes a
   text-less ``ThinkingPart`` after that text and goes back on the text part before it.
-- **Structured output** is ``response_mime_type="application/json"`` plus
-  ``response_json_schema`` (full JSON Schema, unlike the OpenAPI subset of ``response_schema``).
+- **Structured output** is ``responseMimeType: application/json`` plus ``responseJsonSchema``
+  (full JSON Schema, unlike the OpenAPI subset of ``responseSchema``).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import importlib
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar, Self
 
 from google import genai
@@ -55,28 +56,12 @@ from google.genai import types
 from bot.llm.base import SDKProvider
 from bot.llm.errors import ProviderAuthError
 from bot.llm.gemini_parse import ResponseBuilder
-from bot.llm.types import (
-    REASONING_BUDGETS,
-    ImagePart,
-    LLMRequest,
-    LLMResponse,
-    Message,
-    Part,
-    StreamEvent,
-    TextDelta,
-    TextPart,
-    ThinkingPart,
-    ToolCallPart,
-    ToolResultPart,
-)
+from bot.llm.gemini_wire import generate, generate_stream, request_body
+from bot.llm.types import LLMRequest, LLMResponse, StreamEvent, TextDelta
 from bot.resilience import Failure, RetryPolicy, Sleep, parse_retry_after
 from bot.settings import KEY_URL, ConfigError, LLMSettings
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/"
-# https://ai.google.dev/gemini-api/docs/thought-signatures (FAQ: dummy signatures)
-_PLACEHOLDER_SIGNATURE = b"skip_thought_signature_validator"
-# Thinking budget per reasoning level (tokens), the same as Anthropic's.
-THINKING_BUDGETS = REASONING_BUDGETS
 
 _AUTH_REASONS = frozenset({"API_KEY_INVALID", "API_KEY_EXPIRED", "API_KEY_SERVICE_BLOCKED"})
 _RETRY_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
@@ -163,26 +148,20 @@ class GeminiProvider(SDKProvider):
 
     # -- calls ------------------------------------------------------------------------------
     async def _complete(self, request: LLMRequest) -> LLMResponse:
-        response = await self._client.aio.models.generate_content(
-            model=request.model, contents=_contents(request.messages), config=_config(request)
-        )
+        response = await generate(self._client, request.model, request_body(request))
         builder = ResponseBuilder(request.model)
         builder.observe(response)
         return builder.finish()
 
     async def _stream(self, request: LLMRequest) -> AsyncIterator[StreamEvent]:
-        stream = await self._client.aio.models.generate_content_stream(
-            model=request.model, contents=_contents(request.messages), config=_config(request)
-        )
+        stream = generate_stream(self._client, request.model, request_body(request))
         builder = ResponseBuilder(request.model)
         try:
             async for chunk in stream:
                 for text in builder.observe(chunk):
                     yield TextDelta(text=text)
         finally:
-            close = getattr(stream, "aclose", None)
-            if close is not None:
-                await close()
+            await stream.aclose()
         yield builder.finish()
 
     def _classify(self, exc: BaseException) -> Failure:
@@ -196,119 +175,6 @@ def classify_error(exc: BaseException) -> Failure:
     if isinstance(exc, _TRANSPORT_ERRORS):
         return Failure(retryable=True, reason=f"{type(exc).__name__}: {exc}".rstrip(": "))
     return Failure(retryable=False, reason=f"{type(exc).__name__}: {exc}")
-
-
-# -- request mapping ------------------------------------------------------------------------
-def _config(request: LLMRequest) -> types.GenerateContentConfig:
-    system = [types.Part(text=p.text) for p in request.system if isinstance(p, TextPart)]
-    tools: types.ToolListUnion | None = None
-    if request.tools:
-        declarations = [
-            types.FunctionDeclaration(
-                name=t.name, description=t.description, parameters_json_schema=t.parameters
-            )
-            for t in request.tools
-        ]
-        tools = [types.Tool(function_declarations=declarations)]
-    thinking: types.ThinkingConfig | None = None
-    limit = request.max_tokens
-    if request.reasoning != "off":
-        budget = THINKING_BUDGETS[request.reasoning]
-        thinking = types.ThinkingConfig(thinking_budget=budget)
-        limit += budget
-    structured = request.response_schema is not None
-    return types.GenerateContentConfig(
-        system_instruction=types.Content(parts=system) if system else None,
-        tools=tools,
-        max_output_tokens=limit,
-        temperature=request.temperature,
-        thinking_config=thinking,
-        response_mime_type="application/json" if structured else None,
-        response_json_schema=request.response_schema,
-        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
-        automatic_continuation=False,
-    )
-
-
-def _contents(messages: Iterable[Message]) -> list[types.Content]:
-    contents = []
-    for message in messages:
-        role = "model" if message.role == "assistant" else "user"
-        parts = _parts(message.parts, signed=role == "model")
-        if parts:  # Gemini rejects a content without parts
-            contents.append(types.Content(role=role, parts=parts))
-    return contents
-
-
-def _parts(parts: Iterable[Part], *, signed: bool) -> list[types.Part]:
-    """Wire parts of one message; ``signed``: a model turn, whose signatures go back."""
-    out: list[types.Part] = []
-    for part in parts:
-        if isinstance(part, TextPart):
-            out.append(types.Part(text=part.text))
-        elif isinstance(part, ToolCallPart):
-            signature = _signature(part.signature) if signed else None
-            if signed and signature is None and not any(p.function_call for p in out):
-                signature = _PLACEHOLDER_SIGNATURE  # the first call of a turn must be signed
-            out.append(
-                types.Part(
-                    function_call=types.FunctionCall(
-                        id=part.id, name=part.name, args=dict(part.arguments)
-                    ),
-                    thought_signature=signature,
-                )
-            )
-        elif isinstance(part, ThinkingPart):
-            if signed and part.vendor == "gemini":
-                _add_thought(out, part)
-        elif isinstance(part, ToolResultPart):
-            key = "error" if part.is_error else "result"
-            out.append(
-                types.Part(
-                    function_response=types.FunctionResponse(
-                        id=part.call_id, name=part.name, response={key: part.content}
-                    )
-                )
-            )
-        elif isinstance(part, ImagePart):
-            out.append(_image(part))
-        # CachePoint: Gemini caches a stable prefix implicitly.
-    return out
-
-
-def _add_thought(out: list[types.Part], part: ThinkingPart) -> None:
-    """A thought part goes back as sent; a bare signature returns to the text part before it."""
-    signature = _signature(part.signature)
-    if part.text:
-        out.append(types.Part(text=part.text, thought=True, thought_signature=signature))
-    elif signature is not None:
-        previous = out[-1] if out else None
-        if previous is not None and previous.text is not None and not previous.thought_signature:
-            out[-1] = previous.model_copy(update={"thought_signature": signature})
-        else:
-            out.append(types.Part(text="", thought_signature=signature))
-
-
-def _signature(value: str | None) -> bytes | None:
-    """The bytes of a signature kept as base64 (the wire's own spelling); None if unusable.
-
-    The SDK re-encodes bytes as URL-safe base64 on the way out; Google's JSON parser takes either.
-    """
-    if not value:
-        return None
-    try:
-        return base64.b64decode(value.replace("-", "+").replace("_", "/"), validate=True)
-    except (binascii.Error, ValueError):
-        return None
-
-
-def _image(part: ImagePart) -> types.Part:
-    if part.data is not None:
-        return types.Part(inline_data=types.Blob(mime_type=part.mime, data=part.data))
-    if part.url:
-        # The Gemini API fetches public and signed HTTPS URLs given as file data.
-        return types.Part(file_data=types.FileData(file_uri=part.url, mime_type=part.mime))
-    return types.Part(text="[an image that could not be attached]")
 
 
 # -- error classification -------------------------------------------------------------------
