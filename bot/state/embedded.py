@@ -38,6 +38,7 @@ from fakeredis._socket._resp import extract_command
 from redis.asyncio import Redis
 
 from bot.state.alias_scripts import LOAD
+from bot.state.embedded_direct import Client, Pool
 from bot.state.guarded import GUARDED
 
 _GUARDED = GUARDED.encode()
@@ -59,6 +60,13 @@ def resp(fields: list[bytes]) -> bytes:
 class _Socket(AsyncFakeSocket):
     native_evals = 0  # how many guarded commits took the native path (tests read it)
     direct_commands = 0  # how many commands skipped the wire format (tests read it)
+    replies: list[Any] | None = None  # set: replies are kept here, not queued (embedded_direct)
+
+    def put_response(self, msg: Any) -> None:
+        if self.replies is None:
+            return super().put_response(msg)
+        self.replies.append(msg)
+        return None
 
     def sendall(self, data: Any) -> None:
         if type(data) is not _Fields:
@@ -141,10 +149,11 @@ def client(server: fakeredis.FakeServer, db: int) -> Redis:
     # No socket timeout: a write is a synchronous call into the store, and with a timeout
     # redis-py wraps every one in ``asyncio.wait_for`` (a task per command). Reads wait for the
     # store's reply as before (a blocking command's own timeout is the store's business).
-    return fakeredis.FakeAsyncRedis(
+    return Client(
         server=server,
         db=db,
         decode_responses=True,
         connection_class=_Connection,
+        connection_pool_class=Pool,
         socket_timeout=None,
     )
