@@ -32,6 +32,7 @@ from typing import Any
 import fakeredis
 from fakeredis import _msgs as msgs
 from fakeredis._clients._async import FakeAsyncRedisConnection, FakeReader, FakeWriter
+from fakeredis._commands import COMMANDS_WITH_SUB
 from fakeredis._helpers import SimpleError
 from fakeredis._socket import AsyncFakeSocket
 from fakeredis._socket._resp import extract_command
@@ -61,6 +62,10 @@ class _Socket(AsyncFakeSocket):
     native_evals = 0  # how many guarded commits took the native path (tests read it)
     direct_commands = 0  # how many commands skipped the wire format (tests read it)
     replies: list[Any] | None = None  # set: replies are kept here, not queued (embedded_direct)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._found: dict[bytes, tuple[Any, Any]] = {}
 
     def put_response(self, msg: Any) -> None:
         if self.replies is None:
@@ -109,10 +114,17 @@ class _Socket(AsyncFakeSocket):
         return [person, self._call([b"GET", prefix + person + b":memory"])]
 
     def _call(self, fields: list[bytes]) -> Any:
-        """One command as ``redis.call`` runs it: an error aborts (what ran before stays)."""
-        cmd, args = extract_command(fields)
-        func, sig = self._name_to_func(cmd)
-        result = self._run_command(func, sig, args, True)
+        """One command as ``redis.call`` runs it: an error aborts (what ran before stays).
+        The few names a commit uses are looked up once per socket (``_name_to_func``)."""
+        found = self._found.get(fields[0])
+        if found is None:
+            cmd, args = extract_command(fields)
+            found = self._name_to_func(cmd)
+            if cmd not in COMMANDS_WITH_SUB:
+                self._found[fields[0]] = found
+        else:
+            args = fields[1:]
+        result = self._run_command(found[0], found[1], args, True)
         if isinstance(result, SimpleError):
             raise result
         return result
