@@ -19,6 +19,8 @@ Here the connection hands the encoded arguments (``_Fields``) straight to the so
 dispatches them as its parser would have (``_process_command``); replies still travel as
 before. While the socket is paused (a blocking command in progress) the arguments are packed
 into RESP after all and queue behind what the parser holds, so the order never changes.
+Most commands skip the connection altogether (``bot.state.embedded_direct``): this path is
+for the rest (blocking commands, ``WATCH``, subscriptions, connection state).
 
 It reaches into fakeredis's socket internals (``_run_command``, ``_name_to_func``), which is
 why fakeredis is pinned in constraints.txt; ``tests/test_embedded_store.py`` fails if a new
@@ -157,7 +159,8 @@ class _Connection(FakeAsyncRedisConnection):
 
 
 def client(server: fakeredis.FakeServer, db: int) -> Redis:
-    """A client of ``server``'s database ``db`` whose guarded commits run natively."""
+    """A client of ``server``'s database ``db`` whose guarded commits run natively and whose
+    plain commands and pipelines take the direct path (``bot.state.embedded_direct``)."""
     # No socket timeout: a write is a synchronous call into the store, and with a timeout
     # redis-py wraps every one in ``asyncio.wait_for`` (a task per command). Reads wait for the
     # store's reply as before (a blocking command's own timeout is the store's business).
