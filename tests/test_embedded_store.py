@@ -51,12 +51,13 @@ async def both(store: Redis, token: str, *commands: list[Any]) -> list[tuple[Any
                 part.replace("{p}", prefix) if isinstance(part, str) else part for part in command
             ]
             argv += [len(cmd), *cmd]
-        before = _Socket.native_evals
+        before, unparsed = _Socket.native_evals, _Socket.unparsed_evals
         try:
             answer: Any = await store.eval(script, 1, f"{prefix}:claim", *argv)
         except ResponseError as exc:
             answer = "error: " + ("WRONGTYPE" if "WRONGTYPE" in str(exc) else str(exc))
         assert _Socket.native_evals - before == (1 if prefix == "n" else 0)
+        assert _Socket.unparsed_evals - unparsed == (1 if prefix == "n" else 0)
         left = (
             await store.lrange(f"{prefix}:history", 0, -1),
             await store.get(f"{prefix}:claim"),
@@ -276,9 +277,10 @@ async def test_the_link_alias_read_runs_natively_with_the_scripts_answer_and_eff
         if linked:
             await store.set(alias, "p1")
             await store.set(f"{people}p1:memory", "shared buffer")  # no members set: not created
-        before = _Socket.native_evals
+        before, unparsed = _Socket.native_evals, _Socket.unparsed_evals
         answer = await store.eval(script, 2, alias, own, people, ttl)
         assert _Socket.native_evals - before == (1 if prefix == "n" else 0)
+        assert _Socket.unparsed_evals - unparsed == (1 if prefix == "n" else 0)
         ttls = [await store.ttl(k) for k in (alias, f"{people}p1:memory", f"{people}p1:members")]
         found.append((answer, ttls))
     assert found[0] == found[1]
