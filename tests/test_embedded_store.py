@@ -208,6 +208,39 @@ async def test_the_direct_path_answers_as_the_wire_path_did() -> None:
         await wire.aclose()
 
 
+async def test_first_commands_at_once_share_one_direct_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = embedded.client(fakeredis.FakeServer(), 0)
+    pool = client.connection_pool
+    assert isinstance(pool, Pool)
+    made: list[Any] = []
+    make = pool.make_connection
+
+    def slow_to_connect() -> Any:  # a handshake that yields, so the three tasks overlap
+        conn = make()  # type: ignore[no-untyped-call]
+        connect = conn.connect
+
+        async def later() -> None:
+            await asyncio.sleep(0)
+            await connect()
+
+        conn.connect = later
+        made.append(conn)
+        return conn
+
+    monkeypatch.setattr(pool, "make_connection", slow_to_connect)
+    try:
+        answers = await asyncio.gather(*(client.incr("n") for _ in range(3)))
+        assert sorted(answers) == [1, 2, 3]
+        assert len(made) == 3
+        live = [conn for conn in made if conn._sock is not None]
+        assert live == [pool.live()]  # the others were closed again
+        assert await client.get("n") == "3"
+    finally:
+        await client.aclose()
+
+
 async def test_watch_blocking_and_a_killed_or_stopped_store_keep_the_wire_paths_answers(
     store: Redis,
 ) -> None:

@@ -70,6 +70,9 @@ class Pool(ConnectionPool):
                 await conn.connect()
             except Exception:  # the wire path will fail the same way, in its own words
                 return None
+            if self.live() is not None:  # another task connected one meanwhile: use that
+                await conn.disconnect()
+                return self._direct
             conn._sock.replies = []
             conn.direct_encode, conn.direct_decode = _codec(conn)
             self._direct = conn
