@@ -2,7 +2,8 @@
 
 Every write of one command, or of a whole pipeline, to a connection goes through
 ``AbstractConnection.send_packed_command``, for redis-py and fakeredis alike; one write is one
-round trip (the embedded store writes argument lists, not RESP: they are shown as RESP here). The handshake of a connection the pool opens (``HELLO``, ``CLIENT ...``,
+round trip (the embedded store writes argument lists, not RESP: they are shown as RESP here;
+its direct path, ``bot.state.embedded_direct``, writes nothing: each ``Pool.run`` is a round trip). The handshake of a connection the pool opens (``HELLO``, ``CLIENT ...``,
 ``SELECT``, ``AUTH``) is counted apart: it happens once per pooled connection, not per message.
 Used by the store tests, the router test and the benchmark.
 """
@@ -17,6 +18,7 @@ from unittest import mock
 from redis.asyncio.connection import AbstractConnection
 
 from bot.state.embedded import resp as embedded_resp
+from bot.state.embedded_direct import Pool
 
 _HANDSHAKE = (b"HELLO", b"CLIENT", b"SELECT", b"AUTH")
 
@@ -52,14 +54,26 @@ def counting_round_trips() -> Iterator[RoundTrips]:
     counter = RoundTrips()
     original = AbstractConnection.send_packed_command
 
-    async def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
-        chunks = [command] if isinstance(command, bytes | str) else list(command)
-        packed = b"".join(_wire(c) for c in chunks)
+    original_run = Pool.run
+
+    def count(packed: bytes) -> None:
         if _command(packed) in _HANDSHAKE:
             counter.handshakes.append(packed)
         else:
             counter.writes.append(packed)
+
+    async def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
+        chunks = [command] if isinstance(command, bytes | str) else list(command)
+        count(b"".join(_wire(c) for c in chunks))
         await original(self, command, check_health)
 
-    with mock.patch.object(AbstractConnection, "send_packed_command", counting):
+    def counting_run(self: Pool, conn: Any, commands: Any) -> list[Any]:
+        encode = conn.encoder.encode
+        count(b"".join(embedded_resp([encode(arg) for arg in args]) for args in commands))
+        return original_run(self, conn, commands)
+
+    with (
+        mock.patch.object(AbstractConnection, "send_packed_command", counting),
+        mock.patch.object(Pool, "run", counting_run),
+    ):
         yield counter

@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
+import fakeredis
 import pytest
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError, WatchError
 
+from bot.state import embedded
 from bot.state.alias_scripts import LOAD
 from bot.state.connect import open_redis
-from bot.state.embedded import _Socket
+from bot.state.embedded import _Connection, _Socket
+from bot.state.embedded_direct import Pool
 from bot.state.guarded import GUARDED
 
 THROUGH_LUA = GUARDED + "-- not the claims' script, so fakeredis's Lua engine runs it\n"
@@ -47,12 +51,13 @@ async def both(store: Redis, token: str, *commands: list[Any]) -> list[tuple[Any
                 part.replace("{p}", prefix) if isinstance(part, str) else part for part in command
             ]
             argv += [len(cmd), *cmd]
-        before = _Socket.native_evals
+        before, unparsed = _Socket.native_evals, _Socket.unparsed_evals
         try:
             answer: Any = await store.eval(script, 1, f"{prefix}:claim", *argv)
         except ResponseError as exc:
             answer = "error: " + ("WRONGTYPE" if "WRONGTYPE" in str(exc) else str(exc))
         assert _Socket.native_evals - before == (1 if prefix == "n" else 0)
+        assert _Socket.unparsed_evals - unparsed == (1 if prefix == "n" else 0)
         left = (
             await store.lrange(f"{prefix}:history", 0, -1),
             await store.get(f"{prefix}:claim"),
@@ -110,7 +115,7 @@ async def test_other_scripts_still_run_through_lua(store: Redis) -> None:
 async def test_commands_skip_the_wire_format_and_round_trip_every_kind_of_value(
     store: Redis,
 ) -> None:
-    before = _Socket.direct_commands
+    before, wire_before = Pool.direct_commands, _Socket.direct_commands
     text = "héllo\r\n$3\r\n*2 ünïcode ✓"  # RESP framing characters inside a value
     await store.set("s", text)
     await store.hset("h", mapping={"int": 7, "float": 1.5, "bytes": b"\x00\xff"})
@@ -122,11 +127,147 @@ async def test_commands_skip_the_wire_format_and_round_trip_every_kind_of_value(
     assert await store.get("s") == text
     assert await store.hget("h", "int") == "7"
     assert await store.hget("h", "float") == "1.5"
-    sha = await store.execute_command("SCRIPT LOAD", "return 1")  # type: ignore[no-untyped-call]
-    assert await store.execute_command("SCRIPT EXISTS", sha) == [1]  # type: ignore[no-untyped-call]
     with pytest.raises(ResponseError, match="WRONGTYPE"):
         await store.rpush("s", "x")
-    assert _Socket.direct_commands - before >= 9
+    assert Pool.direct_commands - before == 11  # 2 + MULTI, 3 commands, EXEC + 4
+    # Commands off the direct path still skip RESP on the way in (the connection's own path).
+    sha = await store.execute_command("SCRIPT LOAD", "return 1")  # type: ignore[no-untyped-call]
+    assert await store.execute_command("SCRIPT EXISTS", sha) == [1]  # type: ignore[no-untyped-call]
+    assert _Socket.direct_commands - wire_before >= 2
+    assert Pool.direct_commands - before == 11
+
+
+async def _session(redis: Redis) -> list[Any]:
+    """Commands of every reply shape, error replies and pipelines: what a caller sees."""
+    seen: list[Any] = []
+
+    def shown(value: Any) -> Any:  # an error is its class and text (a pipeline's included)
+        if isinstance(value, Exception):
+            return (type(value), str(value))
+        return [shown(item) for item in value] if isinstance(value, list) else value
+
+    async def see(call: Awaitable[Any]) -> None:
+        try:
+            seen.append(shown(await call))
+        except Exception as exc:
+            seen.append(shown(exc))
+
+    await see(redis.set("s", "héllo"))
+    await see(redis.set("s", "again", get=True))
+    await see(redis.get("missing"))
+    await see(redis.mget("s", "missing"))
+    await see(redis.incrbyfloat("f", 1.5))
+    await see(redis.hset("h", mapping={"a": 1, "b": b"\xc3\xa9"}))
+    await see(redis.hgetall("h"))
+    await see(redis.zadd("z", {"x": 1.5, "y": 2}))
+    await see(redis.zrange("z", 0, -1, withscores=True))
+    await see(redis.zscore("z", "x"))
+    await see(redis.expire("s", 100))
+    await see(redis.ttl("s"))
+    await see(redis.exists("s", "h", "missing"))
+    await see(redis.xadd("x", {"k": "v"}, id="1-1"))
+    await see(redis.xrange("x"))
+    await see(redis.ping())
+    await see(redis.eval("return {1, 'two', {3}}", 0))
+    await see(redis.evalsha("0" * 40, 0))  # NoScriptError
+    await see(redis.rpush("s", "x"))  # WRONGTYPE
+    await see(redis.set("k", True))  # refused before it is sent (bool)
+    await see(redis.execute_command("GET"))  # type: ignore[no-untyped-call]  # arity
+    for transaction in (False, True):
+        for raise_on_error in (False, True):
+            async with redis.pipeline(transaction=transaction) as pipe:
+                pipe.incr("n")
+                pipe.rpush("s", "x")  # WRONGTYPE
+                pipe.hgetall("h")
+                pipe.zrange("z", 0, -1, withscores=True)
+                await see(pipe.execute(raise_on_error=raise_on_error))
+        async with redis.pipeline(transaction=transaction) as pipe:
+            pipe.incr("n")
+            pipe.execute_command("GET")  # EXECABORT in a transaction
+            await see(pipe.execute())
+    seen.append(sorted(await redis.keys()))
+    return seen
+
+
+async def test_the_direct_path_answers_as_the_wire_path_did() -> None:
+    """The same session on a store taking the direct path and on one without it (fakeredis's
+    own client with the RESP-less connection, as before): the same answers, errors and data."""
+    direct = embedded.client(fakeredis.FakeServer(), 0)
+    wire = fakeredis.FakeAsyncRedis(
+        server=fakeredis.FakeServer(), decode_responses=True, connection_class=_Connection
+    )
+    before = Pool.direct_commands
+    try:
+        through_direct = await _session(direct)
+        assert Pool.direct_commands - before > 40
+        before = Pool.direct_commands
+        assert await _session(wire) == through_direct
+        assert Pool.direct_commands == before
+    finally:
+        await direct.aclose()
+        await wire.aclose()
+
+
+async def test_first_commands_at_once_share_one_direct_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = embedded.client(fakeredis.FakeServer(), 0)
+    pool = client.connection_pool
+    assert isinstance(pool, Pool)
+    made: list[Any] = []
+    make = pool.make_connection
+
+    def slow_to_connect() -> Any:  # a handshake that yields, so the three tasks overlap
+        conn = make()  # type: ignore[no-untyped-call]
+        connect = conn.connect
+
+        async def later() -> None:
+            await asyncio.sleep(0)
+            await connect()
+
+        conn.connect = later
+        made.append(conn)
+        return conn
+
+    monkeypatch.setattr(pool, "make_connection", slow_to_connect)
+    try:
+        answers = await asyncio.gather(*(client.incr("n") for _ in range(3)))
+        assert sorted(answers) == [1, 2, 3]
+        assert len(made) == 3
+        live = [conn for conn in made if conn._sock is not None]
+        assert live == [pool.live()]  # the others were closed again
+        assert await client.get("n") == "3"
+    finally:
+        await client.aclose()
+
+
+async def test_watch_blocking_and_a_killed_or_stopped_store_keep_the_wire_paths_answers(
+    store: Redis,
+) -> None:
+    await store.set("w", "1")
+    async with store.pipeline(transaction=True) as pipe:
+        await pipe.watch("w")
+        await store.set("w", "2")  # another client changes it: the transaction must not run
+        pipe.multi()  # type: ignore[no-untyped-call]
+        pipe.set("w", "3")
+        with pytest.raises(WatchError):
+            await pipe.execute()
+    assert await store.get("w") == "2"
+    assert await store.blpop(["empty"], timeout=0.01) is None
+    pool = store.connection_pool
+    assert isinstance(pool, Pool)
+    killed = pool.live()
+    await store.execute_command("CLIENT KILL", "ID", killed._sock._client_info["id"])  # type: ignore[no-untyped-call]
+    assert await store.get("w") == "2"  # a new direct connection
+    assert pool.live() is not killed
+    server = killed._server
+    server.connected = False
+    try:
+        with pytest.raises(RedisConnectionError):
+            await store.get("w")
+    finally:
+        server.connected = True
+    assert await store.get("w") == "2"
 
 
 def test_the_wire_format_written_while_paused_is_redis_pys_own() -> None:
@@ -169,9 +310,10 @@ async def test_the_link_alias_read_runs_natively_with_the_scripts_answer_and_eff
         if linked:
             await store.set(alias, "p1")
             await store.set(f"{people}p1:memory", "shared buffer")  # no members set: not created
-        before = _Socket.native_evals
+        before, unparsed = _Socket.native_evals, _Socket.unparsed_evals
         answer = await store.eval(script, 2, alias, own, people, ttl)
         assert _Socket.native_evals - before == (1 if prefix == "n" else 0)
+        assert _Socket.unparsed_evals - unparsed == (1 if prefix == "n" else 0)
         ttls = [await store.ttl(k) for k in (alias, f"{people}p1:memory", f"{people}p1:members")]
         found.append((answer, ttls))
     assert found[0] == found[1]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from bot.agent import prompting
 from bot.agent.prompting import PromptAssembler
 from bot.events import Attachment, AttachmentKind, Author, ChatMessage, ConversationKey
-from bot.llm.types import CachePoint, ImagePart, TextPart
+from bot.llm.types import CachePoint, ImagePart, LLMResponse, Message, TextPart, ToolCallPart
 from bot.state.history import HistoryEntry
 
 CONV = ConversationKey(platform="discord", channel="1")
@@ -101,3 +104,36 @@ def test_rendering_history_again_gives_identical_bytes_from_reused_parts() -> No
     ]
     renamed = [history[0].model_copy(update={"author_name": "Eve"}), *history[1:]]
     assert "Eve" in assembler.history_messages(renamed)[0].parts[0].text  # type: ignore[union-attr]
+
+
+def test_a_messages_text_is_its_text_parts_joined_whatever_their_number() -> None:
+    call = ToolCallPart(id="c1", name="dice")
+    for parts, text in (
+        ((), ""),
+        ((TextPart(text="one"),), "one"),
+        ((call,), ""),
+        ((TextPart(text="a"), call, TextPart(text="b")), "ab"),
+    ):
+        assert Message(role="assistant", parts=parts).text == text
+        assert LLMResponse(parts=parts, stop_reason="end_turn").text == text
+
+
+def test_history_entries_render_once_and_the_kept_renderings_stay_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(prompting, "RENDERED_CACHE", 3)
+    assembler = PromptAssembler(model="m", system_prompt="S")
+    entries = [
+        HistoryEntry(role="user" if i % 2 == 0 else "assistant", text=f"t{i}", author_name="Ada")
+        for i in range(4)
+    ]
+    first = assembler.history_messages(entries[:2])
+    again = assembler.history_messages(entries[:2])
+    assert [m.text for m in again] == [prompting.render_user_text("Ada", "t0"), "t1"]
+    assert all(a is b for a, b in zip(first, again, strict=True))  # rendered once
+    assert [m.text for m in assembler.history_messages(entries)][2:] == [
+        prompting.render_user_text("Ada", "t2"),
+        "t3",
+    ]
+    assert len(assembler._rendered) == 3  # the least recently used one went
+    assert assembler.history_messages(entries[1:2]) == []  # a leading assistant line is dropped

@@ -96,8 +96,14 @@ class PromptAssembler:
     def history_messages(self, history: Sequence[HistoryEntry]) -> list[Message]:
         """Stored entries as alternating messages (consecutive same-role entries are merged)."""
         messages: list[Message] = []
-        for entry in history:
-            single = self._rendered_entry(entry)
+        rendered = self._rendered
+        for entry in history:  # the cache looked up here: a turn renders ~40 entries
+            key = (entry.role, entry.author_name, entry.text)
+            single = rendered.get(key)
+            if single is None:
+                single = self._render(entry, key)
+            else:
+                rendered.move_to_end(key)
             if messages and messages[-1].role == entry.role:
                 last = messages.pop()
                 messages.append(Message(role=last.role, parts=(*last.parts, *single.parts)))
@@ -108,13 +114,9 @@ class PromptAssembler:
             messages.pop(0)
         return messages
 
-    def _rendered_entry(self, entry: HistoryEntry) -> Message:
-        """One entry as a message of its own (frozen, so one object serves every turn)."""
-        key = (entry.role, entry.author_name, entry.text)
-        message = self._rendered.get(key)
-        if message is not None:
-            self._rendered.move_to_end(key)
-            return message
+    def _render(self, entry: HistoryEntry, key: tuple[str, str, str]) -> Message:
+        """One entry as a message of its own, kept under ``key`` (frozen, so one object serves
+        every turn)."""
         text = (
             render_user_text(entry.author_name or "user", entry.text)
             if entry.role == "user"

@@ -73,6 +73,15 @@ Part = Annotated[
 SystemPart = Annotated[TextPart | CachePoint, Field(discriminator="type")]
 
 
+def _joined_text(parts: tuple[Part, ...]) -> str:
+    """The text of the text parts, joined. Most messages are one part, read many times a turn
+    (history, token estimates): that case needs no generator."""
+    if len(parts) == 1:
+        part = parts[0]
+        return part.text if isinstance(part, TextPart) else ""
+    return "".join(p.text for p in parts if isinstance(p, TextPart))
+
+
 class Message(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -89,7 +98,7 @@ class Message(BaseModel):
 
     @property
     def text(self) -> str:
-        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+        return _joined_text(self.parts)
 
 
 class ToolSpec(BaseModel):
@@ -180,7 +189,7 @@ class LLMResponse(BaseModel):
 
     @property
     def text(self) -> str:
-        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+        return _joined_text(self.parts)
 
     @property
     def tool_calls(self) -> list[ToolCallPart]:

@@ -19,6 +19,8 @@ Here the connection hands the encoded arguments (``_Fields``) straight to the so
 dispatches them as its parser would have (``_process_command``); replies still travel as
 before. While the socket is paused (a blocking command in progress) the arguments are packed
 into RESP after all and queue behind what the parser holds, so the order never changes.
+Most commands skip the connection altogether (``bot.state.embedded_direct``): this path is
+for the rest (blocking commands, ``WATCH``, subscriptions, connection state).
 
 It reaches into fakeredis's socket internals (``_run_command``, ``_name_to_func``), which is
 why fakeredis is pinned in constraints.txt; ``tests/test_embedded_store.py`` fails if a new
@@ -32,16 +34,20 @@ from typing import Any
 import fakeredis
 from fakeredis import _msgs as msgs
 from fakeredis._clients._async import FakeAsyncRedisConnection, FakeReader, FakeWriter
+from fakeredis._commands import COMMANDS_WITH_SUB, SUPPORTED_COMMANDS
 from fakeredis._helpers import SimpleError
 from fakeredis._socket import AsyncFakeSocket
 from fakeredis._socket._resp import extract_command
 from redis.asyncio import Redis
 
 from bot.state.alias_scripts import LOAD
+from bot.state.embedded_direct import Client, Pool
 from bot.state.guarded import GUARDED
 
 _GUARDED = GUARDED.encode()
 _LOAD = LOAD.encode()
+_NATIVE = {(_GUARDED, b"1"), (_LOAD, b"2")}  # (script, numkeys) run in Python, not Lua
+_EVAL = SUPPORTED_COMMANDS["eval"]
 
 
 class _Fields(list[bytes]):
@@ -58,7 +64,19 @@ def resp(fields: list[bytes]) -> bytes:
 
 class _Socket(AsyncFakeSocket):
     native_evals = 0  # how many guarded commits took the native path (tests read it)
+    unparsed_evals = 0  # how many of them skipped the parsing of their arguments (tests read it)
     direct_commands = 0  # how many commands skipped the wire format (tests read it)
+    replies: list[Any] | None = None  # set: replies are kept here, not queued (embedded_direct)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._found: dict[bytes, tuple[Any, Any]] = {}
+
+    def put_response(self, msg: Any) -> None:
+        if self.replies is None:
+            return super().put_response(msg)
+        self.replies.append(msg)
+        return None
 
     def sendall(self, data: Any) -> None:
         if type(data) is not _Fields:
@@ -70,6 +88,30 @@ class _Socket(AsyncFakeSocket):
         type(self).direct_commands += 1
         self._process_command(data)
         return None
+
+    def _run_command(self, func: Any, sig: Any, args: list[Any], from_script: bool) -> Any:
+        """fakeredis's own, except that a native script's ~30 arguments are not parsed one by
+        one first (``Signature.apply``, a tenth of a commit): ``EVAL`` has no keys to look up
+        or type-check, its one number is the exact text checked here, and nothing is written
+        back but what the commands inside write (each through this method, in full)."""
+        if (
+            sig is not _EVAL
+            or from_script
+            or self._pubsub
+            or len(args) < 2
+            or (args[0], args[1]) not in _NATIVE
+            or self.server_type != "redis"
+        ):
+            return super()._run_command(func, sig, args, from_script)
+        self._subkey_events = []
+        type(self).unparsed_evals += 1
+        try:
+            result = self.eval(args[0], int(args[1]), *args[2:])
+        except SimpleError as exc:
+            result = exc
+        self._keyspace_notifications([], b"eval")
+        self._subkey_notifications([])
+        return result
 
     def eval(self, script: bytes, numkeys: int, *keys_and_args: bytes) -> Any:
         if script == _LOAD and numkeys == 2 and len(keys_and_args) == 4:
@@ -101,10 +143,17 @@ class _Socket(AsyncFakeSocket):
         return [person, self._call([b"GET", prefix + person + b":memory"])]
 
     def _call(self, fields: list[bytes]) -> Any:
-        """One command as ``redis.call`` runs it: an error aborts (what ran before stays)."""
-        cmd, args = extract_command(fields)
-        func, sig = self._name_to_func(cmd)
-        result = self._run_command(func, sig, args, True)
+        """One command as ``redis.call`` runs it: an error aborts (what ran before stays).
+        The few names a commit uses are looked up once per socket (``_name_to_func``)."""
+        found = self._found.get(fields[0])
+        if found is None:
+            cmd, args = extract_command(fields)
+            found = self._name_to_func(cmd)
+            if cmd not in COMMANDS_WITH_SUB:
+                self._found[fields[0]] = found
+        else:
+            args = fields[1:]
+        result = super()._run_command(found[0], found[1], args, True)
         if isinstance(result, SimpleError):
             raise result
         return result
@@ -137,14 +186,16 @@ class _Connection(FakeAsyncRedisConnection):
 
 
 def client(server: fakeredis.FakeServer, db: int) -> Redis:
-    """A client of ``server``'s database ``db`` whose guarded commits run natively."""
+    """A client of ``server``'s database ``db`` whose guarded commits run natively and whose
+    plain commands and pipelines take the direct path (``bot.state.embedded_direct``)."""
     # No socket timeout: a write is a synchronous call into the store, and with a timeout
     # redis-py wraps every one in ``asyncio.wait_for`` (a task per command). Reads wait for the
     # store's reply as before (a blocking command's own timeout is the store's business).
-    return fakeredis.FakeAsyncRedis(
+    return Client(
         server=server,
         db=db,
         decode_responses=True,
         connection_class=_Connection,
+        connection_pool_class=Pool,
         socket_timeout=None,
     )
