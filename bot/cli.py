@@ -6,6 +6,7 @@ configuration problem ends the process with exit code 2 and one clear message on
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import getpass
 import logging
@@ -17,30 +18,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 import prompts
-from bot.cli_config import (
-    describe_config,
-    describe_scope,
-    on_reload_signal,
-    registered,
-    reload_command,
-)
 from bot.cli_parser import parser as _parser
-from bot.events import utcnow
-from bot.llm.base import Provider
-from bot.onboarding import wizard
 from bot.ops import aio
 from bot.ops.aio import cancel_and_wait, on_stop_signals
 from bot.ops.logs import setup_logging
-from bot.platform.supervisor import Slot, State, Supervisor
-from bot.settings import ConfigError, Settings, load_settings
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the rest is imported in the functions (see main)
     from redis.asyncio import Redis
 
     from adapters.console_tty import Terminal
     from bot.admin.server import AdminServer
     from bot.app import Chorus
+    from bot.llm.base import Provider
     from bot.ops.metrics import MetricsSink
+    from bot.platform.supervisor import Slot, Supervisor
+    from bot.settings import Settings
     from insights.worker import InsightsWorker
 
 log = logging.getLogger("chorus.cli")
@@ -50,9 +42,25 @@ CONSOLE_FLUSH = 0.2  # seconds for the console to print the last answer after th
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """The ``chorus`` command; no full garbage collection while a bot starts (``aio.starting``)."""
+    aio.starting()
+    try:
+        return _main(_parser().parse_args(argv))
+    finally:
+        aio.started()
+
+
+def _main(args: argparse.Namespace) -> int:
+    if args.command not in ("chat", "run"):
+        aio.started()  # these do their work right away
     if args.command == "init":  # before the settings: it may be replacing a broken .env
+        from bot.onboarding import wizard
+
         return wizard.run(args)
+    from bot.cli_config import describe_config, describe_scope, reload_command
+    from bot.router.scoping import personas, prompt_overrides
+    from bot.settings import ConfigError, load_settings
+
     try:
         settings = load_settings(warn=False)  # warnings once logging is set up
     except ConfigError as exc:
@@ -64,8 +72,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     settings.log_warnings()
     try:
-        from bot.router.scoping import personas, prompt_overrides
-
         prompts.set_overrides(prompt_overrides(settings))
         personas(settings)  # every persona renders (a bad override fails here, named)
     except ConfigError as exc:
@@ -112,6 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _run(settings: Settings, *, role: str = "all", logs: Path | None = None) -> int:
     from adapters.registry import build_slots, configured_platforms
     from bot.app import Chorus
+    from bot.cli_config import on_reload_signal, registered
+    from bot.platform.supervisor import Supervisor
+    from bot.settings import ConfigError
 
     if role == "all" and not configured_platforms(settings):
         log.info("no platform credentials configured; starting the console adapter")
@@ -135,6 +144,7 @@ async def _run(settings: Settings, *, role: str = "all", logs: Path | None = Non
         )
     on_reload_signal(app)
     if role == "gateway":
+        aio.started()  # a gateway does not freeze its heap
         async with app.bus_only(), registered(settings):
             return await _serve(supervisor)
     async with app, _insights_in_process(app), registered(settings):
@@ -148,6 +158,7 @@ def _watch(app: Chorus, slots: Sequence[Slot]) -> None:
     from adapters.registry import adapter_gauges, configured_platforms
     from bot.bus.gauges import bus_gauges, outbox_gauges
     from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
+    from bot.platform.supervisor import State
 
     platforms = configured_platforms(app.settings)
     topics = (INBOUND, DELETIONS, *(outbound_topic(p) for p in platforms))
@@ -244,6 +255,7 @@ async def _chat(
     terminal the answers stream; piped, each comes whole (the scripting contract)."""
     from adapters.console import ConsoleAdapter, FdLineReader
     from bot.app import Chorus
+    from bot.cli_config import on_reload_signal, registered
 
     terminal: Terminal | None = None
     name = user or _default_user()
@@ -357,6 +369,7 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
     """``chorus insights``: the worker alone (scale it separately from the chat workers), with
     its own /healthz, /readyz (Redis, the insights model) and /metrics unless it only drains."""
     from bot.admin.wiring import start_admin
+    from bot.events import utcnow
     from bot.ops.health import HealthServer, provider_check, redis_check
     from bot.ops.metrics import Metrics
     from bot.state import connect
@@ -405,6 +418,7 @@ def _replay(trace: str, settings: Settings, *, youtube_read: str | None = None) 
     twice, every send limit and YouTube's quota kept)."""
     from bot.live.replay import format_report, replay
     from bot.live.turns import replay_options
+    from bot.settings import ConfigError
 
     try:
         report = replay(trace, **replay_options(settings, youtube_read))

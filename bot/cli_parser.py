@@ -8,9 +8,8 @@ what a user can type, with a line they can copy for each subcommand.
 from __future__ import annotations
 
 import argparse
-from importlib import metadata
-
-from bot.onboarding import wizard
+from collections.abc import Sequence
+from typing import Any
 
 DISTRIBUTION = "chorus-bot"
 
@@ -50,10 +49,31 @@ EXAMPLES = {
 
 def version() -> str:
     """The installed version of Chorus (``0+unknown`` when run from a bare checkout)."""
+    from importlib import metadata  # email, zipfile...: imported once the collector is off
+
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return "0+unknown"
+
+
+class _Version(argparse.Action):
+    """``--version``: the version is looked up (a scan of the installed distributions) only
+    when asked, not each time the command line is parsed."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "show program's version number and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"chorus {version()}")
+        parser.exit()
 
 
 def _command(
@@ -69,13 +89,15 @@ def _command(
 
 
 def parser() -> argparse.ArgumentParser:
+    from bot.onboarding import wizard  # its flags; imported here, after the collector is off
+
     top = argparse.ArgumentParser(
         prog="chorus",
         description="Chorus: one AI agent, many chats.",
         epilog=EXAMPLES["chorus"],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    top.add_argument("--version", action="version", version=f"chorus {version()}")
+    top.add_argument("--version", action=_Version)
     sub = top.add_subparsers(dest="command", required=True)
     run = _command(
         sub, "run", "start the bot on every configured platform (the console when none is)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 
-from bot.ops.aio import cancel_and_wait, freeze_heap
+from bot.ops.aio import cancel_and_wait, freeze_heap, started, starting
 
 
 async def _stubborn(swallow: int, log: list[str]) -> None:
@@ -77,3 +77,19 @@ def test_freeze_heap_takes_the_live_objects_out_of_the_collectors_view() -> None
         assert not any(obj is kept for obj in gc.get_objects())  # no longer walked
     finally:
         gc.unfreeze()  # the test process goes on collecting as before
+
+
+def test_no_full_collection_while_starting_and_the_usual_ones_once_frozen() -> None:
+    usual = gc.get_threshold()
+    try:
+        starting()
+        young, older, full = gc.get_threshold()
+        assert (young, older) == usual[:2] and full > 1_000_000  # young collections go on
+        freeze_heap()  # start-up is over
+        assert gc.get_threshold() == usual
+        starting()
+        started()  # a process that never freezes (a gateway, a failed start)
+        assert gc.get_threshold() == usual
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*usual)
