@@ -4,7 +4,10 @@ Each case runs a fresh interpreter (``sys.modules`` of the test process is share
 test) that imports the ``chorus`` command's module and builds the whole app the way a piped
 ``chorus chat`` does, then reports which heavy optional packages got imported. A vendor SDK,
 a platform SDK or the terminal UI imported where it is not used costs start-up time and
-resident memory on every run (``python -m bench.startup`` measures both).
+resident memory on every run (``python -m bench.startup`` measures both). So does a feature
+that is off (the feeds tool and its XML parsers without ``CHORUS_FEEDS``), and so does the core
+imported by the command module itself: ``bot.cli.main`` holds full garbage collections while a
+bot starts (``bot.ops.aio.starting``), which only helps what is imported after it is called.
 """
 
 from __future__ import annotations
@@ -24,11 +27,14 @@ VENDOR_SDKS = {"anthropic": "anthropic", "openai": "openai", "gemini": "google.g
 PLATFORM_SDKS = ("discord", "slack_sdk", "slack_bolt", "twitchio", "grpc", "googleapiclient")
 TERMINAL_UI = ("prompt_toolkit", "rich")
 EMBEDDED_STORE = ("fakeredis", "lupa")
+FEEDS = ("bot.tools.builtin.feeds", "defusedxml", "xml.etree.ElementTree")  # CHORUS_FEEDS only
+CORE = ("aiohttp", "bot.app", "bot.settings", "pydantic", "redis")  # imported in bot.cli.main
 WATCHED = (
     *VENDOR_SDKS.values(),
     *PLATFORM_SDKS,
     *TERMINAL_UI,
     *EMBEDDED_STORE,
+    *FEEDS,
     "aiohttp.web",
     "mcp",
 )
@@ -36,7 +42,7 @@ WATCHED = (
 _PROBE = """
 import asyncio, json, sys
 import bot.cli
-after_cli = sorted(m for m in {watched!r} if m in sys.modules)
+after_cli = sorted(m for m in {watched!r} + {core!r} if m in sys.modules)
 from bot.app import Chorus
 from bot.settings import load_settings
 
@@ -59,7 +65,7 @@ def _probe(tmp_path: Path, env: dict[str, str]) -> dict[str, list[str]]:
         CHORUS_HEALTH_PORT="0",
     )
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE.format(watched=WATCHED)],
+        [sys.executable, "-c", _PROBE.format(watched=WATCHED, core=CORE)],
         env=base | env,
         cwd=tmp_path,
         capture_output=True,
@@ -71,7 +77,7 @@ def _probe(tmp_path: Path, env: dict[str, str]) -> dict[str, list[str]]:
     return found
 
 
-def test_the_command_module_imports_no_vendor_platform_or_terminal_package(
+def test_the_command_module_imports_no_vendor_platform_or_terminal_package_nor_the_core(
     tmp_path: Path,
 ) -> None:
     found = _probe(tmp_path, {"CHORUS_MODEL": "openai:gpt-test", "OPENAI_API_KEY": "k"})
@@ -132,3 +138,12 @@ async def test_a_piped_chat_answers_without_the_terminal_ui_or_other_vendors(
     }
     assert "openai" in imported and "bot.app" in imported  # the listing is real
     assert sorted(set(WATCHED) & imported) == sorted(["openai", *EMBEDDED_STORE])
+
+
+def test_the_feeds_tool_and_its_xml_parsers_load_only_where_feeds_are_followed(
+    tmp_path: Path,
+) -> None:
+    env = {"CHORUS_MODEL": "openai:gpt-test", "OPENAI_API_KEY": "k"}
+    assert not set(FEEDS) & set(_probe(tmp_path, env)["app"])
+    found = _probe(tmp_path, env | {"CHORUS_FEEDS": "https://example.com/feed.xml"})
+    assert set(FEEDS) <= set(found["app"])
