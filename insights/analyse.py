@@ -45,7 +45,7 @@ _ERROR_CHARS = 300
 
 # -- the structured answer ---------------------------------------------------------------------
 class PinProposal(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)  # built at the first job
 
     op: Literal["add", "update", "replace", "keep"]
     target: int | None = Field(
@@ -62,7 +62,7 @@ class PinProposal(BaseModel):
 
 
 class RecProposal(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)  # built at the first job
 
     text: str = Field(description=f"a tip, at most {REC_TEXT_MAX} characters")
     tool: str | None = Field(default=None, description="the tool the tip is about, or null")
@@ -72,7 +72,7 @@ class RecProposal(BaseModel):
 
 
 class Analysis(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)  # built at the first job
 
     pins: list[PinProposal] = Field(default_factory=list)
     recommendations: list[RecProposal] = Field(default_factory=list)

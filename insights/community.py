@@ -39,7 +39,7 @@ SAME_NOTE = 0.6
 
 
 class NoteProposal(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)  # built at the first job
 
     kind: Literal["topic", "norm", "joke"]
     text: str = Field(description=f"the note, at most {NOTE_TEXT_MAX} characters")
@@ -48,7 +48,7 @@ class NoteProposal(BaseModel):
 
 
 class CommunityAnswer(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)  # built at the first job
 
     notes: list[NoteProposal] = Field(default_factory=list)
     mood: str = Field(default="", description=f"at most {MOOD_MAX} characters, or empty")

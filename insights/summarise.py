@@ -65,7 +65,7 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class SummaryAnswer(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)  # built at the first job
 
     summary: str = Field(
         description=f"the day's summary, at most {SUMMARY_TEXT_MAX} characters; empty if nothing"

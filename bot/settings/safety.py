@@ -166,9 +166,10 @@ class QuotaSettings(Section):
 
 # -- per scope (chorus.toml ``[scope.safety]`` and ``[scope.quota]``) ----------------------------
 class _ScopeTable(BaseModel):
-    """A scope's table: unknown keys are the loader's errors; ``None`` keeps the deployment's."""
+    """A scope's table: unknown keys are the loader's errors; ``None`` keeps the deployment's.
+    Validators are built on first use (``defer_build``): most deployments have no scope."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class ScopeSafety(_ScopeTable):

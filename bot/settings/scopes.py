@@ -56,9 +56,10 @@ _IDS = {  # what an id looks like where we cannot know the ids at start (warned 
 
 
 class _Table(BaseModel):
-    """A table of the file: unknown keys are the loader's errors, values are checked here."""
+    """A table of the file: unknown keys are the loader's errors, values are checked here.
+    Validators are built on first use (``defer_build``): most deployments have no scope."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class Persona(_Table):

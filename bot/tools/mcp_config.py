@@ -60,7 +60,7 @@ class MCPConfigError(ConfigError):
 class ToolFilter(BaseModel):
     """Which of a server's tools to offer: ``allow`` (default: all), then minus ``deny``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built with an MCP file only
 
     allow: list[str] | None = None
     deny: list[str] = Field(default_factory=list)
@@ -76,7 +76,7 @@ class ToolFilter(BaseModel):
 class ServerConfig(BaseModel):
     """One entry of ``mcpServers``. Unknown keys (other clients' settings) are ignored."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
     type: str | None = None
     command: str | None = None
@@ -158,7 +158,7 @@ class ServerConfig(BaseModel):
 class MCPConfig(BaseModel):
     """The whole file. ``mcpServers`` keeps the file's order; tools are sorted later anyway."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
     servers: dict[str, ServerConfig] = Field(alias="mcpServers")
 
