@@ -56,6 +56,16 @@ def _env(home: str) -> dict[str, str]:
     return env
 
 
+async def spawn_chat(home: str, **env: str) -> asyncio.subprocess.Process:
+    """A real piped ``chorus chat`` (the embedded store, no health server) with ``env`` added:
+    stdin and stdout are pipes, stderr is dropped."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "chat",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL, env=_env(home) | env, cwd=home,
+    )  # fmt: skip
+
+
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU seconds a running process has used (``/proc/<pid>/stat``): far
     steadier than its wall clock on a loaded machine, though cache contention still moves it."""
@@ -81,15 +91,12 @@ async def first_answer(vendor: str) -> tuple[float, float, float]:
     await server.start()
     try:
         with tempfile.TemporaryDirectory() as home:
-            env = _env(home)
-            env.update(CHORUS_MODEL=model, **{key_env: "bench-key-0123456789"})
-            env[url_env] = server.base_url
             started = time.perf_counter()
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bot.cli", "chat",
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL, env=env, cwd=home,
-            )  # fmt: skip
+            proc = await spawn_chat(
+                home,
+                CHORUS_MODEL=model,
+                **{key_env: "bench-key-0123456789", url_env: server.base_url},
+            )
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.write(b"hello\n")
             await proc.stdin.drain()

@@ -44,24 +44,14 @@ def _pct(values: list[float], q: float) -> float:
 async def chorus_turns(server: OpenAIServer, home: str) -> tuple[list[float], float]:
     """Seconds per answered turn of a piped ``chorus chat`` (warm-up excluded), and the CPU
     seconds per turn its process spent over those turns."""
-    from bench.startup import cpu_seconds
+    from bench.startup import cpu_seconds, spawn_chat
 
-    env = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG"}}
-    env.update(
-        CHORUS_BLOCK_REAL_LLM="1",
-        CHORUS_REDIS_URL="memory://",
-        CHORUS_HEALTH_PORT="0",
+    proc = await spawn_chat(
+        home,
         CHORUS_MODEL="openai:gpt-test",
         OPENAI_API_KEY="bench-key-0123456789",
         OPENAI_BASE_URL=server.base_url,
-        PYTHONPATH=str(ROOT),
-        HOME=home,
     )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", "chat",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL, env=env, cwd=home,
-    )  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None
     times: list[float] = []
     cpu = 0.0
