@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from types import AsyncGeneratorType, ModuleType
@@ -229,4 +230,37 @@ async def test_a_stream_begun_before_the_load_is_the_real_one_and_closes_it_earl
     after = provider.stream(_request())  # loaded: the real provider's own stream, no wrapper
     assert isinstance(after, AsyncGeneratorType) and after.ag_code is _Streaming.stream.__code__
     await after.aclose()
+    await provider.aclose()
+
+
+STARTED = threading.Event()  # set by the slow SDK's import as it begins
+GATE = threading.Event()  # set by the event loop while that import waits for it
+
+
+async def test_the_import_runs_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module whose import, once begun, waits until the event loop sets ``GATE``: had the
+    import run on the loop's thread, the loop could not set it and the wait would time out."""
+    (tmp_path / "chorus_slow_sdk.py").write_text(
+        "from tests.test_lazy_provider import GATE, STARTED\n"
+        "STARTED.set()\n"
+        "released = GATE.wait(10)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "chorus_slow_sdk", raising=False)
+    STARTED.clear()
+    GATE.clear()
+    seen: list[bool] = []
+
+    def factory(module: ModuleType) -> ScriptedProvider:
+        seen.append(module.released)
+        return ScriptedProvider(responder=lambda request: "loaded")
+
+    provider = LazyProvider("slow", "chorus_slow_sdk", factory, "hint")
+    answer = asyncio.create_task(provider.complete(_request()))
+    assert await asyncio.to_thread(STARTED.wait, 30)  # the import has begun, and the loop turns
+    GATE.set()
+    assert (await answer).text == "loaded"
+    assert seen == [True]
     await provider.aclose()
