@@ -101,10 +101,11 @@ async def converse(
     summaries as they were when the question was asked."""
     ada = 10**17 + int(key_tag[1:], 16) % 10**9  # a snowflake-like user id unique to this run
     now = utcnow()
-    said = [(now - timedelta(days=2), fact)]
-    said += [
-        (now - timedelta(days=1, hours=2) + timedelta(minutes=n), f"filler {n}") for n in range(60)
-    ]
+    # Noon of yesterday (UTC days, as summaries are kept), whatever the hour the test runs at:
+    # "a day ago" counted in hours lands on the fact's own day in the small hours.
+    yesterday = now.replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=1)
+    said = [(yesterday - timedelta(days=1), fact)]
+    said += [(yesterday + timedelta(minutes=n), f"filler {n}") for n in range(60)]
     ids = [snowflake(at, int(key_tag[1:7], 16) + n) for n, (at, _) in enumerate(said)]
     question_id = snowflake(now, int(key_tag[1:7], 16) + 99)
     await _clean(url, ada, [*ids, question_id])
