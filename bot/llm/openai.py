@@ -184,10 +184,11 @@ class OpenAIProvider(SDKProvider):
         history (cProfile of ``chorus chat``; ``python -m bench.turn_ratio`` measures the turn).
         ``build_params`` already writes the wire's JSON, and the contract suite checks that
         wire against the loopback server (tests/test_provider_contract*.py)."""
-        body = {**params, "stream": True, "stream_options": {"include_usage": True}}
+        if stream:
+            params = {**params, "stream": True, "stream_options": {"include_usage": True}}
         return await self.client.post(
             "/chat/completions",
-            body=body if stream else params,
+            body=params,
             cast_to=ChatCompletion,
             options=_REQUEST_OPTIONS,
             stream=stream,

@@ -9,7 +9,6 @@ here, at start; the SDK itself is imported when the model is first needed
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 from types import ModuleType
 
