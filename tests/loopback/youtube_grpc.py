@@ -136,6 +136,17 @@ class YouTubeStreamServer:
     ) -> AsyncIterator[pb.LiveChatMessageListResponse]:
         metadata = {key: value for key, value in context.invocation_metadata() or ()}
         token = request.page_token if request.HasField("page_token") else None
+        # The position is fixed as the call is recorded, before any await: a test that pushes
+        # once it sees the call must find its item delivered, never taken for the log so far.
+        position: int | None
+        if token is None:
+            position = 0  # the history: everything so far, in the first response
+        elif token.startswith("pos-"):
+            position = max(0, int(token.removeprefix("pos-")) - self.overlap)
+        elif token.startswith("page-"):  # the REST stand-in's token: polling got this far
+            position = len(self.log)
+        else:
+            position = None
         call = StreamCall(
             token, str(metadata.get("authorization", "")), request.live_chat_id, list(request.part)
         )
@@ -148,14 +159,9 @@ class YouTubeStreamServer:
         if request.live_chat_id != self.rest.live_chat_id:
             await context.abort(grpc.StatusCode.NOT_FOUND, "liveChatNotFound")
         await context.send_initial_metadata(())  # headers at once, as a real server sends them
-        if token is None:
-            position = 0  # the history: everything so far, in the first response
-        elif token.startswith("pos-"):
-            position = max(0, int(token.removeprefix("pos-")) - self.overlap)
-        elif token.startswith("page-"):  # the REST stand-in's token: polling got this far
-            position = len(self.log)
-        else:
+        if position is None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "invalid page token")
+            return
         first = token is None
         while self.close_after is None or call.responses < self.close_after:
             wake = self._wake
