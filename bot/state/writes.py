@@ -1,0 +1,74 @@
+"""Writes to a real Redis bounded by ``asyncio.timeout``, not ``asyncio.wait_for``.
+
+redis-py gives every connection a socket timeout (5 s by default), and bounds each write to the
+socket with ``asyncio.wait_for``. On Python 3.11 ``wait_for`` runs the awaited coroutine as a
+new task: a task, a timer and an extra pass of the event loop for every command and pipeline,
+although the write itself almost never waits (the socket's buffer takes it at once). Over the
+Redis Streams bus an answered message makes seven such writes; the tasks were a sixth of its CPU.
+
+``asyncio.timeout`` bounds the same write in the caller's own task, with one timer handle. The
+behaviour is redis-py's otherwise, error for error: a write that cannot finish within the socket
+timeout disconnects and raises ``redis.exceptions.TimeoutError``, an ``OSError`` disconnects and
+raises ``ConnectionError`` naming it, and anything else (a cancellation) disconnects and
+propagates, since a half-written command leaves the connection unusable. Without a socket
+timeout, or while a connection is not yet open, redis-py's own method runs unchanged.
+
+``tests/test_redis_writes.py`` checks both: that a write creates no task, and that a server
+which stops reading turns a write into that ``TimeoutError`` within the timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+_classes: dict[type[AbstractConnection], type[AbstractConnection]] = {}
+
+
+class _TimedWrites:
+    """Mixed in before a redis-py connection class (TCP, TLS or Unix socket)."""
+
+    async def send_packed_command(
+        self, command: bytes | str | Iterable[bytes], check_health: bool = True
+    ) -> None:
+        conn: Any = self  # the redis-py connection this is mixed into
+        timeout = conn.socket_timeout
+        if not timeout or not conn.is_connected or conn._writer is None:
+            await super().send_packed_command(command, check_health)  # type: ignore[misc]
+            return
+        if check_health:
+            await conn.check_health()
+        if isinstance(command, str):
+            command = command.encode()
+        chunks = [command] if isinstance(command, bytes) else command
+        try:
+            async with asyncio.timeout(timeout):
+                conn._writer.writelines(chunks)
+                await conn._writer.drain()
+        except TimeoutError:
+            await conn.disconnect(nowait=True)
+            raise RedisTimeoutError("Timeout writing to socket") from None
+        except OSError as exc:
+            await conn.disconnect(nowait=True)
+            number, message = ("UNKNOWN", exc.args[0]) if len(exc.args) == 1 else exc.args[:2]
+            raise RedisConnectionError(
+                f"Error {number} while writing to socket. {message}."
+            ) from exc
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+
+
+def timed_writes(base: type[AbstractConnection]) -> type[AbstractConnection]:
+    """``base`` (a redis-py connection class) with writes bounded by ``asyncio.timeout``."""
+    if issubclass(base, _TimedWrites):
+        return base
+    made = _classes.get(base)
+    if made is None:
+        made = _classes[base] = type(f"Timed{base.__name__}", (_TimedWrites, base), {})
+    return made
