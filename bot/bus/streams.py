@@ -161,7 +161,7 @@ class RedisStreamsBus(StreamsPublisher):
         fields: dict[str, str] | None,
         attempt: int,
     ) -> Delivery[M] | None:
-        ack = self._acker(state, partition, entry_id)
+        ack, settle = self._acker(state, partition, entry_id)
         delivery_id = f"{partition}:{entry_id}"
         if fields is None:
             log.error(
@@ -186,12 +186,28 @@ class RedisStreamsBus(StreamsPublisher):
             )
             await ack()
             return None
-        return Delivery(id=delivery_id, topic=state.topic, event=event, attempt=attempt, on_ack=ack)
+        name, group = self.stream(state.topic, partition), state.group
+        return Delivery(
+            id=delivery_id,
+            topic=state.topic,
+            event=event,
+            attempt=attempt,
+            on_ack=ack,
+            queue_ack=lambda pipe: pipe.xack(name, group, entry_id),
+            settle=settle,
+        )
 
     def _acker(
         self, state: _Consumer, partition: int, entry_id: str
-    ) -> Callable[[], Awaitable[None]]:
+    ) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]:
+        """``ack`` (``XACK``, then ``settle``) and ``settle`` alone (the consumer's bookkeeping,
+        for an entry whose ``XACK`` rode in the caller's commit: ``Delivery.queue_ack``)."""
         name = self.stream(state.topic, partition)
+
+        async def settle() -> None:
+            state.inflight.get(partition, set()).discard(entry_id)
+            state.room.set()
+            self._progress.set()
 
         async def ack() -> None:
             try:
@@ -199,11 +215,9 @@ class RedisStreamsBus(StreamsPublisher):
                     f"ack on {state.topic}", lambda: self._redis.xack(name, state.group, entry_id)
                 )
             finally:
-                state.inflight.get(partition, set()).discard(entry_id)
-                state.room.set()
-                self._progress.set()
+                await settle()
 
-        return ack
+        return ack, settle
 
     async def _fetch(self, state: _Consumer) -> list[Entry]:
         """The next entries for ``state``: reclaimed ones first, then new ones."""
