@@ -149,6 +149,14 @@ class FallbackProvider:
     def models(self) -> list[str]:
         return [f"{link.provider.name}:{link.model}" for link in self._links]
 
+    def warm(self) -> None:
+        """Start loading the first model's SDK now (``bot.llm.lazy``): it answers the first
+        message. The fallbacks' SDKs load when one is first needed, so a chain of three vendors
+        costs one SDK's memory until something fails."""
+        warm = getattr(self._links[0].provider, "warm", None)
+        if warm is not None:
+            warm()
+
     # -- Provider ---------------------------------------------------------------------------------
     async def complete(self, request: LLMRequest) -> LLMResponse:
         attempt = _Attempt(self, request)
