@@ -186,3 +186,20 @@ def test_every_kind_of_connection_gets_the_same_writes() -> None:
         timed = timed_writes(base)
         assert issubclass(timed, base) and timed is not base
         assert timed_writes(base) is timed and timed_writes(timed) is timed
+
+
+def test_a_consumers_read_is_packed_once_and_byte_for_byte_as_redis_py_packs_it() -> None:
+    plain, timed = Connection(), timed_writes(Connection)()
+    streams = [f"chorus:v1:bus:main:stream:inbound:{p}" for p in range(16)]
+    read: tuple[str | int, ...] = ("XREADGROUP", "GROUP", "agent", "w1", "COUNT", 64)
+    read += ("BLOCK", 1000, "STREAMS")
+    args = (*read, *streams, *[">"] * 16)
+    first = timed.pack_command(*args)
+    assert b"".join(first) == b"".join(plain.pack_command(*args))
+    assert timed.pack_command(*args) is first  # kept, not packed again
+    fewer = (*read, *streams[:8], *[">"] * 8)  # partitions moved: a different read
+    assert b"".join(timed.pack_command(*fewer)) == b"".join(plain.pack_command(*fewer))
+    assert timed.pack_command(*fewer) is not first
+    other: tuple[str, ...] = ("SET", "k", "v")
+    assert b"".join(timed.pack_command(*other)) == b"".join(plain.pack_command(*other))
+    assert timed.pack_command(*other) is not timed.pack_command(*other)  # only reads are kept
