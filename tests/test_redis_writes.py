@@ -9,7 +9,8 @@ black-holed link looks from the client.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Coroutine, Generator
+import random
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from typing import Any
 
 import pytest
@@ -21,9 +22,11 @@ from redis.asyncio.connection import (
     UnixDomainSocketConnection,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import DataError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.typing import EncodableT
 
-from bot.state import connect
+from bot.state import connect, writes
 from bot.state.writes import timed_writes
 
 BIG = b"x" * (64 << 20)  # far more than the kernel's socket buffers take
@@ -203,3 +206,32 @@ def test_a_consumers_read_is_packed_once_and_byte_for_byte_as_redis_py_packs_it(
     other: tuple[str, ...] = ("SET", "k", "v")
     assert b"".join(timed.pack_command(*other)) == b"".join(plain.pack_command(*other))
     assert timed.pack_command(*other) is not timed.pack_command(*other)  # only reads are kept
+
+
+def test_every_command_is_packed_as_redis_py_packs_it() -> None:
+    assert writes._HIREDIS is not None  # hiredis is a dependency: its packer is the one in use
+    plain, timed = Connection(), timed_writes(Connection)()
+    rng = random.Random(20)
+    values: list[Callable[[], EncodableT]] = [
+        lambda: rng.choice(["", "k", "é ü 日本", "a b", '{"t": "x\\r\\n"}']),
+        lambda: rng.randint(-(10**20), 10**20),
+        lambda: rng.uniform(-1e6, 1e6) * 10 ** rng.randint(-30, 30),
+        lambda: bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 40))),
+        lambda: bytearray(b"raw\r\n"),
+        lambda: memoryview(b"view"),
+        lambda: "x" * rng.choice([10, 7000, 70000]),  # below and above redis-py's cutoff
+    ]
+    for _ in range(500):
+        names: list[EncodableT] = ["SET", "XADD", "CONFIG GET", b"HSET"]
+        name = rng.choice(names)
+        args: tuple[EncodableT, ...] = (name,)
+        args += tuple(rng.choice(values)() for _ in range(rng.randint(0, 12)))
+        assert b"".join(timed.pack_command(*args)) == b"".join(plain.pack_command(*args)), args
+    commands = [("SET", "k", 1), ("EVAL", "return 1", 0), ("GET", "é")]
+    assert b"".join(timed.pack_commands(commands)) == b"".join(plain.pack_commands(commands))
+    for bad in (None, True):
+        with pytest.raises(DataError) as ours:
+            timed.pack_command("SET", "k", bad)  # type: ignore[arg-type]
+        with pytest.raises(DataError) as theirs:
+            plain.pack_command("SET", "k", bad)  # type: ignore[arg-type]
+        assert str(ours.value) == str(theirs.value)

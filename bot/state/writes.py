@@ -13,12 +13,16 @@ raises ``ConnectionError`` naming it, and anything else (a cancellation) disconn
 propagates, since a half-written command leaves the connection unusable. Without a socket
 timeout, or while a connection is not yet open, redis-py's own method runs unchanged.
 
-A consumer's blocking read (``XREADGROUP`` over every partition's stream) is also packed once
-per connection and reused, since its forty-odd arguments are the same on every read.
+Commands are packed by hiredis's C packer (a dependency already, for parsing replies), as
+redis-py's synchronous client does; redis-py's asynchronous one packs in Python, which was the
+largest single cost of redis-py per message. A consumer's blocking read (``XREADGROUP`` over
+every partition's stream) is packed once per connection and reused, since its forty-odd
+arguments are the same on every read.
 
-``tests/test_redis_writes.py`` checks all three: that a write creates no task, that a server
-which stops reading turns a write into that ``TimeoutError`` within the timeout, and that a
-kept read is byte for byte what redis-py packs.
+``tests/test_redis_writes.py`` checks all of it: that a write creates no task, that a server
+which stops reading turns a write into that ``TimeoutError`` within the timeout, and that what
+is packed, kept or not, is byte for byte what redis-py's own packer makes of the same arguments
+(and fails where it fails).
 """
 
 from __future__ import annotations
@@ -28,10 +32,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from redis.asyncio.connection import AbstractConnection
+from redis.connection import HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import DataError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.utils import HIREDIS_AVAILABLE
 
 _classes: dict[type[AbstractConnection], type[AbstractConnection]] = {}
+_HIREDIS = HiredisRespSerializer() if HIREDIS_AVAILABLE else None
 
 
 _PACKED_LIMIT = 64  # distinct blocking reads a connection keeps packed (they are a handful)
@@ -43,23 +51,39 @@ class _TimedWrites:
     _packed_reads: dict[tuple[Any, ...], list[bytes]] | None = None
 
     def pack_command(self, *args: Any) -> list[bytes]:
-        """redis-py's packing, kept for a consumer's read (``XREADGROUP``): it names every
-        partition's stream on every read, the same forty-odd arguments each time, and packing
-        them was the largest single cost of redis-py per message. The bytes are redis-py's."""
-        conn: Any = self
+        """A command as RESP bytes, as redis-py packs it, kept for a consumer's read
+        (``XREADGROUP``): it names every partition's stream on every read, the same forty-odd
+        arguments each time."""
         if args[0] != "XREADGROUP":
-            packed: list[bytes] = conn._pack(*args)
-            return packed
+            return self._packed(args)
         cache = self._packed_reads
         if cache is None:
             cache = self._packed_reads = {}
         kept = cache.get(args)
         if kept is None:
-            kept = conn._pack(*args)
+            kept = self._packed(args)
             if len(cache) >= _PACKED_LIMIT:
                 cache.clear()
             cache[args] = kept
         return kept
+
+    def _packed(self, args: tuple[Any, ...]) -> list[bytes]:
+        """hiredis's C packer where it gives redis-py's bytes (UTF-8, strict: redis-py's own
+        synchronous client packs with it), else redis-py's Python packer, which also raises
+        redis-py's own error for an argument neither takes (None, a bool)."""
+        conn: Any = self
+        encoder = conn.encoder
+        if (
+            _HIREDIS is not None
+            and encoder.encoding == "utf-8"
+            and encoder.encoding_errors == "strict"
+        ):
+            try:
+                return _HIREDIS.pack(*args)  # type: ignore[no-any-return]
+            except DataError:
+                pass
+        packed: list[bytes] = conn._pack(*args)
+        return packed
 
     async def send_packed_command(
         self, command: bytes | str | Iterable[bytes], check_health: bool = True
