@@ -44,7 +44,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -58,6 +58,9 @@ from bot.bus.streams_publish import FIELD, StreamsPublisher, conversation_of
 from bot.ops.aio import cancel_and_wait
 from bot.state import keys
 from bot.state.outages import TRANSIENT
+
+if TYPE_CHECKING:
+    from redis.asyncio.client import Pipeline
 
 __all__ = ["FIELD", "RedisStreamsBus", "conversation_of"]
 
@@ -162,7 +165,7 @@ class RedisStreamsBus(StreamsPublisher):
         fields: dict[str, str] | None,
         attempt: int,
     ) -> Delivery[M] | None:
-        ack, settle = self._acker(state, partition, entry_id)
+        ack, settle, queue_ack = self._acker(state, partition, entry_id)
         delivery_id = f"{partition}:{entry_id}"
         if fields is None:
             log.error(
@@ -187,23 +190,27 @@ class RedisStreamsBus(StreamsPublisher):
             )
             await ack()
             return None
-        name, group = self.stream(state.topic, partition), state.group
         return Delivery(
             id=delivery_id,
             topic=state.topic,
             event=event,
             attempt=attempt,
             on_ack=ack,
-            queue_ack=lambda pipe: pipe.xack(name, group, entry_id),
+            queue_ack=queue_ack,
             settle=settle,
         )
 
     def _acker(
         self, state: _Consumer, partition: int, entry_id: str
-    ) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]:
-        """``ack`` (``XACK``, then ``settle``) and ``settle`` alone (the consumer's bookkeeping,
-        for an entry whose ``XACK`` rode in the caller's commit: ``Delivery.queue_ack``)."""
-        name = self.stream(state.topic, partition)
+    ) -> tuple[
+        Callable[[], Awaitable[None]],
+        Callable[[], Awaitable[None]],
+        Callable[[Pipeline], object],
+    ]:
+        """``ack`` (``XACK``, then ``settle``); ``settle`` alone (the consumer's bookkeeping);
+        and the ``XACK`` queued on a caller's transaction, for an entry whose ack rides in the
+        caller's commit (``Delivery.queue_ack``, then ``settle``)."""
+        name, group = self.stream(state.topic, partition), state.group
 
         async def settle() -> None:
             state.inflight.get(partition, set()).discard(entry_id)
@@ -213,12 +220,12 @@ class RedisStreamsBus(StreamsPublisher):
         async def ack() -> None:
             try:
                 await self._retrying(
-                    f"ack on {state.topic}", lambda: self._redis.xack(name, state.group, entry_id)
+                    f"ack on {state.topic}", lambda: self._redis.xack(name, group, entry_id)
                 )
             finally:
                 await settle()
 
-        return ack, settle
+        return ack, settle, lambda pipe: pipe.xack(name, group, entry_id)
 
     async def _fetch(self, state: _Consumer) -> list[Entry]:
         """The next entries for ``state``: reclaimed ones first, then new ones."""
