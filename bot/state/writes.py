@@ -4,7 +4,8 @@ redis-py gives every connection a socket timeout (5 s by default), and bounds ea
 socket with ``asyncio.wait_for``. On Python 3.11 ``wait_for`` runs the awaited coroutine as a
 new task: a task, a timer and an extra pass of the event loop for every command and pipeline,
 although the write itself almost never waits (the socket's buffer takes it at once). Over the
-Redis Streams bus an answered message makes seven such writes; the tasks were a sixth of its CPU.
+Redis Streams bus an answered message makes six such writes in the benchmark (three are the
+worker's); their tasks were 2.3% of its instructions (``python -m bench.instructions``).
 
 ``asyncio.timeout`` bounds the same write in the caller's own task, with one timer handle. The
 behaviour is redis-py's otherwise, error for error: a write that cannot finish within the socket
