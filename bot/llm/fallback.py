@@ -46,6 +46,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from bot.llm import lazy
 from bot.llm.base import Provider
 from bot.llm.errors import LLMError, ProviderAuthError, ProviderUnavailable
 from bot.llm.registry import build_provider
@@ -153,9 +154,7 @@ class FallbackProvider:
         """Start loading the first model's SDK now (``bot.llm.lazy``): it answers the first
         message. The fallbacks' SDKs load when one is first needed, so a chain of three vendors
         costs one SDK's memory until something fails."""
-        warm = getattr(self._links[0].provider, "warm", None)
-        if warm is not None:
-            warm()
+        lazy.warm(self._links[0].provider)
 
     # -- Provider ---------------------------------------------------------------------------------
     async def complete(self, request: LLMRequest) -> LLMResponse:
