@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -126,62 +127,56 @@ async def deaf() -> AsyncIterator[DeafServer]:
         yield server
 
 
+@asynccontextmanager
+async def greeted(server: DeafServer, socket_timeout: float) -> AsyncIterator[AbstractConnection]:
+    """A connection of a client of ``server`` with that socket timeout, through
+    the greeting and checked out of its pool; handed back and the client closed after."""
+    client = await connect.open_redis(
+        f"redis://127.0.0.1:{server.port}/0?socket_timeout={socket_timeout:g}"
+    )
+    try:
+        await client.ping()
+        connection = await checkout(client)
+        try:
+            yield connection
+        finally:
+            await client.connection_pool.release(connection)
+    finally:
+        await client.aclose()
+
+
 async def test_a_write_the_server_never_reads_times_out_and_drops_the_connection(
     deaf: DeafServer,
 ) -> None:
-    client = await connect.open_redis(f"redis://127.0.0.1:{deaf.port}/0?socket_timeout=0.5")
-    try:
-        await client.ping()
+    async with greeted(deaf, 0.5) as connection:
         deaf.go_deaf()
-        connection = await checkout(client)
-        try:
-            assert connection.is_connected
-            with pytest.raises(RedisTimeoutError, match="Timeout writing to socket"):
-                await connection.send_command("SET", "big", BIG)
-            assert not connection.is_connected  # half a command sent: the connection is gone
-        finally:
-            await client.connection_pool.release(connection)
-    finally:
-        await client.aclose()
+        assert connection.is_connected
+        with pytest.raises(RedisTimeoutError, match="Timeout writing to socket"):
+            await connection.send_command("SET", "big", BIG)
+        assert not connection.is_connected  # half a command sent: the connection is gone
 
 
 async def test_a_write_cancelled_midway_drops_the_connection(deaf: DeafServer) -> None:
-    client = await connect.open_redis(f"redis://127.0.0.1:{deaf.port}/0?socket_timeout=30")
-    try:
-        await client.ping()
+    async with greeted(deaf, 30) as connection:
         deaf.go_deaf()
-        connection = await checkout(client)
-        try:
-            write = asyncio.create_task(connection.send_command("SET", "big", BIG))
-            await asyncio.sleep(0.2)
-            assert not write.done()  # the socket's buffer is full: the write waits
-            write.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await write
-            assert not connection.is_connected
-        finally:
-            await client.connection_pool.release(connection)
-    finally:
-        await client.aclose()
+        write = asyncio.create_task(connection.send_command("SET", "big", BIG))
+        await asyncio.sleep(0.2)
+        assert not write.done()  # the socket's buffer is full: the write waits
+        write.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await write
+        assert not connection.is_connected
 
 
 async def test_a_write_to_a_reset_connection_names_the_error(deaf: DeafServer) -> None:
-    client = await connect.open_redis(f"redis://127.0.0.1:{deaf.port}/0?socket_timeout=5")
-    try:
-        await client.ping()
-        connection = await checkout(client)
-        try:
-            assert connection._writer is not None
-            transport = connection._writer.transport
-            transport.abort()  # the socket is closed under the connection
-            await asyncio.sleep(0)
-            with pytest.raises(RedisConnectionError):
-                for _ in range(3):  # the first write may still land in the closing transport
-                    await connection.send_command("SET", "k", "v")
-        finally:
-            await client.connection_pool.release(connection)
-    finally:
-        await client.aclose()
+    async with greeted(deaf, 5) as connection:
+        assert connection._writer is not None
+        transport = connection._writer.transport
+        transport.abort()  # the socket is closed under the connection
+        await asyncio.sleep(0)
+        with pytest.raises(RedisConnectionError):
+            for _ in range(3):  # the first write may still land in the closing transport
+                await connection.send_command("SET", "k", "v")
 
 
 def test_every_kind_of_connection_gets_the_same_writes() -> None:
