@@ -19,9 +19,12 @@ Delivery is at-least-once (a Redis Streams entry is redelivered when its worker 
   one round trip. A worker killed before it is answered is redone by another; killed after, the
   redelivery finds ``done``. A claim that lapsed while Redis was away, with nobody taking it
   over, is taken back (``SET NX``) and committed: nobody else is answering that message, and
-  dropping the answer would lose it (its delivery is acked after the commit). (An earlier fast path skipped the check while the claim looked
-  "fresh" by the worker's own clock; a paused process, or a Redis restart that lost the key,
-  made that belief wrong and two workers committed.) Renewal and release use the same script.
+  dropping the answer would lose it (its delivery is acked after the commit). One that another
+  worker took over is waited for (``bot.router.record.recommit``): this worker goes on to the
+  conversation's next message only once that worker has recorded its answer. (An earlier fast
+  path skipped the check while the claim looked "fresh" by the worker's own clock; a paused
+  process, or a Redis restart that lost the key, made that belief wrong and two workers
+  committed.) Renewal and release use the same script.
   The script runs the commands a ``Pipeline`` would have sent, so callers still "fill a
   pipeline"; the keys they touch are not declared, which is fine on one Redis (not Cluster).
   The embedded store runs that script natively in Python, atomically under its own lock
@@ -176,7 +179,7 @@ class Claim:
             if outcome is None:
                 break
             log.info("our claim lapsed and nobody took it; taken back", extra={"key": self.key})
-        log.warning("lost the claim; the answer is not recorded", extra={"key": self.key})
+        log.warning("lost the claim to another worker", extra={"key": self.key})
         return False
 
     async def _take_back(self) -> object:

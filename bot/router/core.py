@@ -307,7 +307,7 @@ class Router:
                     return
             async with claim.renewing():
                 await self._answer(item, claim, read, profile)
-            settled = not item.progress.elsewhere
+            settled = True
         except asyncio.CancelledError:
             settled = item.progress.committed
             if not settled:  # give the message back now, not when the lease lapses
@@ -407,8 +407,8 @@ class Router:
         async def write() -> None:
             if transactional is None:
                 await self.bus.publish(topic, reply)
-            outcome = await claim.commit(fill) or await record.recommit(self.claims, message, fill)
-            item.progress.committed, item.progress.elsewhere = outcome is not None, outcome is None
+            await claim.commit(fill) or await record.recommit(self.claims, message, fill)
+            item.progress.committed = True  # recorded, here or by the worker that took it over
 
         await shielded(write())
         self.observer.committed(item, is_error=is_error)  # the turn log, written by the tick

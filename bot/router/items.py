@@ -23,7 +23,6 @@ from bot.state.turnlog import TurnRecord
 @dataclass
 class Progress:
     committed: bool = False  # the reply and its record are in Redis: never release, ack
-    elsewhere: bool = False  # our lapsed claim is another worker's now: it answers and acks
     hold: str | None = None  # the reply budget reserved for it (where replies cost quota)
     record: TurnRecord | None = None  # an answered turn's numbers, for the turn log
 

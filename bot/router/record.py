@@ -154,26 +154,33 @@ def context_for(
     return f"{context}\n{knowledge}" if context and knowledge else context or knowledge
 
 
-async def recommit(
-    claims: Claims, message: ChatMessage, fill: Callable[[Pipeline], None]
-) -> bool | None:
+async def recommit(claims: Claims, message: ChatMessage, fill: Callable[[Pipeline], None]) -> bool:
     """After ``Claim.commit`` found the claim gone (it lapsed while Redis was away longer than
-    the lease): take it again and record the answer we have, unless someone else did. True:
-    recorded now. False: another worker recorded its answer meanwhile. None: another worker
-    holds the claim; it answers and acks, so this delivery must not be acked here."""
+    the lease): take it again and record the answer we have, unless someone else does. True:
+    recorded now. False: another worker recorded its answer.
 
-    async def attempt() -> bool | None:
-        claim = claims.new(message.platform, message.id)
-        async with claims.redis.pipeline(transaction=False) as pipe:
-            claim.queue_take(pipe)
-            [previous] = await pipe.execute()
-        outcome = claim.taken(previous)
-        if outcome:
-            return await claim.commit(fill) or None
-        return outcome
+    When another worker holds the claim (it reclaimed the entry after the outage and is
+    answering it), wait for it to finish, or for its claim to lapse and then record ours: this
+    worker moves on to the conversation's next message only once this one is recorded. Moving
+    on at once let the two workers answer one conversation side by side, the next message
+    here while the other still answered this one, so its reply came out after later ones."""
+
+    async def attempt() -> bool:
+        while True:
+            claim = claims.new(message.platform, message.id)
+            async with claims.redis.pipeline(transaction=False) as pipe:
+                claim.queue_take(pipe)
+                [previous] = await pipe.execute()
+            outcome = claim.taken(previous)
+            if outcome is None:
+                outcome = await claim.wait_and_take()
+            if not outcome:
+                return False
+            if await claim.commit(fill):
+                return True
 
     outcome = await until_redis_answers("record an answer again", attempt)
-    log.info("re-took a lapsed claim", extra={"message_id": message.id, "outcome": outcome})
+    log.info("re-took a lapsed claim", extra={"message_id": message.id, "recorded_here": outcome})
     return outcome
 
 
