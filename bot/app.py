@@ -430,9 +430,13 @@ def _make_bus(settings: Settings, redis: Redis) -> EventBus:
         from bot.bus.streams import RedisStreamsBus
 
         if settings.state.redis_url.startswith("memory"):
-            log.warning(
-                "CHORUS_BUS=redis with the embedded store connects no other process; "
-                "set CHORUS_REDIS_URL=redis://... to scale out"
+            # It would connect no other process, and the embedded store answers a blocking
+            # read (the consumers' XREADGROUP ... BLOCK) by holding the event loop itself.
+            raise ConfigError(
+                "CHORUS_BUS=redis needs a Redis server, which the embedded store "
+                f"(CHORUS_REDIS_URL={settings.state.redis_url}) is not: set "
+                "CHORUS_REDIS_URL=redis://HOST:6379/0 to scale out over processes, or "
+                "CHORUS_BUS=memory for one process"
             )
         return RedisStreamsBus(
             redis,

@@ -256,6 +256,7 @@ async def _chat(
     from adapters.console import ConsoleAdapter, FdLineReader
     from bot.app import Chorus
     from bot.cli_config import on_reload_signal, registered
+    from bot.llm.lazy import warm
 
     terminal: Terminal | None = None
     name = user or _default_user()
@@ -276,7 +277,7 @@ async def _chat(
     async with app, _insights_in_process(app), registered(settings):
         aio.freeze_heap()
         if not health:  # a chat, not an idle deployment: the model SDK loads while one types
-            _warm(app.provider)
+            warm(app.provider)
         adapter = ConsoleAdapter(
             app.bus,
             stdin=FdLineReader(sys.stdin.fileno()),
@@ -321,13 +322,6 @@ async def _insights_in_process(app: Chorus) -> AsyncIterator[None]:
         await asyncio.gather(task, return_exceptions=True)
         if provider is not app.provider:
             await provider.aclose()
-
-
-def _warm(provider: Provider) -> None:
-    """Start loading a lazily imported model SDK now (``bot.llm.lazy``)."""
-    warm = getattr(provider, "warm", None)
-    if warm is not None:
-        warm()
 
 
 def _insights_worker(

@@ -1,7 +1,8 @@
 """Counting Redis round trips where they happen.
 
 Every write of one command, or of a whole pipeline, to a connection goes through
-``AbstractConnection.send_packed_command``, for redis-py and fakeredis alike; one write is one
+``AbstractConnection.send_packed_command``, for redis-py and fakeredis alike (or through
+``bot.state.writes``'s override of it, on a real Redis); one write is one
 round trip (the embedded store writes argument lists, not RESP: they are shown as RESP here;
 its direct path, ``bot.state.embedded_direct``, writes nothing: each ``Pool.run`` is a round trip). The handshake of a connection the pool opens (``HELLO``, ``CLIENT ...``,
 ``SELECT``, ``AUTH``) is counted apart: it happens once per pooled connection, not per message.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 from unittest import mock
 
@@ -19,6 +21,9 @@ from redis.asyncio.connection import AbstractConnection
 
 from bot.state.embedded import resp as embedded_resp
 from bot.state.embedded_direct import Pool
+from bot.state.writes import _TimedWrites
+
+_inside: ContextVar[bool] = ContextVar("roundtrips_inside", default=False)
 
 _HANDSHAKE = (b"HELLO", b"CLIENT", b"SELECT", b"AUTH")
 
@@ -53,6 +58,7 @@ class RoundTrips:
 def counting_round_trips() -> Iterator[RoundTrips]:
     counter = RoundTrips()
     original = AbstractConnection.send_packed_command
+    timed = _TimedWrites.send_packed_command
 
     original_run = Pool.run
 
@@ -62,10 +68,22 @@ def counting_round_trips() -> Iterator[RoundTrips]:
         else:
             counter.writes.append(packed)
 
-    async def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
-        chunks = [command] if isinstance(command, bytes | str) else list(command)
-        count(b"".join(_wire(c) for c in chunks))
-        await original(self, command, check_health)
+    def counting_through(original: Any) -> Any:
+        async def counting(
+            self: AbstractConnection, command: Any, check_health: bool = True
+        ) -> None:
+            if _inside.get():  # the timed writes' fallback to redis-py's own: one write
+                await original(self, command, check_health)
+                return
+            chunks = [command] if isinstance(command, bytes | str) else list(command)
+            count(b"".join(_wire(c) for c in chunks))
+            reset = _inside.set(True)
+            try:
+                await original(self, command, check_health)
+            finally:
+                _inside.reset(reset)
+
+        return counting
 
     def counting_run(self: Pool, conn: Any, commands: Any) -> list[Any]:
         encode = conn.encoder.encode
@@ -73,7 +91,8 @@ def counting_round_trips() -> Iterator[RoundTrips]:
         return original_run(self, conn, commands)
 
     with (
-        mock.patch.object(AbstractConnection, "send_packed_command", counting),
+        mock.patch.object(AbstractConnection, "send_packed_command", counting_through(original)),
+        mock.patch.object(_TimedWrites, "send_packed_command", counting_through(timed)),
         mock.patch.object(Pool, "run", counting_run),
     ):
         yield counter

@@ -23,6 +23,7 @@ from types import AsyncGeneratorType, ModuleType
 
 import pytest
 
+from bot.llm.fallback import FallbackProvider
 from bot.llm.lazy import LazyProvider
 from bot.llm.registry import build_provider
 from bot.llm.scripted import ScriptedProvider
@@ -190,6 +191,20 @@ async def test_warm_loads_in_the_background_and_a_closed_provider_builds_nothing
     assert len(factory.built) == 1 and closing.loaded is None
     with pytest.raises(RuntimeError, match="closed"):
         await closing.complete(_request())
+
+
+async def test_warming_a_fallback_chain_loads_its_first_model_only() -> None:
+    first, second = _Factory(), _Factory()
+    chain = FallbackProvider([(_lazy(first), "one"), (_lazy(second), "two")])
+    chain.warm()
+    for _ in range(3000):  # the load runs in a worker thread; the loop stays free meanwhile
+        if first.built:
+            break
+        await asyncio.sleep(0.01)
+    assert len(first.built) == 1 and second.built == []
+    assert (await chain.complete(_request())).text == "answer 1"
+    assert second.built == []  # the fallback's SDK is loaded only when it is needed
+    await chain.aclose()
 
 
 async def test_a_cancelled_first_caller_does_not_stop_the_load() -> None:

@@ -39,16 +39,26 @@ class BusClosed(RuntimeError):
 class Delivery(Generic[M]):
     """One event handed to one consumer. Call ``ack`` once its side effect is done."""
 
-    __slots__ = ("_acked", "_on_ack", "attempt", "event", "id", "topic")
+    __slots__ = ("_acked", "_on_ack", "_queue_ack", "_settle", "attempt", "event", "id", "topic")
 
     def __init__(
-        self, *, id: str, topic: str, event: M, attempt: int, on_ack: Callable[[], Awaitable[None]]
+        self,
+        *,
+        id: str,
+        topic: str,
+        event: M,
+        attempt: int,
+        on_ack: Callable[[], Awaitable[None]],
+        queue_ack: Callable[[Pipeline], object] | None = None,
+        settle: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.id = id
         self.topic = topic
         self.event = event
         self.attempt = attempt
         self._on_ack = on_ack
+        self._queue_ack = queue_ack  # the ack as a command on the caller's Redis transaction
+        self._settle = settle  # what ``ack`` does besides that command (the bus's bookkeeping)
         self._acked = False
 
     @property
@@ -60,6 +70,19 @@ class Delivery(Generic[M]):
         if not self._acked:
             self._acked = True
             await self._on_ack()
+
+    def queue_ack(self, pipe: Pipeline) -> None:
+        """Queue the ack's command on ``pipe``, a transaction on the bus's own Redis, when the
+        bus has one (Redis Streams: the ``XACK`` rides in the turn's commit, one round trip
+        fewer). It counts only once ``acked_in_commit`` says that transaction ran; until then
+        ``ack`` acks as usual (acking twice is harmless)."""
+        if self._queue_ack is not None and not self._acked:
+            self._queue_ack(pipe)
+
+    def acked_in_commit(self) -> None:
+        """The transaction that carried ``queue_ack`` ran: ``ack`` now only settles locally."""
+        if self._settle is not None:
+            self._on_ack = self._settle
 
     def __repr__(self) -> str:
         return f"Delivery(id={self.id!r}, topic={self.topic!r}, attempt={self.attempt})"

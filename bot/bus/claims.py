@@ -13,18 +13,19 @@ Delivery is at-least-once (a Redis Streams entry is redelivered when its worker 
   gone or someone else's marks it ``lost`` and stops. A retried claim that finds its own token
   (its first answer was lost) holds a lease that began at the first attempt; nothing here
   dates a lease from our own clock, because the commit does not trust any such date.
-- **commit**: the reply (when the bus can publish inside a transaction), the history, the
+- **commit**: the reply and the ack of the message's stream entry (when the bus can publish
+  inside a transaction: ``Delivery.queue_ack``), the history, the
   ``done`` marker and the rest of the side effect run in one Lua script that first checks the
   claim still holds our token (``GUARDED``): ownership is checked on every path, atomically, in
   one round trip. A worker killed before it is answered is redone by another; killed after, the
   redelivery finds ``done``. A claim that lapsed while Redis was away, with nobody taking it
   over, is taken back (``SET NX``) and committed: nobody else is answering that message, and
-  dropping the answer would lose it (its delivery is acked after the commit). One that another
-  worker took over is waited for (``bot.router.record.recommit``): this worker goes on to the
-  conversation's next message only once that worker has recorded its answer. (An earlier fast
-  path skipped the check while the claim looked "fresh" by the worker's own clock; a paused
-  process, or a Redis restart that lost the key, made that belief wrong and two workers
-  committed.) Renewal and release use the same script.
+  dropping the answer would lose it (its delivery is acked after that commit, by itself). One
+  that another worker took over is waited for (``bot.router.record.recommit``): this worker
+  goes on to the conversation's next message only once that worker has recorded its answer.
+  (An earlier fast path skipped the check while the claim looked "fresh" by the worker's own
+  clock; a paused process, or a Redis restart that lost the key, made that belief wrong and two
+  workers committed.) Renewal and release use the same script.
   The script runs the commands a ``Pipeline`` would have sent, so callers still "fill a
   pipeline"; the keys they touch are not declared, which is fine on one Redis (not Cluster).
   The embedded store runs that script natively in Python, atomically under its own lock
@@ -81,6 +82,7 @@ class Claim:
     key: str
     token: str
     lost: bool = False  # a renewal found the claim gone or someone else's
+    recorded: bool = False  # ``commit`` ran its commands itself (not: found them run before)
 
     # -- taking it -------------------------------------------------------------------------
     def queue_take(self, pipe: Pipeline) -> None:
@@ -163,6 +165,7 @@ class Claim:
         # finds "done" instead of our token and nothing doubles.
         for _ in range(3):  # (a take-back can race another worker's claim: then it wins)
             if await until_redis_answers("commit an answer", lambda: self._if_ours(effect)):
+                self.recorded = True
                 return True
             # Not ours: answered already, held by another worker, or lapsed with nobody taking
             # it (a Redis outage longer than the lease). Then nobody else is answering it, so

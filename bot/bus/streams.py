@@ -12,8 +12,9 @@ in one stream, in publish order. Each partition is read by one consumer of a gro
 (``bus_redis_leases``), which is what keeps a conversation in order across workers. Entries
 are added with ``XADD ... MAXLEN ~ maxlen`` (memory stays bounded; a group lagging by more than
 ``maxlen`` loses the oldest entries, which are logged when reclaimed) and read with
-``XREADGROUP ... BLOCK``; ``Delivery.ack`` is ``XACK``, after the side effect. ``attempt`` is the
-entry's delivery count. A payload that does not fit the model is logged with its id and acked.
+``XREADGROUP ... BLOCK``; ``Delivery.ack`` is ``XACK``, after the side effect, or rides inside
+the side effect's own transaction (``Delivery.queue_ack``: the router's guarded commit), which
+saves the round trip and makes the two atomic. ``attempt`` is the entry's delivery count. A payload that does not fit the model is logged with its id and acked.
 
 A group created by ``consume`` starts at the beginning of the retained stream (``start_id``
 ``0``), so events published before the first consumer started are delivered, as in-process.
@@ -43,7 +44,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -57,6 +58,9 @@ from bot.bus.streams_publish import FIELD, StreamsPublisher, conversation_of
 from bot.ops.aio import cancel_and_wait
 from bot.state import keys
 from bot.state.outages import TRANSIENT
+
+if TYPE_CHECKING:
+    from redis.asyncio.client import Pipeline
 
 __all__ = ["FIELD", "RedisStreamsBus", "conversation_of"]
 
@@ -161,7 +165,7 @@ class RedisStreamsBus(StreamsPublisher):
         fields: dict[str, str] | None,
         attempt: int,
     ) -> Delivery[M] | None:
-        ack = self._acker(state, partition, entry_id)
+        ack, settle, queue_ack = self._acker(state, partition, entry_id)
         delivery_id = f"{partition}:{entry_id}"
         if fields is None:
             log.error(
@@ -186,24 +190,42 @@ class RedisStreamsBus(StreamsPublisher):
             )
             await ack()
             return None
-        return Delivery(id=delivery_id, topic=state.topic, event=event, attempt=attempt, on_ack=ack)
+        return Delivery(
+            id=delivery_id,
+            topic=state.topic,
+            event=event,
+            attempt=attempt,
+            on_ack=ack,
+            queue_ack=queue_ack,
+            settle=settle,
+        )
 
     def _acker(
         self, state: _Consumer, partition: int, entry_id: str
-    ) -> Callable[[], Awaitable[None]]:
-        name = self.stream(state.topic, partition)
+    ) -> tuple[
+        Callable[[], Awaitable[None]],
+        Callable[[], Awaitable[None]],
+        Callable[[Pipeline], object],
+    ]:
+        """``ack`` (``XACK``, then ``settle``); ``settle`` alone (the consumer's bookkeeping);
+        and the ``XACK`` queued on a caller's transaction, for an entry whose ack rides in the
+        caller's commit (``Delivery.queue_ack``, then ``settle``)."""
+        name, group = self.stream(state.topic, partition), state.group
+
+        async def settle() -> None:
+            state.inflight.get(partition, set()).discard(entry_id)
+            state.room.set()
+            self._progress.set()
 
         async def ack() -> None:
             try:
                 await self._retrying(
-                    f"ack on {state.topic}", lambda: self._redis.xack(name, state.group, entry_id)
+                    f"ack on {state.topic}", lambda: self._redis.xack(name, group, entry_id)
                 )
             finally:
-                state.inflight.get(partition, set()).discard(entry_id)
-                state.room.set()
-                self._progress.set()
+                await settle()
 
-        return ack
+        return ack, settle, lambda pipe: pipe.xack(name, group, entry_id)
 
     async def _fetch(self, state: _Consumer) -> list[Entry]:
         """The next entries for ``state``: reclaimed ones first, then new ones."""

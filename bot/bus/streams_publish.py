@@ -94,10 +94,18 @@ class StreamsPublisher:
         self._progress = asyncio.Event()  # an ack or publish happened here (drain re-checks)
         self._closed_event = asyncio.Event()
         self._closed = False
+        # (topic, partition) -> stream key: a consumer names every partition it reads on every
+        # read, and checking and joining the parts each time was ~40 key builds per message
+        self._streams: dict[tuple[str, int], str] = {}
 
     # -- publishing ------------------------------------------------------------------------------
     def stream(self, topic: str, partition: int) -> str:
-        return keys.bus_stream(topic, partition, self.namespace)
+        name = self._streams.get((topic, partition))
+        if name is None:
+            name = keys.bus_stream(topic, partition, self.namespace)
+            if len(self._streams) < 4096:  # topics are a few per platform; bounded regardless
+                self._streams[(topic, partition)] = name
+        return name
 
     def partition_of(self, event: BaseModel) -> int:
         """The partition of ``event``: by its conversation, round robin when it has none."""

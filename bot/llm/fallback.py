@@ -46,6 +46,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from bot.llm import lazy
 from bot.llm.base import Provider
 from bot.llm.errors import LLMError, ProviderAuthError, ProviderUnavailable
 from bot.llm.registry import build_provider
@@ -148,6 +149,12 @@ class FallbackProvider:
     @property
     def models(self) -> list[str]:
         return [f"{link.provider.name}:{link.model}" for link in self._links]
+
+    def warm(self) -> None:
+        """Start loading the first model's SDK now (``bot.llm.lazy``): it answers the first
+        message. The fallbacks' SDKs load when one is first needed, so a chain of three vendors
+        costs one SDK's memory until something fails."""
+        lazy.warm(self._links[0].provider)
 
     # -- Provider ---------------------------------------------------------------------------------
     async def complete(self, request: LLMRequest) -> LLMResponse:

@@ -35,6 +35,14 @@ from bot.llm.types import LLMRequest, LLMResponse, StreamEvent
 from bot.settings import ConfigError
 
 
+def warm(provider: Provider) -> None:
+    """Start loading ``provider``'s SDK now, where it loads lazily (a ``LazyProvider``, or a
+    fallback chain whose first model is one); any other provider has nothing to load."""
+    start = getattr(provider, "warm", None)
+    if start is not None:
+        start()
+
+
 class LazyProvider:
     """``Provider`` for ``name``: imports ``module`` on first use and builds the provider with
     ``factory(module)``. ``install_hint`` is the error if the import fails after all."""

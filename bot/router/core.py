@@ -391,10 +391,15 @@ class Router:
         reply = self._reply(item, text, is_error=is_error)
         topic = outbound_topic(message.platform)
         transactional = self._transactional
+        # On a transactional bus the delivery's ack rides in the commit too (one round trip
+        # fewer); ``ack`` after it then only settles the consumer's bookkeeping.
+        delivery = item.delivery if transactional is not None else None
 
         def fill(pipe: Pipeline) -> None:
             if transactional is not None:
                 transactional.queue_publish(pipe, topic, reply)
+            if delivery is not None:
+                delivery.queue_ack(pipe)
             if kept is not None:
                 kept.queue_history(pipe, self.history, message.conversation)
             if kept is not None and kept.activity is not None and self.memory is not None:
@@ -409,6 +414,8 @@ class Router:
                 await self.bus.publish(topic, reply)
             await claim.commit(fill) or await record.recommit(self.claims, message, fill)
             item.progress.committed = True  # recorded, here or by the worker that took it over
+            if claim.recorded and delivery is not None:
+                delivery.acked_in_commit()
 
         await shielded(write())
         self.observer.committed(item, is_error=is_error)  # the turn log, written by the tick
