@@ -17,7 +17,8 @@ from bot.settings.allowlist import Allowlist
 from bot.tools.base import ToolContext, ToolError
 from bot.tools.builtin import fetch as fetch_module
 from bot.tools.builtin.fetch import Fetcher, fetch_page_tool, readable_text
-from bot.tools.netguard import NetGuard, PinnedResolver, classify
+from bot.tools.netguard import NetGuard, classify
+from bot.tools.pinned import PinnedResolver
 from tests.loopback.base import LoopbackServer
 
 PAGE = """<!doctype html>

@@ -6,6 +6,10 @@ credential: the model list of an LLM vendor, the bot's own user on Discord, ``au
 Slack, token validation on Twitch, a token refresh on YouTube. A ``Check`` says whether the
 credential was accepted, refused (re-ask it) or could not be tried (no answer: the operator may
 keep it). The real-call guard of the test suite applies to the vendor checks as to the bot.
+
+``aiohttp`` is imported by ``_request``, when a check runs: the command line imports this
+module for ``chorus init``'s flags on every command, and ``chorus chat`` over a vendor whose
+SDK does not use aiohttp (OpenAI, Gemini) never needs it (about a sixth of its start-up).
 """
 
 from __future__ import annotations
@@ -14,8 +18,6 @@ import asyncio
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
-
-import aiohttp
 
 from bot.llm.errors import RealVendorCallBlocked
 from bot.llm.guard import check_endpoint
@@ -46,6 +48,8 @@ async def _request(
     method: str, url: str, *, limit: float, **kwargs: Any
 ) -> tuple[int, Any] | Check:
     """``(status, JSON or None)``, or a ``Check`` saying why there was no answer."""
+    import aiohttp
+
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=limit)) as http,

@@ -10,10 +10,12 @@ and ``host:port`` / ``ip:port`` / ``[v6]:port`` entries that permit a single por
 
 DNS rebinding: checking a name and then letting the HTTP client resolve it again would allow a
 hostile DNS server to answer "8.8.8.8" to the check and "127.0.0.1" to the connection. So the
-vetted addresses are *pinned*: ``PinnedResolver`` is the aiohttp resolver for the session and
-answers only with the addresses that passed the check (and refuses any host it was not told
-about), so the socket connects to exactly what was checked. IP-literal URLs never reach a
-resolver; they are checked directly.
+vetted addresses are *pinned*: ``bot.tools.pinned.PinnedResolver`` is the aiohttp resolver for
+the session and answers only with the addresses that passed the check (and refuses any host it
+was not told about), so the socket connects to exactly what was checked. IP-literal URLs never
+reach a resolver; they are checked directly. (It lives apart because it subclasses aiohttp's
+resolver: this module is imported with the tools at every start, aiohttp only once a page is
+fetched.)
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
 from bot.settings.allowlist import ALLOW_VARIABLE, Allowlist, IPAddress, normalise_host
@@ -132,42 +133,3 @@ def _parse_ip(text: str) -> IPAddress | None:
         return ipaddress.ip_address(text)
     except ValueError:
         return None
-
-
-class PinnedResolver(AbstractResolver):
-    """An aiohttp resolver that only knows the addresses ``NetGuard`` vetted (see module doc)."""
-
-    def __init__(self) -> None:
-        self._pinned: dict[str, list[str]] = {}
-
-    def pin(self, host: str, addresses: list[str]) -> None:
-        self._pinned[normalise_host(host)] = list(addresses)
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_UNSPEC
-    ) -> list[ResolveResult]:
-        addresses = self._pinned.get(normalise_host(host))
-        if not addresses:
-            raise OSError(f"{host} was not vetted by the network guard")
-        results: list[ResolveResult] = []
-        for text in addresses:
-            ip = ipaddress.ip_address(text)
-            fam = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
-            if family not in (socket.AF_UNSPEC, fam):
-                continue
-            results.append(
-                ResolveResult(
-                    hostname=host,
-                    host=text,
-                    port=port,
-                    family=fam,
-                    proto=0,
-                    flags=socket.AI_NUMERICHOST | socket.AI_NUMERICSERV,
-                )
-            )
-        if not results:
-            raise OSError(f"{host} has no vetted address of family {family!r}")
-        return results
-
-    async def close(self) -> None:
-        self._pinned.clear()

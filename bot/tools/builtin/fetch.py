@@ -21,15 +21,19 @@ import codecs
 import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import aiohttp
 from pydantic import Field
 from yarl import URL
 
 from bot.tools.base import ToolError
 from bot.tools.function import FunctionTool
-from bot.tools.netguard import NetGuard, PinnedResolver
+from bot.tools.netguard import NetGuard
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from bot.tools.pinned import PinnedResolver
 
 USER_AGENT = "Chorus/0.1 (chat bot; fetches pages its users link)"
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -100,6 +104,10 @@ class Fetcher:
             raise ToolError(f"only http and https URLs can be fetched, not {target.scheme!r}")
         if not target.is_absolute():
             raise ToolError(f"{url!r} is not an absolute http(s) URL")
+        import aiohttp  # here, not at the top: most starts never fetch (see bot.tools.pinned)
+
+        from bot.tools.pinned import PinnedResolver
+
         resolver = PinnedResolver()
         connector = aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False)
         try:
