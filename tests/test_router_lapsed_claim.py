@@ -47,6 +47,15 @@ class _Run:
         self.router: Router = _router(redis, self.bus, self.model)
         self.running = asyncio.create_task(self.router.run())
 
+    async def finish(
+        self, redis: Redis, tag: str
+    ) -> tuple[list[tuple[str | None, str]], dict[str, int]]:
+        """Once both replies are out and the turns over: who answered what, in stream order,
+        and what is still pending at w1."""
+        replies = await asyncio.wait_for(_replies(redis, tag, 2), 20)
+        await asyncio.wait_for(self.router.join(), 20)
+        return [(r.reply_to_id, r.text) for r in replies], await _pending(redis, tag, "w1")
+
     async def close(self) -> None:
         await self.router.close()
         await self.bus.close()
@@ -99,12 +108,9 @@ async def test_a_lapsed_claim_is_taken_again_and_the_answer_recorded(
     redis, run = real_redis, _Run(real_redis, key_tag)
     try:
         claim = await _held_then_answered(run, redis, key_tag, held_ms=None)
-        replies = await asyncio.wait_for(_replies(redis, key_tag, 2), 20)
-        await asyncio.wait_for(run.router.join(), 20)
-        pending = await _pending(redis, key_tag, "w1")
+        said, pending = await run.finish(redis, key_tag)
     finally:
         await run.close()
-    said = [(r.reply_to_id, r.text) for r in replies]
     assert said == [(f"{key_tag}-m1", "w1: message 1"), (f"{key_tag}-m2", "w1: message 2")]
     assert await redis.get(claim) == "done"
     assert pending == {}, "recorded, so acked"
@@ -123,12 +129,9 @@ async def test_a_claim_another_worker_took_is_waited_for_before_the_next_message
         answer = Reply(conversation=conv, text="w2: message 1", reply_to_id=m1)
         await run.publisher.publish(outbound_topic("console"), answer)
         await redis.set(claim, "done")
-        replies = await asyncio.wait_for(_replies(redis, key_tag, 2), 20)
-        await asyncio.wait_for(run.router.join(), 20)
-        pending = await _pending(redis, key_tag, "w1")
+        said, pending = await run.finish(redis, key_tag)
     finally:
         await run.close()
-    said = [(r.reply_to_id, r.text) for r in replies]
     assert said == [(f"{key_tag}-m1", "w2: message 1"), (f"{key_tag}-m2", "w1: message 2")]
     assert len(run.model.requests) == 2, "w1's own answer to message 1 is dropped, not sent"
     assert pending == {}, "answered by the holder: nothing left to redo"
@@ -141,12 +144,9 @@ async def test_a_holder_that_dies_leaves_the_message_to_the_answer_we_have(
     try:
         claim = await _held_then_answered(run, redis, key_tag, held_ms=400)  # w2 dies
         await asyncio.wait_for(waiting.seen.wait(), 20)
-        replies = await asyncio.wait_for(_replies(redis, key_tag, 2), 20)
-        await asyncio.wait_for(run.router.join(), 20)
-        pending = await _pending(redis, key_tag, "w1")
+        said, pending = await run.finish(redis, key_tag)
     finally:
         await run.close()
-    said = [(r.reply_to_id, r.text) for r in replies]
     assert said == [(f"{key_tag}-m1", "w1: message 1"), (f"{key_tag}-m2", "w1: message 2")]
     assert len(run.model.requests) == 2, "the answer held while waiting is the one recorded"
     assert await redis.get(claim) == "done"
