@@ -14,7 +14,8 @@ are added with ``XADD ... MAXLEN ~ maxlen`` (memory stays bounded; a group laggi
 ``maxlen`` loses the oldest entries, which are logged when reclaimed) and read with
 ``XREADGROUP ... BLOCK``; ``Delivery.ack`` is ``XACK``, after the side effect, or rides inside
 the side effect's own transaction (``Delivery.queue_ack``: the router's guarded commit), which
-saves the round trip and makes the two atomic. ``attempt`` is the entry's delivery count. A payload that does not fit the model is logged with its id and acked.
+saves the round trip and makes the two atomic. ``attempt`` is the entry's delivery count. A
+payload that does not fit the model is logged with its id and acked.
 
 A group created by ``consume`` starts at the beginning of the retained stream (``start_id``
 ``0``), so events published before the first consumer started are delivered, as in-process.

@@ -8,8 +8,9 @@ credential was accepted, refused (re-ask it) or could not be tried (no answer: t
 keep it). The real-call guard of the test suite applies to the vendor checks as to the bot.
 
 ``aiohttp`` is imported by ``_request``, when a check runs: the command line imports this
-module for ``chorus init``'s flags on every command, and ``chorus chat`` over a vendor whose
-SDK does not use aiohttp (OpenAI, Gemini) never needs it (about a sixth of its start-up).
+module for ``chorus init``'s flags on every command, and commands that make no request
+(``chorus config``, ``reload``) need none. (Every vendor SDK imports aiohttp itself, so a
+``chat`` or ``run`` loads it anyway.)
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 It answers only with the addresses ``NetGuard.vet`` passed for a host and refuses any host it
 was not told about, so the socket connects to exactly what was checked (no DNS rebinding). Apart
 from ``netguard`` because it subclasses aiohttp's resolver: aiohttp is imported when a page is
-fetched, not with the tools at every start (``chorus chat`` over OpenAI or Gemini needs none).
+fetched, not with the tools, which every command builds (``chorus config`` and ``reload`` make
+no request; a ``chat`` or ``run`` loads aiohttp anyway, through the vendor SDK).
 """
 
 from __future__ import annotations
