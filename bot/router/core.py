@@ -412,8 +412,8 @@ class Router:
         async def write() -> None:
             if transactional is None:
                 await self.bus.publish(topic, reply)
-            await claim.commit(fill) or await record.recommit(self.claims, message, fill)
-            item.progress.committed = True  # recorded, here or by the worker that took it over
+            await record.commit(self.claims, claim, message, fill)
+            item.progress.committed = True
             if claim.recorded and delivery is not None:
                 delivery.acked_in_commit()
 

@@ -154,6 +154,16 @@ def context_for(
     return f"{context}\n{knowledge}" if context and knowledge else context or knowledge
 
 
+async def commit(
+    claims: Claims, claim: Claim, message: ChatMessage, fill: Callable[[Pipeline], None]
+) -> None:
+    """Record a turn (``fill``'s commands and the done marker) through ``claim``, or, if the
+    claim lapsed meanwhile, through ``recommit``: once this returns, the message is recorded,
+    here or by the worker that took it over."""
+    if not await claim.commit(fill):
+        await recommit(claims, message, fill)
+
+
 async def recommit(claims: Claims, message: ChatMessage, fill: Callable[[Pipeline], None]) -> bool:
     """After ``Claim.commit`` found the claim gone (it lapsed while Redis was away longer than
     the lease): take it again and record the answer we have, unless someone else does. True:
@@ -168,13 +178,7 @@ async def recommit(claims: Claims, message: ChatMessage, fill: Callable[[Pipelin
     async def attempt() -> bool:
         while True:
             claim = claims.new(message.platform, message.id)
-            async with claims.redis.pipeline(transaction=False) as pipe:
-                claim.queue_take(pipe)
-                [previous] = await pipe.execute()
-            outcome = claim.taken(previous)
-            if outcome is None:
-                outcome = await claim.wait_and_take()
-            if not outcome:
+            if not await claim.wait_and_take():  # free: ours at once; held: waited out
                 return False
             if await claim.commit(fill):
                 return True

@@ -94,8 +94,8 @@ async def _settle_silently(router: Router, item: Any, claim: Claim) -> None:
             router.live.queue_save(pipe, message)
 
     async def write() -> None:
-        await claim.commit(fill) or await record.recommit(router.claims, message, fill)
-        item.progress.committed = True  # recorded, here or by the worker that took it over
+        await record.commit(router.claims, claim, message, fill)
+        item.progress.committed = True
 
     await shielded(write())
     router.observer.committed(item, sent=False)
