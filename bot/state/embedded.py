@@ -29,6 +29,7 @@ version stops taking this path.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import fakeredis
@@ -42,12 +43,15 @@ from redis.asyncio import Redis
 
 from bot.state.alias_scripts import LOAD
 from bot.state.embedded_direct import Client, Pool
+from bot.state.embedded_native import FALLBACK, NATIVE
 from bot.state.guarded import GUARDED
 
 _GUARDED = GUARDED.encode()
 _LOAD = LOAD.encode()
 _NATIVE = {(_GUARDED, b"1"), (_LOAD, b"2")}  # (script, numkeys) run in Python, not Lua
 _EVAL = SUPPORTED_COMMANDS["eval"]
+_BY_SIGNATURE = {SUPPORTED_COMMANDS[name]: run for name, run in NATIVE.items()}
+_QUICK = frozenset({b"EVAL", *(name.upper().encode() for name in NATIVE)})  # the prelude below
 
 
 class _Fields(list[bytes]):
@@ -64,6 +68,7 @@ def resp(fields: list[bytes]) -> bytes:
 
 class _Socket(AsyncFakeSocket):
     native_evals = 0  # how many guarded commits took the native path (tests read it)
+    native_commands = 0  # how many commands ran natively (bot.state.embedded_native; tests read it)
     unparsed_evals = 0  # how many of them skipped the parsing of their arguments (tests read it)
     direct_commands = 0  # how many commands skipped the wire format (tests read it)
     replies: list[Any] | None = None  # set: replies are kept here, not queued (embedded_direct)
@@ -89,11 +94,62 @@ class _Socket(AsyncFakeSocket):
         self._process_command(data)
         return None
 
+    def _process_command(self, fields: list[bytes]) -> None:
+        """fakeredis's own for the names in ``_QUICK`` (as redis-py spells them) outside a
+        transaction, without what costs there and does nothing: the name decoded and looked up
+        on every call (here once per socket) and the sweep for closed sockets raising
+        ``IndexError`` when there are none. The ACL check, the clock, the arity check and the
+        reply are fakeredis's own; anything else takes fakeredis's path whole."""
+        server = self._server
+        if (
+            not fields
+            or fields[0] not in _QUICK
+            or self._transaction is not None
+            or self._reply_off
+            or self._reply_skip
+            or self._reply_skip_next
+            or server.closed_sockets
+        ):
+            return super()._process_command(fields)
+        found = self._found.get(fields[0])
+        if found is None:  # a name in _QUICK: one word, supported on every server type
+            found = self._found[fields[0]] = self._name_to_func(fields[0].decode().lower())
+        func, sig = found
+        args = fields[1:]
+        result: Any
+        try:
+            server.acl.validate_command(self._client_info.user, self._client_info, fields)
+            with server.lock:
+                now = time.time()
+                for db in server.dbs.values():
+                    db.time = now
+                sig.check_arity(args, self.version)
+                result = self._run_command(func, sig, args, False)
+        except SimpleError as exc:
+            result = exc
+        self.put_response(self._decode_result(result))
+        return None
+
     def _run_command(self, func: Any, sig: Any, args: list[Any], from_script: bool) -> Any:
-        """fakeredis's own, except that a native script's ~30 arguments are not parsed one by
-        one first (``Signature.apply``, a tenth of a commit): ``EVAL`` has no keys to look up
-        or type-check, its one number is the exact text checked here, and nothing is written
-        back but what the commands inside write (each through this method, in full)."""
+        """fakeredis's own, except for the hot commands (``bot.state.embedded_native``, while
+        nobody is subscribed to keyspace notifications) and a native script, whose ~30
+        arguments are not parsed one by one first (``Signature.apply``, a tenth of a commit):
+        ``EVAL`` has no keys to look up or type-check, its one number is the exact text
+        checked here, and nothing is written back but what the commands inside write (each
+        through this method)."""
+        native = _BY_SIGNATURE.get(sig)
+        if native is not None:
+            subs, psubs = self._server.subscribers, self._server.psubscribers
+            if (
+                not self._pubsub
+                and self.server_type == "redis"
+                and not (subs and any(subs.values()) or psubs and any(psubs.values()))
+            ):
+                result = native(self._db, args, self.version)
+                if result is not FALLBACK:
+                    type(self).native_commands += 1
+                    return result
+            return super()._run_command(func, sig, args, from_script)
         if (
             sig is not _EVAL
             or from_script
@@ -153,7 +209,7 @@ class _Socket(AsyncFakeSocket):
                 self._found[fields[0]] = found
         else:
             args = fields[1:]
-        result = super()._run_command(found[0], found[1], args, True)
+        result = self._run_command(found[0], found[1], args, True)
         if isinstance(result, SimpleError):
             raise result
         return result
