@@ -24,7 +24,7 @@ from fakeredis.model import Hash, ZSet
 from redis.asyncio import Redis
 
 from bot.state import embedded
-from bot.state.embedded import _Socket
+from bot.state.embedded_direct import COUNTS
 
 SHARED = ["a", "b"]  # any command may use these, so types collide
 OWN = {"string": ["s1", "s2"], "list": ["l1", "l2"], "hash": ["h1", "h2"], "zset": ["z1", "z2"]}
@@ -167,7 +167,7 @@ async def test_random_commands_answer_and_write_as_fakeredis_does(
 ) -> None:
     native, plain = stores
     rng = random.Random(seed)
-    before = _Socket.native_commands
+    before = COUNTS.native_commands
     for step in range(250):
         args = command(rng)
         got, expected = await answer(native, args), await answer(plain, args)
@@ -177,7 +177,7 @@ async def test_random_commands_answer_and_write_as_fakeredis_does(
     native_server, plain_server = servers(native, plain)
     assert held(native_server) == held(plain_server)
     assert notified[id(native_server.dbs[0])] == notified[id(plain_server.dbs[0])]
-    assert _Socket.native_commands - before > 100  # most took the native path
+    assert COUNTS.native_commands - before > 100  # most took the native path
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -186,7 +186,7 @@ async def test_inside_a_transaction_the_native_commands_answer_as_fakeredis_does
 ) -> None:
     native, plain = stores
     rng = random.Random(1000 + seed)
-    before = _Socket.native_commands
+    before = COUNTS.native_commands
     for _ in range(40):
         batch = [command(rng) for _ in range(rng.randint(1, 5))]
         results: list[Any] = []
@@ -203,7 +203,7 @@ async def test_inside_a_transaction_the_native_commands_answer_as_fakeredis_does
         assert results[0] == results[1], batch
         clock.now += rng.choice([0.0, 0.9, 2.1])
     assert held(servers(native, plain)[0]) == held(servers(native, plain)[1])
-    assert _Socket.native_commands - before > 40
+    assert COUNTS.native_commands - before > 40
 
 
 async def test_while_someone_listens_for_keyspace_events_fakeredis_runs_the_command(
@@ -215,14 +215,14 @@ async def test_while_someone_listens_for_keyspace_events_fakeredis_runs_the_comm
     pubsub = native.pubsub()
     await pubsub.psubscribe("__keyspace@0__:*")
     assert (await pubsub.get_message(timeout=1.0))["type"] == "psubscribe"
-    before = _Socket.native_commands
+    before = COUNTS.native_commands
     await native.rpush("l", "x")
     message = await pubsub.get_message(timeout=1.0)
     assert message is not None and message["data"] == "rpush"
-    assert _Socket.native_commands == before
+    assert COUNTS.native_commands == before
     await pubsub.punsubscribe()
     assert (await pubsub.get_message(timeout=1.0))["type"] == "punsubscribe"
     await pubsub.aclose()  # type: ignore[no-untyped-call]
     await native.rpush("l", "y")  # nobody listens now: native again
-    assert _Socket.native_commands == before + 1
+    assert COUNTS.native_commands == before + 1
     assert await native.lrange("l", 0, -1) == ["x", "y"]

@@ -24,8 +24,8 @@ from redis.exceptions import ResponseError, WatchError
 from bot.state import embedded
 from bot.state.alias_scripts import LOAD
 from bot.state.connect import open_redis
-from bot.state.embedded import _Connection, _Socket
-from bot.state.embedded_direct import Pool
+from bot.state.embedded import _Connection
+from bot.state.embedded_direct import COUNTS, Pool
 from bot.state.guarded import GUARDED
 
 THROUGH_LUA = GUARDED + "-- not the claims' script, so fakeredis's Lua engine runs it\n"
@@ -51,13 +51,13 @@ async def both(store: Redis, token: str, *commands: list[Any]) -> list[tuple[Any
                 part.replace("{p}", prefix) if isinstance(part, str) else part for part in command
             ]
             argv += [len(cmd), *cmd]
-        before, unparsed = _Socket.native_evals, _Socket.unparsed_evals
+        before, unparsed = COUNTS.native_evals, COUNTS.unparsed_evals
         try:
             answer: Any = await store.eval(script, 1, f"{prefix}:claim", *argv)
         except ResponseError as exc:
             answer = "error: " + ("WRONGTYPE" if "WRONGTYPE" in str(exc) else str(exc))
-        assert _Socket.native_evals - before == (1 if prefix == "n" else 0)
-        assert _Socket.unparsed_evals - unparsed == (1 if prefix == "n" else 0)
+        assert COUNTS.native_evals - before == (1 if prefix == "n" else 0)
+        assert COUNTS.unparsed_evals - unparsed == (1 if prefix == "n" else 0)
         left = (
             await store.lrange(f"{prefix}:history", 0, -1),
             await store.get(f"{prefix}:claim"),
@@ -107,15 +107,15 @@ async def test_a_failing_command_is_an_error_and_what_ran_before_it_stays(store:
 
 
 async def test_other_scripts_still_run_through_lua(store: Redis) -> None:
-    before = _Socket.native_evals
+    before = COUNTS.native_evals
     assert await store.eval("return ARGV[1] .. KEYS[1]", 1, "k", "v") == "vk"
-    assert _Socket.native_evals == before
+    assert COUNTS.native_evals == before
 
 
 async def test_commands_skip_the_wire_format_and_round_trip_every_kind_of_value(
     store: Redis,
 ) -> None:
-    before, wire_before = Pool.direct_commands, _Socket.direct_commands
+    before, wire_before = COUNTS.direct, COUNTS.unpacked
     text = "héllo\r\n$3\r\n*2 ünïcode ✓"  # RESP framing characters inside a value
     await store.set("s", text)
     await store.hset("h", mapping={"int": 7, "float": 1.5, "bytes": b"\x00\xff"})
@@ -129,12 +129,12 @@ async def test_commands_skip_the_wire_format_and_round_trip_every_kind_of_value(
     assert await store.hget("h", "float") == "1.5"
     with pytest.raises(ResponseError, match="WRONGTYPE"):
         await store.rpush("s", "x")
-    assert Pool.direct_commands - before == 11  # 2 + MULTI, 3 commands, EXEC + 4
+    assert COUNTS.direct - before == 11  # 2 + MULTI, 3 commands, EXEC + 4
     # Commands off the direct path still skip RESP on the way in (the connection's own path).
     sha = await store.execute_command("SCRIPT LOAD", "return 1")  # type: ignore[no-untyped-call]
     assert await store.execute_command("SCRIPT EXISTS", sha) == [1]  # type: ignore[no-untyped-call]
-    assert _Socket.direct_commands - wire_before >= 2
-    assert Pool.direct_commands - before == 11
+    assert COUNTS.unpacked - wire_before >= 2
+    assert COUNTS.direct - before == 11
 
 
 async def _session(redis: Redis) -> list[Any]:
@@ -196,13 +196,13 @@ async def test_the_direct_path_answers_as_the_wire_path_did() -> None:
     wire = fakeredis.FakeAsyncRedis(
         server=fakeredis.FakeServer(), decode_responses=True, connection_class=_Connection
     )
-    before = Pool.direct_commands
+    before = COUNTS.direct
     try:
         through_direct = await _session(direct)
-        assert Pool.direct_commands - before > 40
-        before = Pool.direct_commands
+        assert COUNTS.direct - before > 40
+        before = COUNTS.direct
         assert await _session(wire) == through_direct
-        assert Pool.direct_commands == before
+        assert COUNTS.direct == before
     finally:
         await direct.aclose()
         await wire.aclose()
@@ -310,10 +310,10 @@ async def test_the_link_alias_read_runs_natively_with_the_scripts_answer_and_eff
         if linked:
             await store.set(alias, "p1")
             await store.set(f"{people}p1:memory", "shared buffer")  # no members set: not created
-        before, unparsed = _Socket.native_evals, _Socket.unparsed_evals
+        before, unparsed = COUNTS.native_evals, COUNTS.unparsed_evals
         answer = await store.eval(script, 2, alias, own, people, ttl)
-        assert _Socket.native_evals - before == (1 if prefix == "n" else 0)
-        assert _Socket.unparsed_evals - unparsed == (1 if prefix == "n" else 0)
+        assert COUNTS.native_evals - before == (1 if prefix == "n" else 0)
+        assert COUNTS.unparsed_evals - unparsed == (1 if prefix == "n" else 0)
         ttls = [await store.ttl(k) for k in (alias, f"{people}p1:memory", f"{people}p1:members")]
         found.append((answer, ttls))
     assert found[0] == found[1]

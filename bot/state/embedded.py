@@ -42,7 +42,7 @@ from fakeredis._socket._resp import extract_command
 from redis.asyncio import Redis
 
 from bot.state.alias_scripts import LOAD
-from bot.state.embedded_direct import Client, Pool
+from bot.state.embedded_direct import COUNTS, Client, Pool
 from bot.state.embedded_native import FALLBACK, NATIVE
 from bot.state.guarded import GUARDED
 
@@ -67,10 +67,6 @@ def resp(fields: list[bytes]) -> bytes:
 
 
 class _Socket(AsyncFakeSocket):
-    native_evals = 0  # how many guarded commits took the native path (tests read it)
-    native_commands = 0  # how many commands ran natively (bot.state.embedded_native; tests read it)
-    unparsed_evals = 0  # how many of them skipped the parsing of their arguments (tests read it)
-    direct_commands = 0  # how many commands skipped the wire format (tests read it)
     replies: list[Any] | None = None  # set: replies are kept here, not queued (embedded_direct)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -90,7 +86,7 @@ class _Socket(AsyncFakeSocket):
             return super().sendall(resp(data))
         if not self._server.connected or self._killed:
             raise self._connection_error_class(msgs.CONNECTION_ERROR_MSG)
-        type(self).direct_commands += 1
+        COUNTS.unpacked += 1
         self._process_command(data)
         return None
 
@@ -147,7 +143,7 @@ class _Socket(AsyncFakeSocket):
             ):
                 result = native(self._db, args, self.version)
                 if result is not FALLBACK:
-                    type(self).native_commands += 1
+                    COUNTS.native_commands += 1
                     return result
             return super()._run_command(func, sig, args, from_script)
         if (
@@ -160,7 +156,7 @@ class _Socket(AsyncFakeSocket):
         ):
             return super()._run_command(func, sig, args, from_script)
         self._subkey_events = []
-        type(self).unparsed_evals += 1
+        COUNTS.unparsed_evals += 1
         try:
             result = self.eval(args[0], int(args[1]), *args[2:])
         except SimpleError as exc:
@@ -174,7 +170,7 @@ class _Socket(AsyncFakeSocket):
             return self._load(*keys_and_args)
         if script != _GUARDED or numkeys != 1 or len(keys_and_args) < 2:
             return super().eval(script, numkeys, *keys_and_args)
-        type(self).native_evals += 1
+        COUNTS.native_evals += 1
         key, token, *rest = keys_and_args
         if self._call([b"GET", key]) != token:
             return 0
@@ -188,7 +184,7 @@ class _Socket(AsyncFakeSocket):
     def _load(self, alias: bytes, own: bytes, prefix: bytes, ttl: bytes) -> list[Any]:
         """``alias_scripts.LOAD``: the memory an identity's alias points to (every answered
         message reads it), with the link kept alive; the same commands, in the same order."""
-        type(self).native_evals += 1
+        COUNTS.native_evals += 1
         person = self._call([b"GET", alias])
         if person is None:
             return [b"", self._call([b"GET", own])]
