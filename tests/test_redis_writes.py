@@ -1,7 +1,8 @@
-"""Writes to a real Redis: no task per command, and redis-py's write timeout kept
+"""Writes to a real Redis: no task per command, and redis-py's write timeout kept; replies
+already received read without a timer, and a reply that does not come still timed out
 (bot/state/writes.py).
 
-The first test runs against the real Redis on 127.0.0.1:6379; the others against a loopback TCP
+The first tests run against the real Redis on 127.0.0.1:6379; the others against a loopback TCP
 server that answers the connection's greeting and then stops reading, the way a hung Redis or a
 black-holed link looks from the client.
 """
@@ -23,7 +24,7 @@ from redis.asyncio.connection import (
     UnixDomainSocketConnection,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import DataError
+from redis.exceptions import DataError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT
 
@@ -75,6 +76,43 @@ async def test_commands_and_pipelines_create_no_task(key_tag: str) -> None:
         assert issubclass(made, Connection) and made.__name__ == "TimedConnection"
     finally:
         await client.delete(*[f"{key_tag}:w:{i}" for i in range(20)], f"{key_tag}:w:n")
+        await client.aclose()
+
+
+async def test_replies_already_received_are_read_without_a_timer(
+    key_tag: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py arms a timer for every reply; a pipeline's replies arrive together, and only
+    the first needs to wait. Replies and errors are what redis-py's own reading gives."""
+    import redis.asyncio.connection as connection_module
+
+    timers: list[float] = []
+    armed = connection_module.async_timeout  # type: ignore[attr-defined]
+
+    def counting(delay: float | None) -> Any:
+        timers.append(delay or 0.0)
+        return armed(delay)
+
+    client = await connect.open_redis("redis://127.0.0.1:6379/15")
+    key = f"{key_tag}:r"
+    try:
+        await client.set(f"{key}:s", "text", ex=60)
+        monkeypatch.setattr(connection_module, "async_timeout", counting)
+        async with client.pipeline(transaction=False) as pipe:
+            for _ in range(30):
+                pipe.incr(f"{key}:n")
+            pipe.lpush(f"{key}:s", "x")  # WRONGTYPE, in the middle
+            pipe.get(f"{key}:s")
+            results = await pipe.execute(raise_on_error=False)
+        assert results[:30] == list(range(1, 31))
+        assert isinstance(results[30], ResponseError) and "WRONGTYPE" in str(results[30])
+        assert results[31] == "text"
+        assert len(timers) < 16  # redis-py's own reading armed 32, one per reply
+        with pytest.raises(ResponseError, match="WRONGTYPE"):
+            await client.lpush(f"{key}:s", "x")
+    finally:
+        monkeypatch.undo()
+        await client.delete(f"{key}:s", f"{key}:n")
         await client.aclose()
 
 
@@ -154,6 +192,17 @@ async def test_a_write_the_server_never_reads_times_out_and_drops_the_connection
         with pytest.raises(RedisTimeoutError, match="Timeout writing to socket"):
             await connection.send_command("SET", "big", BIG)
         assert not connection.is_connected  # half a command sent: the connection is gone
+
+
+async def test_a_reply_that_never_comes_times_out_and_drops_the_connection(
+    deaf: DeafServer,
+) -> None:
+    async with greeted(deaf, 0.5) as connection:
+        deaf.go_deaf()
+        await connection.send_command("GET", "k")  # small: the socket's buffer takes it
+        with pytest.raises(RedisTimeoutError, match="Timeout reading"):
+            await connection.read_response()
+        assert not connection.is_connected
 
 
 async def test_a_write_cancelled_midway_drops_the_connection(deaf: DeafServer) -> None:

@@ -1,4 +1,5 @@
-"""Writes to a real Redis bounded by ``asyncio.timeout``, not ``asyncio.wait_for``.
+"""Writes to a real Redis bounded by ``asyncio.timeout``, not ``asyncio.wait_for``; replies
+already received read without a timer.
 
 redis-py gives every connection a socket timeout (5 s by default), and bounds each write to the
 socket with ``asyncio.wait_for``. On Python 3.11 ``wait_for`` runs the awaited coroutine as a
@@ -20,10 +21,17 @@ largest single cost of redis-py per message. A consumer's blocking read (``XREAD
 every partition's stream) is packed once per connection and reused, since its forty-odd
 arguments are the same on every read.
 
+redis-py also arms a timer (``asyncio.timeout``) for every reply it reads, one per command of a
+pipeline although its replies arrive together: a reply hiredis has already parsed from the
+buffer is taken at once, with the parser's and the connection's own checks (a connection error,
+a RESP3 push, an error reply raised as redis-py raises it); only a reply still to come is
+read redis-py's way, timer included (-7% instructions per message over Redis Streams).
+
 ``tests/test_redis_writes.py`` checks all of it: that a write creates no task, that a server
 which stops reading turns a write into that ``TimeoutError`` within the timeout, and that what
 is packed, kept or not, is byte for byte what redis-py's own packer makes of the same arguments
-(and fails where it fails).
+(and fails where it fails); that a pipeline's replies and error replies read as before with
+a timer for the first only, and that a reply that never comes still times out.
 """
 
 from __future__ import annotations
@@ -32,10 +40,11 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
+from redis._parsers.hiredis import NOT_ENOUGH_DATA
 from redis.asyncio.connection import AbstractConnection
 from redis.connection import HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import DataError
+from redis.exceptions import DataError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.utils import HIREDIS_AVAILABLE
 
@@ -115,6 +124,57 @@ class _TimedWrites:
         except BaseException:
             await conn.disconnect(nowait=True)
             raise
+
+    async def read_response(
+        self,
+        disable_decoding: bool = False,
+        timeout: float | None = None,  # noqa: ASYNC109 - redis-py's own signature
+        *,
+        disconnect_on_error: bool = True,
+        push_request: bool | None = False,
+    ) -> Any:
+        """A reply hiredis already holds, taken without a timeout; anything else redis-py's own
+        way. redis-py bounds every reply it reads with ``asyncio.timeout`` (a timer armed and
+        cancelled), also the nine replies of a pipeline that arrived in one read of the socket;
+        a reply already parsed from the buffer cannot wait, so it needs no timer."""
+        conn: Any = self
+        parser = conn._parser
+        reader = getattr(parser, "_reader", None)
+        response: Any = NOT_ENOUGH_DATA
+        if timeout is None and reader is not None and parser._connected:
+            try:
+                response = reader.gets(False) if disable_decoding else reader.gets()
+                # the parser's own checks (hiredis.py, _AsyncHiredisParser.read_response)
+                if isinstance(response, RedisConnectionError):
+                    raise response
+                push = parser._hiredis_PushNotificationType
+                if push is not None and isinstance(response, push):  # RESP3: handled, then on
+                    response = await parser.handle_push_response(response)
+                    if not push_request:
+                        response = NOT_ENOUGH_DATA  # the reply itself: read as below
+                elif (
+                    isinstance(response, list)
+                    and response
+                    and isinstance(response[0], RedisConnectionError)
+                ):
+                    raise response[0]
+            except BaseException:
+                if disconnect_on_error:
+                    await conn.disconnect(nowait=True)
+                raise
+        if response is NOT_ENOUGH_DATA:  # not parsed yet: read and wait, with the timeout
+            return await super().read_response(  # type: ignore[misc]
+                disable_decoding,
+                timeout,
+                disconnect_on_error=disconnect_on_error,
+                push_request=push_request,
+            )
+        if conn.health_check_interval:
+            loop = asyncio.get_running_loop()
+            conn.next_health_check = loop.time() + conn.health_check_interval
+        if isinstance(response, ResponseError):
+            raise response from None
+        return response
 
 
 def timed_writes(base: type[AbstractConnection]) -> type[AbstractConnection]:
