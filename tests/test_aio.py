@@ -1,12 +1,13 @@
 """``cancel_and_wait``: stopping a task whose first cancellation is swallowed (what Python
-3.11's ``asyncio.timeout`` can do to a cancel that races its expiry inside redis-py)."""
+3.11's ``asyncio.timeout`` can do to a cancel that races its expiry inside redis-py); and
+``Latch``, the event the Redis Streams consumer races its reads against without a task."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 
-from bot.ops.aio import cancel_and_wait, freeze_heap, started, starting
+from bot.ops.aio import Latch, cancel_and_wait, freeze_heap, started, starting
 
 
 async def _stubborn(swallow: int, log: list[str]) -> None:
@@ -93,3 +94,32 @@ def test_no_full_collection_while_starting_and_the_usual_ones_once_frozen() -> N
     finally:
         gc.unfreeze()
         gc.set_threshold(*usual)
+
+
+async def test_a_latch_ends_a_race_when_set_and_its_future_outlives_every_waiter() -> None:
+    latch = Latch()
+    tasks_before = len(asyncio.all_tasks())
+    shared = latch.future()
+    assert shared is latch.future() and not shared.done()  # one future for every waiter
+    assert len(asyncio.all_tasks()) == tasks_before  # no task to wait on it
+    slow = asyncio.ensure_future(asyncio.sleep(3600))
+    waiting = asyncio.ensure_future(asyncio.wait({slow, shared}, return_when="FIRST_COMPLETED"))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    latch.set()
+    done, pending = await waiting
+    assert done == {shared} and pending == {slow}
+    assert latch.is_set() and not shared.cancelled()  # a waiter leaving does not cancel it
+    slow.cancel()
+    await latch.wait()  # still an event
+    latch.clear()
+    fresh = latch.future()
+    assert fresh is not shared and not fresh.done()  # cleared: a new round
+    latch.set()
+    assert fresh.done()
+
+
+async def test_a_latch_set_before_its_future_is_asked_for_gives_a_done_one() -> None:
+    latch = Latch()
+    latch.set()
+    assert latch.future().done()

@@ -56,7 +56,7 @@ from bot.bus.base import BusClosed, Delivery
 from bot.bus.leases import PartitionLeases
 from bot.bus.streams_ops import autoclaim, hand_back, wait_event
 from bot.bus.streams_publish import FIELD, StreamsPublisher, conversation_of
-from bot.ops.aio import cancel_and_wait
+from bot.ops.aio import Latch, cancel_and_wait
 from bot.state import keys
 from bot.state.outages import TRANSIENT
 
@@ -84,7 +84,7 @@ class _Consumer:
     recover: dict[int, int] = field(default_factory=dict)  # partition -> min idle ms
     next_stale_check: float = 0.0
     room: asyncio.Event = field(default_factory=asyncio.Event)
-    stopped: asyncio.Event = field(default_factory=asyncio.Event)  # ``stop_consuming``
+    stopped: Latch = field(default_factory=Latch)  # ``stop_consuming``
     task: asyncio.Task[None] | None = None
 
     def is_idle(self, partition: int) -> bool:
@@ -387,16 +387,15 @@ class RedisStreamsBus(StreamsPublisher):
 
     # -- helpers ---------------------------------------------------------------------------------
     async def _until_closed(
-        self, work: Coroutine[Any, Any, T], stopped: asyncio.Event | None = None
+        self, work: Coroutine[Any, Any, T], stopped: Latch | None = None
     ) -> T | None:
         """``work``'s result, or None as soon as the bus closes or ``stopped`` is set (``work``
-        is cancelled)."""
+        is cancelled). The two ends are the latches' shared futures: no task per wait."""
         task = asyncio.ensure_future(work)
-        ends = [asyncio.ensure_future(e.wait()) for e in (self._closed_event, stopped) if e]
+        racing: set[asyncio.Future[Any]] = {task}
+        racing.update(latch.future() for latch in (self._closed_event, stopped) if latch)
         try:
-            await asyncio.wait({task, *ends}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for end in ends:
-                end.cancel()
             await cancel_and_wait(task)
         return task.result() if task.done() and not task.cancelled() else None

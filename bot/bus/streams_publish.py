@@ -28,6 +28,7 @@ from redis.asyncio.client import Pipeline
 
 from bot.bus.base import BusClosed
 from bot.bus.streams_ops import unacked, wait_event
+from bot.ops.aio import Latch
 from bot.resilience import Failure, retry
 from bot.state import keys, outages
 from bot.state.outages import outage_policy
@@ -92,7 +93,7 @@ class StreamsPublisher:
         self._unsettled: dict[str, str] = {}
         self._publishes = 0  # how many publishes were prepared (drain notices one mid-check)
         self._progress = asyncio.Event()  # an ack or publish happened here (drain re-checks)
-        self._closed_event = asyncio.Event()
+        self._closed_event = Latch()
         self._closed = False
         # (topic, partition) -> stream key: a consumer names every partition it reads on every
         # read, and checking and joining the parts each time was ~40 key builds per message

@@ -35,6 +35,36 @@ async def cancel_and_wait(task: asyncio.Future[Any], *, every: float = RECANCEL_
         task.exception()  # retrieved: no "exception was never retrieved" warning
 
 
+class Latch(asyncio.Event):
+    """An ``asyncio.Event`` that is also a future (``future()``), so ``asyncio.wait`` can race
+    other work against it without a task of its own.
+
+    Why: the Redis Streams consumer races every read against the bus closing and against
+    ``stop_consuming``; as ``Event.wait()`` tasks that was two tasks created, scheduled and
+    cancelled per read, each costing passes of the event loop. The future is shared by every
+    waiter, so nobody may cancel it; it is resolved by ``set`` and replaced after ``clear``."""
+
+    _future: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        super().set()
+        if self._future is not None and not self._future.done():
+            self._future.set_result(None)
+
+    def clear(self) -> None:
+        super().clear()
+        if self._future is not None and self._future.done():
+            self._future = None
+
+    def future(self) -> asyncio.Future[None]:
+        """Done once the event is set (already done if it is)."""
+        if self._future is None:
+            self._future = asyncio.get_running_loop().create_future()
+            if self.is_set():
+                self._future.set_result(None)
+        return self._future
+
+
 async def shielded(work: Awaitable[T]) -> T:
     """``work`` run to its end even when the caller is cancelled meanwhile (once or repeatedly,
     as ``cancel_and_wait`` does); the cancellation is raised after ``work`` has finished.
