@@ -1,5 +1,5 @@
-"""The embedded store (``memory://``): fakeredis, with the claims' guarded commit run natively
-and commands handed over without the Redis wire format.
+"""The embedded store (``memory://``): fakeredis, with the claims' guarded commit and the hot
+commands run natively and commands handed over without the Redis wire format.
 
 Why: every answered message commits through one Lua script (``bot.state.guarded.GUARDED``,
 see ``bot.bus.claims``). Real Redis runs it in C; fakeredis runs it through its Lua engine
@@ -9,7 +9,7 @@ in-process turn. This socket recognises that script (by its exact text) and does
 in Python (and the ``/link`` alias read every answered message makes, ``bot.state.alias_scripts``
 ``LOAD``): it runs inside fakeredis's command dispatch, under the server's lock, so it is as
 atomic as the script (nothing else runs between the token check and the commands), and each
-command goes through fakeredis's own implementation, so the data is what the script would
+command goes through this socket's ``_run_command``, so the data is what the script would
 have written. Any other script still runs through Lua. The claim contract tests run over both
 stores (tests/test_claims.py, tests/test_bus_contract.py), so a difference would show there.
 
@@ -21,6 +21,15 @@ before. While the socket is paused (a blocking command in progress) the argument
 into RESP after all and queue behind what the parser holds, so the order never changes.
 Most commands skip the connection altogether (``bot.state.embedded_direct``): this path is
 for the rest (blocking commands, ``WATCH``, subscriptions, connection state).
+
+Why native commands: fakeredis runs every command through generic machinery (arguments parsed
+against a signature, a ``CommandItem`` per key written back after, the reply checked); for the
+nine commands an answered message runs most (``bot.state.embedded_native``) that was more than
+the work, so ``_run_command`` hands them to plain functions on the same data, and the socket's
+dispatch (``_process_command``) skips the name lookup and closed-socket sweep it repeated per
+command. fakeredis's own code runs instead for any shape of a command the native function does
+not take and while anyone listens for keyspace events (they come from its dispatch); queued in
+a transaction, the commands run natively at ``EXEC``, but the queueing is fakeredis's.
 
 It reaches into fakeredis's socket internals (``_run_command``, ``_name_to_func``), which is
 why fakeredis is pinned in constraints.txt; ``tests/test_embedded_store.py`` fails if a new
