@@ -31,6 +31,7 @@ from redis.asyncio import Redis
 
 os.environ["CHORUS_BLOCK_REAL_LLM"] = "1"
 
+from bot.bus.streams import RedisStreamsBus
 from bot.llm import guard
 from bot.state import connect  # (imported after the guard's variable is set)
 from tests.redis_server import free_port, start_redis, stop_redis
@@ -170,6 +171,19 @@ async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+async def streams_bus(redis_client: Redis, key_tag: str) -> AsyncIterator[RedisStreamsBus]:
+    """A Redis Streams bus on ``redis_client`` (consumer ``w1``, namespaced by ``key_tag``, four
+    partitions, short blocks and leases so tests move fast), closed afterwards."""
+    made = RedisStreamsBus(
+        redis_client, consumer="w1", namespace=key_tag, partitions=4, block_ms=50, lease_ms=600
+    )
+    try:
+        yield made
+    finally:
+        await made.close()
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -26,64 +25,55 @@ from tests.roundtrips import counting_round_trips
 from tests.test_bus_redis import message, pending
 
 
-@pytest.fixture
-async def bus(redis_client: Redis, key_tag: str) -> AsyncIterator[RedisStreamsBus]:
-    made = RedisStreamsBus(
-        redis_client, consumer="w1", namespace=key_tag, partitions=4, block_ms=50, lease_ms=600
-    )
-    try:
-        yield made
-    finally:
-        await made.close()
-
-
 def acks(writes: list[bytes]) -> list[bytes]:
     """The writes that are an ``XACK`` command of their own."""
     return [write for write in writes if write.split(b"\r\n", 3)[2:3] == [b"XACK"]]
 
 
-async def unacked(redis: Redis, bus: RedisStreamsBus) -> int:
-    return sum((await pending(redis, bus, "inbound", "agent")).values())
+async def unacked(redis: Redis, streams_bus: RedisStreamsBus) -> int:
+    return sum((await pending(redis, streams_bus, "inbound", "agent")).values())
 
 
 @pytest.mark.redis
 async def test_an_ack_that_rode_in_a_commit_costs_no_round_trip(
-    redis_client: Redis, bus: RedisStreamsBus, key_tag: str
+    redis_client: Redis, streams_bus: RedisStreamsBus, key_tag: str
 ) -> None:
-    await bus.publish("inbound", message(1))
-    delivery = await anext(bus.consume("inbound", ChatMessage, group="agent"))
+    await streams_bus.publish("inbound", message(1))
+    delivery = await anext(streams_bus.consume("inbound", ChatMessage, group="agent"))
     async with redis_client.pipeline(transaction=True) as pipe:
         pipe.set(f"{key_tag}:side-effect", "1", ex=60)
         delivery.queue_ack(pipe)
         assert await pipe.execute() == [True, 1]  # the XACK acked one entry
-    assert await unacked(redis_client, bus) == 0
+    assert await unacked(redis_client, streams_bus) == 0
     delivery.acked_in_commit()
     with counting_round_trips() as trips:
         await delivery.ack()
     assert acks(trips.writes) == []  # (the consumer's own reads may run meanwhile)
     assert delivery.acked
-    await bus.drain(timeout=5)  # the consumer's own count of entries in hand is settled too
+    await streams_bus.drain(timeout=5)  # the consumer's own count of entries in hand is settled too
 
 
 @pytest.mark.redis
 async def test_an_ack_whose_commit_never_ran_is_sent_on_its_own(
-    redis_client: Redis, bus: RedisStreamsBus
+    redis_client: Redis, streams_bus: RedisStreamsBus
 ) -> None:
-    await bus.publish("inbound", message(2))
-    delivery = await anext(bus.consume("inbound", ChatMessage, group="agent"))
+    await streams_bus.publish("inbound", message(2))
+    delivery = await anext(streams_bus.consume("inbound", ChatMessage, group="agent"))
     async with redis_client.pipeline(transaction=True) as pipe:
         delivery.queue_ack(pipe)  # queued, but this transaction is dropped, never executed
-    assert await unacked(redis_client, bus) == 1
+    assert await unacked(redis_client, streams_bus) == 1
     with counting_round_trips() as trips:
         await delivery.ack()
     assert len(acks(trips.writes)) == 1
-    assert await unacked(redis_client, bus) == 0
+    assert await unacked(redis_client, streams_bus) == 0
 
 
 @pytest.mark.redis
-async def test_an_acked_delivery_queues_nothing(redis_client: Redis, bus: RedisStreamsBus) -> None:
-    await bus.publish("inbound", message(3))
-    delivery = await anext(bus.consume("inbound", ChatMessage, group="agent"))
+async def test_an_acked_delivery_queues_nothing(
+    redis_client: Redis, streams_bus: RedisStreamsBus
+) -> None:
+    await streams_bus.publish("inbound", message(3))
+    delivery = await anext(streams_bus.consume("inbound", ChatMessage, group="agent"))
     await delivery.ack()
     async with redis_client.pipeline(transaction=True) as pipe:
         delivery.queue_ack(pipe)

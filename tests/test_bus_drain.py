@@ -9,10 +9,7 @@ Round trips are counted at the connection (tests/roundtrips.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
-from redis.asyncio import Redis
 
 from bot.bus.streams import RedisStreamsBus
 from bot.events import Author, ChatMessage, ConversationKey
@@ -29,44 +26,33 @@ def message(n: int, channel: str) -> ChatMessage:
     )
 
 
-@pytest.fixture
-async def bus(redis_client: Redis, key_tag: str) -> AsyncIterator[RedisStreamsBus]:
-    made = RedisStreamsBus(
-        redis_client, consumer="w1", namespace=key_tag, partitions=4, block_ms=50, lease_ms=600
-    )
-    try:
-        yield made
-    finally:
-        await made.close()
-
-
 def _checks(writes: list[bytes]) -> list[bytes]:
     """The drain's reads among a connection's writes (the consumer's own reads run too)."""
     return [write for write in writes if b"XINFO" in write]
 
 
-async def _answer_one(bus: RedisStreamsBus, topic: str) -> None:
-    delivery = await anext(bus.consume(topic, ChatMessage, group="agent"))
+async def _answer_one(streams_bus: RedisStreamsBus, topic: str) -> None:
+    delivery = await anext(streams_bus.consume(topic, ChatMessage, group="agent"))
     await delivery.ack()
 
 
 @pytest.mark.redis
 async def test_a_settled_stream_is_not_read_again_until_published_to(
-    bus: RedisStreamsBus,
+    streams_bus: RedisStreamsBus,
 ) -> None:
     for n, channel in enumerate(("a", "b", "c", "d", "e", "f")):  # several partitions
-        await bus.publish("inbound", message(n, channel))
-        await _answer_one(bus, "inbound")
-    await bus.drain(timeout=10)
+        await streams_bus.publish("inbound", message(n, channel))
+        await _answer_one(streams_bus, "inbound")
+    await streams_bus.drain(timeout=10)
     with counting_round_trips() as trips:
-        await bus.drain(timeout=10)
+        await streams_bus.drain(timeout=10)
     assert _checks(trips.writes) == [], "nothing published since it settled: nothing to read"
 
-    await bus.publish("inbound", message(9, "a"))
+    await streams_bus.publish("inbound", message(9, "a"))
     with counting_round_trips() as trips, pytest.raises(TimeoutError, match="inbound=1"):
-        await bus.drain(timeout=0.3)  # the new entry is not acked yet: drain waits for it
+        await streams_bus.drain(timeout=0.3)  # the new entry is not acked yet: drain waits for it
     checks = _checks(trips.writes)
     assert checks, "drain read the stream it published to"
     assert all(check.count(b"XINFO") == 1 for check in checks), "and that stream only"
-    await _answer_one(bus, "inbound")
-    await bus.drain(timeout=10)
+    await _answer_one(streams_bus, "inbound")
+    await streams_bus.drain(timeout=10)
