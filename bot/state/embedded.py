@@ -116,11 +116,7 @@ class _Socket(AsyncFakeSocket):
             or server.closed_sockets
         ):
             return super()._process_command(fields)
-        found = self._found.get(fields[0])
-        if found is None:  # a name in _QUICK: one word, supported on every server type
-            found = self._found[fields[0]] = self._name_to_func(fields[0].decode().lower())
-        func, sig = found
-        args = fields[1:]
+        func, sig, args = self._resolve(fields)
         result: Any
         try:
             server.acl.validate_command(self._client_info.user, self._client_info, fields)
@@ -203,18 +199,22 @@ class _Socket(AsyncFakeSocket):
             self._call([b"EXPIRE", prefix + person + b":memory", ttl])
         return [person, self._call([b"GET", prefix + person + b":memory"])]
 
-    def _call(self, fields: list[bytes]) -> Any:
-        """One command as ``redis.call`` runs it: an error aborts (what ran before stays).
-        The few names a commit uses are looked up once per socket (``_name_to_func``)."""
+    def _resolve(self, fields: list[bytes]) -> tuple[Any, Any, list[bytes]]:
+        """A command's method, signature and arguments; a name is decoded and looked up
+        (``_name_to_func``) once per socket, except a command with subcommands."""
         found = self._found.get(fields[0])
-        if found is None:
-            cmd, args = extract_command(fields)
-            found = self._name_to_func(cmd)
-            if cmd not in COMMANDS_WITH_SUB:
-                self._found[fields[0]] = found
-        else:
-            args = fields[1:]
-        result = self._run_command(found[0], found[1], args, True)
+        if found is not None:
+            return (*found, fields[1:])
+        cmd, args = extract_command(fields)
+        found = self._name_to_func(cmd)
+        if cmd not in COMMANDS_WITH_SUB:
+            self._found[fields[0]] = found
+        return (*found, args)
+
+    def _call(self, fields: list[bytes]) -> Any:
+        """One command as ``redis.call`` runs it: an error aborts (what ran before stays)."""
+        func, sig, args = self._resolve(fields)
+        result = self._run_command(func, sig, args, True)
         if isinstance(result, SimpleError):
             raise result
         return result
