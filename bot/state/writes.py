@@ -56,7 +56,8 @@ _PACKED_LIMIT = 64  # distinct blocking reads a connection keeps packed (they ar
 
 
 class _TimedWrites:
-    """Mixed in before a redis-py connection class (TCP, TLS or Unix socket)."""
+    """Mixed in before a redis-py connection class (TCP, TLS or Unix socket): its packing,
+    its writes and its reading of replies already received, as the module docstring says."""
 
     _packed_reads: dict[tuple[Any, ...], list[bytes]] | None = None
 
@@ -178,7 +179,8 @@ class _TimedWrites:
 
 
 def timed_writes(base: type[AbstractConnection]) -> type[AbstractConnection]:
-    """``base`` (a redis-py connection class) with writes bounded by ``asyncio.timeout``."""
+    """``base`` (a redis-py connection class) with writes bounded by ``asyncio.timeout``,
+    commands packed by hiredis and replies already received read without a timer."""
     if issubclass(base, _TimedWrites):
         return base
     made = _classes.get(base)
