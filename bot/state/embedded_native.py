@@ -30,24 +30,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from fakeredis._command_args_parsing import Int
 from fakeredis._core import Database, Item
-from fakeredis._helpers import OK, fix_range
+from fakeredis._helpers import OK, SimpleError, fix_range
 from fakeredis.model import Hash, ZSet
 
 FALLBACK: Final = object()  # "not the plain shape": run fakeredis's own implementation
-_MIN, _MAX = -(2**63), 2**63 - 1
 Native = Callable[[Database, list[bytes], tuple[int, ...]], Any]
 
 
 def _int(raw: bytes) -> int | None:
-    """``raw`` as fakeredis's ``Int.decode`` reads it, or None where that would refuse it."""
+    """``raw`` as fakeredis's ``Int.decode`` reads it, or None where that refuses it."""
     try:
-        value = int(raw)
-    except ValueError:
+        return Int.decode(raw)
+    except SimpleError:
         return None
-    if not _MIN <= value <= _MAX or str(value).encode() != raw:
-        return None
-    return value
 
 
 def _live(db: Database, key: bytes) -> Item | None:
@@ -231,7 +228,7 @@ def hincrby(db: Database, args: list[bytes], version: tuple[int, ...]) -> Any:
     if amount is None or not ok:
         return FALLBACK
     current = _int(fields.get(field, b"0"))
-    if current is None or not _MIN <= current + amount <= _MAX:
+    if current is None or not Int.valid(current + amount):
         return FALLBACK
     total = current + amount
     fields.update({field: str(total).encode()}, clear_expiration=False)
