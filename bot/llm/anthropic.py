@@ -51,6 +51,7 @@ import httpx2
 
 from bot.llm.anthropic_parse import THINKING_BLOCKS, StreamState, parse_message
 from bot.llm.base import SDKProvider
+from bot.llm.netio import sdk_http_client
 from bot.llm.types import (
     REASONING_BUDGETS,
     CachePoint,
@@ -127,7 +128,11 @@ class AnthropicProvider(SDKProvider):
             raise ConfigError(f"{cls.key_env} is not set; get a key at {cls.key_url}")
         base_url = settings.base_url(cls.name) or DEFAULT_BASE_URL
         client = anthropic.AsyncAnthropic(
-            api_key=key, base_url=base_url, timeout=settings.llm_timeout, max_retries=0
+            api_key=key,
+            base_url=base_url,
+            timeout=settings.llm_timeout,
+            max_retries=0,
+            http_client=sdk_http_client(anthropic.DefaultAsyncHttpxClient),
         )
         provider = cls(
             client,

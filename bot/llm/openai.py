@@ -53,6 +53,7 @@ import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from bot.llm.base import SDKProvider
+from bot.llm.netio import sdk_http_client
 from bot.llm.openai_parse import StreamState, parse_completion
 from bot.llm.types import (
     REASONING_BUDGETS,
@@ -135,7 +136,11 @@ class OpenAIProvider(SDKProvider):
             key = NO_KEY_PLACEHOLDER
         base_url = base_url or DEFAULT_BASE_URL
         client = openai.AsyncOpenAI(
-            api_key=key, base_url=base_url, timeout=settings.llm_timeout, max_retries=0
+            api_key=key,
+            base_url=base_url,
+            timeout=settings.llm_timeout,
+            max_retries=0,
+            http_client=sdk_http_client(openai.DefaultAsyncHttpxClient),
         )
         provider = cls(
             client,

@@ -1,0 +1,280 @@
+"""``bot.llm.netio``: the vendor SDKs' connections on plain asyncio, against real servers.
+
+Every test speaks real HTTP over real sockets: the real ``anthropic`` and ``openai`` SDKs
+against the loopback APIs, and raw asyncio servers where the test needs a server that
+misbehaves (closes an idle connection, sends a stray 408, never answers, sends more than is
+read). TLS and opening connections: ``tests/test_netio_connect.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import socket
+from collections.abc import Awaitable, Callable
+
+import httpcore2
+import httpx2
+import pytest
+import uvloop
+
+from bot.llm import netio
+from bot.llm.anthropic import AnthropicProvider
+from bot.llm.errors import ProviderRequestError, ProviderUnavailable
+from bot.llm.openai import OpenAIProvider
+from bot.llm.types import LLMRequest, Message, TextPart
+from bot.resilience import RetryPolicy
+from bot.settings import LLMSettings
+from tests.loopback.anthropic_server import AnthropicServer
+from tests.loopback.openai_server import OpenAIServer
+from tests.netio_rig import Counted
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def _serve(handler: Handler) -> tuple[asyncio.Server, int, list[int]]:
+    """A raw TCP server on 127.0.0.1; the list counts the connections it accepted."""
+    accepted: list[int] = []
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(1)
+        try:
+            await handler(reader, writer)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, port, accepted
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bytes:
+    """One request's head (the tests send no body)."""
+    return await reader.readuntil(b"\r\n\r\n")
+
+
+def _request(text: str = "hi") -> LLMRequest:
+    return LLMRequest(model="m", messages=(Message(role="user", parts=(TextPart(text=text),)),))
+
+
+# -- the SDKs, as Chorus builds them ----------------------------------------------------------
+@pytest.mark.parametrize("vendor", ["anthropic", "openai"])
+async def test_providers_from_settings_send_over_one_kept_alive_asyncio_connection(
+    vendor: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted = Counted(monkeypatch)
+    server_cls = AnthropicServer if vendor == "anthropic" else OpenAIServer
+    async with server_cls() as server:
+        server.default_reply = lambda body: "pong"
+        if vendor == "anthropic":
+            settings = LLMSettings(anthropic_api_key="k", anthropic_base_url=server.base_url)  # type: ignore[arg-type]
+            provider: AnthropicProvider | OpenAIProvider = AnthropicProvider.from_settings(settings)
+        else:
+            settings = LLMSettings(openai_api_key="k", openai_base_url=server.base_url)  # type: ignore[arg-type]
+            provider = OpenAIProvider.from_settings(settings)
+        try:
+            for _ in range(3):
+                assert (await provider.complete(_request())).text == "pong"
+            streamed = [e async for e in provider.stream(_request())]
+            assert streamed, "the stream yielded nothing"
+        finally:
+            await provider.aclose()
+        assert len(server.requests) == 4
+    assert counted.connects == 1
+
+
+def test_the_same_under_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
+    counted = Counted(monkeypatch)
+
+    async def main() -> None:
+        async with AnthropicServer() as server:
+            server.default_reply = lambda body: "pong"
+            settings = LLMSettings(anthropic_api_key="k", anthropic_base_url=server.base_url)  # type: ignore[arg-type]
+            provider = AnthropicProvider.from_settings(settings)
+            try:
+                for _ in range(3):
+                    assert (await provider.complete(_request())).text == "pong"
+            finally:
+                await provider.aclose()
+
+    uvloop.run(main())
+    assert counted.connects == 1
+
+
+async def test_a_proxy_in_the_environment_is_still_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpx2 ignores proxy variables once a transport is given, so with one set Chorus keeps
+    the SDK's own client: the request must reach the proxy."""
+    seen: list[bytes] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await _read_request(reader))
+        writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+
+    server, port, _ = await _serve(proxy)
+    async with server:
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+            monkeypatch.delenv(name, raising=False)
+            monkeypatch.delenv(name.lower(), raising=False)
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+        assert netio.sdk_http_client(httpx2.AsyncClient) is None
+        settings = LLMSettings(
+            anthropic_api_key="k",  # type: ignore[arg-type]
+            anthropic_base_url="http://127.0.0.1:9",  # nothing listens: only the proxy answers
+        )
+        provider = AnthropicProvider.from_settings(settings, retry=RetryPolicy(max_retries=0))
+        try:
+            with pytest.raises((ProviderUnavailable, ProviderRequestError)):
+                await provider.complete(_request())
+        finally:
+            await provider.aclose()
+    assert seen and seen[0].startswith(b"POST http://127.0.0.1:9/v1/messages ")
+
+
+def test_without_a_proxy_the_sdk_client_gets_the_asyncio_transport(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    client = netio.sdk_http_client(httpx2.AsyncClient)
+    assert client is not None
+    pool = client._transport._pool  # type: ignore[attr-defined]
+    assert isinstance(pool, httpcore2.AsyncConnectionPool)
+    assert isinstance(pool._network_backend, netio.AsyncioBackend)
+
+
+# -- connections the server ends, or never answers --------------------------------------------
+async def test_an_idle_connection_the_server_closed_is_replaced_not_reused() -> None:
+    closed = asyncio.Event()
+
+    async def once_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")  # keep-alive by default
+        await writer.drain()
+        writer.close()  # then the server's keep-alive ends
+        await writer.wait_closed()
+        closed.set()
+
+    server, port, accepted = await _serve(once_then_close)
+    async with server, httpx2.AsyncClient(transport=netio.transport()) as client:
+        first = await client.get(f"http://127.0.0.1:{port}/")
+        assert first.text == "ok"
+        await closed.wait()
+        await asyncio.sleep(0.05)  # the loop delivers the end of the stream
+        closed.clear()
+        second = await client.get(f"http://127.0.0.1:{port}/")
+        assert second.text == "ok"
+    assert len(accepted) == 2
+
+
+async def test_a_close_the_loop_has_not_delivered_yet_is_seen_on_the_socket() -> None:
+    """The readability check asks the socket when the protocol has heard nothing: here reading
+    is paused, so the server's close waits in the kernel, as it does between two loop passes."""
+    closed = asyncio.Event()
+
+    async def once_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+        closed.set()
+
+    server, port, accepted = await _serve(once_then_close)
+    async with server, httpx2.AsyncClient(transport=netio.transport(), timeout=5) as client:
+        first = await client.get(f"http://127.0.0.1:{port}/")
+        stream = first.extensions["network_stream"]
+        assert isinstance(stream, netio.AsyncioStream)
+        stream._transport.pause_reading()
+        await closed.wait()
+        assert not stream._wire.eof and not stream._wire.lost  # nothing delivered
+        second = await client.get(f"http://127.0.0.1:{port}/")
+        assert second.text == "ok"
+    assert len(accepted) == 2
+
+
+async def test_bytes_an_idle_connection_received_retire_it() -> None:
+    """A server may send a 408 on an idle connection before it closes it; the bytes already sit
+    in the protocol's buffer, out of the socket's sight, and must not answer the next request."""
+    answered = asyncio.Event()
+
+    async def stale(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        await answered.wait()  # the 408 comes apart, once the connection is idle
+        writer.write(b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(30)
+
+    server, port, accepted = await _serve(stale)
+    async with server, httpx2.AsyncClient(transport=netio.transport(), timeout=5) as client:
+        first = await client.get(f"http://127.0.0.1:{port}/")
+        assert first.status_code == 200
+        stream = first.extensions["network_stream"]
+        assert isinstance(stream, netio.AsyncioStream)
+        answered.set()
+        while not stream._wire.buffer:
+            await stream._wire.more()
+        second = await client.get(f"http://127.0.0.1:{port}/")
+        assert second.status_code == 200
+    assert len(accepted) == 2
+
+
+async def test_a_server_that_never_answers_is_a_read_timeout() -> None:
+    async def deaf(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        await asyncio.sleep(30)
+
+    server, port, _ = await _serve(deaf)
+    async with server, httpx2.AsyncClient(transport=netio.transport(), timeout=0.3) as client:
+        with pytest.raises(httpx2.ReadTimeout):
+            await client.get(f"http://127.0.0.1:{port}/")
+
+
+async def test_a_connection_dropped_before_the_answer_is_a_protocol_error() -> None:
+    async def rude(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.transport.abort()
+
+    server, port, _ = await _serve(rude)
+    async with server, httpx2.AsyncClient(transport=netio.transport()) as client:
+        with pytest.raises((httpx2.RemoteProtocolError, httpx2.ReadError)):
+            await client.get(f"http://127.0.0.1:{port}/")
+
+
+async def test_a_refused_connection_is_a_connect_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, never listening: refused
+        async with httpx2.AsyncClient(transport=netio.transport()) as client:
+            with pytest.raises(httpx2.ConnectError):
+                await client.get(f"http://127.0.0.1:{port}/")
+
+
+# -- a body larger than what is read --------------------------------------------------------
+async def test_a_large_body_read_slowly_is_held_in_bounded_memory_and_arrives_whole() -> None:
+    body = bytes(range(256)) * (8 * 1024)  # 2 MiB
+
+    async def big(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body))
+        writer.write(body)
+        await writer.drain()
+
+    server, port, _ = await _serve(big)
+    async with (
+        server,
+        httpx2.AsyncClient(transport=netio.transport()) as client,
+        client.stream("GET", f"http://127.0.0.1:{port}/") as response,
+    ):
+        stream = response.extensions["network_stream"]
+        assert isinstance(stream, netio.AsyncioStream)
+        chunks = response.aiter_raw()
+        received = [await anext(chunks)]
+        await asyncio.sleep(0.3)  # the server keeps sending; nobody reads
+        held = len(stream._wire.buffer)
+        received += [chunk async for chunk in chunks]
+    assert held <= netio._HIGH_WATER + 256 * 1024  # one socket read past the mark at most
+    assert hashlib.sha256(b"".join(received)).digest() == hashlib.sha256(body).digest()

@@ -1,0 +1,183 @@
+"""``bot.llm.netio``: opening connections, TLS and racing the resolved addresses.
+
+Real sockets throughout: an aiohttp server behind TLS with a throwaway CA (``trustme``), on the
+standard loop and on uvloop; for the address race (RFC 8305) real listening and refused ports,
+with the resolver (and, for a black-holed address, one attempt) replaced by the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+import ssl
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpcore2
+import httpx2
+import pytest
+import trustme
+import uvloop
+from aiohttp import web
+
+from bot.llm import netio
+from tests.netio_rig import Counted
+
+
+# -- TLS ------------------------------------------------------------------------------------
+@pytest.fixture
+async def tls_server() -> AsyncIterator[tuple[int, trustme.CA]]:
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost", "127.0.0.1").configure_cert(server_context)
+
+    async def hello(request: web.Request) -> web.Response:
+        return web.Response(text="over tls")
+
+    app = web.Application()
+    app.router.add_get("/", hello)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield port, ca
+    finally:
+        await runner.cleanup()
+
+
+async def test_https_runs_the_tls_handshake_on_the_connection(
+    tls_server: tuple[int, trustme.CA],
+) -> None:
+    port, ca = tls_server
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    async with httpx2.AsyncClient(transport=netio.transport(ssl_context=context)) as client:
+        response = await client.get(f"https://localhost:{port}/")
+        assert response.text == "over tls"
+        stream = response.extensions["network_stream"]
+        assert isinstance(stream, netio.AsyncioStream)
+        assert stream.get_extra_info("ssl_object").version().startswith("TLS")
+        again = await client.get(f"https://localhost:{port}/")  # the same connection
+        assert again.extensions["network_stream"] is stream
+
+
+def test_https_under_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``chorus run`` runs on uvloop, whose transports and ``start_tls`` are its own."""
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost").configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+
+    async def main() -> list[str]:
+        async def hello(request: web.Request) -> web.Response:
+            return web.Response(text="over tls")
+
+        app = web.Application()
+        app.router.add_get("/", hello)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context).start()
+        port = runner.addresses[0][1]
+        try:
+            transport = netio.transport(ssl_context=client_context)
+            async with httpx2.AsyncClient(transport=transport) as client:
+                return [(await client.get(f"https://localhost:{port}/")).text for _ in range(3)]
+        finally:
+            await runner.cleanup()
+
+    counted = Counted(monkeypatch)
+    assert uvloop.run(main()) == ["over tls"] * 3
+    assert counted.connects == 1
+
+
+async def test_an_untrusted_certificate_is_a_connect_error(
+    tls_server: tuple[int, trustme.CA],
+) -> None:
+    port, _ = tls_server  # the system's trust store knows nothing of this CA
+    async with httpx2.AsyncClient(transport=netio.transport()) as client:
+        with pytest.raises(httpx2.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            await client.get(f"https://localhost:{port}/")
+
+
+# -- racing the resolved addresses (RFC 8305) ------------------------------------------------
+def _infos(*ports: int) -> list[Any]:
+    return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", p)) for p in ports]
+
+
+async def _listening() -> tuple[socket.socket, int]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock, sock.getsockname()[1]
+
+
+async def test_a_refused_address_hands_over_to_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    listener, good = await _listening()
+    with socket.socket() as closed, listener:
+        closed.bind(("127.0.0.1", 0))
+        refused = closed.getsockname()[1]
+
+        async def resolve(loop: Any, host: str, port: int) -> list[Any]:
+            return _infos(refused, good)
+
+        monkeypatch.setattr(netio, "_resolve", resolve)
+        stream = await netio.AsyncioBackend().connect_tcp("example.test", 443)
+        assert stream.get_extra_info("server_addr")[1] == good
+        await stream.aclose()
+
+
+async def test_a_hanging_address_gets_a_head_start_then_loses_the_race(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    listener, good = await _listening()
+    hanging = good + 1 if good < 65535 else good - 1  # never really dialled: see below
+    started: list[int] = []
+    cancelled: list[int] = []
+    real_attempt = netio._attempt
+
+    async def attempt(
+        loop: Any, family: int, kind: int, proto: int, address: Any, local: Any
+    ) -> socket.socket:
+        started.append(address[1])
+        if address[1] == hanging:  # a black-holed address: the SYN is never answered
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.append(address[1])
+                raise
+        return await real_attempt(loop, family, kind, proto, address, local)
+
+    async def resolve(loop: Any, host: str, port: int) -> list[Any]:
+        return _infos(hanging, good)
+
+    monkeypatch.setattr(netio, "_attempt", attempt)
+    monkeypatch.setattr(netio, "_resolve", resolve)
+    with listener:
+        stream = await netio.AsyncioBackend().connect_tcp("example.test", 443, timeout=10)
+        assert stream.get_extra_info("server_addr")[1] == good
+        await asyncio.sleep(0)  # the loser's cancellation runs
+        await stream.aclose()
+    assert started == [hanging, good]
+    assert cancelled == [hanging]
+
+
+async def test_every_address_failing_names_them_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as a, socket.socket() as b:
+        a.bind(("127.0.0.1", 0))
+        b.bind(("127.0.0.1", 0))
+        ports = (a.getsockname()[1], b.getsockname()[1])
+
+        async def resolve(loop: Any, host: str, port: int) -> list[Any]:
+            return _infos(*ports)
+
+        monkeypatch.setattr(netio, "_resolve", resolve)
+        with pytest.raises(
+            httpcore2.ConnectError, match="could not connect to example.test:443"
+        ) as err:
+            await netio.AsyncioBackend().connect_tcp("example.test", 443)
+    assert all(f"'127.0.0.1', {port})" in str(err.value) for port in ports)
+    assert str(err.value).count(f"Errno {errno.ECONNREFUSED}") == 2
