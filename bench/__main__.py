@@ -27,6 +27,7 @@ async def _main() -> None:
         streaming,
         summaries,
         turn_ratio,
+        vendor_call,
     )
 
     sections = [
@@ -39,6 +40,7 @@ async def _main() -> None:
         replay.main(),
         safety.main(),
         await scaling.main(memory.REAL),
+        await vendor_call.main(),
         await backpressure.main(memory.REAL),
         await streaming.main(),
         await admin.main(),
