@@ -1,17 +1,22 @@
-"""Client CPU of one vendor SDK call, on httpx2's stock transport and on Chorus's.
+"""Client CPU of one model call as Chorus made it before issue 20's fifth pass and now.
 
 Why: with an instant model, a worker's CPU per answered message is mostly the vendor call
 (building the request, the SDK's own work, HTTP/1.1 through httpx2, parsing the answer), and
-the scale-out benchmark cannot tell that part from the framework's. Here Chorus's provider
-(``complete``: ``build_params``, the real SDK, ``parse_message``) sends a turn at the
-40-message history limit (about 10 KB: two system blocks, two tools, alternating turns) to the
-loopback API in another process, and only this process's CPU is counted. Each round times ``CALLS`` calls per variant, the variants taking
-turns so that a change of the machine's speed hits both; the median over the rounds is
-reported, and the median of the rounds' ratios.
+the scale-out benchmark cannot tell that part from the framework's. Here a turn at the
+40-message history limit (about 10 KB: two system blocks, two tools, alternating turns) goes
+through the real SDK to the loopback API in another process, and only this process's CPU is
+counted. The variants run in interleaved blocks of ``BLOCK`` calls, so that a change of the
+machine's speed hits both; the medians of the blocks are reported, and the median of the
+blocks' ratios.
 
-The variants: ``stock`` is the SDK's default client; ``chorus`` is the client ``from_settings``
-builds (``bot.llm.netio.sdk_http_client``: the SDK's default client class on the asyncio
-network backend). Both run on uvloop, as ``chorus run`` does where it is installed.
+- ``before``: the SDK's stock client (httpx2 on anyio); Anthropic through ``messages.create``
+  (which deep-copies the body), OpenAI through the provider (its ``post`` already skipped
+  ``create``'s parameter transform).
+- ``now``: the provider as ``from_settings`` builds it: the client on the asyncio network
+  backend (``bot.llm.netio``), and Anthropic's body encoded once and posted
+  (``bot.llm.anthropic._create``).
+
+Both run on uvloop, as ``chorus run`` does where it is installed.
 
     python -m bench.vendor_call        # prints a Markdown table
 """
@@ -31,17 +36,17 @@ import anthropic
 import openai
 import uvloop
 
-from bot.llm.anthropic import AnthropicProvider
-from bot.llm.base import SDKProvider
+from bot.llm.anthropic import AnthropicProvider, build_params
+from bot.llm.anthropic_parse import parse_message
 from bot.llm.netio import sdk_http_client
 from bot.llm.openai import OpenAIProvider
-from bot.llm.types import LLMRequest, Message, TextPart, ToolSpec
+from bot.llm.types import LLMRequest, LLMResponse, Message, TextPart, ToolSpec
 from bot.resilience import RetryPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
-CALLS, ROUNDS, WARMUP = 1000, 5, 50
+BLOCK, BLOCKS, WARMUP = 200, 15, 50
 VENDORS = ("anthropic", "openai")
-VARIANTS = ("stock", "chorus")
+VARIANTS = ("before", "now")
 
 
 def request() -> LLMRequest:
@@ -92,42 +97,35 @@ async def _serve(vendor: str) -> None:
         await asyncio.Event().wait()
 
 
-def _provider(
-    vendor: str, variant: str, base_url: str
-) -> tuple[SDKProvider, Callable[[], Awaitable[None]]]:
-    """The provider as ``from_settings`` builds it, on the SDK's stock client or Chorus's."""
+Call = Callable[[LLMRequest], Awaitable[LLMResponse]]
+
+
+def _caller(vendor: str, variant: str, base_url: str) -> tuple[Call, Callable[[], Awaitable[None]]]:
+    """One model call as Chorus made it before this pass (``before``) or makes it now."""
     if vendor == "anthropic":
-        a_http = sdk_http_client(anthropic.DefaultAsyncHttpxClient) if variant == "chorus" else None
+        a_http = sdk_http_client(anthropic.DefaultAsyncHttpxClient) if variant == "now" else None
         a_client = anthropic.AsyncAnthropic(
-            api_key="bench", base_url=base_url, max_retries=0, http_client=a_http
+            api_key="bench", base_url=base_url, max_retries=0, timeout=60, http_client=a_http
         )
+        if variant == "before":  # the provider's call until this pass: messages.create
+
+            async def create(turn: LLMRequest) -> LLMResponse:
+                return parse_message(await a_client.messages.create(**build_params(turn)))
+
+            return create, a_client.close
         provider = AnthropicProvider(a_client, base_url=base_url, retry=RetryPolicy(max_retries=0))
-        return provider, a_client.close
-    o_http = sdk_http_client(openai.DefaultAsyncHttpxClient) if variant == "chorus" else None
+        return provider.complete, a_client.close
+    o_http = sdk_http_client(openai.DefaultAsyncHttpxClient) if variant == "now" else None
     o_client = openai.AsyncOpenAI(
-        api_key="bench", base_url=base_url, max_retries=0, http_client=o_http
+        api_key="bench", base_url=base_url, max_retries=0, timeout=60, http_client=o_http
     )
-    return OpenAIProvider(
-        o_client, base_url=base_url, retry=RetryPolicy(max_retries=0)
-    ), o_client.close
-
-
-async def _calls(vendor: str, variant: str, base_url: str) -> float:
-    """CPU microseconds of this process per call, over ``CALLS`` calls after a warm-up."""
-    provider, close = _provider(vendor, variant, base_url)
-    turn = request()
-    try:
-        for _ in range(WARMUP):
-            await provider.complete(turn)
-        started = time.process_time()
-        for _ in range(CALLS):
-            await provider.complete(turn)
-        return (time.process_time() - started) / CALLS * 1e6
-    finally:
-        await close()
+    chat = OpenAIProvider(o_client, base_url=base_url, retry=RetryPolicy(max_retries=0))
+    return chat.complete, o_client.close
 
 
 async def measure(vendor: str) -> dict[str, list[float]]:
+    """CPU microseconds of this process per call, per block of ``BLOCK`` calls, the variants'
+    blocks interleaved (a change of the machine's speed hits both alike)."""
     server = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -139,24 +137,38 @@ async def measure(vendor: str) -> dict[str, list[float]]:
         env=os.environ | {"PYTHONPATH": str(ROOT)},
     )
     assert server.stdout is not None
+    closers: list[Callable[[], Awaitable[None]]] = []
     try:
         base_url = (await server.stdout.readline()).decode().strip()
+        calls: dict[str, Call] = {}
+        for variant in VARIANTS:
+            calls[variant], close = _caller(vendor, variant, base_url)
+            closers.append(close)
+        turn = request()
+        for call in calls.values():
+            for _ in range(WARMUP):
+                await call(turn)
         spent: dict[str, list[float]] = {v: [] for v in VARIANTS}
-        for _ in range(ROUNDS):
-            for variant in VARIANTS:
-                spent[variant].append(await _calls(vendor, variant, base_url))
+        for _ in range(BLOCKS):
+            for variant, call in calls.items():
+                started = time.process_time()
+                for _ in range(BLOCK):
+                    await call(turn)
+                spent[variant].append((time.process_time() - started) / BLOCK * 1e6)
         return spent
     finally:
+        for close in closers:
+            await close()
         server.kill()
         await server.wait()
 
 
 async def main() -> list[str]:
     lines = [
-        "## The vendor call: client CPU per SDK call, stock transport against Chorus's",
+        "## The vendor call: client CPU per model call, before this pass and now",
         "",
-        f"| vendor | stock (median of {ROUNDS} x {CALLS}) | Chorus's | Chorus's / stock, "
-        "median of the rounds (range) |",
+        f"| vendor | before (median of {BLOCKS} blocks of {BLOCK}) | now | now / before, "
+        "median of the blocks (range) |",
         "|---|---|---|---|",
     ]
     for vendor in VENDORS:
@@ -165,10 +177,10 @@ async def main() -> list[str]:
         except Exception as exc:
             lines.append(f"| {vendor} | not measured: {exc!r} | | |")
             continue
-        ratios = sorted(c / s for s, c in zip(spent["stock"], spent["chorus"], strict=True))
+        ratios = sorted(n / b for b, n in zip(spent["before"], spent["now"], strict=True))
         lines.append(
-            f"| {vendor} | {statistics.median(spent['stock']):.0f} µs "
-            f"| {statistics.median(spent['chorus']):.0f} µs "
+            f"| {vendor} | {statistics.median(spent['before']):.0f} µs "
+            f"| {statistics.median(spent['now']):.0f} µs "
             f"| {statistics.median(ratios):.2f} ({ratios[0]:.2f} to {ratios[-1]:.2f}) |"
         )
     return lines

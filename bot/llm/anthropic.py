@@ -20,15 +20,22 @@ Why it is built this way:
   blocks inside the user turn that directly follows the ``tool_use`` turn, as the API requires.
 - SDK 2.12 dropped ``temperature`` from ``messages.create``'s signature; the API still takes it,
   so it travels in ``extra_body`` (only when set).
-- Streaming reads the raw SSE events (``messages.create(stream=True)``) instead of the
+- The request is ``messages.create``'s, sent through the client's own ``post`` with the body
+  already encoded (``_create``): ``create`` first deep-copies every message, block and tool
+  schema of the body (the SDK's ``copy_tree``, for files and iterators that Chorus never
+  sends), 15% of a call's client CPU with a 40-message history (``python -m bench.vendor_call``).
+  The bytes on the wire are the ones ``create`` sends, key order included
+  (``tests/test_llm_anthropic_wire.py``); auth, headers, timeout, errors, the SDK's span and the
+  answer parsed into its types stay the client's.
+- Streaming reads the raw SSE events (``create``'s ``stream=True``) instead of the
   ``messages.stream()`` helper, so tool-input JSON, usage and a mid-stream ``error`` event are
   each handled explicitly; a stream that ends before ``message_stop`` raises (it was cut off).
 - Reasoning is extended thinking with a token budget (``THINKING_BUDGETS``). ``budget_tokens``
   counts inside ``max_tokens`` and must be below it, so the budget is added on top of
   ``request.max_tokens`` (which stays the answer's own allowance); the API refuses a
-  ``temperature`` other than 1 with thinking, so it is dropped. An injected client with the SDK's
-  default timeout refuses a non-streaming call whose ``max_tokens`` could take over 10 minutes
-  (about 21k tokens); ``from_settings`` sets a timeout, which lifts that check.
+  ``temperature`` other than 1 with thinking, so it is dropped. ``from_settings`` always sets a
+  timeout (``CHORUS_LLM_TIMEOUT``), so ``create``'s check of a non-streaming call's
+  ``max_tokens`` against the SDK's default 10 minutes never applied, and is not missed.
 - ``thinking`` / ``redacted_thinking`` blocks become ``ThinkingPart(vendor="anthropic")`` (the
   redacted block's opaque ``data`` travels in ``signature``) and go back byte-for-byte: with
   thinking on, the API rejects a final assistant turn with ``tool_use`` that does not start with
@@ -42,6 +49,7 @@ Why it is built this way:
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar, Self
@@ -91,6 +99,32 @@ _RETRY_STATUSES = frozenset({408, 409, 429})
 _RETRY_ERROR_TYPES = frozenset(
     {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
 )
+
+
+# What ``create`` passes besides the body: the name and route of the SDK's OpenTelemetry span.
+_REQUEST_OPTIONS: Any = {"span_name": "anthropic.messages.create", "span_route": "/v1/messages"}
+# ``create``'s body keys in the order it writes them; ``extra_body`` is merged in after them.
+_BODY_ORDER = (
+    "max_tokens",
+    "messages",
+    "model",
+    "cache_control",
+    "container",
+    "diagnostics",
+    "inference_geo",
+    "metadata",
+    "output_config",
+    "service_tier",
+    "speed",
+    "stop_sequences",
+    "stream",
+    "system",
+    "thinking",
+    "tool_choice",
+    "tools",
+)
+# The SDK's own JSON encoding of a body (``anthropic._utils._json``'s encoder).
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
 class _StreamCut(Exception):
@@ -148,11 +182,22 @@ class AnthropicProvider(SDKProvider):
 
     # -- calls -----------------------------------------------------------------------------
     async def _complete(self, request: LLMRequest) -> LLMResponse:
-        message = await self.client.messages.create(**build_params(request))
+        message: anthropic.types.Message = await self._create(build_params(request), stream=False)
         return parse_message(message)
 
+    async def _create(self, params: dict[str, Any], *, stream: bool) -> Any:
+        """``messages.create(**params, stream=stream)`` without its copy of the body."""
+        return await self.client.post(
+            "/v1/messages",
+            content=encode_body(params, stream=stream),
+            cast_to=anthropic.types.Message,
+            options=_REQUEST_OPTIONS,
+            stream=stream,
+            stream_cls=anthropic.AsyncStream[anthropic.types.RawMessageStreamEvent],
+        )
+
     async def _stream(self, request: LLMRequest) -> AsyncIterator[StreamEvent]:
-        stream = await self.client.messages.create(**build_params(request), stream=True)
+        stream = await self._create(build_params(request), stream=True)
         state = StreamState(model=request.model)
         try:
             async for event in stream:
@@ -278,6 +323,17 @@ def build_params(request: LLMRequest) -> dict[str, Any]:
         schema = anthropic.transform_schema(request.response_schema)
         params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     return params
+
+
+def encode_body(params: dict[str, Any], *, stream: bool) -> bytes:
+    """The body ``messages.create(**params, stream=stream)`` sends, byte for byte."""
+    source = {**params, "stream": True} if stream else params
+    body = {key: source[key] for key in _BODY_ORDER if key in source}
+    unknown = set(source) - set(body) - {"extra_body"}
+    if unknown:  # build_params writes only create's parameters
+        raise TypeError(f"not a messages.create body parameter: {sorted(unknown)}")
+    body.update(source.get("extra_body") or {})
+    return _encode(body).encode()
 
 
 def _block(part: Part) -> dict[str, Any] | None:
