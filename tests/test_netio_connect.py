@@ -8,6 +8,7 @@ with the resolver (and, for a black-holed address, one attempt) replaced by the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import socket
 import ssl
@@ -26,9 +27,10 @@ from tests.netio_rig import Counted
 
 
 # -- TLS ------------------------------------------------------------------------------------
-@pytest.fixture
-async def tls_server() -> AsyncIterator[tuple[int, trustme.CA]]:
-    ca = trustme.CA()
+@contextlib.asynccontextmanager
+async def _tls_site(ca: trustme.CA) -> AsyncIterator[int]:
+    """An aiohttp server on 127.0.0.1 behind TLS, its certificate (for "localhost" and the
+    address) issued by ``ca``; yields its port."""
     server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("localhost", "127.0.0.1").configure_cert(server_context)
 
@@ -39,13 +41,18 @@ async def tls_server() -> AsyncIterator[tuple[int, trustme.CA]]:
     app.router.add_get("/", hello)
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context)
-    await site.start()
-    port = runner.addresses[0][1]
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context).start()
     try:
-        yield port, ca
+        yield runner.addresses[0][1]
     finally:
         await runner.cleanup()
+
+
+@pytest.fixture
+async def tls_server() -> AsyncIterator[tuple[int, trustme.CA]]:
+    ca = trustme.CA()
+    async with _tls_site(ca) as port:
+        yield port, ca
 
 
 async def test_https_runs_the_tls_handshake_on_the_connection(
@@ -67,27 +74,15 @@ async def test_https_runs_the_tls_handshake_on_the_connection(
 def test_https_under_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
     """``chorus run`` runs on uvloop, whose transports and ``start_tls`` are its own."""
     ca = trustme.CA()
-    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("localhost").configure_cert(server_context)
     client_context = ssl.create_default_context()
     ca.configure_trust(client_context)
 
     async def main() -> list[str]:
-        async def hello(request: web.Request) -> web.Response:
-            return web.Response(text="over tls")
-
-        app = web.Application()
-        app.router.add_get("/", hello)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context).start()
-        port = runner.addresses[0][1]
-        try:
-            transport = netio.transport(ssl_context=client_context)
-            async with httpx2.AsyncClient(transport=transport) as client:
-                return [(await client.get(f"https://localhost:{port}/")).text for _ in range(3)]
-        finally:
-            await runner.cleanup()
+        async with (
+            _tls_site(ca) as port,
+            httpx2.AsyncClient(transport=netio.transport(ssl_context=client_context)) as client,
+        ):
+            return [(await client.get(f"https://localhost:{port}/")).text for _ in range(3)]
 
     counted = Counted(monkeypatch)
     assert uvloop.run(main()) == ["over tls"] * 3
