@@ -25,8 +25,10 @@ Why it is built this way:
   schema of the body (the SDK's ``copy_tree``, for files and iterators that Chorus never
   sends), 15% of a call's client CPU with a 40-message history (``python -m bench.vendor_call``).
   The bytes on the wire are the ones ``create`` sends, key order included
-  (``tests/test_llm_anthropic_wire.py``); auth, headers, timeout, errors, the SDK's span and the
-  answer parsed into its types stay the client's.
+  (``tests/test_llm_anthropic_wire.py``); auth, headers, timeout, errors and the answer parsed
+  into its types stay the client's. Two things of ``create`` go: the request attributes of its
+  OpenTelemetry span, which it reads off the body (the span keeps its name and route), and its
+  warning for a model the API is retiring.
 - Streaming reads the raw SSE events (``create``'s ``stream=True``) instead of the
   ``messages.stream()`` helper, so tool-input JSON, usage and a mid-stream ``error`` event are
   each handled explicitly; a stream that ends before ``message_stop`` raises (it was cut off).
