@@ -167,6 +167,7 @@ def _openai(
             f"{VARIABLE} uses OpenAI but the openai SDK is not installed; "
             "run: pip install 'chorus-bot[openai]'"
         ) from None
+    from bot.llm.netio import sdk_http_client
     from bot.llm.openai import DEFAULT_BASE_URL
 
     key = llm.api_key("openai")
@@ -174,7 +175,11 @@ def _openai(
     if key is None and base_url == DEFAULT_BASE_URL:
         raise ConfigError(f"{VARIABLE}=openai:{model} needs OPENAI_API_KEY (or OPENAI_BASE_URL)")
     client = openai.AsyncOpenAI(
-        api_key=key or "not-needed", base_url=base_url, timeout=timeout, max_retries=0
+        api_key=key or "not-needed",
+        base_url=base_url,
+        timeout=timeout,
+        max_retries=0,
+        http_client=sdk_http_client(openai.DefaultAsyncHttpxClient),
     )
     return OpenAIEmbedder(client, model, base_url, policy, dimensions)
 

@@ -69,12 +69,18 @@ class OpenAIModeration:
                 f"{VARIABLE} uses OpenAI's moderation endpoint but the openai SDK is not "
                 "installed; run: pip install 'chorus-bot[openai]'"
             ) from None
+        from bot.llm.netio import sdk_http_client
+
         key = settings.api_key("openai")
         base_url = settings.base_url("openai") or OPENAI_DEFAULT_URL
         if key is None and base_url == OPENAI_DEFAULT_URL:
             raise ConfigError(f"{VARIABLE}={model!r} needs OPENAI_API_KEY")
         client = openai.AsyncOpenAI(
-            api_key=key or "not-needed", base_url=base_url, timeout=timeout, max_retries=0
+            api_key=key or "not-needed",
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=0,
+            http_client=sdk_http_client(openai.DefaultAsyncHttpxClient),
         )
         return cls(client, model, base_url)
 
