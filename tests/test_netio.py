@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 import httpcore2
 import httpx2
@@ -24,7 +27,7 @@ from bot.llm.errors import ProviderRequestError, ProviderUnavailable
 from bot.llm.openai import OpenAIProvider
 from bot.llm.types import LLMRequest, Message, TextPart
 from bot.resilience import RetryPolicy
-from bot.settings import LLMSettings
+from bot.settings import LLMSettings, load_settings
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.openai_server import OpenAIServer
 from tests.netio_rig import Counted
@@ -51,6 +54,12 @@ async def _serve(handler: Handler) -> tuple[asyncio.Server, int, list[int]]:
 async def _read_request(reader: asyncio.StreamReader) -> bytes:
     """One request's head (the tests send no body)."""
     return await reader.readuntil(b"\r\n\r\n")
+
+
+def _no_proxy_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
 
 
 def _request(text: str = "hi") -> LLMRequest:
@@ -113,9 +122,7 @@ async def test_a_proxy_in_the_environment_is_still_used(monkeypatch: pytest.Monk
 
     server, port, _ = await _serve(proxy)
     async with server:
-        for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
-            monkeypatch.delenv(name, raising=False)
-            monkeypatch.delenv(name.lower(), raising=False)
+        _no_proxy_environment(monkeypatch)
         monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
         assert netio.sdk_http_client(httpx2.AsyncClient) is None
         settings = LLMSettings(
@@ -134,14 +141,59 @@ async def test_a_proxy_in_the_environment_is_still_used(monkeypatch: pytest.Monk
 def test_without_a_proxy_the_sdk_client_gets_the_asyncio_transport(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.lower(), raising=False)
+    _no_proxy_environment(monkeypatch)
     client = netio.sdk_http_client(httpx2.AsyncClient)
     assert client is not None
     pool = client._transport._pool  # type: ignore[attr-defined]
     assert isinstance(pool, httpcore2.AsyncConnectionPool)
     assert isinstance(pool._network_backend, netio.AsyncioBackend)
+
+
+async def test_a_proxy_written_in_dotenv_is_not_used(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """README: the proxy variables come from the process's environment, not ``.env`` (the SDKs
+    read them; Chorus's settings do not export ``.env``). The call goes straight to the API."""
+    seen: list[bytes] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await _read_request(reader))
+
+    proxy_server, proxy_port, _ = await _serve(proxy)
+    async with proxy_server, AnthropicServer() as api:
+        api.default_reply = lambda body: "direct"
+        _no_proxy_environment(monkeypatch)
+        for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "CHORUS_MODEL"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / ".env").write_text(
+            f"HTTP_PROXY=http://127.0.0.1:{proxy_port}\n"
+            f"ANTHROPIC_API_KEY=k\nANTHROPIC_BASE_URL={api.base_url}\n",
+            encoding="utf-8",
+        )
+        settings = load_settings()
+        provider = AnthropicProvider.from_settings(settings.llm)
+        try:
+            assert (await provider.complete(_request())).text == "direct"
+        finally:
+            await provider.aclose()
+    assert seen == []
+
+
+def test_building_the_client_loads_the_trust_store_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the SDK's own client does: each load of the system's CA bundle costs tens of ms on
+    the way to the first answer."""
+    _no_proxy_environment(monkeypatch)
+    loads: list[object] = []
+    real = ssl.SSLContext.load_verify_locations
+
+    def counted(context: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(context)
+        real(context, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    assert netio.sdk_http_client(httpx2.AsyncClient) is not None
+    assert len(loads) == 1
 
 
 # -- connections the server ends, or never answers --------------------------------------------

@@ -24,7 +24,6 @@ configured proxy keeps httpx2's stock transport (``trust_env`` mounts), so nothi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import select
 import socket
 import ssl
@@ -231,7 +230,9 @@ def _readable(sock: Any) -> bool:
 
 
 class AsyncioBackend(httpcore2.AsyncNetworkBackend):
-    """Opens ``AsyncioStream`` connections: TCP with addresses raced, or a Unix socket."""
+    """Opens ``AsyncioStream`` TCP connections, addresses raced. (A Unix socket is asked for
+    only by a pool given ``uds``, which ``transport`` never gives: the base class's refusal
+    stands.)"""
 
     async def connect_tcp(
         self,
@@ -248,26 +249,6 @@ class AsyncioBackend(httpcore2.AsyncNetworkBackend):
         except TimeoutError as exc:
             raise httpcore2.ConnectTimeout(f"timed out connecting to {host}:{port}") from exc
         except OSError as exc:
-            raise httpcore2.ConnectError(str(exc)) from exc
-        return await _wrap(loop, sock, socket_options)
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore2's signature
-        socket_options: Iterable[SocketOption] | None = None,
-    ) -> httpcore2.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.setblocking(False)
-        try:
-            async with asyncio.timeout(timeout):
-                await loop.sock_connect(sock, path)
-        except TimeoutError as exc:
-            sock.close()
-            raise httpcore2.ConnectTimeout(f"timed out connecting to {path}") from exc
-        except OSError as exc:
-            sock.close()
             raise httpcore2.ConnectError(str(exc)) from exc
         return await _wrap(loop, sock, socket_options)
 
@@ -298,25 +279,22 @@ async def _race(
         raise OSError(f"no address found for {host}")
     errors: list[OSError] = []
     attempts: set[asyncio.Task[socket.socket]] = set()
-    winner: socket.socket | None = None
     try:
         for family, kind, proto, _, address in infos:
             attempts.add(
                 asyncio.ensure_future(_attempt(loop, family, kind, proto, address, local_address))
             )
-            winner = await _first(attempts, errors, _HAPPY_EYEBALLS_DELAY)
-            if winner is not None:
+            if (winner := await _first(attempts, errors, _HAPPY_EYEBALLS_DELAY)) is not None:
                 return winner
-        while attempts and winner is None:
-            winner = await _first(attempts, errors, None)
-        if winner is not None:
-            return winner
+        while attempts:  # every address started: the first of those still trying
+            if (winner := await _first(attempts, errors, None)) is not None:
+                return winner
     finally:
-        for task in attempts:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                if task.done() and not task.cancelled() and task.exception() is None:
-                    task.result().close()
+        for task in attempts:  # the losers: connected at the same moment, or still trying
+            if task.done() and not task.cancelled() and task.exception() is None:
+                task.result().close()
+            else:
+                task.cancel()  # ``_attempt`` closes its socket
     raise OSError(
         f"could not connect to {host}:{port}: " + "; ".join(str(e) for e in errors)
     ) from (errors[-1] if errors else None)
@@ -388,9 +366,11 @@ def transport(
     pool is built again here with the same settings and ours; ``tests/test_netio.py`` fails if
     a later httpx2 stops using it.
     """
-    stock = httpx2.AsyncHTTPTransport(limits=limits)
+    # One SSL context for both pools (loading the trust store costs some 30 ms a context).
+    context = ssl_context or httpx2.create_ssl_context()
+    stock = httpx2.AsyncHTTPTransport(limits=limits, verify=context)
     stock._pool = httpcore2.AsyncConnectionPool(
-        ssl_context=ssl_context or httpx2.create_ssl_context(),
+        ssl_context=context,
         max_connections=limits.max_connections,
         max_keepalive_connections=limits.max_keepalive_connections,
         keepalive_expiry=limits.keepalive_expiry,
