@@ -37,8 +37,7 @@ import openai
 import uvloop
 
 from bot.llm.anthropic import AnthropicProvider, build_params
-from bot.llm.anthropic_parse import parse_message
-from bot.llm.netio import sdk_http_client
+from bot.llm.transport import sdk_http_client
 from bot.llm.openai import OpenAIProvider
 from bot.llm.types import LLMRequest, LLMResponse, Message, TextPart, ToolSpec
 from bot.resilience import RetryPolicy
@@ -110,7 +109,11 @@ def _caller(vendor: str, variant: str, base_url: str) -> tuple[Call, Callable[[]
         if variant == "before":  # the provider's call until this pass: messages.create
 
             async def create(turn: LLMRequest) -> LLMResponse:
-                return parse_message(await a_client.messages.create(**build_params(turn)))
+                message = await a_client.messages.create(**build_params(turn))
+                text = "".join(
+                    b.text for b in message.content if isinstance(b, anthropic.types.TextBlock)
+                )
+                return LLMResponse(parts=(TextPart(text=text),), stop_reason="end_turn")
 
             return create, a_client.close
         provider = AnthropicProvider(a_client, base_url=base_url, retry=RetryPolicy(max_retries=0))

@@ -1,4 +1,5 @@
-"""What the ``bot.llm.netio`` tests share: counting the connections the backend opens."""
+"""What the ``bot.llm.netio`` and ``bot.llm.http1`` tests share: counting the connections the
+SDKs' transport opens."""
 
 from __future__ import annotations
 
@@ -10,18 +11,19 @@ from bot.llm import netio
 
 
 class Counted:
-    """Counts the connections ``AsyncioBackend`` opens, and fails any the stock backend opens."""
+    """Counts the connections ``netio.connect`` opens, and fails any that httpx2's stock
+    transport (httpcore2 on anyio) opens."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.connects = 0
-        real = netio.AsyncioBackend.connect_tcp
+        real = netio.connect
 
-        async def counted(backend: netio.AsyncioBackend, *args: Any, **kwargs: Any) -> Any:
+        async def counted(*args: Any, **kwargs: Any) -> netio.Wire:
             self.connects += 1
-            return await real(backend, *args, **kwargs)
+            return await real(*args, **kwargs)
 
         async def stock(*args: Any, **kwargs: Any) -> Any:
             raise AssertionError("httpx2's stock network backend opened a connection")
 
-        monkeypatch.setattr(netio.AsyncioBackend, "connect_tcp", counted)
+        monkeypatch.setattr(netio, "connect", counted)
         monkeypatch.setattr("httpcore2._backends.anyio.AnyIOBackend.connect_tcp", stock)

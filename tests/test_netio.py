@@ -1,9 +1,10 @@
-"""``bot.llm.netio``: the vendor SDKs' connections on plain asyncio, against real servers.
+"""``bot.llm.netio`` and ``bot.llm.http1``: the vendor SDKs' connections, against real servers.
 
 Every test speaks real HTTP over real sockets: the real ``anthropic`` and ``openai`` SDKs
 against the loopback APIs, and raw asyncio servers where the test needs a server that
 misbehaves (closes an idle connection, sends a stray 408, never answers, sends more than is
-read). TLS and opening connections: ``tests/test_netio_connect.py``.
+read). TLS and opening connections: ``tests/test_netio_connect.py``; HTTP/1.1 framing and the
+pool's rules: ``tests/test_http1.py`` and ``tests/test_http1_pool.py``.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import httpcore2
 import httpx2
 import pytest
 import uvloop
 
-from bot.llm import netio
+from bot.llm import http1, netio, transport
 from bot.llm.anthropic import AnthropicProvider
 from bot.llm.errors import ProviderRequestError, ProviderUnavailable
 from bot.llm.openai import OpenAIProvider
@@ -124,7 +124,7 @@ async def test_a_proxy_in_the_environment_is_still_used(monkeypatch: pytest.Monk
     async with server:
         _no_proxy_environment(monkeypatch)
         monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
-        assert netio.sdk_http_client(httpx2.AsyncClient) is None
+        assert transport.sdk_http_client(httpx2.AsyncClient) is None
         settings = LLMSettings(
             anthropic_api_key="k",  # type: ignore[arg-type]
             anthropic_base_url="http://127.0.0.1:9",  # nothing listens: only the proxy answers
@@ -142,11 +142,9 @@ def test_without_a_proxy_the_sdk_client_gets_the_asyncio_transport(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _no_proxy_environment(monkeypatch)
-    client = netio.sdk_http_client(httpx2.AsyncClient)
+    client = transport.sdk_http_client(httpx2.AsyncClient)
     assert client is not None
-    pool = client._transport._pool  # type: ignore[attr-defined]
-    assert isinstance(pool, httpcore2.AsyncConnectionPool)
-    assert isinstance(pool._network_backend, netio.AsyncioBackend)
+    assert isinstance(client._transport, transport.Transport)
 
 
 async def test_a_proxy_written_in_dotenv_is_not_used(
@@ -192,7 +190,7 @@ def test_building_the_client_loads_the_trust_store_once(monkeypatch: pytest.Monk
         real(context, *args, **kwargs)
 
     monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
-    assert netio.sdk_http_client(httpx2.AsyncClient) is not None
+    assert transport.sdk_http_client(httpx2.AsyncClient) is not None
     assert len(loads) == 1
 
 
@@ -209,7 +207,7 @@ async def test_an_idle_connection_the_server_closed_is_replaced_not_reused() -> 
         closed.set()
 
     server, port, accepted = await _serve(once_then_close)
-    async with server, httpx2.AsyncClient(transport=netio.transport()) as client:
+    async with server, httpx2.AsyncClient(transport=transport.transport()) as client:
         first = await client.get(f"http://127.0.0.1:{port}/")
         assert first.text == "ok"
         await closed.wait()
@@ -234,13 +232,13 @@ async def test_a_close_the_loop_has_not_delivered_yet_is_seen_on_the_socket() ->
         closed.set()
 
     server, port, accepted = await _serve(once_then_close)
-    async with server, httpx2.AsyncClient(transport=netio.transport(), timeout=5) as client:
+    async with server, httpx2.AsyncClient(transport=transport.transport(), timeout=5) as client:
         first = await client.get(f"http://127.0.0.1:{port}/")
-        stream = first.extensions["network_stream"]
-        assert isinstance(stream, netio.AsyncioStream)
-        stream._transport.pause_reading()
+        conn = first.extensions["network_stream"]
+        assert isinstance(conn, http1.Connection) and conn.wire.transport is not None
+        conn.wire.transport.pause_reading()
         await closed.wait()
-        assert not stream._wire.eof and not stream._wire.lost  # nothing delivered
+        assert not conn.wire.eof and not conn.wire.lost  # nothing delivered
         second = await client.get(f"http://127.0.0.1:{port}/")
         assert second.text == "ok"
     assert len(accepted) == 2
@@ -261,14 +259,14 @@ async def test_bytes_an_idle_connection_received_retire_it() -> None:
         await asyncio.sleep(30)
 
     server, port, accepted = await _serve(stale)
-    async with server, httpx2.AsyncClient(transport=netio.transport(), timeout=5) as client:
+    async with server, httpx2.AsyncClient(transport=transport.transport(), timeout=5) as client:
         first = await client.get(f"http://127.0.0.1:{port}/")
         assert first.status_code == 200
-        stream = first.extensions["network_stream"]
-        assert isinstance(stream, netio.AsyncioStream)
+        conn = first.extensions["network_stream"]
+        assert isinstance(conn, http1.Connection)
         answered.set()
-        while not stream._wire.buffer:
-            await stream._wire.more()
+        while not conn.wire.buffer:
+            await conn.wire.more()
         second = await client.get(f"http://127.0.0.1:{port}/")
         assert second.status_code == 200
     assert len(accepted) == 2
@@ -280,7 +278,7 @@ async def test_a_server_that_never_answers_is_a_read_timeout() -> None:
         await asyncio.sleep(30)
 
     server, port, _ = await _serve(deaf)
-    async with server, httpx2.AsyncClient(transport=netio.transport(), timeout=0.3) as client:
+    async with server, httpx2.AsyncClient(transport=transport.transport(), timeout=0.3) as client:
         with pytest.raises(httpx2.ReadTimeout):
             await client.get(f"http://127.0.0.1:{port}/")
 
@@ -291,7 +289,7 @@ async def test_a_connection_dropped_before_the_answer_is_a_protocol_error() -> N
         writer.transport.abort()
 
     server, port, _ = await _serve(rude)
-    async with server, httpx2.AsyncClient(transport=netio.transport()) as client:
+    async with server, httpx2.AsyncClient(transport=transport.transport()) as client:
         with pytest.raises((httpx2.RemoteProtocolError, httpx2.ReadError)):
             await client.get(f"http://127.0.0.1:{port}/")
 
@@ -300,7 +298,7 @@ async def test_a_refused_connection_is_a_connect_error() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # bound, never listening: refused
-        async with httpx2.AsyncClient(transport=netio.transport()) as client:
+        async with httpx2.AsyncClient(transport=transport.transport()) as client:
             with pytest.raises(httpx2.ConnectError):
                 await client.get(f"http://127.0.0.1:{port}/")
 
@@ -318,15 +316,15 @@ async def test_a_large_body_read_slowly_is_held_in_bounded_memory_and_arrives_wh
     server, port, _ = await _serve(big)
     async with (
         server,
-        httpx2.AsyncClient(transport=netio.transport()) as client,
+        httpx2.AsyncClient(transport=transport.transport()) as client,
         client.stream("GET", f"http://127.0.0.1:{port}/") as response,
     ):
-        stream = response.extensions["network_stream"]
-        assert isinstance(stream, netio.AsyncioStream)
+        conn = response.extensions["network_stream"]
+        assert isinstance(conn, http1.Connection)
         chunks = response.aiter_raw()
         received = [await anext(chunks)]
         await asyncio.sleep(0.3)  # the server keeps sending; nobody reads
-        held = len(stream._wire.buffer)
+        held = len(conn.wire.buffer)
         received += [chunk async for chunk in chunks]
     assert held <= netio._HIGH_WATER + 256 * 1024  # one socket read past the mark at most
     assert hashlib.sha256(b"".join(received)).digest() == hashlib.sha256(body).digest()

@@ -15,14 +15,13 @@ import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpcore2
 import httpx2
 import pytest
 import trustme
 import uvloop
 from aiohttp import web
 
-from bot.llm import netio
+from bot.llm import http1, netio, transport
 from tests.netio_rig import Counted
 
 
@@ -61,14 +60,14 @@ async def test_https_runs_the_tls_handshake_on_the_connection(
     port, ca = tls_server
     context = ssl.create_default_context()
     ca.configure_trust(context)
-    async with httpx2.AsyncClient(transport=netio.transport(ssl_context=context)) as client:
+    async with httpx2.AsyncClient(transport=transport.transport(ssl_context=context)) as client:
         response = await client.get(f"https://localhost:{port}/")
         assert response.text == "over tls"
-        stream = response.extensions["network_stream"]
-        assert isinstance(stream, netio.AsyncioStream)
-        assert stream.get_extra_info("ssl_object").version().startswith("TLS")
+        conn = response.extensions["network_stream"]
+        assert isinstance(conn, http1.Connection) and conn.wire.transport is not None
+        assert conn.wire.transport.get_extra_info("ssl_object").version().startswith("TLS")
         again = await client.get(f"https://localhost:{port}/")  # the same connection
-        assert again.extensions["network_stream"] is stream
+        assert again.extensions["network_stream"] is conn
 
 
 def test_https_under_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,7 +79,7 @@ def test_https_under_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
     async def main() -> list[str]:
         async with (
             _tls_site(ca) as port,
-            httpx2.AsyncClient(transport=netio.transport(ssl_context=client_context)) as client,
+            httpx2.AsyncClient(transport=transport.transport(ssl_context=client_context)) as client,
         ):
             return [(await client.get(f"https://localhost:{port}/")).text for _ in range(3)]
 
@@ -93,12 +92,25 @@ async def test_an_untrusted_certificate_is_a_connect_error(
     tls_server: tuple[int, trustme.CA],
 ) -> None:
     port, _ = tls_server  # the system's trust store knows nothing of this CA
-    async with httpx2.AsyncClient(transport=netio.transport()) as client:
+    async with httpx2.AsyncClient(transport=transport.transport()) as client:
         with pytest.raises(httpx2.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
             await client.get(f"https://localhost:{port}/")
 
 
 # -- racing the resolved addresses (RFC 8305) ------------------------------------------------
+_REQUEST = httpx2.Request("GET", "https://example.test/")
+
+
+async def _connect(host: str, port: int, timeout: float | None = None) -> netio.Wire:  # noqa: ASYNC109
+    """A plain connection, as the transport opens one for an ``http`` URL."""
+    return await netio.connect(host, port, timeout, netio.KEEPALIVE, None, host, _REQUEST)
+
+
+def _peer_port(wire: netio.Wire) -> int:
+    assert wire.transport is not None
+    return int(wire.transport.get_extra_info("peername")[1])
+
+
 def _infos(*ports: int) -> list[Any]:
     return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", p)) for p in ports]
 
@@ -120,9 +132,9 @@ async def test_a_refused_address_hands_over_to_the_next(monkeypatch: pytest.Monk
             return _infos(refused, good)
 
         monkeypatch.setattr(netio, "_resolve", resolve)
-        stream = await netio.AsyncioBackend().connect_tcp("example.test", 443)
-        assert stream.get_extra_info("server_addr")[1] == good
-        await stream.aclose()
+        wire = await _connect("example.test", 443)
+        assert _peer_port(wire) == good
+        wire.close()
 
 
 async def test_a_hanging_address_gets_a_head_start_then_loses_the_race(
@@ -134,9 +146,7 @@ async def test_a_hanging_address_gets_a_head_start_then_loses_the_race(
     cancelled: list[int] = []
     real_attempt = netio._attempt
 
-    async def attempt(
-        loop: Any, family: int, kind: int, proto: int, address: Any, local: Any
-    ) -> socket.socket:
+    async def attempt(loop: Any, family: int, kind: int, proto: int, address: Any) -> socket.socket:
         started.append(address[1])
         if address[1] == hanging:  # a black-holed address: the SYN is never answered
             try:
@@ -144,7 +154,7 @@ async def test_a_hanging_address_gets_a_head_start_then_loses_the_race(
             except asyncio.CancelledError:
                 cancelled.append(address[1])
                 raise
-        return await real_attempt(loop, family, kind, proto, address, local)
+        return await real_attempt(loop, family, kind, proto, address)
 
     async def resolve(loop: Any, host: str, port: int) -> list[Any]:
         return _infos(hanging, good)
@@ -152,10 +162,10 @@ async def test_a_hanging_address_gets_a_head_start_then_loses_the_race(
     monkeypatch.setattr(netio, "_attempt", attempt)
     monkeypatch.setattr(netio, "_resolve", resolve)
     with listener:
-        stream = await netio.AsyncioBackend().connect_tcp("example.test", 443, timeout=10)
-        assert stream.get_extra_info("server_addr")[1] == good
+        wire = await _connect("example.test", 443, timeout=10)
+        assert _peer_port(wire) == good
         await asyncio.sleep(0)  # the loser's cancellation runs
-        await stream.aclose()
+        wire.close()
     assert started == [hanging, good]
     assert cancelled == [hanging]
 
@@ -171,8 +181,8 @@ async def test_every_address_failing_names_them_all(monkeypatch: pytest.MonkeyPa
 
         monkeypatch.setattr(netio, "_resolve", resolve)
         with pytest.raises(
-            httpcore2.ConnectError, match="could not connect to example.test:443"
+            httpx2.ConnectError, match="could not connect to example.test:443"
         ) as err:
-            await netio.AsyncioBackend().connect_tcp("example.test", 443)
+            await _connect("example.test", 443)
     assert all(f"'127.0.0.1', {port})" in str(err.value) for port in ports)
     assert str(err.value).count(f"Errno {errno.ECONNREFUSED}") == 2

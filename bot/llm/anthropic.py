@@ -26,10 +26,11 @@ Why it is built this way:
   sends), 12% to 14% of a call's client CPU with a 40-message history (interleaved blocks of
   the same call both ways).
   The bytes on the wire are the ones ``create`` sends, key order included
-  (``tests/test_llm_anthropic_wire.py``); auth, headers, timeout, errors and the answer parsed
-  into its types stay the client's. Two things of ``create`` go: the request attributes of its
-  OpenTelemetry span, which it reads off the body (the span keeps its name and route), and its
-  warning for a model the API is retiring.
+  (``tests/test_llm_anthropic_wire.py``); auth, headers, timeout and errors stay the client's.
+  Two things of ``create`` go: the request attributes of its OpenTelemetry span, which it reads
+  off the body (the span keeps its name and route), and its warning for a model the API is
+  retiring. A whole answer is read off its JSON (``anthropic_parse.parse_message``), not first
+  built into the SDK's ``Message`` type, which cost as much again as reading it.
 - Streaming reads the raw SSE events (``create``'s ``stream=True``) instead of the
   ``messages.stream()`` helper, so tool-input JSON, usage and a mid-stream ``error`` event are
   each handled explicitly; a stream that ends before ``message_stop`` raises (it was cut off).
@@ -62,7 +63,7 @@ import httpx2
 
 from bot.llm.anthropic_parse import THINKING_BLOCKS, StreamState, parse_message
 from bot.llm.base import SDKProvider
-from bot.llm.netio import sdk_http_client
+from bot.llm.transport import sdk_http_client
 from bot.llm.types import (
     REASONING_BUDGETS,
     CachePoint,
@@ -185,16 +186,16 @@ class AnthropicProvider(SDKProvider):
 
     # -- calls -----------------------------------------------------------------------------
     async def _complete(self, request: LLMRequest) -> LLMResponse:
-        message: anthropic.types.Message = await self._create(build_params(request), stream=False)
-        return parse_message(message)
+        response: httpx2.Response = await self._create(build_params(request), stream=False)
+        return parse_message(response.content)
 
     async def _create(self, params: dict[str, Any], *, stream: bool) -> Any:
         """``messages.create(**params)`` (with ``stream=True`` when ``stream``) without its copy
-        of the body."""
+        of the body; a whole answer comes back as the HTTP response, its JSON unread."""
         return await self.client.post(
             "/v1/messages",
             content=encode_body(params, stream=stream),
-            cast_to=anthropic.types.Message,
+            cast_to=anthropic.types.Message if stream else httpx2.Response,
             options=_REQUEST_OPTIONS,
             stream=stream,
             stream_cls=anthropic.AsyncStream[anthropic.types.RawMessageStreamEvent],

@@ -13,8 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from anthropic.types import Message as WireMessage
-from anthropic.types import RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
+from anthropic.types import RedactedThinkingBlock, TextBlock, ThinkingBlock
 
 from bot.llm.types import LLMResponse, Part, StopReason, TextPart, ThinkingPart, ToolCallPart, Usage
 
@@ -29,29 +28,52 @@ _STOP_REASONS: dict[str, StopReason] = {
 }
 
 
-def parse_message(message: WireMessage) -> LLMResponse:
+class MalformedAnswer(ValueError):
+    """A 200 answer that is not a Messages API message (a proxy's page, a cut body)."""
+
+
+def parse_message(body: bytes) -> LLMResponse:
+    """A whole answer's JSON body, read straight off the wire.
+
+    The SDK would first build its pydantic ``Message`` from the JSON (``construct_type``, about
+    50 µs an answer, as much as the rest of the reading); only the fields read below matter.
+    """
+    try:
+        message = json.loads(body)
+    except ValueError as exc:
+        raise MalformedAnswer(f"the answer is not JSON: {exc}") from exc
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        raise MalformedAnswer(f"the answer has no content list: {body[:120]!r}")
     parts: list[Part] = []
-    for block in message.content:
-        if isinstance(block, TextBlock) and block.text:
-            parts.append(TextPart(text=block.text))
-        elif isinstance(block, ToolUseBlock):
-            parts.append(ToolCallPart(id=block.id, name=block.name, arguments=_args(block.input)))
-        elif isinstance(block, ThinkingBlock):
-            parts.append(_thinking(block.thinking, block.signature))
-        elif isinstance(block, RedactedThinkingBlock):
-            parts.append(_thinking("", block.data, redacted=True))
-    usage = message.usage
+    for block in content:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and block.get("text"):
+            parts.append(TextPart(text=str(block["text"])))
+        elif kind == "tool_use":
+            call_id, name = block.get("id"), block.get("name")
+            if not isinstance(call_id, str) or not isinstance(name, str):
+                raise MalformedAnswer(f"a tool_use block without id or name: {block!r:.120}")
+            parts.append(ToolCallPart(id=call_id, name=name, arguments=_args(block.get("input"))))
+        elif kind == "thinking":
+            parts.append(_thinking(block.get("thinking") or "", block.get("signature") or ""))
+        elif kind == "redacted_thinking":
+            parts.append(_thinking("", block.get("data") or "", redacted=True))
+    usage = message.get("usage")
+    counts = usage if isinstance(usage, dict) else {}
+    raw_stop = message.get("stop_reason")
+    raw_stop = raw_stop if isinstance(raw_stop, str) else None
     return LLMResponse(
         parts=tuple(parts),
-        stop_reason=_stop_reason(message.stop_reason),
+        stop_reason=_stop_reason(raw_stop),
         usage=_usage(
-            usage.input_tokens,
-            usage.output_tokens,
-            usage.cache_creation_input_tokens,
-            usage.cache_read_input_tokens,
+            counts.get("input_tokens"),
+            counts.get("output_tokens"),
+            counts.get("cache_creation_input_tokens"),
+            counts.get("cache_read_input_tokens"),
         ),
-        model=message.model,
-        raw_stop_reason=message.stop_reason,
+        model=str(message.get("model") or ""),
+        raw_stop_reason=raw_stop,
     )
 
 

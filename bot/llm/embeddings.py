@@ -167,8 +167,8 @@ def _openai(
             f"{VARIABLE} uses OpenAI but the openai SDK is not installed; "
             "run: pip install 'chorus-bot[openai]'"
         ) from None
-    from bot.llm.netio import sdk_http_client
     from bot.llm.openai import DEFAULT_BASE_URL
+    from bot.llm.transport import sdk_http_client
 
     key = llm.api_key("openai")
     base_url = llm.base_url("openai") or DEFAULT_BASE_URL

@@ -1,24 +1,17 @@
-"""The vendor SDKs' HTTP connections on plain asyncio instead of anyio.
+"""Connections for the vendor SDKs' HTTP transport (``bot.llm.http1``), on plain asyncio.
 
-Why: the ``anthropic`` and ``openai`` SDKs send through ``httpx2``, whose connection pool
-(``httpcore2``) reaches the socket through anyio on asyncio. Per request that costs a cancel
-scope for every read and write and, before a kept-alive connection is reused, a readability
-check that builds anyio's whole table of socket attributes: 8% of a worker's CPU per answered
-message in a profile of the scale-out benchmark. On this backend a model call through Chorus's
-provider costs 5 to 11% less client CPU (``python -m bench.vendor_call``; BENCHMARKS.md, "The
-vendor call").
+Why: the SDKs' stock stack reaches the socket through anyio on asyncio, a cancel scope for
+every read and write and, before a kept-alive connection is reused, a readability check that
+builds anyio's whole table of socket attributes. Here one ``asyncio.Protocol`` per connection
+(``Wire``) keeps what the loop delivered: a read that finds bytes already received takes them
+at once, a timer is armed only when a read or a write really has to wait, and whether an idle
+connection is still good is read first off what the protocol was told (bytes, end of stream, a
+lost connection), then off the socket.
 
-This module is an ``httpcore2`` network backend (the library's documented seam,
-``AsyncConnectionPool(network_backend=...)``) written on an ``asyncio.Protocol``: a read that
-finds bytes already received returns them at once, a timer is armed only when a read or a write
-really has to wait, and the readability check looks at what the protocol has already been told
-(bytes, end of stream, a lost connection) before it asks the socket.
-
-Everything above the socket stays the SDK's and httpx2's own: request building, HTTP/1.1
-framing (h11), keep-alive and pool limits, TLS (``start_tls`` on the loop, with httpx2's own SSL
-context), error mapping. Connections are opened like anyio opens them, addresses raced with a
-head start of 250 ms (RFC 8305), which uvloop's ``create_connection`` does not offer. A
-configured proxy keeps httpx2's stock transport (``trust_env`` mounts), so nothing changes there.
+Connections are opened as anyio opens them: addresses raced with a head start of 250 ms
+(RFC 8305), which uvloop's ``create_connection`` does not offer; TLS is the loop's
+``start_tls`` with the caller's SSL context; reading pauses while more than 256 KiB is received
+and not yet taken, so a streamed answer read slowly does not pile up in memory.
 """
 
 from __future__ import annotations
@@ -27,11 +20,9 @@ import asyncio
 import select
 import socket
 import ssl
-import urllib.request
 from collections.abc import Iterable
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
-import httpcore2
 import httpx2
 
 # Stop reading from the socket while this much is received and not yet taken: a streamed answer
@@ -41,14 +32,13 @@ _LOW_WATER = 64 * 1024
 # RFC 8305's recommended delay before the next address is tried, as anyio uses.
 _HAPPY_EYEBALLS_DELAY = 0.25
 
-HttpClient = TypeVar("HttpClient", bound=httpx2.AsyncClient)
 SocketOption = (
     tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
 )
 
 
-class _Wire(asyncio.Protocol):
-    """What the event loop delivered for one connection, and a waiter for more."""
+class Wire(asyncio.Protocol):
+    """One connection: what the event loop delivered for it, a waiter for more, and writing."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -123,6 +113,17 @@ class _Wire(asyncio.Protocol):
         finally:
             self._drain = None
 
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    def closing(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
@@ -132,92 +133,11 @@ class _Wire(asyncio.Protocol):
             self._drain.set_result(None)
 
 
-class AsyncioStream(httpcore2.AsyncNetworkStream):
-    """One connection (plain or TLS) as ``httpcore2`` reads and writes it."""
-
-    def __init__(self, wire: _Wire, transport: asyncio.Transport) -> None:
-        self._wire = wire
-        self._transport = transport
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
-        wire = self._wire
-        if not wire.buffer and not wire.eof and not wire.lost:
-            try:
-                async with asyncio.timeout(timeout):
-                    while not wire.buffer and not wire.eof and not wire.lost:
-                        await wire.more()
-            except TimeoutError as exc:
-                raise httpcore2.ReadTimeout("timed out reading from the server") from exc
-        if wire.buffer:
-            return wire.take(max_bytes)
-        if wire.error is not None:
-            raise httpcore2.ReadError(str(wire.error) or type(wire.error).__name__)
-        return b""  # the server closed the connection
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
-        if not buffer:
-            return
-        wire = self._wire
-        if wire.lost or self._transport.is_closing():
-            raise httpcore2.WriteError(str(wire.error) if wire.error else "connection closed")
-        self._transport.write(buffer)
-        if wire.writing_paused:  # the transport's buffer is full: wait for the socket
-            try:
-                async with asyncio.timeout(timeout):
-                    await wire.drained()
-            except TimeoutError as exc:
-                raise httpcore2.WriteTimeout("timed out writing to the server") from exc
-        if wire.lost and wire.error is not None:
-            raise httpcore2.WriteError(str(wire.error))
-
-    async def aclose(self) -> None:
-        self._transport.close()
-
-    async def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore2's signature
-    ) -> httpcore2.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(timeout):
-                transport = await loop.start_tls(
-                    self._transport, self._wire, ssl_context, server_hostname=server_hostname
-                )
-        except TimeoutError as exc:
-            self._transport.close()
-            raise httpcore2.ConnectTimeout("timed out in the TLS handshake") from exc
-        except (OSError, ssl.SSLError) as exc:
-            self._transport.close()
-            raise httpcore2.ConnectError(str(exc)) from exc
-        if transport is None:  # the peer closed during the handshake
-            raise httpcore2.ConnectError("the connection closed during the TLS handshake")
-        self._wire.transport = transport
-        return AsyncioStream(self._wire, transport)
-
-    def get_extra_info(self, info: str) -> Any:
-        transport = self._transport
-        if info == "is_readable":
-            wire = self._wire
-            if wire.buffer or wire.eof or wire.lost or transport.is_closing():
-                return True
-            # Bytes the loop has not delivered yet (a close the server just sent, say).
-            return _readable(transport.get_extra_info("socket"))
-        if info == "ssl_object":
-            return transport.get_extra_info("ssl_object")
-        if info == "client_addr":
-            return transport.get_extra_info("sockname")
-        if info == "server_addr":
-            return transport.get_extra_info("peername")
-        if info == "socket":
-            return transport.get_extra_info("socket")
-        return None
-
-
-def _readable(sock: Any) -> bool:
-    """Whether the socket would return something (bytes or the end) at once; a socket gone
-    counts as readable, its next read being the end."""
+def readable(wire: Wire) -> bool:
+    """Whether an idle connection's socket would return something (bytes or the end) at once:
+    a close the server just sent that the loop has not delivered yet, say. A socket gone counts
+    as readable, its next read being the end."""
+    sock = wire.transport.get_extra_info("socket") if wire.transport is not None else None
     fd = -1 if sock is None else sock.fileno()
     if fd < 0:
         return True
@@ -225,53 +145,60 @@ def _readable(sock: Any) -> bool:
         poller = select.poll()
         poller.register(fd, select.POLLIN)
         return bool(poller.poll(0))
-    readable, _, _ = select.select([fd], [], [], 0)
-    return bool(readable)
+    ready, _, _ = select.select([fd], [], [], 0)
+    return bool(ready)
 
 
-class AsyncioBackend(httpcore2.AsyncNetworkBackend):
-    """Opens ``AsyncioStream`` TCP connections, addresses raced. (A Unix socket is asked for
-    only by a pool given ``uds``, which ``transport`` never gives: the base class's refusal
-    stands.)"""
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore2's signature
-        local_address: str | None = None,
-        socket_options: Iterable[SocketOption] | None = None,
-    ) -> httpcore2.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(timeout):
-                sock = await _race(loop, host, port, local_address)
-        except TimeoutError as exc:
-            raise httpcore2.ConnectTimeout(f"timed out connecting to {host}:{port}") from exc
-        except OSError as exc:
-            raise httpcore2.ConnectError(str(exc)) from exc
-        return await _wrap(loop, sock, socket_options)
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
-async def _wrap(
-    loop: asyncio.AbstractEventLoop, sock: socket.socket, options: Iterable[SocketOption] | None
-) -> AsyncioStream:
+async def connect(
+    host: str,
+    port: int,
+    timeout: float | None,  # noqa: ASYNC109 - one budget for TCP and TLS, as httpx2's "connect"
+    socket_options: Iterable[SocketOption],
+    ssl_context: ssl.SSLContext | None,
+    server_hostname: str,
+    request: httpx2.Request,
+) -> Wire:
+    """A connection to ``host`` (addresses raced), with TLS when ``ssl_context`` is given."""
+    loop = asyncio.get_running_loop()
+    wire: Wire | None = None
     try:
-        for option in options or ():
-            sock.setsockopt(*option)
-        transport, wire = await loop.create_connection(_Wire, sock=sock)
-    except OSError as exc:
-        sock.close()
-        raise httpcore2.ConnectError(str(exc)) from exc
-    return AsyncioStream(wire, transport)
+        async with asyncio.timeout(timeout):
+            sock = await _race(loop, host, port)
+            try:
+                for option in socket_options:
+                    sock.setsockopt(*option)
+                _, wire = await loop.create_connection(Wire, sock=sock)
+            except BaseException:
+                sock.close()
+                raise
+            if ssl_context is not None:
+                assert wire.transport is not None
+                tls = await loop.start_tls(
+                    wire.transport, wire, ssl_context, server_hostname=server_hostname
+                )
+                if tls is None:  # the peer closed during the handshake
+                    raise ConnectionError("the connection closed during the TLS handshake")
+                wire.transport = tls
+    except TimeoutError as exc:
+        _close(wire)
+        raise httpx2.ConnectTimeout(
+            f"timed out connecting to {host}:{port}", request=request
+        ) from exc
+    except (OSError, ssl.SSLError) as exc:
+        _close(wire)
+        raise httpx2.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
+    except BaseException:
+        _close(wire)
+        raise
+    return wire
 
 
-async def _race(
-    loop: asyncio.AbstractEventLoop, host: str, port: int, local_address: str | None
-) -> socket.socket:
+def _close(wire: Wire | None) -> None:
+    if wire is not None:
+        wire.close()
+
+
+async def _race(loop: asyncio.AbstractEventLoop, host: str, port: int) -> socket.socket:
     """A connected non-blocking socket to ``host``: each resolved address gets a 250 ms head
     start over the next (RFC 8305), the first to connect wins and the others are closed."""
     infos = await _resolve(loop, host, port)
@@ -281,9 +208,7 @@ async def _race(
     attempts: set[asyncio.Task[socket.socket]] = set()
     try:
         for family, kind, proto, _, address in infos:
-            attempts.add(
-                asyncio.ensure_future(_attempt(loop, family, kind, proto, address, local_address))
-            )
+            attempts.add(asyncio.ensure_future(_attempt(loop, family, kind, proto, address)))
             if (winner := await _first(attempts, errors, _HAPPY_EYEBALLS_DELAY)) is not None:
                 return winner
         while attempts:  # every address started: the first of those still trying
@@ -324,13 +249,10 @@ async def _attempt(
     kind: int,
     proto: int,
     address: Any,
-    local_address: str | None,
 ) -> socket.socket:
     sock = socket.socket(family, kind, proto)
     try:
         sock.setblocking(False)
-        if local_address is not None:
-            sock.bind((local_address, 0))
         await loop.sock_connect(sock, address)
     except BaseException:
         sock.close()
@@ -338,8 +260,6 @@ async def _attempt(
     return sock
 
 
-# The connection limits both SDKs give their default client.
-SDK_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
 # TCP keep-alive as both SDKs set it on their default client's sockets: a connection left idle
 # behind a NAT is probed after 60 s, every 60 s, and given up after five unanswered probes.
 KEEPALIVE: tuple[SocketOption, ...] = tuple(
@@ -352,43 +272,3 @@ KEEPALIVE: tuple[SocketOption, ...] = tuple(
     )
     if name is not None
 )
-
-
-def transport(
-    limits: httpx2.Limits = SDK_LIMITS,
-    *,
-    socket_options: Iterable[SocketOption] = KEEPALIVE,
-    ssl_context: ssl.SSLContext | None = None,
-) -> httpx2.AsyncHTTPTransport:
-    """httpx2's own transport (its SSL context, limits and error mapping) on ``AsyncioBackend``.
-
-    httpx2 builds its connection pool inside the transport and takes no network backend, so the
-    pool is built again here with the same settings and ours; ``tests/test_netio.py`` fails if
-    a later httpx2 stops using it.
-    """
-    # One SSL context for both pools (loading the trust store costs some 30 ms a context).
-    context = ssl_context or httpx2.create_ssl_context()
-    stock = httpx2.AsyncHTTPTransport(limits=limits, verify=context)
-    stock._pool = httpcore2.AsyncConnectionPool(
-        ssl_context=context,
-        max_connections=limits.max_connections,
-        max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry,
-        socket_options=list(socket_options),
-        network_backend=AsyncioBackend(),
-    )
-    return stock
-
-
-def proxied() -> bool:
-    """Whether the environment names an HTTP proxy, which httpx2 honours only on its own transport."""
-    found = urllib.request.getproxies()
-    return any(found.get(scheme) for scheme in ("http", "https", "all"))
-
-
-def sdk_http_client(default_client: type[HttpClient]) -> HttpClient | None:
-    """The SDK's default client class (its timeouts, limits, redirects) on ``AsyncioBackend``;
-    None, meaning "the SDK's own", when a proxy is configured, so that the proxy is still used."""
-    if proxied():
-        return None
-    return default_client(transport=transport())

@@ -53,8 +53,8 @@ import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from bot.llm.base import SDKProvider
-from bot.llm.netio import sdk_http_client
 from bot.llm.openai_parse import StreamState, parse_completion
+from bot.llm.transport import sdk_http_client
 from bot.llm.types import (
     REASONING_BUDGETS,
     ImagePart,

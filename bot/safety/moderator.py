@@ -69,7 +69,7 @@ class OpenAIModeration:
                 f"{VARIABLE} uses OpenAI's moderation endpoint but the openai SDK is not "
                 "installed; run: pip install 'chorus-bot[openai]'"
             ) from None
-        from bot.llm.netio import sdk_http_client
+        from bot.llm.transport import sdk_http_client
 
         key = settings.api_key("openai")
         base_url = settings.base_url("openai") or OPENAI_DEFAULT_URL
