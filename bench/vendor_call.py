@@ -37,8 +37,8 @@ import openai
 import uvloop
 
 from bot.llm.anthropic import AnthropicProvider, build_params
-from bot.llm.transport import sdk_http_client
 from bot.llm.openai import OpenAIProvider
+from bot.llm.transport import sdk_http_client
 from bot.llm.types import LLMRequest, LLMResponse, Message, TextPart, ToolSpec
 from bot.resilience import RetryPolicy
 

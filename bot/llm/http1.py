@@ -156,8 +156,8 @@ async def _read_head(
     wire = conn.wire
     while True:
         start = 0
-        while (end := wire.buffer.find(_EMPTY_LINE, start)) < 0:
-            if len(wire.buffer) > MAX_HEAD:
+        while (end := wire.buffer.find(_EMPTY_LINE, start, MAX_HEAD + 4)) < 0:
+            if len(wire.buffer) >= MAX_HEAD + 4:
                 raise httpx2.RemoteProtocolError("a response head over 64 KiB", request=request)
             if (wire.eof or wire.lost) and not wire.buffer and wire.error is None:
                 raise httpx2.RemoteProtocolError(
