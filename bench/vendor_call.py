@@ -12,9 +12,10 @@ blocks' ratios.
 - ``before``: the SDK's stock client (httpx2 on anyio); Anthropic through ``messages.create``
   (which deep-copies the body), OpenAI through the provider (its ``post`` already skipped
   ``create``'s parameter transform).
-- ``now``: the provider as ``from_settings`` builds it: the client on the asyncio network
-  backend (``bot.llm.netio``), and Anthropic's body encoded once and posted
-  (``bot.llm.anthropic._create``).
+- ``now``: the provider as ``from_settings`` builds it: the client on Chorus's own HTTP/1.1
+  transport (``bot.llm.transport``), Anthropic's body encoded once and posted
+  (``bot.llm.anthropic._create``) and its answer read off the JSON
+  (``bot.llm.anthropic_parse.parse_message``).
 
 Both run on uvloop, as ``chorus run`` does where it is installed.
 
