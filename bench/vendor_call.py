@@ -10,8 +10,9 @@ machine's speed hits both; the medians of the blocks are reported, and the media
 blocks' ratios.
 
 - ``before``: the SDK's stock client (httpx2 on anyio); Anthropic through ``messages.create``
-  (which deep-copies the body), OpenAI through the provider (its ``post`` already skipped
-  ``create``'s parameter transform).
+  (which deep-copies the body), OpenAI through the client's ``post`` with the provider's body
+  (which already skipped ``create``'s parameter transform); both answers built into the SDK's
+  types.
 - ``now``: the provider as ``from_settings`` builds it: the client on Chorus's own HTTP/1.1
   transport (``bot.llm.transport``), Anthropic's body encoded once and posted
   (``bot.llm.anthropic._create``) and its answer read off the JSON
@@ -36,6 +37,7 @@ from typing import Any
 import anthropic
 import openai
 import uvloop
+from openai.types.chat import ChatCompletion
 
 from bot.llm.anthropic import AnthropicProvider, build_params
 from bot.llm.openai import OpenAIProvider
@@ -124,6 +126,17 @@ def _caller(vendor: str, variant: str, base_url: str) -> tuple[Call, Callable[[]
         api_key="bench", base_url=base_url, max_retries=0, timeout=60, http_client=o_http
     )
     chat = OpenAIProvider(o_client, base_url=base_url, retry=RetryPolicy(max_retries=0))
+    if variant == "before":  # until this pass: the provider's body through ``post``, the
+        # answer built into the SDK's ChatCompletion
+
+        async def post(turn: LLMRequest) -> LLMResponse:
+            completion = await o_client.post(
+                "/chat/completions", body=chat._params(turn), cast_to=ChatCompletion
+            )
+            text = completion.choices[0].message.content or ""
+            return LLMResponse(parts=(TextPart(text=text),), stop_reason="end_turn")
+
+        return post, o_client.close
     return chat.complete, o_client.close
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from anthropic.types import RedactedThinkingBlock, TextBlock, ThinkingBlock
 
+from bot.llm.errors import MalformedAnswer
 from bot.llm.types import LLMResponse, Part, StopReason, TextPart, ThinkingPart, ToolCallPart, Usage
 
 THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
@@ -26,10 +27,6 @@ _STOP_REASONS: dict[str, StopReason] = {
     "refusal": "refusal",
     "stop_sequence": "stop_sequence",
 }
-
-
-class MalformedAnswer(ValueError):
-    """A 200 answer that is not a Messages API message (a proxy's page, a cut body)."""
 
 
 def parse_message(body: bytes) -> LLMResponse:

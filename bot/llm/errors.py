@@ -39,3 +39,8 @@ class ProviderUnavailable(LLMError):
 
 class RealVendorCallBlocked(RuntimeError):
     """Raised when a test would reach a real LLM vendor instead of a loopback server."""
+
+
+class MalformedAnswer(ValueError):
+    """A 200 answer that is not the vendor's answer type (a proxy's page, a body cut short):
+    the same request would get the same, so it is not retried."""

@@ -176,13 +176,13 @@ class OpenAIProvider(SDKProvider):
             log.debug("%s: %s", model, message)
 
     async def _complete(self, request: LLMRequest) -> LLMResponse:
-        completion: ChatCompletion = await self._create(self._params(request), stream=False)
-        return parse_completion(completion, request.model)
+        response: httpx2.Response = await self._create(self._params(request), stream=False)
+        return parse_completion(response.content, request.model)
 
     async def _create(self, params: dict[str, Any], *, stream: bool) -> Any:
         """``chat.completions.create`` minus its parameter transform: the request goes through
-        the client's own ``post`` (auth, headers, timeout, errors, the answer parsed into the
-        SDK's types) exactly as ``create`` sends it, but without ``create`` first walking every
+        the client's own ``post`` (auth, headers, timeout, errors) exactly as ``create`` sends
+        it, a whole answer coming back as the HTTP response, its JSON unread; but without ``create`` first walking every
         message, content part and tool schema against its TypedDict annotations for aliases and
         formats that Chat Completions' parameters do not have. That walk cost more CPU than
         all of Chorus's own work in a turn: 5 of a console turn's 9 ms with a 40-message
@@ -194,7 +194,7 @@ class OpenAIProvider(SDKProvider):
         return await self.client.post(
             "/chat/completions",
             body=params,
-            cast_to=ChatCompletion,
+            cast_to=httpx2.Response if not stream else ChatCompletion,
             options=_REQUEST_OPTIONS,
             stream=stream,
             stream_cls=openai.AsyncStream[ChatCompletionChunk],

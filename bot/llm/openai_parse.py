@@ -14,40 +14,63 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from openai.types import CompletionUsage
-from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 
+from bot.llm.errors import MalformedAnswer
 from bot.llm.types import LLMResponse, Part, StopReason, TextPart, ToolCallPart, Usage
 
 
-def parse_completion(completion: ChatCompletion, model: str = "") -> LLMResponse:
-    usage = _usage(completion.usage)
-    if not completion.choices:
-        return LLMResponse(parts=(), stop_reason="other", usage=usage, model=completion.model)
-    choice = completion.choices[0]
-    message = choice.message
+def parse_completion(body: bytes, model: str = "") -> LLMResponse:
+    """A whole completion's JSON body, read straight off the wire.
+
+    The SDK would first build its pydantic ``ChatCompletion`` from the JSON (``construct_type``,
+    as costly as the rest of the reading); only the fields read below matter. A tool call
+    without a ``type`` counts as a function call (some OpenAI-compatible servers omit it).
+    """
+    try:
+        completion = json.loads(body)
+    except ValueError as exc:
+        raise MalformedAnswer(f"the answer is not JSON: {exc}") from exc
+    choices = completion.get("choices") if isinstance(completion, dict) else None
+    if not isinstance(choices, list):
+        raise MalformedAnswer(f"the answer has no choices list: {body[:120]!r}")
+    usage = _usage_of(completion.get("usage"))
+    answered_by = str(completion.get("model") or "")
+    if not choices:
+        return LLMResponse(parts=(), stop_reason="other", usage=usage, model=answered_by)
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        raise MalformedAnswer(f"the first choice has no message: {choice!r:.120}")
     parts: list[Part] = []
-    text = (message.content or "") + (message.refusal or "")
+    refusal = message.get("refusal") or ""
+    text = (message.get("content") or "") + refusal
     if text:
         parts.append(TextPart(text=text))
-    for i, call in enumerate(message.tool_calls or []):
-        if isinstance(call, ChatCompletionMessageFunctionToolCall):
-            parts.append(
-                ToolCallPart(
-                    id=call.id or f"call_{i}",
-                    name=call.function.name,
-                    arguments=_arguments(call.function.arguments),
-                )
+    for i, call in enumerate(message.get("tool_calls") or ()):
+        if not isinstance(call, dict):
+            raise MalformedAnswer(f"a tool call that is not an object: {call!r:.120}")
+        if call.get("type", "function") != "function":
+            continue  # a custom tool's call: Chorus declares function tools only
+        function = call.get("function")
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise MalformedAnswer(f"a tool call without a function name: {call!r:.120}")
+        parts.append(
+            ToolCallPart(
+                id=call.get("id") or f"call_{i}",
+                name=function["name"],
+                arguments=_arguments(function.get("arguments")),
             )
+        )
+    finish = choice.get("finish_reason")
+    finish = finish if isinstance(finish, str) else None
     return LLMResponse(
         parts=tuple(parts),
         stop_reason=_stop_reason(
-            choice.finish_reason,
-            bool(message.refusal),
-            any(isinstance(p, ToolCallPart) for p in parts),
+            finish, bool(refusal), any(isinstance(p, ToolCallPart) for p in parts)
         ),
         usage=usage,
-        model=completion.model or model,
-        raw_stop_reason=choice.finish_reason,
+        model=answered_by or model,
+        raw_stop_reason=finish,
     )
 
 
@@ -64,14 +87,29 @@ def _stop_reason(finish: str | None, refused: bool, called_tools: bool) -> StopR
 
 
 def _usage(usage: CompletionUsage | None) -> Usage:
+    """A streamed chunk's usage, as the SDK built it."""
     if usage is None:  # some local servers send none
         return Usage()
     details = usage.prompt_tokens_details
-    cached = (details.cached_tokens if details else None) or 0
+    cached = details.cached_tokens if details else None
+    return _counts(usage.prompt_tokens, usage.completion_tokens, cached)
+
+
+def _usage_of(usage: object) -> Usage:
+    """A whole answer's usage, as JSON."""
+    if not isinstance(usage, dict):  # some local servers send none
+        return Usage()
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return _counts(usage.get("prompt_tokens"), usage.get("completion_tokens"), cached)
+
+
+def _counts(prompt: int | None, completion: int | None, cached: int | None) -> Usage:
+    """OpenAI counts cached tokens inside the prompt's; Chorus counts them apart."""
     return Usage(
-        input_tokens=max(0, (usage.prompt_tokens or 0) - cached),
-        output_tokens=usage.completion_tokens or 0,
-        cache_read_tokens=cached,
+        input_tokens=max(0, (prompt or 0) - (cached or 0)),
+        output_tokens=completion or 0,
+        cache_read_tokens=cached or 0,
     )
 
 
