@@ -15,7 +15,7 @@ from typing import Any
 
 from anthropic.types import RedactedThinkingBlock, TextBlock, ThinkingBlock
 
-from bot.llm.errors import MalformedAnswer
+from bot.llm.errors import MalformedAnswer, answer_object
 from bot.llm.types import LLMResponse, Part, StopReason, TextPart, ThinkingPart, ToolCallPart, Usage
 
 THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
@@ -35,13 +35,7 @@ def parse_message(body: bytes) -> LLMResponse:
     The SDK would first build its pydantic ``Message`` from the JSON (``construct_type``, about
     50 µs an answer, as much as the rest of the reading); only the fields read below matter.
     """
-    try:
-        message = json.loads(body)
-    except ValueError as exc:
-        raise MalformedAnswer(f"the answer is not JSON: {exc}") from exc
-    content = message.get("content") if isinstance(message, dict) else None
-    if not isinstance(content, list):
-        raise MalformedAnswer(f"the answer has no content list: {body[:120]!r}")
+    message, content = answer_object(body, "content")
     parts: list[Part] = []
     for block in content:
         kind = block.get("type") if isinstance(block, dict) else None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 
 class LLMError(Exception):
     """Base class of every provider error."""
@@ -44,3 +47,16 @@ class RealVendorCallBlocked(RuntimeError):
 class MalformedAnswer(ValueError):
     """A 200 answer that is not the vendor's answer type (a proxy's page, a body cut short):
     the same request would get the same, so it is not retried."""
+
+
+def answer_object(body: bytes, key: str) -> tuple[dict[str, Any], list[Any]]:
+    """A whole answer's JSON object and the list under ``key`` in it (a message's ``content``,
+    a completion's ``choices``), or ``MalformedAnswer`` saying which is missing."""
+    try:
+        answer = json.loads(body)
+    except ValueError as exc:
+        raise MalformedAnswer(f"the answer is not JSON: {exc}") from exc
+    items = answer.get(key) if isinstance(answer, dict) else None
+    if not isinstance(items, list):
+        raise MalformedAnswer(f"the answer has no {key} list: {body[:120]!r}")
+    return answer, items

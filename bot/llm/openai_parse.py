@@ -15,7 +15,7 @@ from typing import Any
 
 from openai.types import CompletionUsage
 
-from bot.llm.errors import MalformedAnswer
+from bot.llm.errors import MalformedAnswer, answer_object
 from bot.llm.types import LLMResponse, Part, StopReason, TextPart, ToolCallPart, Usage
 
 
@@ -26,13 +26,7 @@ def parse_completion(body: bytes, model: str = "") -> LLMResponse:
     as costly as the rest of the reading); only the fields read below matter. A tool call
     without a ``type`` counts as a function call (some OpenAI-compatible servers omit it).
     """
-    try:
-        completion = json.loads(body)
-    except ValueError as exc:
-        raise MalformedAnswer(f"the answer is not JSON: {exc}") from exc
-    choices = completion.get("choices") if isinstance(completion, dict) else None
-    if not isinstance(choices, list):
-        raise MalformedAnswer(f"the answer has no choices list: {body[:120]!r}")
+    completion, choices = answer_object(body, "choices")
     usage = _usage_of(completion.get("usage"))
     answered_by = str(completion.get("model") or "")
     if not choices:
