@@ -30,7 +30,8 @@ from bot.llm import netio
 # Refuse a response head larger than this (h11 refuses at 16 KiB, httpcore2 passes it 64 KiB).
 MAX_HEAD = 64 * 1024
 _EMPTY_LINE = b"\r\n\r\n"
-_FORBIDDEN = re.compile(rb"[\r\n\0]")  # never in a header: request splitting
+_FORBIDDEN = re.compile(rb"[\r\n\0]")  # never in a header value: request splitting
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # a header name (RFC 9110 section 5.1)
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _NO_BODY, _LENGTH, _CHUNKED, _UNTIL_CLOSE = range(4)
 
@@ -87,10 +88,11 @@ class Connection:
         while (end := wire.buffer.find(b"\r\n")) < 0:
             if len(wire.buffer) > MAX_HEAD:
                 raise httpx2.RemoteProtocolError("a chunk line over 64 KiB", request=request)
-            await self._wait_or_fail(limit, request, "in a chunked body")
+            await self.wait_or_fail(limit, request, "in a chunked body")
         return wire.take(end + 2)[:-2]
 
-    async def _wait_or_fail(self, limit: float | None, request: httpx2.Request, where: str) -> None:
+    async def wait_or_fail(self, limit: float | None, request: httpx2.Request, where: str) -> None:
+        """``more``, unless the connection already ended: then the error saying ``where``."""
         wire = self.wire
         if wire.eof or wire.lost:
             if wire.error is not None:
@@ -115,7 +117,7 @@ def _request_head(request: httpx2.Request) -> tuple[bytes, bool, bool]:
     parts = [request.method.encode("ascii"), b" ", request.url.raw_path, b" HTTP/1.1\r\n"]
     chunked = close = False
     for name, value in request.headers.raw:
-        if _FORBIDDEN.search(name) or _FORBIDDEN.search(value) or b":" in name or not name:
+        if not _TOKEN.fullmatch(name) or _FORBIDDEN.search(value):
             raise httpx2.LocalProtocolError(f"illegal header {name!r}", request=request)
         lowered = name.lower()
         if lowered == b"transfer-encoding":
@@ -164,7 +166,7 @@ async def _read_head(
                     "Server disconnected without sending a response.", request=request
                 )
             start = max(0, len(wire.buffer) - 3)
-            await conn._wait_or_fail(limit, request, "in the response head")
+            await conn.wait_or_fail(limit, request, "in the response head")
         version, status, reason, headers = _parse_head(wire.take(end + 4)[:end], request)
         if status == 101:
             raise httpx2.RemoteProtocolError("an upgrade (101) was not asked for", request=request)
@@ -251,8 +253,15 @@ class Body(httpx2.AsyncByteStream):
     """A response body as it arrives; its connection goes back to the pool once it was read
     to the end and closed, or is closed if the body was left unread or broke."""
 
-    def __init__(self, conn: Connection, framing: tuple[int, int], keep: bool,
-                 limit: float | None, request: httpx2.Request, returned: Returned) -> None:  # fmt: skip
+    def __init__(
+        self,
+        conn: Connection,
+        framing: tuple[int, int],
+        keep: bool,
+        limit: float | None,
+        request: httpx2.Request,
+        returned: Returned,
+    ) -> None:
         self._conn, self._keep, self._returned = conn, keep, returned
         self._framing, self._timeout, self._request = framing, limit, request
         self._complete = False
@@ -279,7 +288,7 @@ class Body(httpx2.AsyncByteStream):
         conn, wire = self._conn, self._conn.wire
         while count:
             if not wire.buffer:
-                await conn._wait_or_fail(self._timeout, self._request, where)
+                await conn.wait_or_fail(self._timeout, self._request, where)
                 continue
             data = wire.take(count)
             count -= len(data)

@@ -1,4 +1,4 @@
-"""Connections for the vendor SDKs' HTTP transport (``bot.llm.http1``), on plain asyncio.
+"""Connections for the vendor SDKs' HTTP transport (``bot.llm.transport``), on asyncio.
 
 Why: the SDKs' stock stack reaches the socket through anyio on asyncio, a cancel scope for
 every read and write and, before a kept-alive connection is reused, a readability check that
