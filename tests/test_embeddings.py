@@ -3,6 +3,7 @@ endpoints (OpenAI ``/v1/embeddings``, Gemini ``batchEmbedContents``)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 
 import pytest
@@ -162,3 +163,13 @@ async def test_contract_order_size_and_meaning(embedder: Embedder) -> None:
     guitar, meat, veg = vectors[:3]
     assert _near(veg, meat) > 0.4 > _near(veg, guitar)
     assert await embedder.embed([]) == []
+
+
+def test_without_the_openai_sdk_an_openai_embedder_names_the_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "openai", None)  # as if not installed
+    monkeypatch.delitem(sys.modules, "bot.llm.openai", raising=False)
+    settings = LLMSettings(openai_api_key=SecretStr("k"))
+    with pytest.raises(ConfigError, match=r"openai SDK is not installed.*chorus-bot\[openai\]"):
+        build_embedder("openai:text-embedding-3-small", settings, timeout=10)

@@ -161,26 +161,18 @@ def _openai(
     model: str, llm: LLMSettings, timeout: float, policy: RetryPolicy, dimensions: int
 ) -> OpenAIEmbedder:
     try:
-        import openai
+        from bot.llm.openai import DEFAULT_BASE_URL, sdk_client
     except ModuleNotFoundError:
         raise ConfigError(
             f"{VARIABLE} uses OpenAI but the openai SDK is not installed; "
             "run: pip install 'chorus-bot[openai]'"
         ) from None
-    from bot.llm.openai import DEFAULT_BASE_URL
-    from bot.llm.transport import sdk_http_client
 
     key = llm.api_key("openai")
     base_url = llm.base_url("openai") or DEFAULT_BASE_URL
     if key is None and base_url == DEFAULT_BASE_URL:
         raise ConfigError(f"{VARIABLE}=openai:{model} needs OPENAI_API_KEY (or OPENAI_BASE_URL)")
-    client = openai.AsyncOpenAI(
-        api_key=key or "not-needed",
-        base_url=base_url,
-        timeout=timeout,
-        max_retries=0,
-        http_client=sdk_http_client(openai.DefaultAsyncHttpxClient),
-    )
+    client = sdk_client(key or "not-needed", base_url, timeout)
     return OpenAIEmbedder(client, model, base_url, policy, dimensions)
 
 

@@ -95,6 +95,19 @@ class _StreamCut(Exception):
     """The stream ended without a ``finish_reason``: the answer was cut off in transit."""
 
 
+def sdk_client(key: str, base_url: str, timeout: float) -> openai.AsyncOpenAI:
+    """An ``openai`` client as every part of Chorus builds one (chat, embeddings, moderation):
+    the SDK's own retries off, ``bot.resilience`` being the only policy, and HTTP through
+    Chorus's transport (the SDK's stock one where a proxy is set: ``bot.llm.transport``)."""
+    return openai.AsyncOpenAI(
+        api_key=key,
+        base_url=base_url,
+        timeout=timeout,
+        max_retries=0,
+        http_client=sdk_http_client(openai.DefaultAsyncHttpxClient),
+    )
+
+
 class OpenAIProvider(SDKProvider):
     name: ClassVar[str] = "openai"
     key_env: ClassVar[str] = KEY_ENV["openai"]
@@ -135,13 +148,7 @@ class OpenAIProvider(SDKProvider):
                 raise ConfigError(f"{cls.key_env} is not set; get a key at {cls.key_url}")
             key = NO_KEY_PLACEHOLDER
         base_url = base_url or DEFAULT_BASE_URL
-        client = openai.AsyncOpenAI(
-            api_key=key,
-            base_url=base_url,
-            timeout=settings.llm_timeout,
-            max_retries=0,
-            http_client=sdk_http_client(openai.DefaultAsyncHttpxClient),
-        )
+        client = sdk_client(key, base_url, settings.llm_timeout)
         provider = cls(
             client,
             base_url=base_url,
@@ -182,9 +189,10 @@ class OpenAIProvider(SDKProvider):
     async def _create(self, params: dict[str, Any], *, stream: bool) -> Any:
         """``chat.completions.create`` minus its parameter transform: the request goes through
         the client's own ``post`` (auth, headers, timeout, errors) exactly as ``create`` sends
-        it, a whole answer coming back as the HTTP response, its JSON unread; but without ``create`` first walking every
-        message, content part and tool schema against its TypedDict annotations for aliases and
-        formats that Chat Completions' parameters do not have. That walk cost more CPU than
+        it, a whole answer coming back as the HTTP response, its JSON unread; but without
+        ``create`` first walking every message, content part and tool schema against its
+        TypedDict annotations for aliases and formats that Chat Completions' parameters do not
+        have. That walk cost more CPU than
         all of Chorus's own work in a turn: 5 of a console turn's 9 ms with a 40-message
         history (cProfile of ``chorus chat``; ``python -m bench.turn_ratio`` measures the turn).
         ``build_params`` already writes the wire's JSON, and the contract suite checks that

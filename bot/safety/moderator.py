@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     import openai
 
 VARIABLE = "CHORUS_MODERATION_MODEL"
-OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 
 
 @dataclass(frozen=True)
@@ -63,25 +62,17 @@ class OpenAIModeration:
     @classmethod
     def from_settings(cls, settings: LLMSettings, model: str, timeout: float) -> OpenAIModeration:
         try:
-            import openai
+            from bot.llm.openai import DEFAULT_BASE_URL, sdk_client
         except ModuleNotFoundError:
             raise ConfigError(
                 f"{VARIABLE} uses OpenAI's moderation endpoint but the openai SDK is not "
                 "installed; run: pip install 'chorus-bot[openai]'"
             ) from None
-        from bot.llm.transport import sdk_http_client
-
         key = settings.api_key("openai")
-        base_url = settings.base_url("openai") or OPENAI_DEFAULT_URL
-        if key is None and base_url == OPENAI_DEFAULT_URL:
+        base_url = settings.base_url("openai") or DEFAULT_BASE_URL
+        if key is None and base_url == DEFAULT_BASE_URL:
             raise ConfigError(f"{VARIABLE}={model!r} needs OPENAI_API_KEY")
-        client = openai.AsyncOpenAI(
-            api_key=key or "not-needed",
-            base_url=base_url,
-            timeout=timeout,
-            max_retries=0,
-            http_client=sdk_http_client(openai.DefaultAsyncHttpxClient),
-        )
+        client = sdk_client(key or "not-needed", base_url, timeout)
         return cls(client, model, base_url)
 
     async def classify(self, text: str) -> ModelVerdict:
