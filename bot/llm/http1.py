@@ -197,26 +197,30 @@ def _parse_head(
 
 def _framing(
     method: str, status: int, headers: list[tuple[bytes, bytes]], request: httpx2.Request
-) -> tuple[int, int]:
-    """How the body ends (RFC 9112 section 6.3) and, when by length, its length."""
-    if method == "HEAD" or status in (204, 304):
-        return _NO_BODY, 0
+) -> tuple[tuple[int, int], bool]:
+    """How the body ends (RFC 9112 section 6.3) and, when by length, its length; and whether
+    the answer said ``Connection: close`` (one pass over the headers for both)."""
     lengths: set[bytes] = set()
     coding = None
+    close = False
     for name, value in headers:
         lowered = name.lower()
         if lowered == b"transfer-encoding":
             coding = value.rsplit(b",", 1)[-1].strip().lower()
         elif lowered == b"content-length":
             lengths.update(v.strip() for v in value.split(b","))
+        elif lowered == b"connection":
+            close = close or b"close" in value.lower()
+    if method == "HEAD" or status in (204, 304):
+        return (_NO_BODY, 0), close
     if coding is not None:
-        return (_CHUNKED, 0) if coding == b"chunked" else (_UNTIL_CLOSE, 0)
+        return (_CHUNKED, 0) if coding == b"chunked" else (_UNTIL_CLOSE, 0), close
     if not lengths:
-        return _UNTIL_CLOSE, 0
+        return (_UNTIL_CLOSE, 0), close
     (length,) = lengths if len(lengths) == 1 else (b"",)
     if not length.isdigit():
         raise httpx2.RemoteProtocolError(f"a bad Content-Length: {lengths}", request=request)
-    return _LENGTH, int(length)
+    return (_LENGTH, int(length)), close
 
 
 async def exchange(
@@ -234,16 +238,11 @@ async def exchange(
                 raise
             close = True
         version, status, reason, headers = await _read_head(conn, read, request)
-        framing = _framing(request.method, status, headers, request)
+        framing, closes = _framing(request.method, status, headers, request)
     except BaseException:
         returned(conn, False)
         raise
-    keep = (
-        not close
-        and version == b"HTTP/1.1"
-        and framing[0] != _UNTIL_CLOSE
-        and not any(n.lower() == b"connection" and b"close" in v.lower() for n, v in headers)
-    )
+    keep = not (close or closes) and version == b"HTTP/1.1" and framing[0] != _UNTIL_CLOSE
     body = Body(conn, framing, keep, read, request, returned)
     extensions = {"http_version": version, "reason_phrase": reason, "network_stream": conn}
     return httpx2.Response(status, headers=headers, stream=body, extensions=extensions)
@@ -263,7 +262,7 @@ class Body(httpx2.AsyncByteStream):
         returned: Returned,
     ) -> None:
         self._conn, self._keep, self._returned = conn, keep, returned
-        self._framing, self._timeout, self._request = framing, limit, request
+        self._framing, self._limit, self._request = framing, limit, request
         self._complete = False
         self._closed = False
 
@@ -288,14 +287,14 @@ class Body(httpx2.AsyncByteStream):
         conn, wire = self._conn, self._conn.wire
         while count:
             if not wire.buffer:
-                await conn.wait_or_fail(self._timeout, self._request, where)
+                await conn.wait_or_fail(self._limit, self._request, where)
                 continue
             data = wire.take(count)
             count -= len(data)
             yield data
 
     async def _chunks(self) -> AsyncIterator[bytes]:
-        conn, limit, request = self._conn, self._timeout, self._request
+        conn, limit, request = self._conn, self._limit, self._request
         while True:
             size_text = (await conn.line(limit, request)).split(b";", 1)[0].strip(b" \t")
             if not _HEX.fullmatch(size_text):
@@ -322,7 +321,7 @@ class Body(httpx2.AsyncByteStream):
                     raise httpx2.ReadError(_reason(wire, "connection lost"), request=self._request)
                 return
             else:
-                await conn.more(self._timeout, self._request)
+                await conn.more(self._limit, self._request)
 
     async def aclose(self) -> None:
         self._finish()

@@ -179,23 +179,16 @@ async def connect(
                 if tls is None:  # the peer closed during the handshake
                     raise ConnectionError("the connection closed during the TLS handshake")
                 wire.transport = tls
-    except TimeoutError as exc:
-        _close(wire)
-        raise httpx2.ConnectTimeout(
-            f"timed out connecting to {host}:{port}", request=request
-        ) from exc
-    except (OSError, ssl.SSLError) as exc:
-        _close(wire)
-        raise httpx2.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
-    except BaseException:
-        _close(wire)
+    except BaseException as exc:
+        if wire is not None:
+            wire.close()
+        if isinstance(exc, TimeoutError):
+            message = f"timed out connecting to {host}:{port}"
+            raise httpx2.ConnectTimeout(message, request=request) from exc
+        if isinstance(exc, OSError | ssl.SSLError):
+            raise httpx2.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
         raise
     return wire
-
-
-def _close(wire: Wire | None) -> None:
-    if wire is not None:
-        wire.close()
 
 
 async def _race(loop: asyncio.AbstractEventLoop, host: str, port: int) -> socket.socket:

@@ -94,10 +94,10 @@ class Transport(httpx2.AsyncBaseTransport):
 
     def _reuse(self, origin: http1.Origin) -> http1.Connection | None:
         idle, expiry = self._idle, self._expiry
-        if expiry is not None and idle and idle[0].idle_since < time.monotonic() - expiry:
+        if expiry is not None:  # idle is oldest first: the expired ones lead it
             cutoff = time.monotonic() - expiry
-            for conn in [c for c in idle if c.idle_since < cutoff]:
-                self.discard(conn)
+            while idle and idle[0].idle_since < cutoff:
+                self.discard(idle[0])
         index = len(idle) - 1
         while index >= 0:  # newest first
             conn = idle[index]
