@@ -13,7 +13,6 @@ import asyncio
 import hashlib
 import socket
 import ssl
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,30 +29,7 @@ from bot.resilience import RetryPolicy
 from bot.settings import LLMSettings, load_settings
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.openai_server import OpenAIServer
-from tests.netio_rig import Counted
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-async def _serve(handler: Handler) -> tuple[asyncio.Server, int, list[int]]:
-    """A raw TCP server on 127.0.0.1; the list counts the connections it accepted."""
-    accepted: list[int] = []
-
-    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted.append(1)
-        try:
-            await handler(reader, writer)
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    return server, port, accepted
-
-
-async def _read_request(reader: asyncio.StreamReader) -> bytes:
-    """One request's head (the tests send no body)."""
-    return await reader.readuntil(b"\r\n\r\n")
+from tests.netio_rig import Counted, read_head, serve
 
 
 def _no_proxy_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,14 +92,14 @@ async def test_a_proxy_in_the_environment_is_still_used(monkeypatch: pytest.Monk
     seen: list[bytes] = []
 
     async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        seen.append(await _read_request(reader))
+        seen.append(await read_head(reader))
         writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
         await writer.drain()
 
-    server, port, _ = await _serve(proxy)
-    async with server:
+    site = await serve(proxy)
+    async with site.server:
         _no_proxy_environment(monkeypatch)
-        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("HTTP_PROXY", site.url)
         assert transport.sdk_http_client(httpx2.AsyncClient) is None
         settings = LLMSettings(
             anthropic_api_key="k",  # type: ignore[arg-type]
@@ -155,17 +131,17 @@ async def test_a_proxy_written_in_dotenv_is_not_used(
     seen: list[bytes] = []
 
     async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        seen.append(await _read_request(reader))
+        seen.append(await read_head(reader))
 
-    proxy_server, proxy_port, _ = await _serve(proxy)
-    async with proxy_server, AnthropicServer() as api:
+    proxy_site = await serve(proxy)
+    async with proxy_site.server, AnthropicServer() as api:
         api.default_reply = lambda body: "direct"
         _no_proxy_environment(monkeypatch)
         for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "CHORUS_MODEL"):
             monkeypatch.delenv(name, raising=False)
         monkeypatch.chdir(tmp_path)
         (tmp_path / ".env").write_text(
-            f"HTTP_PROXY=http://127.0.0.1:{proxy_port}\n"
+            f"HTTP_PROXY={proxy_site.url}\n"
             f"ANTHROPIC_API_KEY=k\nANTHROPIC_BASE_URL={api.base_url}\n",
             encoding="utf-8",
         )
@@ -199,23 +175,23 @@ async def test_an_idle_connection_the_server_closed_is_replaced_not_reused() -> 
     closed = asyncio.Event()
 
     async def once_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
+        await read_head(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")  # keep-alive by default
         await writer.drain()
         writer.close()  # then the server's keep-alive ends
         await writer.wait_closed()
         closed.set()
 
-    server, port, accepted = await _serve(once_then_close)
-    async with server, httpx2.AsyncClient(transport=transport.transport()) as client:
-        first = await client.get(f"http://127.0.0.1:{port}/")
+    site = await serve(once_then_close)
+    async with site.server, httpx2.AsyncClient(transport=transport.transport()) as client:
+        first = await client.get(site.url)
         assert first.text == "ok"
         await closed.wait()
         await asyncio.sleep(0.05)  # the loop delivers the end of the stream
         closed.clear()
-        second = await client.get(f"http://127.0.0.1:{port}/")
+        second = await client.get(site.url)
         assert second.text == "ok"
-    assert len(accepted) == 2
+    assert len(site.accepted) == 2
 
 
 async def test_a_close_the_loop_has_not_delivered_yet_is_seen_on_the_socket() -> None:
@@ -224,24 +200,27 @@ async def test_a_close_the_loop_has_not_delivered_yet_is_seen_on_the_socket() ->
     closed = asyncio.Event()
 
     async def once_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
+        await read_head(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
         await writer.drain()
         writer.close()
         await writer.wait_closed()
         closed.set()
 
-    server, port, accepted = await _serve(once_then_close)
-    async with server, httpx2.AsyncClient(transport=transport.transport(), timeout=5) as client:
-        first = await client.get(f"http://127.0.0.1:{port}/")
+    site = await serve(once_then_close)
+    async with (
+        site.server,
+        httpx2.AsyncClient(transport=transport.transport(), timeout=5) as client,
+    ):
+        first = await client.get(site.url)
         conn = first.extensions["network_stream"]
         assert isinstance(conn, http1.Connection) and conn.wire.transport is not None
         conn.wire.transport.pause_reading()
         await closed.wait()
         assert not conn.wire.eof and not conn.wire.lost  # nothing delivered
-        second = await client.get(f"http://127.0.0.1:{port}/")
+        second = await client.get(site.url)
         assert second.text == "ok"
-    assert len(accepted) == 2
+    assert len(site.accepted) == 2
 
 
 async def test_bytes_an_idle_connection_received_retire_it() -> None:
@@ -250,7 +229,7 @@ async def test_bytes_an_idle_connection_received_retire_it() -> None:
     answered = asyncio.Event()
 
     async def stale(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
+        await read_head(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
         await writer.drain()
         await answered.wait()  # the 408 comes apart, once the connection is idle
@@ -258,40 +237,46 @@ async def test_bytes_an_idle_connection_received_retire_it() -> None:
         await writer.drain()
         await asyncio.sleep(30)
 
-    server, port, accepted = await _serve(stale)
-    async with server, httpx2.AsyncClient(transport=transport.transport(), timeout=5) as client:
-        first = await client.get(f"http://127.0.0.1:{port}/")
+    site = await serve(stale)
+    async with (
+        site.server,
+        httpx2.AsyncClient(transport=transport.transport(), timeout=5) as client,
+    ):
+        first = await client.get(site.url)
         assert first.status_code == 200
         conn = first.extensions["network_stream"]
         assert isinstance(conn, http1.Connection)
         answered.set()
         while not conn.wire.buffer:
             await conn.wire.more()
-        second = await client.get(f"http://127.0.0.1:{port}/")
+        second = await client.get(site.url)
         assert second.status_code == 200
-    assert len(accepted) == 2
+    assert len(site.accepted) == 2
 
 
 async def test_a_server_that_never_answers_is_a_read_timeout() -> None:
     async def deaf(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
+        await read_head(reader)
         await asyncio.sleep(30)
 
-    server, port, _ = await _serve(deaf)
-    async with server, httpx2.AsyncClient(transport=transport.transport(), timeout=0.3) as client:
+    site = await serve(deaf)
+    async with (
+        site.server,
+        httpx2.AsyncClient(transport=transport.transport(), timeout=0.3) as client,
+    ):
         with pytest.raises(httpx2.ReadTimeout):
-            await client.get(f"http://127.0.0.1:{port}/")
+            await client.get(site.url)
 
 
 async def test_a_connection_dropped_before_the_answer_is_a_protocol_error() -> None:
     async def rude(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
+        await read_head(reader)
         writer.transport.abort()
 
-    server, port, _ = await _serve(rude)
-    async with server, httpx2.AsyncClient(transport=transport.transport()) as client:
+    site = await serve(rude)
+    async with site.server, httpx2.AsyncClient(transport=transport.transport()) as client:
         with pytest.raises((httpx2.RemoteProtocolError, httpx2.ReadError)):
-            await client.get(f"http://127.0.0.1:{port}/")
+            await client.get(site.url)
 
 
 async def test_a_refused_connection_is_a_connect_error() -> None:
@@ -308,16 +293,16 @@ async def test_a_large_body_read_slowly_is_held_in_bounded_memory_and_arrives_wh
     body = bytes(range(256)) * (8 * 1024)  # 2 MiB
 
     async def big(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
+        await read_head(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body))
         writer.write(body)
         await writer.drain()
 
-    server, port, _ = await _serve(big)
+    site = await serve(big)
     async with (
-        server,
+        site.server,
         httpx2.AsyncClient(transport=transport.transport()) as client,
-        client.stream("GET", f"http://127.0.0.1:{port}/") as response,
+        client.stream("GET", site.url) as response,
     ):
         conn = response.extensions["network_stream"]
         assert isinstance(conn, http1.Connection)
