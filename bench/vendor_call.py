@@ -40,7 +40,7 @@ import uvloop
 from openai.types.chat import ChatCompletion
 
 from bot.llm.anthropic import AnthropicProvider, build_params
-from bot.llm.openai import OpenAIProvider
+from bot.llm.openai import OpenAIProvider, sdk_client
 from bot.llm.transport import sdk_http_client
 from bot.llm.types import LLMRequest, LLMResponse, Message, TextPart, ToolSpec
 from bot.resilience import RetryPolicy
@@ -121,9 +121,10 @@ def _caller(vendor: str, variant: str, base_url: str) -> tuple[Call, Callable[[]
             return create, a_client.close
         provider = AnthropicProvider(a_client, base_url=base_url, retry=RetryPolicy(max_retries=0))
         return provider.complete, a_client.close
-    o_http = sdk_http_client(openai.DefaultAsyncHttpxClient) if variant == "now" else None
-    o_client = openai.AsyncOpenAI(
-        api_key="bench", base_url=base_url, max_retries=0, timeout=60, http_client=o_http
+    o_client = (
+        sdk_client("bench", base_url, 60)  # as from_settings builds it
+        if variant == "now"
+        else openai.AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0, timeout=60)
     )
     chat = OpenAIProvider(o_client, base_url=base_url, retry=RetryPolicy(max_retries=0))
     if variant == "before":  # until this pass: the provider's body through ``post``, the
