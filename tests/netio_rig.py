@@ -1,5 +1,5 @@
 """What the ``bot.llm.netio`` and ``bot.llm.http1`` tests share: counting the connections the
-SDKs' transport opens."""
+SDKs' transport opens, and raw TCP servers scripted byte for byte (``serve``, ``Script``)."""
 
 from __future__ import annotations
 
