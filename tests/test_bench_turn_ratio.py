@@ -19,17 +19,19 @@ async def test_the_replay_sends_exactly_the_requests_chorus_sent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(turn_ratio, "WARMUP", 2)
-    monkeypatch.setattr(turn_ratio, "TURNS", 5)
+    # CPU is read from /proc in clock ticks (10 ms): 40 turns of about 2 ms each span several
+    # ticks, where 5 turns could fall inside one and read as no CPU at all
+    monkeypatch.setattr(turn_ratio, "TURNS", 40)
     async with OpenAIServer() as server:
         server.default_reply = lambda body: "It is one more."
         times, cpu = await turn_ratio.chorus_turns(server, str(tmp_path))
-        assert len(times) == 5 and all(t > 0 for t in times) and cpu > 0
+        assert len(times) == 40 and all(t > 0 for t in times) and cpu > 0
         sent = turn_ratio._chat_bodies(list(server.bodies))
         assert [b["messages"][-1]["content"][0]["text"].count(turn_ratio.MARK) for b in sent] == [
             1
-        ] * 7  # one request per question, the insights agent's left out
+        ] * 42  # one request per question, the insights agent's left out
         before = len(server.bodies)
         replayed = await turn_ratio.bare_replay(server.base_url, sent[2:], "post")
-        assert len(replayed) == 5
+        assert len(replayed) == 40
         # the replay warms up on the first requests again, then sends each one once more
         assert list(server.bodies)[before:] == [*sent[2:][:20], *sent[2:]]
