@@ -34,6 +34,11 @@ Why it is built this way:
 - Streaming reads the raw SSE events (``create``'s ``stream=True``) instead of the
   ``messages.stream()`` helper, so tool-input JSON, usage and a mid-stream ``error`` event are
   each handled explicitly; a stream that ends before ``message_stop`` raises (it was cut off).
+  The events are read off the response's bytes (``bot.llm.sse``) and their JSON, as the SDK's
+  ``AsyncStream`` would pass them on (named events only, pings skipped), without building its
+  pydantic event type for each, which cost several times the reading itself, once per token
+  (``python -m bench.vendor_call``). An ``event: error`` raises ``StreamErrorEvent``,
+  classified by its error type as the SDK's status error for it was.
 - Reasoning is extended thinking with a token budget (``THINKING_BUDGETS``). ``budget_tokens``
   counts inside ``max_tokens`` and must be below it, so the budget is added on top of
   ``request.max_tokens`` (which stays the answer's own allowance); the API refuses a
@@ -61,8 +66,10 @@ from typing import Any, ClassVar, Self
 import anthropic
 import httpx2
 
+from bot.llm import sse
 from bot.llm.anthropic_parse import THINKING_BLOCKS, StreamState, parse_message
 from bot.llm.base import SDKProvider
+from bot.llm.errors import event_object
 from bot.llm.transport import sdk_http_client
 from bot.llm.types import (
     REASONING_BUDGETS,
@@ -186,38 +193,46 @@ class AnthropicProvider(SDKProvider):
 
     # -- calls -----------------------------------------------------------------------------
     async def _complete(self, request: LLMRequest) -> LLMResponse:
-        response: httpx2.Response = await self._create(build_params(request), stream=False)
+        response = await self._create(build_params(request), stream=False)
         return parse_message(response.content)
 
-    async def _create(self, params: dict[str, Any], *, stream: bool) -> Any:
+    async def _create(self, params: dict[str, Any], *, stream: bool) -> httpx2.Response:
         """``messages.create(**params)`` (with ``stream=True`` when ``stream``) without its copy
-        of the body; a whole answer comes back as the HTTP response, its JSON unread."""
-        return await self.client.post(
+        of the body; the answer comes back as the HTTP response, its JSON or its SSE unread."""
+        response: httpx2.Response = await self.client.post(
             "/v1/messages",
             content=encode_body(params, stream=stream),
-            cast_to=anthropic.types.Message if stream else httpx2.Response,
+            cast_to=httpx2.Response,
             options=_REQUEST_OPTIONS,
             stream=stream,
-            stream_cls=anthropic.AsyncStream[anthropic.types.RawMessageStreamEvent],
         )
+        return response
 
     async def _stream(self, request: LLMRequest) -> AsyncIterator[StreamEvent]:
-        stream = await self._create(build_params(request), stream=True)
+        response = await self._create(build_params(request), stream=True)
         state = StreamState(model=request.model)
         try:
-            async for event in stream:
-                delta = state.feed(event)
-                if delta:
-                    yield TextDelta(text=delta)
+            async for event in sse.events(response.aiter_bytes()):
+                if event.name is None or event.name == "ping":
+                    continue  # the SDK's stream passes on only named events, and never a ping
+                if event.name == "error":
+                    raise StreamErrorEvent.read(event.data, response.headers)
+                if event.data:
+                    delta = state.feed(event_object(event.data))
+                    if delta:
+                        yield TextDelta(text=delta)
         finally:
-            await stream.close()
+            await response.aclose()
         if not state.stopped:
             raise _StreamCut("the anthropic stream ended before message_stop")
         yield state.response()
 
     def _classify(self, exc: BaseException) -> Failure:
         if isinstance(exc, anthropic.APIStatusError):
-            return _classify_status(exc)
+            message = exc.api_message or exc.message
+            return _failure(exc.status_code, exc.type, message, exc.response.headers)
+        if isinstance(exc, StreamErrorEvent):
+            return _failure(200, exc.kind, exc.message, exc.headers)
         if isinstance(exc, anthropic.APITimeoutError):
             return Failure(retryable=True, reason="request timed out")
         if isinstance(exc, anthropic.APIConnectionError):
@@ -227,17 +242,41 @@ class AnthropicProvider(SDKProvider):
         return Failure(retryable=False, reason=f"{type(exc).__name__}: {exc}")
 
 
-def _classify_status(exc: anthropic.APIStatusError) -> Failure:
-    status = exc.status_code
+class StreamErrorEvent(Exception):
+    """An ``event: error`` inside a stream: the answer failed after its 200 was sent."""
+
+    def __init__(self, kind: str | None, message: str, headers: httpx2.Headers) -> None:
+        super().__init__(message)
+        self.kind, self.message, self.headers = kind, message, headers
+
+    @classmethod
+    def read(cls, data: str, headers: httpx2.Headers) -> StreamErrorEvent:
+        """The event's ``{"type": "error", "error": {"type": ..., "message": ...}}``, or its
+        text as the message when it is not that."""
+        try:
+            body = json.loads(data)
+        except ValueError:
+            return cls(None, data or "an error event with no data", headers)
+        error = body.get("error") if isinstance(body, dict) else None
+        if not isinstance(error, dict):
+            return cls(None, data, headers)
+        kind, message = error.get("type"), error.get("message")
+        return cls(
+            kind if isinstance(kind, str) else None,
+            message if isinstance(message, str) and message else data,
+            headers,
+        )
+
+
+def _failure(status: int, kind: str | None, message: str, headers: httpx2.Headers) -> Failure:
     # An `event: error` inside a stream arrives on a 200 response: only its type means anything.
     http_status = status if status >= 400 else None
-    message = exc.api_message or exc.message
-    reason = f"{exc.type}: {message}" if exc.type else message
+    reason = f"{kind}: {message}" if kind else message
     if status in (401, 403):
         return Failure(retryable=False, status=status, reason=reason)
-    retryable = status in _RETRY_STATUSES or status >= 500 or exc.type in _RETRY_ERROR_TYPES
+    retryable = status in _RETRY_STATUSES or status >= 500 or kind in _RETRY_ERROR_TYPES
     # The API says explicitly when a retry can (not) help; the SDK honours it, so do we.
-    should_retry = exc.response.headers.get("x-should-retry")
+    should_retry = headers.get("x-should-retry")
     if should_retry in ("true", "false"):
         retryable = should_retry == "true"
     if not retryable:
@@ -245,7 +284,7 @@ def _classify_status(exc: anthropic.APIStatusError) -> Failure:
     return Failure(
         retryable=True,
         status=http_status,
-        retry_after=parse_retry_after(exc.response.headers),
+        retry_after=parse_retry_after(headers),
         reason=reason,
     )
 

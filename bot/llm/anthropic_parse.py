@@ -13,8 +13,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from anthropic.types import RedactedThinkingBlock, TextBlock, ThinkingBlock
-
 from bot.llm.errors import MalformedAnswer, answer_object
 from bot.llm.types import LLMResponse, Part, StopReason, TextPart, ThinkingPart, ToolCallPart, Usage
 
@@ -123,7 +121,9 @@ class _Block:
 
 @dataclass
 class StreamState:
-    """Folds raw stream events into the final response; ``feed`` returns new text, if any."""
+    """Folds a stream's events (their JSON objects, ``bot.llm.sse``) into the final response; ``feed``
+    returns new text, if any. Events of kinds it does not know (``content_block_stop``, and any
+    the API adds) change nothing, as the SDK's stream passes them on unread."""
 
     model: str
     blocks: dict[int, _Block] = field(default_factory=dict)
@@ -131,52 +131,64 @@ class StreamState:
     raw_stop: str | None = None
     stopped: bool = False
 
-    def feed(self, event: Any) -> str:
-        kind = event.type
-        if kind == "message_start":
-            self.model = event.message.model or self.model
-            self._take_usage(event.message.usage)
+    def feed(self, event: dict[str, Any]) -> str:
+        kind = event.get("type")
+        if kind == "content_block_delta":
+            current = self.blocks.setdefault(_index(event), _Block(kind="text"))
+            delta = _part_of(event, "delta")
+            piece = delta.get("type")
+            if piece == "text_delta":
+                text = str(delta.get("text") or "")
+                current.text.append(text)
+                return text
+            if piece == "input_json_delta":
+                current.json.append(str(delta.get("partial_json") or ""))
+            elif piece == "thinking_delta":  # kept for the replay, never shown
+                current.text.append(str(delta.get("thinking") or ""))
+            elif piece == "signature_delta":
+                current.signature.append(str(delta.get("signature") or ""))
         elif kind == "content_block_start":
-            block = event.content_block
-            self.blocks[event.index] = _Block(
-                kind=block.type, id=getattr(block, "id", ""), name=getattr(block, "name", "")
-            )
-            if isinstance(block, TextBlock) and block.text:
-                self.blocks[event.index].text.append(block.text)
-                return block.text
-            if isinstance(block, ThinkingBlock):  # text and signature usually follow as deltas
-                self.blocks[event.index].text.append(block.thinking)
-                self.blocks[event.index].signature.append(block.signature)
-            elif isinstance(block, RedactedThinkingBlock):
-                self.blocks[event.index].signature.append(block.data)
-        elif kind == "content_block_delta":
-            current = self.blocks.setdefault(event.index, _Block(kind="text"))
-            delta = event.delta
-            if delta.type == "text_delta":
-                current.text.append(delta.text)
-                return str(delta.text)
-            if delta.type == "input_json_delta":
-                current.json.append(delta.partial_json)
-            elif delta.type == "thinking_delta":  # kept for the replay, never shown
-                current.text.append(delta.thinking)
-            elif delta.type == "signature_delta":
-                current.signature.append(delta.signature)
+            return self._start(_index(event), _part_of(event, "content_block"))
+        elif kind == "message_start":
+            message = _part_of(event, "message")
+            self.model = str(message.get("model") or self.model)
+            self._take_usage(message.get("usage"))
         elif kind == "message_delta":
-            self.raw_stop = event.delta.stop_reason or self.raw_stop
-            self._take_usage(event.usage)  # cumulative counts: later values win
+            stop = _part_of(event, "delta").get("stop_reason")
+            self.raw_stop = stop if isinstance(stop, str) else self.raw_stop
+            self._take_usage(event.get("usage"))  # cumulative counts: later values win
         elif kind == "message_stop":
             self.stopped = True
         return ""
 
-    def _take_usage(self, usage: Any) -> None:
+    def _start(self, index: int, block: dict[str, Any]) -> str:
+        kind = str(block.get("type") or "")
+        current = self.blocks[index] = _Block(
+            kind=kind, id=str(block.get("id") or ""), name=str(block.get("name") or "")
+        )
+        if kind == "text":
+            text = str(block.get("text") or "")
+            if text:
+                current.text.append(text)
+            return text
+        if kind == "thinking":  # text and signature usually follow as deltas
+            current.text.append(str(block.get("thinking") or ""))
+            current.signature.append(str(block.get("signature") or ""))
+        elif kind == "redacted_thinking":
+            current.signature.append(str(block.get("data") or ""))
+        return ""
+
+    def _take_usage(self, usage: object) -> None:
+        if not isinstance(usage, dict):
+            return
         for name in (
             "input_tokens",
             "output_tokens",
             "cache_creation_input_tokens",
             "cache_read_input_tokens",
         ):
-            value = getattr(usage, name, None)
-            if value is not None:
+            value = usage.get(name)
+            if isinstance(value, int):
                 self.usage[name] = value
 
     def response(self) -> LLMResponse:
@@ -193,3 +205,17 @@ class StreamState:
             model=self.model,
             raw_stop_reason=self.raw_stop,
         )
+
+
+def _part_of(event: dict[str, Any], key: str) -> dict[str, Any]:
+    value = event.get(key)
+    if not isinstance(value, dict):
+        raise MalformedAnswer(f"a {event.get('type')} event without its {key}: {event!r:.120}")
+    return value
+
+
+def _index(event: dict[str, Any]) -> int:
+    index = event.get("index")
+    if not isinstance(index, int):
+        raise MalformedAnswer(f"a {event.get('type')} event without an index: {event!r:.120}")
+    return index

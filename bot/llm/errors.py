@@ -60,3 +60,15 @@ def answer_object(body: bytes, key: str) -> tuple[dict[str, Any], list[Any]]:
     if not isinstance(items, list):
         raise MalformedAnswer(f"the answer has no {key} list: {body[:120]!r}")
     return answer, items
+
+
+def event_object(data: str) -> dict[str, Any]:
+    """A streamed event's JSON object, or ``MalformedAnswer`` (a proxy's page, a body cut
+    short)."""
+    try:
+        event = json.loads(data)
+    except ValueError as exc:
+        raise MalformedAnswer(f"a stream event that is not JSON: {data[:120]!r}") from exc
+    if not isinstance(event, dict):
+        raise MalformedAnswer(f"a stream event that is not an object: {data[:120]!r}")
+    return event

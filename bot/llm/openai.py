@@ -36,6 +36,11 @@ Why it is built this way:
 - Structured output is ``response_format: json_schema`` with ``strict: false``: strict mode
   demands ``additionalProperties: false`` and every property required, which a caller's schema
   need not satisfy; the answer's text is the JSON.
+- A stream is read off the response's bytes (``bot.llm.sse``) and each chunk's JSON, not
+  built into the SDK's ``ChatCompletionChunk`` per token. As the SDK's stream does, a chunk
+  carrying ``error`` raises ``openai.APIError`` (classified by its type and code), and
+  ``[DONE]`` ends the answer; the body is still read to its end, so that the connection is
+  kept for the next call.
 """
 
 from __future__ import annotations
@@ -50,9 +55,10 @@ from urllib.parse import urlsplit
 
 import httpx2
 import openai
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from bot.llm import sse
 from bot.llm.base import SDKProvider
+from bot.llm.errors import event_object
 from bot.llm.openai_parse import StreamState, parse_completion
 from bot.llm.transport import sdk_http_client
 from bot.llm.types import (
@@ -183,13 +189,13 @@ class OpenAIProvider(SDKProvider):
             log.debug("%s: %s", model, message)
 
     async def _complete(self, request: LLMRequest) -> LLMResponse:
-        response: httpx2.Response = await self._create(self._params(request), stream=False)
+        response = await self._create(self._params(request), stream=False)
         return parse_completion(response.content, request.model)
 
-    async def _create(self, params: dict[str, Any], *, stream: bool) -> Any:
+    async def _create(self, params: dict[str, Any], *, stream: bool) -> httpx2.Response:
         """``chat.completions.create`` minus its parameter transform: the request goes through
         the client's own ``post`` (auth, headers, timeout, errors) exactly as ``create`` sends
-        it, a whole answer coming back as the HTTP response, its JSON unread; but without
+        it, the answer coming back as the HTTP response, its JSON or its SSE unread; but without
         ``create`` first walking every message, content part and tool schema against its
         TypedDict annotations for aliases and formats that Chat Completions' parameters do not
         have. That walk cost more CPU than
@@ -199,25 +205,35 @@ class OpenAIProvider(SDKProvider):
         wire against the loopback server (tests/test_provider_contract*.py)."""
         if stream:
             params = {**params, "stream": True, "stream_options": {"include_usage": True}}
-        return await self.client.post(
+        response: httpx2.Response = await self.client.post(
             "/chat/completions",
             body=params,
-            cast_to=httpx2.Response if not stream else ChatCompletion,
+            cast_to=httpx2.Response,
             options=_REQUEST_OPTIONS,
             stream=stream,
-            stream_cls=openai.AsyncStream[ChatCompletionChunk],
         )
+        return response
 
     async def _stream(self, request: LLMRequest) -> AsyncIterator[StreamEvent]:
-        stream = await self._create(self._params(request), stream=True)
+        response = await self._create(self._params(request), stream=True)
         state = StreamState(model=request.model)
+        done = False
         try:
-            async for chunk in stream:
+            async for event in sse.events(response.aiter_bytes()):
+                if done or not event.data:
+                    continue  # read to the end after [DONE], so the connection is kept
+                if event.data.startswith("[DONE]"):
+                    done = True
+                    continue
+                chunk = event_object(event.data)
+                error = chunk.get("error")
+                if error:  # an error sent inside the stream, as the SDK's stream raises it
+                    raise _stream_error(error, response.request)
                 delta = state.feed(chunk)
                 if delta:
                     yield TextDelta(text=delta)
         finally:
-            await stream.close()
+            await response.aclose()
         if state.finish is None:
             raise _StreamCut("the openai stream ended without a finish_reason")
         yield state.response()
@@ -240,6 +256,13 @@ def classify_error(exc: BaseException) -> Failure:
     if isinstance(exc, httpx2.TransportError | _StreamCut):
         return Failure(retryable=True, reason=f"{type(exc).__name__}: {exc}")
     return Failure(retryable=False, reason=f"{type(exc).__name__}: {exc}")
+
+
+def _stream_error(error: object, request: httpx2.Request) -> openai.APIError:
+    message = error.get("message") if isinstance(error, dict) else None
+    if not isinstance(message, str) or not message:
+        message = "An error occurred during streaming"
+    return openai.APIError(message, request, body=error)
 
 
 def _classify_status(exc: openai.APIStatusError) -> Failure:

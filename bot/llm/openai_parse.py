@@ -1,4 +1,5 @@
-"""Chat Completions answers -> neutral ``LLMResponse``: whole completions and streamed chunks.
+"""Chat Completions answers -> neutral ``LLMResponse``: whole completions and streamed chunks,
+both read off their JSON (not the SDK's pydantic types).
 
 Why a module of its own: reading the wire (choices, refusals, tool calls accumulated by index,
 usage with cached and reasoning tokens) is a separate concern from building requests and
@@ -12,8 +13,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
-
-from openai.types import CompletionUsage
 
 from bot.llm.errors import MalformedAnswer, answer_object
 from bot.llm.types import LLMResponse, Part, StopReason, TextPart, ToolCallPart, Usage
@@ -80,17 +79,8 @@ def _stop_reason(finish: str | None, refused: bool, called_tools: bool) -> StopR
     return "other"
 
 
-def _usage(usage: CompletionUsage | None) -> Usage:
-    """A streamed chunk's usage, as the SDK built it."""
-    if usage is None:  # some local servers send none
-        return Usage()
-    details = usage.prompt_tokens_details
-    cached = details.cached_tokens if details else None
-    return _counts(usage.prompt_tokens, usage.completion_tokens, cached)
-
-
 def _usage_of(usage: object) -> Usage:
-    """A whole answer's usage, as JSON."""
+    """An answer's usage, as JSON (a whole completion's, or a stream's last chunk's)."""
     if not isinstance(usage, dict):  # some local servers send none
         return Usage()
     details = usage.get("prompt_tokens_details")
@@ -136,31 +126,45 @@ class StreamState:
     finish: str | None = None
     refused: bool = False
 
-    def feed(self, chunk: Any) -> str:
-        if chunk.usage is not None:
-            self.usage = _usage(chunk.usage)
-        self.model = chunk.model or self.model
+    def feed(self, chunk: dict[str, Any]) -> str:
+        """One chunk's JSON object (``bot.llm.sse``); only the first choice is the answer."""
+        usage = chunk.get("usage")
+        if usage is not None:
+            self.usage = _usage_of(usage)
+        self.model = str(chunk.get("model") or self.model)
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            raise MalformedAnswer(f"a chunk without choices: {chunk!r:.120}")
         new: list[str] = []
-        for choice in chunk.choices:
-            if choice.index != 0:
+        for choice in choices:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            delta = choice.delta
-            for piece in (delta.content, delta.refusal):
+            delta = choice.get("delta")
+            delta = delta if isinstance(delta, dict) else {}
+            for key in ("content", "refusal"):
+                piece = delta.get(key)
                 if piece:
-                    new.append(piece)
-            self.refused = self.refused or bool(delta.refusal)
-            for call in delta.tool_calls or ():
-                index = getattr(call, "index", None)
-                slot = self.calls.setdefault(len(self.calls) if index is None else index, _Call())
-                slot.id = call.id or slot.id
-                if call.function is not None:
-                    slot.name = call.function.name or slot.name
-                    if call.function.arguments:
-                        slot.arguments.append(call.function.arguments)
-            if choice.finish_reason:
-                self.finish = choice.finish_reason
+                    new.append(str(piece))
+            self.refused = self.refused or bool(delta.get("refusal"))
+            for call in delta.get("tool_calls") or ():
+                self._take_call(call)
+            finish = choice.get("finish_reason")
+            if finish:
+                self.finish = str(finish)
         self.text.extend(new)
         return "".join(new)
+
+    def _take_call(self, call: object) -> None:
+        if not isinstance(call, dict):
+            raise MalformedAnswer(f"a tool call that is not an object: {call!r:.120}")
+        index = call.get("index")
+        slot = self.calls.setdefault(index if isinstance(index, int) else len(self.calls), _Call())
+        slot.id = str(call.get("id") or slot.id)
+        function = call.get("function")
+        if isinstance(function, dict):
+            slot.name = str(function.get("name") or slot.name)
+            if function.get("arguments"):
+                slot.arguments.append(str(function["arguments"]))
 
     def response(self) -> LLMResponse:
         parts: list[Part] = []
