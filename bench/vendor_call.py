@@ -18,6 +18,14 @@ blocks' ratios.
   (``bot.llm.anthropic._create``) and its answer read off the JSON
   (``bot.llm.anthropic_parse.parse_message``).
 
+A second table streams a 100-word answer (``STREAM_WORDS`` text deltas, one SSE event each),
+both variants on Chorus's transport, so that it shows the reading of the events alone:
+
+- ``before``: the provider's stream until the seventh pass, ``post`` with the SDK's
+  ``AsyncStream`` building its pydantic event type for every event (the fold kept to the text
+  deltas, less than the provider did, so the ratio errs towards ``before``);
+- ``now``: ``provider.stream``, the events read off their JSON (``bot.llm.sse``).
+
 Both run on uvloop, as ``chorus run`` does where it is installed.
 
     python -m bench.vendor_call        # prints a Markdown table
@@ -37,9 +45,10 @@ from typing import Any
 import anthropic
 import openai
 import uvloop
-from openai.types.chat import ChatCompletion
+from anthropic.types import RawMessageStreamEvent
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from bot.llm.anthropic import AnthropicProvider, build_params
+from bot.llm.anthropic import _REQUEST_OPTIONS, AnthropicProvider, build_params, encode_body
 from bot.llm.openai import OpenAIProvider, sdk_client
 from bot.llm.transport import sdk_http_client
 from bot.llm.types import LLMRequest, LLMResponse, Message, TextPart, ToolSpec
@@ -49,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BLOCK, BLOCKS, WARMUP = 200, 15, 50
 VENDORS = ("anthropic", "openai")
 VARIANTS = ("before", "now")
+STREAM_WORDS = 100
 
 
 def request() -> LLMRequest:
@@ -89,10 +99,11 @@ async def _serve(vendor: str) -> None:
 
     server = AnthropicServer() if vendor == "anthropic" else OpenAIServer()
     async with server:
+        long = " ".join(f"word{n}" for n in range(STREAM_WORDS))
 
         def reply(body: Any) -> str:
             server.requests.clear()  # nothing is inspected: keep the server's memory flat
-            return "ok"
+            return long if body.get("stream") else "ok"
 
         server.default_reply = reply
         print(server.base_url, flush=True)
@@ -141,9 +152,72 @@ def _caller(vendor: str, variant: str, base_url: str) -> tuple[Call, Callable[[]
     return chat.complete, o_client.close
 
 
-async def measure(vendor: str) -> dict[str, list[float]]:
-    """CPU microseconds of this process per call, per block of ``BLOCK`` calls, the variants'
-    blocks interleaved (a change of the machine's speed hits both alike)."""
+def _streamer(
+    vendor: str, variant: str, base_url: str
+) -> tuple[Call, Callable[[], Awaitable[None]]]:
+    """One streamed answer read to its end, its events built into the SDK's types
+    (``before``) or read off their JSON (``now``); both on Chorus's transport."""
+    a_client: anthropic.AsyncAnthropic | None = None
+    if vendor == "anthropic":
+        a_client = anthropic.AsyncAnthropic(
+            api_key="bench",
+            base_url=base_url,
+            max_retries=0,
+            timeout=60,
+            http_client=sdk_http_client(anthropic.DefaultAsyncHttpxClient),
+        )
+        provider: AnthropicProvider | OpenAIProvider = AnthropicProvider(
+            a_client, base_url=base_url, retry=RetryPolicy(max_retries=0)
+        )
+        close = a_client.close
+    else:
+        o_client = sdk_client("bench", base_url, 60)
+        provider = OpenAIProvider(o_client, base_url=base_url, retry=RetryPolicy(max_retries=0))
+        close = o_client.close
+
+    async def now(turn: LLMRequest) -> LLMResponse:
+        final: Any = None
+        async for event in provider.stream(turn):
+            final = event
+        assert isinstance(final, LLMResponse)
+        return final
+
+    async def before(turn: LLMRequest) -> LLMResponse:
+        text: list[str] = []
+        if a_client is not None:
+            stream: Any = await a_client.post(
+                "/v1/messages",
+                content=encode_body(build_params(turn), stream=True),
+                cast_to=anthropic.types.Message,
+                options=_REQUEST_OPTIONS,
+                stream=True,
+                stream_cls=anthropic.AsyncStream[RawMessageStreamEvent],
+            )
+            async for event in stream:
+                if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                    text.append(event.delta.text)
+        else:
+            assert isinstance(provider, OpenAIProvider)
+            body = {**provider._params(turn), "stream": True}
+            body["stream_options"] = {"include_usage": True}
+            stream = await provider.client.post(
+                "/chat/completions",
+                body=body,
+                cast_to=ChatCompletion,
+                stream=True,
+                stream_cls=openai.AsyncStream[ChatCompletionChunk],
+            )
+            async for chunk in stream:
+                text.extend(c.delta.content or "" for c in chunk.choices if c.index == 0)
+        return LLMResponse(parts=(TextPart(text="".join(text)),), stop_reason="end_turn")
+
+    return (now if variant == "now" else before), close
+
+
+async def measure(vendor: str, *, streamed: bool = False) -> dict[str, list[float]]:
+    """CPU microseconds of this process per call (``streamed``: per streamed answer), per
+    block of ``BLOCK`` calls, the variants' blocks interleaved (a change of the machine's speed
+    hits both alike)."""
     server = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -160,7 +234,8 @@ async def measure(vendor: str) -> dict[str, list[float]]:
         base_url = (await server.stdout.readline()).decode().strip()
         calls: dict[str, Call] = {}
         for variant in VARIANTS:
-            calls[variant], close = _caller(vendor, variant, base_url)
+            make = _streamer if streamed else _caller
+            calls[variant], close = make(vendor, variant, base_url)
             closers.append(close)
         turn = request()
         for call in calls.values():
@@ -181,27 +256,41 @@ async def measure(vendor: str) -> dict[str, list[float]]:
         await server.wait()
 
 
-async def main() -> list[str]:
-    lines = [
-        "## The vendor call: client CPU per model call, before this pass and now",
-        "",
-        f"| vendor | before (median of {BLOCKS} blocks of {BLOCK}) | now | now / before, "
-        "median of the blocks (range) |",
-        "|---|---|---|---|",
-    ]
+async def _rows(streamed: bool) -> list[str]:
+    rows = []
     for vendor in VENDORS:
         try:
-            spent = await measure(vendor)
+            spent = await measure(vendor, streamed=streamed)
         except Exception as exc:
-            lines.append(f"| {vendor} | not measured: {exc!r} | | |")
+            rows.append(f"| {vendor} | not measured: {exc!r} | | |")
             continue
         ratios = sorted(n / b for b, n in zip(spent["before"], spent["now"], strict=True))
-        lines.append(
+        rows.append(
             f"| {vendor} | {statistics.median(spent['before']):.0f} µs "
             f"| {statistics.median(spent['now']):.0f} µs "
             f"| {statistics.median(ratios):.2f} ({ratios[0]:.2f} to {ratios[-1]:.2f}) |"
         )
-    return lines
+    return rows
+
+
+async def main() -> list[str]:
+    header = [
+        f"| vendor | before (median of {BLOCKS} blocks of {BLOCK}) | now | now / before, "
+        "median of the blocks (range) |",
+        "|---|---|---|---|",
+    ]
+    return [
+        "## The vendor call: client CPU per model call, before this pass and now",
+        "",
+        *header,
+        *await _rows(streamed=False),
+        "",
+        f"## A streamed answer of {STREAM_WORDS} text deltas: client CPU per answer, the "
+        "events built into the SDK's types (before) or read off their JSON (now)",
+        "",
+        *header,
+        *await _rows(streamed=True),
+    ]
 
 
 if __name__ == "__main__":
