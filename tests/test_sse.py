@@ -97,6 +97,7 @@ def test_lines_ended_by_cr_alone_read_alike_wherever_they_are_split() -> None:
 def test_a_crlf_split_between_two_reads_is_one_line_end() -> None:
     decoder = sse.Decoder()
     assert decoder.feed(b"data: a\r") == []
+    assert decoder.feed(b"") == []  # an empty read in between changes nothing
     assert decoder.feed(b"\n") == []  # the CR's LF, not a blank line
     assert decoder.feed(b"\r") == [sse.Event(None, "a")]  # a blank line ended by CR alone
     assert decoder.feed(b"\ndata: b\r\n\r\n") == [sse.Event(None, "b")]

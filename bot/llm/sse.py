@@ -50,7 +50,7 @@ class Decoder:
         self._after_cr = False  # the last read ended with CR: a LF first in the next is its end
 
     def feed(self, chunk: bytes) -> list[Event]:
-        if self._after_cr:
+        if self._after_cr and chunk:  # an empty read says nothing of the CR's LF
             self._after_cr = False
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
