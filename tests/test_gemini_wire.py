@@ -3,8 +3,9 @@
 The provider writes the REST JSON itself and sends it through the SDK client's request layer
 (private internals). These tests pin what that must keep: the bytes on the wire (body, path,
 query, headers) are exactly what ``generate_content`` / ``generate_content_stream`` send for the
-same request, the answers read back are the SDK's own objects, and the internals used still
-exist with the signatures relied on. The SDK-typed request that ``bot.llm.gemini`` built before
+same request, the answers handed on are the very JSON the SDK read (``tests/
+test_gemini_answers.py`` proves they fold as the SDK's objects did), and the internals used
+still exist with the signatures relied on. The SDK-typed request that ``bot.llm.gemini`` built before
 (``_sdk_request`` below) lives on here only as the reference.
 """
 
@@ -271,7 +272,13 @@ def _dump(response: types.GenerateContentResponse) -> dict[str, Any]:
     return response.model_dump(exclude={"sdk_http_response", "response_id"}, exclude_none=True)
 
 
-async def test_a_response_is_read_into_the_sdks_own_object(
+def _as_sdk_read(answer: dict[str, Any]) -> types.GenerateContentResponse:
+    """An answer's JSON read the way ``generate_content`` reads it (the SDK's own reading)."""
+    fields = models._GenerateContentResponse_from_mldev(answer, None, None)
+    return types.GenerateContentResponse._from_response(response=fields, kwargs={})
+
+
+async def test_a_response_is_handed_on_as_the_json_the_sdk_read(
     server: RawGeminiServer, client: genai.Client
 ) -> None:
     request = _rich_request(response_schema=None)
@@ -279,14 +286,15 @@ async def test_a_response_is_read_into_the_sdks_own_object(
     server.replies.extend([REPLY, REPLY])
 
     theirs = await client.aio.models.generate_content(model=MODEL, contents=contents, config=config)
-    ours = await gemini_wire.generate(client, MODEL, gemini_wire.request_body(request))
+    answer = await gemini_wire.generate(client, MODEL, gemini_wire.request_body(request))
+    ours = _as_sdk_read(answer)
 
     assert _dump(ours) == _dump(theirs)
     assert ours.candidates and ours.candidates[0].content  # not two empty answers
-    assert ours.usage_metadata and ours.usage_metadata.thoughts_token_count == 5
+    assert answer["usageMetadata"]["thoughtsTokenCount"] == 5
 
 
-async def test_stream_chunks_are_read_into_the_sdks_own_objects(
+async def test_stream_chunks_are_handed_on_as_the_json_the_sdk_read(
     server: RawGeminiServer, client: genai.Client
 ) -> None:
     request = _rich_request(response_schema=None)
@@ -298,7 +306,8 @@ async def test_stream_chunks_are_read_into_the_sdks_own_objects(
     )
     theirs = [_dump(chunk) async for chunk in stream]
     body = gemini_wire.request_body(request)
-    ours = [_dump(chunk) async for chunk in gemini_wire.generate_stream(client, MODEL, body)]
+    chunks = gemini_wire.generate_stream(client, MODEL, body)
+    ours = [_dump(_as_sdk_read(chunk)) async for chunk in chunks]
 
     assert ours == theirs
     assert len(ours) > 2  # thought, text pieces, and the calls with the finish reason
@@ -334,21 +343,27 @@ def test_the_sdk_internals_gemini_wire_uses_are_still_there(client: genai.Client
     ``bot.llm.gemini_wire`` calls: re-read ``AsyncModels._generate_content`` and adapt."""
     api = client.aio._api_client
     assert isinstance(api, _api_client.BaseApiClient)
-    for name in ("async_request", "async_request_streamed"):
-        method = getattr(api, name)
-        assert inspect.iscoroutinefunction(method)
-        assert list(inspect.signature(method).parameters) == [
+    for name in ("async_request", "_build_request"):
+        assert list(inspect.signature(getattr(api, name)).parameters) == [
             "http_method",
             "path",
             "request_dict",
             "http_options",
         ]
-    reader = inspect.signature(models._GenerateContentResponse_from_mldev)
-    assert list(reader.parameters) == ["from_object", "parent_object", "root_object"]
-    parse = inspect.signature(types.GenerateContentResponse._from_response)
-    assert list(parse.parameters) == ["response", "kwargs"]
+    assert inspect.iscoroutinefunction(api.async_request)
+    assert inspect.iscoroutinefunction(api._async_request)
+    assert list(inspect.signature(api._async_request).parameters) == [
+        "http_request",
+        "http_options",
+        "stream",
+    ]
+    assert inspect.isasyncgenfunction(_api_client.HttpResponse.async_segments)
+    # what gemini_wire.generate_stream does in place of async_request_streamed is still all
+    # that it does on top of _async_request: raise an in-band error, hand the chunk on
+    source = inspect.getsource(_api_client.BaseApiClient.async_request_streamed)
+    assert "self._async_request(" in source and "stream=True" in source
+    assert "errors.APIError.raise_error_async(" in source
     # the converter whose output gemini_wire writes by hand is still how the SDK builds it
     source = inspect.getsource(models.AsyncModels._generate_content)
     assert "_GenerateContentParameters_to_mldev" in source
     assert "'{model}:generateContent'" in source
-    assert "_GenerateContentResponse_from_mldev" in source

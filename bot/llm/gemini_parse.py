@@ -1,18 +1,34 @@
-"""Gemini answers -> neutral ``LLMResponse``: one ``GenerateContentResponse`` or a stream of them.
+"""Gemini answers -> neutral ``LLMResponse``: one ``generateContent`` answer or a stream of them.
 
 Why a module of its own: folding the wire (thought parts and signatures, function calls with
 deterministic ids, running usage totals, prompt-block and finish reasons) is a separate concern
 from building requests and classifying failures in ``bot.llm.gemini``, and both halves together
 would not fit one readable module.
+
+Why it reads the JSON itself: ``generate_content`` first converts every answer (and every
+chunk of a stream) into the SDK's ``GenerateContentResponse``, a pydantic model validated field
+by field, and the fold then read the model back out; for a stream that was once per chunk,
+after the SDK had also loaded each chunk's JSON, dumped it back to text and loaded it again.
+The fold now reads the REST JSON the SDK would have validated (camelCase keys, as the API
+writes them) and refuses what the SDK's validation refused: a field of the wrong type, or a
+``thoughtSignature`` that is not base64 (either alphabet, as the SDK accepts), raises
+``MalformedAnswer`` (the same request would get the same answer, so it is not retried).
+``tests/test_gemini_answers.py`` proves that every answer folds exactly as it did through the
+SDK's objects.
 """
 
 from __future__ import annotations
 
 import base64
+import re
+from typing import Any, TypeVar
 
-from google.genai import types
-
+from bot.llm.errors import MalformedAnswer
 from bot.llm.types import LLMResponse, StopReason, TextPart, ThinkingPart, ToolCallPart, Usage
+
+JSON = dict[str, Any]
+T = TypeVar("T")
+_BASE64URL = re.compile(r"(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2,3})?")
 
 _REFUSALS = frozenset(
     {
@@ -26,14 +42,18 @@ _REFUSALS = frozenset(
         "IMAGE_RECITATION",
     }
 )
-
-
-def _signature_text(value: bytes | None) -> str | None:
-    return base64.b64encode(value).decode("ascii") if value else None
+# usageMetadata's counts that the fold reads (the API writes each only when it is not zero).
+_COUNTS = (
+    "promptTokenCount",
+    "cachedContentTokenCount",
+    "toolUsePromptTokenCount",
+    "candidatesTokenCount",
+    "thoughtsTokenCount",
+)
 
 
 class ResponseBuilder:
-    """Folds one response, or the chunks of a stream, into an ``LLMResponse``.
+    """Folds one answer, or the chunks of a stream, into an ``LLMResponse``.
 
     Adjacent text is merged, thoughts and text-part signatures become ``ThinkingPart``s (never
     text), calls get deterministic ids and keep their signature. In a stream each chunk's usage
@@ -47,51 +67,56 @@ class ResponseBuilder:
         self.calls = 0
         self.finish_reason: str | None = None
         self.block_reason: str | None = None
-        self.usage: types.GenerateContentResponseUsageMetadata | None = None
+        self.usage: dict[str, int] | None = None
 
-    def observe(self, response: types.GenerateContentResponse) -> list[str]:
-        """Take in one response or chunk; return the answer text it added, piece by piece."""
-        self.model = response.model_version or self.model
-        self.usage = response.usage_metadata or self.usage
-        if response.prompt_feedback and response.prompt_feedback.block_reason:
-            self.block_reason = _enum_value(response.prompt_feedback.block_reason)
-        if not response.candidates:
+    def observe(self, response: JSON) -> list[str]:
+        """Take in one answer or chunk (its JSON object); return the answer text it added,
+        piece by piece."""
+        self.model = _field(response, "modelVersion", str) or self.model
+        usage = _field(response, "usageMetadata", dict)
+        if usage is not None:
+            self.usage = {key: _field(usage, key, int) or 0 for key in _COUNTS}
+        feedback = _field(response, "promptFeedback", dict)
+        if feedback is not None:
+            self.block_reason = _field(feedback, "blockReason", str) or self.block_reason
+        candidates = _field(response, "candidates", list)
+        if not candidates:
             return []
-        candidate = response.candidates[0]
-        self.finish_reason = _enum_value(candidate.finish_reason) or self.finish_reason
-        parts = (candidate.content.parts if candidate.content else None) or []
-        return [text for part in parts if (text := self._add(part))]
+        candidate = _item(candidates[0], "candidate")
+        self.finish_reason = _field(candidate, "finishReason", str) or self.finish_reason
+        content = _field(candidate, "content", dict)
+        parts = (_field(content, "parts", list) if content is not None else None) or []
+        return [text for part in parts if (text := self._add(_item(part, "part")))]
 
-    def _add(self, part: types.Part) -> str:
-        if part.function_call is not None:
-            call = part.function_call
+    def _add(self, part: JSON) -> str:
+        signature = _signature_text(_field(part, "thoughtSignature", str))
+        call = _field(part, "functionCall", dict)
+        if call is not None:
             # Never random: the id is replayed in the next request's cached prefix.
-            call_id = call.id or f"call_{self.calls}"
+            call_id = _field(call, "id", str) or f"call_{self.calls}"
             self.calls += 1
             self.parts.append(
                 ToolCallPart(
                     id=call_id,
-                    name=call.name or "",
-                    arguments=dict(call.args or {}),
-                    signature=_signature_text(part.thought_signature),
+                    name=_field(call, "name", str) or "",
+                    arguments=dict(_field(call, "args", dict) or {}),
+                    signature=signature,
                 )
             )
             return ""
-        signature = _signature_text(part.thought_signature)
-        if part.thought:
-            if part.text or signature:
-                self.parts.append(
-                    ThinkingPart(text=part.text or "", signature=signature, vendor="gemini")
-                )
+        text = _field(part, "text", str) or ""
+        if _field(part, "thought", bool):
+            if text or signature:
+                self.parts.append(ThinkingPart(text=text, signature=signature, vendor="gemini"))
             return ""
-        if part.text:
+        if text:
             if self.parts and isinstance(self.parts[-1], TextPart):
-                self.parts[-1] = TextPart(text=self.parts[-1].text + part.text)
+                self.parts[-1] = TextPart(text=self.parts[-1].text + text)
             else:
-                self.parts.append(TextPart(text=part.text))
+                self.parts.append(TextPart(text=text))
         if signature:
             self.parts.append(ThinkingPart(signature=signature, vendor="gemini"))
-        return part.text or ""
+        return text
 
     def finish(self) -> LLMResponse:
         stop, raw = self._stop_reason()
@@ -118,25 +143,53 @@ class ResponseBuilder:
         return "other", reason
 
 
-def _enum_value(value: object) -> str | None:
+def _field(obj: JSON, key: str, kind: type[T]) -> T | None:
+    """``obj[key]`` if it is a ``kind`` (None when absent or null); a value of another type
+    is a malformed answer, as the SDK's validation found it."""
+    value = obj.get(key)
     if value is None:
         return None
-    return str(getattr(value, "value", value))
+    if isinstance(value, kind) and (kind is not int or not isinstance(value, bool)):
+        return value
+    raise MalformedAnswer(f"gemini answer field {key!r} is not a {kind.__name__}: {value!r:.80}")
 
 
-def _usage(meta: types.GenerateContentResponseUsageMetadata | None) -> Usage:
+def _item(value: object, what: str) -> JSON:
+    if isinstance(value, dict):
+        return value
+    raise MalformedAnswer(f"a gemini {what} that is not an object: {value!r:.80}")
+
+
+def _signature_text(value: str | None) -> str | None:
+    """A wire signature as standard base64. The SDK's validation reads either alphabet (not
+    both in one value), with its padding, part of it or none, and refuses anything else: other
+    characters, a wrong length or padding, and unused bits that are not zero."""
+    if not value:
+        return None
+    body = value.rstrip("=").replace("+", "-").replace("/", "_")
+    mixed = any(c in value for c in "+/") and any(c in value for c in "-_")
+    padding = len(value) - len(body)  # at most what the length needs, possibly less
+    if mixed or padding > -len(body) % 4 or not _BASE64URL.fullmatch(body):
+        raise MalformedAnswer(f"a gemini thoughtSignature that is not base64: {value:.40}")
+    raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    if base64.urlsafe_b64encode(raw).rstrip(b"=") != body.encode():  # unused bits set
+        raise MalformedAnswer(f"a gemini thoughtSignature that is not base64: {value:.40}")
+    return base64.b64encode(raw).decode("ascii") if raw else None
+
+
+def _usage(counts: dict[str, int] | None) -> Usage:
     """Gemini's prompt count includes cached tokens; ``Usage.input_tokens`` must not.
 
     Results of server-side tools (``toolUsePromptTokenCount``) are billed as input, thoughts as
     output.
     """
-    if meta is None:
+    if counts is None:
         return Usage()
-    cached = meta.cached_content_token_count or 0
-    prompt = (meta.prompt_token_count or 0) + (meta.tool_use_prompt_token_count or 0)
+    cached = counts["cachedContentTokenCount"]
+    prompt = counts["promptTokenCount"] + counts["toolUsePromptTokenCount"]
     return Usage(
         input_tokens=max(0, prompt - cached),
-        output_tokens=(meta.candidates_token_count or 0) + (meta.thoughts_token_count or 0),
+        output_tokens=counts["candidatesTokenCount"] + counts["thoughtsTokenCount"],
         cache_read_tokens=cached,
         cache_write_tokens=0,  # implicit caching has no write charge
     )

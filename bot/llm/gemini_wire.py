@@ -12,18 +12,18 @@ the turn's CPU went from 15.5 to about 3 ms, level with OpenAI's.
 
 What stays the SDK's: the URL (base URL, API version), the key and client headers, the
 ``x-server-timeout`` header, the client's retry options (``attempts=1``), the transport and its
-errors (``errors.APIError`` from HTTP and from in-band stream errors), and reading the answer
-into ``types.GenerateContentResponse`` exactly as ``generate_content`` does (less ``parsed``, the
-structured-output convenience, and ``sdk_http_response``, which Chorus does not read).
+errors (``errors.APIError`` from HTTP and from in-band stream errors), and the reading of a
+stream's lines into chunks. The answers are handed on as their JSON objects, which
+``bot.llm.gemini_parse`` folds itself (it says why).
 
 **Private SDK internals used** (google-genai is pinned in constraints.txt; tests/
 test_gemini_wire.py fails if a new version moves or changes any of them, and proves that the
 body sent here equals the one ``generate_content`` sends for a rich request):
 
-- ``Client.aio._api_client`` and its ``async_request`` / ``async_request_streamed(method, path,
-  request_dict, http_options)`` (``google/genai/_api_client.py``);
-- ``google.genai.models._GenerateContentResponse_from_mldev`` and
-  ``types.GenerateContentResponse._from_response``, the SDK's own response reading.
+- ``Client.aio._api_client`` and its ``async_request(method, path, request_dict,
+  http_options)``, ``_build_request`` (the same four) and ``_async_request(http_request,
+  http_options, stream)`` (``google/genai/_api_client.py``);
+- ``HttpResponse.async_segments()``, the stream's chunks as loaded JSON.
 
 Shape of the SDK's JSON, kept here on purpose: top-level and part keys are camelCase, but the
 nested objects the SDK dumps from pydantic models without aliases are snake_case
@@ -38,12 +38,12 @@ import base64
 import binascii
 import json
 from collections.abc import AsyncGenerator, Iterable
-from typing import Any
+from typing import Any, cast
 
 from google import genai
-from google.genai import types
-from google.genai.models import _GenerateContentResponse_from_mldev
+from google.genai import errors
 
+from bot.llm.errors import MalformedAnswer
 from bot.llm.types import (
     REASONING_BUDGETS,
     ImagePart,
@@ -76,34 +76,53 @@ def model_path(model: str) -> str:
     return f"models/{model}"
 
 
-async def generate(client: genai.Client, model: str, body: JSON) -> types.GenerateContentResponse:
-    """``POST {model}:generateContent``; the answer read as ``generate_content`` reads it."""
+async def generate(client: genai.Client, model: str, body: JSON) -> JSON:
+    """``POST {model}:generateContent``; the answer's JSON object (``gemini_parse`` reads it)."""
     path = f"{model_path(model)}:generateContent"
     response = await client.aio._api_client.async_request("post", path, body, None)
-    return _read(response.body)
+    return _answer(response.body) if response.body else {}
 
 
 async def generate_stream(
     client: genai.Client, model: str, body: JSON
-) -> AsyncGenerator[types.GenerateContentResponse, None]:
-    """``POST {model}:streamGenerateContent?alt=sse``, one parsed response per event.
+) -> AsyncGenerator[JSON, None]:
+    """``POST {model}:streamGenerateContent?alt=sse``, one JSON object per event.
 
-    An in-band ``{"error": ...}`` event raises ``errors.APIError`` inside the SDK's iterator.
+    The chunks come from the SDK's own reading of the stream (``HttpResponse.async_segments``:
+    its SSE lines, and an error the API writes as bare JSON lines), each loaded once. What
+    ``async_request_streamed`` adds on top is done here without it: a chunk carrying ``error``
+    raises the SDK's ``errors.APIError`` for its code, as it would have; it no longer dumps
+    each chunk back to text, to be loaded a third time.
     """
+    api = client.aio._api_client
     path = f"{model_path(model)}:streamGenerateContent?alt=sse"
-    stream = await client.aio._api_client.async_request_streamed("post", path, body, None)
+    request = api._build_request("post", path, body, None)
+    response = await api._async_request(http_request=request, http_options=None, stream=True)
+    # an async generator (typed as an iterator): closing it releases the connection
+    segments = cast(AsyncGenerator[Any, None], response.async_segments())
     try:
-        async for chunk in stream:
-            yield _read(chunk.body)
+        async for chunk in segments:
+            if isinstance(chunk, dict) and "error" in chunk:
+                error = chunk["error"]
+                code = error.get("code") if isinstance(error, dict) else None
+                # The API's in-band errors carry their HTTP code; one without is the server's.
+                status = code if isinstance(code, int) and not isinstance(code, bool) else 500
+                await errors.APIError.raise_error_async(status, chunk, response)
+            if not isinstance(chunk, dict):
+                raise MalformedAnswer(f"a gemini stream chunk that is not an object: {chunk!r:.80}")
+            yield chunk
     finally:
-        await stream.aclose()
+        await segments.aclose()
 
 
-def _read(text: str | None) -> types.GenerateContentResponse:
-    """What ``AsyncModels._generate_content`` does with a body (``parsed`` is not read here)."""
-    payload = json.loads(text) if text else {}
-    fields = _GenerateContentResponse_from_mldev(payload, None, None)
-    return types.GenerateContentResponse._from_response(response=fields, kwargs={})
+def _answer(text: str) -> JSON:
+    try:
+        answer = json.loads(text)
+    except ValueError as exc:
+        raise MalformedAnswer(f"the answer is not JSON: {exc}") from exc
+    if not isinstance(answer, dict):
+        raise MalformedAnswer(f"the answer is not a JSON object: {text[:120]!r}")
+    return answer
 
 
 # -- the request body -----------------------------------------------------------------------

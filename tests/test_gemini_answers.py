@@ -1,0 +1,416 @@
+"""``bot.llm.gemini_parse`` folds Gemini's JSON exactly as the fold over the SDK's objects did.
+
+Until the eighth pass of issue 20 each answer (and each streamed chunk) was first validated into
+google-genai's ``GenerateContentResponse``, and the fold read that. ``_sdk_read`` (the SDK's own
+reading, as ``generate_content`` does it) and ``_ReferenceBuilder`` (the fold as it was) live on
+here only as the reference: every answer below must give the same ``LLMResponse`` both ways,
+and what the SDK's validation refused must be refused as ``MalformedAnswer``.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import warnings
+from typing import Any
+
+import pytest
+from aiohttp import web
+from google.genai import types
+from google.genai.models import _GenerateContentResponse_from_mldev
+from pydantic import ValidationError
+
+from bot.llm.errors import MalformedAnswer, ProviderRequestError
+from bot.llm.gemini import GeminiProvider
+from bot.llm.gemini_parse import ResponseBuilder
+from bot.llm.types import (
+    LLMRequest,
+    LLMResponse,
+    Message,
+    StopReason,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    Usage,
+)
+from tests.loopback.gemini_server import GeminiServer
+from tests.provider_rig import RETRY, collect
+from tests.provider_vendors import gemini_client
+
+MODEL = "gemini-2.5-flash"
+SIG = base64.urlsafe_b64encode(b"\x12\x34opaque-signature\xff\xfe").decode()
+JSON = dict[str, Any]
+
+
+# -- the reference: the SDK's reading and the fold over its objects -------------------------
+def _sdk_read(payload: JSON) -> types.GenerateContentResponse:
+    fields = _GenerateContentResponse_from_mldev(payload, None, None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an unknown enum value warns, and is kept
+        return types.GenerateContentResponse._from_response(response=fields, kwargs={})
+
+
+class _ReferenceBuilder:
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.parts: list[TextPart | ToolCallPart | ThinkingPart] = []
+        self.calls = 0
+        self.finish: str | None = None
+        self.block: str | None = None
+        self.usage: types.GenerateContentResponseUsageMetadata | None = None
+
+    def observe(self, response: types.GenerateContentResponse) -> list[str]:
+        self.model = response.model_version or self.model
+        self.usage = response.usage_metadata or self.usage
+        if response.prompt_feedback and response.prompt_feedback.block_reason:
+            self.block = _value(response.prompt_feedback.block_reason)
+        if not response.candidates:
+            return []
+        candidate = response.candidates[0]
+        self.finish = _value(candidate.finish_reason) or self.finish
+        parts = (candidate.content.parts if candidate.content else None) or []
+        return [text for part in parts if (text := self._add(part))]
+
+    def _add(self, part: types.Part) -> str:
+        signature = _b64(part.thought_signature)
+        if part.function_call is not None:
+            call = part.function_call
+            self.parts.append(
+                ToolCallPart(
+                    id=call.id or f"call_{self.calls}",
+                    name=call.name or "",
+                    arguments=dict(call.args or {}),
+                    signature=signature,
+                )
+            )
+            self.calls += 1
+            return ""
+        if part.thought:
+            if part.text or signature:
+                self.parts.append(
+                    ThinkingPart(text=part.text or "", signature=signature, vendor="gemini")
+                )
+            return ""
+        if part.text:
+            if self.parts and isinstance(self.parts[-1], TextPart):
+                self.parts[-1] = TextPart(text=self.parts[-1].text + part.text)
+            else:
+                self.parts.append(TextPart(text=part.text))
+        if signature:
+            self.parts.append(ThinkingPart(signature=signature, vendor="gemini"))
+        return part.text or ""
+
+    def finish_response(self) -> LLMResponse:
+        stop: StopReason
+        raw = self.finish
+        if self.block:
+            stop, raw = "refusal", f"prompt_blocked:{self.block}"
+        elif self.calls and raw in (None, "STOP"):
+            stop = "tool_use"
+        elif raw == "STOP":
+            stop = "end_turn"
+        elif raw in ("MAX_TOKENS", "CONTINUATION"):
+            stop = "max_tokens"
+        elif raw in ("SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII"):
+            stop = "refusal"
+        else:
+            stop = "other"
+        meta = self.usage
+        usage = Usage()
+        if meta is not None:
+            cached = meta.cached_content_token_count or 0
+            prompt = (meta.prompt_token_count or 0) + (meta.tool_use_prompt_token_count or 0)
+            usage = Usage(
+                input_tokens=max(0, prompt - cached),
+                output_tokens=(meta.candidates_token_count or 0) + (meta.thoughts_token_count or 0),
+                cache_read_tokens=cached,
+            )
+        parts = tuple(self.parts)
+        return LLMResponse(
+            parts=parts, stop_reason=stop, usage=usage, model=self.model, raw_stop_reason=raw
+        )
+
+
+def _value(value: object) -> str | None:
+    return None if value is None else str(getattr(value, "value", value))
+
+
+def _b64(value: bytes | None) -> str | None:
+    return base64.b64encode(value).decode("ascii") if value else None
+
+
+def _both(chunks: list[JSON]) -> tuple[LLMResponse, list[str], LLMResponse, list[str]]:
+    """The fold of ``chunks`` both ways, with the text pieces each handed on."""
+    reference, ours = _ReferenceBuilder("asked-model"), ResponseBuilder("asked-model")
+    theirs_text = [t for chunk in chunks for t in reference.observe(_sdk_read(chunk))]
+    ours_text = [t for chunk in chunks for t in ours.observe(chunk)]
+    return reference.finish_response(), theirs_text, ours.finish(), ours_text
+
+
+# -- answers --------------------------------------------------------------------------------
+def _candidate(parts: list[JSON], finish: str | None = "STOP") -> JSON:
+    candidate: JSON = {"content": {"parts": parts, "role": "model"}, "index": 0}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    return candidate
+
+
+USAGE = {
+    "promptTokenCount": 120,
+    "cachedContentTokenCount": 100,
+    "toolUsePromptTokenCount": 7,
+    "candidatesTokenCount": 30,
+    "thoughtsTokenCount": 12,
+    "totalTokenCount": 169,
+}
+ANSWERS: dict[str, list[JSON]] = {
+    "rich": [
+        {
+            "candidates": [
+                _candidate(
+                    [
+                        {"text": "Weighing it.", "thought": True, "thoughtSignature": SIG},
+                        {"text": "Let me "},
+                        {"text": "check.", "thoughtSignature": SIG},
+                        {"functionCall": {"id": "fc_1", "name": "lookup", "args": {"q": "a"}}},
+                        {"functionCall": {"name": "lookup", "args": {"q": ["b", 2]}}},
+                        {"functionCall": {"name": "clock"}, "thoughtSignature": SIG},
+                    ]
+                )
+            ],
+            "usageMetadata": USAGE,
+            "modelVersion": "gemini-2.5-flash-001",
+            "responseId": "r1",
+        }
+    ],
+    "a stream with running usage": [
+        {"candidates": [_candidate([{"text": "Hel"}], None)], "usageMetadata": {}},
+        {
+            "candidates": [_candidate([{"text": "lo "}, {"text": ""}], None)],
+            "usageMetadata": {"promptTokenCount": 9},
+            "modelVersion": "m-1",
+        },
+        {"candidates": [_candidate([{"text": "there."}])], "usageMetadata": USAGE},
+    ],
+    "a blocked prompt": [
+        {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {"promptTokenCount": 4}}
+    ],
+    "a thought with only its signature": [
+        {"candidates": [_candidate([{"thought": True, "thoughtSignature": SIG}, {"text": "ok"}])]}
+    ],
+    "no content": [{"candidates": [{"finishReason": "MAX_TOKENS"}]}],
+    "null fields": [
+        {
+            "candidates": [_candidate([{"text": None, "thoughtSignature": None}, {"text": "x"}])],
+            "usageMetadata": None,
+            "modelVersion": None,
+            "promptFeedback": None,
+        }
+    ],
+    "an empty answer": [{}],
+    "no candidates": [{"candidates": []}],
+    "a finish reason the SDK does not know": [{"candidates": [_candidate([], "NEW_REASON")]}],
+    "a refusal mid-stream": [
+        {"candidates": [_candidate([{"text": "Sure, "}], None)]},
+        {"candidates": [_candidate([], "RECITATION")]},
+    ],
+    "calls in two chunks": [
+        {"candidates": [_candidate([{"functionCall": {"name": "a", "args": {}}}], None)]},
+        {"candidates": [_candidate([{"functionCall": {"name": "b", "args": {"n": 1}}}])]},
+    ],
+}
+
+
+@pytest.mark.parametrize("chunks", ANSWERS.values(), ids=ANSWERS.keys())
+def test_every_answer_folds_as_it_did_through_the_sdks_objects(chunks: list[JSON]) -> None:
+    theirs, theirs_text, ours, ours_text = _both(chunks)
+    assert ours == theirs
+    assert ours_text == theirs_text
+
+
+def test_the_reference_answers_are_not_trivial() -> None:
+    rich, _, _, _ = _both(ANSWERS["rich"])
+    kinds = [type(part).__name__ for part in rich.parts]
+    assert kinds == [
+        "ThinkingPart",
+        "TextPart",
+        "ThinkingPart",
+        "ToolCallPart",
+        "ToolCallPart",
+        "ToolCallPart",
+    ]
+    assert [p.id for p in rich.parts if isinstance(p, ToolCallPart)] == ["fc_1", "call_1", "call_2"]
+    assert rich.usage == Usage(input_tokens=27, output_tokens=42, cache_read_tokens=100)
+    assert (rich.stop_reason, rich.model) == ("tool_use", "gemini-2.5-flash-001")
+    blocked, _, _, _ = _both(ANSWERS["a blocked prompt"])
+    assert (blocked.stop_reason, blocked.raw_stop_reason) == ("refusal", "prompt_blocked:SAFETY")
+
+
+# -- what the SDK refused -------------------------------------------------------------------
+MALFORMED: dict[str, JSON] = {
+    "text not a string": {"candidates": [_candidate([{"text": 5}])]},
+    "thought not a flag": {"candidates": [_candidate([{"text": "a", "thought": [True]}])]},
+    "args not an object": {"candidates": [_candidate([{"functionCall": {"args": [1]}}])]},
+    "parts not a list": {"candidates": [{"content": {"parts": {"text": "a"}}}]},
+    "a part not an object": {"candidates": [_candidate(["text"])]},  # type: ignore[list-item]
+    "candidates not a list": {"candidates": {"content": {}}},
+    "a count not a number": {"usageMetadata": {"promptTokenCount": "many"}},
+    "a count that is a fraction": {"usageMetadata": {"promptTokenCount": 1.5}},
+    "a signature not base64": {
+        "candidates": [_candidate([{"text": "a", "thoughtSignature": "?"}])]
+    },
+    "a model version not a string": {"modelVersion": 3},
+    "a block reason not a string": {"promptFeedback": {"blockReason": ["SAFETY"]}},
+}
+
+
+@pytest.mark.parametrize("payload", MALFORMED.values(), ids=MALFORMED.keys())
+def test_what_the_sdks_validation_refused_is_a_malformed_answer(payload: JSON) -> None:
+    # the SDK's validation refused it, or its reading failed on it
+    with pytest.raises((ValidationError, TypeError, AttributeError)):
+        _ReferenceBuilder("m").observe(_sdk_read(payload))
+    with pytest.raises(MalformedAnswer):
+        ResponseBuilder("m").observe(payload)
+
+
+STRICTER: dict[str, JSON] = {
+    "a flag as a word": {"candidates": [_candidate([{"text": "a", "thought": "yes"}])]},
+    "a flag as a number": {"candidates": [_candidate([{"text": "a", "thought": 1}])]},
+    "a candidate not an object": {"candidates": ["x"]},
+}
+
+
+@pytest.mark.parametrize("payload", STRICTER.values(), ids=STRICTER.keys())
+def test_what_the_sdk_let_through_in_a_shape_the_api_never_writes_is_refused(
+    payload: JSON,
+) -> None:
+    """Stricter than the SDK on purpose: its lax reading took a flag written as a word or a
+    number for ``True``, and a candidate that is a string for an empty one. A server that
+    writes these is not speaking Gemini's JSON."""
+    _ReferenceBuilder("m").observe(_sdk_read(payload))  # read without a complaint
+    with pytest.raises(MalformedAnswer, match="is not a bool|not an object"):
+        ResponseBuilder("m").observe(payload)
+
+
+def test_signatures_are_read_as_the_sdk_reads_them_every_way_they_can_be_written() -> None:
+    """Every string of up to four characters from both base64 alphabets, padding, and a
+    character of neither: the SDK's bytes (or its refusal) and ours agree on each."""
+    refused = 0
+    for n in range(1, 5):
+        for chars in itertools.product("A/_=+-Q.", repeat=n):
+            value = "".join(chars)
+            payload = {"candidates": [_candidate([{"text": "t", "thoughtSignature": value}])]}
+            try:
+                theirs: object = _both_ways_reference(payload)
+            except ValidationError:
+                theirs = "refused"
+            try:
+                ours: object = ResponseBuilder("m").observe(payload) and _signature(payload)
+            except MalformedAnswer:
+                ours = "refused"
+            assert ours == theirs, value
+            refused += theirs == "refused"
+    assert 0 < refused < 8**4  # both kinds of value were tried
+
+
+def _both_ways_reference(payload: JSON) -> str | None:
+    builder = _ReferenceBuilder("m")
+    builder.observe(_sdk_read(payload))
+    return next((p.signature for p in builder.parts if isinstance(p, ThinkingPart)), None)
+
+
+def _signature(payload: JSON) -> str | None:
+    builder = ResponseBuilder("m")
+    builder.observe(payload)
+    return next((p.signature for p in builder.parts if isinstance(p, ThinkingPart)), None)
+
+
+# -- through the provider, from the loopback API --------------------------------------------
+REPLIES: list[JSON] = [
+    {
+        "thought": "Thinking it over.",
+        "text": "Let me check both.",
+        "signature": SIG,
+        "tool_calls": [{"id": "fc_9", "name": "lookup", "arguments": {"q": "a"}}],
+        "usage": {"cachedContentTokenCount": 3, "thoughtsTokenCount": 5},
+    },
+    {"text": "A plain answer in a few words.", "finish": "MAX_TOKENS"},
+    {"prompt_block": "PROHIBITED_CONTENT"},
+]
+
+
+@pytest.mark.parametrize("reply", REPLIES, ids=["rich", "cut short", "blocked"])
+async def test_the_provider_reads_what_generate_content_read(reply: JSON) -> None:
+    server = GeminiServer()
+    await server.start()
+    try:
+        server.replies.extend([reply] * 4)
+        client = gemini_client(server.base_url)
+        request = LLMRequest(model=MODEL, messages=(Message.user("hi"),))
+        provider = GeminiProvider(client, base_url=server.base_url, retry=RETRY)
+
+        whole = _ReferenceBuilder(MODEL)
+        whole.observe(await client.aio.models.generate_content(model=MODEL, contents="hi"))
+        assert await provider.complete(request) == whole.finish_response()
+
+        streamed = _ReferenceBuilder(MODEL)
+        stream = await client.aio.models.generate_content_stream(model=MODEL, contents="hi")
+        theirs_text = [t async for chunk in stream for t in streamed.observe(chunk)]
+        texts, final = await collect(provider, request)
+        assert (texts, final) == (theirs_text, streamed.finish_response())
+        assert final.parts or final.stop_reason == "refusal"  # not two empty answers
+    finally:
+        await server.close()
+
+
+class _ListChunkServer(GeminiServer):
+    """Streams one chunk that is a JSON list, not an answer object."""
+
+    async def _stream(self, request: web.Request, chunks: list[JSON]) -> web.StreamResponse:
+        return await super()._stream(request, [[1, 2]])  # type: ignore[list-item]
+
+
+async def test_a_stream_chunk_that_is_not_an_object_is_malformed_and_not_retried() -> None:
+    server = _ListChunkServer()
+    await server.start()
+    try:
+        provider = GeminiProvider(
+            gemini_client(server.base_url), base_url=server.base_url, retry=RETRY
+        )
+        request = LLMRequest(model=MODEL, messages=(Message.user("hi"),))
+        with pytest.raises(ProviderRequestError) as raised:
+            await collect(provider, request)
+        assert isinstance(raised.value.__cause__, MalformedAnswer)
+        assert "not an object" in str(raised.value.__cause__)
+        assert len(server.requests) == 1  # refused, not retried
+    finally:
+        await server.close()
+
+
+class _CodelessErrorServer(GeminiServer):
+    """The first stream is an in-band error that has no code; later ones answer."""
+
+    async def _stream(self, request: web.Request, chunks: list[JSON]) -> web.StreamResponse:
+        if len(self.requests) == 1:
+            chunks = [{"error": {"message": "The stream broke.", "status": "UNKNOWN"}}]
+        return await super()._stream(request, chunks)
+
+
+async def test_an_in_band_error_without_a_code_is_the_servers_and_retried() -> None:
+    """The SDK's own stream failed on such a chunk with a TypeError (its code compared with
+    400), which was not retried; it is taken as the server's error (500) instead."""
+    server = _CodelessErrorServer()
+    await server.start()
+    try:
+        server.replies.extend(["Hello there, all.", "Hello there, all."])
+        provider = GeminiProvider(
+            gemini_client(server.base_url), base_url=server.base_url, retry=RETRY
+        )
+        texts, final = await collect(
+            provider, LLMRequest(model=MODEL, messages=(Message.user("hi"),))
+        )
+        assert final.text == "Hello there, all."
+        assert texts[0] == "Hello "
+        assert len(server.requests) == 2  # retried once
+    finally:
+        await server.close()
