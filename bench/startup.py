@@ -6,8 +6,11 @@ bot.cli chat``, the same interpreter the ``chorus`` script runs) until its first
 stdout, with the vendor's real SDK talking to a loopback server that answers at once. The peak
 resident memory (``VmHWM``) is read from ``/proc`` at that moment, while the process still runs.
 An idle ``chorus run`` (no platform configured, so the console and the health server) is read
-once ``/readyz`` answers and a second has passed. Median of ``RUNS`` spawns; the milliseconds
-depend on the machine (compare runs taken in one session), the megabytes much less.
+once ``/readyz`` answers and a second has passed. Beside each vendor's chat, a fresh
+interpreter that only imports the vendor's SDK shows the floor under it (``import_cpu``): what
+is left above that floor is Chorus's own part of the start-up. Median of ``RUNS`` spawns; the
+milliseconds depend on the machine (compare runs taken in one session), the megabytes much
+less.
 
     python -m bench.startup            # prints a Markdown table
 """
@@ -120,6 +123,22 @@ def _free_port() -> int:
         return port
 
 
+SDK_MODULES = {"anthropic": "anthropic", "openai": "openai", "gemini": "google.genai"}
+
+
+def import_cpu(module: str) -> float:
+    """CPU seconds of a fresh ``python -c 'import <module>'`` (the same interpreter and
+    environment as the chats): the floor under a chat's first answer that Chorus cannot lower
+    while the vendor's SDK is its client."""
+    code = f"import {module}"
+    env = _env(tempfile.gettempdir())  # what the chats get
+    pid = os.posix_spawn(sys.executable, [sys.executable, "-c", code], env)
+    _, status, usage = os.wait4(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{code!r} failed in a fresh interpreter")
+    return usage.ru_utime + usage.ru_stime
+
+
 async def idle_run() -> tuple[float, float]:
     """Resident and peak MiB of ``chorus run`` (no platform: the console and health server)
     a second after it is ready."""
@@ -163,17 +182,21 @@ async def main(runs: int = RUNS) -> list[str]:
         "## Start-up: `chorus chat` from spawn to first answer",
         "",
         f"| vendor | start to first answer p50 (min..max of {runs}) | CPU to first answer p50 "
-        "| peak RSS at first answer |",
-        "|---|---|---|---|",
+        "| the SDK's import alone, CPU p50 | Chorus's own part | peak RSS at first answer |",
+        "|---|---|---|---|---|---|",
     ]
     for vendor in VENDORS:
         results = [await first_answer(vendor) for _ in range(runs)]
+        floor = statistics.median(
+            [await asyncio.to_thread(import_cpu, SDK_MODULES[vendor]) for _ in range(runs)]
+        )
         secs = [r[0] for r in results]
         peak = statistics.median(r[1] for r in results)
         cpu = statistics.median(r[2] for r in results)
         lines.append(
             f"| {vendor} | {statistics.median(secs):.2f} s ({min(secs):.2f}..{max(secs):.2f}) "
-            f"| {cpu:.2f} s | {peak:.0f} MiB |"
+            f"| {cpu:.2f} s | {floor:.2f} s | {cpu - floor:.2f} s ({(cpu - floor) / cpu:.0%}) "
+            f"| {peak:.0f} MiB |"
         )
     idle = [await idle_run() for _ in range(3)]
     lines += [

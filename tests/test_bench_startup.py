@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from bench.startup import cpu_seconds, first_answer, idle_run, status_kib
+from bench.startup import cpu_seconds, first_answer, idle_run, import_cpu, status_kib
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -34,3 +34,10 @@ async def test_a_piped_chat_is_timed_to_its_first_answer() -> None:
 async def test_an_idle_run_is_read_once_ready() -> None:
     rss_mib, peak_mib = await idle_run()
     assert 20 < rss_mib <= peak_mib
+
+
+def test_the_sdk_floor_is_the_cpu_of_a_fresh_interpreter_importing_it() -> None:
+    floor = import_cpu("json")  # cheap, and no SDK: only that a real child was measured
+    assert floor > 0
+    with pytest.raises(RuntimeError, match="failed in a fresh interpreter"):
+        import_cpu("no_such_module_anywhere")
