@@ -192,13 +192,32 @@ ANSWERS: dict[str, list[JSON]] = {
         },
         {"candidates": [_candidate([{"text": "there."}])], "usageMetadata": USAGE},
     ],
+    "a finish reason, then a chunk of usage alone": [
+        {"candidates": [_candidate([{"text": "Done."}], "STOP")], "usageMetadata": USAGE},
+        {"candidates": [{"content": {"parts": []}}], "usageMetadata": {}},
+    ],
     "a blocked prompt": [
         {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {"promptTokenCount": 4}}
     ],
     "a thought with only its signature": [
-        {"candidates": [_candidate([{"thought": True, "thoughtSignature": SIG}, {"text": "ok"}])]}
+        {
+            "candidates": [
+                _candidate(
+                    [
+                        {"thought": True, "thoughtSignature": SIG},
+                        {"thought": True, "text": ""},
+                        {"text": "ok"},
+                    ]
+                )
+            ]
+        }
+    ],
+    "a block reason, then feedback without one": [
+        {"promptFeedback": {"blockReason": "OTHER"}},
+        {"promptFeedback": {}, "candidates": [_candidate([{"text": "?"}])]},
     ],
     "no content": [{"candidates": [{"finishReason": "MAX_TOKENS"}]}],
+    "a continuation": [{"candidates": [_candidate([{"text": "To be "}], "CONTINUATION")]}],
     "null fields": [
         {
             "candidates": [_candidate([{"text": None, "thoughtSignature": None}, {"text": "x"}])],
@@ -277,6 +296,9 @@ STRICTER: dict[str, JSON] = {
     "a flag as a word": {"candidates": [_candidate([{"text": "a", "thought": "yes"}])]},
     "a flag as a number": {"candidates": [_candidate([{"text": "a", "thought": 1}])]},
     "a candidate not an object": {"candidates": ["x"]},
+    "a count as a flag": {"usageMetadata": {"promptTokenCount": True}},
+    "a count as a word": {"usageMetadata": {"promptTokenCount": "5"}},
+    "a count as a fraction that is whole": {"usageMetadata": {"promptTokenCount": 1.0}},
 }
 
 
@@ -285,10 +307,11 @@ def test_what_the_sdk_let_through_in_a_shape_the_api_never_writes_is_refused(
     payload: JSON,
 ) -> None:
     """Stricter than the SDK on purpose: its lax reading took a flag written as a word or a
-    number for ``True``, and a candidate that is a string for an empty one. A server that
-    writes these is not speaking Gemini's JSON."""
+    number for ``True``, a count written as a flag, a word or ``1.0`` for a number, and a
+    candidate that is a string for an empty one. A server that writes these is not speaking
+    Gemini's JSON."""
     _ReferenceBuilder("m").observe(_sdk_read(payload))  # read without a complaint
-    with pytest.raises(MalformedAnswer, match="is not a bool|not an object"):
+    with pytest.raises(MalformedAnswer, match="is not (true or false|a whole number|an object)"):
         ResponseBuilder("m").observe(payload)
 
 

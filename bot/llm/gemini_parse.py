@@ -12,7 +12,10 @@ after the SDK had also loaded each chunk's JSON, dumped it back to text and load
 The fold now reads the REST JSON the SDK would have validated (camelCase keys, as the API
 writes them) and refuses what the SDK's validation refused: a field of the wrong type, or a
 ``thoughtSignature`` that is not base64 (either alphabet, as the SDK accepts), raises
-``MalformedAnswer`` (the same request would get the same answer, so it is not retried).
+``MalformedAnswer`` (the same request would get the same answer, so it is not retried). It is
+stricter on purpose where the SDK's lax validation converted: a flag or a count written as a
+word or a number of another kind, and a candidate or part that is not an object, are refused
+too; the API writes none of them.
 ``tests/test_gemini_answers.py`` proves that every answer folds exactly as it did through the
 SDK's objects.
 """
@@ -42,6 +45,13 @@ _REFUSALS = frozenset(
         "IMAGE_RECITATION",
     }
 )
+_KINDS = {
+    "str": "a string",
+    "int": "a whole number",
+    "bool": "true or false",
+    "dict": "an object",
+    "list": "a list",
+}
 # usageMetadata's counts that the fold reads (the API writes each only when it is not zero).
 _COUNTS = (
     "promptTokenCount",
@@ -151,7 +161,8 @@ def _field(obj: JSON, key: str, kind: type[T]) -> T | None:
         return None
     if isinstance(value, kind) and (kind is not int or not isinstance(value, bool)):
         return value
-    raise MalformedAnswer(f"gemini answer field {key!r} is not a {kind.__name__}: {value!r:.80}")
+    expected = _KINDS[kind.__name__]
+    raise MalformedAnswer(f"gemini answer field {key!r} is not {expected}: {value!r:.80}")
 
 
 def _item(value: object, what: str) -> JSON:
