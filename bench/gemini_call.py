@@ -22,9 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import statistics
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,7 +31,15 @@ from google import genai
 from google.genai import types
 from google.genai.models import _GenerateContentResponse_from_mldev
 
-from bench.vendor_call import BLOCK, BLOCKS, ROOT, STREAM_WORDS, VARIANTS, WARMUP, request
+from bench.vendor_call import (
+    BLOCK,
+    BLOCKS,
+    ROOT,
+    STREAM_WORDS,
+    VARIANTS,
+    interleaved,
+    ratio_row,
+)
 from bot.llm.gemini import GeminiProvider
 from bot.llm.gemini_wire import model_path, request_body
 from bot.llm.types import LLMRequest, LLMResponse, TextPart
@@ -109,8 +115,7 @@ def caller(variant: str, base_url: str, *, streamed: bool) -> tuple[Call, genai.
 
 
 async def measure(*, streamed: bool) -> dict[str, list[float]]:
-    """CPU microseconds of this process per call, per block of ``BLOCK`` calls, the variants'
-    blocks interleaved."""
+    """CPU microseconds of this process per call, per block (``vendor_call.interleaved``)."""
     server = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bench.gemini_call", "--serve",
         stdout=asyncio.subprocess.PIPE, cwd=ROOT,
@@ -124,18 +129,7 @@ async def measure(*, streamed: bool) -> dict[str, list[float]]:
         for variant in VARIANTS:
             calls[variant], sdk = caller(variant, base_url, streamed=streamed)
             clients.append(sdk)
-        turn = request()
-        for call in calls.values():
-            for _ in range(WARMUP):
-                await call(turn)
-        spent: dict[str, list[float]] = {v: [] for v in VARIANTS}
-        for _ in range(BLOCKS):
-            for variant, call in calls.items():
-                started = time.process_time()
-                for _ in range(BLOCK):
-                    await call(turn)
-                spent[variant].append((time.process_time() - started) / BLOCK * 1e6)
-        return spent
+        return await interleaved(calls)
     finally:
         for sdk in clients:
             await sdk.aio.aclose()
@@ -152,12 +146,7 @@ async def main() -> list[str]:
         except Exception as exc:
             rows.append(f"| {kind} | not measured: {exc!r} | | |")
             continue
-        ratios = sorted(n / b for b, n in zip(spent["before"], spent["now"], strict=True))
-        rows.append(
-            f"| {kind} | {statistics.median(spent['before']):.0f} µs "
-            f"| {statistics.median(spent['now']):.0f} µs "
-            f"| {statistics.median(ratios):.2f} ({ratios[0]:.2f} to {ratios[-1]:.2f}) |"
-        )
+        rows.append(ratio_row(kind, spent))
     return [
         f"## A Gemini answer of {STREAM_WORDS} words: client CPU per call, read into the SDK's "
         "objects (before) or off its JSON (now)",

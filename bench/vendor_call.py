@@ -214,6 +214,24 @@ def _streamer(
     return (now if variant == "now" else before), close
 
 
+async def interleaved(calls: dict[str, Call]) -> dict[str, list[float]]:
+    """CPU microseconds of this process per call, per block of ``BLOCK`` calls of the turn,
+    after ``WARMUP`` calls each; the variants' blocks interleaved, so that a change of the
+    machine's speed hits them alike."""
+    turn = request()
+    for call in calls.values():
+        for _ in range(WARMUP):
+            await call(turn)
+    spent: dict[str, list[float]] = {variant: [] for variant in calls}
+    for _ in range(BLOCKS):
+        for variant, call in calls.items():
+            started = time.process_time()
+            for _ in range(BLOCK):
+                await call(turn)
+            spent[variant].append((time.process_time() - started) / BLOCK * 1e6)
+    return spent
+
+
 async def measure(vendor: str, *, streamed: bool = False) -> dict[str, list[float]]:
     """CPU microseconds of this process per call (``streamed``: per streamed answer), per
     block of ``BLOCK`` calls, the variants' blocks interleaved (a change of the machine's speed
@@ -237,18 +255,7 @@ async def measure(vendor: str, *, streamed: bool = False) -> dict[str, list[floa
             make = _streamer if streamed else _caller
             calls[variant], close = make(vendor, variant, base_url)
             closers.append(close)
-        turn = request()
-        for call in calls.values():
-            for _ in range(WARMUP):
-                await call(turn)
-        spent: dict[str, list[float]] = {v: [] for v in VARIANTS}
-        for _ in range(BLOCKS):
-            for variant, call in calls.items():
-                started = time.process_time()
-                for _ in range(BLOCK):
-                    await call(turn)
-                spent[variant].append((time.process_time() - started) / BLOCK * 1e6)
-        return spent
+        return await interleaved(calls)
     finally:
         for close in closers:
             await close()
@@ -264,13 +271,18 @@ async def _rows(streamed: bool) -> list[str]:
         except Exception as exc:
             rows.append(f"| {vendor} | not measured: {exc!r} | | |")
             continue
-        ratios = sorted(n / b for b, n in zip(spent["before"], spent["now"], strict=True))
-        rows.append(
-            f"| {vendor} | {statistics.median(spent['before']):.0f} µs "
-            f"| {statistics.median(spent['now']):.0f} µs "
-            f"| {statistics.median(ratios):.2f} ({ratios[0]:.2f} to {ratios[-1]:.2f}) |"
-        )
+        rows.append(ratio_row(vendor, spent))
     return rows
+
+
+def ratio_row(label: str, spent: dict[str, list[float]]) -> str:
+    """A table row: the variants' medians, and the median (range) of the blocks' ratios."""
+    ratios = sorted(n / b for b, n in zip(spent["before"], spent["now"], strict=True))
+    return (
+        f"| {label} | {statistics.median(spent['before']):.0f} µs "
+        f"| {statistics.median(spent['now']):.0f} µs "
+        f"| {statistics.median(ratios):.2f} ({ratios[0]:.2f} to {ratios[-1]:.2f}) |"
+    )
 
 
 async def main() -> list[str]:

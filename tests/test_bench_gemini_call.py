@@ -31,9 +31,9 @@ async def test_before_and_now_read_the_same_answers() -> None:
 
 
 async def test_the_blocks_are_measured_for_both_variants(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gemini_call, "BLOCK", 3)
-    monkeypatch.setattr(gemini_call, "BLOCKS", 2)
-    monkeypatch.setattr(gemini_call, "WARMUP", 1)
+    monkeypatch.setattr(vendor_call, "BLOCK", 3)
+    monkeypatch.setattr(vendor_call, "BLOCKS", 2)
+    monkeypatch.setattr(vendor_call, "WARMUP", 1)
     spent = await gemini_call.measure(streamed=True)
     assert {variant: len(blocks) for variant, blocks in spent.items()} == {"before": 2, "now": 2}
     assert all(cpu > 0 for blocks in spent.values() for cpu in blocks)

@@ -393,8 +393,8 @@ class _ListChunkServer(GeminiServer):
         return await super()._stream(request, [[1, 2]])  # type: ignore[list-item]
 
 
-async def test_a_stream_chunk_that_is_not_an_object_is_malformed_and_not_retried() -> None:
-    server = _ListChunkServer()
+async def _refusal(server: GeminiServer, *, streamed: bool) -> MalformedAnswer:
+    """What a call to ``server`` was refused for, after one request and no retry."""
     await server.start()
     try:
         provider = GeminiProvider(
@@ -402,12 +402,21 @@ async def test_a_stream_chunk_that_is_not_an_object_is_malformed_and_not_retried
         )
         request = LLMRequest(model=MODEL, messages=(Message.user("hi"),))
         with pytest.raises(ProviderRequestError) as raised:
-            await collect(provider, request)
-        assert isinstance(raised.value.__cause__, MalformedAnswer)
-        assert "not an object" in str(raised.value.__cause__)
+            if streamed:
+                await collect(provider, request)
+            else:
+                await provider.complete(request)
         assert len(server.requests) == 1  # refused, not retried
     finally:
         await server.close()
+    cause = raised.value.__cause__
+    assert isinstance(cause, MalformedAnswer)
+    return cause
+
+
+async def test_a_stream_chunk_that_is_not_an_object_is_malformed_and_not_retried() -> None:
+    refusal = await _refusal(_ListChunkServer(), streamed=True)
+    assert "a gemini stream chunk that is not an object: [1, 2]" in str(refusal)
 
 
 class _CodelessErrorServer(GeminiServer):
@@ -437,3 +446,16 @@ async def test_an_in_band_error_without_a_code_is_the_servers_and_retried() -> N
         assert len(server.requests) == 2  # retried once
     finally:
         await server.close()
+
+
+class _ProxyPageServer(GeminiServer):
+    """Answers every call with a proxy's HTML page and a 200."""
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        await self.record(request)
+        return web.Response(text="<html>sign in to the proxy</html>", content_type="text/html")
+
+
+async def test_a_whole_answer_that_is_not_json_is_malformed_and_not_retried() -> None:
+    refusal = await _refusal(_ProxyPageServer(), streamed=False)
+    assert "a gemini answer that is not JSON: '<html>" in str(refusal)

@@ -65,10 +65,15 @@ def answer_object(body: bytes, key: str) -> tuple[dict[str, Any], list[Any]]:
 def event_object(data: str) -> dict[str, Any]:
     """A streamed event's JSON object, or ``MalformedAnswer`` (a proxy's page, a body cut
     short)."""
+    return json_object(data, "a stream event")
+
+
+def json_object(text: str, what: str) -> dict[str, Any]:
+    """``text`` as a JSON object, or ``MalformedAnswer`` naming ``what`` it should have been."""
     try:
-        event = json.loads(data)
+        value = json.loads(text)
     except ValueError as exc:
-        raise MalformedAnswer(f"a stream event that is not JSON: {data[:120]!r}") from exc
-    if not isinstance(event, dict):
-        raise MalformedAnswer(f"a stream event that is not an object: {data[:120]!r}")
-    return event
+        raise MalformedAnswer(f"{what} that is not JSON: {text[:120]!r}") from exc
+    if not isinstance(value, dict):
+        raise MalformedAnswer(f"{what} that is not an object: {text[:120]!r}")
+    return value

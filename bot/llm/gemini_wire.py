@@ -36,14 +36,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import AsyncGenerator, Iterable
 from typing import Any, cast
 
 from google import genai
 from google.genai import errors
 
-from bot.llm.errors import MalformedAnswer
+from bot.llm.errors import MalformedAnswer, json_object
 from bot.llm.types import (
     REASONING_BUDGETS,
     ImagePart,
@@ -80,7 +79,7 @@ async def generate(client: genai.Client, model: str, body: JSON) -> JSON:
     """``POST {model}:generateContent``; the answer's JSON object (``gemini_parse`` reads it)."""
     path = f"{model_path(model)}:generateContent"
     response = await client.aio._api_client.async_request("post", path, body, None)
-    return _answer(response.body) if response.body else {}
+    return json_object(response.body, "a gemini answer") if response.body else {}
 
 
 async def generate_stream(
@@ -113,16 +112,6 @@ async def generate_stream(
             yield chunk
     finally:
         await segments.aclose()
-
-
-def _answer(text: str) -> JSON:
-    try:
-        answer = json.loads(text)
-    except ValueError as exc:
-        raise MalformedAnswer(f"the answer is not JSON: {exc}") from exc
-    if not isinstance(answer, dict):
-        raise MalformedAnswer(f"the answer is not a JSON object: {text[:120]!r}")
-    return answer
 
 
 # -- the request body -----------------------------------------------------------------------
