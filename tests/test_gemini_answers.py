@@ -1,9 +1,9 @@
 """``bot.llm.gemini_parse`` folds Gemini's JSON exactly as the fold over the SDK's objects did.
 
 Until the eighth pass of issue 20 each answer (and each streamed chunk) was first validated into
-google-genai's ``GenerateContentResponse``, and the fold read that. ``_sdk_read`` (the SDK's own
-reading, as ``generate_content`` does it) and ``_ReferenceBuilder`` (the fold as it was) live on
-here only as the reference: every answer below must give the same ``LLMResponse`` both ways,
+google-genai's ``GenerateContentResponse``, and the fold read that. ``sdk_read`` (the SDK's own
+reading, as ``generate_content`` does it) and ``ReferenceBuilder`` (the fold as it was) live on
+in ``tests/gemini_reference.py`` as the reference: every answer below must give the same ``LLMResponse`` both ways,
 and what the SDK's validation refused must be refused as ``MalformedAnswer``.
 """
 
@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import base64
 import itertools
-import warnings
-from typing import Any
 
 import pytest
 from aiohttp import web
-from google.genai import types
-from google.genai.models import _GenerateContentResponse_from_mldev
 from pydantic import ValidationError
 
 from bot.llm.errors import MalformedAnswer, ProviderRequestError
@@ -25,134 +21,18 @@ from bot.llm.gemini import GeminiProvider
 from bot.llm.gemini_parse import ResponseBuilder
 from bot.llm.types import (
     LLMRequest,
-    LLMResponse,
     Message,
-    StopReason,
-    TextPart,
     ThinkingPart,
     ToolCallPart,
     Usage,
 )
+from tests.gemini_reference import JSON, ReferenceBuilder, both, candidate, sdk_read
 from tests.loopback.gemini_server import GeminiServer
 from tests.provider_rig import RETRY, collect
 from tests.provider_vendors import gemini_client
 
 MODEL = "gemini-2.5-flash"
 SIG = base64.urlsafe_b64encode(b"\x12\x34opaque-signature\xff\xfe").decode()
-JSON = dict[str, Any]
-
-
-# -- the reference: the SDK's reading and the fold over its objects -------------------------
-def _sdk_read(payload: JSON) -> types.GenerateContentResponse:
-    fields = _GenerateContentResponse_from_mldev(payload, None, None)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # an unknown enum value warns, and is kept
-        return types.GenerateContentResponse._from_response(response=fields, kwargs={})
-
-
-class _ReferenceBuilder:
-    def __init__(self, model: str) -> None:
-        self.model = model
-        self.parts: list[TextPart | ToolCallPart | ThinkingPart] = []
-        self.calls = 0
-        self.finish: str | None = None
-        self.block: str | None = None
-        self.usage: types.GenerateContentResponseUsageMetadata | None = None
-
-    def observe(self, response: types.GenerateContentResponse) -> list[str]:
-        self.model = response.model_version or self.model
-        self.usage = response.usage_metadata or self.usage
-        if response.prompt_feedback and response.prompt_feedback.block_reason:
-            self.block = _value(response.prompt_feedback.block_reason)
-        if not response.candidates:
-            return []
-        candidate = response.candidates[0]
-        self.finish = _value(candidate.finish_reason) or self.finish
-        parts = (candidate.content.parts if candidate.content else None) or []
-        return [text for part in parts if (text := self._add(part))]
-
-    def _add(self, part: types.Part) -> str:
-        signature = _b64(part.thought_signature)
-        if part.function_call is not None:
-            call = part.function_call
-            self.parts.append(
-                ToolCallPart(
-                    id=call.id or f"call_{self.calls}",
-                    name=call.name or "",
-                    arguments=dict(call.args or {}),
-                    signature=signature,
-                )
-            )
-            self.calls += 1
-            return ""
-        if part.thought:
-            if part.text or signature:
-                self.parts.append(
-                    ThinkingPart(text=part.text or "", signature=signature, vendor="gemini")
-                )
-            return ""
-        if part.text:
-            if self.parts and isinstance(self.parts[-1], TextPart):
-                self.parts[-1] = TextPart(text=self.parts[-1].text + part.text)
-            else:
-                self.parts.append(TextPart(text=part.text))
-        if signature:
-            self.parts.append(ThinkingPart(signature=signature, vendor="gemini"))
-        return part.text or ""
-
-    def finish_response(self) -> LLMResponse:
-        stop: StopReason
-        raw = self.finish
-        if self.block:
-            stop, raw = "refusal", f"prompt_blocked:{self.block}"
-        elif self.calls and raw in (None, "STOP"):
-            stop = "tool_use"
-        elif raw == "STOP":
-            stop = "end_turn"
-        elif raw in ("MAX_TOKENS", "CONTINUATION"):
-            stop = "max_tokens"
-        elif raw in ("SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII"):
-            stop = "refusal"
-        else:
-            stop = "other"
-        meta = self.usage
-        usage = Usage()
-        if meta is not None:
-            cached = meta.cached_content_token_count or 0
-            prompt = (meta.prompt_token_count or 0) + (meta.tool_use_prompt_token_count or 0)
-            usage = Usage(
-                input_tokens=max(0, prompt - cached),
-                output_tokens=(meta.candidates_token_count or 0) + (meta.thoughts_token_count or 0),
-                cache_read_tokens=cached,
-            )
-        parts = tuple(self.parts)
-        return LLMResponse(
-            parts=parts, stop_reason=stop, usage=usage, model=self.model, raw_stop_reason=raw
-        )
-
-
-def _value(value: object) -> str | None:
-    return None if value is None else str(getattr(value, "value", value))
-
-
-def _b64(value: bytes | None) -> str | None:
-    return base64.b64encode(value).decode("ascii") if value else None
-
-
-def _both(chunks: list[JSON]) -> tuple[LLMResponse, list[str], LLMResponse, list[str]]:
-    """The fold of ``chunks`` both ways, with the text pieces each handed on."""
-    reference, ours = _ReferenceBuilder("asked-model"), ResponseBuilder("asked-model")
-    theirs_text = [t for chunk in chunks for t in reference.observe(_sdk_read(chunk))]
-    ours_text = [t for chunk in chunks for t in ours.observe(chunk)]
-    return reference.finish_response(), theirs_text, ours.finish(), ours_text
-
-
-# -- answers --------------------------------------------------------------------------------
-def _candidate(parts: list[JSON], finish: str | None = "STOP") -> JSON:
-    candidate: JSON = {"content": {"parts": parts, "role": "model"}, "index": 0}
-    if finish is not None:
-        candidate["finishReason"] = finish
-    return candidate
 
 
 USAGE = {
@@ -167,7 +47,7 @@ ANSWERS: dict[str, list[JSON]] = {
     "rich": [
         {
             "candidates": [
-                _candidate(
+                candidate(
                     [
                         {"text": "Weighing it.", "thought": True, "thoughtSignature": SIG},
                         {"text": "Let me "},
@@ -184,16 +64,16 @@ ANSWERS: dict[str, list[JSON]] = {
         }
     ],
     "a stream with running usage": [
-        {"candidates": [_candidate([{"text": "Hel"}], None)], "usageMetadata": {}},
+        {"candidates": [candidate([{"text": "Hel"}], None)], "usageMetadata": {}},
         {
-            "candidates": [_candidate([{"text": "lo "}, {"text": ""}], None)],
+            "candidates": [candidate([{"text": "lo "}, {"text": ""}], None)],
             "usageMetadata": {"promptTokenCount": 9},
             "modelVersion": "m-1",
         },
-        {"candidates": [_candidate([{"text": "there."}])], "usageMetadata": USAGE},
+        {"candidates": [candidate([{"text": "there."}])], "usageMetadata": USAGE},
     ],
     "a finish reason, then a chunk of usage alone": [
-        {"candidates": [_candidate([{"text": "Done."}], "STOP")], "usageMetadata": USAGE},
+        {"candidates": [candidate([{"text": "Done."}], "STOP")], "usageMetadata": USAGE},
         {"candidates": [{"content": {"parts": []}}], "usageMetadata": {}},
     ],
     "a blocked prompt": [
@@ -202,7 +82,7 @@ ANSWERS: dict[str, list[JSON]] = {
     "a thought with only its signature": [
         {
             "candidates": [
-                _candidate(
+                candidate(
                     [
                         {"thought": True, "thoughtSignature": SIG},
                         {"thought": True, "text": ""},
@@ -214,13 +94,13 @@ ANSWERS: dict[str, list[JSON]] = {
     ],
     "a block reason, then feedback without one": [
         {"promptFeedback": {"blockReason": "OTHER"}},
-        {"promptFeedback": {}, "candidates": [_candidate([{"text": "?"}])]},
+        {"promptFeedback": {}, "candidates": [candidate([{"text": "?"}])]},
     ],
     "no content": [{"candidates": [{"finishReason": "MAX_TOKENS"}]}],
-    "a continuation": [{"candidates": [_candidate([{"text": "To be "}], "CONTINUATION")]}],
+    "a continuation": [{"candidates": [candidate([{"text": "To be "}], "CONTINUATION")]}],
     "null fields": [
         {
-            "candidates": [_candidate([{"text": None, "thoughtSignature": None}, {"text": "x"}])],
+            "candidates": [candidate([{"text": None, "thoughtSignature": None}, {"text": "x"}])],
             "usageMetadata": None,
             "modelVersion": None,
             "promptFeedback": None,
@@ -228,27 +108,27 @@ ANSWERS: dict[str, list[JSON]] = {
     ],
     "an empty answer": [{}],
     "no candidates": [{"candidates": []}],
-    "a finish reason the SDK does not know": [{"candidates": [_candidate([], "NEW_REASON")]}],
+    "a finish reason the SDK does not know": [{"candidates": [candidate([], "NEW_REASON")]}],
     "a refusal mid-stream": [
-        {"candidates": [_candidate([{"text": "Sure, "}], None)]},
-        {"candidates": [_candidate([], "RECITATION")]},
+        {"candidates": [candidate([{"text": "Sure, "}], None)]},
+        {"candidates": [candidate([], "RECITATION")]},
     ],
     "calls in two chunks": [
-        {"candidates": [_candidate([{"functionCall": {"name": "a", "args": {}}}], None)]},
-        {"candidates": [_candidate([{"functionCall": {"name": "b", "args": {"n": 1}}}])]},
+        {"candidates": [candidate([{"functionCall": {"name": "a", "args": {}}}], None)]},
+        {"candidates": [candidate([{"functionCall": {"name": "b", "args": {"n": 1}}}])]},
     ],
 }
 
 
 @pytest.mark.parametrize("chunks", ANSWERS.values(), ids=ANSWERS.keys())
 def test_every_answer_folds_as_it_did_through_the_sdks_objects(chunks: list[JSON]) -> None:
-    theirs, theirs_text, ours, ours_text = _both(chunks)
+    theirs, theirs_text, ours, ours_text = both(chunks)
     assert ours == theirs
     assert ours_text == theirs_text
 
 
 def test_the_reference_answers_are_not_trivial() -> None:
-    rich, _, _, _ = _both(ANSWERS["rich"])
+    rich, _, _, _ = both(ANSWERS["rich"])
     kinds = [type(part).__name__ for part in rich.parts]
     assert kinds == [
         "ThinkingPart",
@@ -261,23 +141,21 @@ def test_the_reference_answers_are_not_trivial() -> None:
     assert [p.id for p in rich.parts if isinstance(p, ToolCallPart)] == ["fc_1", "call_1", "call_2"]
     assert rich.usage == Usage(input_tokens=27, output_tokens=42, cache_read_tokens=100)
     assert (rich.stop_reason, rich.model) == ("tool_use", "gemini-2.5-flash-001")
-    blocked, _, _, _ = _both(ANSWERS["a blocked prompt"])
+    blocked, _, _, _ = both(ANSWERS["a blocked prompt"])
     assert (blocked.stop_reason, blocked.raw_stop_reason) == ("refusal", "prompt_blocked:SAFETY")
 
 
 # -- what the SDK refused -------------------------------------------------------------------
 MALFORMED: dict[str, JSON] = {
-    "text not a string": {"candidates": [_candidate([{"text": 5}])]},
-    "thought not a flag": {"candidates": [_candidate([{"text": "a", "thought": [True]}])]},
-    "args not an object": {"candidates": [_candidate([{"functionCall": {"args": [1]}}])]},
+    "text not a string": {"candidates": [candidate([{"text": 5}])]},
+    "thought not a flag": {"candidates": [candidate([{"text": "a", "thought": [True]}])]},
+    "args not an object": {"candidates": [candidate([{"functionCall": {"args": [1]}}])]},
     "parts not a list": {"candidates": [{"content": {"parts": {"text": "a"}}}]},
-    "a part not an object": {"candidates": [_candidate(["text"])]},  # type: ignore[list-item]
+    "a part not an object": {"candidates": [candidate(["text"])]},  # type: ignore[list-item]
     "candidates not a list": {"candidates": {"content": {}}},
     "a count not a number": {"usageMetadata": {"promptTokenCount": "many"}},
     "a count that is a fraction": {"usageMetadata": {"promptTokenCount": 1.5}},
-    "a signature not base64": {
-        "candidates": [_candidate([{"text": "a", "thoughtSignature": "?"}])]
-    },
+    "a signature not base64": {"candidates": [candidate([{"text": "a", "thoughtSignature": "?"}])]},
     "a model version not a string": {"modelVersion": 3},
     "a block reason not a string": {"promptFeedback": {"blockReason": ["SAFETY"]}},
 }
@@ -287,14 +165,14 @@ MALFORMED: dict[str, JSON] = {
 def test_what_the_sdks_validation_refused_is_a_malformed_answer(payload: JSON) -> None:
     # the SDK's validation refused it, or its reading failed on it
     with pytest.raises((ValidationError, TypeError, AttributeError)):
-        _ReferenceBuilder("m").observe(_sdk_read(payload))
+        ReferenceBuilder("m").observe(sdk_read(payload))
     with pytest.raises(MalformedAnswer):
         ResponseBuilder("m").observe(payload)
 
 
 STRICTER: dict[str, JSON] = {
-    "a flag as a word": {"candidates": [_candidate([{"text": "a", "thought": "yes"}])]},
-    "a flag as a number": {"candidates": [_candidate([{"text": "a", "thought": 1}])]},
+    "a flag as a word": {"candidates": [candidate([{"text": "a", "thought": "yes"}])]},
+    "a flag as a number": {"candidates": [candidate([{"text": "a", "thought": 1}])]},
     "a candidate not an object": {"candidates": ["x"]},
     "a count as a flag": {"usageMetadata": {"promptTokenCount": True}},
     "a count as a word": {"usageMetadata": {"promptTokenCount": "5"}},
@@ -310,19 +188,19 @@ def test_what_the_sdk_let_through_in_a_shape_the_api_never_writes_is_refused(
     number for ``True``, a count written as a flag, a word or ``1.0`` for a number, and a
     candidate that is a string for an empty one. A server that writes these is not speaking
     Gemini's JSON."""
-    _ReferenceBuilder("m").observe(_sdk_read(payload))  # read without a complaint
+    ReferenceBuilder("m").observe(sdk_read(payload))  # read without a complaint
     with pytest.raises(MalformedAnswer, match="is not (true or false|a whole number|an object)"):
         ResponseBuilder("m").observe(payload)
 
 
-def test_signatures_are_read_as_the_sdk_reads_them_every_way_they_can_be_written() -> None:
+def test_signatures_are_read_as_thesdk_reads_them_every_way_they_can_be_written() -> None:
     """Every string of up to four characters from both base64 alphabets, padding, and a
     character of neither: the SDK's bytes (or its refusal) and ours agree on each."""
     refused = 0
     for n in range(1, 5):
         for chars in itertools.product("A/_=+-Q.", repeat=n):
             value = "".join(chars)
-            payload = {"candidates": [_candidate([{"text": "t", "thoughtSignature": value}])]}
+            payload = {"candidates": [candidate([{"text": "t", "thoughtSignature": value}])]}
             try:
                 theirs: object = _both_ways_reference(payload)
             except ValidationError:
@@ -337,8 +215,8 @@ def test_signatures_are_read_as_the_sdk_reads_them_every_way_they_can_be_written
 
 
 def _both_ways_reference(payload: JSON) -> str | None:
-    builder = _ReferenceBuilder("m")
-    builder.observe(_sdk_read(payload))
+    builder = ReferenceBuilder("m")
+    builder.observe(sdk_read(payload))
     return next((p.signature for p in builder.parts if isinstance(p, ThinkingPart)), None)
 
 
@@ -372,11 +250,11 @@ async def test_the_provider_reads_what_generate_content_read(reply: JSON) -> Non
         request = LLMRequest(model=MODEL, messages=(Message.user("hi"),))
         provider = GeminiProvider(client, base_url=server.base_url, retry=RETRY)
 
-        whole = _ReferenceBuilder(MODEL)
+        whole = ReferenceBuilder(MODEL)
         whole.observe(await client.aio.models.generate_content(model=MODEL, contents="hi"))
         assert await provider.complete(request) == whole.finish_response()
 
-        streamed = _ReferenceBuilder(MODEL)
+        streamed = ReferenceBuilder(MODEL)
         stream = await client.aio.models.generate_content_stream(model=MODEL, contents="hi")
         theirs_text = [t async for chunk in stream for t in streamed.observe(chunk)]
         texts, final = await collect(provider, request)
