@@ -45,12 +45,12 @@ _REFUSALS = frozenset(
         "IMAGE_RECITATION",
     }
 )
-_KINDS = {
-    "str": "a string",
-    "int": "a whole number",
-    "bool": "true or false",
-    "dict": "an object",
-    "list": "a list",
+_KINDS: dict[type, str] = {
+    str: "a string",
+    int: "a whole number",
+    bool: "true or false",
+    dict: "an object",
+    list: "a list",
 }
 # usageMetadata's counts that the fold reads (the API writes each only when it is not zero).
 _COUNTS = (
@@ -161,8 +161,7 @@ def _field(obj: JSON, key: str, kind: type[T]) -> T | None:
         return None
     if isinstance(value, kind) and (kind is not int or not isinstance(value, bool)):
         return value
-    expected = _KINDS[kind.__name__]
-    raise MalformedAnswer(f"gemini answer field {key!r} is not {expected}: {value!r:.80}")
+    raise MalformedAnswer(f"gemini answer field {key!r} is not {_KINDS[kind]}: {value!r:.80}")
 
 
 def _item(value: object, what: str) -> JSON:

@@ -101,14 +101,14 @@ async def generate_stream(
     segments = cast(AsyncGenerator[Any, None], response.async_segments())
     try:
         async for chunk in segments:
-            if isinstance(chunk, dict) and "error" in chunk:
+            if not isinstance(chunk, dict):
+                raise MalformedAnswer(f"a gemini stream chunk that is not an object: {chunk!r:.80}")
+            if "error" in chunk:
                 error = chunk["error"]
                 code = error.get("code") if isinstance(error, dict) else None
                 # The API's in-band errors carry their HTTP code; one without is the server's.
                 status = code if isinstance(code, int) and not isinstance(code, bool) else 500
                 await errors.APIError.raise_error_async(status, chunk, response)
-            if not isinstance(chunk, dict):
-                raise MalformedAnswer(f"a gemini stream chunk that is not an object: {chunk!r:.80}")
             yield chunk
     finally:
         await segments.aclose()
