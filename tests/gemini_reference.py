@@ -16,6 +16,18 @@ from bot.llm.gemini_parse import ResponseBuilder
 from bot.llm.types import LLMResponse, StopReason, TextPart, ThinkingPart, ToolCallPart, Usage
 
 JSON = dict[str, Any]
+# The old fold's refusals (bot/llm/gemini_parse.py before the eighth pass), written out here so
+# that the reference does not read the code it checks.
+_REFUSALS = (
+    "SAFETY",
+    "RECITATION",
+    "BLOCKLIST",
+    "PROHIBITED_CONTENT",
+    "SPII",
+    "IMAGE_SAFETY",
+    "IMAGE_PROHIBITED_CONTENT",
+    "IMAGE_RECITATION",
+)
 
 
 def sdk_read(payload: JSON) -> types.GenerateContentResponse:
@@ -86,7 +98,7 @@ class ReferenceBuilder:
             stop = "end_turn"
         elif raw in ("MAX_TOKENS", "CONTINUATION"):
             stop = "max_tokens"
-        elif raw in ("SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII"):
+        elif raw in _REFUSALS:
             stop = "refusal"
         else:
             stop = "other"

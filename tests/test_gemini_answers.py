@@ -109,6 +109,7 @@ ANSWERS: dict[str, list[JSON]] = {
     "an empty answer": [{}],
     "no candidates": [{"candidates": []}],
     "a finish reason the SDK does not know": [{"candidates": [candidate([], "NEW_REASON")]}],
+    "an image refusal": [{"candidates": [candidate([], "IMAGE_SAFETY")]}],
     "a refusal mid-stream": [
         {"candidates": [candidate([{"text": "Sure, "}], None)]},
         {"candidates": [candidate([], "RECITATION")]},
