@@ -27,23 +27,22 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import uvloop
-from google import genai
 from google.genai import types
 from google.genai.models import _GenerateContentResponse_from_mldev
 
 from bench.vendor_call import (
-    BLOCK,
-    BLOCKS,
     ROOT,
     STREAM_WORDS,
     VARIANTS,
     interleaved,
+    ratio_header,
     ratio_row,
 )
 from bot.llm.gemini import GeminiProvider
 from bot.llm.gemini_wire import model_path, request_body
 from bot.llm.types import LLMRequest, LLMResponse, TextPart
 from bot.resilience import RetryPolicy
+from bot.settings import LLMSettings
 
 Call = Callable[[LLMRequest], Awaitable[LLMResponse]]
 
@@ -66,17 +65,6 @@ async def _serve() -> None:
         await asyncio.Event().wait()
 
 
-def client(base_url: str) -> genai.Client:
-    """The client as ``GeminiProvider.from_settings`` builds it (the SDK's retries off)."""
-    return genai.Client(
-        vertexai=False,
-        api_key="bench",
-        http_options=types.HttpOptions(
-            base_url=base_url, timeout=60_000, retry_options=types.HttpRetryOptions(attempts=1)
-        ),
-    )
-
-
 def _sdk_text(payload: dict[str, Any]) -> str:
     fields = _GenerateContentResponse_from_mldev(payload, None, None)
     response = types.GenerateContentResponse._from_response(response=fields, kwargs={})
@@ -84,11 +72,12 @@ def _sdk_text(payload: dict[str, Any]) -> str:
     return "".join(p.text or "" for p in (content.parts if content else None) or [])
 
 
-def caller(variant: str, base_url: str, *, streamed: bool) -> tuple[Call, genai.Client]:
-    """One call, whole or streamed, as the provider made it before this pass or makes it now."""
-    sdk = client(base_url)
-    provider = GeminiProvider(sdk, base_url=base_url, retry=RetryPolicy(max_retries=0))
-    api = sdk.aio._api_client
+def caller(variant: str, base_url: str, *, streamed: bool) -> tuple[Call, GeminiProvider]:
+    """One call, whole or streamed, as the provider made it before this pass or makes it now;
+    the provider (and its client) as ``from_settings`` builds them, to be closed by the caller."""
+    settings = LLMSettings(gemini_api_key="bench", gemini_base_url=base_url)  # type: ignore[arg-type]
+    provider = GeminiProvider.from_settings(settings, retry=RetryPolicy(max_retries=0))
+    api = provider._client.aio._api_client
 
     async def now(turn: LLMRequest) -> LLMResponse:
         if not streamed:
@@ -111,7 +100,7 @@ def caller(variant: str, base_url: str, *, streamed: bool) -> tuple[Call, genai.
             text = _sdk_text(json.loads(answer.body or "{}"))
         return LLMResponse(parts=(TextPart(text=text),), stop_reason="end_turn")
 
-    return (now if variant == "now" else before), sdk
+    return (now if variant == "now" else before), provider
 
 
 async def measure(*, streamed: bool) -> dict[str, list[float]]:
@@ -122,17 +111,17 @@ async def measure(*, streamed: bool) -> dict[str, list[float]]:
         env=os.environ | {"PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert server.stdout is not None
-    clients: list[genai.Client] = []
+    providers: list[GeminiProvider] = []
     try:
         base_url = (await server.stdout.readline()).decode().strip()
         calls: dict[str, Call] = {}
         for variant in VARIANTS:
-            calls[variant], sdk = caller(variant, base_url, streamed=streamed)
-            clients.append(sdk)
+            calls[variant], provider = caller(variant, base_url, streamed=streamed)
+            providers.append(provider)
         return await interleaved(calls)
     finally:
-        for sdk in clients:
-            await sdk.aio.aclose()
+        for provider in providers:
+            await provider.aclose()
         server.kill()
         await server.wait()
 
@@ -151,9 +140,7 @@ async def main() -> list[str]:
         f"## A Gemini answer of {STREAM_WORDS} words: client CPU per call, read into the SDK's "
         "objects (before) or off its JSON (now)",
         "",
-        f"| answer | before (median of {BLOCKS} blocks of {BLOCK}) | now | now / before, "
-        "median of the blocks (range) |",
-        "|---|---|---|---|",
+        *ratio_header("answer"),
         *rows,
     ]
 

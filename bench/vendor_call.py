@@ -275,6 +275,15 @@ async def _rows(streamed: bool) -> list[str]:
     return rows
 
 
+def ratio_header(first: str) -> list[str]:
+    """The header of a table of ``ratio_row``s, ``first`` naming its first column."""
+    return [
+        f"| {first} | before (median of {BLOCKS} blocks of {BLOCK}) | now | now / before, "
+        "median of the blocks (range) |",
+        "|---|---|---|---|",
+    ]
+
+
 def ratio_row(label: str, spent: dict[str, list[float]]) -> str:
     """A table row: the variants' medians, and the median (range) of the blocks' ratios."""
     ratios = sorted(n / b for b, n in zip(spent["before"], spent["now"], strict=True))
@@ -286,11 +295,7 @@ def ratio_row(label: str, spent: dict[str, list[float]]) -> str:
 
 
 async def main() -> list[str]:
-    header = [
-        f"| vendor | before (median of {BLOCKS} blocks of {BLOCK}) | now | now / before, "
-        "median of the blocks (range) |",
-        "|---|---|---|---|",
-    ]
+    header = ratio_header("vendor")
     return [
         "## The vendor call: client CPU per model call, before this pass and now",
         "",

@@ -19,11 +19,11 @@ async def test_before_and_now_read_the_same_answers() -> None:
         turn = vendor_call.request()
         for streamed in (False, True):
             for variant in vendor_call.VARIANTS:
-                call, sdk = gemini_call.caller(variant, server.base_url, streamed=streamed)
+                call, provider = gemini_call.caller(variant, server.base_url, streamed=streamed)
                 try:
                     answer = await call(turn)
                 finally:
-                    await sdk.aio.aclose()
+                    await provider.aclose()
                 assert answer.text == words, (streamed, variant)
         paths = [rec.path.rsplit(":", 1)[-1] for rec in server.requests]
         assert paths == ["generateContent"] * 2 + ["streamGenerateContent"] * 2
