@@ -37,6 +37,7 @@ from bench.vendor_call import (
     interleaved,
     ratio_header,
     ratio_row,
+    streamed_answer,
 )
 from bot.llm.gemini import GeminiProvider
 from bot.llm.gemini_wire import model_path, request_body
@@ -80,13 +81,9 @@ def caller(variant: str, base_url: str, *, streamed: bool) -> tuple[Call, Gemini
     api = provider._client.aio._api_client
 
     async def now(turn: LLMRequest) -> LLMResponse:
-        if not streamed:
-            return await provider.complete(turn)
-        final: Any = None
-        async for event in provider.stream(turn):
-            final = event
-        assert isinstance(final, LLMResponse)
-        return final
+        if streamed:
+            return await streamed_answer(provider, turn)
+        return await provider.complete(turn)
 
     async def before(turn: LLMRequest) -> LLMResponse:
         path = model_path(turn.model)

@@ -49,6 +49,7 @@ from anthropic.types import RawMessageStreamEvent
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from bot.llm.anthropic import _REQUEST_OPTIONS, AnthropicProvider, build_params, encode_body
+from bot.llm.base import Provider
 from bot.llm.openai import OpenAIProvider, sdk_client
 from bot.llm.transport import sdk_http_client
 from bot.llm.types import LLMRequest, LLMResponse, Message, TextPart, ToolSpec
@@ -176,11 +177,7 @@ def _streamer(
         close = o_client.close
 
     async def now(turn: LLMRequest) -> LLMResponse:
-        final: Any = None
-        async for event in provider.stream(turn):
-            final = event
-        assert isinstance(final, LLMResponse)
-        return final
+        return await streamed_answer(provider, turn)
 
     async def before(turn: LLMRequest) -> LLMResponse:
         text: list[str] = []
@@ -212,6 +209,15 @@ def _streamer(
         return LLMResponse(parts=(TextPart(text="".join(text)),), stop_reason="end_turn")
 
     return (now if variant == "now" else before), close
+
+
+async def streamed_answer(provider: Provider, turn: LLMRequest) -> LLMResponse:
+    """``provider``'s stream for ``turn`` read to its end: the final response."""
+    final: Any = None
+    async for event in provider.stream(turn):
+        final = event
+    assert isinstance(final, LLMResponse)
+    return final
 
 
 async def interleaved(calls: dict[str, Call]) -> dict[str, list[float]]:
