@@ -5,6 +5,7 @@ verbatim-leak check, and the escaping of live-chat lines."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,30 @@ def test_word_lists_match_any_variant() -> None:
     words = WordList([Entry("word", "boss", "t:1")])
     assert words.find(variants(normalise("B0SS fight"))) is not None
     assert words.find(variants(normalise("embossed"))) is None
+
+
+def test_a_word_list_names_each_entry_and_compiles_one_pattern_to_be_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Which entry matched is worked out only on a hit, so building a list (at start, and for
+    every scope that adds words) compiles the one combined pattern."""
+    words = ["alpha", "bravo", "charlie delta", "bravos", "echo"]
+    compiled: list[str] = []
+    real = re.compile
+
+    def counted(pattern: str, flags: int = 0) -> re.Pattern[str]:
+        compiled.append(pattern)
+        return real(pattern, flags)
+
+    monkeypatch.setattr(re, "compile", counted)
+    listed = WordList([Entry("word", w, f"t:{n}") for n, w in enumerate(words, 1)])
+    assert len(compiled) == 1
+    monkeypatch.undo()
+    for text, line in [("echo", 5), ("CHARLIE...delta", 3), ("alphas", 1), ("bravos", 2)]:
+        for _ in range(2):  # the second time from the entry's pattern compiled the first
+            flag = listed.find(variants(normalise(text)))
+            assert flag is not None and flag.detail == f"t:{line}", text
+    assert listed.find(variants(normalise("alphabet bravado"))) is None
 
 
 @pytest.mark.parametrize(

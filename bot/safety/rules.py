@@ -138,13 +138,16 @@ def _trie_pattern(words: Iterable[tuple[Token, ...]]) -> str:
 
 
 class WordList:
-    """Whole-word matching of many entries in one regular expression per pass."""
+    """Whole-word matching of many entries in one regular expression per pass.
+
+    Each entry's own pattern, which only says *which* entry matched, is compiled on the first
+    hit that needs it, not up front: a hit is rare, and compiling the default lists' 67 entry
+    patterns was most of building a deployment's policies on the way to its first answer (and
+    again for every scope that adds words)."""
 
     def __init__(self, entries: Iterable[Entry]) -> None:
         self.entries = tuple(e for e in entries if normalise(e.text).strip())
-        self._each = [
-            (e, re.compile(rf"(?<!\w){_word_pattern(e.text)}s?(?!\w)")) for e in self.entries
-        ]
+        self._each: list[re.Pattern[str] | None] = [None] * len(self.entries)
         forms = {_tokens(e.text) for e in self.entries}
         firsts = "".join(sorted({re.escape(f[0][0]) for f in forms if f}))
         self._any = (
@@ -164,10 +167,17 @@ class WordList:
             found = self._any.search(text)
             if found is None:
                 continue
-            for entry, pattern in self._each:  # which one: only on a hit, which is rare
-                if pattern.search(text):
+            for index, entry in enumerate(self.entries):  # which one: only on a hit, rare
+                if self._pattern(index).search(text):
                     return Flag(entry.rule, entry.source)
         return None
+
+    def _pattern(self, index: int) -> re.Pattern[str]:
+        pattern = self._each[index]
+        if pattern is None:
+            word = _word_pattern(self.entries[index].text)
+            pattern = self._each[index] = re.compile(rf"(?<!\w){word}s?(?!\w)")
+        return pattern
 
 
 def parse_list(text: str, *, rule: str, source: str) -> tuple[list[Entry], list[tuple[str, str]]]:
