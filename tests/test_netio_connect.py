@@ -13,6 +13,7 @@ import errno
 import socket
 import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -95,6 +96,34 @@ async def test_an_untrusted_certificate_is_a_connect_error(
     async with httpx2.AsyncClient(transport=transport.transport()) as client:
         with pytest.raises(httpx2.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
             await client.get(f"https://localhost:{port}/")
+
+
+async def test_httpx2s_trust_store_is_loaded_once_at_the_first_https_connection(
+    tls_server: tuple[int, trustme.CA], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default context is httpx2's own (here ``SSL_CERT_FILE``, which it honours), made
+    when an https connection first needs it and shared by every later one."""
+    port, ca = tls_server
+    bundle = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(bundle))
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    loads: list[ssl.SSLContext] = []
+    real = ssl.SSLContext.load_verify_locations
+
+    def counted(context: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(context)
+        real(context, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    pool = transport.transport()
+    assert loads == []
+    async with httpx2.AsyncClient(transport=pool) as client:
+        url = f"https://localhost:{port}/"
+        both = await asyncio.gather(client.get(url), client.get(url))  # two connections
+        later = await client.get(url)
+    assert [r.text for r in (*both, later)] == ["over tls"] * 3
+    assert both[0].extensions["network_stream"] is not both[1].extensions["network_stream"]
+    assert len(loads) == 1
 
 
 # -- racing the resolved addresses (RFC 8305) ------------------------------------------------

@@ -41,11 +41,11 @@ class Transport(httpx2.AsyncBaseTransport):
     def __init__(
         self,
         *,
-        ssl_context: ssl.SSLContext,
+        ssl_context: ssl.SSLContext | None = None,
         limits: httpx2.Limits = SDK_LIMITS,
         socket_options: Iterable[netio.SocketOption] = netio.KEEPALIVE,
     ) -> None:
-        self._ssl = ssl_context
+        self._ssl = ssl_context  # None: httpx2's own, made at the first https connection
         self._max_open = limits.max_connections
         self._max_idle = limits.max_keepalive_connections
         self._expiry = limits.keepalive_expiry
@@ -113,7 +113,7 @@ class Transport(httpx2.AsyncBaseTransport):
         self, origin: http1.Origin, request: httpx2.Request, limit: float | None
     ) -> http1.Connection:
         scheme, host, port = origin
-        tls = self._ssl if scheme == b"https" else None
+        tls = self._tls() if scheme == b"https" else None
         sni = request.extensions.get("sni_hostname") or host.decode("ascii")
         self._connecting += 1
         try:
@@ -131,6 +131,14 @@ class Transport(httpx2.AsyncBaseTransport):
             raise RuntimeError("the HTTP transport is closed")
         self._open.add(conn)
         return conn
+
+    def _tls(self) -> ssl.SSLContext:
+        """The SSL context, made once, when the first https connection needs it: httpx2's
+        (its trust store) costs an import of httpcore2 and a load of the CA bundle, which a
+        plain-http server (a local model, the loopback test servers) never needs."""
+        if self._ssl is None:
+            self._ssl = httpx2.create_ssl_context()
+        return self._ssl
 
     async def _wait_for_room(self, deadline: float | None, request: httpx2.Request) -> None:
         waiter = asyncio.get_running_loop().create_future()
@@ -196,10 +204,10 @@ def transport(
     socket_options: Iterable[netio.SocketOption] = netio.KEEPALIVE,
     ssl_context: ssl.SSLContext | None = None,
 ) -> Transport:
-    """The SDKs' transport: httpx2's own SSL context (its trust store), the SDKs' limits and
-    keep-alive socket options."""
-    context = ssl_context or httpx2.create_ssl_context()
-    return Transport(ssl_context=context, limits=limits, socket_options=socket_options)
+    """The SDKs' transport: httpx2's own SSL context (its trust store, made at the first https
+    connection) unless ``ssl_context`` is given, the SDKs' limits and keep-alive socket
+    options."""
+    return Transport(ssl_context=ssl_context, limits=limits, socket_options=socket_options)
 
 
 def sdk_http_client(default_client: type[HttpClient]) -> HttpClient | None:
