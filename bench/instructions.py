@@ -12,6 +12,13 @@ set and dict layouts are too. Measured twice on one machine the figure agrees to
 Two paths: ``in-process`` (embedded store, in-process bus: the code alone) and
 ``redis-streams`` (a real Redis on 127.0.0.1:6379, DB 13, with the Redis Streams bus).
 
+Start-up is gated the same way: the instructions of a one-question piped ``chorus chat`` (the
+real ``openai`` SDK against a loopback server, start to exit) less those of a fresh interpreter
+that only imports that SDK (``bench.startup``). What is left is the start-up Chorus can change:
+its imports, settings, store, policies and wiring, the client and the call. The SDK's own import
+is pinned by ``constraints.txt``, so it is taken out rather than judged. Run to run it agrees to
+about 0.1%.
+
 The gate (``python -m bench.instructions --check``, part of ``make test``) compares each figure
 with ``bench/instructions.json`` and fails, naming the figure, when one grew more than 10%. The
 baseline changes only on purpose, in its own commit, with the reason:
@@ -61,16 +68,27 @@ def _valgrind() -> str:
     return found
 
 
+def cachegrind(out: str) -> list[str]:
+    """The command prefix that counts a child's instructions into ``out`` (no cache model)."""
+    return [_valgrind(), "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}"]
+
+
+def refs(returncode: int | None, stderr: str, what: str) -> int:
+    """The instruction total valgrind printed on ``stderr``; ``GateError`` naming ``what`` when
+    the child failed or printed none."""
+    found = _REFS.search(stderr)
+    if returncode != 0 or found is None:
+        raise GateError(f"{what} failed:\n{stderr[-3000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
 def count(path: str, messages: int) -> int:
     """Instructions executed by one child run of ``messages`` answered messages on ``path``."""
     url, bus = PATHS[path]
     env = os.environ | {"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
     with tempfile.TemporaryDirectory(prefix="chorus-ic-") as tmp:
         command = [
-            _valgrind(),
-            "--tool=cachegrind",
-            "--cache-sim=no",
-            f"--cachegrind-out-file={tmp}/out",
+            *cachegrind(f"{tmp}/out"),
             sys.executable,
             "-m",
             "bench.instructions",
@@ -80,10 +98,7 @@ def count(path: str, messages: int) -> int:
             str(messages),
         ]
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    found = _REFS.search(done.stderr)
-    if done.returncode != 0 or found is None:
-        raise GateError(f"the {path} run of {messages} messages failed:\n{done.stderr[-3000:]}")
-    return int(found.group(1).replace(",", ""))
+    return refs(done.returncode, done.stderr, f"the {path} run of {messages} messages")
 
 
 def per_message(path: str) -> int:
@@ -112,31 +127,63 @@ def measure() -> dict[str, int]:
     return {path: per_message(path) for path in PATHS}
 
 
+STARTUP_VENDOR = "openai"
+
+
+def startup_above_sdk(vendor: str = STARTUP_VENDOR) -> int:
+    """Instructions of a one-question ``chorus chat`` with ``vendor`` less its SDK's import."""
+    from bench import startup  # it imports this module
+
+    chat = asyncio.run(startup.chat_instructions(vendor))
+    return chat - startup.import_instructions(startup.SDK_MODULES[vendor])
+
+
+def measure_startup() -> dict[str, int]:
+    return {STARTUP_VENDOR: startup_above_sdk()}
+
+
 def _interpreter() -> str:
     return f"{platform.python_implementation()} {platform.python_version()}"
 
 
-def judge(figures: dict[str, int], baseline: dict[str, object]) -> list[str]:
-    """The failures: each figure more than ``TOLERANCE`` above its baseline (empty: pass)."""
-    recorded = baseline.get("per_message", {})
+# The baseline's sections, and what their figures are called in a verdict.
+FIGURES = {
+    "per_message": "instructions per answered message",
+    "startup": "start-up instructions above the SDK's import",
+}
+
+
+def judge(
+    figures: dict[str, int], baseline: dict[str, object], section: str = "per_message"
+) -> list[str]:
+    """The failures: each figure more than ``TOLERANCE`` above its baseline in ``section``
+    (empty: pass)."""
+    recorded = baseline.get(section, {})
     assert isinstance(recorded, dict)
     failures = []
-    for path, value in figures.items():
-        base = recorded.get(path)
+    for name, value in figures.items():
+        base = recorded.get(name)
         if not isinstance(base, int):
-            failures.append(f"{path}: no baseline in {BASELINE.name}; record one on purpose")
+            failures.append(
+                f"{name}: no {section} baseline in {BASELINE.name}; record one on purpose"
+            )
         elif value > base * (1 + TOLERANCE):
             failures.append(
-                f"instructions per answered message ({path}) grew {value / base - 1:.1%}: "
+                f"{FIGURES[section]} ({name}) grew {value / base - 1:.1%}: "
                 f"{value:,} against the baseline {base:,} (limit +{TOLERANCE:.0%})"
             )
     return failures
 
 
+def _measure_all() -> dict[str, dict[str, int]]:
+    return {"per_message": measure(), "startup": measure_startup()}
+
+
 def _check() -> int:
-    figures = measure()
-    for path, value in figures.items():
-        print(f"instructions per answered message ({path}): {value:,}")
+    measured = _measure_all()
+    for section, figures in measured.items():
+        for name, value in figures.items():
+            print(f"{FIGURES[section]} ({name}): {value:,}")
     if not BASELINE.exists():
         print(f"no {BASELINE}; record one with --record REASON", file=sys.stderr)
         return 1
@@ -147,7 +194,7 @@ def _check() -> int:
             "figures not comparable, not judged"
         )
         return 0
-    failures = judge(figures, baseline)
+    failures = [f for section, figs in measured.items() for f in judge(figs, baseline, section)]
     for failure in failures:
         print(f"instruction gate: {failure}", file=sys.stderr)
     if not failures:
@@ -156,9 +203,8 @@ def _check() -> int:
 
 
 def _record(reason: str) -> int:
-    figures = measure()
-    data = {
-        "per_message": figures,
+    data: dict[str, object] = {
+        **_measure_all(),
         "interpreter": _interpreter(),
         "machine": platform.machine(),
         "recorded": datetime.now(UTC).date().isoformat(),

@@ -10,7 +10,10 @@ once ``/readyz`` answers and a second has passed. Beside each vendor's chat, a f
 interpreter that only imports the vendor's SDK shows the floor under it (``import_cpu``): what
 is left above that floor is Chorus's own part of the start-up. Median of ``RUNS`` spawns; the
 milliseconds depend on the machine (compare runs taken in one session), the megabytes much
-less.
+less. So the same split is also counted in instructions, which do not depend on the machine
+(valgrind's cachegrind, ``chat_instructions`` and ``import_instructions``): a one-question chat
+from start to exit, after one uncounted chat has written the bytecode a real install has. The
+instruction-count gate (``bench.instructions``) judges the part above the SDK's import.
 
     python -m bench.startup            # prints a Markdown table
 """
@@ -18,17 +21,21 @@ less.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import aiohttp
 
+from bench.instructions import cachegrind, refs
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.gemini_server import GeminiServer
 from tests.loopback.openai_server import OpenAIServer
@@ -59,13 +66,20 @@ def _env(home: str) -> dict[str, str]:
     return env
 
 
-async def spawn_chat(home: str, **env: str) -> asyncio.subprocess.Process:
-    """A real piped ``chorus chat`` (the embedded store, no health server) with ``env`` added:
-    stdin and stdout are pipes, stderr is dropped."""
+async def spawn_chat(
+    home: str,
+    *,
+    prefix: Sequence[str] = (),
+    stderr: IO[bytes] | int = subprocess.DEVNULL,
+    **env: str,
+) -> asyncio.subprocess.Process:
+    """A real piped ``chorus chat`` (the embedded store, no health server) with ``env`` added,
+    run under ``prefix`` (a command such as valgrind's): stdin and stdout are pipes, stderr
+    goes to ``stderr`` (dropped by default)."""
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", "chat",
+        *prefix, sys.executable, "-m", "bot.cli", "chat",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL, env=_env(home) | env, cwd=home,
+        stderr=stderr, env=_env(home) | env, cwd=home,
     )  # fmt: skip
 
 
@@ -86,9 +100,18 @@ def status_kib(pid: int) -> dict[str, int]:
     return found
 
 
-async def first_answer(vendor: str) -> tuple[float, float, float]:
-    """Seconds from spawn to the first answer line of a piped ``chorus chat``, its peak
-    resident MiB at that moment, and the CPU seconds it had used by then."""
+@contextlib.asynccontextmanager
+async def asked(
+    vendor: str,
+    *,
+    prefix: Sequence[str] = (),
+    stderr: IO[bytes] | int = subprocess.DEVNULL,
+    limit: float = 60,
+    **env: str,
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, float]]:
+    """A piped ``chorus chat`` with ``vendor``'s SDK against a fresh loopback server, asked one
+    question: yields the process once its first answer line is on stdout, with the seconds
+    since spawn; then closes its stdin and waits (``limit`` seconds at most) for it to end."""
     server_cls, model, key_env, url_env = VENDORS[vendor]
     server = server_cls()
     await server.start()
@@ -97,23 +120,48 @@ async def first_answer(vendor: str) -> tuple[float, float, float]:
             started = time.perf_counter()
             proc = await spawn_chat(
                 home,
+                prefix=prefix,
+                stderr=stderr,
                 CHORUS_MODEL=model,
                 **{key_env: "bench-key-0123456789", url_env: server.base_url},
+                **env,
             )
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.write(b"hello\n")
             await proc.stdin.drain()
-            line = await asyncio.wait_for(proc.stdout.readline(), 60)
-            elapsed = time.perf_counter() - started
-            peak = status_kib(proc.pid)["VmHWM"] / 1024
-            cpu = cpu_seconds(proc.pid)
+            line = await asyncio.wait_for(proc.stdout.readline(), limit)
             if not line.strip():
                 raise RuntimeError(f"{vendor}: no answer on stdout")
+            yield proc, time.perf_counter() - started
             proc.stdin.close()
-            await asyncio.wait_for(proc.wait(), 60)
-            return elapsed, peak, cpu
+            await asyncio.wait_for(proc.wait(), limit)
     finally:
         await server.close()
+
+
+async def first_answer(vendor: str) -> tuple[float, float, float]:
+    """Seconds from spawn to the first answer line of a piped ``chorus chat``, its peak
+    resident MiB at that moment, and the CPU seconds it had used by then."""
+    async with asked(vendor) as (proc, elapsed):
+        return elapsed, status_kib(proc.pid)["VmHWM"] / 1024, cpu_seconds(proc.pid)
+
+
+async def chat_instructions(vendor: str) -> int:
+    """Instructions of a one-question piped ``chorus chat`` with ``vendor``, start to exit
+    (``PYTHONHASHSEED`` fixed), after one uncounted chat wrote any bytecode still missing."""
+    await first_answer(vendor)
+    with (
+        tempfile.TemporaryDirectory(prefix="chorus-ic-") as tmp,
+        tempfile.TemporaryFile() as err,  # a file: a pipe nobody reads could fill and stall
+    ):
+        prefix = cachegrind(f"{tmp}/out")
+        async with asked(vendor, prefix=prefix, stderr=err, limit=900, PYTHONHASHSEED="0") as (
+            proc,
+            _,
+        ):
+            pass
+        err.seek(0)
+        return refs(proc.returncode, err.read().decode(errors="replace"), f"a {vendor} chat")
 
 
 def _free_port() -> int:
@@ -124,6 +172,16 @@ def _free_port() -> int:
 
 
 SDK_MODULES = {"anthropic": "anthropic", "openai": "openai", "gemini": "google.genai"}
+
+
+def import_instructions(module: str) -> int:
+    """Instructions of a fresh ``python -c 'import <module>'`` (the chats' interpreter and
+    environment, ``PYTHONHASHSEED`` fixed): the floor under a chat's, in instructions."""
+    with tempfile.TemporaryDirectory(prefix="chorus-ic-") as tmp:
+        command = [*cachegrind(f"{tmp}/out"), sys.executable, "-c", f"import {module}"]
+        env = _env(tempfile.gettempdir()) | {"PYTHONHASHSEED": "0"}
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    return refs(done.returncode, done.stderr, f"a fresh interpreter importing {module}")
 
 
 def import_cpu(module: str) -> float:
@@ -199,6 +257,19 @@ async def main(runs: int = RUNS) -> list[str]:
             f"| {vendor} | {statistics.median(secs):.2f} s ({min(secs):.2f}..{max(secs):.2f}) "
             f"| {cpu:.2f} s | {statistics.median(floors):.2f} s "
             f"| {statistics.median(own):.2f} s ({own[0]:.2f}..{own[-1]:.2f}) | {peak:.0f} MiB |"
+        )
+    lines += [
+        "",
+        "| vendor | instructions, one-question chat (start to exit) | the SDK's import alone "
+        "| above it: Chorus's start-up | the SDK import's share |",
+        "|---|---|---|---|---|",
+    ]
+    for vendor in VENDORS:
+        chat = await chat_instructions(vendor)
+        floor = await asyncio.to_thread(import_instructions, SDK_MODULES[vendor])
+        lines.append(
+            f"| {vendor} | {chat / 1e6:,.0f} M | {floor / 1e6:,.0f} M "
+            f"| {(chat - floor) / 1e6:,.0f} M | {floor / chat:.0%} |"
         )
     idle = [await idle_run() for _ in range(3)]
     lines += [

@@ -10,7 +10,15 @@ import sys
 
 import pytest
 
-from bench.startup import cpu_seconds, first_answer, idle_run, import_cpu, status_kib
+from bench.instructions import GateError
+from bench.startup import (
+    cpu_seconds,
+    first_answer,
+    idle_run,
+    import_cpu,
+    import_instructions,
+    status_kib,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -41,3 +49,12 @@ def test_the_sdk_floor_is_the_cpu_of_a_fresh_interpreter_importing_it() -> None:
     assert floor > 0
     with pytest.raises(RuntimeError, match="failed in a fresh interpreter"):
         import_cpu("no_such_module_anywhere")
+
+
+def test_the_sdk_floor_in_instructions_is_counted_by_valgrind_in_a_fresh_interpreter() -> None:
+    """The chat's own count runs in ``make test``'s gate (``bench.instructions``); here the
+    floor's: importing a module counts more than importing nothing, and a failure is named."""
+    bare, more = import_instructions("sys"), import_instructions("email.mime.multipart")
+    assert 0 < bare < more
+    with pytest.raises(GateError, match="importing no_such_module_anywhere failed"):
+        import_instructions("no_such_module_anywhere")

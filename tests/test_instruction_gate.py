@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
-from bench.instructions import BASELINE, PATHS, TOLERANCE, judge
+from bench.instructions import BASELINE, PATHS, STARTUP_VENDOR, TOLERANCE, judge
 
-BASE: dict[str, object] = {"per_message": {"in-process": 7_000_000, "redis-streams": 20_000_000}}
+BASE: dict[str, object] = {
+    "per_message": {"in-process": 7_000_000, "redis-streams": 20_000_000},
+    "startup": {"openai": 1_000_000_000},
+}
 
 
 def test_figures_within_the_tolerance_pass() -> None:
@@ -23,12 +26,29 @@ def test_growth_past_ten_percent_fails_naming_the_figure() -> None:
 
 def test_a_path_without_a_baseline_fails() -> None:
     failures = judge({"in-process": 1, "new-path": 5}, BASE)
-    assert failures == ["new-path: no baseline in instructions.json; record one on purpose"]
+    assert failures == [
+        "new-path: no per_message baseline in instructions.json; record one on purpose"
+    ]
+
+
+def test_start_up_growth_past_ten_percent_fails_naming_the_start_up_figure() -> None:
+    """A deliberate 20% slower start-up (above the SDK's import) fails; 9% passes."""
+    assert judge({"openai": 1_090_000_000}, BASE, "startup") == []
+    failures = judge({"openai": 1_200_000_000}, BASE, "startup")
+    assert failures == [
+        "start-up instructions above the SDK's import (openai) grew 20.0%: "
+        "1,200,000,000 against the baseline 1,000,000,000 (limit +10%)"
+    ]
+    assert judge({"openai": 1}, {"per_message": {}}, "startup") == [
+        "openai: no startup baseline in instructions.json; record one on purpose"
+    ]
 
 
 def test_the_committed_baseline_covers_every_path_and_says_why() -> None:
     data = json.loads(BASELINE.read_text())
     assert set(data["per_message"]) == set(PATHS)
-    assert all(isinstance(v, int) and v > 0 for v in data["per_message"].values())
+    assert set(data["startup"]) == {STARTUP_VENDOR}
+    figures = [*data["per_message"].values(), *data["startup"].values()]
+    assert all(isinstance(v, int) and v > 0 for v in figures)
     assert data["reason"].strip() and data["interpreter"].startswith("CPython")
     assert TOLERANCE == 0.10
