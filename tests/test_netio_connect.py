@@ -23,6 +23,11 @@ import uvloop
 from aiohttp import web
 
 from bot.llm import http1, netio, transport
+from bot.llm.errors import ProviderRequestError
+from bot.llm.openai import OpenAIProvider
+from bot.llm.types import LLMRequest, Message, TextPart
+from bot.resilience import RetryPolicy
+from bot.settings import ConfigError, LLMSettings
 from tests.netio_rig import Counted
 
 
@@ -124,6 +129,36 @@ async def test_httpx2s_trust_store_is_loaded_once_at_the_first_https_connection(
     assert [r.text for r in (*both, later)] == ["over tls"] * 3
     assert both[0].extensions["network_stream"] is not both[1].extensions["network_stream"]
     assert len(loads) == 1
+
+
+async def test_a_ca_bundle_that_cannot_be_loaded_is_named_once_and_not_retried(
+    tls_server: tuple[int, trustme.CA], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the user meets: the model's first https call fails once, naming the variable and
+    the path, not a bare "No such file or directory" retried until the provider gives up."""
+    port, _ = tls_server
+    missing = tmp_path / "no-such-ca.pem"
+    monkeypatch.setenv("SSL_CERT_FILE", str(missing))
+    for name in ("SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    settings = LLMSettings(
+        openai_api_key="k",  # type: ignore[arg-type]
+        openai_base_url=f"https://localhost:{port}/v1",
+    )
+    provider = OpenAIProvider.from_settings(settings, retry=RetryPolicy(max_retries=3))
+    try:
+        with pytest.raises(ProviderRequestError) as raised:
+            await provider.complete(
+                LLMRequest(
+                    model="m", messages=(Message(role="user", parts=(TextPart(text="hi"),)),)
+                )
+            )
+    finally:
+        await provider.aclose()
+    message = str(raised.value)
+    assert f"SSL_CERT_FILE={missing}" in message and "could not be loaded" in message
+    assert isinstance(raised.value.__cause__, ConfigError)
 
 
 # -- racing the resolved addresses (RFC 8305) ------------------------------------------------

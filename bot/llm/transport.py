@@ -18,6 +18,7 @@ its stock client, because httpx2 honours those variables only on its own transpo
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 import time
 import urllib.request
@@ -28,6 +29,7 @@ from typing import TypeVar
 import httpx2
 
 from bot.llm import http1, netio
+from bot.settings import ConfigError
 
 HttpClient = TypeVar("HttpClient", bound=httpx2.AsyncClient)
 _DEFAULT_PORT = {b"http": 80, b"https": 443}
@@ -137,7 +139,10 @@ class Transport(httpx2.AsyncBaseTransport):
         (its trust store) costs an import of httpcore2 and a load of the CA bundle, which a
         plain-http server (a local model, the loopback test servers) never needs."""
         if self._ssl is None:
-            self._ssl = httpx2.create_ssl_context()
+            try:
+                self._ssl = httpx2.create_ssl_context()
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(_trust_store_error(exc)) from exc
         return self._ssl
 
     async def _wait_for_room(self, deadline: float | None, request: httpx2.Request) -> None:
@@ -190,6 +195,16 @@ class Transport(httpx2.AsyncBaseTransport):
             self.discard(conn)
         while self._waiters:
             self._wake()
+
+
+def _trust_store_error(exc: Exception) -> str:
+    named = [f"{n}={v}" for n in ("SSL_CERT_FILE", "SSL_CERT_DIR") if (v := os.environ.get(n))]
+    where = " and ".join(named) if named else "the system's CA bundle"
+    return (
+        f"the CA certificates for https to the model could not be loaded from {where}: {exc}. "
+        "SSL_CERT_FILE / SSL_CERT_DIR must name a readable PEM bundle / directory; unset them "
+        "to use the system's."
+    )
 
 
 def proxied() -> bool:
