@@ -174,3 +174,23 @@ async def test_readiness_follows_the_adapters_own_connection_state() -> None:
     assert await slot_.ready()
     slot_.state = State.RESTARTING
     assert not await slot_.ready()
+
+
+async def test_an_adapter_waiting_to_restart_when_the_process_stops_is_not_rebuilt() -> None:
+    """A stop that lands during the backoff ends the slot: an adapter built after ``aclose``
+    would run with nobody left to close it, and keep the process from ending."""
+    log: list[str] = []
+    waiting, release = asyncio.Event(), asyncio.Event()
+
+    async def sleep(seconds: float) -> None:
+        waiting.set()
+        await release.wait()
+
+    youtube = slot("youtube", ["finish", "run"], log)
+    sup = Supervisor([youtube], policy=POLICY, sleep=sleep, clock=Clock())
+    task = asyncio.create_task(sup.run())
+    await asyncio.wait_for(waiting.wait(), 5)
+    await sup.aclose()
+    release.set()
+    await asyncio.wait_for(task, 5)  # returns by itself: nothing left running
+    assert log == ["youtube:finish"] and youtube.restarts == 0

@@ -168,6 +168,8 @@ class Supervisor:
                 },
             )
             await self._sleep(delay)
+            if self._stopping:  # closed while waiting: a new adapter now would never be closed
+                return
             try:
                 slot.renew()
             except ConfigError as exc:  # the settings cannot have changed; but never loop on it
