@@ -64,6 +64,20 @@ async def spawn_chorus(
     )
 
 
+async def stopped(proc: asyncio.subprocess.Process, limit: float = 60) -> tuple[bytes, bytes]:
+    """Stdout and stderr of ``proc`` once it has ended, within ``limit`` seconds of being told
+    to stop. A process that does not end is killed and the test fails with its last log lines,
+    which say which step of the shutdown it was stuck in."""
+    reading = asyncio.ensure_future(proc.communicate())
+    done, _ = await asyncio.wait({reading}, timeout=limit)
+    if done:
+        return reading.result()
+    proc.kill()
+    _, err = await reading
+    tail = err.decode(errors="replace")[-4000:]
+    raise AssertionError(f"chorus had not ended {limit:.0f} s after it was told to stop:\n{tail}")
+
+
 async def run_chorus(
     args: list[str], env: dict[str, str], cwd: Path, stdin: bytes = b""
 ) -> tuple[int, str, str]:
@@ -173,3 +187,21 @@ async def test_json_output_mode(vendor: tuple[Any, dict[str, str]], tmp_path: Pa
     assert code == 0, err
     record = json.loads(out)
     assert record == {"line": 1, "text": "line one\nline two", "notice": False, "error": False}
+
+
+async def test_a_process_that_will_not_stop_fails_with_its_last_log_lines() -> None:
+    """The e2e tests' ``stopped``: a hung shutdown is a failure that shows where it hung."""
+    code = (
+        "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('stuck closing the gateway', file=sys.stderr, flush=True); print('ready', flush=True); "
+        "time.sleep(60)"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    await proc.stdout.readline()  # the handler is in place
+    proc.terminate()
+    with pytest.raises(AssertionError, match=r"(?s)had not ended 1 s.*stuck closing the gateway"):
+        await stopped(proc, limit=1)
+    assert proc.returncode == -9

@@ -5,7 +5,6 @@ with code 0 the moment the chat ended, taking Discord with it."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from tests.loopback.discord_server import (
 )
 from tests.loopback.youtube_server import VIDEO_ID, YouTubeServer
 from tests.redis_server import free_port
-from tests.test_chat_e2e import ROOT, base_env, spawn_chorus
+from tests.test_chat_e2e import ROOT, base_env, spawn_chorus, stopped
 
 
 async def test_an_ended_youtube_chat_does_not_stop_discord(tmp_path: Path) -> None:
@@ -68,7 +67,7 @@ async def test_an_ended_youtube_chat_does_not_stop_discord(tmp_path: Path) -> No
                 metrics = await response.text()
         finally:
             proc.send_signal(signal.SIGTERM)
-            _, err = await asyncio.wait_for(proc.communicate(), 60)
+            _, err = await stopped(proc)
         assert proc.returncode == 0, err.decode()[-3000:]
         (post,) = discord.requests_to("POST", path)
         assert post.body["content"] == "Still here on Discord."
