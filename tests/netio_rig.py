@@ -1,9 +1,10 @@
 """What the ``bot.llm.netio`` and ``bot.llm.http1`` tests share: counting the connections the
-SDKs' transport opens, and raw TCP servers scripted byte for byte (``serve``, ``Script``)."""
+SDKs' transport opens and the loads of a trust store, and raw TCP servers scripted byte for byte (``serve``, ``Script``)."""
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,20 @@ class Counted:
 
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+def trust_store_loads(monkeypatch: pytest.MonkeyPatch) -> list[ssl.SSLContext]:
+    """The contexts a CA bundle is loaded into from now on (``load_verify_locations``), in
+    order; the loads still happen."""
+    loads: list[ssl.SSLContext] = []
+    real = ssl.SSLContext.load_verify_locations
+
+    def counted(context: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(context)
+        real(context, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    return loads
 
 
 @dataclass

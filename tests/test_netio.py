@@ -12,9 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import socket
-import ssl
 from pathlib import Path
-from typing import Any
 
 import httpx2
 import pytest
@@ -29,7 +27,7 @@ from bot.resilience import RetryPolicy
 from bot.settings import LLMSettings, load_settings
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.openai_server import OpenAIServer
-from tests.netio_rig import Counted, read_head, serve
+from tests.netio_rig import Counted, read_head, serve, trust_store_loads
 
 
 def _no_proxy_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -159,14 +157,7 @@ def test_building_the_client_loads_no_trust_store(monkeypatch: pytest.MonkeyPatc
     plain-http server never needs it: the first https connection loads it (once, as the SDK's
     own client does: ``test_netio_connect``)."""
     _no_proxy_environment(monkeypatch)
-    loads: list[object] = []
-    real = ssl.SSLContext.load_verify_locations
-
-    def counted(context: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
-        loads.append(context)
-        real(context, *args, **kwargs)
-
-    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    loads = trust_store_loads(monkeypatch)
     assert transport.sdk_http_client(httpx2.AsyncClient) is not None
     assert loads == []
 

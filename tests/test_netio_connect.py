@@ -28,7 +28,7 @@ from bot.llm.openai import OpenAIProvider
 from bot.llm.types import LLMRequest, Message, TextPart
 from bot.resilience import RetryPolicy
 from bot.settings import ConfigError, LLMSettings
-from tests.netio_rig import Counted
+from tests.netio_rig import Counted, trust_store_loads
 
 
 # -- TLS ------------------------------------------------------------------------------------
@@ -112,14 +112,7 @@ async def test_httpx2s_trust_store_is_loaded_once_at_the_first_https_connection(
     bundle = tmp_path / "ca.pem"
     ca.cert_pem.write_to_path(str(bundle))
     monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
-    loads: list[ssl.SSLContext] = []
-    real = ssl.SSLContext.load_verify_locations
-
-    def counted(context: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
-        loads.append(context)
-        real(context, *args, **kwargs)
-
-    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    loads = trust_store_loads(monkeypatch)
     pool = transport.transport()
     assert loads == []
     async with httpx2.AsyncClient(transport=pool) as client:
