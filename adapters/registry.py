@@ -22,7 +22,7 @@ from bot.platform.commands import NativeCommand
 from bot.platform.protocol import PlatformAdapter
 from bot.platform.supervisor import Slot
 from bot.settings import ConfigError, Settings
-from bot.state.live_messages import LiveMessages
+from bot.state.draft_messages import LiveMessages
 
 
 @dataclass(frozen=True)

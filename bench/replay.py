@@ -18,10 +18,10 @@ from twitchio.models.eventsub_ import create_event_instance
 
 from adapters.twitch.convert import BotIdentity, chat_message
 from bench.traces.make_trace import generate_youtube_busy
-from bot.live.engagement import Engagement
-from bot.live.replay import format_report, replay, replay_lines
-from bot.live.store import MemoryLiveStore
-from bot.live.turns import LiveChat, replay_options
+from bot.engagement.policy import Engagement
+from bot.engagement.replay import format_report, replay, replay_lines
+from bot.engagement.store import MemoryLiveStore
+from bot.engagement.turns import LiveChat, replay_options
 from bot.settings import Settings
 
 TRACE = Path(__file__).parent / "traces" / "busy_chat.jsonl"

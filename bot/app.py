@@ -23,11 +23,10 @@ from bot.bus.erasure import StreamEraser
 from bot.bus.outbox import Outbox
 from bot.bus.retention import StreamRetention
 from bot.bus.spool import Spool
+from bot.engagement.store import RedisLiveStore
+from bot.engagement.thanks import ThanksConfig
+from bot.engagement.turns import LiveChat, platform_overrides, policy_config
 from bot.knowledge.wiring import RecallParts
-from bot.live.budget import live_reply_gate
-from bot.live.store import RedisLiveStore
-from bot.live.thanks import ThanksConfig
-from bot.live.turns import LiveChat, platform_overrides, policy_config
 from bot.llm.base import Provider
 from bot.llm.fallback import build_chain
 from bot.memory.buffers import MemoryStore
@@ -37,6 +36,7 @@ from bot.ops.metrics import Metrics, NullMetrics
 from bot.platform.commands import NativeCommand
 from bot.plugins.loader import LoadedPlugins, load_plugins
 from bot.plugins.runtime import TurnHooks, command_handler
+from bot.quota.gate import live_reply_gate
 from bot.router import link_commands, memory_commands, safety_commands
 from bot.router.core import Router, RouterLimits
 from bot.router.drafts import Drafts

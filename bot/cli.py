@@ -410,8 +410,8 @@ def _replay(trace: str, settings: Settings, *, youtube_read: str | None = None) 
     """``chorus replay TRACE.jsonl``: the policy, the engagement and YouTube quota settings and
     a scripted model on a trace; exits 1 unless ``ReplayReport.ok`` (nothing lost or answered
     twice, every send limit and YouTube's quota kept)."""
-    from bot.live.replay import format_report, replay
-    from bot.live.turns import replay_options
+    from bot.engagement.replay import format_report, replay
+    from bot.engagement.turns import replay_options
     from bot.settings import ConfigError
 
     try:

@@ -273,7 +273,7 @@ def apply_reload(app: Chorus, settings: Settings) -> list[str]:
     the deployment's model, reasoning, tool lists and engagement thresholds); ``ConfigError``
     (file, line, key) leaves everything as it was. Returns the settings that changed but apply
     only after a restart."""
-    from bot.live.turns import platform_overrides, policy_config
+    from bot.engagement.turns import platform_overrides, policy_config
     from bot.router.scoping import ScopedEngagement
 
     engagement = settings.engagement  # checked before anything changes

@@ -8,12 +8,12 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from bot.events import Author, ChatMessage, ConversationKey, Role
-from bot.live.engagement import (
+from bot.engagement.policy import (
     ChannelState,
     PolicyConfig,
     observe,
 )
+from bot.events import Author, ChatMessage, ConversationKey, Role
 
 KEY = ConversationKey(platform="twitch", channel="streamer")
 

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 
 from adapters.console_tty import activity_line, logs_line, welcome_line
 from adapters.discord.convert import draft_contents
-from adapters.slack.live import status_text
+from adapters.slack.drafts import status_text
 from bot.events import ConversationKey, ReplyDraft
 from bot.router.drafts import activity
 

@@ -10,19 +10,19 @@ from datetime import UTC, datetime
 from redis.asyncio import Redis
 
 from bot.agent.loop import untrusted
+from bot.engagement.policy import Batch, BatchChatter, PendingMessage, Reason
+from bot.engagement.turns import Turn, batch_turn
 from bot.events import Author, ChatMessage, ConversationKey, Role
-from bot.live.engagement import Batch, BatchChatter, PendingMessage, Reason
-from bot.live.turns import Turn, batch_turn
 from bot.llm.scripted import ScriptedProvider
 from bot.llm.types import TextPart, ToolResultPart
+from bot.quota.users import QuotaLimits, Quotas, Refusal
 from bot.router import safety_commands
 from bot.router.text_commands import Commands
 from bot.safety import texts
 from bot.safety.canary import canary_token, with_canary
 from bot.safety.gate import SafetyGate
 from bot.safety.moderator import ChatClassifier, community_rules
-from bot.safety.policy import Policies, QuotaLimits
-from bot.safety.quota import Quotas, Refusal
+from bot.safety.policy import Policies
 from bot.safety.users import UserLists
 from bot.settings import QuotaSettings, SafetySettings
 from bot.state.history import HistoryEntry, HistoryStore

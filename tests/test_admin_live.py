@@ -16,10 +16,10 @@ from redis.asyncio import Redis
 
 from bot.admin.server import AdminServer
 from bot.admin.views import Sources, ambient_channels
+from bot.engagement.policy import Action, Reason
+from bot.engagement.store import RedisLiveStore
+from bot.engagement.turns import LiveChat
 from bot.events import Author, ChatMessage, ConversationKey, Role
-from bot.live.engagement import Action, Reason
-from bot.live.store import RedisLiveStore
-from bot.live.turns import LiveChat
 from bot.memory.buffers import MemoryStore
 from bot.safety.audit import Audit
 from bot.settings import Settings, load_settings

@@ -1,10 +1,10 @@
-"""Table tests for the engagement policy (``bot/live/engagement.py``), part one: addressed messages, thresholds and batches, cooldowns. The policy is pure, so every test drives it with explicit ``now`` values: no clock, no sleep."""
+"""Table tests for the engagement policy (``bot/engagement/policy.py``), part one: addressed messages, thresholds and batches, cooldowns. The policy is pure, so every test drives it with explicit ``now`` values: no clock, no sleep."""
 
 from __future__ import annotations
 
 import pytest
 
-from bot.live.engagement import (
+from bot.engagement.policy import (
     Action,
     Decision,
     Reason,

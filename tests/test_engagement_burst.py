@@ -7,7 +7,7 @@ regular's second question took up to 10 s (p95 9.3 s on bench/traces/busy_regula
 
 from __future__ import annotations
 
-from bot.live.engagement import Action, Decision, Reason, due, note_answered, observe
+from bot.engagement.policy import Action, Decision, Reason, due, note_answered, observe
 from tests.engagement_rig import check_counters, msg, new_state
 
 

@@ -11,9 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.events import ChatMessage, ConversationKey, Role
-from bot.live import engagement
-from bot.live.engagement import (
+from bot.engagement import policy as engagement
+from bot.engagement.policy import (
     SEND_LIMITS,
     Action,
     ChannelState,
@@ -29,6 +28,7 @@ from bot.live.engagement import (
     observe,
     send_limit,
 )
+from bot.events import ChatMessage, ConversationKey, Role
 from tests.engagement_rig import KEY, chatter_lines, check_counters, msg, new_state
 
 
@@ -201,7 +201,7 @@ def test_every_structure_stays_bounded() -> None:
 
 
 def _lines_run(state: ChannelState, message: ChatMessage, now: float) -> int:
-    """How many lines of bot/live/engagement.py run while observing one message."""
+    """How many lines of bot/engagement/policy.py run while observing one message."""
     count = 0
 
     def tracer(frame: FrameType, event: str, arg: Any) -> Any:

@@ -8,8 +8,7 @@ unanswered - it is declined with a reason the caller logs and counts (``take_dec
 
 from __future__ import annotations
 
-from bot.events import Role
-from bot.live.engagement import (
+from bot.engagement.policy import (
     Action,
     Decision,
     Reason,
@@ -17,6 +16,7 @@ from bot.live.engagement import (
     observe,
     take_declined,
 )
+from bot.events import Role
 from tests.engagement_rig import check_counters, msg, new_state
 
 

@@ -37,24 +37,24 @@ MAY_IMPORT: dict[str, set[str]] = {
     "bot.bus": BASE | {"bot.state", "bot.ops"},
     "bot.platform": BASE,
     "bot.quota": BASE | {"bot.state", "bot.ops"},
-    "bot.live": BASE | {"bot.state", "bot.ops", "bot.quota"},
+    "bot.engagement": BASE | {"bot.state", "bot.ops", "bot.quota"},
     "bot.memory": BASE | {"bot.state", "bot.ops"},
     "bot.agent": BASE | {"bot.llm", "bot.tools", "bot.ops", "bot.state"},
     "bot.plugins": BASE | {"bot.llm", "bot.tools"},
-    "bot.safety": BASE | {"bot.llm", "bot.state", "bot.ops"},
+    "bot.safety": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.quota"},
     "bot.onboarding": BASE | {"bot.llm"},
     "bot.knowledge": BASE | {"bot.state", "bot.ops", "bot.llm", "bot.tools", "bot.memory"},
     "bot.router": BASE
-    | {"bot.llm", "bot.tools", "bot.state", "bot.ops", "bot.bus", "bot.live", "bot.memory"}
+    | {"bot.llm", "bot.tools", "bot.state", "bot.ops", "bot.bus", "bot.engagement", "bot.memory"}
     | {"bot.agent", "bot.plugins", "bot.quota", "bot.safety"},
     "bot.app": BASE
-    | {"bot.llm", "bot.tools", "bot.state", "bot.ops", "bot.bus", "bot.live", "bot.memory"}
+    | {"bot.llm", "bot.tools", "bot.state", "bot.ops", "bot.bus", "bot.engagement", "bot.memory"}
     | {"bot.agent", "bot.router", "bot.platform", "bot.plugins", "bot.quota", "bot.safety"}
     | {"bot.knowledge", "bot.admin"},
     # The dashboard: every core package (it shows and steers them); `chorus config --scope`'s
     # text (bot.cli_config) only lazily, inside the settings page.
     "bot.admin": BASE
-    | {"bot.llm", "bot.state", "bot.ops", "bot.live", "bot.memory", "bot.quota", "bot.safety"}
+    | {"bot.llm", "bot.state", "bot.ops", "bot.engagement", "bot.memory", "bot.quota", "bot.safety"}
     | {"bot.router", "bot.cli_config"},
     "insights": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.memory"},
     "adapters": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.bus", "bot.platform", "bot.quota"},

@@ -9,10 +9,10 @@ import logging
 import pytest
 from redis.asyncio import Redis
 
+from bot.engagement.policy import Engagement, PolicyConfig, Reason
+from bot.engagement.store import MemoryLiveStore, RedisLiveStore, Snapshot
+from bot.engagement.turns import LiveChat
 from bot.events import Author, ChatMessage, ConversationKey, Role
-from bot.live.engagement import Engagement, PolicyConfig, Reason
-from bot.live.store import MemoryLiveStore, RedisLiveStore, Snapshot
-from bot.live.turns import LiveChat
 from bot.state import connect
 from tests.redis_server import free_port
 

@@ -12,12 +12,12 @@ from redis.asyncio import Redis
 
 from adapters.slack.adapter import build_client
 from adapters.slack.convert import reply_to_posts
-from adapters.slack.live import NativeStreams, SlackLive
+from adapters.slack.drafts import NativeStreams, SlackLive
 from adapters.slack.sender import SlackSender
 from bot.events import ConversationKey, Reply, ReplyDraft
 from bot.platform.streaming import LiveAnswers, answer_key
 from bot.state import connect
-from bot.state.live_messages import LiveMessages
+from bot.state.draft_messages import LiveMessages
 from tests.loopback.slack_server import SlackServer
 from tests.slack_rig import BOT_TOKEN, slack_settings
 from tests.test_drafts import CONV, View, draft, reply, until

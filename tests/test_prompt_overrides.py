@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import prompts
-from bot.live.engagement import Batch, BatchChatter, Reason
-from bot.live.turns import batch_turn
+from bot.engagement.policy import Batch, BatchChatter, Reason
+from bot.engagement.turns import batch_turn
 from bot.router.scoping import personas, prompt_overrides
 from bot.router.texts import too_long
 from bot.settings import load_settings

@@ -31,9 +31,9 @@ from bot.agent.prompting import system_prompt
 from bot.bus.erasure import StreamEraser
 from bot.bus.streams import RedisStreamsBus
 from bot.bus.topics import INBOUND
+from bot.engagement.policy import Action, Batch, BatchChatter, Decision, PendingMessage, Reason
+from bot.engagement.turns import ack, batch_turn, covered_context, idle_turn
 from bot.events import Author, ChatMessage, ConversationKey
-from bot.live.engagement import Action, Batch, BatchChatter, Decision, PendingMessage, Reason
-from bot.live.turns import ack, batch_turn, covered_context, idle_turn
 from bot.llm.types import LLMRequest, LLMResponse, TextPart, ToolCallPart, ToolSpec
 from bot.memory.buffers import MemorySettings, MemoryStore, Pin, Recommendation, UserBuffer
 from bot.memory.enrichment import render_context

@@ -1,4 +1,4 @@
-"""The offline replay (``bot/live/replay.py``) on the shipped busy trace and on hand-made traces.
+"""The offline replay (``bot/engagement/replay.py``) on the shipped busy trace and on hand-made traces.
 
 Everything runs in simulated time: no sleeping, no wall-clock assertions.
 """
@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.live.engagement import PolicyConfig, SendLimit
-from bot.live.replay import ReplayReport, SentReply, format_report, replay, replay_lines
+from bot.engagement.policy import PolicyConfig, SendLimit
+from bot.engagement.replay import ReplayReport, SentReply, format_report, replay, replay_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "bench" / "traces"

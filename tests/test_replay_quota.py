@@ -1,4 +1,4 @@
-"""``chorus replay`` and YouTube's quota (bot/live/replay_quota.py): the four-hour busy stream of
+"""``chorus replay`` and YouTube's quota (bot/quota/replay.py): the four-hour busy stream of
 the issue's "Done when" at default settings, a polled chat seen only at its polls, and the CLI's
 verdict."""
 
@@ -13,8 +13,8 @@ import pytest
 
 from bench.traces.make_trace import generate_youtube_busy
 from bot import cli
-from bot.live.replay import ReplayReport, format_report, replay_lines
-from bot.live.turns import platform_overrides, policy_config
+from bot.engagement.replay import ReplayReport, format_report, replay_lines
+from bot.engagement.turns import platform_overrides, policy_config
 from bot.quota.plan import QuotaConfig
 from bot.settings import EngagementSettings
 

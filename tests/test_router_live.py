@@ -15,9 +15,9 @@ from bot.agent.loop import Agent
 from bot.agent.prompting import PromptAssembler
 from bot.bus.base import InProcessBus
 from bot.bus.topics import INBOUND, outbound_topic
+from bot.engagement.policy import Engagement, PolicyConfig, Reason
+from bot.engagement.turns import LiveChat, ack
 from bot.events import Author, ChatMessage, ConversationKey, Reply, Role
-from bot.live.engagement import Engagement, PolicyConfig, Reason
-from bot.live.turns import LiveChat, ack
 from bot.llm.scripted import ScriptedProvider
 from bot.ops.metrics import Metrics
 from bot.router.core import Router

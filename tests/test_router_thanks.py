@@ -13,12 +13,12 @@ from bot.agent.loop import Agent
 from bot.agent.prompting import PromptAssembler
 from bot.bus.base import InProcessBus
 from bot.bus.topics import INBOUND, outbound_topic
+from bot.engagement.policy import Engagement, PolicyConfig
+from bot.engagement.thanks import ThanksConfig
+from bot.engagement.turns import LiveChat
 from bot.events import Author, ChatMessage, ConversationKey, Reply, Role
-from bot.live.budget import ReplyGate
-from bot.live.engagement import Engagement, PolicyConfig
-from bot.live.thanks import ThanksConfig
-from bot.live.turns import LiveChat
 from bot.llm.scripted import ScriptedProvider
+from bot.quota.gate import ReplyGate
 from bot.router.core import Router
 from bot.router.text_commands import Commands
 from bot.state import connect

@@ -17,9 +17,9 @@ from bot.agent.loop import Agent
 from bot.agent.prompting import PromptAssembler
 from bot.bus.base import InProcessBus
 from bot.bus.topics import INBOUND, outbound_topic
+from bot.engagement.policy import Engagement, PolicyConfig
+from bot.engagement.turns import LiveChat
 from bot.events import Author, ChatMessage, ConversationKey, Reply
-from bot.live.engagement import Engagement, PolicyConfig
-from bot.live.turns import LiveChat
 from bot.llm.registry import build_provider
 from bot.router.core import Router
 from bot.router.text_commands import Commands

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.engagement.escape import one_line, speaker
 from bot.events import ConversationKey
-from bot.live.escape import one_line, speaker
 from bot.safety.canary import LeakCheck, canary_token, deployment_canary, with_canary
 from bot.safety.policy import Policies
 from bot.safety.rules import (

@@ -16,8 +16,8 @@ import prompts
 from bot.app import Chorus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.cli_config import apply_reload
+from bot.engagement.policy import PolicyConfig
 from bot.events import Author, ChatMessage, ConversationKey, Reply
-from bot.live.engagement import PolicyConfig
 from bot.llm.base import Provider
 from bot.llm.scripted import ScriptedProvider
 from bot.router.scoping import Profile, ScopedEngagement, Scoping

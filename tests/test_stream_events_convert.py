@@ -21,7 +21,7 @@ from adapters.twitch import convert, notices
 from adapters.twitch.convert import BotIdentity
 from adapters.youtube._proto import stream_list_pb2 as pb
 from adapters.youtube.convert import ChatContext, to_event
-from adapters.youtube.stream import to_json
+from adapters.youtube.stream_list import to_json
 from bot.events import ChatMessage, ConversationKey, Reply, StreamEvent, StreamEventKind
 from tests.loopback.twitch_server import fixture
 from tests.loopback.youtube_grpc import to_proto

@@ -4,7 +4,7 @@
 Streams bus), the Anthropic SDK against a loopback model writing slowly, and the platform's
 SDK against its loopback stand-in. The gateway is SIGKILLed while the answer's live message
 shows a partial text; a new gateway takes the outbound partition over, finds the message in
-Redis (``bot/state/live_messages.py``) and finishes THAT message:
+Redis (``bot/state/draft_messages.py``) and finishes THAT message:
 
 - Slack (``chat.startStream`` streams, and post-then-``chat.update``): the channel ends with
   exactly one bot message, whose text is what an unstreamed reply posts; one stream started,

@@ -1,13 +1,13 @@
-"""The thanks policy, table-tested (bot/live/thanks.py): bursts coalesce into one thanks, kinds
+"""The thanks policy, table-tested (bot/engagement/thanks.py): bursts coalesce into one thanks, kinds
 are off until turned on, the caps and waits hold. Pure: every time is passed in."""
 
 from __future__ import annotations
 
 import pytest
 
+from bot.engagement import thanks
+from bot.engagement.thanks import Thanks, ThanksConfig, ThanksState
 from bot.events import ChatMessage
-from bot.live import thanks
-from bot.live.thanks import Thanks, ThanksConfig, ThanksState
 from tests.thanks_rig import K, burst, event, state
 
 

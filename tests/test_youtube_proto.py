@@ -18,7 +18,7 @@ import pytest
 from adapters.youtube import convert
 from adapters.youtube._proto import generate
 from adapters.youtube._proto import stream_list_pb2 as pb
-from adapters.youtube.stream import camel, to_json
+from adapters.youtube.stream_list import camel, to_json
 from tests.loopback.youtube_grpc import to_proto
 from tests.test_youtube_convert import CTX, FIXTURES
 

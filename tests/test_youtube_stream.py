@@ -242,7 +242,7 @@ async def test_without_grpcio_the_chat_is_polled(
     srig: StreamRig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setitem(sys.modules, "grpc", None)  # import grpc -> ImportError
-    monkeypatch.delitem(sys.modules, "adapters.youtube.stream")
+    monkeypatch.delitem(sys.modules, "adapters.youtube.stream_list")
     srig.rest.pages.append([mention(1)])
     caplog.set_level(logging.INFO, logger="chorus.youtube")
     await srig.start()

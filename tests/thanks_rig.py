@@ -8,10 +8,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from bot.engagement import thanks
+from bot.engagement.thanks import ThanksConfig, ThanksState
+from bot.engagement.turns import thanks_turn
 from bot.events import Author, ChatMessage, ConversationKey, StreamEvent, StreamEventKind
-from bot.live import thanks
-from bot.live.thanks import ThanksConfig, ThanksState
-from bot.live.turns import thanks_turn
 
 TWITCH = ConversationKey(platform="twitch", channel="streamer")
 YOUTUBE = ConversationKey(platform="youtube", channel="live-chat-1")

@@ -37,7 +37,7 @@ from pydantic import BaseModel
 
 import prompts
 from adapters.discord import convert
-from adapters.discord.live import DiscordLive, adopt
+from adapters.discord.drafts import DiscordLive, adopt
 from adapters.discord.sender import DiscordSender, TypingIndicators
 from adapters.discord.slash import build_group, build_native
 from bot.bus.base import BusClosed, Delivery, EventBus

@@ -48,8 +48,8 @@ from adapters.slack.convert import (
     reply_to_posts,
     thread_root,
 )
+from adapters.slack.drafts import NativeStreams, SlackLive
 from adapters.slack.intake import Before, Intake, after
-from adapters.slack.live import NativeStreams, SlackLive
 from adapters.slack.sender import SlackSender, SlackSendError, file_hosts, host_allowed
 from adapters.slack.state import SeenSet, TTLCache
 from adapters.slack.transport import AUTH_ERRORS, connect_socket, serve_http

@@ -20,7 +20,7 @@ author, and the text the viewer attached (a resub message, an announcement) its 
 A community gift of N subs is one ``community_sub_gift`` notice and then N ``sub_gift`` notices,
 each with its own ``message_id`` (and its own EventSub message id, so the socket's de-duplication
 keeps all of them) and ``community_gift_id`` = the community gift's ``id``: the burst is made one
-thanks by the policy (``bot/live/thanks.py``), which counts by that id. An anonymous gifter has
+thanks by the policy (``bot/engagement/thanks.py``), which counts by that id. An anonymous gifter has
 no chatter ids (``chatter_is_anonymous``): the event's ``user_id`` is None.
 
 Other notices (``pay_it_forward``, ``bits_badge_tier``, ``charity_donation``, ``watch_streak``,

@@ -4,7 +4,7 @@ send replies.
 Two tasks: the *poller* finds the live chat (``YOUTUBE_VIDEO_ID``'s, or the authorised
 channel's active broadcast), skips the backlog (the first page: old messages are not answered),
 then reads it. By default (``YOUTUBE_READ_MODE=auto``) it reads over the gRPC
-``liveChatMessages.streamList`` stream, which spends no polling quota (streaming.py); when the
+``liveChatMessages.streamList`` stream, which spends no polling quota (chat_stream.py); when the
 stream is unavailable it polls ``liveChatMessages.list`` with the page token on the quota plan
 (polling.py), and after an outage tries the stream again every ``_STREAM_RETRY``. Both readers
 publish through ``_publish``, which drops message ids already handled, so switching between
@@ -46,10 +46,10 @@ from adapters.youtube.api import (
     YouTubeError,
     YouTubeUnavailable,
 )
+from adapters.youtube.chat_stream import SeenIds, StreamReader
 from adapters.youtube.polling import Poller
 from adapters.youtube.sender import Sender
 from adapters.youtube.settings import check
-from adapters.youtube.streaming import SeenIds, StreamReader
 from bot.bus.base import EventBus
 from bot.bus.topics import DELETIONS, INBOUND
 from bot.events import ChatMessage, MessageDeleted

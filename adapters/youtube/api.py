@@ -17,7 +17,7 @@ Every request goes through ``YouTubeAPI._call``, which
 
 Why not the official client: ``google-api-python-client`` is synchronous (httplib2) and would
 block the event loop, so the REST API is called with aiohttp. The chat itself is read over gRPC
-(``liveChatMessages.streamList``, stream.py) when it can be; that connection takes its OAuth
+(``liveChatMessages.streamList``, stream_list.py) when it can be; that connection takes its OAuth
 token and its quota charge from here too (``access_token``, ``charge``), so both transports
 share one token and one ledger.
 """

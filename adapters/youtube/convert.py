@@ -13,14 +13,14 @@ Inbound, one ``liveChatMessage`` resource (an item of ``liveChatMessages.list``)
   ``giftMembershipsCount``, ``gift_id`` = the item's id) and each recipient's
   ``giftMembershipReceivedEvent`` -> ``gift_sub`` with ``recipient_*`` (the item's author),
   the gifter from ``gifterChannelId`` and ``gift_id`` = ``associatedMembershipGiftingMessageId``,
-  so the policy counts the burst once (bot/live/thanks.py). Every item has its own id, so the
+  so the policy counts the burst once (bot/engagement/thanks.py). Every item has its own id, so the
   adapter's de-duplication by id never drops a recipient's part;
 - ``messageDeletedEvent`` -> ``MessageDeleted(message_id=...)``;
 - ``userBannedEvent`` -> ``MessageDeleted(author_id=...)``: a banned user's lines leave the
   bot's context too;
 - everything else (polls, gifts, mode changes) -> None.
 
-A streamed page (gRPC ``streamList``, stream.py) is turned into this same REST JSON first, so
+A streamed page (gRPC ``streamList``, stream_list.py) is turned into this same REST JSON first, so
 both readers' items convert alike.
 
 A page (``read_page``) and an item are read defensively: a field of the wrong type counts as

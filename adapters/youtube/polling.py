@@ -1,6 +1,6 @@
 """Following one live chat by polling ``liveChatMessages.list`` on the quota plan.
 
-The fallback when the gRPC stream (streaming.py) cannot be used, and all of
+The fallback when the gRPC stream (chat_stream.py) cannot be used, and all of
 ``YOUTUBE_READ_MODE=poll``. Every poll costs ``YOUTUBE_COST_LIST`` units (5), failed ones too,
 so the cadence is planned (``bot.quota.plan.plan_poll``, from a fresh read of the shared
 ledger: at least a poll every ``YOUTUBE_POLL_FLOOR_SECONDS`` over the rest of the stream, faster
@@ -27,7 +27,7 @@ from adapters.youtube.api import (
     YouTubeError,
     YouTubeUnavailable,
 )
-from adapters.youtube.streaming import OnRead, Publish
+from adapters.youtube.chat_stream import OnRead, Publish
 from bot.quota.plan import PollPlan, plan_poll
 from bot.resilience import Sleep
 

@@ -1,6 +1,6 @@
 """The YouTube adapter's writing half: ``outbound:youtube`` replies -> ``liveChatMessages.insert``.
 
-Kept apart from the reading half (adapter.py, streaming.py) because the two share only two
+Kept apart from the reading half (adapter.py, chat_stream.py) because the two share only two
 small things: the display names seen in the chat (a reply starts with ``@Name`` of the viewer it
 answers; live chat has no threads) and the ids of the messages sent (the chat echoes them back,
 and the reader must not take them for new ones). A failed send is logged and acked: a live chat
@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from adapters.youtube import convert
 from adapters.youtube.api import ChatUnavailable, QuotaExceeded, ReplyBudgetSpent, YouTubeAPI
-from adapters.youtube.streaming import SeenIds
+from adapters.youtube.chat_stream import SeenIds
 from bot.bus.base import EventBus
 from bot.bus.topics import outbound_topic
 from bot.events import Reply

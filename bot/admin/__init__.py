@@ -9,6 +9,6 @@ model chain's breakers) comes from that process. Every change goes through the p
 commands use (``/forget``, the live pause keys, the reload) and into the audit trail.
 
 May import: the foundation and the core packages (``bot.state``, ``bot.ops``, ``bot.llm``,
-``bot.memory``, ``bot.live``, ``bot.quota``, ``bot.safety``, ``bot.router``); never an adapter
+``bot.memory``, ``bot.engagement``, ``bot.quota``, ``bot.safety``, ``bot.router``); never an adapter
 or the insights package.
 """

@@ -25,9 +25,9 @@ from bot.admin import charts, views
 from bot.admin.auth import COOKIE, SESSION_KEY, Auth
 from bot.admin.login import LoginGuard
 from bot.admin.views import Sources
+from bot.engagement.policy import apply_pause
+from bot.engagement.store import Changes, RedisLiveStore
 from bot.events import Author, ChatMessage, ConversationKey
-from bot.live.engagement import apply_pause
-from bot.live.store import Changes, RedisLiveStore
 from bot.memory.entries import StaleEntry, delete_entry, edit_entry
 from bot.safety.audit import AuditEntry
 from bot.settings import ConfigError

@@ -18,9 +18,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from bot.engagement.store import Snapshot
+from bot.engagement.turns import LiveChat
 from bot.events import ConversationKey
-from bot.live.store import Snapshot
-from bot.live.turns import LiveChat
 from bot.memory.buffers import MemoryStore, UserBuffer, source_ref
 from bot.ops import timeline
 from bot.quota.ledger import QuotaLedger

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 
-from bot.live.turns import LiveChat
+from bot.engagement.turns import LiveChat
 from bot.memory.buffers import MemoryStore
 from bot.router.text_commands import Commands
 from bot.safety.audit import Audit

@@ -20,7 +20,7 @@ console prints), driven by one task:
   carry the same key, so they edit the same message, and the final fills it in;
 - an answer whose final never comes (nobody took the turn over within ``ttl``) is forgotten;
 - **a restarted gateway finishes the same message**: with a ``store`` (``AnswerStore``: Redis,
-  ``bot/state/live_messages.py``) each answer's live message identity (``DraftView.state``) is
+  ``bot/state/draft_messages.py``) each answer's live message identity (``DraftView.state``) is
   saved when it is created or changes, and a gateway that gets drafts or the final reply of an
   answer it never showed (it was restarted mid-stream) reads it back and ``resume``s that
   message. A final that cannot be put there (the message was deleted, the stream expired past
@@ -70,7 +70,7 @@ class DraftView(Protocol):
 
 
 class AnswerStore(Protocol):
-    """Where live messages' identities outlive the process (``bot.state.live_messages``)."""
+    """Where live messages' identities outlive the process (``bot.state.draft_messages``)."""
 
     async def save(self, answer: Key, state: Mapping[str, Any]) -> None: ...
 

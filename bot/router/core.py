@@ -32,9 +32,9 @@ from bot.agent.reasoning import decide
 from bot.bus.base import Delivery, EventBus, TransactionalBus
 from bot.bus.claims import Claim, Claims, default_worker_id
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
+from bot.engagement.policy import Action
+from bot.engagement.turns import LiveChat, ack
 from bot.events import ChatMessage, ConversationKey, Reply, utcnow
-from bot.live.engagement import Action
-from bot.live.turns import LiveChat, ack
 from bot.llm.errors import LLMError
 from bot.memory.buffers import MemoryStore
 from bot.ops.aio import shielded

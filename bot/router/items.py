@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 
 from bot.bus.base import Delivery
+from bot.engagement.policy import Decision
+from bot.engagement.turns import Turn, covered_context
 from bot.events import ChatMessage
-from bot.live.engagement import Decision
-from bot.live.turns import Turn, covered_context
 from bot.quota.plan import Kind
 from bot.state.turnlog import TurnRecord
 
@@ -38,7 +38,7 @@ class Item:
     reply_to_id: str | None
     context: str = ""
     forced: str | None = None  # a fixed answer (live-chat pause/resume acknowledgements)
-    # what the reply budget sees (bot/live/budget.py): a mention's answer, or unprompted
+    # what the reply budget sees (bot/quota/gate.py): a mention's answer, or unprompted
     kind: Kind = "mention"
     mentions: tuple[ChatMessage, ...] = ()  # declined if the budget cannot pay for the reply
     received: float = field(default_factory=time.perf_counter)  # for the overhead metric

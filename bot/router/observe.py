@@ -28,8 +28,8 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from bot.agent.loop import AgentResult
+from bot.engagement.policy import Decision as LiveDecision
 from bot.events import ChatMessage, ConversationKey, utcnow
-from bot.live.engagement import Decision as LiveDecision
 from bot.llm.errors import LLMError
 from bot.llm.pricing import PriceTable
 from bot.llm.types import LLMRequest

@@ -21,7 +21,7 @@ from redis.asyncio.client import Pipeline
 
 from bot.agent.loop import AgentResult
 from bot.bus.claims import Claim, Claims
-from bot.live.turns import LiveChat
+from bot.engagement.turns import LiveChat
 from bot.llm.types import LLMRequest
 from bot.ops.aio import shielded
 from bot.router import record

@@ -34,9 +34,9 @@ import prompts
 from bot.agent.loop import Agent, LoopLimits
 from bot.agent.prompting import PromptAssembler, system_prompt
 from bot.agent.reasoning import Level
+from bot.engagement.policy import Engagement, PolicyConfig
+from bot.engagement.turns import policy_config
 from bot.events import ChatMessage, ConversationKey
-from bot.live.engagement import Engagement, PolicyConfig
-from bot.live.turns import policy_config
 from bot.llm.base import Provider
 from bot.llm.fallback import build_chain
 from bot.memory.summaries import SummaryPlan

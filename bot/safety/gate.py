@@ -37,12 +37,12 @@ from redis.asyncio.client import Pipeline
 from bot.events import ChatMessage, ConversationKey, utcnow
 from bot.llm.pricing import PriceTable
 from bot.llm.types import Usage
+from bot.quota.users import Quotas
 from bot.safety import texts
 from bot.safety.audit import Audit, AuditEntry
 from bot.safety.canary import LeakCheck
 from bot.safety.moderator import ModerationModel
 from bot.safety.policy import Policies, SafetyPolicy, ScopedSafety
-from bot.safety.quota import Quotas
 from bot.safety.rules import Flag
 from bot.safety.users import Status, UserLists
 from bot.state.outages import until_redis_answers

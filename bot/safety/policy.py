@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.events import ConversationKey
+from bot.quota.users import QuotaLimits
 from bot.safety.rules import (
     Entry,
     Flag,
@@ -49,34 +50,6 @@ from bot.settings import ConfigError, QuotaSettings, SafetySettings
 from bot.settings.safety import Action, InjectionAction, LinkPolicy
 
 DEFAULT_LISTS = {"slur": "slurs.txt", "harassment": "harassment.txt"}
-
-
-@dataclass(frozen=True)
-class QuotaLimits:
-    """``None``: no limit. Tokens are all input (cached included) plus output tokens."""
-
-    user_messages_hour: int | None = None
-    user_messages_day: int | None = None
-    user_tokens_hour: int | None = None
-    user_tokens_day: int | None = None
-    channel_messages_hour: int | None = None
-    channel_messages_day: int | None = None
-    channel_tokens_hour: int | None = None
-    channel_tokens_day: int | None = None
-    cost_usd_per_day: float | None = None
-    exempt_moderators: bool = True
-
-    @property
-    def enabled(self) -> bool:
-        return any(
-            getattr(self, name) is not None
-            for name in self.__dataclass_fields__
-            if name != "exempt_moderators"
-        )
-
-    @classmethod
-    def from_settings(cls, settings: QuotaSettings) -> QuotaLimits:
-        return cls(**settings.model_dump())
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,7 @@ these ever repeats the text that was flagged.
 from __future__ import annotations
 
 import prompts
-from bot.safety.policy import QuotaLimits
-from bot.safety.quota import Refusal
+from bot.quota.users import QuotaLimits, Refusal
 
 
 def refusal() -> str:

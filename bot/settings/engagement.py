@@ -1,12 +1,12 @@
 """``CHORUS_ENGAGE_*``: the live-chat policy's thresholds for every live or ambient channel.
 
-The policy itself (``bot.live.engagement.PolicyConfig``) validates the same fields; this section
+The policy itself (``bot.engagement.policy.PolicyConfig``) validates the same fields; this section
 only says which variable fills which, so the settings stay free of the policy's code. One field
 is not the policy's: ``pause_hours``, how long a ``!chorus pause`` is kept in Redis for a
-channel that has gone quiet (bot/live/store.py).
+channel that has gone quiet (bot/engagement/store.py).
 
 Per platform: ``CHORUS_ENGAGE_<PLATFORM>_<THRESHOLD>`` overrides a threshold for that
-platform's channels (the ``Engagement.overrides`` of ``bot.live``; a config file may later add
+platform's channels (the ``Engagement.overrides`` of ``bot.engagement``; a config file may later add
 per-channel ones on top). Only YouTube has a section so far, because a YouTube reply costs
 quota units (50 a message) from the day's budget: its room batches default to far sparser than
 Twitch's (``CHORUS_ENGAGE_YOUTUBE_MIN_GAP_SECONDS=300``, three chatters a batch); a threshold

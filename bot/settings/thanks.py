@@ -4,7 +4,7 @@ Off by default for every kind: a streamer opts in per kind with ``CHORUS_THANKS`
 of ``raid, sub, resub, gift_sub, cheer, super_chat, super_sticker, announcement`` (or ``all``).
 The same kind names serve both platforms: a YouTube membership is a ``sub``, a member milestone
 a ``resub``, gifted memberships ``gift_sub`` (``bot.events.StreamEventKind``). The timing fields
-are the policy's (``bot.live.thanks.ThanksConfig``), which checks them again.
+are the policy's (``bot.engagement.thanks.ThanksConfig``), which checks them again.
 """
 
 from __future__ import annotations

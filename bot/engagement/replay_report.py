@@ -1,11 +1,11 @@
 """What ``chorus replay`` found, and the Markdown it prints (the engagement section of
 BENCHMARKS.md).
 
-Apart from the simulation (``bot/live/replay.py``) because the report is read by more than the
+Apart from the simulation (``bot/engagement/replay.py``) because the report is read by more than the
 simulation: the CLI prints it and judges it (exit 1 when a mention was lost, a message answered
 twice, a platform's send limit exceeded or YouTube's quota overspent or its reading stopped),
 the benchmark records it, and the tests check its numbers. The YouTube quota part is
-``bot/live/replay_quota.py``'s ``QuotaReport``.
+``bot/quota/replay.py``'s ``QuotaReport``.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from bot.engagement.send_limits import SendLimit
 from bot.events import ConversationKey
-from bot.live.replay_quota import QuotaReport, format_quota
-from bot.live.send_limits import SendLimit
+from bot.quota.replay import QuotaReport, format_quota
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ the message stubs generated from Google's published proto (``_proto/``, ``make p
 translation of each response into the REST JSON shape of ``liveChatMessageListResponse``, so
 convert.py and the adapter treat a streamed page and a polled page alike. A failed call becomes
 ``StreamError`` with the gRPC status name and whether retrying may help; reconnecting, resuming
-and falling back to polling are streaming.py's.
+and falling back to polling are chat_stream.py's.
 
 grpcio is part of the ``youtube`` extra; the adapter imports this module lazily and polls when
 grpcio is missing.

@@ -26,7 +26,7 @@ from redis.asyncio import Redis
 
 from bot.state import keys
 
-log = logging.getLogger("chorus.state.live_messages")
+log = logging.getLogger("chorus.state.draft_messages")
 
 TTL_SECONDS = 900  # as long as a gateway remembers an unfinished answer
 CALL_TIMEOUT = 2.0  # seconds; a slower Redis is treated as away for this call

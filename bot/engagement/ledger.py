@@ -1,6 +1,6 @@
 """The engagement policy's vocabulary: its thresholds, its decisions and the per-channel ledger.
 
-Why apart from the policy (``bot/live/engagement.py``): these are the types every user of the
+Why apart from the policy (``bot/engagement/policy.py``): these are the types every user of the
 policy shares -- the router reads a ``Decision``, ``turns`` renders a ``Batch``, the replay and
 the benchmark build ``PolicyConfig``s and look into ``ChannelState`` -- while the rules that
 mutate the ledger are one module of functions. Keeping the data here keeps each file about one
@@ -181,7 +181,7 @@ class ChannelState:
 
     config: PolicyConfig
     paused: bool = False
-    last_seen: float | None = None  # the latest message of any kind (bot/live/durable.py)
+    last_seen: float | None = None  # the latest message of any kind (bot/engagement/durable.py)
     last_spoke: float = NEVER
     last_activity: float | None = None
     idle_fired: bool = False

@@ -12,9 +12,9 @@ import pytest
 from redis.asyncio import Redis
 
 from bot.events import Author, ChatMessage, ConversationKey, Role, utcnow
+from bot.quota.users import QuotaLimits, Quotas, counters, period_ids
 from bot.safety.gate import SafetyGate
-from bot.safety.policy import Policies, QuotaLimits
-from bot.safety.quota import Quotas, counters, period_ids
+from bot.safety.policy import Policies
 from bot.settings import QuotaSettings
 from bot.state import connect, keys
 from tests.outage_rig import redis_binary

@@ -26,7 +26,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from bot.events import ChatMessage
-from bot.safety.policy import QuotaLimits
+from bot.settings import QuotaSettings
 from bot.state import keys
 
 PERIOD_GRACE = 3600  # seconds a period's counters outlive it
@@ -74,6 +74,34 @@ local first = redis.call('SET', KEYS[n + 1 + over], '1', 'NX', 'EX', ttl)
 if first then return {over, 1, unit} end
 return {over, 0, unit}
 """
+
+
+@dataclass(frozen=True)
+class QuotaLimits:
+    """``None``: no limit. Tokens are all input (cached included) plus output tokens."""
+
+    user_messages_hour: int | None = None
+    user_messages_day: int | None = None
+    user_tokens_hour: int | None = None
+    user_tokens_day: int | None = None
+    channel_messages_hour: int | None = None
+    channel_messages_day: int | None = None
+    channel_tokens_hour: int | None = None
+    channel_tokens_day: int | None = None
+    cost_usd_per_day: float | None = None
+    exempt_moderators: bool = True
+
+    @property
+    def enabled(self) -> bool:
+        return any(
+            getattr(self, name) is not None
+            for name in self.__dataclass_fields__
+            if name != "exempt_moderators"
+        )
+
+    @classmethod
+    def from_settings(cls, settings: QuotaSettings) -> QuotaLimits:
+        return cls(**settings.model_dump())
 
 
 @dataclass(frozen=True)

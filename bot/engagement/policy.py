@@ -10,7 +10,7 @@ accumulated chatter after N unanswered messages and T seconds since the bot last
 
 Everything here is pure and synchronous: no I/O, no asyncio, no clock. Time is passed in as
 ``now``, float seconds on any monotonic scale (``time.monotonic()`` in the router, simulated
-seconds in ``bot/live/replay.py``), so the rules are table-tested and a long trace replays in
+seconds in ``bot/engagement/replay.py``), so the rules are table-tested and a long trace replays in
 milliseconds. ``ChannelState`` is mutable on purpose: the ingest budget (>= 20,000 msg/s per
 process) rules out copying state per message, so ``observe`` mutates it in O(1) (dict lookups,
 bounded deques, an LRU of users) and never walks the ledger; only ``due`` walks it, the ledger
@@ -45,8 +45,8 @@ in a full ledger has a mention waiting) or ``paused`` - and each such mention is
 ``state.declined`` until the caller takes it (``take_declined``) to log and count it.
 
 This module is the rules only. Their vocabulary (``PolicyConfig``, ``Decision``, ``Batch``, the
-``ChannelState`` ledger) is ``bot.live.ledger`` and the platforms' send budgets are
-``bot.live.send_limits``; both are re-exported here, so a caller imports the policy from one
+``ChannelState`` ledger) is ``bot.engagement.ledger`` and the platforms' send budgets are
+``bot.engagement.send_limits``; both are re-exported here, so a caller imports the policy from one
 place.
 """
 
@@ -56,8 +56,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Iterator
 
-from bot.events import ChatMessage
-from bot.live.cooldowns import (
+from bot.engagement.cooldowns import (
     answered_at,
     charge,
     mention_ready_at,
@@ -65,7 +64,7 @@ from bot.live.cooldowns import (
     ready_at,
     touch_user,
 )
-from bot.live.ledger import (
+from bot.engagement.ledger import (
     Action,
     Batch,
     BatchChatter,
@@ -78,7 +77,8 @@ from bot.live.ledger import (
     PolicyConfig,
     Reason,
 )
-from bot.live.send_limits import SEND_LIMITS, SendLimit, send_limit
+from bot.engagement.send_limits import SEND_LIMITS, SendLimit, send_limit
+from bot.events import ChatMessage
 
 __all__ = [
     "SEEN_CAP",
@@ -294,7 +294,7 @@ def _command(state: ChannelState, command: str, allowed: bool, now: float) -> De
 
 def apply_pause(state: ChannelState, paused: bool, now: float) -> None:
     """Pause (empty the ledger, its waiting mentions declined ``paused``) or resume a channel:
-    a ``!chorus`` command here, or the durable state another process left (bot/live/durable.py)."""
+    a ``!chorus`` command here, or the durable state another process left (bot/engagement/durable.py)."""
     if paused:
         state.paused = True
         state.dropped["paused"] += state.pending_messages

@@ -20,10 +20,10 @@ from bot.agent.loop import Agent
 from bot.agent.prompting import PromptAssembler
 from bot.bus.base import InProcessBus
 from bot.bus.topics import INBOUND, outbound_topic
+from bot.engagement.policy import Engagement, PolicyConfig, Reason
+from bot.engagement.store import RedisLiveStore
+from bot.engagement.turns import LiveChat, ack
 from bot.events import Author, ChatMessage, ConversationKey, Reply, Role
-from bot.live.engagement import Engagement, PolicyConfig, Reason
-from bot.live.store import RedisLiveStore
-from bot.live.turns import LiveChat, ack
 from bot.llm.scripted import ScriptedProvider
 from bot.router.core import Router
 from bot.router.text_commands import Commands

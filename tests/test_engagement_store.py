@@ -14,8 +14,8 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
+from bot.engagement.store import Changes, LiveStore, MemoryLiveStore, RedisLiveStore, Snapshot
 from bot.events import ConversationKey
-from bot.live.store import Changes, LiveStore, MemoryLiveStore, RedisLiveStore, Snapshot
 from bot.state import connect, keys
 from tests.roundtrips import counting_round_trips
 

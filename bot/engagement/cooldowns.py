@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from bot.live.ledger import NEVER, ChannelState, PendingChatter, PolicyConfig, TrackedUser
+from bot.engagement.ledger import NEVER, ChannelState, PendingChatter, PolicyConfig, TrackedUser
 
 # A mention is ready when its user's credit reaches one answer, give or take float rounding.
 _CREDIT_EPSILON = 1e-9
@@ -72,7 +72,7 @@ def ready_at(state: ChannelState, user_id: str, chatter: PendingChatter, now: fl
 
 def note_answered(state: ChannelState, user_id: str, at: float) -> None:
     """An answer to ``user_id`` at ``at`` that this process learns of afterwards (the durable
-    store, bot/live/durable.py): counted like one made here, unless already known."""
+    store, bot/engagement/durable.py): counted like one made here, unless already known."""
     user = touch_user(state, user_id)
     if at > user.last_answered:
         charge(user, at, state.config)

@@ -1,6 +1,6 @@
 """Durable live-chat state: the part of a channel's ledger that must outlive its process.
 
-Why: the engagement ledger (bot/live/ledger.py) lives in the memory of the one process that
+Why: the engagement ledger (bot/engagement/ledger.py) lives in the memory of the one process that
 holds the channel. A restart, or the channel's bus partition moving to another worker, must not
 silently undo ``!chorus pause``, forget who was answered a moment ago (the cooldowns) or answer
 a mention a second time. Exactly that much is kept in a store, every key with a TTL: whether the
@@ -10,7 +10,7 @@ a write per message to keep, and losing a few ambient lines on a restart is harm
 
 ``LiveStore`` is the seam; ``RedisLiveStore`` keeps the state in Redis (keys ``chorus:v1:live:*``,
 bot/state/keys.py) and ``MemoryLiveStore`` is its in-memory twin (one process; what a
-``LiveChat`` without Redis uses). tests/test_live_store.py holds both to one contract.
+``LiveChat`` without Redis uses). tests/test_engagement_store.py holds both to one contract.
 
 Times are the policy's clock: epoch seconds (``time.time``), so they mean the same in every
 process, and they order the writes: a pause or resume, and the last time the bot spoke, are

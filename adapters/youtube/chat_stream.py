@@ -130,7 +130,7 @@ class StreamReader:
     ) -> StreamEnd:
         """Follow the chat over the stream until it ends or polling must take over."""
         try:
-            from adapters.youtube.stream import ChatStream, StreamError
+            from adapters.youtube.stream_list import ChatStream, StreamError
         except ImportError as exc:  # grpcio is an optional extra
             return self._give_up(f"grpcio is not installed ({exc})", page_token, backlog, True)
         stream = ChatStream(self._settings.grpc_target, insecure=self._settings.grpc_insecure)

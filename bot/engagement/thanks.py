@@ -19,7 +19,7 @@ an event of a kind that is off is not kept at all. What is counted together:
   amounts; single gifts count their recipients);
 - a message id seen twice (a redelivery) counts once.
 
-Pure and synchronous like the engagement policy (``engagement.py``): no I/O, no clock - ``now``
+Pure and synchronous like the engagement policy (``policy.py``): no I/O, no clock - ``now``
 is passed in - so the rules are table-tested; ``LiveChat`` in ``turns.py`` calls
 ``ThanksChannels.observe`` as each message is dispatched and ``due`` from its one-second tick
 (which also holds a thanks back while the channel cools down or, on YouTube, while the reply

@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from bot.events import ConversationKey
-from bot.live.budget import ReplyGate
 from bot.quota.day import next_reset
+from bot.quota.gate import ReplyGate
 from bot.quota.plan import (
     Budget,
     Kind,

@@ -2,7 +2,7 @@
 
 Why apart from the policy: the policy decides when to speak and never sends; each adapter's send
 chokepoint enforces its own platform's limit. These numbers are kept in one table only so the
-replay (``bot/live/replay.py``) can report a trace's peak send rate against them. YouTube has
+replay (``bot/engagement/replay.py``) can report a trace's peak send rate against them. YouTube has
 no such rate limit to report against: what limits it is the day's quota (``bot/quota/plan.py``),
 which the replay simulates instead.
 """
@@ -17,7 +17,7 @@ class SendLimit:
     """A platform's outbound budget: at most ``messages`` per sliding ``seconds``.
 
     Enforcement lives in each adapter's send chokepoint; the policy keeps the numbers only so
-    ``bot/live/replay.py`` can report a trace's peak send rate against them.
+    ``bot/engagement/replay.py`` can report a trace's peak send rate against them.
     """
 
     messages: int

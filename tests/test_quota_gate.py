@@ -1,4 +1,4 @@
-"""The reply budget at the live-chat turns (bot/live/budget.py through ``LiveChat``): mentions are
+"""The reply budget at the live-chat turns (bot/quota/gate.py through ``LiveChat``): mentions are
 paid before anything unprompted, a room batch waits (logged once, counted) while the budget's
 room is closed, a mention the budget cannot pay for is declined ``quota``, and the YouTube
 engagement section fills ``Engagement.overrides``. The ledger is the real one, on the embedded
@@ -15,11 +15,11 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from bot.engagement.policy import Engagement, PolicyConfig
+from bot.engagement.turns import LiveChat, platform_overrides, policy_config
 from bot.events import Author, ChatMessage, ConversationKey
-from bot.live.budget import ReplyGate
-from bot.live.engagement import Engagement, PolicyConfig
-from bot.live.turns import LiveChat, platform_overrides, policy_config
 from bot.ops.metrics import Metrics
+from bot.quota.gate import ReplyGate
 from bot.quota.ledger import QuotaLedger
 from bot.quota.plan import QuotaConfig
 from bot.settings import ConfigError, EngagementSettings
@@ -170,8 +170,8 @@ def test_youtube_thresholds_override_the_global_ones() -> None:
 def test_without_room_only_deferred_mentions_are_due() -> None:
     """``due(room=False)``: the reply budget holds room batches back, never a mention that
     waited out its user's cooldown."""
-    from bot.live.engagement import ChannelState, due, room_ready
-    from bot.live.engagement import observe as decide
+    from bot.engagement.policy import ChannelState, due, room_ready
+    from bot.engagement.policy import observe as decide
 
     config = PolicyConfig(
         min_pending=2, min_gap_seconds=0, user_cooldown_seconds=10, mention_burst=1

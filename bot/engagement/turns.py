@@ -1,4 +1,4 @@
-"""Live chat: the engagement policy (``bot/live/engagement.py``) wired to the router's turns.
+"""Live chat: the engagement policy (``bot/engagement/policy.py``) wired to the router's turns.
 
 Which messages go through the policy: everything from live-chat platforms (Twitch, YouTube)
 and every ``ambient`` message (Discord and Slack channels configured as ambient). Other
@@ -11,7 +11,7 @@ arrival time. Its decisions become turns of the router:
 - a batch that came due (checked by ``tick``, once a second): ONE turn that addresses up to
   two chatters by name, as a synthetic message whose text lists their lines;
 - an idle line (optional per channel): one on-topic line after a quiet period;
-- a thanks for a settled burst of stream events (``bot/live/thanks.py``, off by default per
+- a thanks for a settled burst of stream events (``bot/engagement/thanks.py``, off by default per
   kind): ONE unprompted turn naming the people with what each did; the text a viewer wrote
   with an event goes through the engagement policy like any line (a mention is answered);
 - ``!chorus pause`` / ``resume`` from the broadcaster or a moderator: a short acknowledgement.
@@ -21,7 +21,7 @@ overflow, paused) is never silent: each one is logged ("live chat: mention decli
 message id and reason) and counted as the engagement decision ``declined_<reason>``
 (``chorus_engagement_decisions_total``) as soon as ``observe`` or ``tick`` lets it go.
 
-Where replies cost quota (YouTube), the reply budget (``bot/live/budget.py``) gates the turns:
+Where replies cost quota (YouTube), the reply budget (``bot/quota/gate.py``) gates the turns:
 ``tick`` decides an unprompted turn (room batch, idle line, and any other turn nobody asked
 for) only while the budget's room is open (a room batch held back is logged once, "live chat:
 room batch held back for the reply budget", and counted ``held_budget``), and the router awaits
@@ -29,14 +29,14 @@ room batch held back for the reply budget", and counted ``held_budget``), and th
 the reply carries the hold, and a mention the budget cannot pay for is declined ``quota``.
 
 What must outlive this process (the pause, cooldowns, which messages were answered) is kept
-in a ``LiveStore`` by ``bot/live/durable.py``: the router awaits ``prepare`` before a message
+in a ``LiveStore`` by ``bot/engagement/durable.py``: the router awaits ``prepare`` before a message
 (a store read only when a channel becomes active here), adds ``queue_save`` to each reply's
 commit and awaits ``maintain`` once a second. The policy's clock is epoch seconds, so stored
 times mean the same in every process.
 
 Everything a user wrote stays inside the prompt's data blocks, and only there: a batch turn's
 synthetic message holds nothing but the chatters' lines (rendered as a ``<user_message>`` like
-any other), each one escaped to one line of its real author (``bot/live/escape.py``); the
+any other), each one escaped to one line of its real author (``bot/engagement/escape.py``); the
 instructions (whom to answer, what is context) go in the turn's ``context``, which the prompt
 places after the data block. The instructions and acknowledgements are ``prompts/live/*``.
 """
@@ -54,10 +54,10 @@ from pydantic import ValidationError
 from redis.asyncio.client import Pipeline
 
 import prompts
-from bot.events import Author, ChatMessage, ConversationKey
-from bot.live.budget import ReplyGate
-from bot.live.durable import DurableLedger
-from bot.live.engagement import (
+from bot.engagement.durable import DurableLedger
+from bot.engagement.escape import one_line, speaker
+from bot.engagement.ledger import ChannelState
+from bot.engagement.policy import (
     Action,
     Batch,
     Decision,
@@ -71,11 +71,11 @@ from bot.live.engagement import (
     room_ready,
     take_declined,
 )
-from bot.live.escape import one_line, speaker
-from bot.live.ledger import ChannelState
-from bot.live.store import Changes, LiveStore, MemoryLiveStore
-from bot.live.thanks import Thanks, ThanksChannels, ThanksConfig, instructions, turn_text
+from bot.engagement.store import Changes, LiveStore, MemoryLiveStore
+from bot.engagement.thanks import Thanks, ThanksChannels, ThanksConfig, instructions, turn_text
+from bot.events import Author, ChatMessage, ConversationKey
 from bot.ops.metrics import MetricsSink, NullMetrics
+from bot.quota.gate import ReplyGate
 from bot.quota.plan import Kind, QuotaConfig
 from bot.settings import ConfigError, EngagementSettings, Settings
 from bot.state.outages import until_redis_answers

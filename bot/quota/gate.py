@@ -17,7 +17,7 @@ On Twitch, Discord and Slack a reply costs nothing; on YouTube each piece of a r
 
 ``tick()`` is synchronous and runs once a second, so the gate works from a snapshot that
 ``refresh`` (awaited by ``LiveChat.maintain``, also once a second) reads from the shared ledger;
-the reservation is what makes a decision binding. The replay (``bot/live/replay.py``) drives the
+the reservation is what makes a decision binding. The replay (``bot/engagement/replay.py``) drives the
 same gate from the in-memory ledger, so its figures come from the same arithmetic. No I/O here:
 the ledger is passed in.
 """

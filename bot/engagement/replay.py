@@ -1,12 +1,12 @@
 """Offline replay of a chat trace through the engagement policy (``chorus replay TRACE.jsonl``).
 
 Tuning thresholds against a live stream is slow and public; a replay runs hours of recorded or
-synthetic chat through the real policy (``bot/live/engagement.py``) in simulated time - no waiting,
+synthetic chat through the real policy (``bot/engagement/policy.py``) in simulated time - no waiting,
 no network, no model - and reports what the bot would have done: how often it spoke, how fast it
 answered mentions (answer rate, p50/p90/max), whom it addressed, what it ignored, dropped or
 declined and why, its peak send rate against each platform's send limit, and YouTube's quota
-(``bot/live/replay_quota.py``: the same reply budget the deployment runs). The numbers in
-BENCHMARKS.md come from ``format_report`` (``bot/live/replay_report.py``) on the shipped traces.
+(``bot/quota/replay.py``: the same reply budget the deployment runs). The numbers in
+BENCHMARKS.md come from ``format_report`` (``bot/engagement/replay_report.py``) on the shipped traces.
 
 The simulation mirrors the router: every message goes through ``observe`` (a polled YouTube chat
 only sees it at the next planned poll); a timer ticks every ``tick_seconds``, reads the reply
@@ -37,11 +37,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bot.events import Author, ChatMessage, ConversationKey, Role
-from bot.live import engagement as policy
-from bot.live.engagement import Action, Engagement, PolicyConfig, Reason
-from bot.live.replay_quota import START, QuotaSim
-from bot.live.replay_report import (
+from bot.engagement import policy
+from bot.engagement.policy import Action, Engagement, PolicyConfig, Reason
+from bot.engagement.replay_report import (
     Malformed,
     PlatformSends,
     ReplayReport,
@@ -49,8 +47,10 @@ from bot.live.replay_report import (
     format_report,
     peak,
 )
-from bot.live.send_limits import SendLimit
+from bot.engagement.send_limits import SendLimit
+from bot.events import Author, ChatMessage, ConversationKey, Role
 from bot.quota.plan import Kind, QuotaConfig, Reading
+from bot.quota.replay import START, QuotaSim
 
 __all__ = ["ReplayReport", "SentReply", "format_report", "replay", "replay_lines"]
 

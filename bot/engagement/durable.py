@@ -1,4 +1,4 @@
-"""Keeping a process's live channels in step with their durable state (bot/live/store.py).
+"""Keeping a process's live channels in step with their durable state (bot/engagement/store.py).
 
 Why here and not in the policy: the policy stays pure and O(1) per message (the ingest budget is
 >= 20,000 messages/s per process), so no message waits for Redis. Instead:
@@ -32,10 +32,10 @@ from collections.abc import Callable
 
 from redis.asyncio.client import Pipeline
 
+from bot.engagement.ledger import ChannelState, Engagement
+from bot.engagement.policy import SEEN_CAP, apply_pause, note_answered
+from bot.engagement.store import Changes, LiveStore, Snapshot
 from bot.events import ConversationKey
-from bot.live.engagement import SEEN_CAP, apply_pause, note_answered
-from bot.live.ledger import ChannelState, Engagement
-from bot.live.store import Changes, LiveStore, Snapshot
 
 log = logging.getLogger("chorus.live")
 
