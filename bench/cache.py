@@ -29,7 +29,7 @@ from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.llm.registry import build_provider
 from bot.llm.types import SystemPart, TextPart
-from bot.router.core import Router
+from bot.router.build import build_router
 from bot.router.text_commands import Commands
 from bot.settings import settings_from
 from bot.state import connect
@@ -211,7 +211,7 @@ async def run(layout: str = "chorus") -> CacheRun:
     tools = Toolbox.from_settings(settings.tools)
     assembler_cls = NaiveAssembler if layout == "naive" else PromptAssembler
     history = HistoryStore(redis, max_messages=40, ttl_seconds=3600)
-    router = Router(
+    router = build_router(
         bus=bus,
         redis=redis,
         history=history,

@@ -22,6 +22,7 @@ from bot.memory.buffers import MemoryStore
 from bot.memory.people import People
 from bot.settings.memory import MemorySettings
 from bot.state import connect, keys
+from bot.state.alias_scripts import LOAD
 from bot.state.history import HistoryEntry, HistoryStore
 from tests.memory_samples import full_buffer
 
@@ -37,6 +38,12 @@ async def _read(
         load(pipe)
         await pipe.execute()
     return time.perf_counter() - started
+
+
+def _alias_read(pipe: Pipeline, user: str) -> object:
+    """The memory read a turn sends (``bot.state.redis_turn``): the alias-following script."""
+    who = ("discord", user)
+    return pipe.eval(LOAD, 2, keys.person_of(*who), keys.memory(*who), keys.person_prefix(), 0)
 
 
 def _pct(values: list[float], q: int) -> float:
@@ -62,8 +69,8 @@ async def measure(url: str, rounds: int = ROUNDS) -> dict[str, dict[str, float]]
         await people.link(("twitch", linked), ("discord", linked))
         variants: dict[str, Callable[[Pipeline], object]] = {
             "plain GET (before /link)": lambda p: p.get(keys.memory("discord", plain)),
-            "alias script, unlinked user": lambda p: memory.queue_load(p, "discord", plain),
-            "alias script, linked user": lambda p: memory.queue_load(p, "discord", linked),
+            "alias script, unlinked user": lambda p: _alias_read(p, plain),
+            "alias script, linked user": lambda p: _alias_read(p, linked),
         }
         times: dict[str, list[float]] = {name: [] for name in variants}
         for _ in range(200):  # warm the connection and the script cache

@@ -10,7 +10,7 @@ trimmed history (``HistoryStore`` on the embedded store) or the context block th
 lexical (today's IDF score), embedding only (``CHORUS_RECALL_WEIGHT=1``) and hybrid (default
 0.7), with the loopback embedder in process (deterministic, no network).
 
-Also measured: the reply path's added latency (median ``read_turn`` with and without recall, on
+Also measured: the reply path's added latency (median read stage with and without recall, on
 real Redis, loopback embedder in process), the in-process search cost at real vendors' vector
 sizes (is a vector index needed?), and Redis bytes per user with vectors (``MEMORY USAGE``).
 """
@@ -33,11 +33,11 @@ from bot.memory.enrichment import note_texts, render_context
 from bot.memory.knowledge import Chunk, KnowledgeIndex
 from bot.memory.recall import Recall
 from bot.memory.vectors import Recalled, quantise, text_id, unit
-from bot.router.record import read_turn
 from bot.state import connect, keys
 from bot.state.history import HistoryEntry, HistoryStore
 from tests.loopback.embedding_model import LoopbackEmbedder, embed_text
 from tests.memory_samples import full_buffer
+from tests.turn_rig import read_turn
 
 DAY0 = datetime(2026, 11, 1, 19, 0, tzinfo=UTC)
 ASKED = DAY0 + timedelta(days=5)  # two days after the last session
@@ -141,7 +141,8 @@ async def coverage() -> dict[str, dict[str, float]]:
 
 
 async def reply_path_ms(url: str, rounds: int = 200) -> dict[str, float]:
-    """Median ``read_turn`` time with and without recall (loopback embedder in process)."""
+    """Median time of the router's read stage with and without recall (loopback embedder in
+    process)."""
     redis = await connect.open_redis(url)
     settings = MemorySettings(CHORUS_EMBEDDING_MODEL=MODEL)  # type: ignore[call-arg]
     memory = MemoryStore(redis, settings)
@@ -157,7 +158,7 @@ async def reply_path_ms(url: str, rounds: int = 200) -> dict[str, float]:
             message = _message(person, "any vegetarian dinner ideas?", n, ASKED)
             for mode, used in (("lexical", None), ("hybrid", recall)):
                 started = time.perf_counter()
-                read = await read_turn(redis, history, memory, message, None, used)
+                read = await read_turn(redis, history, memory, message, used)
                 assert read is not None and read.buffer is not None
                 render_context(read.buffer, message, settings, ASKED, read.recall)
                 timings[mode].append((time.perf_counter() - started) * 1000)

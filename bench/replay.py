@@ -20,9 +20,9 @@ from adapters.twitch.convert import BotIdentity, chat_message
 from bench.traces.make_trace import generate_youtube_busy
 from bot.engagement.policy import Engagement
 from bot.engagement.replay import format_report, replay, replay_lines
-from bot.engagement.store import MemoryLiveStore
 from bot.engagement.turns import LiveChat, replay_options
 from bot.settings import Settings
+from bot.state.engagement import MemoryLiveStore
 
 TRACE = Path(__file__).parent / "traces" / "busy_chat.jsonl"
 FIXTURE = Path(__file__).parent.parent / "tests" / "fixtures" / "twitch"

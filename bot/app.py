@@ -18,12 +18,10 @@ from redis.asyncio import Redis
 
 from bot.agent.loop import Agent, LoopLimits
 from bot.bus.base import EventBus, InProcessBus
-from bot.bus.claims import default_worker_id
 from bot.bus.erasure import StreamEraser
 from bot.bus.outbox import Outbox
 from bot.bus.retention import StreamRetention
 from bot.bus.spool import Spool
-from bot.engagement.store import RedisLiveStore
 from bot.engagement.thanks import ThanksConfig
 from bot.engagement.turns import LiveChat, platform_overrides, policy_config
 from bot.knowledge.wiring import RecallParts
@@ -38,7 +36,8 @@ from bot.plugins.loader import LoadedPlugins, load_plugins
 from bot.plugins.runtime import TurnHooks, command_handler
 from bot.quota.gate import live_reply_gate
 from bot.router import link_commands, memory_commands, safety_commands
-from bot.router.core import Router, RouterLimits
+from bot.router.build import build_router
+from bot.router.core import RouterLimits
 from bot.router.drafts import Drafts
 from bot.router.scoping import ScopedEngagement, Scoping, chain_factory
 from bot.router.text_commands import Command, Commands
@@ -48,7 +47,10 @@ from bot.safety.moderator import ModerationModel, build_moderation_model
 from bot.safety.policy import Policies
 from bot.settings import ConfigError, Settings, ToolSettings
 from bot.state import connect
+from bot.state.claims import default_worker_id
+from bot.state.engagement import RedisLiveStore
 from bot.state.history import HistoryStore
+from bot.state.redis_turn import RedisTurnStore
 from bot.tools.builtin import builtin_tools
 from bot.tools.mcp_config import config_from_settings
 from bot.tools.toolbox import Toolbox
@@ -125,12 +127,11 @@ class Chorus:
             canary=canary,
             policies=policies,  # each scope's safety tables, compiled with its profile
         )
-        self.assembler = self.scoping.default.assembler
-        system = self.assembler.system_prompt
+        system = self.scoping.default.assembler.system_prompt
         self.reply_gate = live_reply_gate(settings, redis, self.metrics)
         self.memory_settings = settings.memory
         self.memory = MemoryStore(redis, self.memory_settings)
-        commands = Commands(self.history)
+        self.commands = commands = Commands(self.history)
         memory_commands.register(
             commands, self.memory, self.history, eraser=StreamEraser.for_bus(bus, redis)
         )
@@ -149,32 +150,40 @@ class Chorus:
         self.plugins = plugins or LoadedPlugins()
         self.native_commands = _install_commands(commands, self.plugins)
         self.hooks = TurnHooks(self.plugins.hooks, timeout=settings.plugins.hook_timeout)
-        self.router = Router(
+        # A turn's one read and one commit (bot/state/turn.py); its live channels ride the commit.
+        channels = RedisLiveStore(
+            redis, pause_seconds=round(settings.engagement.pause_hours * 3600)
+        )
+        self.turns = RedisTurnStore(redis, history=self.history, channels=channels)
+        self.engagement = LiveChat(
+            ScopedEngagement(
+                policy_config(settings.engagement),
+                platform_overrides(settings.engagement),
+                scoping=self.scoping,
+            ),
+            metrics=self.metrics,
+            store=channels,
+            budget=self.reply_gate,
+            thanks=ThanksConfig.from_settings(settings.thanks),
+        )
+        # Recall and the knowledge base (bot/knowledge/wiring.py): a message's base is its scope's.
+        self.recall = recall or RecallParts.build(settings, redis, self.metrics)
+        self.recall.bind(lambda message: self.scoping.profile(message).knowledge)
+        self.router = build_router(
             bus=bus,
             redis=redis,
+            store=self.turns,
             history=self.history,
-            assembler=self.assembler,
             scoping=self.scoping,
-            agent=self.agent,
             commands=commands,
             tools=self.tools,
             memory=self.memory,
             hooks=self.hooks,
-            live=LiveChat(
-                ScopedEngagement(
-                    policy_config(settings.engagement),
-                    platform_overrides(settings.engagement),
-                    scoping=self.scoping,
-                ),
-                metrics=self.metrics,
-                store=RedisLiveStore(
-                    redis, pause_seconds=round(settings.engagement.pause_hours * 3600)
-                ),
-                budget=self.reply_gate,
-                thanks=ThanksConfig.from_settings(settings.thanks),
-            ),
+            engagement=self.engagement,
             metrics=self.metrics,
             safety=self.safety,
+            recall=self.recall.recall if self.recall.active else None,
+            drafts=Drafts(bus, settings.agent.streams, check=self.safety.guard),
             limits=RouterLimits(
                 max_message_chars=settings.agent.max_message_chars,
                 reasoning=settings.agent.reasoning,
@@ -184,12 +193,6 @@ class Chorus:
                 max_in_flight=settings.agent.max_turns_in_flight,
             ),
         )
-        self.router.drafts = Drafts(bus, settings.agent.streams, check=self.safety.guard)
-        # Semantic recall and the knowledge base (bot/knowledge/wiring.py): each message's
-        # knowledge base is its scope's.
-        self.recall = recall or RecallParts.build(settings, redis, self.metrics)
-        self.recall.bind(lambda message: self.scoping.profile(message).knowledge)
-        self.router.recall = self.recall.recall if self.recall.active else None
         self.metrics.register_gauge_callback(
             "chorus_turns_in_flight",
             "Messages this process holds: turns running or queued behind their conversation "
@@ -307,8 +310,8 @@ class Chorus:
             audit=self.safety.audit,
             checks=checks,
             provider=self.provider,
-            commands=self.router.commands,
-            live=self.router.live,
+            commands=self.commands,
+            live=self.engagement,
             reload=lambda: self.reload_config() if self.reload_config else None,
         )
 

@@ -280,7 +280,7 @@ def apply_reload(app: Chorus, settings: Settings) -> list[str]:
     default, overrides = policy_config(engagement), platform_overrides(engagement)
     app.scoping.reload(settings)
     app.recall.reload(settings)  # knowledge bases: checked for changes now
-    live = app.router.live
+    live = app.engagement
     if live is not None and isinstance(live.engagement, ScopedEngagement):
         live.engagement.refresh(default, overrides)
     return restart_only_changes(app.settings, settings)

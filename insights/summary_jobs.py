@@ -1,4 +1,4 @@
-"""Claiming and finishing summary jobs (the router's side is ``bot.memory.summaries.queue_record``).
+"""Claiming and finishing summary jobs (the router's side is ``bot.memory.summaries.due``).
 
 A conversation is due (``due`` zset) when its UTC day is over (next midnight + a grace) or when
 CHORUS_SUMMARY_AFTER_LINES lines wait past its history window (the router saw them: due now).

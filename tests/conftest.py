@@ -44,8 +44,9 @@ hypothesis_settings.register_profile("ci", derandomize=True, database=None)
 hypothesis_settings.register_profile("explore", derandomize=False)
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# The provider contract's fixtures (vendor, server, sleep, provider), for every provider test.
-pytest_plugins = ("tests.provider_rig",)
+# The provider contract's fixtures (vendor, server, sleep, provider), for every provider test,
+# and the turn stores' (turn_store: the twin, the embedded store, a real Redis).
+pytest_plugins = ("tests.provider_rig", "tests.turn_rig")
 
 _KEEP = {"CHORUS_BLOCK_REAL_LLM", "CHORUS_TEST_REDIS_URL", "CHORUS_UPDATE_GOLDEN"}
 _LEAKY = re.compile(

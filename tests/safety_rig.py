@@ -20,6 +20,7 @@ from bot.llm.base import Provider
 from bot.llm.scripted import ScriptedProvider
 from bot.ops.metrics import Metrics
 from bot.router import safety_commands
+from bot.router.build import build_router
 from bot.router.core import Router
 from bot.router.text_commands import Command, Commands
 from bot.safety.audit import AuditEntry, read_audit
@@ -115,7 +116,7 @@ async def safety_rig(
 
     # A reply that did not come from the model, with text the inbound check could not see.
     commands.add(Command("backwards", "say it backwards", backwards))
-    router = Router(
+    router = build_router(
         bus=bus,
         redis=redis,
         history=history,

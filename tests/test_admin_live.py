@@ -17,13 +17,13 @@ from redis.asyncio import Redis
 from bot.admin.server import AdminServer
 from bot.admin.views import Sources, ambient_channels
 from bot.engagement.policy import Action, Reason
-from bot.engagement.store import RedisLiveStore
 from bot.engagement.turns import LiveChat
 from bot.events import Author, ChatMessage, ConversationKey, Role
 from bot.memory.buffers import MemoryStore
 from bot.safety.audit import Audit
 from bot.settings import Settings, load_settings
 from bot.state import keys, turnlog
+from bot.state.engagement import RedisLiveStore
 from bot.state.history import HistoryStore
 from tests.test_admin import TOKEN
 

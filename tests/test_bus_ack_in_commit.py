@@ -1,4 +1,4 @@
-"""The Redis Streams delivery's ``XACK`` riding in the turn's commit (``Delivery.queue_ack``).
+"""The Redis Streams delivery's ``XACK`` riding in the turn's commit (``Delivery.ack_change``).
 
 On the bus, then through the whole app: an answered message's commit carries the ack of its
 inbound entry, the worker sends no ``XACK`` of its own, and the entry is acked once the turn
@@ -21,6 +21,8 @@ from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.llm.scripted import ScriptedProvider
 from bot.settings import ConfigError, settings_from
+from bot.state.redis_turn import RedisTurnStore
+from bot.state.turn import TurnChanges
 from tests.roundtrips import counting_round_trips
 from tests.test_bus_redis import message, pending
 
@@ -40,10 +42,8 @@ async def test_an_ack_that_rode_in_a_commit_costs_no_round_trip(
 ) -> None:
     await streams_bus.publish("inbound", message(1))
     delivery = await anext(streams_bus.consume("inbound", ChatMessage, group="agent"))
-    async with redis_client.pipeline(transaction=True) as pipe:
-        pipe.set(f"{key_tag}:side-effect", "1", ex=60)
-        delivery.queue_ack(pipe)
-        assert await pipe.execute() == [True, 1]  # the XACK acked one entry
+    assert delivery.ack_change is not None
+    await RedisTurnStore(redis_client).write(TurnChanges(ack=delivery.ack_change))
     assert await unacked(redis_client, streams_bus) == 0
     delivery.acked_in_commit()
     with counting_round_trips() as trips:
@@ -59,8 +59,7 @@ async def test_an_ack_whose_commit_never_ran_is_sent_on_its_own(
 ) -> None:
     await streams_bus.publish("inbound", message(2))
     delivery = await anext(streams_bus.consume("inbound", ChatMessage, group="agent"))
-    async with redis_client.pipeline(transaction=True) as pipe:
-        delivery.queue_ack(pipe)  # queued, but this transaction is dropped, never executed
+    assert delivery.ack_change is not None  # offered, but no commit carried it
     assert await unacked(redis_client, streams_bus) == 1
     with counting_round_trips() as trips:
         await delivery.ack()
@@ -69,15 +68,13 @@ async def test_an_ack_whose_commit_never_ran_is_sent_on_its_own(
 
 
 @pytest.mark.redis
-async def test_an_acked_delivery_queues_nothing(
+async def test_an_acked_delivery_offers_no_ack_change(
     redis_client: Redis, streams_bus: RedisStreamsBus
 ) -> None:
     await streams_bus.publish("inbound", message(3))
     delivery = await anext(streams_bus.consume("inbound", ChatMessage, group="agent"))
     await delivery.ack()
-    async with redis_client.pipeline(transaction=True) as pipe:
-        delivery.queue_ack(pipe)
-        assert pipe.command_stack == []
+    assert delivery.ack_change is None
 
 
 async def test_the_streams_bus_on_the_embedded_store_is_refused_with_the_fix() -> None:

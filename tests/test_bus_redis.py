@@ -16,11 +16,13 @@ from typing import cast
 
 import pytest
 from redis.asyncio import Redis
-from redis.exceptions import WatchError
 
 from bot.bus.streams import FIELD, RedisStreamsBus
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.state import connect, keys
+from bot.state.claims import Claims
+from bot.state.redis_turn import RedisTurnStore
+from bot.state.turn import Record, TurnChanges
 from tests.redis_server import free_port, start_redis, stop_redis
 
 T0 = datetime(2025, 1, 2, tzinfo=UTC)
@@ -180,33 +182,32 @@ async def test_two_workers_keep_each_conversation_in_order(
 
 
 @pytest.mark.redis
-async def test_queue_publish_goes_out_with_its_transaction_or_not_at_all(
+async def test_a_published_change_goes_out_with_its_commit_or_not_at_all(
     redis_client: Redis, key_tag: str, buses: list[RedisStreamsBus]
 ) -> None:
+    """``publish_change`` is a reply that rides a turn's guarded commit: a claim another worker
+    holds writes nothing; one still ours writes the entry with the rest."""
     bus = make(redis_client, key_tag, buses, "w1", partitions=1)
-    done = keys.dedupe("discord", f"m1-{key_tag}")
-    async with redis_client.pipeline(transaction=True) as pipe:
-        await pipe.watch(done)
-        await redis_client.set(done, "taken over")  # another worker changed the claim
-        pipe.multi()  # type: ignore[no-untyped-call]
-        bus.queue_publish(pipe, "outbound:discord", message(1))
-        pipe.set(done, "done")
-        with pytest.raises(WatchError):
-            await pipe.execute()
+    store = RedisTurnStore(redis_client)
+    claims = Claims(store, worker_id="w1")
+    lost = claims.new("discord", f"m1-{key_tag}")
+    await redis_client.set(lost.key, "claimed:another-worker:1")  # taken over
+    change = TurnChanges(reply=bus.publish_change("outbound:discord", message(1)))
+    assert not await store.if_holds(lost.key, lost.token, Record(change, 60))
     assert await redis_client.xlen(bus.stream("outbound:discord", 0)) == 0
-    async with redis_client.pipeline(transaction=True) as pipe:
-        bus.queue_publish(pipe, "outbound:discord", message(2))
-        pipe.set(done, "done")
-        entry_id, _ = await pipe.execute()
-    [(stored_id, fields)] = cast(
+
+    ours = claims.new("discord", f"m2-{key_tag}")
+    assert await store.take(ours.key, ours.token, 10_000) is None
+    change = TurnChanges(reply=bus.publish_change("outbound:discord", message(2)))
+    assert await store.if_holds(ours.key, ours.token, Record(change, 60))
+    [(_, fields)] = cast(
         "list[tuple[str, dict[str, str]]]",
         await redis_client.xrange(bus.stream("outbound:discord", 0)),
     )
-    assert stored_id == entry_id
     assert ChatMessage.model_validate_json(fields[FIELD]) == message(2)
     delivery = await anext(bus.consume("outbound:discord", ChatMessage))
     await delivery.ack()
-    await bus.drain(timeout=5)  # a queued publish is tracked by drain too
+    await bus.drain(timeout=5)  # a published change is tracked by drain too
 
 
 @pytest.mark.redis

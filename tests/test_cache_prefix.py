@@ -30,7 +30,7 @@ from bot.bus.base import InProcessBus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.memory.buffers import MemoryStore
-from bot.router.core import Router
+from bot.router.build import build_router
 from bot.router.text_commands import Commands
 from bot.state import connect
 from bot.state.history import HistoryStore
@@ -92,7 +92,7 @@ async def run_conversation(vendor: str) -> tuple[list[dict[str, Any]], list[int]
         bus = InProcessBus()
         history = HistoryStore(redis, max_messages=40, ttl_seconds=3600)
         box = Toolbox([lookup])
-        router = Router(
+        router = build_router(
             bus=bus,
             redis=redis,
             history=history,

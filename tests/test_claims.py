@@ -1,101 +1,73 @@
 """Claims that cannot double: two workers never both commit an answer to one message.
 
-The races are replayed step by step on both backends, with the lease lapse in Redis played by
-deleting the key (what expiry, or a Redis restart that lost the key, does). Each test states
-the interleaving that, before the fix, let both workers write the reply: a worker trusted its
-own clock ("my claim is fresh, nobody can have taken it") and committed without checking.
+The races are replayed step by step on every turn store (the twin, the embedded store, a real
+Redis), with the lease lapse played by deleting the key (what expiry, or a Redis restart that
+lost the key, does). Each test states the interleaving that, unguarded, let both workers write
+the reply: a worker trusted its own clock ("my claim is fresh, nobody can have taken it") and
+committed without checking.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
-import pytest
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
-
-from bot.bus.claims import DONE, Claim, Claims
+from bot.state.claims import DONE, Claims
+from tests.turn_rig import Store, conversation, lapse, replies, reply, take, value
 
 LEASE_MS = 60_000
 
 
-async def take(redis: Redis, claim: Claim) -> bool | None:
-    async with redis.pipeline(transaction=False) as pipe:
-        claim.queue_take(pipe)
-        [previous] = await pipe.execute()
-    return claim.taken(previous)
-
-
-def reply_writer(redis_key: str, worker: str) -> Callable[[Pipeline], None]:
-    """The commit's side effect: append the worker's name to a list of replies."""
-
-    def fill(pipe: Pipeline) -> None:
-        pipe.rpush(redis_key, worker)
-
-    return fill
-
-
-@pytest.mark.redis
 async def test_a_retried_claim_whose_lease_lapsed_does_not_commit_over_the_next_holder(
-    redis_client: Redis, key_tag: str
+    turn_store: Store, key_tag: str
 ) -> None:
     """A's claim SET runs but its answer is lost; A's retry finds its own token (SET NX leaves
     the key, and its lease, alone), so its lease began at the first attempt. The lease lapses;
-    B takes the message and answers. Before the fix A dated its lease from the retry, still
-    believed it fresh, and committed without a check: two replies."""
-    message = f"m-{key_tag}"
-    replies = f"replies:{key_tag}"
-    a = Claims(redis_client, worker_id="a", lease_ms=LEASE_MS).new("slack", message)
-    assert await take(redis_client, a) is True  # armed (the answer "got lost")
-    assert await take(redis_client, a) is True  # the retry recognises itself
+    B takes the message and answers. A must not date its lease from the retry and commit
+    unchecked: that made two replies."""
+    conv = conversation(key_tag)
+    a = Claims(turn_store, worker_id="a", lease_ms=LEASE_MS).new("slack", f"m-{key_tag}")
+    assert await take(turn_store, a) is True  # armed (the answer "got lost")
+    assert await take(turn_store, a) is True  # the retry recognises itself
 
-    await redis_client.delete(a.key)  # the lease lapses
-    b = Claims(redis_client, worker_id="b", lease_ms=LEASE_MS).new("slack", message)
-    assert await take(redis_client, b) is True
-    assert await b.commit(reply_writer(replies, "b")) is True
+    await lapse(turn_store, a.key)
+    b = Claims(turn_store, worker_id="b", lease_ms=LEASE_MS).new("slack", f"m-{key_tag}")
+    assert await take(turn_store, b) is True
+    assert await b.commit(reply(conv, "b")) is True
 
-    await a.commit(reply_writer(replies, "a"))
-    assert await redis_client.lrange(replies, 0, -1) == ["b"]
-    assert await redis_client.get(a.key) == DONE
-    await redis_client.delete(replies, a.key)
+    await a.commit(reply(conv, "a"))
+    assert await replies(turn_store, conv) == ["b"]
+    assert await value(turn_store, a.key) == DONE
 
 
-@pytest.mark.redis
-async def test_a_just_taken_claim_that_redis_lost_is_not_committed(
-    redis_client: Redis, key_tag: str
+async def test_a_just_taken_claim_that_the_store_lost_is_not_committed(
+    turn_store: Store, key_tag: str
 ) -> None:
-    """A takes the claim; moments later Redis loses the key (a restart without persistence)
-    and B claims the redelivered message. A finishes well inside its lease, before any renewal
-    could notice. Before the fix A's commit skipped the ownership check for a claim this
-    young and wrote its reply beside B's."""
-    message = f"m-{key_tag}"
-    replies = f"replies:{key_tag}"
-    a = Claims(redis_client, worker_id="a", lease_ms=LEASE_MS).new("slack", message)
-    assert await take(redis_client, a) is True
-    await redis_client.delete(a.key)
-    b = Claims(redis_client, worker_id="b", lease_ms=LEASE_MS).new("slack", message)
-    assert await take(redis_client, b) is True
+    """A takes the claim; moments later the store loses the key (a restart without
+    persistence) and B claims the redelivered message. A finishes well inside its lease,
+    before any renewal could notice: its commit must still check ownership."""
+    conv = conversation(key_tag)
+    a = Claims(turn_store, worker_id="a", lease_ms=LEASE_MS).new("slack", f"m-{key_tag}")
+    assert await take(turn_store, a) is True
+    await lapse(turn_store, a.key)
+    b = Claims(turn_store, worker_id="b", lease_ms=LEASE_MS).new("slack", f"m-{key_tag}")
+    assert await take(turn_store, b) is True
 
-    assert await a.commit(reply_writer(replies, "a")) is False
-    assert await b.commit(reply_writer(replies, "b")) is True
-    assert await redis_client.lrange(replies, 0, -1) == ["b"]
-    await redis_client.delete(replies, a.key)
+    assert await a.commit(reply(conv, "a")) is False
+    assert await b.commit(reply(conv, "b")) is True
+    assert await replies(turn_store, conv) == ["b"]
 
 
-@pytest.mark.redis
 async def test_a_renewal_that_finds_the_claim_lost_marks_it_and_stops(
-    redis_client: Redis, key_tag: str
+    turn_store: Store, key_tag: str
 ) -> None:
-    """A holds a claim; Redis loses the key and B claims the redelivered message. A's next
+    """A holds a claim; the store loses the key and B claims the redelivered message. A's next
     renewal sees B's token: it must not extend B's lease, and A's claim is marked lost."""
-    message = f"m-{key_tag}"
-    replies = f"replies:{key_tag}"
-    a = Claims(redis_client, worker_id="a", lease_ms=300).new("slack", message)
-    assert await take(redis_client, a) is True
-    await redis_client.delete(a.key)
-    b = Claims(redis_client, worker_id="b", lease_ms=LEASE_MS).new("slack", message)
-    assert await take(redis_client, b) is True
+    conv = conversation(key_tag)
+    a = Claims(turn_store, worker_id="a", lease_ms=300).new("slack", f"m-{key_tag}")
+    assert await take(turn_store, a) is True
+    await lapse(turn_store, a.key)
+    b = Claims(turn_store, worker_id="b", lease_ms=LEASE_MS).new("slack", f"m-{key_tag}")
+    assert await take(turn_store, b) is True
 
     async with a.renewing():
         for _ in range(200):  # the renewal runs every lease/3 = 0.1 s
@@ -103,46 +75,91 @@ async def test_a_renewal_that_finds_the_claim_lost_marks_it_and_stops(
                 break
             await asyncio.sleep(0.05)
     assert a.lost
-    assert await redis_client.pttl(a.key) > 300, "B's lease was not touched by A's renewal"
-    assert await a.commit(reply_writer(replies, "a")) is False
-    assert await b.commit(reply_writer(replies, "b")) is True
-    assert await redis_client.lrange(replies, 0, -1) == ["b"]
-    await redis_client.delete(replies, a.key)
+    assert await turn_store.remaining_ms(a.key) > 300, "B's lease was not touched by A"
+    assert await a.commit(reply(conv, "a")) is False
+    assert await b.commit(reply(conv, "b")) is True
+    assert await replies(turn_store, conv) == ["b"]
 
 
-@pytest.mark.redis
 async def test_a_turn_longer_than_its_lease_keeps_the_claim_by_renewing(
-    redis_client: Redis, key_tag: str
+    turn_store: Store, key_tag: str
 ) -> None:
     """The renewal starts a third of a lease in (a timer before that) and repeats: a turn that
     runs for several leases still holds its claim and commits."""
-    a = Claims(redis_client, worker_id="a", lease_ms=1200).new("slack", f"m-{key_tag}")
-    assert await take(redis_client, a) is True
+    a = Claims(turn_store, worker_id="a", lease_ms=1200).new("slack", f"m-{key_tag}")
+    assert await take(turn_store, a) is True
     async with a.renewing():
         for _ in range(30):  # 3 s: two and a half leases (renewed every 0.4 s)
             await asyncio.sleep(0.1)
-            assert await redis_client.get(a.key) == a.token
+            assert await value(turn_store, a.key) == a.token
     assert not a.lost
-    assert await a.commit(reply_writer(f"replies:{key_tag}", "a")) is True
-    await redis_client.delete(f"replies:{key_tag}", a.key)
+    assert await a.commit(reply(conversation(key_tag), "a")) is True
 
 
-@pytest.mark.redis
 async def test_a_claim_that_lapsed_with_nobody_taking_it_is_taken_back_and_committed(
-    redis_client: Redis, key_tag: str
+    turn_store: Store, key_tag: str
 ) -> None:
-    """A holds a claim when Redis goes away for longer than the lease; the key lapses and no
-    other worker takes the message. A's answer is the only one coming: before the fix the
-    commit found the claim gone, gave up, and the acked message was never answered."""
-    message = f"m-{key_tag}"
-    replies = f"replies:{key_tag}"
-    a = Claims(redis_client, worker_id="a", lease_ms=LEASE_MS).new("slack", message)
-    assert await take(redis_client, a) is True
-    await redis_client.delete(a.key)  # the lease lapsed during the outage
+    """A holds a claim when the store goes away for longer than the lease; the key lapses and
+    no other worker takes the message. A's answer is the only one coming: a commit that gave up
+    on a vanished claim would leave the acked message unanswered."""
+    conv = conversation(key_tag)
+    a = Claims(turn_store, worker_id="a", lease_ms=LEASE_MS).new("slack", f"m-{key_tag}")
+    assert await take(turn_store, a) is True
+    await lapse(turn_store, a.key)  # the lease lapsed during the outage
 
-    assert await a.commit(reply_writer(replies, "a")) is True
-    assert await redis_client.lrange(replies, 0, -1) == ["a"]
-    assert await redis_client.get(a.key) == DONE
-    b = Claims(redis_client, worker_id="b", lease_ms=LEASE_MS).new("slack", message)
-    assert await take(redis_client, b) is False, "the redelivery finds it answered"
-    await redis_client.delete(replies, a.key)
+    assert await a.commit(reply(conv, "a")) is True
+    assert await replies(turn_store, conv) == ["a"]
+    assert await value(turn_store, a.key) == DONE
+    b = Claims(turn_store, worker_id="b", lease_ms=LEASE_MS).new("slack", f"m-{key_tag}")
+    assert await take(turn_store, b) is False, "the redelivery finds it answered"
+
+
+async def test_a_released_claim_is_free_for_the_next_delivery(
+    turn_store: Store, key_tag: str
+) -> None:
+    """A failed turn gives its claim back: the next delivery takes it at once, and a release
+    by a worker that no longer holds the claim changes nothing."""
+    a = Claims(turn_store, worker_id="a", lease_ms=LEASE_MS).new("slack", f"m-{key_tag}")
+    assert await take(turn_store, a) is True
+    await a.release()
+    b = Claims(turn_store, worker_id="b", lease_ms=LEASE_MS).new("slack", f"m-{key_tag}")
+    assert await take(turn_store, b) is True
+    await a.release()  # not A's any more
+    assert await value(turn_store, b.key) == b.token
+
+
+async def test_a_wait_for_another_workers_claim_ends_soon_after_it_finishes(
+    turn_store: Store, key_tag: str
+) -> None:
+    """After an outage a survivor may reclaim entries their first worker is still finishing;
+    it must notice that worker's "done" within about a second, not at the 60 s lease expiry
+    (which would hold a whole conversation back for a minute)."""
+    holder = Claims(turn_store, worker_id="w1", lease_ms=60_000).new("discord", f"m-{key_tag}")
+    assert await take(turn_store, holder) is True
+    waiter = Claims(turn_store, worker_id="w2", lease_ms=60_000).new("discord", f"m-{key_tag}")
+    waiting = asyncio.create_task(waiter.wait_and_take())
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    assert await holder.commit(reply(conversation(key_tag), "w1"))
+    assert await asyncio.wait_for(waiting, 5) is False  # answered by the holder: skip it
+
+
+async def test_record_waits_for_the_worker_that_took_a_lapsed_claim_over(
+    turn_store: Store, key_tag: str
+) -> None:
+    """A's claim lapsed and B took the message over; A's ``record`` finds B holding it, waits
+    until B has recorded its answer, and writes nothing of its own."""
+    conv = conversation(key_tag)
+    claims_a = Claims(turn_store, worker_id="a", lease_ms=LEASE_MS)
+    a = claims_a.new("slack", f"m-{key_tag}")
+    assert await take(turn_store, a) is True
+    await lapse(turn_store, a.key)
+    b = Claims(turn_store, worker_id="b", lease_ms=LEASE_MS).new("slack", f"m-{key_tag}")
+    assert await take(turn_store, b) is True
+
+    recording = asyncio.create_task(claims_a.record(a, reply(conv, "a")))
+    await asyncio.sleep(0.3)
+    assert not recording.done(), "A waits while B holds the message"
+    assert await b.commit(reply(conv, "b"))
+    await asyncio.wait_for(recording, 5)
+    assert await replies(turn_store, conv) == ["b"]

@@ -21,7 +21,8 @@ from bot.bus.topics import DEAD_LETTERS, INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, DeadLetter, Reply
 from bot.llm.scripted import ScriptedProvider
 from bot.ops.metrics import Metrics
-from bot.router.core import Router, RouterLimits
+from bot.router.build import build_router
+from bot.router.core import RouterLimits
 from bot.router.text_commands import Commands
 from bot.state import connect
 from bot.state.history import HistoryStore
@@ -73,7 +74,7 @@ async def test_a_message_delivered_too_often_goes_to_dead_letters(
     provider = ScriptedProvider(["answered at last"])
     metrics = Metrics(process_metrics=False)
     history = HistoryStore(redis, max_messages=20, ttl_seconds=3600)
-    router = Router(
+    router = build_router(
         bus=worker,
         redis=redis,
         history=history,

@@ -21,12 +21,13 @@ from bot.agent.prompting import PromptAssembler
 from bot.bus.base import InProcessBus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.engagement.policy import Engagement, PolicyConfig, Reason
-from bot.engagement.store import RedisLiveStore
 from bot.engagement.turns import LiveChat, ack
 from bot.events import Author, ChatMessage, ConversationKey, Reply, Role
 from bot.llm.scripted import ScriptedProvider
+from bot.router.build import build_router
 from bot.router.core import Router
 from bot.router.text_commands import Commands
+from bot.state.engagement import RedisLiveStore
 from bot.state.history import HistoryStore
 from tests.roundtrips import counting_round_trips
 
@@ -111,14 +112,14 @@ async def start(
         live = LiveChat(
             Engagement(POLICY), clock=lambda: CLOCK[0], store=RedisLiveStore(redis_client)
         )
-        router = Router(
+        router = build_router(
             bus=bus,
             redis=redis_client,
             history=history,
             assembler=PromptAssembler(model="m", system_prompt="S"),
             agent=Agent(ScriptedProvider()),
             commands=Commands(history),
-            live=live,
+            engagement=live,
         )
         proc = Process(bus, router, live, conv, key_tag)
 

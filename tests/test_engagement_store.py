@@ -14,9 +14,12 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from bot.engagement.store import Changes, LiveStore, MemoryLiveStore, RedisLiveStore, Snapshot
 from bot.events import ConversationKey
 from bot.state import connect, keys
+from bot.state.engagement import Changes, LiveStore, MemoryLiveStore, RedisLiveStore, Snapshot
+from bot.state.memory_turn import MemoryTurnStore
+from bot.state.redis_turn import RedisTurnStore
+from bot.state.turn import ChannelSave, TurnChanges
 from tests.roundtrips import counting_round_trips
 
 NOW = 1_750_000_000.0
@@ -60,14 +63,13 @@ def conv(key_tag: str) -> ConversationKey:
 
 
 async def commit(store: LiveStore, conv: ConversationKey, changes: Changes, now: float) -> None:
-    """``queue_save`` inside a transaction, as the router's reply commit runs it."""
+    """``changes`` as a turn's commit writes them (a ``ChannelSave`` of ``TurnChanges``)."""
+    save = TurnChanges(channel=ChannelSave(conv, changes, now))
     if isinstance(store, RedisLiveStore):
-        async with store.redis.pipeline(transaction=True) as pipe:
-            store.queue_save(pipe, conv, changes, now)
-            await pipe.execute()
+        await RedisTurnStore(store.redis, channels=store).write(save)
     else:
         assert isinstance(store, MemoryLiveStore)
-        store.queue_save(None, conv, changes, now)
+        await MemoryTurnStore(channels=store).write(save)
 
 
 async def load(store: LiveStore, conv: ConversationKey, now: float = NOW) -> Snapshot:

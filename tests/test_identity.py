@@ -31,6 +31,7 @@ from bot.safety.audit import Audit, AuditEntry, read_audit
 from bot.state import connect, keys
 from bot.state.history import HistoryEntry, HistoryStore
 from tests.roundtrips import counting_round_trips
+from tests.turn_rig import read_memory
 
 NOW = datetime(2025, 1, 2, 10, 4, tzinfo=UTC)
 
@@ -137,11 +138,9 @@ async def test_the_router_read_follows_the_link_in_one_round_trip(rig: Rig) -> N
     await rig.memory.load("discord", rig.user("ada"))  # warm the connection
     await rig.audit.flush()  # the link's audit entries are written in the background
     with counting_round_trips() as trips:
-        async with rig.redis.pipeline(transaction=False) as pipe:
-            rig.memory.queue_load(pipe, "discord", rig.user("ada"))
-            results = await pipe.execute()
+        state = await read_memory(rig.redis, "discord", rig.user("ada"))
     assert trips.count == 1
-    buffer = rig.memory.parse_load(results, platform="discord", user_id=rig.user("ada"))
+    buffer = rig.memory.from_read(state, platform="discord", user_id=rig.user("ada"))
     assert [p.text for p in buffer.pins] == ["Eats no meat"]
     assert (buffer.platform, buffer.user_id) == ("discord", rig.user("ada")), "as the asker"
 
@@ -160,9 +159,8 @@ async def test_activity_on_either_identity_keeps_the_person_alive(rig: Rig) -> N
         await rig.redis.expire(key, 50)
     await rig.memory.load("discord", rig.user("ada"))  # a command's read refreshes nothing
     assert all([await rig.redis.ttl(key) <= 50 for key in kept])
-    async with rig.redis.pipeline(transaction=False) as pipe:  # the reply path's read does
-        rig.memory.queue_load(pipe, "discord", rig.user("ada"))
-        await pipe.execute()
+    # the reply path's read does
+    await read_memory(rig.redis, "discord", rig.user("ada"), rig.memory.refresh_seconds)
     for key in kept:
         assert await rig.redis.ttl(key) > 1000, key
 

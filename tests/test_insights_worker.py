@@ -19,7 +19,7 @@ from bot.llm.errors import ProviderRequestError, ProviderUnavailable
 from bot.llm.scripted import Script, ScriptedProvider
 from bot.llm.types import LLMRequest
 from bot.memory.buffers import MemorySettings, MemoryStore, Pin, UserBuffer
-from bot.memory.insight_queue import InsightJob, queue_enqueue, recent_outcomes
+from bot.memory.insight_queue import InsightJob, enqueue, recent_outcomes
 from bot.state import keys
 from bot.state.history import HistoryEntry, HistoryStore
 from insights.worker import InsightsWorker, JobOutcome
@@ -72,23 +72,21 @@ class Rig:
             ),
             HistoryEntry(role="assistant", text="Noted!", at=at),
         )
-        async with self.redis.pipeline(transaction=True) as pipe:
-            queue_enqueue(
-                pipe,
-                InsightJob(
-                    platform="discord",
-                    user_id=user,
-                    display_name=user.split("-")[0].title(),
-                    conversation=self.conv,
-                    message_id=mid,
-                    at=at,
-                ),
-                debounce=self.settings.insights_debounce,
-                max_delay=self.settings.insights_max_delay,
-                now=at,
-                queue=self.tag,
-            )
-            await pipe.execute()
+        await enqueue(
+            self.redis,
+            InsightJob(
+                platform="discord",
+                user_id=user,
+                display_name=user.split("-")[0].title(),
+                conversation=self.conv,
+                message_id=mid,
+                at=at,
+            ),
+            debounce=self.settings.insights_debounce,
+            max_delay=self.settings.insights_max_delay,
+            now=at,
+            queue=self.tag,
+        )
 
     async def pins(self, user: str) -> list[str]:
         return [p.text for p in (await self.memory.load("discord", user)).pins]

@@ -24,6 +24,7 @@ from bot.tools.builtin.fetch import Fetcher
 from bot.tools.netguard import NetGuard
 from tests.loopback.base import LoopbackServer
 from tests.loopback.embedding_model import LoopbackEmbedder
+from tests.turn_rig import read_recall
 
 SETTINGS = MemorySettings()
 
@@ -169,22 +170,18 @@ async def test_the_prompt_carries_relevant_excerpts_with_sources_within_budget(
     await indexer.index_all()
     recall = Recall(kb_redis, SETTINGS, None, knowledge_of=lambda m: sources)
     ask = message("is push-to-talk required in voice chat?")
-    async with kb_redis.pipeline(transaction=False) as pipe:
-        pending = recall.begin(ask, memory=True)
-        Recall.queue_read(pipe, pending)
-        results = await pipe.execute()
-    recalled = await recall.finish(pending, results, None)
+    pending = recall.begin(ask, memory=True)
+    recalled = await recall.finish(pending, await read_recall(kb_redis, pending), None)
     assert f'source="{rules} # Server rules &gt; Voice chat"' in recalled.knowledge
     assert (
         "Push-to-talk is required" in recalled.knowledge and "book club" not in recalled.knowledge
     )
     assert len(recalled.knowledge) < SETTINGS.knowledge_chars + 300
     off_topic = message("hello, how are you?")
-    async with kb_redis.pipeline(transaction=False) as pipe:
-        pending = recall.begin(off_topic, memory=True)
-        Recall.queue_read(pipe, pending)
-        results = await pipe.execute()
-    assert (await recall.finish(pending, results, None)).knowledge == ""
+    pending = recall.begin(off_topic, memory=True)
+    assert (
+        await recall.finish(pending, await read_recall(kb_redis, pending), None)
+    ).knowledge == ""
 
 
 @pytest.mark.redis

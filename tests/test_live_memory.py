@@ -10,10 +10,10 @@ import pytest
 from redis.asyncio import Redis
 
 from bot.engagement.policy import Engagement, PolicyConfig, Reason
-from bot.engagement.store import MemoryLiveStore, RedisLiveStore, Snapshot
 from bot.engagement.turns import LiveChat
 from bot.events import Author, ChatMessage, ConversationKey, Role
 from bot.state import connect
+from bot.state.engagement import MemoryLiveStore, RedisLiveStore, Snapshot
 from tests.redis_server import free_port
 
 NOW = 1_750_000_000.0

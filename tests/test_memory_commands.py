@@ -9,11 +9,13 @@ from redis.asyncio import Redis
 
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.memory.buffers import PIN_TEXT_MAX, MemorySettings, MemoryStore
-from bot.memory.insight_queue import InsightJob, queue_enqueue
+from bot.memory.insight_queue import InsightJob, due
 from bot.router.memory_commands import register, resolve_zone
 from bot.router.text_commands import Commands
 from bot.state import keys
 from bot.state.history import HistoryEntry, HistoryStore
+from bot.state.redis_turn import RedisTurnStore
+from bot.state.turn import TurnChanges
 
 NOW = datetime(2025, 1, 2, 10, 4, tzinfo=UTC)
 
@@ -66,17 +68,11 @@ class Rig:
             HistoryEntry.from_message(message),
             HistoryEntry(role="assistant", text="ok", at=NOW),
         )
-        async with self.redis.pipeline(transaction=True) as pipe:
-            self.memory.queue_touch(pipe, conv.platform, message.author.id, conv, now=NOW)
-            queue_enqueue(
-                pipe,
-                InsightJob.for_message(message),
-                debounce=20,
-                max_delay=120,
-                now=NOW,
-                queue=self.tag,
-            )
-            await pipe.execute()
+        activity = self.memory.activity(conv.platform, message.author.id, conv, now=NOW)
+        insight = due(
+            InsightJob.for_message(message), debounce=20, max_delay=120, now=NOW, queue=self.tag
+        )
+        await RedisTurnStore(self.redis).write(TurnChanges(activity=activity, insight=insight))
 
 
 @pytest.fixture

@@ -215,8 +215,8 @@ async def test_activity_is_recorded_at_most_once_a_minute_per_user_and_conversat
         await console.app.redis.delete(seen)
         await console.say("ada", "hello again")
         assert not await console.app.redis.exists(seen)  # recorded a moment ago: skipped
-        later = console.app.router.clock() + 61
-        console.app.router.clock = lambda: later
+        later = console.app.router.stages.commit.clock() + 61
+        console.app.router.stages.commit.clock = lambda: later
         await console.say("ada", "a minute later")
         assert await console.app.redis.exists(seen)
     finally:

@@ -22,6 +22,7 @@ from bot.memory.buffers import MemorySettings, MemoryStore, UserBuffer
 from bot.memory.edit import add_pin, add_recommendation
 from bot.memory.enrichment import render_context
 from bot.memory.people import People
+from tests.turn_rig import read_memory
 
 NOW = datetime(2025, 1, 2, 10, 0, tzinfo=UTC)
 OPEN = MemorySettings(
@@ -75,10 +76,8 @@ async def _fill(memory: MemoryStore, users: list[User], counts: list[tuple[int, 
 
 async def _block_for(memory: MemoryStore, redis: Redis, user: User, text: str) -> str:
     platform, user_id = user
-    async with redis.pipeline(transaction=False) as pipe:  # the router's read pipeline
-        memory.queue_load(pipe, platform, user_id)
-        results = await pipe.execute()
-    buffer = memory.parse_load(results, platform=platform, user_id=user_id)
+    state = await read_memory(redis, platform, user_id)  # the turn's read
+    buffer = memory.from_read(state, platform=platform, user_id=user_id)
     message = ChatMessage(
         platform=platform,
         id="q1",

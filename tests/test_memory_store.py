@@ -25,8 +25,11 @@ from bot.memory.buffers import (
 )
 from bot.memory.edit import add_pin
 from bot.state import connect, keys
+from bot.state.redis_turn import RedisTurnStore
+from bot.state.turn import TurnChanges
 from tests.memory_samples import full_buffer
 from tests.roundtrips import RoundTrips, counting_round_trips
+from tests.turn_rig import read_memory
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -89,36 +92,30 @@ async def test_one_round_trip_to_load_and_one_to_save(
     assert round_trips.count - before == 1
 
 
-async def test_load_folds_into_a_shared_read_pipeline(
+async def test_load_rides_the_turns_one_read(
+    memory: MemoryStore, redis_client: Redis, key_tag: str, round_trips: RoundTrips
+) -> None:
+    user = f"ada-{key_tag}"
+    await memory.save(buffer(user, pin("Is vegan")))
+    before = round_trips.count
+    state = await read_memory(redis_client, "discord", user)
+    assert round_trips.count - before == 1  # with the history window, in one pipeline
+    loaded = memory.from_read(state, platform="discord", user_id=user)
+    assert [p.text for p in loaded.pins] == ["Is vegan"]
+
+
+async def test_activity_rides_the_turns_one_commit(
     memory: MemoryStore, redis_client: Redis, key_tag: str, round_trips: RoundTrips
 ) -> None:
     conv = ConversationKey(platform="discord", channel=f"c-{key_tag}")
     user = f"ada-{key_tag}"
-    await memory.save(buffer(user, pin("Is vegan")))
-    before = round_trips.count
-    async with redis_client.pipeline(transaction=False) as pipe:
-        pipe.lrange(keys.history(conv), -40, -1)
-        memory.queue_load(pipe, "discord", user)
-        results = await pipe.execute()
-    assert round_trips.count - before == 1
-    loaded = memory.parse_load(
-        results[1 : 1 + MemoryStore.LOAD_COMMANDS], platform="discord", user_id=user
-    )
-    assert [p.text for p in loaded.pins] == ["Is vegan"]
-
-
-async def test_touch_folds_into_a_shared_write_pipeline(
-    memory: MemoryStore, redis_client: Redis, key_tag: str, round_trips: RoundTrips
-) -> None:
-    conv = ConversationKey(platform="discord", channel=f"c-{key_tag}")
     await redis_client.ping()
     before = round_trips.count
-    async with redis_client.pipeline(transaction=True) as pipe:
-        pipe.rpush(keys.history(conv), "x")
-        memory.queue_touch(pipe, "discord", f"ada-{key_tag}", conv, now=T0)
-        results = await pipe.execute()
+    store = RedisTurnStore(redis_client)
+    activity = memory.activity("discord", user, conv, now=T0)
+    await store.write(TurnChanges(activity=activity))
     assert round_trips.count - before == 1
-    assert len(results) == 1 + MemoryStore.TOUCH_COMMANDS
+    assert await memory.conversations("discord", user) == [conv]
 
 
 async def test_ttl_is_set_by_writes_and_refreshed_by_activity(
@@ -243,8 +240,7 @@ async def test_the_forget_tombstone_blocks_older_writers_only(
     await memory.save(buffer(user, pin("Is vegan")))
     async with redis_client.pipeline(transaction=True) as pipe:
         memory.queue_forget(pipe, "discord", user, now=T0 + timedelta(seconds=10))
-        results = await pipe.execute()
-    assert len(results) == MemoryStore.FORGET_COMMANDS
+        await pipe.execute()
     assert (await memory.load("discord", user)).is_empty
     assert 0 < await redis_client.ttl(keys.forgotten("discord", user)) <= 24 * 3600
 

@@ -1,35 +1,33 @@
 """Riding over a Redis outage inside a turn: the claim steps that must stay exactly-once when a
-command may or may not have run before the connection dropped. The retry helper itself
+command may or may not have run before the connection dropped (``RedisTurnStore``). The retry helper itself
 (``until_redis_answers``) is tested in tests/test_resilience.py; the whole app against a stopped
 and restarted Redis is tests/test_redis_outage.py."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from bot.bus.claims import DONE, Claims
+from bot.state.claims import DONE, Claim, Claims
+from bot.state.history import HistoryStore
+from bot.state.redis_turn import RedisTurnStore
+from bot.state.turn import StreamAppend, TurnChanges
+from tests.turn_rig import take
 
 
 @pytest.mark.redis
 async def test_a_retried_claim_recognises_itself(redis_client: Redis, key_tag: str) -> None:
     """The SET NX of a claim may have run when its reply was lost: the retry finds our own
     token and must take it as ours, not wait a whole lease for "another worker"."""
-    claim = Claims(redis_client, worker_id="w1").new("discord", f"m-{key_tag}")
-    async with redis_client.pipeline(transaction=False) as pipe:
-        claim.queue_take(pipe)
-        [first] = await pipe.execute()
-    async with redis_client.pipeline(transaction=False) as pipe:
-        claim.queue_take(pipe)
-        [again] = await pipe.execute()
+    store = RedisTurnStore(redis_client)
+    claim = Claims(store, worker_id="w1").new("discord", f"m-{key_tag}")
+    first = await store.take(claim.key, claim.token, 10_000)
+    again = await store.take(claim.key, claim.token, 10_000)
     assert claim.taken(first) is True and claim.taken(again) is True
-    other = Claims(redis_client, worker_id="w2").new("discord", f"m-{key_tag}")
+    other = Claims(store, worker_id="w2").new("discord", f"m-{key_tag}")
     assert other.taken(again) is None  # still another worker's claim for anybody else
 
 
@@ -40,10 +38,7 @@ async def test_a_commit_whose_exec_ran_before_the_connection_dropped_is_not_doub
     """The worst moment: the commit script ran (the reply went out) and then the connection
     dropped, so the worker cannot know. The retry's ownership check finds the claim done, and
     does not publish a second reply."""
-    claim = Claims(redis_client, worker_id="w1").new("discord", f"m-{key_tag}")
-    async with redis_client.pipeline(transaction=False) as pipe:
-        claim.queue_take(pipe)
-        assert claim.taken((await pipe.execute())[0])
+    claim = await taken(redis_client, key_tag)
     stream = f"replies-{key_tag}"
     real_eval = Redis.eval
     drops = [1]
@@ -67,10 +62,7 @@ async def test_a_commit_whose_exec_ran_before_the_connection_dropped_is_not_doub
 async def test_a_commit_that_never_reached_redis_is_retried_until_it_does(
     redis_client: Redis, key_tag: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    claim = Claims(redis_client, worker_id="w1").new("discord", f"m-{key_tag}")
-    async with redis_client.pipeline(transaction=False) as pipe:
-        claim.queue_take(pipe)
-        assert claim.taken((await pipe.execute())[0])
+    claim = await taken(redis_client, key_tag)
     stream = f"replies-{key_tag}"
     real_eval = Redis.eval
     failures = [1, 1]
@@ -88,29 +80,14 @@ async def test_a_commit_that_never_reached_redis_is_retried_until_it_does(
     await redis_client.delete(stream)
 
 
-@pytest.mark.redis
-async def test_a_wait_for_another_workers_claim_ends_soon_after_it_finishes(
-    redis_client: Redis, key_tag: str
-) -> None:
-    """After an outage a survivor may reclaim entries their first worker is still finishing;
-    it must notice that worker's "done" within about a second, not at the 60 s lease expiry
-    (which held a whole conversation back for a minute before)."""
-    holder = Claims(redis_client, worker_id="w1", lease_ms=60_000).new("discord", f"m-{key_tag}")
-    async with redis_client.pipeline(transaction=False) as pipe:
-        holder.queue_take(pipe)
-        assert holder.taken((await pipe.execute())[0])
-    waiter = Claims(redis_client, worker_id="w2", lease_ms=60_000).new("discord", f"m-{key_tag}")
-    waiting = asyncio.create_task(waiter.wait_and_take())
-    await asyncio.sleep(0.3)
-    assert not waiting.done()
-    assert await holder.commit(lambda pipe: None)
-    assert await asyncio.wait_for(waiting, 5) is False  # answered by the holder: skip it
+async def taken(redis: Redis, key_tag: str) -> Claim:
+    """A claim of worker ``w1``, taken."""
+    store = RedisTurnStore(redis, history=HistoryStore(redis, max_messages=40, ttl_seconds=60))
+    claim = Claims(store, worker_id="w1").new("discord", f"m-{key_tag}")
+    assert await take(store, claim) is True
+    return claim
 
 
-def queue_reply(stream: str) -> Callable[[Pipeline], None]:
+def queue_reply(stream: str) -> TurnChanges:
     """The write a claim commits with its done marker: one reply appended to ``stream``."""
-
-    def write(pipe: Pipeline) -> None:
-        pipe.xadd(stream, {"e": "the reply"})
-
-    return write
+    return TurnChanges(reply=StreamAppend(stream, {"e": "the reply"}, maxlen=1000))

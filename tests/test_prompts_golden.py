@@ -241,9 +241,7 @@ async def run_commands(
         await history.append(conv, HistoryEntry.from_message(said))
         if bus is not None:
             await bus.publish(INBOUND, said)
-        async with redis.pipeline(transaction=True) as pipe:
-            memory.queue_touch(pipe, "discord", user, conv, now=NOW)
-            await pipe.execute()
+        await memory.touch("discord", user, conv, now=NOW)
     replies = []
     for n, text in enumerate(texts):
         reply = await commands.handle(message(text, user, msg_id=f"c{n}"))

@@ -17,6 +17,8 @@ from bot.safety.gate import SafetyGate
 from bot.safety.policy import Policies
 from bot.settings import QuotaSettings
 from bot.state import connect, keys
+from bot.state.redis_turn import RedisTurnStore
+from bot.state.turn import TurnChanges
 from tests.outage_rig import redis_binary
 from tests.redis_server import free_port, start_redis, stop_redis
 
@@ -37,9 +39,8 @@ def said(tag: str, user: str = "ada", channel: str = "c", *, mod: bool = False) 
 
 async def commit(redis: Redis, quotas: Quotas, limits: QuotaLimits, message: ChatMessage,
                  tokens: int, cost: float | None = None, *, exempt: bool = False) -> None:  # fmt: skip
-    async with redis.pipeline(transaction=True) as pipe:
-        quotas.queue_usage(pipe, limits, message, NOW, tokens=tokens, cost_usd=cost, exempt=exempt)
-        await pipe.execute()
+    added = quotas.usage_counters(limits, message, NOW, tokens=tokens, cost_usd=cost, exempt=exempt)
+    await RedisTurnStore(redis).write(TurnChanges(usage=added))
 
 
 def test_period_ids_and_what_is_left_of_them() -> None:

@@ -27,10 +27,11 @@ from bot.memory.vectors import (
     unit,
 )
 from bot.ops.metrics import NullMetrics
-from bot.router.record import context_for, read_turn
+from bot.router.answer import context_for
 from bot.state import keys
 from bot.state.history import HistoryStore
 from tests.loopback.embedding_model import LoopbackEmbedder, embed_text
+from tests.turn_rig import read_turn
 
 NOW = datetime(2026, 11, 20, 18, 0, tzinfo=UTC)
 SETTINGS = MemorySettings(CHORUS_EMBEDDING_MODEL="openai:loopback-embed")  # type: ignore[call-arg]
@@ -143,7 +144,7 @@ async def test_the_query_races_the_read_and_picks_the_paraphrase(redis_client: R
     metrics = Counted()
     embedder = LoopbackEmbedder()
     recall = Recall(redis_client, SETTINGS, embedder, metrics=metrics)
-    first = await read_turn(redis_client, history, memory, message("hello there"), None, recall)
+    first = await read_turn(redis_client, history, memory, message("hello there"), recall)
     assert first is not None and first.recall is not None
     await recall.idle()  # the background refresh embedded the notes, off the reply path
     stored = await redis_client.hgetall(keys.user_vectors("discord", uid("u1")))
@@ -151,7 +152,7 @@ async def test_the_query_races_the_read_and_picks_the_paraphrase(redis_client: R
     assert await redis_client.ttl(keys.user_vectors("discord", uid("u1"))) > 0
 
     ask = message("any vegetarian dinner ideas?", n=2)
-    read = await read_turn(redis_client, history, memory, ask, None, recall)
+    read = await read_turn(redis_client, history, memory, ask, recall)
     assert read is not None and read.recall is not None and read.recall.query is not None
     block = context_for(read, ask, memory, NOW)
     assert "eats no meat" in block and "guitar" not in block
@@ -167,7 +168,7 @@ async def test_a_slow_embedder_falls_back_to_lexical_and_is_counted(redis_client
     metrics = Counted()
     recall = Recall(redis_client, settings, LoopbackEmbedder(delay=30), metrics=metrics)
     ask = message("is my dog hungry?")
-    read = await read_turn(redis_client, history, memory, ask, None, recall)
+    read = await read_turn(redis_client, history, memory, ask, recall)
     for task in list(recall._tasks):
         task.cancel()  # the background refresh would wait out the slow embedder
     assert read is not None and read.recall is not None and read.recall.query is None
@@ -183,7 +184,7 @@ async def test_a_failing_embedder_falls_back_to_lexical(redis_client: Redis) -> 
     embedder = LoopbackEmbedder()
     embedder.fail = RuntimeError("endpoint down")
     recall = Recall(redis_client, SETTINGS, embedder, metrics=metrics)
-    read = await read_turn(redis_client, history, memory, message("hello"), None, recall)
+    read = await read_turn(redis_client, history, memory, message("hello"), recall)
     assert read is not None and read.recall is not None and read.recall.query is None
     assert metrics.outcomes == ["error"]
 
@@ -196,7 +197,7 @@ async def test_only_the_speakers_own_vectors_are_read(redis_client: Redis) -> No
     await memory.save(buffer("eats no meat", user="bob"))
     await recall.refresh_user("discord", uid("bob"), ["eats no meat"])
     read = await read_turn(
-        redis_client, history, memory, message("vegetarian dinner?", user="eve"), None, recall
+        redis_client, history, memory, message("vegetarian dinner?", user="eve"), recall
     )
     assert read is not None and read.recall is not None
     assert dict(read.recall.vectors) == {}
@@ -230,7 +231,7 @@ async def test_forget_deletes_the_vectors(redis_client: Redis) -> None:
 async def test_a_duplicate_turn_cancels_the_query() -> None:
     recall = Recall(None, SETTINGS, LoopbackEmbedder(delay=30))  # type: ignore[arg-type]
     pending = recall.begin(message("something to embed"), memory=True)
-    assert pending.task is not None and pending.width == 1  # the vectors; no knowledge base
+    assert pending.task is not None and pending.vectors and pending.base is None
     pending.abandon()
     with pytest.raises(asyncio.CancelledError):
         await pending.task
@@ -267,7 +268,7 @@ async def test_a_failed_refresh_pauses_refreshes(redis_client: Redis) -> None:
     embedder.fail = RuntimeError("endpoint down")
     recall = Recall(redis_client, SETTINGS, embedder)
     for n in range(3):
-        await read_turn(redis_client, history, memory, message("/pins", n=n), None, recall)
+        await read_turn(redis_client, history, memory, message("/pins", n=n), recall)
         await recall.idle()
     assert embedder.calls == [["eats no meat"]]  # one failed refresh, then a pause
 

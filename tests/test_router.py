@@ -18,7 +18,8 @@ from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.llm.errors import ProviderUnavailable
 from bot.llm.scripted import ScriptedProvider
 from bot.llm.types import LLMRequest, TextPart
-from bot.router.core import Router, RouterLimits, apology
+from bot.router.build import build_router
+from bot.router.core import RouterLimits, apology
 from bot.router.text_commands import Commands
 from bot.state import connect
 from bot.state.history import HistoryStore
@@ -64,7 +65,7 @@ async def rig(redis_url: str, key_tag: str) -> AsyncIterator[Rig]:
     bus = InProcessBus()
     history = HistoryStore(redis, max_messages=20, ttl_seconds=3600)
     provider = ScriptedProvider()
-    router = Router(
+    router = build_router(
         bus=bus,
         redis=redis,
         history=history,

@@ -20,7 +20,8 @@ from bot.bus.base import InProcessBus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.ops.metrics import Metrics
-from bot.router.core import Router, RouterLimits
+from bot.router.build import build_router
+from bot.router.core import RouterLimits
 from bot.router.text_commands import Commands
 from bot.settings import settings_from
 from bot.state import connect
@@ -50,7 +51,7 @@ async def test_a_burst_blocks_publish_and_the_router_never_holds_more_than_its_l
     bus = InProcessBus(maxsize=TOPIC_SIZE)
     history = HistoryStore(redis, max_messages=10, ttl_seconds=600)
     model = GatedModel("bp")
-    router = Router(
+    router = build_router(
         bus=bus,
         redis=redis,
         history=history,

@@ -20,6 +20,7 @@ from bot.engagement.turns import LiveChat, ack
 from bot.events import Author, ChatMessage, ConversationKey, Reply, Role
 from bot.llm.scripted import ScriptedProvider
 from bot.ops.metrics import Metrics
+from bot.router.build import build_router
 from bot.router.core import Router
 from bot.router.text_commands import Commands
 from bot.state import connect
@@ -68,14 +69,14 @@ async def live(key_tag: str) -> AsyncIterator[Live]:
         min_pending=3, min_gap_seconds=30, channel_cooldown_seconds=0, mention_burst=1
     )
     metrics = Metrics(process_metrics=False)
-    router = Router(
+    router = build_router(
         bus=bus,
         redis=redis,
         history=history,
         assembler=PromptAssembler(model="m", system_prompt="S"),
         agent=Agent(provider),
         commands=Commands(history),
-        live=LiveChat(Engagement(policy), clock=lambda: clock[0], metrics=metrics),
+        engagement=LiveChat(Engagement(policy), clock=lambda: clock[0], metrics=metrics),
         metrics=metrics,
     )
     replies: list[Reply] = []
@@ -171,7 +172,7 @@ async def test_a_busy_regular_flooding_between_mentions_is_answered_once(live: L
     assert "and one more thing?" in prompt and "spam line" not in prompt
     live.clock[0] += 30
     assert live.router.live_tick() == 0  # answered once
-    assert live.router.live is not None and live.router.live.declined == 0
+    assert live.router.engagement is not None and live.router.engagement.declined == 0
 
 
 async def test_a_declined_mention_is_logged_and_counted(

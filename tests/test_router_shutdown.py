@@ -29,6 +29,7 @@ from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.llm.scripted import ScriptedProvider
 from bot.llm.types import LLMRequest, LLMResponse
+from bot.router.build import build_router
 from bot.router.core import Router, RouterLimits
 from bot.router.text_commands import Commands
 from bot.state import keys
@@ -71,7 +72,7 @@ def _bus(redis: Redis, tag: str, name: str) -> RedisStreamsBus:
 
 def _router(redis: Redis, bus: RedisStreamsBus | InProcessBus, model: ScriptedProvider) -> Router:
     history = HistoryStore(redis, max_messages=20, ttl_seconds=600)
-    return Router(
+    return build_router(
         worker_id=getattr(bus, "consumer", "solo"),
         bus=bus,
         redis=redis,
@@ -242,6 +243,7 @@ async def test_a_commit_in_progress_is_not_cut_by_the_shutdown(redis: Redis, key
 
     assert texts == ["earlier reply", "solo: message 1"]
     assert await redis.get(keys.dedupe("console", f"{key_tag}-m1")) == "done"
+    assert router.history is not None
     history = await router.history.load(_message(key_tag, 1).conversation)
     assert [e.role for e in history] == ["user", "assistant"]
     await asyncio.wait_for(bus.drain(), 5)  # the inbound delivery was acked too

@@ -19,6 +19,7 @@ from bot.engagement.turns import LiveChat
 from bot.events import Author, ChatMessage, ConversationKey, Reply, Role
 from bot.llm.scripted import ScriptedProvider
 from bot.quota.gate import ReplyGate
+from bot.router.build import build_router
 from bot.router.core import Router
 from bot.router.text_commands import Commands
 from bot.state import connect
@@ -40,14 +41,14 @@ async def running(key_tag: str, thanks: ThanksConfig | None) -> AsyncIterator[Ri
         clock=lambda: clock[0],
         thanks=thanks,
     )
-    router = Router(
+    router = build_router(
         bus=bus,
         redis=redis,
         history=history,
         assembler=PromptAssembler(model="m", system_prompt="S"),
         agent=Agent(provider),
         commands=Commands(history),
-        live=live,
+        engagement=live,
     )
     replies: list[Reply] = []
 

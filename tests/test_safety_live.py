@@ -21,6 +21,7 @@ from bot.engagement.policy import Engagement, PolicyConfig
 from bot.engagement.turns import LiveChat
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.llm.registry import build_provider
+from bot.router.build import build_router
 from bot.router.core import Router
 from bot.router.text_commands import Commands
 from bot.settings import LLMSettings, ModelSpec
@@ -77,14 +78,14 @@ async def stream(key_tag: str) -> AsyncIterator[Stream]:
         server.default_reply = lambda body: "Hi Mal and Di!"
         settings = LLMSettings(anthropic_api_key="k", anthropic_base_url=server.base_url)  # type: ignore[arg-type]
         provider = build_provider(ModelSpec("anthropic", "claude-test"), settings)
-        router = Router(
+        router = build_router(
             bus=bus,
             redis=redis,
             history=history,
             assembler=PromptAssembler(model="claude-test", system_prompt="SYSTEM TEXT"),
             agent=Agent(provider),
             commands=Commands(history),
-            live=LiveChat(Engagement(policy), clock=lambda: clock[0]),
+            engagement=LiveChat(Engagement(policy), clock=lambda: clock[0]),
         )
         replies: list[Reply] = []
 

@@ -21,8 +21,11 @@ from bot.memory import summaries as chan
 from bot.memory.buffers import MemorySettings, MemoryStore
 from bot.state import keys
 from bot.state.history import HistoryEntry, HistoryStore
+from bot.state.redis_turn import RedisTurnStore
+from bot.state.turn import HistoryAppend, TurnChanges
 from insights.budget import Budget
 from insights.summariser import Summariser
+from tests.turn_rig import read_summaries
 
 T0 = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
 _LINE = re.compile(r'<line(?: id="(L\d+)")? from="([^"]*)"[^>]*>([^<]*)</line>')
@@ -100,19 +103,13 @@ class Rig:
             self.history.queue_load(pipe, self.conv)
             [raw] = await pipe.execute()
         waiting = self.history.waiting(raw)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            self.history.queue_append(pipe, self.conv, *entries)
-            chan.queue_record(
-                pipe,
-                self.conv,
-                self.plan,
-                at,
-                waiting=waiting,
-                touch=True,
-                ttl_seconds=3600,
-                queue=self.tag,
-            )
-            await pipe.execute()
+        due = chan.due(
+            self.conv, self.plan, at, waiting=waiting, touch=True, ttl_seconds=3600, queue=self.tag
+        )
+        store = RedisTurnStore(self.redis, history=self.history)
+        await store.write(
+            TurnChanges(history=HistoryAppend(self.conv, entries, keep=True), summary=due)
+        )
 
     async def summaries(self) -> tuple[chan.Summary, ...]:
         return chan.load_summaries(await self.redis.get(keys.summary("sum", self.conv)))
@@ -288,11 +285,7 @@ async def test_the_read_brings_summaries_and_notes_only_where_the_scope_keeps_th
     )
     for community in (False, True):
         plan = chan.SummaryPlan(ttl_days=1, community=community)
-        async with rig.redis.pipeline(transaction=False) as pipe:
-            count = chan.queue_read(pipe, rig.conv, plan)
-            results = await pipe.execute()
-        assert count == len(results) == 1 + community
-        got = chan.parse_read(results, rig.conv, plan)
+        got = await read_summaries(rig.redis, rig.conv, plan)
         assert got.summaries == (s,)
         assert (got.community.mood if got.community else None) == ("m" if community else None)
 
@@ -344,18 +337,10 @@ async def test_the_schedule_rides_with_the_activity_record_or_when_lines_wait(ri
     due = keys.summary_queue(rig.tag)
 
     async def record(*, waiting: bool, touch: bool) -> float | None:
-        async with rig.redis.pipeline(transaction=True) as pipe:
-            chan.queue_record(
-                pipe,
-                rig.conv,
-                rig.plan,
-                T0,
-                waiting=waiting,
-                touch=touch,
-                ttl_seconds=60,
-                queue=rig.tag,
-            )
-            await pipe.execute()
+        due_now = chan.due(
+            rig.conv, rig.plan, T0, waiting=waiting, touch=touch, ttl_seconds=60, queue=rig.tag
+        )
+        await RedisTurnStore(rig.redis).write(TurnChanges(summary=due_now))
         score = await rig.redis.zscore(due, str(rig.conv))
         return None if score is None else float(score)
 

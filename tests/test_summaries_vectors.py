@@ -32,6 +32,7 @@ from tests.test_insights_worker import DUE, add, answer
 from tests.test_insights_worker import Rig as WorkerRig
 from tests.test_memory_e2e import Console, last_chat_prompt, server, stop
 from tests.test_summaries_contract import T0, Rig, rig
+from tests.turn_rig import read_summaries
 
 __all__ = ["rig", "server"]  # fixtures: the rig, the loopback Anthropic server
 
@@ -67,11 +68,7 @@ def query(text: str, embedder: LoopbackEmbedder) -> Recalled:
 
 
 async def read(rig: Rig, plan: chan.SummaryPlan) -> chan.ChannelMemory:
-    async with rig.redis.pipeline(transaction=False) as pipe:
-        count = chan.queue_read(pipe, rig.conv, plan, vectors=True)
-        results = await pipe.execute()
-    assert count == len(results) == 2 + plan.community
-    return chan.parse_read(results, rig.conv, plan, vectors=True)
+    return await read_summaries(rig.redis, rig.conv, plan, vectors=True)
 
 
 @pytest.mark.redis

@@ -26,12 +26,12 @@ from bot.admin.auth import COOKIE, SESSION_KEY, Auth
 from bot.admin.login import LoginGuard
 from bot.admin.views import Sources
 from bot.engagement.policy import apply_pause
-from bot.engagement.store import Changes, RedisLiveStore
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.memory.entries import StaleEntry, delete_entry, edit_entry
 from bot.safety.audit import AuditEntry
 from bot.settings import ConfigError
 from bot.settings.ops import LOOPBACK_HOSTS, AdminSettings
+from bot.state.engagement import Changes, RedisLiveStore
 
 log = logging.getLogger("chorus.admin")
 

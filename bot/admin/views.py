@@ -18,7 +18,6 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bot.engagement.store import Snapshot
 from bot.engagement.turns import LiveChat
 from bot.events import ConversationKey
 from bot.memory.buffers import MemoryStore, UserBuffer, source_ref
@@ -29,6 +28,7 @@ from bot.router.text_commands import Commands
 from bot.safety.audit import Audit
 from bot.settings import Settings
 from bot.state import keys, turnlog
+from bot.state.engagement import Snapshot
 from bot.state.history import HistoryStore
 
 LIVE_PLATFORMS = ("twitch", "youtube")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 if TYPE_CHECKING:
-    from redis.asyncio.client import Pipeline
+    from bot.state.turn import StreamAck, StreamAppend
 
 log = logging.getLogger("chorus.bus")
 
@@ -39,7 +39,7 @@ class BusClosed(RuntimeError):
 class Delivery(Generic[M]):
     """One event handed to one consumer. Call ``ack`` once its side effect is done."""
 
-    __slots__ = ("_acked", "_on_ack", "_queue_ack", "_settle", "attempt", "event", "id", "topic")
+    __slots__ = ("_ack_change", "_acked", "_on_ack", "_settle", "attempt", "event", "id", "topic")
 
     def __init__(
         self,
@@ -49,7 +49,7 @@ class Delivery(Generic[M]):
         event: M,
         attempt: int,
         on_ack: Callable[[], Awaitable[None]],
-        queue_ack: Callable[[Pipeline], object] | None = None,
+        ack_change: StreamAck | None = None,
         settle: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.id = id
@@ -57,7 +57,7 @@ class Delivery(Generic[M]):
         self.event = event
         self.attempt = attempt
         self._on_ack = on_ack
-        self._queue_ack = queue_ack  # the ack as a command on the caller's Redis transaction
+        self._ack_change = ack_change  # the ack as a change of the turn's commit
         self._settle = settle  # what ``ack`` does besides that command (the bus's bookkeeping)
         self._acked = False
 
@@ -71,16 +71,17 @@ class Delivery(Generic[M]):
             self._acked = True
             await self._on_ack()
 
-    def queue_ack(self, pipe: Pipeline) -> None:
-        """Queue the ack's command on ``pipe``, a transaction on the bus's own Redis, when the
-        bus has one (Redis Streams: the ``XACK`` rides in the turn's commit, one round trip
-        fewer). It counts only once ``acked_in_commit`` says that transaction ran; until then
-        ``ack`` acks as usual (acking twice is harmless)."""
-        if self._queue_ack is not None and not self._acked:
-            self._queue_ack(pipe)
+    @property
+    def ack_change(self) -> StreamAck | None:
+        """The ack as a change of the turn's commit (``bot.state.turn.TurnChanges.ack``), when
+        the bus keeps its streams in the state store (Redis Streams: the ``XACK`` rides in the
+        commit, one round trip fewer); None otherwise, or once acked. It counts only once
+        ``acked_in_commit`` says that commit ran; until then ``ack`` acks as usual (acking
+        twice is harmless)."""
+        return None if self._acked else self._ack_change
 
     def acked_in_commit(self) -> None:
-        """The transaction that carried ``queue_ack`` ran: ``ack`` now only settles locally."""
+        """The commit that carried ``ack_change`` ran: ``ack`` now only settles locally."""
         if self._settle is not None:
             self._on_ack = self._settle
 
@@ -142,10 +143,11 @@ class _Topic:
 
 @runtime_checkable
 class TransactionalBus(Protocol):
-    """A bus that can publish inside the caller's Redis transaction (Redis Streams: an XADD in
-    the MULTI), so a reply and the record that it was sent commit together."""
+    """A bus whose streams live in the state store (Redis Streams), so a reply can be published
+    as a change of the turn's commit (``bot.state.turn.TurnChanges.reply``): the reply and the
+    record that it was sent commit together."""
 
-    def queue_publish(self, pipe: Pipeline, topic: str, event: BaseModel) -> None: ...
+    def publish_change(self, topic: str, event: BaseModel) -> StreamAppend: ...
 
 
 class InProcessBus:

@@ -3,8 +3,8 @@
 Why Streams: an entry stays in the stream after it is read, and a consumer group remembers who
 holds which unacknowledged entry (the pending entries list), so a worker that dies mid-turn
 loses nothing: its entries are claimed by a live worker and handled again. Delivery is
-at-least-once; the router makes *replies* exactly-once with a claim and one ``MULTI``/``EXEC``
-that publishes the reply (``queue_publish``), appends the history and marks the message done.
+at-least-once; the router makes *replies* exactly-once with a claim and one guarded commit that
+publishes the reply (``publish_change``), appends the history and marks the message done.
 
 Layout (keys in bot/state/keys.py): each topic is split into ``partitions`` streams; an event goes to
 the partition of its conversation (a stable CRC32 hash), so every message of a conversation is
@@ -13,7 +13,7 @@ in one stream, in publish order. Each partition is read by one consumer of a gro
 are added with ``XADD ... MAXLEN ~ maxlen`` (memory stays bounded; a group lagging by more than
 ``maxlen`` loses the oldest entries, which are logged when reclaimed) and read with
 ``XREADGROUP ... BLOCK``; ``Delivery.ack`` is ``XACK``, after the side effect, or rides inside
-the side effect's own transaction (``Delivery.queue_ack``: the router's guarded commit), which
+the side effect's own transaction (``Delivery.ack_change``: the router's guarded commit), which
 saves the round trip and makes the two atomic. ``attempt`` is the entry's delivery count. A
 payload that does not fit the model is logged with its id and acked.
 
@@ -45,7 +45,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -59,9 +59,7 @@ from bot.bus.streams_publish import FIELD, StreamsPublisher, conversation_of
 from bot.ops.aio import Latch, cancel_and_wait
 from bot.state import keys
 from bot.state.outages import TRANSIENT
-
-if TYPE_CHECKING:
-    from redis.asyncio.client import Pipeline
+from bot.state.turn import StreamAck
 
 __all__ = ["FIELD", "RedisStreamsBus", "conversation_of"]
 
@@ -166,7 +164,7 @@ class RedisStreamsBus(StreamsPublisher):
         fields: dict[str, str] | None,
         attempt: int,
     ) -> Delivery[M] | None:
-        ack, settle, queue_ack = self._acker(state, partition, entry_id)
+        ack, settle = self._acker(state, partition, entry_id)
         delivery_id = f"{partition}:{entry_id}"
         if fields is None:
             log.error(
@@ -197,20 +195,15 @@ class RedisStreamsBus(StreamsPublisher):
             event=event,
             attempt=attempt,
             on_ack=ack,
-            queue_ack=queue_ack,
+            ack_change=StreamAck(self.stream(state.topic, partition), state.group, entry_id),
             settle=settle,
         )
 
     def _acker(
         self, state: _Consumer, partition: int, entry_id: str
-    ) -> tuple[
-        Callable[[], Awaitable[None]],
-        Callable[[], Awaitable[None]],
-        Callable[[Pipeline], object],
-    ]:
-        """``ack`` (``XACK``, then ``settle``); ``settle`` alone (the consumer's bookkeeping);
-        and the ``XACK`` queued on a caller's transaction, for an entry whose ack rides in the
-        caller's commit (``Delivery.queue_ack``, then ``settle``)."""
+    ) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]:
+        """``ack`` (``XACK``, then ``settle``) and ``settle`` alone (the consumer's bookkeeping,
+        for an entry whose ack rode in the turn's commit: ``Delivery.ack_change``)."""
         name, group = self.stream(state.topic, partition), state.group
 
         async def settle() -> None:
@@ -226,7 +219,7 @@ class RedisStreamsBus(StreamsPublisher):
             finally:
                 await settle()
 
-        return ack, settle, lambda pipe: pipe.xack(name, group, entry_id)
+        return ack, settle
 
     async def _fetch(self, state: _Consumer) -> list[Entry]:
         """The next entries for ``state``: reclaimed ones first, then new ones."""

@@ -24,7 +24,6 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 
 from bot.bus.base import BusClosed
 from bot.bus.streams_ops import unacked, wait_event
@@ -32,6 +31,7 @@ from bot.ops.aio import Latch
 from bot.resilience import Failure, retry
 from bot.state import keys, outages
 from bot.state.outages import outage_policy
+from bot.state.turn import StreamAppend
 
 log = logging.getLogger("chorus.bus")
 
@@ -129,12 +129,12 @@ class StreamsPublisher:
         self._progress.set()
         return f"{partition}:{entry_id}"
 
-    def queue_publish(self, pipe: Pipeline, topic: str, event: BaseModel) -> None:
-        """``publish`` as one ``XADD`` on the caller's pipeline (1 result: the entry id), so a
-        reply goes out in the same ``MULTI``/``EXEC`` as the rest of its side effect."""
+    def publish_change(self, topic: str, event: BaseModel) -> StreamAppend:
+        """``publish`` as a change of the turn's commit (one ``XADD`` there), so a reply goes
+        out in the same atomic step as the rest of its side effect."""
         self._check_open(topic)
         name, payload, _ = self._prepare(topic, event)
-        pipe.xadd(name, {FIELD: payload}, maxlen=self.maxlen, approximate=True)
+        return StreamAppend(name, {FIELD: payload}, self.maxlen)
 
     def _prepare(self, topic: str, event: BaseModel) -> tuple[str, str, int]:
         payload = event.model_dump_json()  # fails here, not in a consumer, if it cannot cross

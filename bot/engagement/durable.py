@@ -1,4 +1,4 @@
-"""Keeping a process's live channels in step with their durable state (bot/engagement/store.py).
+"""Keeping a process's live channels in step with their durable state (bot/state/engagement.py).
 
 Why here and not in the policy: the policy stays pure and O(1) per message (the ingest budget is
 >= 20,000 messages/s per process), so no message waits for Redis. Instead:
@@ -9,7 +9,7 @@ Why here and not in the policy: the policy stays pure and O(1) per message (the 
   spoke, the users still in their cooldown, and the messages already answered (their ids join
   the ledger's ``seen``, so a redelivery of one is a duplicate). A busy channel is never re-read.
 - **write with the reply**: what a turn decided (who it answers, which messages, that the bot
-  speaks) is written inside the transaction that commits that turn's reply (``queue_save``), so
+  speaks) is written by the commit that records that turn's reply (``save_for``), so
   the reply and its record are durable together; a turn that never commits leaves no record and
   its messages may be answered after a restart. A pause or resume is written with its
   acknowledgement and again by the next ``maintain`` pass, at most a second later.
@@ -30,12 +30,11 @@ import logging
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
-from redis.asyncio.client import Pipeline
-
 from bot.engagement.ledger import ChannelState, Engagement
 from bot.engagement.policy import SEEN_CAP, apply_pause, note_answered
-from bot.engagement.store import Changes, LiveStore, Snapshot
 from bot.events import ConversationKey
+from bot.state.engagement import Changes, LiveStore, Snapshot
+from bot.state.turn import ChannelSave
 
 log = logging.getLogger("chorus.live")
 
@@ -121,16 +120,17 @@ class DurableLedger:
             self.turns.popitem(last=False)
 
     # -- writes -------------------------------------------------------------------------------
-    def queue_save(self, pipe: Pipeline, conv: ConversationKey, turn_id: str) -> None:
-        """Add the turn's record and the channel's unsaved pause to the reply's transaction."""
+    def save_for(self, conv: ConversationKey, turn_id: str) -> ChannelSave | None:
+        """The turn's record and the channel's unsaved pause, as a change of the commit that
+        records the reply (None: nothing to write)."""
         record = self.turns.get((conv, turn_id))
         pause = self.pauses.get(conv)
         if record is None and pause is None:
-            return
+            return None
         changes = Changes() if record is None else _copy(record[1])
         if pause is not None:
             changes.paused, changes.pause_at = pause
-        self.store.queue_save(pipe, conv, changes, self.clock())
+        return ChannelSave(conv, changes, self.clock())
 
     async def maintain(self) -> None:
         """Write unsaved pauses, restart the TTL of paused channels with chat, forget old turn

@@ -30,7 +30,7 @@ the reply carries the hold, and a mention the budget cannot pay for is declined 
 
 What must outlive this process (the pause, cooldowns, which messages were answered) is kept
 in a ``LiveStore`` by ``bot/engagement/durable.py``: the router awaits ``prepare`` before a message
-(a store read only when a channel becomes active here), adds ``queue_save`` to each reply's
+(a store read only when a channel becomes active here), adds ``save_for`` to each reply's
 commit and awaits ``maintain`` once a second. The policy's clock is epoch seconds, so stored
 times mean the same in every process.
 
@@ -51,7 +51,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from redis.asyncio.client import Pipeline
 
 import prompts
 from bot.engagement.durable import DurableLedger
@@ -71,14 +70,15 @@ from bot.engagement.policy import (
     room_ready,
     take_declined,
 )
-from bot.engagement.store import Changes, LiveStore, MemoryLiveStore
 from bot.engagement.thanks import Thanks, ThanksChannels, ThanksConfig, instructions, turn_text
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.quota.gate import ReplyGate
 from bot.quota.plan import Kind, QuotaConfig
 from bot.settings import ConfigError, EngagementSettings, Settings
+from bot.state.engagement import Changes, LiveStore, MemoryLiveStore
 from bot.state.outages import until_redis_answers
+from bot.state.turn import ChannelSave
 
 log = logging.getLogger("chorus.live")
 
@@ -282,9 +282,9 @@ class LiveChat:
             return False
         return self.budget.room_open(conv.platform, now)
 
-    def queue_save(self, pipe: Pipeline, message: ChatMessage) -> None:
-        """Add what the turn of ``message`` decided to the transaction that commits its reply."""
-        self.durable.queue_save(pipe, message.conversation, message.id)
+    def save_for(self, message: ChatMessage) -> ChannelSave | None:
+        """What the turn of ``message`` decided, as a change of the commit of its reply."""
+        return self.durable.save_for(message.conversation, message.id)
 
     async def maintain(self) -> None:
         """Once a second: save pauses, refresh paused channels, evict idle ones, read the reply

@@ -7,7 +7,7 @@ Every reader and writer goes through the alias, so a pin learnt on Twitch is the
 identity's pin too, and the two stay merged until ``/unlink``.
 
 Why a Lua script on the reply path. The router reads a turn in ONE pipelined round trip
-(bot/router/record.py ``read_turn``); following an alias is a read that depends on a read. The
+(``bot.state.redis_turn``); following an alias is a read that depends on a read. The
 choices were:
 
 * two round trips (``GET`` the alias, then the memory): doubles the turn's reads, for everyone;
@@ -18,7 +18,8 @@ choices were:
   ``/link`` or ``/unlink`` made on another one (a pub/sub invalidation, and a window in which
   a stale alias reads -- or the insights agent writes -- the wrong buffer);
 * a script that reads the alias and the buffer it names as ONE command, atomically, inside the
-  same pipeline (``LOAD``): still one round trip, for everyone, never stale.
+  same pipeline (``LOAD``, sent by ``bot.state.redis_turn``): still one round trip, for
+  everyone, never stale.
 
 The script won: it costs its body on the wire (about 200 bytes) and a few microseconds of Lua
 in Redis (``bench/identity_read.py`` measures it against the plain ``GET``: see BENCHMARKS.md).
@@ -28,20 +29,18 @@ Chorus runs on one Redis (a primary, with replicas if wanted), like the quota sc
 Activity keeps a link alive in the same script: the reply path's read of a linked identity
 refreshes its alias, the person's memory and its member set (``EXPIRE``, which never creates a
 key). Not in the turn's write, which the claim runs inside its own Lua script
-(bot/bus/claims.py), where a script cannot be called. A member identity that stays silent for
+(bot/state/claims.py), where a script cannot be called. A member identity that stays silent for
 CHORUS_MEMORY_TTL loses its alias like any inactive user loses their memory; the person (and
 its other identities) keeps what it knows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 
 from bot.state import keys
 from bot.state.alias_scripts import LOAD, SAVE
+from bot.state.redis_turn import parse_alias_read
 
 # The scripts live in bot.state.alias_scripts: the embedded store runs LOAD natively.
 
@@ -51,29 +50,9 @@ def memory_key(platform: str, user_id: str, person_id: str | None) -> str:
     return keys.memory(keys.PERSON, person_id) if person_id else keys.memory(platform, user_id)
 
 
-def queue_load(pipe: Pipeline, platform: str, user_id: str, *, refresh_seconds: int = 0) -> None:
-    """Queue the alias-following read of one identity's memory (ONE command); with
-    ``refresh_seconds``, a linked identity's link is kept alive that long."""
-    pipe.eval(
-        LOAD,
-        2,
-        keys.person_of(platform, user_id),
-        keys.memory(platform, user_id),
-        keys.person_prefix(),
-        refresh_seconds,
-    )
-
-
-def parse_load(result: object) -> tuple[str | None, str | None]:
-    """``(person id or None, the stored buffer's JSON or None)`` from ``queue_load``'s result."""
-    if not isinstance(result, Sequence) or isinstance(result, str | bytes) or len(result) != 2:
-        raise ValueError(f"unexpected memory read result {result!r:.60}")
-    person, raw = result
-    return (_text(person) or None), (_text(raw) if raw else None)
-
-
 async def load(redis: Redis, platform: str, user_id: str) -> tuple[str | None, str | None]:
-    """``parse_load`` of one ``queue_load``, in one round trip."""
+    """``(person id or None, the stored buffer's JSON or None)`` for one identity, in one
+    round trip (the ``LOAD`` script the turn's read also sends)."""
     result = await redis.eval(
         LOAD,
         2,
@@ -82,7 +61,7 @@ async def load(redis: Redis, platform: str, user_id: str) -> tuple[str | None, s
         keys.person_prefix(),
         0,
     )
-    return parse_load(result)
+    return parse_alias_read(result)
 
 
 async def save(redis: Redis, platform: str, user_id: str, value: str, ttl_seconds: int) -> None:
@@ -96,7 +75,3 @@ async def save(redis: Redis, platform: str, user_id: str, value: str, ttl_second
         value,
         ttl_seconds,
     )
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value or "")

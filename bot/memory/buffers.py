@@ -21,7 +21,7 @@ import hashlib
 import json
 import logging
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, cast
 
@@ -42,6 +42,8 @@ from bot.settings.memory import (
     MemorySettings,
 )
 from bot.state import keys
+from bot.state.redis_turn import RedisTurnStore
+from bot.state.turn import Activity, TurnChanges, TurnState
 
 __all__ = [
     "INSIGHTS_MODELS",
@@ -264,31 +266,26 @@ def _from_epoch(seconds: int) -> datetime:
 class MemoryStore:
     """User buffers over any Redis client (real or ``memory://``).
 
-    Pipeline-composable: ``queue_load`` queues ``LOAD_COMMANDS`` (1) command and
-    ``queue_touch`` queues ``TOUCH_COMMANDS`` (5), so the router folds them into the single
-    read and single write pipeline of an answered message.
+    The reply path reads a buffer inside the turn's one read (``bot.state.turn.TurnQuery``:
+    ``decode`` parses what it found) and records activity as a change of the turn's commit
+    (``activity``).
     """
-
-    LOAD_COMMANDS = 1
-    TOUCH_COMMANDS = 5
-    FORGET_COMMANDS = 4
 
     def __init__(self, redis: Redis, settings: MemorySettings | None = None) -> None:
         self.redis = redis
         self.settings = settings or MemorySettings()
 
     # reading
-    def queue_load(self, pipe: Pipeline, platform: str, user_id: str) -> None:
-        """Queue the read of one buffer (1 command, following a ``/link`` alias and keeping the
-        link alive: see bot/memory/aliases.py); parse its result with ``parse_load``."""
-        aliases.queue_load(pipe, platform, user_id, refresh_seconds=self.settings.ttl_seconds)
+    @property
+    def refresh_seconds(self) -> int:
+        """How long a linked identity's link is kept alive by a read on the reply path
+        (``TurnQuery.memory_refresh``): the memory's own TTL."""
+        return self.settings.ttl_seconds
 
-    def parse_load(self, results: Sequence[object], *, platform: str, user_id: str) -> UserBuffer:
-        """The buffer from the ``LOAD_COMMANDS`` results ``queue_load`` produced."""
-        if len(results) != self.LOAD_COMMANDS:
-            raise ValueError(f"expected {self.LOAD_COMMANDS} result, got {len(results)}")
-        _, raw = aliases.parse_load(results[0])
-        return decode(raw, platform=platform, user_id=user_id)
+    def from_read(self, state: TurnState, *, platform: str, user_id: str) -> UserBuffer:
+        """The buffer a turn's read found (``TurnQuery.memory_refresh`` set), labelled with the
+        identity asking, whoever's key holds it."""
+        return decode(state.memory, platform=platform, user_id=user_id)
 
     async def load(self, platform: str, user_id: str) -> UserBuffer:
         """One user's buffer (their linked person's, if linked), in one round trip. The
@@ -364,26 +361,27 @@ class MemoryStore:
                     continue
         raise RuntimeError(f"memory {key} kept changing; gave up after {_WATCH_RETRIES} tries")
 
-    def queue_touch(
+    def activity(
         self,
-        pipe: Pipeline,
         platform: str,
         user_id: str,
         conversation: ConversationKey,
         *,
         now: datetime | None = None,
-    ) -> None:
-        """Queue activity (5 commands): refresh the buffer's TTL (never creating it; a linked
-        identity's link is refreshed by its ``queue_load`` instead) and record
-        ``conversation`` in the user's conversation set, pruned to its window and capped."""
-        moment = int((now or utcnow()).timestamp())
-        window = self.settings.conversation_window
-        convs = keys.user_conversations(platform, user_id)
-        pipe.expire(keys.memory(platform, user_id), self.settings.ttl_seconds)
-        pipe.zadd(convs, {str(conversation): moment})
-        pipe.zremrangebyscore(convs, "-inf", moment - window)
-        pipe.zremrangebyrank(convs, 0, -(CONVERSATIONS_MAX + 1))
-        pipe.expire(convs, window)
+    ) -> Activity:
+        """The user's activity, as a change of the turn's commit: their buffer lives another
+        TTL (never created by this; a linked identity's link is refreshed by its read instead)
+        and ``conversation`` joins their recent conversations, pruned to the window and
+        capped."""
+        return Activity(
+            platform,
+            user_id,
+            conversation,
+            now or utcnow(),
+            memory_ttl=self.settings.ttl_seconds,
+            window_seconds=self.settings.conversation_window,
+            max_conversations=CONVERSATIONS_MAX,
+        )
 
     async def touch(
         self,
@@ -393,9 +391,9 @@ class MemoryStore:
         *,
         now: datetime | None = None,
     ) -> None:
-        async with self.redis.pipeline(transaction=True) as pipe:
-            self.queue_touch(pipe, platform, user_id, conversation, now=now)
-            await pipe.execute()
+        """``activity``, written now (outside a turn)."""
+        changes = TurnChanges(activity=self.activity(platform, user_id, conversation, now=now))
+        await RedisTurnStore(self.redis).write(changes)
 
     def queue_forget(
         self, pipe: Pipeline, platform: str, user_id: str, *, now: datetime | None = None

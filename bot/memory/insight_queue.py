@@ -1,8 +1,8 @@
 """Enqueueing insights jobs from the reply path: the core's half of the insights queue.
 
 After each answered turn the router asks for an analysis of the speaker. The core must never
-import the ``insights`` package, yet the enqueue has to ride in the router's single write
-pipeline, so the job model and the write-only ``queue_enqueue`` live here; ``insights/jobs.py``
+import the ``insights`` package, yet the enqueue has to ride in the turn's one commit, so the job
+model and ``due`` (the enqueue, as a change of that commit) live here; ``insights/jobs.py``
 claims, completes and reschedules.
 
 Debounce without Lua: one job per user (deterministic id ``keys.insights_member``), kept in two
@@ -26,10 +26,11 @@ from redis.asyncio.client import Pipeline
 
 from bot.events import AwareDatetime, ChatMessage, ConversationKey, utcnow
 from bot.state import keys
+from bot.state.redis_turn import RedisTurnStore
+from bot.state.turn import InsightDue, TurnChanges
 
 DEFAULT_QUEUE = "main"  # a deployment or a test may use its own queue name
 JOB_TTL_SECONDS = 2 * 24 * 3600
-ENQUEUE_COMMANDS = 5
 CANCEL_COMMANDS = 3
 CONVERSATION_FIELD = "c:"
 OUTCOMES_MAX = 200
@@ -69,8 +70,33 @@ class InsightJob(BaseModel):
         )
 
 
-def queue_enqueue(
-    pipe: Pipeline,
+def due(
+    job: InsightJob,
+    *,
+    debounce: float,
+    max_delay: float,
+    now: datetime | None = None,
+    queue: str = DEFAULT_QUEUE,
+) -> InsightDue:
+    """``job`` as a change of the turn's commit: due ``debounce`` after this turn (later turns
+    push it later), at the latest ``max_delay`` after the first pending one."""
+    now_ms = _ms(now or utcnow())
+    return InsightDue(
+        platform=job.platform,
+        user_id=job.user_id,
+        display_name=job.display_name,
+        conversation=job.conversation,
+        ref=TurnRef(message_id=job.message_id, at=job.at).model_dump_json(),
+        due_ms=now_ms + round(debounce * 1000),
+        deadline_ms=now_ms + round(max_delay * 1000),
+        ttl_seconds=JOB_TTL_SECONDS,
+        queue=queue,
+        conversation_field=CONVERSATION_FIELD,
+    )
+
+
+async def enqueue(
+    redis: Redis,
     job: InsightJob,
     *,
     debounce: float,
@@ -78,22 +104,9 @@ def queue_enqueue(
     now: datetime | None = None,
     queue: str = DEFAULT_QUEUE,
 ) -> None:
-    """Queue the write-only enqueue of ``job`` (``ENQUEUE_COMMANDS`` = 5 commands)."""
-    now_ms = _ms(now or utcnow())
-    member = keys.insights_member(job.platform, job.user_id)
-    key = keys.insights_job(job.platform, job.user_id, queue)
-    ref = TurnRef(message_id=job.message_id, at=job.at)
-    pipe.hincrby(key, "rev", 1)
-    pipe.hset(
-        key,
-        mapping={
-            "name": job.display_name,
-            CONVERSATION_FIELD + str(job.conversation): ref.model_dump_json(),
-        },
-    )
-    pipe.expire(key, JOB_TTL_SECONDS)
-    pipe.zadd(keys.insights_due(queue), {member: now_ms + round(debounce * 1000)}, gt=True)
-    pipe.zadd(keys.insights_deadline(queue), {member: now_ms + round(max_delay * 1000)}, nx=True)
+    """``due``, written now (outside a turn: tests, tools)."""
+    change = due(job, debounce=debounce, max_delay=max_delay, now=now, queue=queue)
+    await RedisTurnStore(redis).write(TurnChanges(insight=change))
 
 
 def queue_cancel(

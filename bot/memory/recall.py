@@ -1,11 +1,11 @@
 """Semantic recall on the reply path: the query's embedding raced against the turn's one read.
 
 Why this shape: embedding the message is a network call, and the reply path allows one round
-trip (the router's pipelined read). So ``begin`` starts the embedding request as a task before
-the read is sent; the read's pipeline also carries this module's commands (the speaker's stored
-vectors, the scope's knowledge-base version: ``queue_read``); ``finish`` then gives the
-embedding what is left of CHORUS_EMBEDDING_DEADLINE (300 ms by default, counted from ``begin``).
-In time: hybrid scoring. Late or failed: the request is cancelled, the turn uses the lexical
+trip (the turn's read, ``bot.state.turn``). So ``begin`` starts the embedding request as a task
+before the read is sent; the read also carries what recall needs (the speaker's stored vectors,
+the scope's knowledge-base version: ``Pending.vectors``, ``Pending.base``); ``finish`` then
+gives the embedding what is left of CHORUS_EMBEDDING_DEADLINE (300 ms by default, counted
+from ``begin``). In time: hybrid scoring. Late or failed: the request is cancelled, the turn uses the lexical
 score, and ``chorus_recall_queries{outcome="timeout"|"error"}`` counts it.
 
 Vectors are never computed on the reply path: when the speaker's notes lack vectors (new pins,
@@ -25,7 +25,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 
 import prompts
 from bot.events import ChatMessage
@@ -36,6 +35,7 @@ from bot.memory.vectors import Embedder, Recalled, store_vectors, text_id, unit
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.settings.memory import MemorySettings
 from bot.state import keys
+from bot.state.turn import TurnState
 
 log = logging.getLogger("chorus.recall")
 
@@ -53,11 +53,6 @@ class Pending:
     began: float
     base: str | None
     vectors: bool
-
-    @property
-    def width(self) -> int:
-        """How many commands ``Recall.queue_read`` adds to the pipeline."""
-        return int(self.vectors) + int(self.base is not None)
 
     def abandon(self) -> None:
         """The turn will not be answered (a duplicate, an error): stop the query."""
@@ -118,25 +113,13 @@ class Recall:
             base = self._bases[sources] = base_id(sources)
         return base
 
-    @staticmethod
-    def queue_read(pipe: Pipeline, pending: Pending) -> None:
-        """Queue what ``finish`` reads (``pending.width`` commands) into the turn's pipeline."""
-        message = pending.message
-        if pending.vectors:
-            pipe.hgetall(keys.user_vectors(message.platform, message.author.id))
-        if pending.base is not None:
-            pipe.get(keys.knowledge(pending.base, "version"))
-
     async def finish(
-        self, pending: Pending, results: Sequence[object], buffer: UserBuffer | None
+        self, pending: Pending, state: TurnState, buffer: UserBuffer | None
     ) -> Recalled:
-        """The turn's ``Recalled`` from its read ``results`` and the embedding, if in time."""
-        rest = list(results)
-        vectors: dict[str, str] = {}
-        if pending.vectors:
-            vectors = {str(k): str(v) for k, v in dict(rest.pop(0) or {}).items()}  # type: ignore[call-overload]
+        """The turn's ``Recalled`` from what its read found and the embedding, if in time."""
+        vectors = dict(state.user_vectors) if pending.vectors else {}
         base, message = pending.base, pending.message
-        version = int(str(rest.pop(0) or 0)) if base is not None else 0
+        version = state.knowledge_version if base is not None else 0
         query = await self._query(pending)
         knowledge = ""
         if base is not None and version and not message.text.lstrip().startswith("/"):

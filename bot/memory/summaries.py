@@ -4,9 +4,8 @@ The history holds the last CHORUS_HISTORY_MAX lines for a week; everything older
 insights agent (insights/summarise.py) folds older lines into one summary per conversation and
 UTC day, and -- where a scope turns community memory on -- keeps notes on recurring topics, norms
 and in-jokes plus a one-line mood. This module is the core's half, like ``insight_queue``: the
-stored shapes, the reads that ride in the router's one read pipeline (``queue_read`` /
-``parse_read``), the writes that ride in its one write pipeline (``queue_record``), and
-``forget_user``. The core never imports the ``insights`` package.
+stored shapes, what a turn's one read found (``from_read``), the schedule a turn's one commit
+writes (``due``), and ``forget_user``. The core never imports the ``insights`` package.
 
 Provenance, as for pins: a summary lists the user ids whose lines fed it and the first and last
 line's time; a note names the one line it came from (author, message id, time) and a confidence.
@@ -43,6 +42,7 @@ from redis.exceptions import WatchError
 from bot.events import AwareDatetime, ConversationKey
 from bot.memory.buffers import MemorySettings
 from bot.state import keys
+from bot.state.turn import SummaryDue, TurnState
 
 log = logging.getLogger("chorus.summaries")
 
@@ -179,32 +179,19 @@ def history_room(settings: MemorySettings) -> dict[str, int]:
 
 
 # -- the reply path: one read, one write --------------------------------------------------------
-def queue_read(
-    pipe: Pipeline, conv: ConversationKey, plan: SummaryPlan, *, vectors: bool = False
-) -> int:
-    """The summaries, (when on) the community notes and (with ``vectors``: the turn's query is
-    being embedded) their stored vectors; returns how many results to expect."""
-    pipe.get(keys.summary("sum", conv))
-    if plan.community:
-        pipe.get(keys.summary("notes", conv))
-    if vectors:
-        pipe.hgetall(keys.summary("vec", conv))
-    return 1 + plan.community + vectors
-
-
-def parse_read(
-    results: Sequence[Any], conv: ConversationKey, plan: SummaryPlan, *, vectors: bool = False
+def from_read(
+    state: TurnState, conv: ConversationKey, plan: SummaryPlan, *, vectors: bool = False
 ) -> ChannelMemory:
-    summaries = load_summaries(results[0], keys.summary("sum", conv))
-    community = load_community(results[1], keys.summary("notes", conv)) if plan.community else None
-    stored: dict[str, str] = {}
-    if vectors:
-        stored = {str(k): str(v) for k, v in dict(results[1 + plan.community] or {}).items()}
-    return ChannelMemory(summaries, community, stored)
+    """The summaries, (when on) the community notes and (with ``vectors``: the turn's query is
+    being embedded) their stored vectors, as the turn's read found them (``TurnQuery``:
+    ``summaries``, ``community`` = ``plan.community``, ``summary_vectors`` = ``vectors``)."""
+    summaries = load_summaries(state.summaries, keys.summary("sum", conv))
+    notes = keys.summary("notes", conv)
+    community = load_community(state.community, notes) if plan.community else None
+    return ChannelMemory(summaries, community, dict(state.summary_vectors) if vectors else {})
 
 
-def queue_record(
-    pipe: Pipeline,
+def due(
     conv: ConversationKey,
     plan: SummaryPlan,
     now: datetime,
@@ -213,17 +200,21 @@ def queue_record(
     touch: bool,
     ttl_seconds: int,
     queue: str = DEFAULT_QUEUE,
-) -> None:
-    """Schedule the conversation's summary after an answered turn: when lines wait (1
-    command) or with the user's activity record (``touch``: 3, the scope's settings kept
-    ``ttl_seconds``, the history's TTL); else nothing."""
-    if waiting or touch:
-        due = now if waiting else next_day_due(now)
-        pipe.zadd(keys.summary_queue(queue), {str(conv): int(due.timestamp() * 1000)}, lt=True)
-    if touch:
-        job = keys.summary("job", conv)
-        pipe.hset(job, mapping={"ttl": plan.ttl_days, "community": int(plan.community)})
-        pipe.expire(job, ttl_seconds)
+) -> SummaryDue | None:
+    """The conversation's summary schedule after an answered turn, as a change of its commit:
+    due now when lines wait, at the end of the day with the user's activity record (``touch``,
+    which also keeps the scope's settings ``ttl_seconds``, the history's TTL); else None."""
+    if not (waiting or touch):
+        return None
+    moment = now if waiting else next_day_due(now)
+    return SummaryDue(
+        conv,
+        queue,
+        due_ms=int(moment.timestamp() * 1000),
+        ttl_days=plan.ttl_days if touch else None,
+        community=plan.community,
+        ttl_seconds=ttl_seconds,
+    )
 
 
 # -- forgetting ----------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ each reading "19 of 20" would all answer. ``admit`` runs it before the model is 
 round trip, and only when some limit is set): every counter is read, and either all are counted
 (+1 message) or the first limit reached is returned with whether this is its first refusal of
 the period, so the user reads ONE notice, not one per message. Tokens and cost are only known
-after the answer: ``queue_usage`` adds them to the transaction that commits the reply (no extra
+after the answer: ``usage_counters`` adds them to the commit that records the reply (no extra
 round trip), and a limit in tokens is reached once the counted tokens reach it.
 
 Exempt users (moderators, unless ``CHORUS_QUOTA_EXEMPT_MODERATORS=false``, and allow-listed
@@ -23,11 +23,11 @@ from datetime import UTC, datetime, timedelta
 from typing import cast
 
 from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 
 from bot.events import ChatMessage
 from bot.settings import QuotaSettings
 from bot.state import keys
+from bot.state.turn import CounterAdd
 
 PERIOD_GRACE = 3600  # seconds a period's counters outlive it
 
@@ -228,9 +228,8 @@ class Quotas:
             bool(first),
         )
 
-    def queue_usage(
+    def usage_counters(
         self,
-        pipe: Pipeline,
         limits: QuotaLimits,
         message: ChatMessage,
         now: datetime,
@@ -239,16 +238,20 @@ class Quotas:
         cost_usd: float | None,
         exempt: bool,
         person: bool = True,
-    ) -> None:
-        """Add a turn's tokens and cost to the commit's transaction."""
+    ) -> tuple[CounterAdd, ...]:
+        """A turn's tokens and cost, as changes of the commit that records its reply."""
+        added: list[CounterAdd] = []
         if not exempt and tokens > 0:
-            for c in counters(limits, message, now, person=person):
-                pipe.hincrby(c.key, "t", tokens)
-                pipe.expire(c.key, c.ttl)
+            added += [
+                CounterAdd(c.key, "t", tokens, c.ttl)
+                for c in counters(limits, message, now, person=person)
+            ]
         if cost_usd and limits.cost_usd_per_day is not None:
             cost_key, _, left = self._cost(now)
-            pipe.incrby(cost_key, max(1, round(cost_usd * 1_000_000)))
-            pipe.expire(cost_key, left + PERIOD_GRACE)
+            added.append(
+                CounterAdd(cost_key, None, max(1, round(cost_usd * 1_000_000)), left + PERIOD_GRACE)
+            )
+        return tuple(added)
 
     async def usage(self, message: ChatMessage, now: datetime) -> dict[str, tuple[int, int]]:
         """The author's (messages, tokens) this ``hour`` and ``day``: what ``/usage`` shows."""

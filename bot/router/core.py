@@ -1,16 +1,23 @@
-"""The router: inbound message -> dedupe -> command or agent turn -> reply -> history.
+"""The router: each inbound message through the turn's stages, one conversation at a time.
 
-Messages of one conversation are handled strictly in order by one worker task per active
-conversation; different conversations run concurrently up to a limit, and at most
-``max_in_flight`` are held at once, running or queued (``flow``: a burst waits on the bus).
+    admit -> screen -> read -> decide -> answer -> commit
+
+``admit`` (with ``screen``) runs in the consume loop, in arrival order: it makes a delivery a
+turn (``Item``) or drops it. The turn waits behind its conversation: messages of one
+conversation are handled strictly in order by one worker task per active conversation;
+different conversations run concurrently up to a limit, and at most ``max_in_flight`` are held
+at once, running or queued (``flow``: a burst waits on the bus). Then ``read`` claims the message
+and reads its turn in one round trip, ``decide`` settles it without the model or asks the
+model, ``answer`` runs the model, ``commit`` sends the reply and records the turn in one atomic
+step guarded by the claim. Each stage is a module with typed input and output; this module only
+sequences them and keeps the books of the turns in flight.
+
+Delivery is at-least-once; answers are exactly once: the claim makes a redelivered message that
+was already answered a duplicate (``read`` returns None), and a store outage mid-turn is waited
+out (``bot.state.outages``): the answer is kept and recorded once the store is back, never lost.
 ``shutdown`` stops intake, lets the turns in progress finish within a grace (the commit
-shielded), then cancels the rest, releasing their claims and leaving their deliveries unacked
-for the next worker. The router keeps a reference to every task it spawns.
-
-Delivery is at-least-once, so each message is claimed in Redis with ``SET NX`` before work
-starts and marked done in the same pipeline that appends the history: a redelivered message that
-was already answered is skipped, never answered twice. A Redis outage mid-turn is waited out
-(``bot.state.outages``): the answer is kept and recorded once Redis is back, never lost.
+shielded), then cancels the rest, releasing their claims and leaving their deliveries unacked for
+the next worker. The router keeps a reference to every task it spawns.
 """
 
 from __future__ import annotations
@@ -20,44 +27,44 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
-
-from bot.agent.loop import Agent
-from bot.agent.prompting import PromptAssembler
-from bot.agent.reasoning import decide
-from bot.bus.base import Delivery, EventBus, TransactionalBus
-from bot.bus.claims import Claim, Claims, default_worker_id
-from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
-from bot.engagement.policy import Action
-from bot.engagement.turns import LiveChat, ack
-from bot.events import ChatMessage, ConversationKey, Reply, utcnow
-from bot.llm.errors import LLMError
-from bot.memory.buffers import MemoryStore
+from bot.bus.base import Delivery, EventBus
+from bot.bus.topics import DELETIONS, INBOUND
+from bot.engagement.turns import LiveChat
+from bot.events import ChatMessage, ConversationKey, utcnow
 from bot.ops.aio import shielded
 from bot.ops.metrics import MetricsSink, NullMetrics
-from bot.plugins.runtime import TurnHooks
-from bot.router import record, safety_hooks
-from bot.router.drafts import Drafts
-from bot.router.flow import Admission, Shutdown, admit, release_quietly
+from bot.router.admit import Admit
+from bot.router.answer import Answer, Failed
+from bot.router.commit import Commit, Kept
+from bot.router.decide import Ask, Decide, Fixed, Silent, Unpaid
+from bot.router.flow import Admission, Shutdown, pull, release_quietly
 from bot.router.housekeeping import consume_deletions, dead_letter
-from bot.router.items import Item, answer_item, turn_item
+from bot.router.items import Drop, Item, turn_item
 from bot.router.observe import TurnObserver
-from bot.router.scoping import FixedScoping, Profile, Scoping
-from bot.router.text_commands import Commands
+from bot.router.read import Read
+from bot.router.scoping import FixedScoping, Scoping
 from bot.router.texts import apology, crash_apology, too_long
 from bot.router.turn import RouterLimits
 from bot.state.history import HistoryStore
-from bot.state.outages import until_redis_answers
-from bot.tools.base import ToolContext
-from bot.tools.toolbox import Toolbox
 
 log = logging.getLogger("chorus.router")
 
-__all__ = ["Router", "RouterLimits", "apology", "crash_apology", "too_long"]
+__all__ = ["Router", "RouterLimits", "Stages", "apology", "crash_apology", "too_long"]
+
+
+@dataclass(frozen=True)
+class Stages:
+    """A router's stages (``bot.router.build`` wires them from their parts)."""
+
+    admit: Admit
+    read: Read
+    decide: Decide
+    answer: Answer
+    commit: Commit
 
 
 class Router:
@@ -65,47 +72,26 @@ class Router:
         self,
         *,
         bus: EventBus,
-        redis: Redis,
-        history: HistoryStore,
-        assembler: PromptAssembler,
-        agent: Agent,
-        commands: Commands,
-        tools: Toolbox | None = None,
-        memory: MemoryStore | None = None,
+        stages: Stages,
+        scoping: Scoping | FixedScoping,
+        observer: TurnObserver,
+        history: HistoryStore | None = None,
+        engagement: LiveChat | None = None,
         limits: RouterLimits | None = None,
-        worker_id: str | None = None,
-        live: LiveChat | None = None,
         metrics: MetricsSink | None = None,
-        hooks: TurnHooks | None = None,
-        safety: safety_hooks.SafetyGate | None = None,
-        scoping: Scoping | None = None,
     ) -> None:
-        """``scoping``: each message's profile from chorus.toml's scopes; without it every
-        message gets ``assembler``, ``agent`` and the reasoning of ``limits``."""
-        self.metrics: MetricsSink = metrics or NullMetrics()
-        self.hooks = hooks or TurnHooks()  # the plugins' before_turn and after_reply
-        self.safety = safety or safety_hooks.SafetyGate()  # moderation, user lists, quotas
+        """``scoping``: each message's profile; ``observer``: the turn log, written by the
+        one-second tick; ``history``: where deletions apply (None: deletions are not
+        consumed); ``engagement``: the live-chat policy (batches and idle lines come due on
+        the tick)."""
         self.bus = bus
-        # a runtime Protocol check costs ~10 us; the bus never changes, so it is made once
-        self._transactional = bus if isinstance(bus, TransactionalBus) else None
-        self.redis = redis
+        self.stages = stages
+        self.scoping = scoping
         self.history = history
-        self.assembler = assembler
-        self.agent = agent
-        self.commands = commands
-        self.tools = tools
-        self.memory = memory
+        self.observer = observer
+        self.engagement = engagement
         self.limits = limits or RouterLimits()
-        self.scoping = scoping or FixedScoping.of(assembler, agent, self.limits)
-        self.claims = Claims(
-            redis,
-            worker_id=worker_id or default_worker_id(),
-            lease_ms=self.limits.claim_lease_ms,
-            done_seconds=self.limits.done_seconds,
-        )
-        self.live = live
-        self.drafts = Drafts(bus, lambda _: False)  # streamed answers: app.py sets the real one
-        self.recall: record.Recall | None = None  # semantic recall, knowledge: app.py sets it
+        self.metrics: MetricsSink = metrics or NullMetrics()
         self._queues: dict[ConversationKey, deque[Item]] = {}
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
         self._acks: set[asyncio.Task[None]] = set()
@@ -116,17 +102,13 @@ class Router:
         self._running = 0
         self._hurry = asyncio.Event()
         self._shutdown: Shutdown | None = None
-        self._touched = record.TouchThrottle()
-        self.clock: Callable[[], float] = time.monotonic  # for the activity throttle
-        self.observer = TurnObserver(redis)  # the turn log and timeline (the admin dashboard)
 
     async def run(self) -> None:
         """Consume the inbound and deletion topics until the bus closes or ``shutdown``."""
         async with asyncio.TaskGroup() as group:
-            consumers = [
-                group.create_task(self._consume_inbound()),
-                group.create_task(consume_deletions(self.bus, self.history)),
-            ]
+            consumers = [group.create_task(self._consume_inbound())]
+            if self.history is not None:
+                consumers.append(group.create_task(consume_deletions(self.bus, self.history)))
             self._ticker = group.create_task(self._tick_forever())
             self._loops.update(consumers)
             await asyncio.wait(consumers)
@@ -157,7 +139,7 @@ class Router:
         self.admission.close()
         if self._ticker is not None:
             self._ticker.cancel()  # no more live-chat turns
-        for topic in (INBOUND, DELETIONS):
+        for topic in (INBOUND, DELETIONS) if self.history is not None else (INBOUND,):
             await self.bus.stop_consuming(topic, "agent")
         left = await stop.wait({*self._workers.values(), *self._acks, *self._loops})
         await stop.abandon(left)
@@ -168,35 +150,6 @@ class Router:
         """End the shutdown grace now (a second SIGTERM or SIGINT)."""
         self._hurry.set()
 
-    async def _tick_forever(self) -> None:
-        """Check once a second whether a live-chat batch or idle line came due."""
-        while True:
-            await asyncio.sleep(1.0)
-            await self.observer.flush_quietly()
-            if self.live is not None:
-                await self.live.maintain()  # durable live state: save, refresh, evict
-            self.live_tick()
-
-    def live_tick(self) -> int:
-        """Queue the live-chat turns that came due (tests call this instead of waiting)."""
-        if self.live is None or self._shutdown is not None:
-            return 0
-        turns = self.live.tick()
-        for turn in turns:
-            self.admission.take()
-            self._enqueue(turn_item(turn))
-        return len(turns)
-
-    async def _consume_inbound(self) -> None:
-        deliveries = self.bus.consume(INBOUND, ChatMessage, group="agent")
-        await admit(deliveries, self.admission, self._admit, lambda: self._shutdown)
-
-    async def _admit(self, delivery: Delivery[ChatMessage]) -> None:
-        profile = self.scoping.profile(delivery.event)  # first: it learns the channel's server
-        if self.live is not None:  # a channel's durable state, when it becomes active here
-            await self.live.prepare(delivery.event)
-        self._dispatch(delivery, profile)
-
     async def join(self) -> None:
         while self._workers:
             await asyncio.gather(*list(self._workers.values()), return_exceptions=True)
@@ -205,35 +158,45 @@ class Router:
         """Stop at once: ``shutdown`` without a grace."""
         await self.shutdown(0)
 
-    def _dispatch(self, delivery: Delivery[ChatMessage], profile: Profile) -> None:
+    # -- the tick ---------------------------------------------------------------------------
+    async def _tick_forever(self) -> None:
+        """Check once a second whether a live-chat batch or idle line came due."""
+        while True:
+            await asyncio.sleep(1.0)
+            await self.observer.flush_quietly()
+            if self.engagement is not None:
+                await self.engagement.maintain()  # durable live state: save, refresh, evict
+            self.live_tick()
+
+    def live_tick(self) -> int:
+        """Queue the live-chat turns that came due (tests call this instead of waiting)."""
+        if self.engagement is None or self._shutdown is not None:
+            return 0
+        turns = self.engagement.tick()
+        for turn in turns:
+            self.admission.take()
+            self._enqueue(turn_item(turn))
+        return len(turns)
+
+    # -- admit (and screen), in the consume loop ------------------------------------------------
+    async def _consume_inbound(self) -> None:
+        deliveries = self.bus.consume(INBOUND, ChatMessage, group="agent")
+        await pull(deliveries, self.admission, self._admit, lambda: self._shutdown)
+
+    async def _admit(self, delivery: Delivery[ChatMessage]) -> None:
         """Queue the delivery's turn (it holds the admission slot the consume loop took), or
-        settle it at once (dead letter, a live-chat line not answered now) and free the slot."""
-        message = delivery.event
-        if delivery.attempt > self.limits.max_deliveries:
-            self._background(dead_letter(self.bus, self.metrics, delivery), slot=True)
-            return
-        self.metrics.message_in(message.platform)
-        self.observer.arrived(message)
-        item = Item(message, delivery, (message.author.id,), message.id)
-        if safety_hooks.screened_out(self, item):  # blocked or flagged: dropped or refused
-            return
-        route = profile.route(message, self.live is not None and self.live.applies(message))
-        if route == "ignore":  # the scope answers only when addressed
-            self.observer.note(message, "ignored", "not addressed")
-            self._background(delivery.ack(), slot=True)
-            return
-        if route == "live" and self.live is not None:
-            decision = self.live.observe(message)  # arrival order and time, O(1)
-            self.metrics.engagement(message.platform, decision.action.value)
-            if decision.action is Action.ANSWER_NOW:
-                item = answer_item(delivery, decision)
-            elif decision.action is Action.COMMAND and (text := ack(decision.reason)):
-                item = Item(message, delivery, (message.author.id,), message.id, forced=text)
+        settle it at once (dead letter, a line not answered now) and free the slot."""
+        profile = self.scoping.profile(delivery.event)  # first: it learns the channel's server
+        if self.engagement is not None:  # a channel's durable state, when it becomes active here
+            await self.engagement.prepare(delivery.event)
+        admitted = self.stages.admit(delivery, profile)
+        if isinstance(admitted, Drop):
+            if admitted.dead_letter:
+                self._background(dead_letter(self.bus, self.metrics, delivery), slot=True)
             else:
-                self.observer.live_quiet(message, decision)
                 self._background(delivery.ack(), slot=True)
-                return
-        self._enqueue(item)
+            return
+        self._enqueue(admitted)
 
     def _background(self, work: Coroutine[Any, Any, None], *, slot: bool = False) -> None:
         """Run ``work`` as a tracked task; ``slot``: free an admission slot as it ends."""
@@ -278,19 +241,14 @@ class Router:
             if self._shutdown is not None:
                 self._shutdown.count(ended or item.progress.committed)
 
+    # -- read -> decide -> answer -> commit, per conversation --------------------------------------
     async def _handle(self, item: Item) -> None:
-        message = item.message
-        claim = self.claims.new(message.platform, message.id)
+        message, stages = item.message, self.stages
+        claim = stages.read.claims.new(message.platform, message.id)
         profile = self.scoping.profile(message)
-        memory = self.memory if profile.memory else None
         settled = False  # answered, skipped or apologised for: ack (else another worker redoes it)
         try:
-            read = await until_redis_answers(
-                "read a turn",
-                lambda: record.read_turn(
-                    self.redis, self.history, memory, message, claim, self.recall, profile
-                ),
-            )
+            read = await stages.read(message, claim, profile)
             if read is None:
                 log.info(
                     "duplicate message skipped",
@@ -298,15 +256,28 @@ class Router:
                 )
                 settled = True
                 return
-            if self.live is not None:  # where replies cost quota, reserve before the model
-                paid, item.progress.hold = await self.live.pay(message, item.kind, item.mentions)
-                if not paid:  # declined or held back (logged and counted); nothing to send
-                    self.observer.note(message, "over_quota", "reply budget")
-                    await claim.release()
-                    settled = True
-                    return
             async with claim.renewing():
-                await self._answer(item, claim, read, profile)
+                decision = await stages.decide(item)
+                if isinstance(decision, Unpaid):
+                    await claim.release()
+                elif isinstance(decision, Silent):
+                    await stages.commit.settle(item, claim)
+                elif isinstance(decision, Fixed):
+                    await stages.commit.reply(
+                        item, claim, decision.text, is_error=decision.is_error
+                    )
+                elif isinstance(decision, Ask):
+                    answered = await stages.answer(item, read, profile)
+                    if isinstance(answered, Failed):
+                        await claim.release()  # a later delivery of the same message may retry
+                        await stages.commit.send(item, apology(), is_error=True)
+                    else:
+                        kept = Kept(profile, read.waiting)
+                        await stages.commit.reply(item, claim, answered.text, kept=kept)
+                        stages.answer.hooks.after_reply(message, answered.text)  # as sent
+                        self._observe(
+                            item, answered.result.llm_seconds + answered.result.tool_seconds
+                        )
             settled = True
         except asyncio.CancelledError:
             settled = item.progress.committed
@@ -320,125 +291,14 @@ class Router:
             )
             with contextlib.suppress(Exception):
                 await claim.release()
-            await self._send(item, crash_apology(), is_error=True)
+            await stages.commit.send(item, crash_apology(), is_error=True)
             settled = True
         finally:
             if settled and item.delivery is not None:
                 await shielded(item.delivery.ack())
 
-    async def _answer(
-        self, item: Item, claim: Claim, read: record.TurnRead, profile: Profile
-    ) -> None:
-        message = item.message
-        if item.forced is not None:
-            await self._finish(item, claim, item.forced)
-            return
-        if len(message.text) > self.limits.max_message_chars:
-            text = too_long(len(message.text), self.limits.max_message_chars)
-            await self._finish(item, claim, text, is_error=True)
-            return
-        command_reply = await self.commands.handle(message)
-        if command_reply is not None:
-            await self._finish(item, claim, command_reply)
-            return
-        if await safety_hooks.stopped(self, item, claim):  # over a quota, or flagged by a model
-            return
-
-        context = record.context_for(read, message, self.memory, utcnow())
-        if item.context:
-            context = f"{item.context}\n{context}" if context else item.context
-        context = await self.hooks.before_turn(message, context)
-        ctx = ToolContext(message=message, tools=profile.tools)
-        request = profile.assembler.build(
-            message,
-            read.history,
-            tools=self.tools.specs_for(ctx) if self.tools else (),
-            context=context,
-            reasoning=decide(message.text, profile.reasoning, profile.reasoning_max),
-        )
-        drafts = self.drafts.open(message, item.reply_to_id, item.addressed)  # None: not streamed
-        try:
-            result = await profile.agent.run(request, ctx, drafts)
-        except LLMError as exc:
-            self.observer.llm_failed(self.metrics, message, request.model, exc)
-            await claim.release()  # a later delivery of the same message may try again
-            await self._send(item, apology(), is_error=True)
-            return
-        now, text = utcnow(), await safety_hooks.answered(self, item, result, request)
-        self.observer.answered(item, result, request, item.received)
-        kept = record.Kept(record.turn_entries(message, text, now), now, profile, read.waiting)
-        await self._finish(item, claim, text, kept=kept)
-        self.hooks.after_reply(message, text)  # what was sent: the safe line if replaced
-        self.metrics.observe_overhead(
-            time.perf_counter() - item.received - result.llm_seconds - result.tool_seconds
-        )
-        lag = (utcnow() - message.sent_at).total_seconds()
-        self.metrics.observe_ingest_to_reply(message.platform, max(lag, 0.0))
-
-    async def _finish(
-        self,
-        item: Item,
-        claim: Claim,
-        text: str,
-        *,
-        is_error: bool = False,
-        kept: record.Kept | None = None,
-    ) -> None:
-        """The reply and its record (history, done marker, memory activity, the insights job)
-        in ONE transaction; the reply rides inside it when the bus is transactional. Shielded:
-        a cancellation (the shutdown grace running out) waits for it instead of cutting it."""
-        message = item.message
-        reply = self._reply(item, text, is_error=is_error)
-        topic = outbound_topic(message.platform)
-        transactional = self._transactional
-        # On a transactional bus the delivery's ack rides in the commit too (one round trip
-        # fewer); ``ack`` after it then only settles the consumer's bookkeeping.
-        delivery = item.delivery if transactional is not None else None
-
-        def fill(pipe: Pipeline) -> None:
-            if transactional is not None:
-                transactional.queue_publish(pipe, topic, reply)
-            if delivery is not None:
-                delivery.queue_ack(pipe)
-            if kept is not None:
-                kept.queue_history(pipe, self.history, message.conversation)
-            if kept is not None and kept.activity is not None and self.memory is not None:
-                touch = self._touched.due(message, self.clock())
-                record.queue_activity(pipe, self.memory, message, kept, touch)
-            if self.live is not None:  # what the turn decided (answered, cooldowns, pause)
-                self.live.queue_save(pipe, message)
-            self.safety.queue_turn(pipe, message)  # the turn's tokens and cost, when limited
-
-        async def write() -> None:
-            if transactional is None:
-                await self.bus.publish(topic, reply)
-            await record.commit(self.claims, claim, message, fill)
-            item.progress.committed = True
-            if claim.recorded and delivery is not None:
-                delivery.acked_in_commit()
-
-        await shielded(write())
-        self.observer.committed(item, is_error=is_error)  # the turn log, written by the tick
-        self.metrics.message_out(message.platform)
-        if self.live is not None:
-            self.live.spoke(message.conversation)
-
-    def _reply(self, item: Item, text: str, *, is_error: bool) -> Reply:
-        message = item.message
-        return Reply(
-            conversation=message.conversation,
-            text=self.safety.guard(message, text),  # every reply's last check
-            reply_to_id=item.reply_to_id,
-            addressed_user_ids=item.addressed,
-            in_reply_to_platform=message.platform,
-            is_error=is_error,
-            budget_hold=item.progress.hold,
-        )
-
-    async def _send(self, item: Item, text: str, *, is_error: bool = False) -> None:
-        """A reply outside any transaction (apologies after a failure)."""
-        reply = self._reply(item, text, is_error=is_error)
-        await self.bus.publish(outbound_topic(item.message.platform), reply)
-        self.metrics.message_out(item.message.platform)
-        if self.live is not None:
-            self.live.spoke(item.message.conversation)
+    def _observe(self, item: Item, model_seconds: float) -> None:
+        """The framework's own time for an answered turn, and its lag from the platform."""
+        self.metrics.observe_overhead(time.perf_counter() - item.received - model_seconds)
+        lag = (utcnow() - item.message.sent_at).total_seconds()
+        self.metrics.observe_ingest_to_reply(item.message.platform, max(lag, 0.0))

@@ -25,8 +25,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from bot.bus.claims import Claim
 from bot.ops.aio import RECANCEL_EVERY
+from bot.state.claims import Claim
 
 log = logging.getLogger("chorus.router")
 
@@ -150,7 +150,7 @@ class Shutdown:
             )
 
 
-async def admit(
+async def pull(
     deliveries: AsyncIterator[D],
     admission: Admission,
     dispatch: Callable[[D], Awaitable[None]],

@@ -1,10 +1,11 @@
-"""The router's unit of work: one turn to run, and how a live-chat decision becomes one.
+"""The router's unit of work: one turn to run (``Item``), a delivery that needs none
+(``Drop``), and how a live-chat decision becomes a turn.
 
-Apart from the router's loop (``core.py``) because both kinds of turn -- an inbound message with
-its delivery, or a turn the live-chat policy made (a batch, an idle line) -- carry the same
-bookkeeping: who the reply may mention, what it answers, what the reply budget sees (a mention's
-answer or an unprompted turn, and the mentions to decline if it cannot pay), and the progress
-flags the shutdown and the claim need.
+Every stage takes or returns these, so they live below all of them. Both kinds of turn -- an
+inbound message with its delivery, or a turn the live-chat policy made (a batch, an idle line)
+-- carry the same bookkeeping: who the reply may mention, what it answers, what the reply budget
+sees (a mention's answer or an unprompted turn, and the mentions to decline if it cannot pay),
+and the progress flags the shutdown and the claim need.
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ class Item:
     mentions: tuple[ChatMessage, ...] = ()  # declined if the budget cannot pay for the reply
     received: float = field(default_factory=time.perf_counter)  # for the overhead metric
     progress: Progress = field(default_factory=Progress)
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """A delivery that needs no turn: it is acked (a dead letter is moved to its topic first)."""
+
+    dead_letter: bool = False
 
 
 def answer_item(delivery: Delivery[ChatMessage], decision: Decision) -> Item:

@@ -5,7 +5,7 @@ so nobody can read or erase another person's memory by taking their display name
 linked with ``/link`` shares one memory with its person's other identities: bot/memory/people.py).
 ``/forget`` erases everything kept about the speaker -- the buffer, the summaries and community
 notes their lines fed (bot/memory/summaries.py), their lines in every conversation they spoke in
-(tracked per user by ``MemoryStore.queue_touch``), their pending insights job, and on the Redis
+(tracked per user by ``MemoryStore.activity``), their pending insights job, and on the Redis
 Streams bus their entries still held in the streams (``bot.bus.erasure``; the in-process bus
 keeps nothing) -- and leaves a tombstone so an analysis already running cannot write their pins
 back. On a linked identity it forgets the person: all

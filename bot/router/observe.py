@@ -1,8 +1,7 @@
 """What the router tells the admin dashboard: a record of every decision (the turn log), the
 per-minute counters (the timeline) and the indexes they feed (bot/state/turnlog.py).
 
-Why apart from ``core``: the message path decides; this module writes down what it decided,
-cheaply. Every decision -- an answer once its commit went through, a live line batched or let
+Why apart from the stages: they decide; this module writes down what they decided, cheaply. Every decision -- an answer once its commit went through, a live line batched or let
 go, a screened message, a turn the budget could not pay -- becomes a record held in memory (a
 list append), and the router's one-second tick writes what was held in one pipeline (``flush``),
 and its stop writes the rest. So a record costs the reply path no Redis command and no round
@@ -35,6 +34,7 @@ from bot.llm.pricing import PriceTable
 from bot.llm.types import LLMRequest
 from bot.ops.metrics import MetricsSink
 from bot.ops.timeline import Timeline
+from bot.router.items import Item
 from bot.state.turnlog import Decision, TurnRecord, queue_names, queue_push, queue_upkeep
 
 log = logging.getLogger("chorus.router")
@@ -68,7 +68,8 @@ class Throttle:
 class TurnObserver:
     """The turn log and timeline of one router."""
 
-    def __init__(self, redis: Redis, prices: PriceTable | None = None) -> None:
+    def __init__(self, redis: Redis | None, prices: PriceTable | None = None) -> None:
+        """``redis``: where the records go (None: they are held, bounded, and never written)."""
         self.redis = redis
         self.prices = prices or PriceTable.default()
         self.timeline = Timeline()
@@ -93,7 +94,7 @@ class TurnObserver:
             self.dropped += 1
         self.pending.append((conv, record))
 
-    def decided(self, item: Any, decision: Decision, reason: str) -> None:
+    def decided(self, item: Item, decision: Decision, reason: str) -> None:
         """A turn answered without the model (a refusal, a notice): recorded once committed."""
         item.progress.record = _record(item.message, decision, reason)
 
@@ -107,7 +108,7 @@ class TurnObserver:
         self.note(message, "batched" if action == "queue" else "quiet", reason)
 
     def answered(
-        self, item: Any, result: AgentResult, request: LLMRequest, received: float
+        self, item: Item, result: AgentResult, request: LLMRequest, received: float
     ) -> None:
         """The numbers of an answered turn; recorded once committed (``committed``)."""
         usage = result.usage
@@ -148,7 +149,7 @@ class TurnObserver:
         self.timeline.count("errors")
         self.note(message, "error", type(exc).__name__)
 
-    def committed(self, item: Any, *, is_error: bool = False, sent: bool = True) -> None:
+    def committed(self, item: Item, *, is_error: bool = False, sent: bool = True) -> None:
         """A turn's commit went through: its record (answered, or the fixed answer it got) and
         the timeline's counts (``sent``: a reply went out with it)."""
         if not item.progress.committed:
@@ -169,6 +170,8 @@ class TurnObserver:
     async def flush(self, *, force: bool = False) -> None:
         """What waits in memory, in a pipeline of its own (the router's tick; ``force``: its
         stop, the timeline too even if it went out less than ``TIMELINE_SECONDS`` ago)."""
+        if self.redis is None:
+            return
         now = self.clock()
         last = self._timeline_at
         timeline = force or last is None or now - last >= TIMELINE_SECONDS

@@ -16,7 +16,7 @@
 4. ``guard`` (every reply the router publishes, sync): the lists and the leak check once more,
    for replies that did not come from the model (commands that echo stored text). This is the
    one outbound chokepoint every platform's replies pass.
-5. ``queue_turn`` (in the commit): the turn's tokens and estimated cost.
+5. ``usage_of`` (in the commit): the turn's tokens and estimated cost.
 
 Every decision is audited (``bot.safety.audit``). A moderation model that fails or times out is
 counted and the policy decides: fail open (the lists decided) or closed (flagged).
@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 
 from bot.events import ChatMessage, ConversationKey, utcnow
 from bot.llm.pricing import PriceTable
@@ -46,6 +45,7 @@ from bot.safety.policy import Policies, SafetyPolicy, ScopedSafety
 from bot.safety.rules import Flag
 from bot.safety.users import Status, UserLists
 from bot.state.outages import until_redis_answers
+from bot.state.turn import CounterAdd
 
 log = logging.getLogger("chorus.safety")
 
@@ -258,34 +258,31 @@ class SafetyGate:
         return policy.screen(text, inbound=False)
 
     def hold_usage(self, message: ChatMessage, usage: Usage, model: str, person: bool) -> None:
-        """Keep a turn's usage until its commit (``queue_turn``); only when limits are set."""
+        """Keep a turn's usage until its commit (``usage_of``); only when limits are set."""
         if self.quotas is None or not self.policy(message).quota.enabled:
             return
         self._usage[message.platform, message.id] = (usage, model, person)
         while len(self._usage) > HELD_USAGE:  # turns that never committed
             self._usage.popitem(last=False)
 
-    def queue_turn(self, pipe: Pipeline, message: ChatMessage) -> None:
-        """Add the usage held for ``message`` to its commit (a no-op for other replies). The
-        commit may be built twice (a lapsed claim taken back); it runs at most once."""
+    def usage_of(self, message: ChatMessage) -> tuple[CounterAdd, ...]:
+        """The usage held for ``message``, as changes of its commit (none for other replies).
+        The commit may be built twice (a lapsed claim taken back); it runs at most once."""
         held = self._usage.get((message.platform, message.id))
-        if held is not None:
-            self.queue_usage(pipe, message, *held)
+        return () if held is None else self.usage_counters(message, *held)
 
-    def queue_usage(
+    def usage_counters(
         self,
-        pipe: Pipeline,
         message: ChatMessage,
         usage: Usage,
         model: str,
         person: bool = True,
-    ) -> None:
-        """The turn's tokens and estimated cost, into ``pipe`` (only when limits are set)."""
+    ) -> tuple[CounterAdd, ...]:
+        """The turn's tokens and estimated cost (only when limits are set)."""
         policy = self.policy(message)
         if self.quotas is None or not policy.quota.enabled:
-            return
-        self.quotas.queue_usage(
-            pipe,
+            return ()
+        return self.quotas.usage_counters(
             policy.quota,
             message,
             utcnow(),

@@ -3,7 +3,7 @@
 The policy itself (``bot.engagement.policy.PolicyConfig``) validates the same fields; this section
 only says which variable fills which, so the settings stay free of the policy's code. One field
 is not the policy's: ``pause_hours``, how long a ``!chorus pause`` is kept in Redis for a
-channel that has gone quiet (bot/engagement/store.py).
+channel that has gone quiet (bot/state/engagement.py).
 
 Per platform: ``CHORUS_ENGAGE_<PLATFORM>_<THRESHOLD>`` overrides a threshold for that
 platform's channels (the ``Engagement.overrides`` of ``bot.engagement``; a config file may later add

@@ -1,10 +1,14 @@
-"""State: the Redis connection (real or embedded), every key name, conversation history, and
-riding over a Redis outage.
+"""State: everything Chorus keeps, and the seam a turn reads and records it through.
 
-Owns nothing but storage concerns: ``connect`` opens a client from ``CHORUS_REDIS_URL``
-(``memory://`` is the embedded in-process twin), ``keys`` builds every key Chorus uses,
-``history`` keeps one capped list per conversation, ``outages`` retries a Redis step until the
-server answers again.
+``turn`` is the seam: what one turn reads (``TurnQuery`` -> ``TurnState``) and leaves behind
+(``TurnChanges``), as typed values each owner fills in, and the ``TurnStore`` that does both in
+two round trips; ``redis_turn`` is it over Redis and ``memory_turn`` its in-memory twin, held to
+one contract (tests/test_turn_store_contract.py). ``claims`` makes every answer exactly once on
+either. ``connect`` opens a client from ``CHORUS_REDIS_URL`` (``memory://`` is the embedded
+in-process store), ``keys`` builds every key Chorus uses, ``history`` keeps one capped list per
+conversation, ``engagement`` the live channels' durable state, ``draft_messages`` where streamed
+answers' messages are, ``turnlog`` the admin dashboard's records, ``outages`` retries a step
+until the server answers again.
 
 May import: ``bot.events``, ``bot.resilience``, ``bot.settings``. Nothing above it.
 """

@@ -2,7 +2,7 @@
 commands run natively and commands handed over without the Redis wire format.
 
 Why: every answered message commits through one Lua script (``bot.state.guarded.GUARDED``,
-see ``bot.bus.claims``). Real Redis runs it in C; fakeredis runs it through its Lua engine
+see ``bot.state.claims``). Real Redis runs it in C; fakeredis runs it through its Lua engine
 (``lupa``), which compiles the script on every call, collects Lua's garbage after it and
 checks Lua's globals around every ``redis.call``: about a fifth of all the instructions of an
 in-process turn. This socket recognises that script (by its exact text) and does the same

@@ -21,7 +21,8 @@ from bot.agent.prompting import PromptAssembler
 from bot.bus.streams import RedisStreamsBus
 from bot.llm.scripted import ScriptedProvider
 from bot.llm.types import LLMRequest, LLMResponse
-from bot.router.core import Router, RouterLimits
+from bot.router.build import build_router
+from bot.router.core import RouterLimits
 from bot.router.text_commands import Commands
 from bot.state import connect
 from bot.state.history import HistoryStore
@@ -57,7 +58,7 @@ async def main(url: str, namespace: str, name: str, work_ms: int) -> None:
         max_inflight=64,
     )
     history = HistoryStore(redis, max_messages=10, ttl_seconds=600)
-    router = Router(
+    router = build_router(
         worker_id=name,
         bus=bus,
         redis=redis,

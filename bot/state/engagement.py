@@ -10,14 +10,16 @@ a write per message to keep, and losing a few ambient lines on a restart is harm
 
 ``LiveStore`` is the seam; ``RedisLiveStore`` keeps the state in Redis (keys ``chorus:v1:live:*``,
 bot/state/keys.py) and ``MemoryLiveStore`` is its in-memory twin (one process; what a
-``LiveChat`` without Redis uses). tests/test_engagement_store.py holds both to one contract.
+``LiveChat`` without Redis uses). tests/test_engagement_store.py holds both to one contract. Each
+turn store (``bot.state.turn``) owns the live store its turns' decisions are written to
+(``channels``), so the two always agree on where a channel's state lives.
 
 Times are the policy's clock: epoch seconds (``time.time``), so they mean the same in every
 process, and they order the writes: a pause or resume, and the last time the bot spoke, are
 zset scores written with ``ZADD GT``, so a late write of an older decision (a retried commit, a
 process that was cut off) never undoes a newer one, whatever the order the writes land in. Reads happen once per channel activation (``load``), never per message; writes ride the
-transaction that commits a turn's reply (``queue_save``), so a reply and the record that it was
-sent are durable together, or in a batch of their own (``save``).
+commit of a turn's reply (a ``bot.state.turn.ChannelSave``), so a reply and the record that it
+was sent are durable together, or in a batch of their own (``save``).
 """
 
 from __future__ import annotations
@@ -101,13 +103,6 @@ class LiveStore(Protocol):
         """The channel's state: one round trip."""
         ...
 
-    def queue_save(
-        self, pipe: Pipeline, conv: ConversationKey, changes: Changes, now: float
-    ) -> None:
-        """Add the writes of ``changes`` to a transaction someone else runs (a reply's commit).
-        Idempotent: the same changes may be queued again (a retried commit)."""
-        ...
-
     async def save(self, changes: Mapping[ConversationKey, Changes], now: float) -> None:
         """Write the changes of several channels: one round trip (none when there are none)."""
         ...
@@ -159,9 +154,9 @@ class RedisLiveStore:
             tuple(str(m) for m in answered),
         )
 
-    def queue_save(
-        self, pipe: Pipeline, conv: ConversationKey, changes: Changes, now: float
-    ) -> None:
+    def lower(self, pipe: Pipeline, conv: ConversationKey, changes: Changes, now: float) -> None:
+        """The writes of ``changes`` as commands of a transaction someone else runs (a turn's
+        commit, ``bot.state.redis_turn``). Idempotent: a retried commit may queue them again."""
         marks = changes.marks()
         if marks:
             chan = keys.live("chan", conv)
@@ -190,7 +185,7 @@ class RedisLiveStore:
             return
         async with self.redis.pipeline(transaction=True) as pipe:
             for conv, change in changes.items():
-                self.queue_save(pipe, conv, change, now)
+                self.lower(pipe, conv, change, now)
             await pipe.execute()
 
     async def refresh_pause(self, convs: Sequence[ConversationKey]) -> list[bool]:
@@ -232,8 +227,8 @@ class _Channel:
 
 
 class MemoryLiveStore:
-    """The in-memory twin of ``RedisLiveStore`` (one process). There is no transaction to ride,
-    so ``queue_save`` applies the changes at once. The channel's marks lapse on ``timer``
+    """The in-memory twin of ``RedisLiveStore`` (one process): ``apply`` writes a turn's
+    changes at once. The channel's marks lapse on ``timer``
     (monotonic seconds, as a Redis TTL does); the rest is pruned by the policy's clock."""
 
     def __init__(
@@ -268,9 +263,8 @@ class MemoryLiveStore:
             tuple(m for _, m in answered[: self.answered_limit]),
         )
 
-    def queue_save(
-        self, pipe: Pipeline | None, conv: ConversationKey, changes: Changes, now: float
-    ) -> None:
+    def apply(self, conv: ConversationKey, changes: Changes, now: float) -> None:
+        """The writes of ``changes``, at once (a turn's commit, ``bot.state.memory_turn``)."""
         chan = self.channels.setdefault(conv, _Channel())
         if changes.paused is not None:
             self._pause_seq += 1
@@ -295,7 +289,7 @@ class MemoryLiveStore:
     async def save(self, changes: Mapping[ConversationKey, Changes], now: float) -> None:
         for conv, change in changes.items():
             if change:
-                self.queue_save(None, conv, change, now)
+                self.apply(conv, change, now)
 
     async def refresh_pause(self, convs: Sequence[ConversationKey]) -> list[bool]:
         found = []

@@ -1,0 +1,114 @@
+"""Stage five, answer: the prompt, the model's tool loop, and the outbound check of its text.
+
+The prompt (``bot.agent.prompting``) is the scope's persona and tools (the cached prefix), the
+conversation's history, then the volatile tail: the author's notes, the conversation's summaries
+and community notes (``bot.memory.enrichment``) and knowledge excerpts (``context_for``), after
+the plugins' ``before_turn`` hooks. The agent (``bot.agent.loop``) runs the scope's model chain;
+where the conversation streams answers, its drafts go out as it writes (``bot.router.drafts``),
+each through the same outbound check. The final text passes the safety gate's outbound check
+(block lists, the system prompt's canary, the moderation model): what it returns is what is
+sent, and the turn's usage waits for the commit (quotas).
+
+A model that cannot answer (every model of the chain failed) is ``Failed``: the router apologises
+and releases the claim, so a later delivery may try again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from bot.agent.loop import AgentResult
+from bot.agent.reasoning import decide
+from bot.events import ChatMessage, utcnow
+from bot.llm.errors import LLMError
+from bot.llm.types import LLMRequest
+from bot.memory.buffers import MemoryStore
+from bot.memory.enrichment import render_context
+from bot.ops.metrics import MetricsSink
+from bot.plugins.runtime import TurnHooks
+from bot.router.drafts import Drafts
+from bot.router.items import Item
+from bot.router.observe import TurnObserver
+from bot.router.read import TurnRead
+from bot.router.scoping import Profile
+from bot.safety.gate import SafetyGate
+from bot.tools.base import ToolContext
+from bot.tools.toolbox import Toolbox
+
+
+@dataclass(frozen=True)
+class Answered:
+    """The text to send (the safe line if the model's broke a rule) and how it was made."""
+
+    text: str
+    result: AgentResult
+    request: LLMRequest
+
+
+@dataclass(frozen=True)
+class Failed:
+    """No model of the chain answered."""
+
+    error: LLMError
+
+
+class Answer:
+    """The answers of one router's turns."""
+
+    def __init__(
+        self,
+        *,
+        drafts: Drafts,
+        safety: SafetyGate,
+        observer: TurnObserver,
+        metrics: MetricsSink,
+        hooks: TurnHooks | None = None,
+        memory: MemoryStore | None = None,
+        tools: Toolbox | None = None,
+    ) -> None:
+        self.drafts = drafts
+        self.safety = safety
+        self.observer = observer
+        self.metrics = metrics
+        self.hooks = hooks or TurnHooks()
+        self.memory = memory
+        self.tools = tools
+
+    async def __call__(self, item: Item, read: TurnRead, profile: Profile) -> Answered | Failed:
+        message = item.message
+        context = context_for(read, message, self.memory, utcnow())
+        if item.context:
+            context = f"{item.context}\n{context}" if context else item.context
+        context = await self.hooks.before_turn(message, context)
+        ctx = ToolContext(message=message, tools=profile.tools)
+        request = profile.assembler.build(
+            message,
+            read.history,
+            tools=self.tools.specs_for(ctx) if self.tools else (),
+            context=context,
+            reasoning=decide(message.text, profile.reasoning, profile.reasoning_max),
+        )
+        drafts = self.drafts.open(message, item.reply_to_id, item.addressed)  # None: not streamed
+        try:
+            result = await profile.agent.run(request, ctx, drafts)
+        except LLMError as exc:
+            self.observer.llm_failed(self.metrics, message, request.model, exc)
+            return Failed(exc)
+        text = await self.safety.answer(message, result.text)
+        self.safety.hold_usage(message, result.usage, request.model, item.delivery is not None)
+        self.observer.answered(item, result, request, item.received)
+        return Answered(text, result, request)
+
+
+def context_for(
+    read: TurnRead, message: ChatMessage, memory: MemoryStore | None, now: datetime
+) -> str:
+    """The volatile tail's data: the speaker's notes (``<context>``) and the knowledge block."""
+    context = ""
+    if memory is not None and read.buffer is not None:
+        context = render_context(
+            read.buffer, message, memory.settings, now, read.recall, read.channel_memory
+        )
+    knowledge = read.recall.knowledge if read.recall is not None else ""
+    return f"{context}\n{knowledge}" if context and knowledge else context or knowledge
