@@ -143,7 +143,7 @@ class Chorus:
             leak=LeakCheck(system, canary),
             prices=self.metrics.prices if isinstance(self.metrics, Metrics) else None,
         )
-        self.safety.scope_of = lambda message: self.scoping.profile(message).safety
+        self.safety.scope_of = self.scoping.safety_of
         self.safety.audit.register(self.metrics)
         safety_commands.register(commands, self.safety, self.history)  # before plugins take names
         link_commands.register(commands, self.memory, audit=self.safety.audit)

@@ -153,6 +153,10 @@ class Scoping:
                 self._servers.popitem(last=False)
         return self._resolve(book, key)
 
+    def safety_of(self, message: ChatMessage) -> ScopedSafety | None:
+        """The compiled safety rules of ``message``'s scope (what the safety gate asks)."""
+        return self.profile(message).safety
+
     def for_key(self, conv: ConversationKey) -> Profile:
         """The profile of a channel without a message at hand (a live-chat turn the bot
         starts, a channel's thresholds); not kept while a server it may belong to is unknown."""

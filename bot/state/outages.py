@@ -51,9 +51,20 @@ async def until_redis_answers(
     sleep: Sleep = asyncio.sleep,
 ) -> T:
     """``call()``, retried while Redis is unreachable (each wait logged with its delay); any
-    other error propagates at once. Cancellation stops it."""
+    other error propagates at once. Cancellation stops it. The first try runs outside the
+    retry loop: almost every call succeeds at once, and then costs nothing more."""
+    try:
+        return await call()
+    except TRANSIENT as exc:
+        failed = [exc]  # the retry loop starts from this failure: logged, then waited out
+
+    async def again() -> T:
+        if failed:
+            raise failed.pop()
+        return await call()
+
     return await retry(
-        call,
+        again,
         classify,
         outage_policy(cap),
         what=what,
