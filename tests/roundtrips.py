@@ -1,10 +1,10 @@
 """Counting Redis round trips where they happen.
 
 Every write of one command, or of a whole pipeline, to a connection goes through
-``AbstractConnection.send_packed_command``, for redis-py and fakeredis alike (or through
-``bot.state.writes``'s override of it, on a real Redis); one write is one
+``AbstractConnection.send_packed_command``, for redis-py and fakeredis alike; one write is one
 round trip (the embedded store writes argument lists, not RESP: they are shown as RESP here;
-its direct path, ``bot.state.embedded_direct``, writes nothing: each ``Pool.run`` is a round trip). The handshake of a connection the pool opens (``HELLO``, ``CLIENT ...``,
+its direct path, ``bot.state.embedded_direct``, writes nothing: each ``Pool.run`` is a round
+trip). The handshake of a connection the pool opens (``HELLO``, ``CLIENT ...``,
 ``SELECT``, ``AUTH``) is counted apart: it happens once per pooled connection, not per message.
 Used by the store tests, the router test and the benchmark.
 """
@@ -21,7 +21,6 @@ from redis.asyncio.connection import AbstractConnection
 
 from bot.state.embedded import resp as embedded_resp
 from bot.state.embedded_direct import Pool
-from bot.state.writes import _TimedWrites
 
 _inside: ContextVar[bool] = ContextVar("roundtrips_inside", default=False)
 
@@ -58,7 +57,6 @@ class RoundTrips:
 def counting_round_trips() -> Iterator[RoundTrips]:
     counter = RoundTrips()
     original = AbstractConnection.send_packed_command
-    timed = _TimedWrites.send_packed_command
 
     original_run = Pool.run
 
@@ -72,7 +70,7 @@ def counting_round_trips() -> Iterator[RoundTrips]:
         async def counting(
             self: AbstractConnection, command: Any, check_health: bool = True
         ) -> None:
-            if _inside.get():  # the timed writes' fallback to redis-py's own: one write
+            if _inside.get():  # a write made inside a counted one: the same round trip
                 await original(self, command, check_health)
                 return
             chunks = [command] if isinstance(command, bytes | str) else list(command)
@@ -92,7 +90,6 @@ def counting_round_trips() -> Iterator[RoundTrips]:
 
     with (
         mock.patch.object(AbstractConnection, "send_packed_command", counting_through(original)),
-        mock.patch.object(_TimedWrites, "send_packed_command", counting_through(timed)),
         mock.patch.object(Pool, "run", counting_run),
     ):
         yield counter

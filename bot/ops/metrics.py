@@ -341,7 +341,7 @@ class Metrics:
     def _spec(self, name: str, help: str, labels: Sequence[str], kind: Kind = "gauge") -> _Spec:
         if kind == "counter":
             name = name.removesuffix("_total")
-        taken = getattr(self.registry, "_names_to_collectors", {})  # the built-in families
+        taken = _taken_names(self.registry)  # the built-in families' names, suffixes included
         if name in self._callback_names or name in taken:
             raise ValueError(f"a metric named {name!r} is already registered")
         self._callback_names.add(name)
@@ -413,3 +413,20 @@ def _as_series(name: str, reading: GaugeReading, label_count: int) -> dict[Label
         if len(labels) != label_count:
             raise ValueError(f"{name}: expected {label_count} label values, got {labels!r}")
     return series
+
+
+# The sample names each family type exposes besides its own (the exposition format's suffixes).
+_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_count", "_sum", "_created"),
+    "summary": ("_count", "_sum", "_created"),
+}
+
+
+def _taken_names(registry: CollectorRegistry) -> set[str]:
+    """Every sample name the registry's families expose, read through its public ``collect``."""
+    taken: set[str] = set()
+    for family in registry.collect():
+        taken.add(family.name)
+        taken.update(family.name + suffix for suffix in _SUFFIXES.get(family.type, ()))
+    return taken

@@ -30,7 +30,6 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisError
 
 from bot.settings import ConfigError, check_redis_url
-from bot.state.writes import timed_writes
 
 if TYPE_CHECKING:
     import fakeredis
@@ -80,8 +79,6 @@ async def open_redis(url: str, *, connect_timeout: float = 5.0) -> Redis:
     except (ValueError, TypeError) as exc:  # bad query-string options, e.g. ?db=x
         message = _scrub(str(exc), parts.password)
         raise ConfigError(f"{VARIABLE}={mask_url(url)!r} is invalid: {message}") from None
-    pool = client.connection_pool
-    pool.connection_class = timed_writes(pool.connection_class)  # bot.state.writes: why
     try:
         async with asyncio.timeout(connect_timeout):
             await client.ping()
