@@ -13,11 +13,11 @@ once a minute per conversation.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from cachetools import TTLCache
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
@@ -212,24 +212,26 @@ def turn_entries(message: ChatMessage, answer: str, now: datetime) -> tuple[Hist
 
 
 class TouchThrottle:
-    """Remembers when each (platform, user, conversation) was last recorded, LRU-bounded."""
+    """Remembers which (platform, user, conversation) was recorded in the last ``every`` seconds:
+    a ``cachetools.TTLCache`` on the times ``due`` is given, at most ``capacity`` entries (the
+    least recently recorded dropped first)."""
 
     def __init__(self, every: float = TOUCH_EVERY, capacity: int = TOUCHED_CACHE) -> None:
         self.every = every
         self.capacity = capacity
-        self._touched: OrderedDict[tuple[str, str, ConversationKey], float] = OrderedDict()
+        self._now = 0.0
+        self._touched: TTLCache[tuple[str, str, ConversationKey], None] = TTLCache(
+            capacity, every, timer=lambda: self._now
+        )
 
     def due(self, message: ChatMessage, now: float) -> bool:
         """True when this user's activity here was not recorded in the last ``every`` seconds
         (and notes that it is being recorded now)."""
         key = (message.platform, message.author.id, message.conversation)
-        last = self._touched.get(key)
-        if last is not None and now - last < self.every:
+        self._now = now
+        if key in self._touched:
             return False
-        self._touched[key] = now
-        self._touched.move_to_end(key)
-        if len(self._touched) > self.capacity:
-            self._touched.popitem(last=False)
+        self._touched[key] = None
         return True
 
 
