@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections import OrderedDict
 from pathlib import Path
 
 from twitchio.models.eventsub_ import create_event_instance
 
 from adapters.twitch.convert import BotIdentity, chat_message
+from adapters.twitch.eventsub import RecentIds
 from bench.traces.make_trace import generate_youtube_busy
 from bot.engagement.policy import Engagement
 from bot.engagement.replay import format_report, replay, replay_lines
@@ -30,7 +30,8 @@ FIXTURE = Path(__file__).parent.parent / "tests" / "fixtures" / "twitch"
 
 def ingest_throughput(n: int = 100_000) -> float:
     """Messages per second through normalise (the EventSub notification parsed by twitchio,
-    then ``convert.chat_message``) + dedupe (a bounded id cache) + policy, one process."""
+    then ``convert.chat_message``) + dedupe (the adapter's bounded id cache, ``RecentIds``) +
+    policy, one process."""
     return asyncio.run(_ingest(n))
 
 
@@ -38,7 +39,7 @@ async def _ingest(n: int) -> float:
     payload = json.loads((FIXTURE / "twitch_channel_chat_message.json").read_text())
     event = payload["payload"]["event"]
     bot = BotIdentity(id="999", login="chorus")
-    seen: OrderedDict[str, None] = OrderedDict()
+    recent = RecentIds(50_000)
     started = time.perf_counter()
     now = [started]
     live = LiveChat(Engagement(), clock=lambda: now[0], store=MemoryLiveStore())
@@ -57,11 +58,8 @@ async def _ingest(n: int) -> float:
         ]
         parsed = create_event_instance("channel.chat.message", payload, http=None)
         message = chat_message(parsed, bot=bot)
-        if message is None or message.id in seen:
+        if message is None or not recent.first_time(message.id):
             continue
-        seen[message.id] = None
-        if len(seen) > 50_000:
-            seen.popitem(last=False)
         now[0] = started + i / 1000
         await live.prepare(message)
         live.observe(message)

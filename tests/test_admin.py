@@ -76,7 +76,7 @@ async def login(http: Client) -> str:
     response = await http.post("/login", data=form, allow_redirects=False)
     assert response.status == 303
     page = await (await http.get("/settings")).text()
-    found = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+    found = re.search(r'name="csrf" value="([\w-]+)"', page)
     assert found is not None
     return found.group(1)
 
@@ -108,6 +108,18 @@ def test_a_session_lasts_12_hours_and_a_new_token_ends_every_session() -> None:
     assert Auth(TOKEN + "x").session_id(cookie, now=1000.0) is None
     sid, expires, _ = cookie.split(".")
     assert auth.session_id(f"{sid}.{int(expires) + 999}.{cookie.split('.')[2]}", now=0) is None
+
+
+def test_each_signature_serves_one_purpose_only() -> None:
+    auth = Auth(TOKEN)
+    sid = auth.session_id(auth.new_session(now=1000.0), now=1000.0)
+    assert sid is not None and auth.csrf_ok(sid, auth.csrf_for(sid))
+    assert not auth.csrf_ok("another-session", auth.csrf_for(sid))
+    assert not auth.csrf_ok(sid, "né") and not auth.csrf_ok(sid, "")  # no error, just no
+    # a CSRF token or a login form's cookie, though signed with the same token, is no session
+    assert auth.session_id(f"{sid}.99999999999.{auth.csrf_for(sid)}", now=1000.0) is None
+    login_cookie = auth.signer("login-csrf").sign(f"{sid}.99999999999").decode()
+    assert auth.session_id(login_cookie, now=1000.0) is None
 
 
 @pytest.mark.redis

@@ -230,3 +230,24 @@ async def test_an_answer_whose_final_never_comes_is_forgotten_after_its_ttl() ->
     live.draft(draft("another answer", 1, "m5"))
     assert live.active == 1 and len(views) == 2
     await live.aclose()
+
+
+async def test_a_finished_answer_drops_late_drafts_for_its_ttl_the_latest_ones_only() -> None:
+    clock, views = Clock(), list[View]()
+
+    def open_view(d: ReplyDraft) -> View:
+        views.append(View())
+        return views[-1]
+
+    live = LiveAnswers(open_view, interval=0.0, ttl=60.0, remember=2, clock=clock)
+    for answer in ("m1", "m2", "m3"):
+        assert not await live.finish(reply("sent whole", answer))
+    clock.now = 59.0
+    live.draft(draft("late, from a worker that lost its claim", 2, "m3"))
+    assert views == []  # finished 59 s ago: dropped
+    live.draft(draft("late", 2, "m1"))
+    assert len(views) == 1  # only the two latest finished answers are remembered
+    clock.now = 61.0
+    live.draft(draft("late", 2, "m2"))
+    assert len(views) == 2  # finished longer than the TTL ago: forgotten
+    await live.aclose()

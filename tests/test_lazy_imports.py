@@ -27,7 +27,8 @@ VENDOR_SDKS = {"anthropic": "anthropic", "openai": "openai", "gemini": "google.g
 PLATFORM_SDKS = ("discord", "slack_sdk", "slack_bolt", "twitchio", "grpc", "googleapiclient")
 TERMINAL_UI = ("prompt_toolkit", "rich")
 EMBEDDED_STORE = ("fakeredis", "lupa")
-FEEDS = ("bot.tools.builtin.feeds", "defusedxml", "xml.etree.ElementTree")  # CHORUS_FEEDS only
+# CHORUS_FEEDS only
+FEEDS = ("bot.tools.builtin.feeds", "defusedxml", "xml.etree.ElementTree", "feedparser")
 CORE = ("aiohttp", "bot.app", "bot.settings", "pydantic", "redis")  # imported in bot.cli.main
 WATCHED = (
     *VENDOR_SDKS.values(),

@@ -9,11 +9,12 @@ import logging
 import pytest
 from redis.asyncio import Redis
 
+from bot.engagement import durable
 from bot.engagement.policy import Engagement, PolicyConfig, Reason
 from bot.engagement.turns import LiveChat
 from bot.events import Author, ChatMessage, ConversationKey, Role
 from bot.state import connect
-from bot.state.engagement import MemoryLiveStore, RedisLiveStore, Snapshot
+from bot.state.engagement import Changes, MemoryLiveStore, RedisLiveStore, Snapshot
 from tests.redis_server import free_port
 
 NOW = 1_750_000_000.0
@@ -131,9 +132,27 @@ async def test_an_answer_now_records_what_it_answered_for_its_commit() -> None:
     await chat.say("c", "first line", user="bob")
     assert await chat.say("c", "hey bot?", user="bob", mention=True) is Reason.ADDRESSED
     conv = ConversationKey(platform="twitch", channel="c")
-    _, changes = chat.live.durable.turns[(conv, "m2")]
+    changes = chat.live.durable.turns[(conv, "m2")]
     assert changes.answered == {"m1": chat.now, "m2": chat.now}  # the covered line too
     assert changes.users == {"bob": chat.now} and changes.spoke == chat.now
+
+
+async def test_turn_records_are_bounded_and_forgotten_when_no_commit_comes_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(durable, "TURN_RECORDS", 2)
+    chat = Chat(MemoryLiveStore())
+    records = chat.live.durable.turns
+    conv = ConversationKey(platform="twitch", channel="c")
+    for turn_id in ("t1", "t2", "t3"):
+        chat.live.durable.turn(conv, turn_id, Changes(spoke=chat.now))
+    assert list(records) == [(conv, "t2"), (conv, "t3")]  # the oldest went first
+    chat.now += durable.TURN_RECORD_SECONDS - 1
+    await chat.live.maintain()
+    assert list(records) == [(conv, "t2"), (conv, "t3")]
+    chat.now += 2
+    await chat.live.maintain()
+    assert list(records) == []  # never committed: forgotten
 
 
 async def test_a_pause_holds_while_chat_goes_on_and_lapses_after_a_quiet_spell() -> None:

@@ -30,7 +30,7 @@ from adapters.slack.convert import (
     reply_to_posts,
 )
 from adapters.slack.mrkdwn import ZWSP, escape, to_mrkdwn
-from adapters.slack.state import SeenSet, TTLCache
+from adapters.slack.state import SeenSet
 from bot.events import AttachmentKind, ConversationKey, MessageDeleted, Reply, Role
 from bot.settings import ConfigError, SlackSettings, load_settings
 from bot.settings.slack import SlackMode
@@ -373,18 +373,21 @@ def test_settings_values(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # -- state --------------------------------------------------------------------------------------
-def test_ttl_cache_expires_and_stays_bounded() -> None:
+def test_seen_set_forgets_after_its_ttl_and_stays_bounded() -> None:
     now = [0.0]
-    cache: TTLCache[str, int] = TTLCache(ttl=10, maxsize=3, clock=lambda: now[0])
-    for i in range(5):
-        cache.put(f"k{i}", i)
-    assert len(cache) == 3 and cache.get("k0") is None and cache.get("k4") == 4
-    now[0] = 10.0
-    assert cache.get("k4") is None
-    seen = SeenSet(ttl=5, maxsize=10, clock=lambda: now[0])
-    assert seen.first("Ev1") and not seen.first("Ev1")
-    now[0] = 15.0
-    assert seen.first("Ev1")
+    seen = SeenSet(ttl=10, maxsize=3, clock=lambda: now[0])
+    assert [seen.first(f"Ev{i}") for i in range(5)] == [True] * 5
+    assert len(seen) == 3 and "Ev0" not in seen and "Ev1" not in seen  # the oldest went first
+    assert not seen.first("Ev4") and "Ev2" in seen
+    now[0] = 9.0
+    seen.add("Ev2")  # added again: its TTL starts over
+    now[0] = 10.0  # the TTL of the first adds is up
+    assert "Ev3" not in seen and "Ev4" not in seen and "Ev2" in seen and len(seen) == 1
+    assert seen.first("Ev3")
+    now[0] = 19.0
+    assert "Ev2" not in seen and "Ev3" in seen
+    with pytest.raises(ValueError, match="ttl must be positive"):
+        SeenSet(ttl=0, maxsize=1)
 
 
 def test_app_manifest_grants_what_the_adapter_uses() -> None:

@@ -221,3 +221,19 @@ def test_one_person_is_named_once_with_everything_they_did() -> None:
         "sent a Super Sticker ($2.00)"
     )
     assert text.splitlines()[1:] == ["  and wrote: love it", "- B: became a member"]
+
+
+def test_late_parts_are_absorbed_for_the_latest_thanked_bursts_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(thanks, "DONE_GIFTS", 2)
+    waiting = state(K.GIFT_SUB)
+    for n, gift in enumerate(("g1", "g2", "g3")):
+        feed(waiting, burst("gifter", gift, 1), at=100.0 * n)
+        assert named(thanks.due(waiting, 100.0 * n + 10)) == [("gift_sub", "GIFTER", 1)]
+    late = [
+        event(K.GIFT_SUB, "gifter", count=1, gift_id=g, recipient_id="r")
+        for g in ("g3", "g2", "g1")
+    ]
+    # g3 and g2 are remembered (their late parts absorbed); g1, thanked first, was forgotten
+    assert feed(waiting, late, at=400.0) == [False, False, True]

@@ -88,10 +88,23 @@ XXE = b"""<?xml version="1.0"?>
 <item><title>&xxe;</title><link>https://evil.example/</link></item></channel></rss>"""
 
 
+# A document type on the feed's own server, a stylesheet, relative links and a script in a
+# summary: nothing but the feed itself may be fetched, and the links come out absolute.
+LINKED = b"""<?xml version="1.0"?>
+<!DOCTYPE rss SYSTEM "/dtd">
+<?xml-stylesheet type="text/xsl" href="/style"?>
+<rss version="2.0"><channel><title>Local News</title>
+<item><title>Relative</title><link>/stories/1</link>
+<description>&lt;p&gt;Read &lt;script src="/js"&gt;alert(1)&lt;/script&gt;on.&lt;/p&gt;
+</description>
+</item></channel></rss>"""
+
+
 class FeedSite(LoopbackServer):
     def __init__(self) -> None:
         super().__init__()
         self.documents = {"rss": RSS, "atom": ATOM, "rdf": RDF, "bomb": BILLION_LAUGHS, "xxe": XXE}
+        self.documents["linked"] = LINKED
 
     def routes(self) -> list[web.RouteDef]:
         return [web.get("/{name}", self.handle)]
@@ -205,6 +218,19 @@ async def test_entity_bombs_and_external_entities_are_refused(feeds: FeedSite) -
     assert f"(skipped feed {feeds.url}/xxe: refused unsafe XML (EntitiesForbidden))" in text
     assert "root:" not in text and "lollol" not in text
     assert "City council approves" in text
+
+
+async def test_only_the_feed_is_fetched_and_its_relative_links_come_out_absolute(
+    feeds: FeedSite,
+) -> None:
+    text = await headlines(make_reader(feeds, "linked"))
+    assert text.splitlines() == [
+        "Headlines, newest first:",
+        "1. Relative (Local News, undated)",
+        f"   {feeds.url}/stories/1",
+        "   Read on.",
+    ]
+    assert [r.path for r in feeds.requests] == ["/linked"]  # no DTD, stylesheet or script
 
 
 async def test_feeds_are_cached_and_fetched_once_when_asked_concurrently(feeds: FeedSite) -> None:

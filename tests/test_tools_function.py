@@ -142,6 +142,14 @@ def test_parse_docstring_first_paragraph_spans_lines() -> None:
     assert params == {"a": "first"}
 
 
+def test_parse_docstring_reads_both_styles_and_whole_wrapped_descriptions() -> None:
+    google = "Roll dice.\n\nArgs:\n    sides: how many sides.\n\n        Two at least.\n"
+    assert parse_docstring(google) == ("Roll dice.", {"sides": "how many sides. Two at least."})
+    both = "Roll.\n\nArgs:\n    sides: Google's.\n\n:param sides: reST's.\n:param count: dice.\n"
+    assert parse_docstring(both) == ("Roll.", {"sides": "Google's.", "count": "dice."})
+    assert parse_docstring("Roll.\n\nArgs:\n    sides without a colon\n") == ("Roll.", {})
+
+
 async def test_context_is_injected_and_hidden_from_the_schema() -> None:
     seen: list[ToolContext] = []
 

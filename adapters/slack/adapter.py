@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
+from cachetools import TTLCache
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
@@ -51,7 +52,7 @@ from adapters.slack.convert import (
 from adapters.slack.drafts import NativeStreams, SlackLive
 from adapters.slack.intake import Before, Intake, after
 from adapters.slack.sender import SlackSender, SlackSendError, file_hosts, host_allowed
-from adapters.slack.state import SeenSet, TTLCache
+from adapters.slack.state import SeenSet
 from adapters.slack.transport import AUTH_ERRORS, connect_socket, serve_http
 from bot.bus.base import Delivery, EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
@@ -111,8 +112,8 @@ class SlackAdapter:
         self._file_hosts = file_hosts(settings.api_base_url)
         self._events = SeenSet(ttl=3 * 3600, maxsize=50_000)  # Slack retries for about an hour
         self._threads = SeenSet(ttl=7 * 24 * 3600, maxsize=20_000)
-        self._users: TTLCache[str, Author] = TTLCache(ttl=3600, maxsize=10_000)
-        self._commands: TTLCache[str, tuple[str, str]] = TTLCache(ttl=30 * 60, maxsize=10_000)
+        self._users: TTLCache[str, Author] = TTLCache(maxsize=10_000, ttl=3600)
+        self._commands: TTLCache[str, tuple[str, str]] = TTLCache(maxsize=10_000, ttl=30 * 60)
         self._intake = Intake()
         self._lanes: dict[str, deque[tuple[Delivery[Outbound], Reply]]] = {}
         self._native = NativeStreams(enabled=settings.native_streaming)
@@ -324,9 +325,8 @@ class SlackAdapter:
         try:
             author = await self._author(str(command["user_id"]))
             message = command_message(command, author=author)
-            self._commands.put(
-                message.id, (str(command["response_url"]), message.conversation.channel)
-            )
+            response_url = str(command["response_url"])
+            self._commands[message.id] = (response_url, message.conversation.channel)
             await after(before)
             await self.bus.publish(INBOUND, message)
         except Exception:
@@ -347,7 +347,7 @@ class SlackAdapter:
                 exc_info=True,
             )
             author = Author(id=user_id)
-        self._users.put(user_id, author)
+        self._users[user_id] = author
         return author
 
     async def _download(self, attachments: tuple[Attachment, ...]) -> tuple[Attachment, ...]:

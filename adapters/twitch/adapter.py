@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, OrderedDict
+from collections import Counter
 from typing import Any
 
 import twitchio
+from cachetools import FIFOCache
 from redis.asyncio import Redis
 from twitchio.eventsub import (
     ChatClearUserMessagesSubscription,
@@ -111,7 +112,8 @@ class TwitchAdapter:
         self.dropped: Counter[str] = Counter()  # by drop_reason.code, for metrics
         self.failed = 0
         self._moderator: dict[str, bool] = {}
-        self._logins: OrderedDict[str, str] = OrderedDict()  # user id -> login, for mentions
+        # user id -> login, for mentions; a login seen again is the newest, a lookup changes nothing
+        self._logins: FIFOCache[str, str] = FIFOCache(_LOGIN_CACHE)
         self._notices = notices.Unrepliable()
         self._stored: StoredTokens | None = None
         self._token_lock = asyncio.Lock()
@@ -325,9 +327,6 @@ class TwitchAdapter:
         if not (isinstance(user_id, str) and isinstance(login, str) and login):
             return
         self._logins[user_id] = login
-        self._logins.move_to_end(user_id)
-        while len(self._logins) > _LOGIN_CACHE:
-            self._logins.popitem(last=False)
 
     async def _persist_tokens(self, *, force: bool = False) -> None:
         """Store the bot's current pair if twitchio refreshed it (or when ``force``)."""

@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from cachetools import LRUCache
 from twitchio.eventsub.websockets import Websocket
 
 from adapters.twitch import notices
@@ -72,7 +72,7 @@ class RecentIds:
 
     def __init__(self, capacity: int = RECENT_IDS) -> None:
         self.capacity = capacity
-        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._ids: LRUCache[str, None] = LRUCache(capacity)
         self.duplicates = 0
 
     def __len__(self) -> int:
@@ -81,12 +81,10 @@ class RecentIds:
     def first_time(self, message_id: str) -> bool:
         """True the first time ``message_id`` is seen (and remembers it); False for a repeat."""
         if message_id in self._ids:
-            self._ids.move_to_end(message_id)
+            self._ids[message_id] = None  # seen again: now the most recent
             self.duplicates += 1
             return False
         self._ids[message_id] = None
-        if len(self._ids) > self.capacity:
-            self._ids.popitem(last=False)
         return True
 
 

@@ -40,10 +40,10 @@ one goes out unthreaded with an ``@mention`` instead (``Unrepliable``).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
+from cachetools import FIFOCache
 from twitchio import ChatNotification
 
 from adapters.twitch.convert import PLATFORM, BotIdentity, Malformed, mentions, roles
@@ -215,12 +215,11 @@ class Unrepliable:
 
     def __init__(self, capacity: int = 1000) -> None:
         self.capacity = capacity
-        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._ids: FIFOCache[str, None] = FIFOCache(capacity)  # the first published goes first
 
     def add(self, message_id: str) -> None:
-        self._ids[message_id] = None
-        if len(self._ids) > self.capacity:
-            self._ids.popitem(last=False)
+        if message_id not in self._ids:  # a repeat keeps its place
+            self._ids[message_id] = None
 
     def unthread(self, reply: Reply, logins: Mapping[str, str]) -> Reply:
         """``reply`` as it can be sent: unchanged unless it answers a notice."""

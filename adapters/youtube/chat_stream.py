@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from cachetools import LRUCache
 
 from adapters.youtube import convert
 from adapters.youtube.api import Clock, QuotaExceeded, YouTubeAPI, YouTubeUnavailable
@@ -76,12 +77,12 @@ class _Cursor:
 
 
 class SeenIds:
-    """The last ``size`` message ids handled. A resumed stream or a switch between streaming
-    and polling may deliver a message again; it is handled once."""
+    """The last ``size`` message ids handled (an ``LRUCache``: handling one again makes it the
+    newest). A resumed stream or a switch between streaming and polling may deliver a message
+    again; it is handled once."""
 
     def __init__(self, size: int = 10_000) -> None:
-        self._size = size
-        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._ids: LRUCache[str, None] = LRUCache(size)
 
     def __contains__(self, message_id: object) -> bool:
         return isinstance(message_id, str) and message_id in self._ids
@@ -91,9 +92,6 @@ class SeenIds:
 
     def add(self, message_id: str) -> None:
         self._ids[message_id] = None
-        self._ids.move_to_end(message_id)
-        while len(self._ids) > self._size:
-            self._ids.popitem(last=False)
 
 
 class StreamReader:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import Callable
+
+from cachetools import FIFOCache
 
 from adapters.youtube import convert
 from adapters.youtube.api import ChatUnavailable, QuotaExceeded, ReplyBudgetSpent, YouTubeAPI
@@ -46,15 +47,13 @@ class Sender:
         self._max_pieces = max_pieces
         self._seen = seen
         self._quota_fields = quota_fields
-        self._names: OrderedDict[str, str] = OrderedDict()  # channel id -> display name
+        # channel id -> display name; a name seen again is the newest, a lookup changes nothing
+        self._names: FIFOCache[str, str] = FIFOCache(_KNOWN_NAMES)
 
     def remember(self, channel_id: str, name: str) -> None:
         """A viewer's display name, for mentioning them in a reply (the latest 5,000)."""
         if name:
             self._names[channel_id] = name
-            self._names.move_to_end(channel_id)
-            while len(self._names) > _KNOWN_NAMES:
-                self._names.popitem(last=False)
 
     async def run(self) -> None:
         topic = outbound_topic(convert.PLATFORM)

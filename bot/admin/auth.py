@@ -3,10 +3,12 @@ cookie, or as ``Authorization: Bearer <token>`` for scripts; and CSRF protection
 
 Why a signed cookie and no server-side sessions: any process may serve the dashboard, so a
 session must be checkable anywhere without shared state; the signing key is derived from the
-token, so changing the token logs everyone out. The cookie is HttpOnly and SameSite=Strict.
-Every POST from a browser session carries a CSRF token derived from the session id (a
-per-session token, checked in constant time); a Bearer request carries no ambient credential,
-so it needs none. Every comparison of a secret is constant-time (``hmac.compare_digest``).
+token, so changing the token logs everyone out. The cookie (``<session id>.<expiry>``, signed)
+is HttpOnly and SameSite=Strict and lasts ``SESSION_SECONDS``. Every POST from a browser session
+carries a CSRF token derived from the session id (a per-session token); a Bearer request carries
+no ambient credential, so it needs none. Signatures are ``itsdangerous``'s (HMAC-SHA256, a key
+per purpose derived from the token, checked in constant time); the token itself is compared in
+constant time too (``hmac.compare_digest``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from itsdangerous import BadSignature, Signer
 
 COOKIE = "chorus_admin"
 SESSION_SECONDS = 12 * 3600
@@ -36,7 +39,8 @@ class Auth:
         self._token = token.encode()
         # The rate limit on Bearer tokens (bot/admin/login.py): raises to refuse; None: none.
         self.bearer_check: BearerCheck | None = None
-        self._key = hashlib.sha256(b"chorus-admin-session\0" + self._token).digest()
+        self._sessions = self.signer("session")
+        self._csrf = self.signer("csrf")
 
     # -- the token --------------------------------------------------------------------------------
     def token_ok(self, given: str) -> bool:
@@ -46,28 +50,34 @@ class Auth:
     def new_session(self, now: float | None = None) -> str:
         sid = secrets.token_urlsafe(18)
         expires = int((now or time.time()) + SESSION_SECONDS)
-        body = f"{sid}.{expires}"
-        return f"{body}.{self.sign(body)}"
+        return self._sessions.sign(f"{sid}.{expires}").decode()
 
     def session_id(self, cookie: str | None, now: float | None = None) -> str | None:
         """The session id of a valid, unexpired cookie; None otherwise."""
-        if not cookie or cookie.count(".") != 2:
+        try:
+            body = self._sessions.unsign(cookie or "").decode()
+        except BadSignature:
             return None
-        sid, expires, signature = cookie.split(".")
-        if not hmac.compare_digest(signature, self.sign(f"{sid}.{expires}")):
-            return None
+        sid, _, expires = body.partition(".")
         if not expires.isdigit() or int(expires) < (now or time.time()):
             return None
         return sid
 
     def csrf_for(self, sid: str) -> str:
-        return self.sign(f"csrf:{sid}")
+        return self._csrf.get_signature(sid).decode()
 
     def csrf_ok(self, sid: str, given: str) -> bool:
-        return hmac.compare_digest(given, self.csrf_for(sid))
+        return self._csrf.verify_signature(sid, given)
 
-    def sign(self, text: str) -> str:
-        return hmac.new(self._key, text.encode(), hashlib.sha256).hexdigest()
+    def signer(self, purpose: str) -> Signer:
+        """An ``itsdangerous`` signer keyed by the token, its own key per ``purpose`` (so no
+        signature made for one purpose passes for another)."""
+        return Signer(
+            self._token,
+            salt=f"chorus-admin-{purpose}",
+            key_derivation="hmac",
+            digest_method=hashlib.sha256,
+        )
 
     # -- the middleware ---------------------------------------------------------------------------
     def middleware(self) -> Middleware:

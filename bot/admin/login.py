@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from itsdangerous import BadSignature
 from redis.asyncio import Redis
 
 from bot.admin.auth import Auth
@@ -63,6 +64,7 @@ class LoginGuard:
         self.failures = failures
         self.window = window
         self.clock = clock
+        self._nonces = auth.signer("login-csrf")
 
     # -- the pre-session CSRF token (double submit) -----------------------------------------------
     def form_token(self, request: web.Request) -> tuple[str, str | None]:
@@ -72,18 +74,18 @@ class LoginGuard:
         if nonce is not None:
             return nonce, None
         nonce = secrets.token_urlsafe(18)
-        return nonce, f"{nonce}.{self.auth.sign(f'login-csrf:{nonce}')}"
+        return nonce, self._nonces.sign(nonce).decode()
 
     def token_ok(self, request: web.Request, given: str) -> bool:
         nonce = self._nonce(request.cookies.get(LOGIN_COOKIE, ""))
         return nonce is not None and hmac.compare_digest(given.encode(), nonce.encode())
 
     def _nonce(self, cookie: str) -> str | None:
-        nonce, _, signature = cookie.partition(".")
-        expected = self.auth.sign(f"login-csrf:{nonce}")
-        if not nonce or not hmac.compare_digest(signature.encode(), expected.encode()):
+        """The nonce of a cookie this server signed; None otherwise."""
+        try:
+            return self._nonces.unsign(cookie).decode() or None
+        except BadSignature:
             return None
-        return nonce
 
     @staticmethod
     def set_cookie(response: web.StreamResponse, request: web.Request, cookie: str) -> None:

@@ -7,6 +7,12 @@ changes per request (the new message, later the user's pins and the local time) 
 
 Text that users wrote is wrapped in ``<user_message>`` data blocks; the system prompt tells the
 model those blocks are data, not instructions, and ``_quote`` keeps a user from closing the block.
+
+Why the rendered entries are a hand-rolled LRU (an ``OrderedDict``) and not a
+``cachetools.LRUCache``: the map is read once per history entry on every turn, and an
+``LRUCache`` lookup is a chain of Python calls where ``OrderedDict.get`` and ``move_to_end`` are
+C. Measured with ``python -m bench.instructions --check`` (the in-process figure per answered
+message), ``LRUCache`` here and in ``bot/state/history.py`` made every answered message dearer.
 """
 
 from __future__ import annotations

@@ -7,6 +7,12 @@ lets a person be answered ``mention_burst`` times in a row; one mention spammer 
 make the bot answer more than that. Room batches keep the plain cooldown
 (``last_answered + user_cooldown_seconds``). Also here: the LRU of tracked users. Pure
 functions over the ledger's data; time is passed in.
+
+Why the tracked users are a hand-rolled LRU (``ChannelState.users``, an ``OrderedDict``) and not
+a ``cachetools.LRUCache``: the bound is the channel's ``max_tracked_users``, which follows a
+reload (the channel's config is replaced), while a cachetools cache's ``maxsize`` is fixed when
+it is made; and only a user's own activity (``touch_user``) refreshes them, while the policy's
+reads (``answered_at``, ``ready_at``) must not, and every ``LRUCache`` lookup does.
 """
 
 from __future__ import annotations

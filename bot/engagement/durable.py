@@ -15,8 +15,10 @@ Why here and not in the policy: the policy stays pure and O(1) per message (the 
   acknowledgement and again by the next ``maintain`` pass, at most a second later.
 - **maintain** (the router's one-second tick): writes pending pauses and resumes, restarts the
   pause TTL of a paused channel whose chat goes on (so a pause lapses only after the channel has
-  been quiet for the whole TTL, or is resumed elsewhere, which this pass notices), forgets old
+  been quiet for the whole TTL, or is resumed elsewhere, which this pass notices), drops expired
   turn records and evicts idle channels from memory (bounded: least recently seen first).
+  Turn records are a ``cachetools.TTLCache`` on the ledger's clock: a turn not committed within
+  ``TURN_RECORD_SECONDS`` is never looked up again, and at most ``TURN_RECORDS`` are held.
 - **follow the pause feed** (same pass): every pause or resume is also written to a feed (a
   stream every process reads with its own cursor), so a channel paused elsewhere -- by
   ``!chorus pause`` on another worker, or from the admin dashboard -- is reloaded here within
@@ -27,8 +29,10 @@ Why here and not in the policy: the policy stays pure and O(1) per message (the 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
+
+from cachetools import TTLCache
 
 from bot.engagement.ledger import ChannelState, Engagement
 from bot.engagement.policy import SEEN_CAP, apply_pause, note_answered
@@ -64,7 +68,9 @@ class DurableLedger:
         self.max_channels = max_channels
         self.pause_refresh_seconds = pause_refresh_seconds
         self.pauses: dict[ConversationKey, tuple[bool, float]] = {}  # unsaved: (paused, when)
-        self.turns: OrderedDict[tuple[ConversationKey, str], tuple[float, Changes]] = OrderedDict()
+        self.turns: TTLCache[tuple[ConversationKey, str], Changes] = TTLCache(
+            TURN_RECORDS, TURN_RECORD_SECONDS, timer=clock
+        )
         self.refreshed: dict[ConversationKey, float] = {}  # when each pause TTL last restarted
         self.pause_cursor: str | None = None  # how far this process read the pause feed
 
@@ -113,11 +119,9 @@ class DurableLedger:
         self.pauses[conv] = (paused, now)
         self.refreshed[conv] = now
 
-    def turn(self, conv: ConversationKey, turn_id: str, changes: Changes, now: float) -> None:
+    def turn(self, conv: ConversationKey, turn_id: str, changes: Changes) -> None:
         """What the turn ``turn_id`` decided; written when (if) its reply commits."""
-        self.turns[(conv, turn_id)] = (now, changes)
-        while len(self.turns) > TURN_RECORDS:
-            self.turns.popitem(last=False)
+        self.turns[(conv, turn_id)] = changes
 
     # -- writes -------------------------------------------------------------------------------
     def save_for(self, conv: ConversationKey, turn_id: str) -> ChannelSave | None:
@@ -127,7 +131,7 @@ class DurableLedger:
         pause = self.pauses.get(conv)
         if record is None and pause is None:
             return None
-        changes = Changes() if record is None else _copy(record[1])
+        changes = Changes() if record is None else _copy(record)
         if pause is not None:
             changes.paused, changes.pause_at = pause
         return ChannelSave(conv, changes, self.clock())
@@ -144,8 +148,7 @@ class DurableLedger:
                     del self.pauses[conv]
         await self._refresh_pauses(now)
         await self._follow_pauses(now)
-        while self.turns and now - next(iter(self.turns.values()))[0] > TURN_RECORD_SECONDS:
-            self.turns.popitem(last=False)
+        self.turns.expire(now)
         self._evict(now)
 
     async def _refresh_pauses(self, now: float) -> None:

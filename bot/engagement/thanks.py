@@ -33,9 +33,11 @@ What a viewer wrote with an event goes into the turn's text, which the prompt wr
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from cachetools import FIFOCache
 
 import prompts
 from bot.events import ChatMessage, ConversationKey, StreamEvent, StreamEventKind
@@ -126,7 +128,8 @@ class ThanksState:
     last_id: str = ""
     seen: set[str] = field(default_factory=set)
     seen_order: deque[str] = field(default_factory=deque)
-    done_gifts: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    # thanked gift bursts, the first thanked forgotten first
+    done_gifts: FIFOCache[str, None] = field(default_factory=lambda: FIFOCache(DONE_GIFTS))
     seq: int = 0
 
 
@@ -222,8 +225,6 @@ def due(state: ThanksState, now: float) -> Thanks | None:
     for kind, key in state.pending:
         if kind == "gift":
             state.done_gifts[key] = None
-    while len(state.done_gifts) > DONE_GIFTS:
-        state.done_gifts.popitem(last=False)
     clear(state)
     state.last_thanks = now
     return thanks

@@ -208,7 +208,7 @@ class LiveChat:
         if decision.action is Action.ANSWER_NOW:
             answered = {message.id: now} | {p.message.id: now for p in decision.covered}
             changes = Changes(spoke=now, users={message.author.id: now}, answered=answered)
-            self.durable.turn(conv, message.id, changes, now)
+            self.durable.turn(conv, message.id, changes)
         elif decision.reason is Reason.PAUSE or decision.reason is Reason.RESUME:
             self.durable.paused(conv, state.paused, now)
         if message.addressed and decision.action in (Action.ANSWER_NOW, Action.QUEUE):
@@ -256,7 +256,7 @@ class LiveChat:
                 turn = idle_turn(conv)
             if turn is not None:
                 turns.append(turn)
-                self.durable.turn(conv, turn.message.id, changes, now)
+                self.durable.turn(conv, turn.message.id, changes)
                 if turn.kind == "room" and self.budget.covers(conv.platform):
                     self.budget.took_room(now)
             if room:
@@ -267,7 +267,7 @@ class LiveChat:
             turns.append(thanks_turn(conv, due_now))
             self.metrics.engagement(conv.platform, "thanks")
             self.spoke(conv)
-            self.durable.turn(conv, turns[-1].message.id, Changes(spoke=now), now)
+            self.durable.turn(conv, turns[-1].message.id, Changes(spoke=now))
             if self.budget.covers(conv.platform):
                 self.budget.took_room(now)
         return turns

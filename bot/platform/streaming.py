@@ -14,7 +14,8 @@ console prints), driven by one task:
   first, never cut: a cancelled post would leave a message nobody knows of), then the view turns
   its message(s) into the final answer, exactly the pieces an unstreamed reply would have sent;
 - **late drafts are dropped**: an answer that was finished (streamed or not) is remembered for
-  ``ttl`` seconds, so a draft from a worker that lost its claim (paused, then resumed after
+  ``ttl`` seconds (the latest ``remember`` of them, in a ``cachetools.TTLCache`` on the
+  adapter's clock), so a draft from a worker that lost its claim (paused, then resumed after
   another worker answered) cannot re-open it;
 - **takeovers keep one message**: drafts from the worker that took a crashed worker's turn over
   carry the same key, so they edit the same message, and the final fills it in;
@@ -35,10 +36,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from cachetools import TTLCache
 
 from bot.events import ConversationKey, Reply, ReplyDraft
 
@@ -119,10 +121,9 @@ class LiveAnswers:
         self._started = clock()
         self.interval = interval
         self.ttl = ttl
-        self._remember = remember
         self._clock = clock
         self._live: dict[Key, _Live] = {}
-        self._done: OrderedDict[Key, float] = OrderedDict()
+        self._done: TTLCache[Key, None] = TTLCache(remember, ttl, timer=clock)
         self._forgotten: set[asyncio.Task[None]] = set()  # expired answers' tasks, ending
 
     @property
@@ -150,10 +151,7 @@ class LiveAnswers:
         """Stop the drafts of ``reply``'s answer and let its view render the final answer;
         False when nothing was shown for it (send it the usual way)."""
         key = answer_key(reply.conversation, reply.reply_to_id)
-        self._done[key] = self._clock()
-        self._done.move_to_end(key)
-        while len(self._done) > self._remember:
-            self._done.popitem(last=False)
+        self._done[key] = None
         live = self._live.pop(key, None)
         saved = live is not None and (live.saved is not None or live.resumed)
         try:
@@ -270,8 +268,6 @@ class LiveAnswers:
             await asyncio.gather(live.task, return_exceptions=True)
 
     def _expire(self, now: float) -> None:
-        while self._done and next(iter(self._done.values())) < now - self.ttl:
-            self._done.popitem(last=False)
         for key in [k for k, live in self._live.items() if live.opened < now - self.ttl]:
             live = self._live.pop(key)
             live.stopped.set()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,7 +25,7 @@ from datetime import datetime
 from bot.bus.base import EventBus, TransactionalBus
 from bot.bus.topics import outbound_topic
 from bot.engagement.turns import LiveChat
-from bot.events import ChatMessage, ConversationKey, Reply, utcnow
+from bot.events import ChatMessage, Reply, utcnow
 from bot.memory import summaries
 from bot.memory.buffers import MemoryStore
 from bot.memory.insight_queue import InsightJob
@@ -34,7 +33,7 @@ from bot.memory.insight_queue import due as insight_due
 from bot.ops.aio import shielded
 from bot.ops.metrics import MetricsSink
 from bot.router.items import Item
-from bot.router.observe import TurnObserver
+from bot.router.observe import Throttle, TurnObserver
 from bot.router.scoping import Profile
 from bot.safety.gate import SafetyGate
 from bot.state.claims import Claim, Claims
@@ -192,22 +191,15 @@ def turn_entries(message: ChatMessage, answer: str, now: datetime) -> tuple[Hist
 
 
 class TouchThrottle:
-    """Remembers when each (platform, user, conversation) was last recorded, LRU-bounded."""
+    """Remembers which (platform, user, conversation) was recorded in the last ``every``
+    seconds (a ``Throttle`` on the times ``due`` is given; past ``capacity`` the least recently
+    recorded is dropped first)."""
 
     def __init__(self, every: float = TOUCH_EVERY, capacity: int = TOUCHED_CACHE) -> None:
         self.every = every
-        self.capacity = capacity
-        self._touched: OrderedDict[tuple[str, str, ConversationKey], float] = OrderedDict()
+        self._done = Throttle(every, capacity)
 
     def due(self, message: ChatMessage, now: float) -> bool:
         """True when this user's activity here was not recorded in the last ``every`` seconds
         (and notes that it is being recorded now)."""
-        key = (message.platform, message.author.id, message.conversation)
-        last = self._touched.get(key)
-        if last is not None and now - last < self.every:
-            return False
-        self._touched[key] = now
-        self._touched.move_to_end(key)
-        if len(self._touched) > self.capacity:
-            self._touched.popitem(last=False)
-        return True
+        return self._done.due((message.platform, message.author.id, message.conversation), now)

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from cachetools import TTLCache
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
@@ -47,21 +48,21 @@ THROTTLE_CAPACITY = 10_000
 
 
 class Throttle:
-    """Remembers when each key was last done (LRU-bounded): ``due`` says whether it is time."""
+    """Remembers which keys were done in the last ``every`` seconds: ``due`` says whether it is
+    time. A ``cachetools.TTLCache`` on the times ``due`` is given, at most ``capacity`` keys (the
+    least recently done dropped first)."""
 
     def __init__(self, every: float, capacity: int = THROTTLE_CAPACITY) -> None:
         self.every = every
         self.capacity = capacity
-        self._done: OrderedDict[object, float] = OrderedDict()
+        self._now = 0.0
+        self._done: TTLCache[object, None] = TTLCache(capacity, every, timer=lambda: self._now)
 
     def due(self, key: object, now: float) -> bool:
-        last = self._done.get(key)
-        if last is not None and now - last < self.every:
+        self._now = now
+        if key in self._done:
             return False
-        self._done[key] = now
-        self._done.move_to_end(key)
-        if len(self._done) > self.capacity:
-            self._done.popitem(last=False)
+        self._done[key] = None
         return True
 
 

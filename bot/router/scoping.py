@@ -23,11 +23,11 @@ the process (a turn in flight may still use one) and closed with it.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from cachetools import FIFOCache
 from pydantic import ValidationError
 
 import prompts
@@ -125,7 +125,8 @@ class Scoping:
         self._providers: dict[ChainKey, Provider] = {key: provider}
         self._owned: list[Provider] = []
         self._agents: dict[int, Agent] = {id(provider): agent} if agent is not None else {}
-        self._servers: OrderedDict[tuple[str, str], str] = OrderedDict()  # newest last, bounded
+        # learnt servers, bounded: the channel whose server was learnt longest ago goes first
+        self._servers: FIFOCache[tuple[str, str], str] = FIFOCache(CHANNELS_KEPT)
         self._book = self._build(settings)
 
     @property
@@ -147,10 +148,7 @@ class Scoping:
         if found is not None:
             return found
         if message.server is not None:
-            self._servers[key] = message.server
-            self._servers.move_to_end(key)
-            if len(self._servers) > CHANNELS_KEPT:  # the longest unseen channel goes first
-                self._servers.popitem(last=False)
+            self._servers[key] = message.server  # learnt again: the newest
         return self._resolve(book, key)
 
     def safety_of(self, message: ChatMessage) -> ScopedSafety | None:

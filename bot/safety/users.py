@@ -10,17 +10,19 @@ Why a cache: the check runs at dispatch, on every message, where a Redis read pe
 cost the live-chat ingest its budget. Each process keeps a channel's entries and reads them
 again when the channel has not been read for ``refresh`` seconds (one ``HGETALL``), so a block
 made on another worker holds here within that time; on the worker that ran the command it holds
-at once. A read that fails keeps the entries it had (logged once).
+at once. A read that fails keeps the entries it had (logged once). At most ``CACHED_CHANNELS``
+channels are kept, the one stored longest ago dropped first (``cachetools.FIFOCache``: storing
+a channel again makes it the newest; looking it up does not).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Literal, cast
 
+from cachetools import FIFOCache
 from redis.asyncio import Redis
 
 from bot.events import ConversationKey
@@ -49,7 +51,9 @@ class UserLists:
         self.allowed = settings.allowed_users
         self.refresh = refresh
         self.clock = clock
-        self._channels: OrderedDict[tuple[str, str], tuple[float, dict[str, str]]] = OrderedDict()
+        self._channels: FIFOCache[tuple[str, str], tuple[float, dict[str, str]]] = FIFOCache(
+            CACHED_CHANNELS
+        )
         self._failing = False
 
     @staticmethod
@@ -82,9 +86,6 @@ class UserLists:
 
     def _store(self, where: tuple[str, str], entries: dict[str, str]) -> None:
         self._channels[where] = (self.clock(), entries)
-        self._channels.move_to_end(where)
-        if len(self._channels) > CACHED_CHANNELS:
-            self._channels.popitem(last=False)
 
     def status(self, conversation: ConversationKey, user_id: str) -> Status | None:
         """``block``, ``allow`` or None, for ``user_id`` in ``conversation``'s channel."""

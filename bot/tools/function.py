@@ -19,6 +19,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, overload
 
+import docstring_parser
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
@@ -28,11 +29,9 @@ from bot.tools.base import Permission, ToolContext, ToolError
 
 AsyncToolFunction = Callable[..., Awaitable[Any]]
 
-_GOOGLE_SECTION = re.compile(r"^(Args|Arguments|Parameters|Params|Keyword Args|Kwargs):\s*$")
-_GOOGLE_ANY_SECTION = re.compile(r"^[A-Z][A-Za-z ]*:\s*$")
-_GOOGLE_ENTRY = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
-_REST_PARAM = re.compile(r"^:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
-_REST_FIELD = re.compile(r"^:\w+")
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+# reST first, so Google's description and entries win where both styles read something.
+_STYLES = (docstring_parser.DocstringStyle.REST, docstring_parser.DocstringStyle.GOOGLE)
 # Keys whose values are data, not sub-schemas: never strip a "title" inside them.
 _DATA_KEYS = frozenset({"default", "enum", "const", "examples", "example"})
 # Keys whose values map *names* to sub-schemas: a property may itself be called "title".
@@ -227,68 +226,25 @@ def _strip_titles(node: Any) -> Any:
 def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     """The first paragraph (the tool's description) and per-parameter descriptions.
 
-    Understands Google style (an ``Args:`` section of ``name (type): text`` entries) and reST
-    (``:param name: text``); continuation lines are joined with single spaces.
+    Read by ``docstring_parser`` in Google style (an ``Args:`` section of ``name (type): text``
+    entries) and in reST (``:param name: text``), each parser run on its own and Google's text
+    taken where both name a parameter (letting the library guess the style would run its four
+    parsers on every tool's docstring at start-up). Lines are joined with single spaces, so a
+    description wrapped in the source reads as one line to the model.
     """
-    lines = doc.expandtabs().splitlines()
-    paragraph: list[str] = []
-    for line in lines:
-        stripped = line.strip()
-        if not stripped or _GOOGLE_ANY_SECTION.match(stripped) or _REST_FIELD.match(stripped):
-            break
-        paragraph.append(stripped)
-    params = _google_params(lines)
-    params.update({k: v for k, v in _rest_params(lines).items() if k not in params})
-    return " ".join(paragraph), params
+    summary, params = "", {}
+    for style in _STYLES:
+        try:
+            parsed = docstring_parser.parse(doc, style)
+        except docstring_parser.ParseError:  # not this style (a malformed Args: section)
+            continue
+        summary = _PARAGRAPH_BREAK.split(parsed.description or "", maxsplit=1)[0]
+        params.update({p.arg_name: _joined(p.description) for p in parsed.params if p.description})
+    return _joined(summary), params
 
 
-def _google_params(lines: list[str]) -> dict[str, str]:
-    params: dict[str, str] = {}
-    in_section = False
-    section_indent = 0
-    entry_indent: int | None = None
-    current: str | None = None
-    for line in lines:
-        stripped = line.strip()
-        indent = len(line) - len(line.lstrip())
-        if _GOOGLE_SECTION.match(stripped):
-            in_section, section_indent, entry_indent, current = True, indent, None, None
-            continue
-        if not in_section:
-            continue
-        if not stripped:
-            current = None
-            continue
-        if indent <= section_indent:
-            in_section = False
-            continue
-        if entry_indent is None:
-            entry_indent = indent
-        match = _GOOGLE_ENTRY.match(stripped)
-        if indent == entry_indent and match:
-            current = match.group(1)
-            params[current] = match.group(2).strip()
-        elif current is not None:
-            params[current] = f"{params[current]} {stripped}".strip()
-    return params
-
-
-def _rest_params(lines: list[str]) -> dict[str, str]:
-    params: dict[str, str] = {}
-    current: str | None = None
-    for line in lines:
-        stripped = line.strip()
-        match = _REST_PARAM.match(stripped)
-        if match:
-            current = match.group(1)
-            params[current] = match.group(2).strip()
-        elif not stripped or _REST_FIELD.match(stripped):
-            current = None
-        elif current is not None and line[:1].isspace():
-            params[current] = f"{params[current]} {stripped}".strip()
-        else:
-            current = None
-    return params
+def _joined(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 # -- calls -----------------------------------------------------------------------------------
