@@ -37,7 +37,7 @@ from bot.memory.vectors import Embedder, store_vectors
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.state import keys
 from bot.state.history import HistoryEntry
-from insights.budget import Budget
+from bot.state.insight_jobs import Budget
 from insights.community import CommunityAnswer, community_request, merge_notes, sourced_notes
 from insights.summarise import (
     SummaryAnswer,

@@ -36,15 +36,13 @@ from bot.llm.base import Provider
 from bot.llm.errors import LLMError, ProviderUnavailable
 from bot.memory.buffers import MemorySettings, MemoryStore, UserBuffer
 from bot.memory.enrichment import note_texts
-from bot.memory.insight_queue import DEFAULT_QUEUE, record_outcome
 from bot.memory.vectors import Embedder, store_vectors
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.resilience import RetryPolicy
 from bot.state import keys
 from bot.state.history import HistoryStore
+from bot.state.insight_jobs import DEFAULT_QUEUE, Budget, ClaimedJob, JobQueue, record_outcome
 from insights.analyse import analyse, build_request, check_provenance, label_lines
-from insights.budget import Budget
-from insights.jobs import ClaimedJob, JobQueue
 from insights.merge import MergeReport, merge
 from insights.summariser import Summariser
 

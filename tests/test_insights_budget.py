@@ -8,7 +8,7 @@ from redis.asyncio import Redis
 
 from bot.events import ConversationKey
 from bot.state import keys
-from insights.budget import Budget
+from bot.state.insight_jobs import Budget
 
 NOON = datetime(2025, 1, 2, 12, 0, tzinfo=UTC)
 

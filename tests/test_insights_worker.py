@@ -19,10 +19,12 @@ from bot.llm.errors import ProviderRequestError, ProviderUnavailable
 from bot.llm.scripted import Script, ScriptedProvider
 from bot.llm.types import LLMRequest
 from bot.memory.buffers import MemorySettings, MemoryStore, Pin, UserBuffer
-from bot.memory.insight_queue import InsightJob, enqueue, recent_outcomes
+from bot.memory.insight_queue import InsightJob
 from bot.state import keys
 from bot.state.history import HistoryEntry, HistoryStore
+from bot.state.insight_jobs import recent_outcomes
 from insights.worker import InsightsWorker, JobOutcome
+from tests.turn_rig import enqueue
 
 T0 = datetime(2025, 1, 2, 12, 0, tzinfo=UTC)
 DUE = T0 + timedelta(seconds=30)

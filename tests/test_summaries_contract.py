@@ -21,9 +21,9 @@ from bot.memory import summaries as chan
 from bot.memory.buffers import MemorySettings, MemoryStore
 from bot.state import keys
 from bot.state.history import HistoryEntry, HistoryStore
+from bot.state.insight_jobs import Budget
 from bot.state.redis_turn import RedisTurnStore
 from bot.state.turn import HistoryAppend, TurnChanges
-from insights.budget import Budget
 from insights.summariser import Summariser
 from tests.turn_rig import read_summaries
 

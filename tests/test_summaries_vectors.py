@@ -21,7 +21,7 @@ from bot.memory.summaries_context import community_block, summaries_block
 from bot.memory.vectors import Recalled, store_vectors, text_id, unit
 from bot.settings import settings_from
 from bot.state import keys
-from insights.budget import Budget
+from bot.state.insight_jobs import Budget
 from insights.summariser import Summariser
 from insights.worker import JobOutcome
 from tests.loopback.anthropic_server import AnthropicServer

@@ -9,6 +9,7 @@ its lease lapsing (what expiry, or a Redis restart that lost the key, does).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
 
 import pytest
 import redis
@@ -19,6 +20,7 @@ from bot.agent.prompting import PromptAssembler
 from bot.events import ChatMessage, ConversationKey
 from bot.llm.scripted import ScriptedProvider
 from bot.memory.buffers import MemoryStore
+from bot.memory.insight_queue import InsightJob, due
 from bot.memory.recall import Pending, Recall
 from bot.memory.summaries import ChannelMemory, SummaryPlan, from_read
 from bot.router.read import Read, TurnRead
@@ -27,6 +29,7 @@ from bot.state import connect
 from bot.state.claims import Claim, Claims
 from bot.state.engagement import RedisLiveStore
 from bot.state.history import HistoryEntry, HistoryStore
+from bot.state.insight_jobs import DEFAULT_QUEUE
 from bot.state.memory_turn import MemoryTurnStore
 from bot.state.redis_turn import RedisTurnStore
 from bot.state.turn import HistoryAppend, TurnChanges, TurnQuery, TurnState
@@ -171,3 +174,17 @@ async def read_summaries(
         summary_vectors=vectors,
     )
     return from_read(await store.read(query), conv, plan, vectors=vectors)
+
+
+async def enqueue(
+    redis: Redis,
+    job: InsightJob,
+    *,
+    debounce: float,
+    max_delay: float,
+    now: datetime | None = None,
+    queue: str = DEFAULT_QUEUE,
+) -> None:
+    """An analysis asked for as a turn's commit asks for it, written now."""
+    change = due(job, debounce=debounce, max_delay=max_delay, now=now, queue=queue)
+    await RedisTurnStore(redis).write(TurnChanges(insight=change))

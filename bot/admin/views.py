@@ -226,7 +226,7 @@ async def youtube_quota(src: Sources) -> dict[str, int] | None:
 
 
 async def insights(src: Sources, now: datetime) -> dict[str, Any]:
-    from bot.memory.insight_queue import DEFAULT_QUEUE, recent_outcomes
+    from bot.state.insight_jobs import DEFAULT_QUEUE, recent_outcomes
 
     due_key = keys.insights_due(DEFAULT_QUEUE)
     async with src.redis.pipeline(transaction=False) as pipe:

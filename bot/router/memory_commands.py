@@ -29,12 +29,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 import prompts
 from bot.bus.erasure import BusEraser
 from bot.events import ChatMessage, ConversationKey, utcnow
-from bot.memory import insight_queue, summaries
+from bot.memory import summaries
 from bot.memory.buffers import PIN_TEXT_MAX, MemoryStore, UserBuffer, clean_text
 from bot.memory.edit import Outcome, add_pin, entry_print, numbered, remove_entry
 from bot.memory.people import Identity, People
 from bot.router.text_commands import Command, Commands
-from bot.state import keys, turnlog
+from bot.state import insight_jobs, keys, turnlog
 from bot.state.history import HistoryStore
 from bot.state.outages import until_redis_answers
 
@@ -50,7 +50,7 @@ def register(
     history: HistoryStore,
     *,
     clock: Clock = utcnow,
-    insights_queue: str = insight_queue.DEFAULT_QUEUE,
+    insights_queue: str = insight_jobs.DEFAULT_QUEUE,
     eraser: BusEraser | None = None,
 ) -> None:
     """Add the memory commands to ``commands``; ``eraser`` reaches into a bus that keeps
@@ -196,7 +196,7 @@ class _Handlers:
                 turnlog.forget_names(
                     pipe, who_platform, who, [*names[who_platform, who], *now_called]
                 )
-                insight_queue.queue_cancel(pipe, who_platform, who, queue=self._queue)
+                insight_jobs.queue_cancel(pipe, who_platform, who, queue=self._queue)
                 pipe.delete(keys.user(who_platform, who, "pinsview"))
             if person is not None:
                 self._people.queue_dissolve(pipe, person, identities)

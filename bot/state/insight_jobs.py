@@ -1,13 +1,32 @@
-"""Claiming, completing and rescheduling insights jobs (enqueueing is ``bot.memory.insight_queue``).
+"""The insights job queue in Redis: each user's pending analysis, claimed, finished or put off,
+how analyses ended, and the insights agent's daily token budgets.
+
+The reply path enqueues a job as a change of the turn's commit (``bot.state.turn.InsightDue``,
+written by ``bot.state.redis_turn``); everything else a job goes through is here, so one module
+owns the queue's layout (keys in ``bot.state.keys``).
+
+Debounce without Lua: one job per user (deterministic id ``keys.insights_member``), kept in two
+sorted sets. ``due`` holds "last turn + CHORUS_INSIGHTS_DEBOUNCE" and is pushed later by every
+turn (``ZADD GT``), so a burst of turns collapses into one analysis after the burst; ``deadline``
+holds "first pending turn + CHORUS_INSIGHTS_MAX_DELAY" (``ZADD NX``), so a conversation that
+never pauses is still analysed. The job's hash remembers the conversations it covers and a turn
+counter (``rev``) that tells the worker whether turns arrived while it was busy.
 
 A worker claims a user with a lease (``SET NX PX``) and only then reads the job, in the same
-``MULTI``: two workers can never analyse one user at once, and no Lua is needed. The job stays in
-the due sets while it is analysed, so if the worker dies the lease expires and another worker
-picks the job up: a crash delays an analysis, it does not lose it.
+``MULTI``: two workers can never analyse one user at once, and no Lua is needed. The job stays
+in the due sets while it is analysed, so if the worker dies the lease expires and another
+worker picks the job up: a crash delays an analysis, it does not lose it. When the analysis
+ends, ``complete`` removes the job -- unless turns arrived meanwhile (its ``rev`` moved on), in
+which case the job stays pending for those turns, with a fresh deadline. ``retry_later``
+(provider outage) pushes both due times to the retry time and counts the attempt.
 
-When the analysis ends, ``complete`` removes the job -- unless turns arrived meanwhile (its
-``rev`` moved on), in which case the job stays pending for those turns, with a fresh deadline.
-``retry_later`` (provider outage) pushes both due times to the retry time and counts the attempt.
+Budgets: each analysis first checks today's counters (UTC day) of its user and channels and is
+skipped when either is spent; afterwards its real usage is added with ``INCRBY``, and the
+counter expires an hour after its day ends. A check and the charge are not atomic, so
+concurrent workers may overshoot a budget by the analyses already under way; a limit of 0 turns
+analyses off for everyone. A channel is platform + channel (all its threads together); an
+analysis spanning several conversations charges each channel in full, which errs on the side
+of spending less.
 """
 
 from __future__ import annotations
@@ -15,23 +34,38 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import cast
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import WatchError
 
-from bot.events import ConversationKey
-from bot.memory.insight_queue import CONVERSATION_FIELD, DEFAULT_QUEUE, JOB_TTL_SECONDS, TurnRef
+from bot.events import AwareDatetime, ConversationKey
 from bot.state import keys
 
 log = logging.getLogger("chorus.insights.jobs")
 
+DEFAULT_QUEUE = "main"  # a deployment or a test may use its own queue name
+JOB_TTL_SECONDS = 2 * 24 * 3600
+CONVERSATION_FIELD = "c:"
+OUTCOMES_MAX = 200
+OUTCOMES_SECONDS = 7 * 24 * 3600
 MAX_CONVERSATIONS = 3
 _WATCH_RETRIES = 8
+_GRACE = timedelta(hours=1)
+
+
+class TurnRef(BaseModel):
+    """The last turn of a user in one conversation, as stored in the job hash."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    message_id: str
+    at: AwareDatetime
 
 
 @dataclass(frozen=True)
@@ -240,3 +274,148 @@ def _int(value: str | None) -> int:
 
 def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
+
+
+def queue_cancel(
+    pipe: Pipeline, platform: str, user_id: str, *, queue: str = DEFAULT_QUEUE
+) -> None:
+    """Queue the removal of a user's pending job (3 commands), e.g. on /forget."""
+    member = keys.insights_member(platform, user_id)
+    pipe.delete(keys.insights_job(platform, user_id, queue))
+    pipe.zrem(keys.insights_due(queue), member)
+    pipe.zrem(keys.insights_deadline(queue), member)
+
+
+async def record_outcome(
+    redis: Redis,
+    platform: str,
+    user_id: str,
+    outcome: str,
+    at: datetime,
+    *,
+    queue: str = DEFAULT_QUEUE,
+) -> None:
+    """Note how an analysis ended (merged, unchanged, skipped...) for the admin dashboard: ids
+    and the outcome only, never what was learnt."""
+    key = keys.insights_outcomes(queue)
+    entry = {"at": at.timestamp(), "platform": platform, "user_id": user_id, "outcome": outcome}
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.lpush(key, json.dumps(entry))
+        pipe.ltrim(key, 0, OUTCOMES_MAX - 1)
+        pipe.expire(key, OUTCOMES_SECONDS)
+        await pipe.execute()
+
+
+async def recent_outcomes(
+    redis: Redis, *, queue: str = DEFAULT_QUEUE, limit: int = 25
+) -> list[dict[str, Any]]:
+    """The latest ``limit`` outcomes, newest first (unreadable entries skipped)."""
+    rows = cast("list[str]", await redis.lrange(keys.insights_outcomes(queue), 0, limit - 1))
+    found = []
+    for row in rows:
+        try:
+            found.append(dict(json.loads(row)))
+        except (ValueError, TypeError):
+            continue
+    return found
+
+
+@dataclass(frozen=True)
+class Exhausted:
+    """Which budget stopped an analysis, and how far it went."""
+
+    scope: str  # "user" or "channel"
+    used: int
+    limit: int
+    channel: str | None = None
+
+
+class Budget:
+    """The insights agent's daily token budgets, per user and per channel."""
+
+    def __init__(self, redis: Redis, *, user_daily: int, channel_daily: int) -> None:
+        self._redis = redis
+        self.user_daily = user_daily
+        self.channel_daily = channel_daily
+
+    async def exhausted(
+        self,
+        platform: str,
+        user_id: str,
+        conversations: Iterable[ConversationKey],
+        now: datetime,
+    ) -> Exhausted | None:
+        """The first budget already spent today, or None when the analysis may run."""
+        day = _day(now)
+        channels = _channels(conversations)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.get(keys.budget_user(platform, user_id, day))
+            for channel in channels:
+                pipe.get(keys.budget_channel(platform, channel, day))
+            used = [int(value or 0) for value in await pipe.execute()]
+        if used[0] >= self.user_daily:
+            return Exhausted("user", used[0], self.user_daily)
+        for channel, spent in zip(channels, used[1:], strict=True):
+            if spent >= self.channel_daily:
+                return Exhausted("channel", spent, self.channel_daily, channel)
+        return None
+
+    async def charge(
+        self,
+        platform: str,
+        user_id: str,
+        conversations: Iterable[ConversationKey],
+        tokens: int,
+        now: datetime,
+    ) -> None:
+        """Add ``tokens`` to today's counters of the user and of each channel."""
+        if tokens <= 0:
+            return
+        day = _day(now)
+        # Relative to ``now`` (not EXPIREAT) so an injected clock behaves like the real one.
+        ttl = round((_end_of_day(now) + _GRACE - now).total_seconds())
+        counters = [keys.budget_user(platform, user_id, day)] + [
+            keys.budget_channel(platform, channel, day) for channel in _channels(conversations)
+        ]
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for key in counters:
+                pipe.incrby(key, tokens)
+                pipe.expire(key, ttl)
+            await pipe.execute()
+
+    async def channel_exhausted(
+        self, platform: str, channel: str, now: datetime
+    ) -> Exhausted | None:
+        """The channel's budget when spent today (summaries and community notes have no
+        subject user: they count to their channel only)."""
+        used = int(await self._redis.get(keys.budget_channel(platform, channel, _day(now))) or 0)
+        if used >= self.channel_daily:
+            return Exhausted("channel", used, self.channel_daily, channel)
+        return None
+
+    async def charge_channel(self, platform: str, channel: str, tokens: int, now: datetime) -> None:
+        """Add ``tokens`` to today's counter of the channel."""
+        if tokens <= 0:
+            return
+        key = keys.budget_channel(platform, channel, _day(now))
+        ttl = round((_end_of_day(now) + _GRACE - now).total_seconds())
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.incrby(key, tokens)
+            pipe.expire(key, ttl)
+            await pipe.execute()
+
+    async def used(self, platform: str, user_id: str, now: datetime) -> int:
+        return int(await self._redis.get(keys.budget_user(platform, user_id, _day(now))) or 0)
+
+
+def _day(now: datetime) -> str:
+    return now.astimezone(UTC).strftime("%Y%m%d")
+
+
+def _end_of_day(now: datetime) -> datetime:
+    start = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return start + timedelta(days=1)
+
+
+def _channels(conversations: Iterable[ConversationKey]) -> list[str]:
+    return list(dict.fromkeys(conv.channel for conv in conversations))
