@@ -29,8 +29,6 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from redis.asyncio import Redis
-from redis.exceptions import WatchError
 
 import prompts
 from bot.events import ConversationKey
@@ -49,8 +47,8 @@ from bot.memory.summaries import (
     load_summaries,
 )
 from bot.memory.summaries_context import data
-from bot.state import keys
 from bot.state.history import HistoryEntry
+from bot.state.summaries import Stored, SummaryWrite
 from insights.analyse import _strict, retry_request  # one strict-schema rule for all vendors
 
 log = logging.getLogger("chorus.insights.summaries")
@@ -59,7 +57,6 @@ MAX_LINES_PER_RUN = 200
 LINE_CHARS = 300
 NAME_CHARS = 48
 MAX_OUTPUT_TOKENS = 600
-_WATCH_RETRIES = 8
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -234,18 +231,7 @@ def fold(
     return tuple(kept[-MAX_SUMMARIES:])
 
 
-async def remove_lines(redis: Redis, conv: ConversationKey, lines: Sequence[str]) -> None:
-    """``LREM`` already summarised lines from the history (by value: appends and deletions
-    meanwhile are never hit)."""
-    async with redis.pipeline(transaction=True) as pipe:
-        for raw in lines:
-            pipe.lrem(keys.history(conv), 1, raw)
-        await pipe.execute()
-
-
-async def store(
-    redis: Redis,
-    conv: ConversationKey,
+def composer(
     *,
     days: dict[str, tuple[str, list[HistoryEntry]]],
     community: Callable[[Community], Community] | None,
@@ -254,51 +240,30 @@ async def store(
     users: Sequence[str],
     ttl_days: int,
     job_ttl: int,
-    started: datetime,
     now: datetime,
-) -> bool:
-    """Write the run's result (see the module docstring). False: someone in the batch said
-    ``/forget`` since ``started``, nothing was written."""
-    sum_key, notes_key = keys.summary("sum", conv), keys.summary("notes", conv)
-    tombs = [keys.forgotten(conv.platform, user) for user in users]
-    ttl = ttl_days * 24 * 3600
+) -> Callable[[Stored], SummaryWrite]:
+    """What a run writes, from what is stored when it writes (``SummaryStore.write`` calls it
+    inside its transaction): each day's summary folded in, the notes updated, the lines that
+    fed them out of the history, and the index of every user whose lines are now cited."""
     keep_since = day_of(now - timedelta(days=ttl_days))
-    async with redis.pipeline(transaction=True) as pipe:
-        for _ in range(_WATCH_RETRIES):
-            try:
-                await pipe.watch(sum_key, notes_key, *tombs)
-                for tomb in tombs:
-                    forgot = await pipe.get(tomb)
-                    if forgot is not None and int(forgot) >= int(started.timestamp() * 1000):
-                        await pipe.unwatch()  # type: ignore[no-untyped-call]
-                        return False
-                summaries = load_summaries(await pipe.get(sum_key), sum_key)
-                for day, (text, entries) in sorted(days.items()):
-                    summaries = fold(summaries, day, text, entries, keep_since=keep_since)
-                notes = None
-                if community is not None:
-                    notes = community(load_community(await pipe.get(notes_key), notes_key))
-                pipe.multi()  # type: ignore[no-untyped-call]
-                if summaries:
-                    pipe.set(sum_key, dump_summaries(summaries), ex=ttl)
-                else:
-                    pipe.delete(sum_key)
-                if notes is not None:
-                    pipe.set(notes_key, dump_community(notes), ex=ttl)
-                history = keys.history(conv)
-                for raw in remove:
-                    pipe.lrem(history, 1, raw)
-                pipe.hset(keys.summary("job", conv), "mark", mark)
-                pipe.expire(keys.summary("job", conv), job_ttl)  # a line's text: never kept longer
-                cited = set(users) & (
-                    {u for s in summaries for u in s.users} | (notes.users if notes else set())
-                )
-                for user in cited:
-                    index = keys.user(conv.platform, user, "summ")
-                    pipe.zadd(index, {str(conv): int(now.timestamp())})
-                    pipe.expire(index, ttl)
-                await pipe.execute()
-                return True
-            except WatchError:
-                continue
-    raise RuntimeError(f"summaries of {conv} kept changing; gave up")
+
+    def compose(stored: Stored) -> SummaryWrite:
+        summaries = load_summaries(stored.summaries)
+        for day, (text, entries) in sorted(days.items()):
+            summaries = fold(summaries, day, text, entries, keep_since=keep_since)
+        notes = community(load_community(stored.notes)) if community is not None else None
+        cited = set(users) & (
+            {u for s in summaries for u in s.users} | (notes.users if notes else set())
+        )
+        return SummaryWrite(
+            summaries=dump_summaries(summaries) if summaries else None,
+            notes=dump_community(notes) if notes is not None else None,
+            remove=remove,
+            mark=mark,
+            cited=sorted(cited),
+            ttl_seconds=ttl_days * 24 * 3600,
+            job_ttl_seconds=job_ttl,
+            at=now,
+        )
+
+    return compose

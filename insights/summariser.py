@@ -1,14 +1,15 @@
 """The summary pass of the insights worker: claim due conversations, summarise, store.
 
-Per conversation (``insights.summary_jobs`` leases it): read its history (the window and the
-lines kept past it), summaries and notes (one pipelined read) -> pick the lines that are ready
-(``summarise.due_lines``) -> check the channel's daily insights budget (spent: try after the
-day ends) -> one summary call per day, then the community call if the scope has it -> charge
-the tokens -> ``summarise.store``. An answer invalid twice consumes nothing: the lines wait
-for a retry after ``RETRY_AFTER``, like after an outage. A conversation whose history is gone (``/reset``, expired,
-erased) is no longer due: its lines lived only as long as the history. A provider outage keeps the lines and retries after a delay;
-any other failure is logged with its traceback and the conversation retried after the same
-delay, so one bad conversation never stalls the others and no line is dropped.
+Per conversation (``bot.state.summaries.SummaryQueue`` leases it): read its history (the window
+and the lines kept past it), summaries and notes (one pipelined read) -> pick the lines that are
+ready (``summarise.due_lines``) -> check the channel's daily insights budget (spent: try after
+the day ends) -> one summary call per day, then the community call if the scope has it ->
+charge the tokens -> write (``summarise.composer`` through ``SummaryStore.write``). An answer
+invalid twice consumes nothing: the lines wait for a retry after ``RETRY_AFTER``, like after an
+outage. A conversation whose history is gone (``/reset``, expired, erased) is no longer due: its
+lines lived only as long as the history. A provider outage keeps the lines and retries after a
+delay; any other failure is logged with its traceback and the conversation retried after the
+same delay, so one bad conversation never stalls the others and no line is dropped.
 
 With an embedding model (CHORUS_EMBEDDING_MODEL) each run that finds summaries also stores the
 vectors of the summaries' and notes' texts (``store_vectors``: only the new texts are embedded,
@@ -22,7 +23,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import cast
 
 from pydantic import ValidationError
 from redis.asyncio import Redis
@@ -32,26 +32,31 @@ from bot.llm.base import Provider
 from bot.llm.errors import LLMError
 from bot.llm.types import Usage
 from bot.memory.buffers import MemorySettings
-from bot.memory.summaries import DEFAULT_QUEUE, Community, day_of, load_community, load_summaries
+from bot.memory.summaries import (
+    Community,
+    day_of,
+    load_community,
+    load_summaries,
+    next_day_due,
+)
 from bot.memory.vectors import Embedder, store_vectors
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.state import keys
 from bot.state.history import HistoryEntry
 from bot.state.insight_jobs import Budget
+from bot.state.summaries import DEFAULT_QUEUE, ConversationJob, SummaryQueue, SummaryStore
 from insights.community import CommunityAnswer, community_request, merge_notes, sourced_notes
 from insights.summarise import (
     SummaryAnswer,
     after_mark,
     ask,
     authors,
+    composer,
     due_lines,
     json_answer,
-    remove_lines,
-    store,
     summary_request,
     turn_days,
 )
-from insights.summary_jobs import ConversationJob, SummaryQueue
 
 log = logging.getLogger("chorus.insights.summaries")
 
@@ -76,7 +81,8 @@ class Summariser:
         metrics: MetricsSink | None = None,
         embedder: Embedder | None = None,
     ) -> None:
-        self.redis = redis
+        self.redis = redis  # the vectors' store
+        self.summaries = SummaryStore(redis)
         self.embedder = embedder
         self.provider = provider
         self.model = model
@@ -122,12 +128,9 @@ class Summariser:
         embedding model); returns how many were embedded. Never raises for the embedder."""
         if self.embedder is None:
             return 0
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.get(keys.summary("sum", conv))
-            pipe.get(keys.summary("notes", conv))
-            raw_sum, raw_notes = await pipe.execute()
-        texts = [s.text for s in load_summaries(raw_sum)]
-        texts += [n.text for n in load_community(raw_notes).notes]
+        stored = await self.summaries.read(conv)
+        texts = [s.text for s in load_summaries(stored.summaries)]
+        texts += [n.text for n in load_community(stored.notes).notes]
         key = keys.summary("vec", conv)
         try:
             return await store_vectors(
@@ -144,17 +147,14 @@ class Summariser:
     async def _summarise(self, job: ConversationJob, now: datetime) -> str:
         conv = job.conversation
         started = self._clock()
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.lrange(keys.history(conv), 0, -1)
-            pipe.get(keys.summary("sum", conv))
-            pipe.get(keys.summary("notes", conv))
-            raw_lines, raw_sum, raw_notes = await pipe.execute()
+        raw_lines, stored = await self.summaries.read_with_lines(conv)
+        raw_sum, raw_notes = stored.summaries, stored.notes
         if not raw_lines:  # the history is gone (/reset, expiry, erasure): so are its lines
-            await self.redis.delete(keys.summary("job", conv))
-            await self.queue.finish(job, now, -1)
+            await self.summaries.drop_job(conv)
+            await self.queue.finish(job, None)
             return "no_history"
         lines = []
-        for raw in cast("list[str]", raw_lines):
+        for raw in raw_lines:
             try:
                 lines.append((raw, HistoryEntry.model_validate_json(raw)))
             except ValidationError:
@@ -170,8 +170,8 @@ class Summariser:
         ready = due_lines(pending, window, day_of(now))
         if ready == 0:
             if stale:
-                await remove_lines(self.redis, conv, stale)
-            await self.queue.finish(job, now, len(pending) or -1)
+                await self.summaries.remove_lines(conv, stale)
+            await self.queue.finish(job, next_day_due(now) if pending else None)
             return "nothing_ready"
         spent = await self.budget.channel_exhausted(conv.platform, conv.channel, now)
         if spent is not None:
@@ -214,9 +214,7 @@ class Summariser:
         self.metrics.tokens(self.model, usage)
         tokens = _tokens(usage)
         await self.budget.charge_channel(conv.platform, conv.channel, tokens, now)
-        written = await store(
-            self.redis,
-            conv,
+        compose = composer(
             days=days,
             community=update,
             remove=stale + [raw for raw, _ in pending[:ready] if raw not in window],
@@ -226,13 +224,14 @@ class Summariser:
             users=authors(batch),
             ttl_days=job.ttl_days,
             job_ttl=self.settings.history_ttl_seconds,
-            started=started,
             now=now,
         )
+        written = await self.summaries.write(conv, compose, authors=authors(batch), started=started)
         if not written:
             await self.queue.release(job)
             return "forgotten"
-        await self.queue.finish(job, now, len(pending) - ready)
+        # Due again after the next day's end while lines wait (or may have come in meanwhile).
+        await self.queue.finish(job, next_day_due(now))
         log.info(
             "conversation summarised",
             extra={"conversation": str(conv), "lines": ready, "days": len(days), "tokens": tokens},

@@ -23,6 +23,7 @@ from bot.state import keys
 from bot.state.history import HistoryEntry, HistoryStore
 from bot.state.insight_jobs import Budget
 from bot.state.redis_turn import RedisTurnStore
+from bot.state.summaries import SummaryStore
 from bot.state.turn import HistoryAppend, TurnChanges
 from insights.summariser import Summariser
 from tests.turn_rig import read_summaries
@@ -212,7 +213,7 @@ async def test_forget_drops_what_the_users_lines_fed_and_keeps_the_rest(
         await rig.turn("ada", "ada again", T0)  # pending, not summarised yet
         await rig.history.forget_author(rig.conv, rig.id("ada"))
         # No conversation given: the user's summary index finds the summaries and notes.
-        gone = await chan.forget_user(redis_client, "discord", rig.id("ada"), [])
+        gone = await chan.forget_user(SummaryStore(redis_client), "discord", rig.id("ada"), [])
         assert (gone.summaries, gone.notes) == (1, 1)
         assert [s.users for s in await rig.summaries()] == [(rig.id("bo"),)]
         community = await rig.community()

@@ -22,6 +22,7 @@ from bot.memory.vectors import Recalled, store_vectors, text_id, unit
 from bot.settings import settings_from
 from bot.state import keys
 from bot.state.insight_jobs import Budget
+from bot.state.summaries import SummaryStore
 from insights.summariser import Summariser
 from insights.worker import JobOutcome
 from tests.loopback.anthropic_server import AnthropicServer
@@ -140,7 +141,7 @@ async def test_forget_drops_the_vectors_with_the_summaries(rig: Rig) -> None:
     rig.clock = T0
     await summariser(rig, embedder).run_once(T0)
     assert len(await rig.redis.hkeys(keys.summary("vec", rig.conv))) == 2
-    gone = await chan.forget_user(rig.redis, "discord", rig.id("ada"), [rig.conv])
+    gone = await chan.forget_user(SummaryStore(rig.redis), "discord", rig.id("ada"), [rig.conv])
     assert gone.summaries == 1
     assert not await rig.redis.exists(keys.summary("vec", rig.conv))  # her summary's too
     (left,) = await rig.summaries()

@@ -32,28 +32,24 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
-from redis.exceptions import WatchError
 
 from bot.events import AwareDatetime, ConversationKey
 from bot.memory.buffers import MemorySettings
 from bot.state import keys
+from bot.state.summaries import DEFAULT_QUEUE, Dropped, Stored, SummaryStore
 from bot.state.turn import SummaryDue, TurnState
 
 log = logging.getLogger("chorus.summaries")
 
-DEFAULT_QUEUE = "main"
 SUMMARY_TEXT_MAX = 600
 MAX_SUMMARIES = 60  # days per conversation, at most (the TTL usually drops them first)
 NOTE_TEXT_MAX = 120
 MAX_NOTES = 12
 MOOD_MAX = 100
 DAY_GRACE = timedelta(minutes=5)  # the daily summary runs this long after the UTC day ends
-_WATCH_RETRIES = 8
 
 NoteKind = Literal["topic", "norm", "joke"]
 
@@ -225,64 +221,32 @@ class Forgotten:
 
 
 async def forget_user(
-    redis: Redis, platform: str, user_id: str, conversations: Iterable[ConversationKey]
+    store: SummaryStore, platform: str, user_id: str, conversations: Iterable[ConversationKey]
 ) -> Forgotten:
     """Drop every summary fed by ``user_id``'s lines, every note sourced from them and a mood
     they contributed to, in ``conversations`` and wherever the user's summary index points.
     (Their lines awaiting a summary are history lines: ``HistoryStore.forget_author``.)"""
-    cites = keys.user(platform, user_id, "summ")
-    indexed = cast("list[str]", await redis.zrange(cites, 0, -1))  # decoded by connect
-    convs = dict.fromkeys(list(conversations))
-    for member in indexed:
-        try:
-            convs.setdefault(ConversationKey.parse(member))
-        except ValueError:
-            log.warning("skipping an unreadable conversation in a summary index", exc_info=True)
+
+    def drop(stored: Stored) -> Dropped:
+        summaries = load_summaries(stored.summaries)
+        community = load_community(stored.notes)
+        kept = [s for s in summaries if user_id not in s.users]
+        notes = tuple(n for n in community.notes if n.user != user_id)
+        mood_gone = user_id in community.mood_users
+        left = community.model_copy(update={"notes": notes})
+        if mood_gone:
+            left = left.model_copy(update={"mood": "", "mood_users": (), "mood_at": None})
+        gone_summaries, gone_notes = len(summaries) - len(kept), len(community.notes) - len(notes)
+        return Dropped(
+            dump_summaries(kept) if kept else None,
+            None if left == Community() else dump_community(left),
+            gone_summaries,
+            gone_notes,
+            changed=bool(gone_summaries or gone_notes or mood_gone),
+        )
+
     done = Forgotten()
-    for conv in convs:
-        if conv.platform != platform:
-            continue
-        gone = await _drop_user(redis, conv, user_id)
-        done.summaries += gone.summaries
-        done.notes += gone.notes
-    await redis.delete(cites)
+    for dropped in await store.forget(platform, user_id, conversations, drop):
+        done.summaries += dropped.summaries_gone
+        done.notes += dropped.notes_gone
     return done
-
-
-async def _drop_user(redis: Redis, conv: ConversationKey, user_id: str) -> Forgotten:
-    sum_key, notes_key = keys.summary("sum", conv), keys.summary("notes", conv)
-    async with redis.pipeline(transaction=True) as pipe:
-        for _ in range(_WATCH_RETRIES):
-            try:
-                await pipe.watch(sum_key, notes_key)
-                summaries = load_summaries(await pipe.get(sum_key), sum_key)
-                community = load_community(await pipe.get(notes_key), notes_key)
-                kept = [s for s in summaries if user_id not in s.users]
-                notes = tuple(n for n in community.notes if n.user != user_id)
-                mood_gone = user_id in community.mood_users
-                gone = Forgotten(len(summaries) - len(kept), len(community.notes) - len(notes))
-                if not gone.summaries and not gone.notes and not mood_gone:
-                    await pipe.unwatch()  # type: ignore[no-untyped-call]
-                    return gone
-                pipe.multi()  # type: ignore[no-untyped-call]
-                _queue_set(pipe, sum_key, dump_summaries(kept) if kept else None)
-                left = community.model_copy(update={"notes": notes})
-                if mood_gone:
-                    left = left.model_copy(update={"mood": "", "mood_users": (), "mood_at": None})
-                _queue_set(pipe, notes_key, None if left == Community() else dump_community(left))
-                # The dropped texts' vectors go too (their ids need the model: all of them go;
-                # the summariser embeds what is left on its next run, lexical until then).
-                pipe.delete(keys.summary("vec", conv))
-                await pipe.execute()
-                return gone
-            except WatchError:
-                continue
-    raise RuntimeError(f"summaries of {conv} kept changing; gave up")
-
-
-def _queue_set(pipe: Pipeline, key: str, value: str | None) -> None:
-    """Overwrite ``key`` keeping its TTL, or delete it when nothing is left."""
-    if value is None:
-        pipe.delete(key)
-    else:
-        pipe.set(key, value, keepttl=True)

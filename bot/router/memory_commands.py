@@ -37,6 +37,7 @@ from bot.router.text_commands import Command, Commands
 from bot.state import insight_jobs, keys, turnlog
 from bot.state.history import HistoryStore
 from bot.state.outages import until_redis_answers
+from bot.state.summaries import SummaryStore
 
 Clock = Callable[[], datetime]
 
@@ -182,7 +183,7 @@ class _Handlers:
                 removed += count
                 touched += bool(count)
             # The summaries and community notes their lines fed are dropped too.
-            await summaries.forget_user(self._memory.redis, who_platform, who, convs)
+            await summaries.forget_user(SummaryStore(self._memory.redis), who_platform, who, convs)
         buffer = await self._memory.load(platform, user_id)
         names = {}
         for who_platform, who in identities:
