@@ -15,8 +15,8 @@ from collections.abc import Callable
 import pytest
 from redis.asyncio import Redis
 
-from adapters.twitch.ratelimit import SharedRateLimiter, bucket_key
 from bot.state import connect
+from bot.state.platforms import SharedRateLimiter, bucket_key
 
 
 class FakeTime:
@@ -54,7 +54,9 @@ async def test_two_limiters_on_one_redis_never_exceed_the_window(
             return read
 
         limiters = [
-            SharedRateLimiter(client, window=30.0, clock=clock_of(i), sleep=time.sleep)
+            SharedRateLimiter(
+                client, platform="twitch", window=30.0, clock=clock_of(i), sleep=time.sleep
+            )
             for i, client in enumerate((a_client, b_client))
         ]
         grants: list[float] = []
@@ -82,15 +84,19 @@ async def test_try_acquire_reports_the_wait_until_the_oldest_send_leaves(
     redis_client: Redis, key_tag: str
 ) -> None:
     time = FakeTime()
-    limiter = SharedRateLimiter(redis_client, window=30.0, clock=time.clock, sleep=time.sleep)
+    limiter = SharedRateLimiter(
+        redis_client, platform="twitch", window=30.0, clock=time.clock, sleep=time.sleep
+    )
     bucket = f"b-{key_tag}"
     for _ in range(3):
         assert await limiter.try_acquire(bucket, 3) == 0.0
         time.now += 1
     # sends at t0, t0+1, t0+2; now t0+3: the first leaves the window at t0+30
     assert await limiter.try_acquire(bucket, 3) == pytest.approx(27.0)
-    assert await redis_client.zcard(bucket_key(bucket)) == 3  # the refused attempt left no trace
-    assert 0 < await redis_client.pttl(bucket_key(bucket)) <= 31_000
+    assert (
+        await redis_client.zcard(bucket_key("twitch", bucket)) == 3
+    )  # the refused attempt left no trace
+    assert 0 < await redis_client.pttl(bucket_key("twitch", bucket)) <= 31_000
     time.now += 27
     assert await limiter.try_acquire(bucket, 3) == 0.0
 
@@ -101,8 +107,12 @@ async def test_pause_holds_every_process_and_the_wait_is_logged(
     time = FakeTime()
     a_client, b_client = await connect.open_redis(redis_url), await connect.open_redis(redis_url)
     try:
-        a = SharedRateLimiter(a_client, clock=time.clock, sleep=time.sleep)
-        b = SharedRateLimiter(b_client, clock=time.clock, sleep=time.sleep)
+        a = SharedRateLimiter(
+            a_client, platform="twitch", window=31.0, clock=time.clock, sleep=time.sleep
+        )
+        b = SharedRateLimiter(
+            b_client, platform="twitch", window=31.0, clock=time.clock, sleep=time.sleep
+        )
         bucket = f"p-{key_tag}"
         await a.pause(bucket, 5.0)
         await a.pause(bucket, 1.0)  # a shorter pause never shortens the longer one
@@ -131,9 +141,11 @@ async def test_a_cancel_swallowed_inside_a_transaction_still_stops_acquire(key_t
 
     redis = await connect.open_redis(f"memory://ratelimit-{key_tag}")
     try:
-        limiter = Swallowing(redis)
+        limiter = Swallowing(redis, platform="twitch", window=31.0)
         with pytest.raises(asyncio.CancelledError):
             await limiter.acquire(f"cancel-{key_tag}", 20)
-        assert await redis.zcard(bucket_key(f"cancel-{key_tag}")) == 1  # granted, then stopped
+        assert (
+            await redis.zcard(bucket_key("twitch", f"cancel-{key_tag}")) == 1
+        )  # granted, then stopped
     finally:
         await redis.aclose()

@@ -40,7 +40,6 @@ from twitchio.eventsub.websockets import Websocket
 from adapters.twitch import convert, guard, notices
 from adapters.twitch.client import ChorusTwitchClient, TwitchAPIError, api, configure_endpoints
 from adapters.twitch.convert import BotIdentity, SendArgs
-from adapters.twitch.ratelimit import MODERATOR_LIMIT, USER_LIMIT, SharedRateLimiter
 from adapters.twitch.tokens import StoredTokens, TokenStore, choose, open_token_store
 from bot.bus.base import EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
@@ -49,10 +48,15 @@ from bot.ops.logs import add_secrets
 from bot.resilience import Failure, RetryPolicy, retry
 from bot.settings import ConfigError, TwitchSettings
 from bot.settings.twitch import CONSOLE_URL, TOKEN_HELP
+from bot.state.platforms import LATENCY_MARGIN, PlatformTokens, SharedRateLimiter
 
 log = logging.getLogger("chorus.twitch")
 
 PLATFORM = convert.PLATFORM
+# Twitch's chat limits: per 30 s, 20 messages, or 100 where the bot moderates.
+SEND_WINDOW = 30.0
+USER_LIMIT = 20
+MODERATOR_LIMIT = 100
 _LOGIN_CACHE = 5000
 
 
@@ -131,8 +135,11 @@ class TwitchAdapter:
         client = ChorusTwitchClient(
             client_id=client_id, client_secret=settings.secret("client_secret")
         )
-        store = open_token_store(settings.token_store, redis=redis, client_id=client_id)
-        return cls(bus, settings, client=client, tokens=store, limiter=SharedRateLimiter(redis))
+        store = open_token_store(
+            settings.token_store, tokens=PlatformTokens(redis), client_id=client_id
+        )
+        limiter = SharedRateLimiter(redis, platform=PLATFORM, window=SEND_WINDOW + LATENCY_MARGIN)
+        return cls(bus, settings, client=client, tokens=store, limiter=limiter)
 
     @property
     def drops_total(self) -> int:

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from redis.asyncio import Redis
 
+from adapters.twitch.convert import PLATFORM
 from bot.state import keys
+from bot.state.platforms import PlatformTokens
 
 log = logging.getLogger("chorus.twitch.tokens")
 
@@ -82,17 +83,19 @@ def _parse(raw: str | bytes | None, where: str) -> StoredTokens | None:
         return None
 
 
-class RedisTokenStore:
-    def __init__(self, redis: Redis, key: str) -> None:
-        self.redis = redis
-        self.key = key
+class StateTokenStore:
+    """The pair in the deployment's state store (``bot.state.platforms.PlatformTokens``)."""
+
+    def __init__(self, tokens: PlatformTokens, client_id: str) -> None:
+        self.tokens = tokens
+        self.client_id = client_id
 
     async def load(self) -> StoredTokens | None:
-        raw: str | bytes | None = await self.redis.get(self.key)
-        return _parse(raw, self.key)
+        raw = await self.tokens.load(PLATFORM, self.client_id)
+        return _parse(raw, f"the state store's {PLATFORM} tokens")
 
     async def save(self, tokens: StoredTokens) -> None:
-        await self.redis.set(self.key, tokens.model_dump_json())
+        await self.tokens.save(PLATFORM, self.client_id, tokens.model_dump_json())
 
 
 class FileTokenStore:
@@ -123,8 +126,8 @@ class FileTokenStore:
             raise
 
 
-def open_token_store(spec: str, *, redis: Redis, client_id: str) -> TokenStore:
-    """The store ``TWITCH_TOKEN_STORE`` names: ``redis`` or ``file:/path``."""
+def open_token_store(spec: str, *, tokens: PlatformTokens, client_id: str) -> TokenStore:
+    """The store ``TWITCH_TOKEN_STORE`` names: ``redis`` (the state store) or ``file:/path``."""
     if spec.startswith("file:"):
         return FileTokenStore(Path(spec.removeprefix("file:")).expanduser())
-    return RedisTokenStore(redis, token_key(client_id))
+    return StateTokenStore(tokens, client_id)

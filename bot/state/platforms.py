@@ -1,13 +1,13 @@
-"""A send-rate limit shared through Redis, so every process of a deployment stays in one budget.
+"""What platform adapters keep in the state store: a send-rate limit every process of a deployment
+shares, and the refreshed tokens of an app's bot user.
 
-Twitch allows a chat user 20 messages per 30 seconds, or 100 in channels where it is a moderator
-or the broadcaster; going over gets messages dropped (``drop_reason.code: msg_ratelimit``) and
-repeated abuse gets the account locked out of chat for a while. Several Chorus processes may
-send as the same bot, so the budget lives in Redis, not in memory.
-
-The window is a sliding log: a sorted set per bucket, one member per granted send, scored by its
-time. Without Lua (the embedded fakeredis store has none) a check-then-add would race between
-processes, so each attempt *adds first* and counts after, in one ``MULTI``/``EXEC``:
+**The shared send-rate limit.** A platform limits how fast one account may send (Twitch: 20
+messages per 30 seconds, or 100 where the bot moderates; going over gets messages dropped and
+repeated abuse gets the account locked out of chat). Several Chorus processes may send as the
+same bot, so the budget lives in Redis, not in memory. The window is a sliding log: a sorted set
+per bucket, one member per granted send, scored by its time. Without Lua (the embedded store
+runs no script natively here) a check-then-add would race between processes, so each attempt
+*adds first* and counts after, in one ``MULTI``/``EXEC``:
 
     trim entries older than the window; ZADD me; ZCARD; oldest; PEXPIRE
 
@@ -19,11 +19,13 @@ limit: every granted entry was counted together with every earlier entry still i
 A cancellation that lands while a transaction is in flight can be swallowed by redis-py (the
 call returns as if nothing happened, seen in the fuzz tests' shutdowns); ``acquire`` checks
 whether its task is being cancelled after each transaction and stops then, so a closing adapter
-is never left sending.
+is never left sending. ``pause`` sets a shared cool-down (after the platform says it dropped a
+message for the rate) that every process's ``acquire`` honours. Times come from an injected
+``clock`` (epoch seconds, comparable across processes), waits go through an injected ``sleep``:
+tests run without real waiting.
 
-``pause`` sets a shared cool-down (after Twitch says ``msg_ratelimit``) that every process's
-``acquire`` honours. Times come from an injected ``clock`` (epoch seconds, comparable across
-processes), waits go through an injected ``sleep``: tests run without real waiting.
+**Tokens.** ``PlatformTokens`` keeps one JSON value per (platform, app): the newest token pair a
+process refreshed, so every process of a deployment starts from it (the adapter owns its shape).
 """
 
 from __future__ import annotations
@@ -39,23 +41,19 @@ from redis.asyncio import Redis
 
 from bot.state import keys
 
-log = logging.getLogger("chorus.twitch.ratelimit")
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
-WINDOW_SECONDS = 30.0
-# An entry is stamped just before its HTTP call and Twitch counts arrivals, so the window we keep
-# is a little longer than Twitch's: a slow request cannot make two windows overlap.
+# An entry is stamped just before its HTTP call and the platform counts arrivals, so the window we
+# keep is a little longer than the platform's: a slow request cannot make two windows overlap.
 LATENCY_MARGIN = 1.0
-USER_LIMIT = 20
-MODERATOR_LIMIT = 100
 _MIN_WAIT = 0.05  # never spin: a refused attempt waits at least this long
 
 
-def bucket_key(bucket: str) -> str:
-    """The shared window of one send bucket (``bot.keys.ratelimit`` documents it)."""
-    return keys.ratelimit("twitch", bucket)
+def bucket_key(platform: str, bucket: str) -> str:
+    """The shared window of one send bucket (``bot.state.keys.ratelimit`` documents it)."""
+    return keys.ratelimit(platform, bucket)
 
 
 def _cancelling() -> bool:
@@ -70,14 +68,18 @@ class SharedRateLimiter:
         self,
         redis: Redis,
         *,
-        window: float = WINDOW_SECONDS + LATENCY_MARGIN,
+        platform: str,
+        window: float,
         clock: Clock = time.time,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
+        """``window``: seconds a grant counts (the platform's window plus ``LATENCY_MARGIN``)."""
         if window <= 0:
             raise ValueError("window must be positive")
         self.redis = redis
+        self.platform = platform
         self.window = window
+        self.log = logging.getLogger(f"chorus.{platform}.ratelimit")
         self.clock = clock
         self.sleep = sleep
 
@@ -85,7 +87,7 @@ class SharedRateLimiter:
         """0.0 when a send is granted now, else the seconds to wait before trying again."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        key = bucket_key(bucket)
+        key = bucket_key(self.platform, bucket)
         now = self.clock()
         member = f"{now:.6f}:{uuid.uuid4().hex}"
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -114,9 +116,14 @@ class SharedRateLimiter:
                 raise asyncio.CancelledError
             if wait <= 0:
                 return waited
-            log.info(
-                "twitch send waits for the shared rate limit",
-                extra={"bucket": bucket, "limit": limit, "wait_s": round(wait, 3)},
+            self.log.info(
+                "a send waits for the shared rate limit",
+                extra={
+                    "platform": self.platform,
+                    "bucket": bucket,
+                    "limit": limit,
+                    "wait_s": round(wait, 3),
+                },
             )
             await self.sleep(wait)
             waited += wait
@@ -125,9 +132,23 @@ class SharedRateLimiter:
         """Hold every process's sends in ``bucket`` for ``seconds`` (extends, never shortens)."""
         if seconds <= 0:
             return
-        key = f"{bucket_key(bucket)}:pause"
+        key = f"{bucket_key(self.platform, bucket)}:pause"
         until = self.clock() + seconds
         current = await self.redis.get(key)
         if current is not None and float(current) >= until:
             return
         await self.redis.set(key, f"{until:.6f}", px=math.ceil(seconds * 1000))
+
+
+class PlatformTokens:
+    """The newest token pair of an app's bot user, one JSON value per (platform, app)."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    async def load(self, platform: str, app: str) -> str | None:
+        raw: str | bytes | None = await self.redis.get(keys.platform_tokens(platform, app))
+        return raw.decode() if isinstance(raw, bytes) else raw
+
+    async def save(self, platform: str, app: str, value: str) -> None:
+        await self.redis.set(keys.platform_tokens(platform, app), value)
