@@ -41,7 +41,6 @@ from redis.asyncio import Redis
 
 from bot.state import keys
 
-
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
