@@ -25,11 +25,11 @@ from bot.admin.server import AdminServer
 from bot.admin.views import Sources
 from bot.events import ConversationKey
 from bot.memory.buffers import MemoryStore, Pin, Recommendation, UserBuffer, encode
-from bot.ops.timeline import Timeline
 from bot.safety.audit import Audit, AuditEntry
 from bot.settings import Settings
 from bot.state import connect, keys, turnlog
 from bot.state.history import HistoryEntry, HistoryStore
+from bot.state.turnlog import Timeline, TurnLog
 
 URL = os.environ.get("CHORUS_BENCH_ADMIN_REDIS_URL", "redis://127.0.0.1:6379/12")
 CONVERSATIONS, PEOPLE, RECORDS, ROUNDS = 10_000, 100_000, 20, 40
@@ -124,7 +124,7 @@ async def seed(redis: Redis, now: datetime) -> float:
         line.count("out:twitch", 20)
         line.count("replies", 20)
         line.count("tokens_in", 36_000)
-        await line.flush(redis, now - timedelta(minutes=minute))
+        await line.flush(TurnLog(redis), now - timedelta(minutes=minute))
     await memory.redis.ping()
     return time.perf_counter() - started
 

@@ -61,7 +61,7 @@ async def test_upkeep_names_and_the_timeline_are_throttled_and_the_stop_sends_al
 ) -> None:
     """One LPUSH per record; the cap, TTL and activity index once per UPKEEP_SECONDS per
     conversation; the timeline once per TIMELINE_SECONDS unless forced (the router's stop)."""
-    observer = TurnObserver(redis_client)
+    observer = TurnObserver(turnlog.TurnLog(redis_client))
     now = [1000.0]
     observer.clock = lambda: now[0]
     conv = ConversationKey(platform="slack", channel=f"c-{key_tag}")

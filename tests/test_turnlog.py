@@ -9,8 +9,8 @@ import pytest
 from redis.asyncio import Redis
 
 from bot.events import ConversationKey
-from bot.ops import timeline
 from bot.state import keys, turnlog
+from bot.state import turnlog as timeline
 from bot.state.turnlog import TurnRecord
 
 
@@ -93,10 +93,10 @@ async def test_the_timeline_adds_minute_and_day_counts_and_reads_them_back(
     line.count("in:twitch", 3)
     line.count("out:twitch")
     line.cost(0.0125)
-    await line.flush(redis_client, now)
+    await line.flush(timeline.TurnLog(redis_client), now)
     line.count("in:discord")
-    await line.flush(redis_client, now)
-    await line.flush(redis_client, now)  # nothing counted: nothing sent
+    await line.flush(timeline.TurnLog(redis_client), now)
+    await line.flush(timeline.TurnLog(redis_client), now)  # nothing counted: nothing sent
     rows = await timeline.read_minutes(redis_client, now, minutes=3)
     assert [row for _, row in rows[:2]] == [{}, {}]
     assert rows[-1][1] == {"in:twitch": 3, "out:twitch": 1, "cost_micro": 12_500, "in:discord": 1}
@@ -111,7 +111,7 @@ async def test_a_failed_flush_keeps_the_counts() -> None:
     line.count("replies", 2)
     broken = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
     with pytest.raises(Exception):  # noqa: B017 - any connection error
-        await line.flush(broken, datetime.now(UTC))
+        await line.flush(timeline.TurnLog(broken), datetime.now(UTC))
     await broken.aclose()
     assert line.pending["replies"] == 2
 

@@ -2,7 +2,7 @@
 
 A small aiohttp app with server-rendered Jinja2 pages (the templates are text people read, so
 they live in ``prompts/admin/``) and no build step. It reads what it shows from Redis -- the turn
-log, the indexes and the timeline the router keeps (bot/state/turnlog.py, bot/ops/timeline.py),
+log, the indexes and the timeline the router keeps (bot/state/turnlog.py),
 memory, the live channels' durable state, the insights queue, the quota ledger -- so any
 process of a deployment can serve it; what only a process knows (its platforms' readiness, its
 model chain's breakers) comes from that process. Every change goes through the path the chat

@@ -2,7 +2,7 @@
 
 Why apart from the server: each function here is one page's reads, batched into as few round
 trips as the page allows, and nothing here scans: every list comes from an index kept at write
-time (bot/state/turnlog.py), every count from the timeline (bot/ops/timeline.py). bench/admin.py
+time (bot/state/turnlog.py), every count from the timeline (also bot/state/turnlog.py). bench/admin.py
 holds them to 200 ms with 10,000 conversations and 100,000 people in Redis.
 """
 
@@ -21,7 +21,6 @@ from redis.asyncio import Redis
 from bot.engagement.turns import LiveChat
 from bot.events import ConversationKey
 from bot.memory.buffers import MemoryStore, UserBuffer, source_ref
-from bot.ops import timeline
 from bot.quota.ledger import QuotaLedger
 from bot.quota.plan import QuotaConfig
 from bot.router.text_commands import Commands
@@ -65,31 +64,31 @@ async def overview(src: Sources, now: datetime) -> dict[str, Any]:
     states = getattr(src.provider, "breaker_states", None)
     models = getattr(src.provider, "models", None) or [str(src.settings.llm.model or "")]
     breakers = states() if callable(states) else {}
-    rows = await timeline.read_minutes(src.redis, now, 60)
-    day = await timeline.read_day(src.redis, now)
+    rows = await turnlog.read_minutes(src.redis, now, 60)
+    day = await turnlog.read_day(src.redis, now)
     tokens_in = day.get("tokens_in", 0)
     return {
         "checks": list(zip(names, results, strict=True)),
         "chain": [(m, breakers.get(m, "closed")) for m in models if m],
         "minutes": rows,
         "series": {
-            "in": timeline.series(rows, "in:"),
-            "out": timeline.series(rows, "out:"),
-            "replies": timeline.series(rows, "replies"),
-            "errors": timeline.series(rows, "errors"),
+            "in": turnlog.series(rows, "in:"),
+            "out": turnlog.series(rows, "out:"),
+            "replies": turnlog.series(rows, "replies"),
+            "errors": turnlog.series(rows, "errors"),
         },
         "last": {
-            "in": timeline.total(rows[-1][1], "in:"),
-            "out": timeline.total(rows[-1][1], "out:"),
+            "in": turnlog.total(rows[-1][1], "in:"),
+            "out": turnlog.total(rows[-1][1], "out:"),
             "replies": rows[-1][1].get("replies", 0),
         },
         "today": {
             "tokens": tokens_in + day.get("tokens_out", 0),
-            "cost": day.get("cost_micro", 0) / timeline.COST_SCALE,
+            "cost": day.get("cost_micro", 0) / turnlog.COST_SCALE,
             "cache_share": day.get("cache_read", 0) / tokens_in if tokens_in else 0.0,
             "replies": day.get("replies", 0),
         },
-        "errors_hour": sum(timeline.series(rows, "errors")),
+        "errors_hour": sum(turnlog.series(rows, "errors")),
     }
 
 

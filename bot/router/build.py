@@ -36,6 +36,7 @@ from bot.state.engagement import MemoryLiveStore, RedisLiveStore
 from bot.state.history import HistoryStore
 from bot.state.redis_turn import RedisTurnStore
 from bot.state.turn import TurnStore
+from bot.state.turnlog import TurnLog
 from bot.tools.toolbox import Toolbox
 
 
@@ -76,7 +77,7 @@ def build_router(
         if assembler is None or agent is None:
             raise ValueError("build_router needs scoping, or an assembler and an agent")
         scoping = FixedScoping.of(assembler, agent, limits)
-    observer = observer or TurnObserver(redis)
+    observer = observer or TurnObserver(TurnLog(redis) if redis is not None else None)
     claims = Claims(
         store,
         worker_id=worker_id or default_worker_id(),

@@ -1,13 +1,14 @@
 """What the router tells the admin dashboard: a record of every decision (the turn log), the
 per-minute counters (the timeline) and the indexes they feed (bot/state/turnlog.py).
 
-Why apart from the stages: they decide; this module writes down what they decided, cheaply. Every decision -- an answer once its commit went through, a live line batched or let
-go, a screened message, a turn the budget could not pay -- becomes a record held in memory (a
-list append), and the router's one-second tick writes what was held in one pipeline (``flush``),
-and its stop writes the rest. So a record costs the reply path no Redis command and no round
-trip at all: measured by the instruction-count gate, even one ``LPUSH`` per answered message in
-the commit cost the embedded store 6% of a message. What is held is bounded (``PENDING_MAX``;
-past it the oldest records are dropped and counted); a crash loses at most a second of records.
+Why apart from the stages: they decide; this module writes down what they decided, cheaply.
+Every decision -- an answer once its commit went through, a live line batched or let go, a
+screened message, a turn the budget could not pay -- becomes a record held in memory (a list
+append), and the router's one-second tick writes what was held in one batch (``flush``), and
+its stop writes the rest. So a record costs the reply path no Redis command and no round trip
+at all (``BENCHMARKS.md`` has what one command per answered message would cost). What is held is
+bounded (``PENDING_MAX``; past it the oldest records are dropped and counted); a crash loses at
+most a second of records.
 
 Within a flush: one ``LPUSH`` per conversation; the log's cap and TTL and the conversation's place
 in the activity index are refreshed on its first records here and then at most every
@@ -24,8 +25,6 @@ from collections.abc import Callable
 from typing import Any
 
 from cachetools import TTLCache
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 
 from bot.agent.loop import AgentResult
 from bot.engagement.policy import Decision as LiveDecision
@@ -34,9 +33,8 @@ from bot.llm.errors import LLMError
 from bot.llm.pricing import PriceTable
 from bot.llm.types import LLMRequest
 from bot.ops.metrics import MetricsSink
-from bot.ops.timeline import Timeline
 from bot.router.items import Item
-from bot.state.turnlog import Decision, TurnRecord, queue_names, queue_push, queue_upkeep
+from bot.state.turnlog import Decision, Timeline, TurnLog, TurnRecord
 
 log = logging.getLogger("chorus.router")
 
@@ -69,9 +67,9 @@ class Throttle:
 class TurnObserver:
     """The turn log and timeline of one router."""
 
-    def __init__(self, redis: Redis | None, prices: PriceTable | None = None) -> None:
-        """``redis``: where the records go (None: they are held, bounded, and never written)."""
-        self.redis = redis
+    def __init__(self, log: TurnLog | None, prices: PriceTable | None = None) -> None:
+        """``log``: where the records go (None: they are held, bounded, and never written)."""
+        self.log = log
         self.prices = prices or PriceTable.default()
         self.timeline = Timeline()
         self.pending: deque[tuple[ConversationKey, TurnRecord]] = deque()
@@ -169,20 +167,25 @@ class TurnObserver:
     # -- writing ---------------------------------------------------------------------------------
 
     async def flush(self, *, force: bool = False) -> None:
-        """What waits in memory, in a pipeline of its own (the router's tick; ``force``: its
-        stop, the timeline too even if it went out less than ``TIMELINE_SECONDS`` ago)."""
-        if self.redis is None:
+        """What waits in memory, in one write of its own (the router's tick; ``force``: its
+        stop, the timeline too even if it went out less than ``TIMELINE_SECONDS`` ago). A
+        write that fails keeps the timeline's counts for the next one."""
+        if self.log is None:
             return
         now = self.clock()
         last = self._timeline_at
         timeline = force or last is None or now - last >= TIMELINE_SECONDS
         if not self.pending and not (timeline and self.timeline.pending):
             return
-        async with self.redis.pipeline(transaction=False) as pipe:
-            self._queue_pending(pipe)
-            if timeline and self.timeline.queue_flush(pipe, utcnow()):
-                self._timeline_at = now
-            await pipe.execute()
+        records, upkeep, names = self._batch(now)
+        counts = self.timeline.take() if timeline else {}
+        try:
+            await self.log.write(records, upkeep=upkeep, names=names, counts=counts, now=utcnow())
+        except BaseException:
+            self.timeline.put_back(counts)
+            raise
+        if counts:
+            self._timeline_at = now
 
     async def flush_quietly(self, *, force: bool = False) -> None:
         try:
@@ -190,23 +193,26 @@ class TurnObserver:
         except Exception:  # the dashboard's records must never stop the chat
             log.warning("could not write the turn log", exc_info=True)
 
-    def _queue_pending(self, pipe: Pipeline) -> None:
+    def _batch(
+        self, now: float
+    ) -> tuple[
+        dict[ConversationKey, list[TurnRecord]],
+        set[ConversationKey],
+        dict[str, set[tuple[str, str]]],
+    ]:
+        """The held records by conversation (taken), the conversations whose log is due its
+        upkeep, and the names due their index entry, by platform."""
         by_conv: dict[ConversationKey, list[TurnRecord]] = {}
         for conv, record in self.pending:
             by_conv.setdefault(conv, []).append(record)
         self.pending.clear()
-        now = self.clock()
+        upkeep = {conv for conv in by_conv if self._upkept.due(conv, now)}
+        names: dict[str, set[tuple[str, str]]] = {}
         for conv, records in by_conv.items():
-            queue_push(pipe, conv, records)
-            if self._upkept.due(conv, now):
-                queue_upkeep(pipe, conv, records[-1].at)
-            people = {
-                (r.user_id, r.user_name)
-                for r in records
-                if r.user_id and self._named.due((conv.platform, r.user_id, r.user_name), now)
-            }
-            if people:
-                queue_names(pipe, conv.platform, people)
+            for r in records:
+                if r.user_id and self._named.due((conv.platform, r.user_id, r.user_name), now):
+                    names.setdefault(conv.platform, set()).add((r.user_id, r.user_name))
+        return by_conv, upkeep, names
 
 
 def _record(message: ChatMessage, decision: Decision, reason: str, **numbers: Any) -> TurnRecord:

@@ -374,7 +374,7 @@ def safety_audit(namespace: str = "main") -> str:
     return f"{PREFIX}:safety:audit:{namespace}"
 
 
-# -- the admin dashboard's indexes (bot/state/turnlog.py, bot/ops/timeline.py) ------------------
+# -- the admin dashboard's indexes and timeline (bot/state/turnlog.py) --------------------------
 def turn_log(conv: ConversationKey) -> str:
     """The bounded log of the router's decisions in one conversation."""
     return f"{PREFIX}:admin:turns:{conv}"

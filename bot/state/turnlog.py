@@ -1,12 +1,15 @@
-"""The turn log and the two indexes the admin dashboard reads: what the router decided about
-each message of a conversation, which conversations were active lately, and who is who.
+"""What the admin dashboard reads, as the router writes it: the turn log (what was decided about
+each message of a conversation), two indexes (which conversations were active lately, and who
+is who) and the timeline (per-minute and per-day counters for its charts and totals).
 
 Why here, written by the router at decision time: the dashboard must answer "what did it do
 here, and why?" and "find Ada on Twitch" in well under 200 ms with 10,000 conversations and
 100,000 people in Redis, so nothing it reads may need a ``KEYS`` or ``SCAN``. Each index is kept
-up to date where the data is born, inside the pipeline the router already sends (no extra round
-trip): ``queue_records`` adds a batch of records, the conversation's activity and the authors'
-names in a handful of commands.
+up to date where the data is born: the router's observer holds records and counts in memory and
+``TurnLog.write`` sends a batch of them once a second, in one pipeline (a message costs a list
+append and a dict increment, no Redis command). The timeline lives in Redis rather than
+Prometheus so that any process of a scaled deployment can serve the dashboard and every
+process's counts land in one place; each bucket is a hash with a TTL, so nothing needs sweeping.
 
 Privacy: a record holds the decision, its reason and its numbers, never the message text (the
 history holds that, and ``/forget`` scrubs it there); the names index holds display names, which
@@ -16,8 +19,10 @@ history holds that, and ``/forget`` scrubs it there); the names index holds disp
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from datetime import UTC, datetime, timedelta
 from typing import Literal, cast
 
 from redis.asyncio import Redis
@@ -190,3 +195,127 @@ async def find_people(
         if len(seen) >= limit:
             break
     return [(name, where, uid) for (where, uid), name in seen.items()]
+
+
+class TurnLog:
+    """Writes what the router's observer held: records, indexes and timeline counts."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    async def write(
+        self,
+        records: Mapping[ConversationKey, Sequence[TurnRecord]],
+        *,
+        upkeep: Collection[ConversationKey] = (),
+        names: Mapping[str, Collection[tuple[str, str]]] | None = None,
+        counts: Mapping[str, int] | None = None,
+        now: datetime,
+    ) -> None:
+        """One pipeline: each conversation's ``records`` (oldest first), the log's cap, TTL
+        and activity for the conversations in ``upkeep``, each platform's ``names`` indexed,
+        and the timeline's ``counts`` added to the buckets of ``now``."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for conv, held in records.items():
+                if held:
+                    queue_push(pipe, conv, held)
+                if held and conv in upkeep:
+                    queue_upkeep(pipe, conv, held[-1].at)
+            for platform, people in (names or {}).items():
+                if people:
+                    queue_names(pipe, platform, people)
+            if counts:
+                _queue_counts(pipe, counts, now)
+            await pipe.execute()
+
+
+# -- the timeline --------------------------------------------------------------------------
+MINUTE_SECONDS = 26 * 3600  # a minute bucket outlives the day it belongs to
+DAY_SECONDS = 8 * 24 * 3600
+COST_SCALE = 1_000_000  # cost is counted in micro-USD (HINCRBY takes integers)
+
+
+def minute_bucket(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y%m%d%H%M")
+
+
+def day_bucket(moment: datetime) -> str:
+    return "d" + moment.astimezone(UTC).strftime("%Y%m%d")
+
+
+class Timeline:
+    """Counts since the last flush: ``in:<platform>``, ``out:<platform>``, ``replies``,
+    ``tokens_in``, ``tokens_out``, ``cache_read``, ``cost_micro``, ``errors``."""
+
+    def __init__(self) -> None:
+        self.pending: Counter[str] = Counter()
+
+    def count(self, field: str, amount: int = 1) -> None:
+        self.pending[field] += amount
+
+    def cost(self, usd: float | None) -> None:
+        if usd:
+            self.pending["cost_micro"] += round(usd * COST_SCALE)
+
+    def take(self) -> dict[str, int]:
+        """What was counted since the last ``take`` (and forget it here)."""
+        taken = {field: n for field, n in self.pending.items() if n}
+        self.pending.clear()
+        return taken
+
+    def put_back(self, counts: Mapping[str, int]) -> None:
+        """Counts ``take`` gave that could not be written: counted again."""
+        self.pending.update(counts)
+
+    async def flush(self, log: TurnLog, now: datetime) -> None:
+        """Send what was counted, alone. A failure puts the counts back."""
+        counts = self.take()
+        if not counts:
+            return
+        try:
+            await log.write({}, counts=counts, now=now)
+        except BaseException:
+            self.put_back(counts)
+            raise
+
+
+async def read_minutes(
+    redis: Redis, now: datetime, minutes: int = 60
+) -> list[tuple[datetime, dict[str, int]]]:
+    """The last ``minutes`` minute buckets, oldest first (empty ones as ``{}``): one round trip."""
+    moments = [now - timedelta(minutes=minutes - 1 - i) for i in range(minutes)]
+    async with redis.pipeline(transaction=False) as pipe:
+        for moment in moments:
+            pipe.hgetall(keys.timeline(minute_bucket(moment)))
+        found = await pipe.execute()
+    return [(m, _ints(raw)) for m, raw in zip(moments, found, strict=True)]
+
+
+async def read_day(redis: Redis, now: datetime) -> dict[str, int]:
+    """Today's (UTC) counters."""
+    return _ints(await redis.hgetall(keys.timeline(day_bucket(now))))
+
+
+def _ints(raw: object) -> dict[str, int]:
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): int(v) for k, v in raw.items()}
+
+
+def total(row: dict[str, int], prefix: str) -> int:
+    """The sum of every field starting with ``prefix`` (``in:`` over every platform)."""
+    return sum(n for field, n in row.items() if field.startswith(prefix))
+
+
+def series(rows: Sequence[tuple[datetime, dict[str, int]]], prefix: str) -> list[int]:
+    return [total(row, prefix) for _, row in rows]
+
+
+def _queue_counts(pipe: Pipeline, counts: Mapping[str, int], now: datetime) -> None:
+    for key, ttl in (
+        (keys.timeline(minute_bucket(now)), MINUTE_SECONDS),
+        (keys.timeline(day_bucket(now)), DAY_SECONDS),
+    ):
+        for field, amount in counts.items():
+            pipe.hincrby(key, field, amount)
+        pipe.expire(key, ttl)
