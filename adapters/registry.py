@@ -14,14 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from redis.asyncio import Redis
-
 from bot.bus.base import EventBus
 from bot.ops.logs import add_secrets
 from bot.platform.commands import NativeCommand
 from bot.platform.protocol import PlatformAdapter
 from bot.platform.supervisor import Slot
 from bot.settings import ConfigError, Settings
+from bot.state.connect import Client
 from bot.state.draft_messages import LiveMessages
 
 
@@ -80,14 +79,14 @@ def configured_platforms(settings: Settings) -> list[str]:
 
 
 def build_adapters(
-    settings: Settings, bus: EventBus, redis: Redis, commands: Sequence[NativeCommand] = ()
+    settings: Settings, bus: EventBus, redis: Client, commands: Sequence[NativeCommand] = ()
 ) -> list[PlatformAdapter]:
     """An adapter for every configured platform (``ConfigError`` names what is missing)."""
     return [slot.adapter for slot in build_slots(settings, bus, redis, commands)]
 
 
 def build_slots(
-    settings: Settings, bus: EventBus, redis: Redis, commands: Sequence[NativeCommand] = ()
+    settings: Settings, bus: EventBus, redis: Client, commands: Sequence[NativeCommand] = ()
 ) -> list[Slot]:
     """A supervised slot for every configured platform: its first adapter, built now so a
     missing setting stops the start, and the factory that builds the next one on a restart.

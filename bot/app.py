@@ -14,8 +14,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from redis.asyncio import Redis
-
 from bot.agent.loop import Agent, LoopLimits
 from bot.bus.base import EventBus, InProcessBus
 from bot.bus.erasure import StreamEraser
@@ -48,6 +46,7 @@ from bot.safety.policy import Policies
 from bot.settings import ConfigError, Settings, ToolSettings
 from bot.state import connect
 from bot.state.claims import default_worker_id
+from bot.state.connect import Client
 from bot.state.engagement import RedisLiveStore
 from bot.state.history import HistoryStore
 from bot.state.redis_turn import RedisTurnStore
@@ -74,7 +73,7 @@ class Chorus:
         settings: Settings,
         provider: Provider,
         model: str,
-        redis: Redis,
+        redis: Client,
         bus: EventBus,
         tools: Toolbox | None = None,
         metrics: Metrics | NullMetrics | None = None,
@@ -425,7 +424,7 @@ def _make_outbox(settings: Settings, bus: EventBus) -> Outbox:
     )
 
 
-def _make_bus(settings: Settings, redis: Redis) -> EventBus:
+def _make_bus(settings: Settings, redis: Client) -> EventBus:
     """In-process by default; Redis Streams (``CHORUS_BUS=redis``) to scale out over processes.
     The Streams bus shares the state store's connection so a reply and its record commit in one
     transaction."""

@@ -24,8 +24,6 @@ from bot.ops.aio import cancel_and_wait, on_stop_signals
 from bot.ops.logs import setup_logging
 
 if TYPE_CHECKING:  # the rest is imported in the functions (see main)
-    from redis.asyncio import Redis
-
     from adapters.console_tty import Terminal
     from bot.admin.server import AdminServer
     from bot.app import Chorus
@@ -33,6 +31,7 @@ if TYPE_CHECKING:  # the rest is imported in the functions (see main)
     from bot.ops.metrics import MetricsSink
     from bot.platform.supervisor import Slot, Supervisor
     from bot.settings import Settings
+    from bot.state.connect import Client
     from insights.worker import InsightsWorker
 
 log = logging.getLogger("chorus.cli")
@@ -326,7 +325,7 @@ async def _insights_in_process(app: Chorus) -> AsyncIterator[None]:
 
 def _insights_worker(
     settings: Settings,
-    redis: Redis,
+    redis: Client,
     chat_provider: Provider | None,
     metrics: MetricsSink | None = None,
 ) -> tuple[InsightsWorker, Provider]:

@@ -25,7 +25,6 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from pydantic import ValidationError
-from redis.asyncio import Redis
 
 from bot.events import ConversationKey, utcnow
 from bot.llm.base import Provider
@@ -42,6 +41,7 @@ from bot.memory.summaries import (
 from bot.memory.vectors import Embedder, store_vectors
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.state import keys
+from bot.state.connect import Client
 from bot.state.history import HistoryEntry
 from bot.state.insight_jobs import Budget
 from bot.state.summaries import DEFAULT_QUEUE, ConversationJob, SummaryQueue, SummaryStore
@@ -67,7 +67,7 @@ RETRY_AFTER = timedelta(minutes=5)
 class Summariser:
     def __init__(
         self,
-        redis: Redis,
+        redis: Client,
         provider: Provider,
         model: str,
         settings: MemorySettings,

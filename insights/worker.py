@@ -29,8 +29,6 @@ from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
 
-from redis.asyncio import Redis
-
 from bot.events import utcnow
 from bot.llm.base import Provider
 from bot.llm.errors import LLMError, ProviderUnavailable
@@ -40,6 +38,7 @@ from bot.memory.vectors import Embedder, store_vectors
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.resilience import RetryPolicy
 from bot.state import keys
+from bot.state.connect import Client
 from bot.state.history import HistoryStore
 from bot.state.insight_jobs import DEFAULT_QUEUE, Budget, ClaimedJob, JobQueue, record_outcome
 from insights.analyse import analyse, build_request, check_provenance, label_lines
@@ -65,7 +64,7 @@ class JobOutcome(StrEnum):
 class InsightsWorker:
     def __init__(
         self,
-        redis: Redis,
+        redis: Client,
         provider: Provider,
         model: str,
         history: HistoryStore,

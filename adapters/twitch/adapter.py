@@ -28,7 +28,6 @@ from typing import Any
 
 import twitchio
 from cachetools import FIFOCache
-from redis.asyncio import Redis
 from twitchio.eventsub import (
     ChatClearUserMessagesSubscription,
     ChatMessageDeleteSubscription,
@@ -48,6 +47,7 @@ from bot.ops.logs import add_secrets
 from bot.resilience import Failure, RetryPolicy, retry
 from bot.settings import ConfigError, TwitchSettings
 from bot.settings.twitch import CONSOLE_URL, TOKEN_HELP
+from bot.state.connect import Client
 from bot.state.platforms import LATENCY_MARGIN, PlatformTokens, SharedRateLimiter
 
 log = logging.getLogger("chorus.twitch")
@@ -126,7 +126,7 @@ class TwitchAdapter:
         self.parse_guard = guard.install()  # twitchio's parse failures: one line, skipped
 
     @classmethod
-    def from_section(cls, settings: TwitchSettings, bus: EventBus, redis: Redis) -> TwitchAdapter:
+    def from_section(cls, settings: TwitchSettings, bus: EventBus, redis: Client) -> TwitchAdapter:
         """The adapter of the settings root's Twitch section (``TWITCH_CLIENT_ID`` is set);
         ``ConfigError`` naming the first missing variable."""
         settings.require_complete()

@@ -33,8 +33,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from redis.asyncio import Redis
-
 from adapters.youtube import convert
 from adapters.youtube.api import (
     ChatUnavailable,
@@ -58,6 +56,7 @@ from bot.quota.ledger import QuotaLedger
 from bot.quota.plan import QuotaConfig, Reading
 from bot.resilience import Sleep
 from bot.settings import YouTubeSettings
+from bot.state.connect import Client
 
 log = logging.getLogger("chorus.youtube")
 
@@ -140,7 +139,9 @@ class YouTubeAdapter:
         self._fresh_until: datetime | None = None  # ready until then (the next read is due)
 
     @classmethod
-    def from_section(cls, settings: YouTubeSettings, bus: EventBus, redis: Redis) -> YouTubeAdapter:
+    def from_section(
+        cls, settings: YouTubeSettings, bus: EventBus, redis: Client
+    ) -> YouTubeAdapter:
         """The adapter of the settings root's YouTube section (``YOUTUBE_REFRESH_TOKEN`` is
         set); ``ConfigError`` when incomplete."""
         return cls.from_settings(bus, redis, settings)
@@ -149,7 +150,7 @@ class YouTubeAdapter:
     def from_settings(
         cls,
         bus: EventBus,
-        redis: Redis,
+        redis: Client,
         settings: YouTubeSettings,
         *,
         clock: Clock = _utcnow,

@@ -10,13 +10,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
-from redis.asyncio import Redis
-
 from bot.engagement.turns import LiveChat
 from bot.memory.buffers import MemoryStore
 from bot.router.text_commands import Commands
 from bot.safety.audit import Audit
 from bot.settings import ConfigError, Settings
+from bot.state.connect import Client
 from bot.state.history import HistoryStore
 
 if TYPE_CHECKING:
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
 
 async def start_admin(
     settings: Settings,
-    redis: Redis,
+    redis: Client,
     *,
     memory: MemoryStore | None = None,
     history: HistoryStore | None = None,

@@ -8,12 +8,11 @@ restarting the bot or waiting for the next check. It works on the Redis the bot 
 
 from __future__ import annotations
 
-from redis.asyncio import Redis
-
 from bot.knowledge.wiring import RecallParts, knowledge_lists
 from bot.memory.knowledge import base_id, load_index
 from bot.settings import Settings
 from bot.state import connect
+from bot.state.connect import Client
 
 
 async def knowledge_command(settings: Settings, action: str) -> int:
@@ -37,7 +36,7 @@ async def knowledge_command(settings: Settings, action: str) -> int:
     return 0
 
 
-async def _status(redis: Redis, sources: tuple[str, ...]) -> str:
+async def _status(redis: Client, sources: tuple[str, ...]) -> str:
     base = base_id(sources)
     index = await load_index(redis, base)
     if index is None:

@@ -15,8 +15,6 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from redis.asyncio import Redis
-
 from bot.events import ChatMessage
 from bot.knowledge.indexer import KnowledgeIndexer
 from bot.knowledge.tool import knowledge_tool
@@ -26,6 +24,7 @@ from bot.memory.vectors import Embedder
 from bot.ops.metrics import MetricsSink
 from bot.settings import Settings
 from bot.settings.allowlist import Allowlist
+from bot.state.connect import Client
 from bot.tools.base import Tool
 from bot.tools.builtin.fetch import Fetcher
 from bot.tools.netguard import NetGuard
@@ -60,7 +59,7 @@ class RecallParts:
     def build(
         cls,
         settings: Settings,
-        redis: Redis,
+        redis: Client,
         metrics: MetricsSink | None = None,
         *,
         embedder: Embedder | None = None,

@@ -30,13 +30,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
 
-from redis.asyncio import Redis
-
 from bot.ops.metrics import Metrics, NullMetrics
 from bot.quota.ledger import QuotaLedger
 from bot.quota.plan import Budget, Kind, QuotaConfig, Request
 from bot.quota.view import LedgerView
 from bot.settings import Settings
+from bot.state.connect import Client
 
 log = logging.getLogger("chorus.live")
 
@@ -130,7 +129,7 @@ class ReplyGate:
         return granted
 
 
-def live_reply_gate(settings: Settings, redis: Redis, metrics: Metrics | NullMetrics) -> ReplyGate:
+def live_reply_gate(settings: Settings, redis: Client, metrics: Metrics | NullMetrics) -> ReplyGate:
     """The reply budget of the live-chat turns: YouTube's, shared in Redis with the gateway
     (same ``YOUTUBE_*`` settings in every process), when YouTube is configured; and its gauges:
     the day's units by kind and what the budget has left, read from Redis at scrape time."""

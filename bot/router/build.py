@@ -8,8 +8,6 @@ gate and the claims.
 
 from __future__ import annotations
 
-from redis.asyncio import Redis
-
 from bot.agent.loop import Agent
 from bot.agent.prompting import PromptAssembler
 from bot.bus.base import EventBus
@@ -32,6 +30,7 @@ from bot.router.text_commands import Commands
 from bot.router.turn import RouterLimits
 from bot.safety.gate import SafetyGate
 from bot.state.claims import Claims, default_worker_id
+from bot.state.connect import Client
 from bot.state.engagement import MemoryLiveStore, RedisLiveStore
 from bot.state.history import HistoryStore
 from bot.state.redis_turn import RedisTurnStore
@@ -45,7 +44,7 @@ def build_router(
     bus: EventBus,
     commands: Commands,
     history: HistoryStore | None = None,
-    redis: Redis | None = None,
+    redis: Client | None = None,
     store: TurnStore | None = None,
     assembler: PromptAssembler | None = None,
     agent: Agent | None = None,
@@ -131,7 +130,7 @@ def build_router(
     )
 
 
-def _channels(engagement: LiveChat | None, redis: Redis) -> RedisLiveStore | MemoryLiveStore:
+def _channels(engagement: LiveChat | None, redis: Client) -> RedisLiveStore | MemoryLiveStore:
     """Where the turns write what the live-chat policy decided: the policy's own store."""
     if engagement is None:
         return RedisLiveStore(redis)

@@ -31,8 +31,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from redis.asyncio import Redis
-
 from bot.events import ChatMessage, ConversationKey, utcnow
 from bot.llm.pricing import PriceTable
 from bot.llm.types import Usage
@@ -44,6 +42,7 @@ from bot.safety.moderator import ModerationModel
 from bot.safety.policy import Policies, SafetyPolicy, ScopedSafety
 from bot.safety.rules import Flag
 from bot.safety.users import Status, UserLists
+from bot.state.connect import Client
 from bot.state.outages import until_redis_answers
 from bot.state.turn import CounterAdd
 
@@ -106,7 +105,7 @@ class SafetyGate:
     def from_parts(
         cls,
         policies: Policies,
-        redis: Redis,
+        redis: Client,
         *,
         namespace: str,
         model: ModerationModel | None,

@@ -36,6 +36,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("chorus.store")
 
+Client = Redis
+"""A connection to the state store: a redis-py client, of a server or of the embedded store.
+Code outside ``bot.state``, ``bot.bus`` and ``bot.ops`` only opens it, hands it to the stores
+that take one and closes it; it sends no command of its own (``tests/test_state_seam.py``)."""
+
 VARIABLE = "CHORUS_REDIS_URL"
 EXAMPLE = "memory:// (embedded) or redis://127.0.0.1:6379/0"
 
