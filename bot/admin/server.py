@@ -185,7 +185,7 @@ class AdminServer:
             log.warning("admin dashboard: logins from %s refused for %ds", address, retry)
             return self.login_form(request, 429, "limited", retry)
         if not self.auth.token_ok(str(form.get("token", ""))):
-            blocked = await self.guard.failed(address)
+            blocked = await self.guard.failed(address, attempt)
             log.warning("admin dashboard: a login with a wrong token from %s", address)
             self.audit(request, "admin:login", "blocked" if blocked else "failed", who=address)
             await self.sources.audit.flush()
@@ -196,21 +196,24 @@ class AdminServer:
         return response
 
     async def bearer(self, request: web.Request, token: str) -> None:
-        """A script's token, under the login's rate limit (refused while the address is
-        blocked, whatever the token; a wrong one counts and is audited like a failed login)."""
+        """A script's token, under the login's rate limit, the same way: one attempt reserved
+        atomically before the token is compared (refused while the address is blocked,
+        whatever the token); a wrong one stays as a failure and is audited, a right one
+        clears the address's failures."""
         address = request.remote or "unknown"
-        retry = await self.guard.blocked_for(address)
-        if retry:
+        attempt, retry = await self.guard.attempt(address)
+        if not attempt:
             raise web.HTTPTooManyRequests(
                 text=f"too many failed logins from {address}; try again in {retry} seconds",
                 headers={"Retry-After": str(retry)},
             )
         if not self.auth.token_ok(token):
-            blocked = await self.guard.record_failure(address)
+            blocked = await self.guard.failed(address, attempt)
             log.warning("admin dashboard: a wrong Bearer token from %s", address)
             self.audit(request, "admin:login", "blocked" if blocked else "failed", who=address)
             await self.sources.audit.flush()
             raise web.HTTPUnauthorized(text="wrong token")
+        await self.guard.succeeded(address)
 
     async def logout(self, request: web.Request) -> web.StreamResponse:
         response = web.Response(status=303, headers={"Location": "/login"})
