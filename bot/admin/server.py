@@ -24,6 +24,7 @@ from aiohttp import web
 from bot.admin import charts, views
 from bot.admin.auth import COOKIE, SESSION_KEY, Auth
 from bot.admin.login import LoginGuard
+from bot.admin.sessions import Sessions
 from bot.admin.views import Sources
 from bot.engagement.policy import apply_pause
 from bot.events import Author, ChatMessage, ConversationKey
@@ -63,8 +64,11 @@ class AdminServer:
     def __init__(self, sources: Sources, token: str, host: str = "127.0.0.1", port: int = 0):
         self.sources = sources
         self.auth = Auth(token)
-        self.guard = LoginGuard(self.auth, sources.redis, namespace=sources.audit.namespace)
+        namespace = sources.audit.namespace
+        self.guard = LoginGuard(self.auth, sources.redis, namespace=namespace)
+        self.sessions = Sessions(self.auth, sources.redis, namespace=namespace)
         self.auth.bearer_check = self.bearer
+        self.auth.session_check = self.sessions.valid
         self.host = host
         self.port = port
         self.env = environment()
@@ -81,6 +85,7 @@ class AdminServer:
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.auth.middleware()])  # type: ignore[list-item]
         app[SRC] = self.sources
+        app.on_startup.append(self._started)
         get, post = web.get, web.post
         app.add_routes(
             [
@@ -115,6 +120,9 @@ class AdminServer:
             self.port = server.sockets[0].getsockname()[1]
         exposed = "" if self.host in LOOPBACK_HOSTS else " (reachable from the network)"
         log.info("admin dashboard at %s%s", self.url, exposed)
+
+    async def _started(self, app: web.Application) -> None:
+        await self.sessions.started()
 
     @property
     def url(self) -> str:
@@ -191,6 +199,7 @@ class AdminServer:
             await self.sources.audit.flush()
             return self.login_form(request, 401, "wrong")
         await self.guard.succeeded(address)
+        await self.sessions.issued()
         response = web.Response(status=303, headers={"Location": "/"})
         self.auth.set_cookie(response, request)
         return response
@@ -216,6 +225,11 @@ class AdminServer:
         await self.guard.succeeded(address)
 
     async def logout(self, request: web.Request) -> web.StreamResponse:
+        """Ends the session for every process (a copied cookie is refused too), then deletes
+        the browser's cookie."""
+        session = self.auth.session(request.cookies.get(COOKIE))
+        if session is not None and request.get(SESSION_KEY):
+            await self.sessions.revoke(session)
         response = web.Response(status=303, headers={"Location": "/login"})
         response.del_cookie(COOKIE, path="/")
         return response
