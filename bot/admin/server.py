@@ -4,7 +4,8 @@ Pages are GET and change nothing; every change is a POST with the session's CSRF
 Bearer token), goes through the same path its chat command takes, is recorded in the audit
 trail (``direction="admin"``), and redirects back (POST-redirect-GET). Templates are loaded
 from ``prompts/admin/`` with autoescaping on, and never receive a secret: the settings page
-gets masked values only.
+gets masked values only, and every response passes through the masker on its way out
+(bot/admin/masking.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
-from bot.admin import charts, views
+from bot.admin import charts, masking, views
 from bot.admin.auth import COOKIE, SESSION_KEY, Auth
 from bot.admin.login import LoginGuard
 from bot.admin.sessions import Sessions
@@ -69,6 +70,7 @@ class AdminServer:
         self.sessions = Sessions(self.auth, sources.redis, namespace=namespace)
         self.auth.bearer_check = self.bearer
         self.auth.session_check = self.sessions.valid
+        self._token = token
         self.host = host
         self.port = port
         self.env = environment()
@@ -83,7 +85,8 @@ class AdminServer:
         return cls(sources, settings.token.get_secret_value(), settings.host, settings.port)
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self.auth.middleware()])  # type: ignore[list-item]
+        middlewares = [masking.middleware(self.masker), self.auth.middleware()]
+        app = web.Application(middlewares=middlewares)  # type: ignore[arg-type]
         app[SRC] = self.sources
         app.on_startup.append(self._started)
         get, post = web.get, web.post
@@ -123,6 +126,10 @@ class AdminServer:
 
     async def _started(self, app: web.Application) -> None:
         await self.sessions.started()
+
+    def masker(self) -> masking.Masker:
+        """The masker of every response, with the secrets as the settings say now."""
+        return masking.Masker([*self.sources.settings.secret_values(), self._token])
 
     @property
     def url(self) -> str:

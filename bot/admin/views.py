@@ -18,6 +18,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from bot.admin.masking import mask_urls
 from bot.engagement.turns import LiveChat
 from bot.events import ConversationKey
 from bot.memory.buffers import MemoryStore, UserBuffer, source_ref
@@ -278,7 +279,8 @@ async def _audit(src: Sources) -> list[Any]:
 
 
 def settings_rows(src: Sources) -> list[tuple[str, str, str]]:
-    """Every setting: name, value (secrets masked, always), where it came from."""
+    """Every setting: name, value (secrets hidden, a URL's password masked), where it came
+    from."""
     settings = src.settings
     rows = []
     for section in type(settings).model_fields:
@@ -287,12 +289,12 @@ def settings_rows(src: Sources) -> list[tuple[str, str, str]]:
             if section == "file":
                 continue
             value = getattr(part, name)
-            if settings.is_secret(section, name) or "url" in name and "@" in str(value):
+            if settings.is_secret(section, name):
                 shown = "(not set)" if value is None else "set, hidden"
             elif isinstance(value, frozenset | set | tuple | list):
-                shown = ", ".join(sorted(map(str, value))) or "(none)"
+                shown = ", ".join(sorted(map(mask_urls, map(str, value)))) or "(none)"
             else:
-                shown = "(not set)" if value is None else str(value)
+                shown = "(not set)" if value is None else mask_urls(str(value))
             rows.append((f"{section}.{name}", shown, settings.origin(section, name)))
     return rows
 
