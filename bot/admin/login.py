@@ -19,9 +19,10 @@ being checked counts against the limit too (it may be a wrong one), so one clien
 as many checks at once as it has attempts left; one refused only because of those is told to
 retry in a second, not when the window ends. A script's ``Authorization: Bearer`` token goes
 through the same reservation (a wrong one is a failed login; a blocked address gets a 429 even
-with the right one, so the limit is no oracle). The address is the TCP peer: behind a reverse
-proxy every client shares the proxy's address, so the limit then holds for all of them
-together (the safe side); ``X-Forwarded-For`` is not trusted, anyone can send it.
+with the right one, so the limit is no oracle). The address is the client's: the TCP peer, or
+behind a reverse proxy listed in ``CHORUS_ADMIN_TRUST_PROXY`` the client that proxy names
+(bot/admin/proxy.py). Behind an unlisted proxy every client shares the proxy's address, so the
+limit then holds for all of them together (the safe side).
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ Bearer token), goes through the same path its chat command takes, is recorded in
 trail (``direction="admin"``), and redirects back (POST-redirect-GET). Templates are loaded
 from ``prompts/admin/`` with autoescaping on, and never receive a secret: the settings page
 gets masked values only, and every response passes through the masker on its way out
-(bot/admin/masking.py).
+(bot/admin/masking.py). Requests pass, in order, through the trusted proxy's view of the
+client (bot/admin/proxy.py), the masker, and the login (bot/admin/auth.py, sessions ended early
+in bot/admin/sessions.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from aiohttp import web
 from bot.admin import charts, masking, views
 from bot.admin.auth import COOKIE, SESSION_KEY, Auth
 from bot.admin.login import LoginGuard
+from bot.admin.proxy import Proxies
 from bot.admin.sessions import Sessions
 from bot.admin.views import Sources
 from bot.engagement.policy import apply_pause
@@ -62,7 +65,15 @@ def environment() -> jinja2.Environment:
 class AdminServer:
     """``await AdminServer(...).start()``; ``aclose`` stops it. Port 0 binds a free port."""
 
-    def __init__(self, sources: Sources, token: str, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self,
+        sources: Sources,
+        token: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        trust_proxy: tuple[str, ...] = (),
+    ):
         self.sources = sources
         self.auth = Auth(token)
         namespace = sources.audit.namespace
@@ -70,6 +81,7 @@ class AdminServer:
         self.sessions = Sessions(self.auth, sources.redis, namespace=namespace)
         self.auth.bearer_check = self.bearer
         self.auth.session_check = self.sessions.valid
+        self.proxies = Proxies(trust_proxy)
         self._token = token
         self.host = host
         self.port = port
@@ -82,10 +94,15 @@ class AdminServer:
             return None
         if settings.token is None:  # the settings refuse this already; never start open
             raise ConfigError("CHORUS_ADMIN_TOKEN is required when CHORUS_ADMIN_PORT is set")
-        return cls(sources, settings.token.get_secret_value(), settings.host, settings.port)
+        token = settings.token.get_secret_value()
+        return cls(sources, token, settings.host, settings.port, trust_proxy=settings.trust_proxy)
 
     def app(self) -> web.Application:
-        middlewares = [masking.middleware(self.masker), self.auth.middleware()]
+        middlewares = [
+            self.proxies.middleware(),
+            masking.middleware(self.masker),
+            self.auth.middleware(),
+        ]
         app = web.Application(middlewares=middlewares)  # type: ignore[arg-type]
         app[SRC] = self.sources
         app.on_startup.append(self._started)
@@ -123,6 +140,15 @@ class AdminServer:
             self.port = server.sockets[0].getsockname()[1]
         exposed = "" if self.host in LOOPBACK_HOSTS else " (reachable from the network)"
         log.info("admin dashboard at %s%s", self.url, exposed)
+        if self.host not in LOOPBACK_HOSTS and not self.proxies:
+            log.warning(
+                "admin dashboard: CHORUS_ADMIN_HOST=%s is reachable from the network over plain "
+                "HTTP with no trusted proxy: the admin token and the session cookie cross the "
+                "network unencrypted, readable and reusable by anyone on the path, and every "
+                "client behind a proxy shares one login limit. Serve it through a TLS reverse "
+                "proxy listed in CHORUS_ADMIN_TRUST_PROXY, or bind CHORUS_ADMIN_HOST=127.0.0.1",
+                self.host,
+            )
 
     async def _started(self, app: web.Application) -> None:
         await self.sessions.started()
