@@ -2,12 +2,12 @@
 
 Pages are GET and change nothing; every change is a POST with the session's CSRF token (or a
 Bearer token), goes through the same path its chat command takes, is recorded in the audit
-trail (``direction="admin"``), and redirects back (POST-redirect-GET). Templates are loaded
-from ``prompts/admin/`` with autoescaping on, and never receive a secret: the settings page
-gets masked values only, and every response passes through the masker on its way out
-(bot/admin/masking.py). Requests pass, in order, through the trusted proxy's view of the
-client (bot/admin/proxy.py), the masker, and the login (bot/admin/auth.py, sessions ended early
-in bot/admin/sessions.py).
+trail (``direction="admin"``), and redirects back (POST-redirect-GET) with a notice this server
+signed (bot/admin/notices.py). Templates are loaded from ``prompts/admin/`` with autoescaping
+on, and never receive a secret: the settings page gets masked values only, and every response
+passes through the masker on its way out (bot/admin/masking.py). Requests pass, in order,
+through the trusted proxy's view of the client (bot/admin/proxy.py), the masker, and the login
+(bot/admin/auth.py, sessions ended early in bot/admin/sessions.py).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from aiohttp import web
 from bot.admin import charts, masking, views
 from bot.admin.auth import COOKIE, SESSION_KEY, Auth
 from bot.admin.login import LoginGuard
+from bot.admin.notices import Notices
 from bot.admin.proxy import Proxies
 from bot.admin.sessions import Sessions
 from bot.admin.views import Sources
@@ -81,6 +82,7 @@ class AdminServer:
         self.sessions = Sessions(self.auth, sources.redis, namespace=namespace)
         self.auth.bearer_check = self.bearer
         self.auth.session_check = self.sessions.valid
+        self.notices = Notices(token)
         self.proxies = Proxies(trust_proxy)
         self._token = token
         self.host = host
@@ -173,7 +175,7 @@ class AdminServer:
         body = self.env.get_template(f"{template}.html").render(
             csrf=self.auth.csrf_for(sid) if sid else "",
             pages=PAGES,
-            notice=request.query.get("notice", ""),
+            notice=self.notices.read(request.query.get("notice", "")),
             **values,
         )
         return web.Response(text=body, content_type="text/html")
@@ -351,12 +353,15 @@ class AdminServer:
 
         try:
             await self.sources.memory.update(platform, user_id, change)
-        except (StaleEntry, ValueError) as exc:
-            raise web.HTTPSeeOther(_back(request, f"Nothing changed: {exc}")) from None
+        except StaleEntry:
+            raise web.HTTPSeeOther(_back(request, self.notices.issue("stale"))) from None
+        except ValueError as exc:
+            notice = self.notices.issue("invalid", reason=str(exc))
+            raise web.HTTPSeeOther(_back(request, notice)) from None
         done = "deleted" if action == "delete" else "edited"
         self.audit(request, f"memory:{kind}", done, platform=platform, user_id=user_id)
         await self.sources.audit.flush()
-        raise web.HTTPSeeOther(_back(request, f"The {kind} was {done}."))
+        raise web.HTTPSeeOther(_back(request, self.notices.issue(f"{kind}_{done}")))
 
     async def forget(self, request: web.Request) -> web.StreamResponse:
         """Everything about a person, through ``/forget`` itself (its tombstone, the history,
@@ -376,7 +381,7 @@ class AdminServer:
         summary = await commands.handle(message) or ""
         self.audit(request, "memory:forget", "forgotten", platform=platform, user_id=user_id)
         await self.sources.audit.flush()
-        raise web.HTTPSeeOther(_back(request, summary))
+        raise web.HTTPSeeOther(_back(request, self.notices.issue("forgotten", summary=summary)))
 
     async def pause(self, request: web.Request) -> web.StreamResponse:
         """Pause or resume a live channel: the durable keys ``!chorus pause`` writes (so every
@@ -396,7 +401,7 @@ class AdminServer:
         action = "paused" if paused else "resumed"
         self.audit(request, "live:pause", action, platform=conv.platform, conversation=str(conv))
         await src.audit.flush()
-        raise web.HTTPSeeOther(f"/live?notice={action}+{conv.channel}")
+        raise web.HTTPSeeOther(f"/live?{self.notices.issue(action, channel=conv.channel)}")
 
     async def reload(self, request: web.Request) -> web.StreamResponse:
         reload = self.sources.reload
@@ -405,7 +410,7 @@ class AdminServer:
         reload()
         self.audit(request, "config:reload", "reloaded")
         await self.sources.audit.flush()
-        raise web.HTTPSeeOther("/settings?notice=reloaded")
+        raise web.HTTPSeeOther(f"/settings?{self.notices.issue('reloaded')}")
 
 
 def _conv(request: web.Request) -> ConversationKey:
@@ -420,8 +425,9 @@ def _who(request: web.Request) -> tuple[str, str]:
 
 
 def _back(request: web.Request, notice: str) -> str:
+    """The person's page with ``notice`` (``Notices.issue``'s query)."""
     platform, user_id = _who(request)
-    return f"/people/{quote(platform)}/{quote(user_id, safe='')}?notice={quote(notice)}"
+    return f"/people/{quote(platform)}/{quote(user_id, safe='')}?{notice}"
 
 
 def _masked_scope(text: str) -> str:
