@@ -1,11 +1,14 @@
 """What keeps the dashboard's pages honest, over real HTTP (aiohttp's test server) and the
 store (embedded and real Redis): a page shows only notices the server issued, never text from
-the URL."""
+the URL; the hardening headers on every response, refusals and redirects included; CSRF on
+every form; no ``next=`` redirect and no token in a URL; autoescaping; constant-time token
+compares; and a non-ASCII CSRF token or cookie is refused, not an error."""
 
 from __future__ import annotations
 
+import hmac
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import quote
 
 import pytest
@@ -13,6 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
+from bot.admin.auth import COOKIE
 from bot.admin.notices import NOTICES, Notices
 from bot.admin.server import AdminServer, environment
 from bot.admin.views import Sources
@@ -23,12 +27,18 @@ from bot.router.text_commands import Commands
 from bot.safety.audit import Audit
 from bot.settings import Settings
 from bot.state.history import HistoryStore
-from tests.test_admin import TOKEN, login, pin
+from tests.test_admin import TOKEN, login, login_csrf, pin
 
 Client = TestClient[web.Request, web.Application]
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 PAGES = ["/", "/conversations", "/people", "/live", "/insights", "/settings", "/login"]
 INJECTED = "Your session expired. Call +1 555 0100 to log in again"
+HEADERS = {
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+}
 
 
 @pytest.fixture
@@ -106,3 +116,116 @@ def test_every_notice_has_a_text_and_only_known_ones_are_issued() -> None:
         assert text.strip() and "<" not in text, notice  # values are escaped too
     with pytest.raises(ValueError, match="no notice"):
         notices.issue("anything", text=INJECTED)
+
+
+@pytest.mark.redis
+async def test_every_response_carries_the_hardening_headers(
+    served: tuple[AdminServer, Client],
+) -> None:
+    _, http = served
+    requests: list[tuple[str, str, dict[str, str]]] = [
+        ("GET", "/", BEARER),  # a page
+        ("GET", "/login", {}),  # the open login page
+        ("GET", "/", {}),  # the redirect to the login
+        ("GET", "/live", {"Authorization": "Bearer wrong"}),  # refused
+        ("POST", "/settings/reload", {}),  # not logged in
+        ("GET", "/conversations/nonsense", BEARER),  # not found
+    ]
+    for method, path, headers in requests:
+        response = await http.request(method, path, headers=headers, allow_redirects=False)
+        found = {name: response.headers.get(name) for name in HEADERS}
+        assert found == HEADERS, (method, path, response.status)
+        assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
+
+
+@pytest.mark.redis
+async def test_every_form_carries_the_csrf_token_and_every_change_needs_it(
+    served: tuple[AdminServer, Client], redis_client: Redis, key_tag: str
+) -> None:
+    server, http = served
+    csrf = await login(http)
+    user = f"u{key_tag}"
+    await MemoryStore(redis_client).save(
+        UserBuffer(platform="slack", user_id=user, pins=(pin("a"),))
+    )
+    for path in ["/", "/live", "/settings", f"/people/slack/{user}"]:
+        page = await (await http.get(path)).text()
+        for form in re.findall(r'<form method="post".*?</form>', page, re.DOTALL):
+            assert f'name="csrf" value="{csrf}"' in form, (path, form[:80])
+    posts = [r for r in server.app().router.routes() if r.method == "POST"]
+    assert len(posts) == 6
+    for route in posts:
+        info = route.resource.get_info() if route.resource else {}
+        path = info.get("path") or info.get("formatter", "")
+        path = path.format(platform="slack", user_id=user, conv=f"twitch:c{key_tag}")
+        for form in ({}, {"csrf": "forged"}, {"csrf": "né☃"}):  # non-ASCII: refused, not a 500
+            refused = await http.post(path, data=form, allow_redirects=False)
+            assert refused.status == 403, (path, form)
+    assert (await MemoryStore(redis_client).load("slack", user)).pins[0].text == "a"
+
+
+@pytest.mark.redis
+async def test_odd_credentials_are_refused_not_errors(served: tuple[AdminServer, Client]) -> None:
+    _, http = served
+    csrf = await login_csrf(http)
+    assert (await http.post("/login", data={"token": "né☃", "csrf": csrf})).status == 401
+    assert (await http.post("/login", data={"token": TOKEN, "csrf": "né☃"})).status == 403
+    bearer = await http.get("/", headers={"Authorization": "Bearer né☃".encode().decode("latin-1")})
+    assert bearer.status == 401
+    odd = await http.get("/", cookies={COOKIE: "né☃.1.x"}, allow_redirects=False)
+    assert odd.status == 303 and odd.headers["Location"] == "/login"
+
+
+@pytest.mark.redis
+async def test_no_next_redirect_and_no_token_in_any_url(
+    served: tuple[AdminServer, Client],
+) -> None:
+    _, http = served
+    asked = await http.get("/people?next=https://evil.example/", allow_redirects=False)
+    assert asked.headers["Location"] == "/login"
+    form = {"token": TOKEN, "csrf": await login_csrf(http)}
+    for path in ("/login?next=https://evil.example/", "/login?next=//evil.example"):
+        done = await http.post(path, data=form, allow_redirects=False)
+        assert done.status == 303 and done.headers["Location"] == "/"
+    http.session.cookie_jar.clear()
+    by_url = await http.get(f"/login?token={TOKEN}", allow_redirects=False)
+    assert by_url.status == 200 and COOKIE not in by_url.cookies  # a token in a URL logs nobody in
+    assert 'method="post" action="/login"' in await by_url.text()
+
+
+@pytest.mark.redis
+async def test_what_a_person_wrote_is_escaped_everywhere(
+    served: tuple[AdminServer, Client], redis_client: Redis, key_tag: str
+) -> None:
+    _, http = served
+    evil = '<script>alert("x")</script>'
+    user = f"u{key_tag}"
+    await MemoryStore(redis_client).save(
+        UserBuffer(platform="slack", user_id=user, pins=(pin(evil),))
+    )
+    for path in (
+        f"/people/slack/{user}?name={evil}",
+        f"/people?q={evil}",
+        f"/settings?scope={evil}",
+    ):
+        page = await (await http.get(path, headers=BEARER)).text()
+        assert "<script>" not in page and "&lt;script&gt;" in page, path
+    assert environment().autoescape is True
+
+
+@pytest.mark.redis
+async def test_tokens_are_compared_in_constant_time(
+    served: tuple[AdminServer, Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, http = served
+    seen: list[tuple[bytes, bytes]] = []
+    compare: Callable[[bytes, bytes], bool] = hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        seen.append((a, b))
+        return compare(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    assert (await http.get("/live", headers={"Authorization": "Bearer guess"})).status == 401
+    assert (await http.get("/live", headers=BEARER)).status == 200
+    assert (b"guess", TOKEN.encode()) in seen and (TOKEN.encode(), TOKEN.encode()) in seen

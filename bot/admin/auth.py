@@ -11,6 +11,9 @@ browser session carries a CSRF token derived from the session id (a per-session 
 Bearer request carries no ambient credential, so it needs none. Signatures are
 ``itsdangerous``'s (HMAC-SHA256, a key per purpose derived from the token, checked in constant
 time); the token itself is compared in constant time too (``hmac.compare_digest``).
+
+Every response, refusals and redirects included, carries the hardening headers (no framing, no
+sniffing, no caching, no referrer).
 """
 
 from __future__ import annotations
@@ -110,7 +113,11 @@ class Auth:
     def middleware(self) -> Middleware:
         @web.middleware
         async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-            return _hardened(await self._guarded(request, handler))
+            try:
+                return _hardened(await self._guarded(request, handler))
+            except web.HTTPException as refused:  # a refusal or a redirect: hardened too
+                _hardened(refused)
+                raise
 
         return guard
 
