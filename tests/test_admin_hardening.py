@@ -1,8 +1,9 @@
 """What keeps the dashboard's pages honest, over real HTTP (aiohttp's test server) and the
 store (embedded and real Redis): a page shows only notices the server issued, never text from
-the URL; the hardening headers on every response, refusals and redirects included; CSRF on
-every form; no ``next=`` redirect and no token in a URL; autoescaping; constant-time token
-compares; and a non-ASCII CSRF token or cookie is refused, not an error."""
+the URL, and a person's name from a link only if they went by it; the hardening headers on
+every response, refusals and redirects included; CSRF on every form; no ``next=`` redirect and
+no token in a URL; autoescaping; constant-time token compares; and a non-ASCII CSRF token or
+cookie is refused, not an error."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from bot.router import memory_commands
 from bot.router.text_commands import Commands
 from bot.safety.audit import Audit
 from bot.settings import Settings
+from bot.state import turnlog
 from bot.state.history import HistoryStore
 from tests.test_admin import TOKEN, login, login_csrf, pin
 
@@ -76,6 +78,33 @@ async def test_a_notice_in_the_url_is_never_rendered(
         for query in (f"notice={quote(INJECTED)}", "notice=paused", forged, "notice=reloaded."):
             page = await (await http.get(f"{path}?{query}", headers=BEARER)).text()
             assert INJECTED not in page and notice_of(page) == "", f"{path}?{query}"
+
+
+@pytest.mark.redis
+async def test_a_name_in_the_url_is_shown_only_if_the_person_went_by_it(
+    served: tuple[AdminServer, Client], redis_client: Redis, key_tag: str
+) -> None:
+    """The person page takes the name the search found them by from its link (``?name=``), so
+    any other text there is not shown: the page names them by id."""
+    _, http = served
+    user = f"u{key_tag}"
+    async with redis_client.pipeline() as pipe:
+        turnlog.queue_names(pipe, "slack", [(user, f"Ada{key_tag}")])
+        await pipe.execute()
+    try:
+        page = await (
+            await http.get(f"/people/slack/{user}?name=Ada{key_tag}", headers=BEARER)
+        ).text()
+        assert f"<h1>Ada{key_tag} <small>" in page
+        injected = await http.get(
+            f"/people/slack/{user}", params={"name": INJECTED[:64]}, headers=BEARER
+        )
+        page = await injected.text()
+        assert INJECTED[:40] not in page and f"<h1>{user} <small>" in page
+    finally:
+        async with redis_client.pipeline() as pipe:
+            turnlog.forget_names(pipe, "slack", user, [f"Ada{key_tag}"])
+            await pipe.execute()
 
 
 @pytest.mark.redis

@@ -114,14 +114,20 @@ async def people(src: Sources, query: str, platform: str | None) -> dict[str, An
 
 
 async def person(src: Sources, platform: str, user_id: str, name: str = "") -> dict[str, Any]:
-    """``name``: as the search found them (the index is by name; a person may have several)."""
-    buffer, convs = await asyncio.gather(
-        src.memory.load(platform, user_id), src.memory.conversations(platform, user_id)
+    """``name``: as the search found them (the index is by name; a person may have several).
+    It comes from the URL, so it is shown only if the names index holds it for this person;
+    otherwise the page names them by id (a link cannot put words in the heading)."""
+    asked = name.strip()[:64]
+    member = turnlog.name_member(asked, platform, user_id) if asked else ""
+    buffer, convs, known = await asyncio.gather(
+        src.memory.load(platform, user_id),
+        src.memory.conversations(platform, user_id),
+        src.redis.zscore(keys.user_names(), member) if member else _nothing(),
     )
     return {
         "platform": platform,
         "user_id": user_id,
-        "name": name.strip()[:64] or user_id,
+        "name": asked if known is not None else user_id,
         "lines": await source_lines(src, user_id, convs[:PROVENANCE_CONVERSATIONS]),
         "buffer": buffer,
         "conversations": convs[:20],
@@ -301,3 +307,7 @@ def settings_rows(src: Sources) -> list[tuple[str, str, str]]:
 
 def clock() -> float:
     return time.time()
+
+
+async def _nothing() -> None:
+    return None
