@@ -33,4 +33,9 @@ ADMIN_SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_ADMIN_PORT": (("admin.port",), "8470\nCHORUS_ADMIN_TOKEN=a-long-admin-token", 8470),
     "CHORUS_ADMIN_HOST": (("admin.host",), "0.0.0.0", "0.0.0.0"),
     "CHORUS_ADMIN_TOKEN": (("admin.token",), "a-long-admin-token-123", "a-long-admin-token-123"),
+    "CHORUS_ADMIN_TRUST_PROXY": (
+        ("admin.trust_proxy",),
+        "127.0.0.1, 10.0.0.0/8",
+        ("127.0.0.1/32", "10.0.0.0/8"),
+    ),
 }

@@ -296,10 +296,16 @@ async def test_a_pin_shows_the_line_it_came_from(
     )  # fmt: skip
     await memory.save(UserBuffer(platform="discord", user_id=user, pins=(learnt, pin("other"))))
     await memory.touch("discord", user, conv)
+    async with redis_client.pipeline() as pipe:  # the name the search found them by
+        turnlog.queue_names(pipe, "discord", [(user, "Ada")])
+        await pipe.execute()
     page = await (await client.get(f"/people/discord/{user}?name=Ada")).text()
     assert "“I play the cello every day”" in page and "0.70" in page
     assert "message m1 (no longer in the history)" in page  # the other pin's source is gone
     assert "<h1>Ada" in page
+    async with redis_client.pipeline() as pipe:
+        turnlog.forget_names(pipe, "discord", user, ["Ada"])
+        await pipe.execute()
 
 
 async def test_chorus_insights_serves_the_dashboard_too(

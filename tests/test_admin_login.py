@@ -143,7 +143,7 @@ async def test_the_retry_time_is_when_enough_failures_have_aged_out(
     now[0] = 1301.0
     attempt_id, retry = await guard.attempt(ADDRESS)
     assert attempt_id and retry == 0
-    assert await guard.failed(ADDRESS)  # its failure brings the address back to the limit
+    assert await guard.failed(ADDRESS, attempt_id)  # a failure: the address is back at the limit
     now[0] = 1302.0
     assert await guard.attempt(ADDRESS) == ("", 1010 + 300 - 1302)
 
@@ -168,7 +168,6 @@ async def test_wrong_bearer_tokens_count_as_failed_logins_too(
         for n in range(3):
             wrong = await http.get("/live", headers={"Authorization": f"Bearer guess-{n}"})
             assert wrong.status == 401
-        assert (await http.get("/live", headers={"Authorization": f"Bearer {TOKEN}"})).status == 200
         for n in range(2):
             assert await attempt(http, f"guess-{n}") == 401  # the form counts with the scripts
         right = await http.get("/live", headers={"Authorization": f"Bearer {TOKEN}"})

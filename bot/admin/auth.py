@@ -1,14 +1,19 @@
 """Who may use the dashboard: ``CHORUS_ADMIN_TOKEN``, as a login that sets a signed session
 cookie, or as ``Authorization: Bearer <token>`` for scripts; and CSRF protection on every change.
 
-Why a signed cookie and no server-side sessions: any process may serve the dashboard, so a
-session must be checkable anywhere without shared state; the signing key is derived from the
-token, so changing the token logs everyone out. The cookie (``<session id>.<expiry>``, signed)
-is HttpOnly and SameSite=Strict and lasts ``SESSION_SECONDS``. Every POST from a browser session
-carries a CSRF token derived from the session id (a per-session token); a Bearer request carries
-no ambient credential, so it needs none. Signatures are ``itsdangerous``'s (HMAC-SHA256, a key
-per purpose derived from the token, checked in constant time); the token itself is compared in
-constant time too (``hmac.compare_digest``).
+Why a signed cookie: any process may serve the dashboard, so a session must be checkable
+anywhere; the signing key is derived from the token, so changing the token logs everyone out.
+The cookie (``<session id>.<expiry in ms>``, signed) is HttpOnly and SameSite=Strict (and
+Secure when the request came over https) and lasts ``SESSION_SECONDS``. What ends a session
+early (a logout, a change of token seen by another process) is kept in Redis
+(bot/admin/sessions.py) and asked through ``session_check`` on every request. Every POST from a
+browser session carries a CSRF token derived from the session id (a per-session token); a
+Bearer request carries no ambient credential, so it needs none. Signatures are
+``itsdangerous``'s (HMAC-SHA256, a key per purpose derived from the token, checked in constant
+time); the token itself is compared in constant time too (``hmac.compare_digest``).
+
+Every response, refusals and redirects included, carries the hardening headers (no framing, no
+sniffing, no caching, no referrer).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import hmac
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 from aiohttp import web
 from itsdangerous import BadSignature, Signer
@@ -34,11 +40,27 @@ Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 BearerCheck = Callable[[web.Request, str], Awaitable[None]]
 
 
+class Session(NamedTuple):
+    """A session cookie's contents, once its signature is checked."""
+
+    sid: str
+    expires: float  # epoch seconds
+
+    @property
+    def issued(self) -> float:
+        return self.expires - SESSION_SECONDS
+
+
+SessionCheck = Callable[[Session], Awaitable[bool]]
+
+
 class Auth:
     def __init__(self, token: str) -> None:
         self._token = token.encode()
         # The rate limit on Bearer tokens (bot/admin/login.py): raises to refuse; None: none.
         self.bearer_check: BearerCheck | None = None
+        # Whether a signed, unexpired session is still in force (bot/admin/sessions.py).
+        self.session_check: SessionCheck | None = None
         self._sessions = self.signer("session")
         self._csrf = self.signer("csrf")
 
@@ -48,20 +70,28 @@ class Auth:
 
     # -- sessions ---------------------------------------------------------------------------------
     def new_session(self, now: float | None = None) -> str:
+        """A new session's cookie: a new random id each time (a login never reuses one)."""
         sid = secrets.token_urlsafe(18)
-        expires = int((now or time.time()) + SESSION_SECONDS)
-        return self._sessions.sign(f"{sid}.{expires}").decode()
+        expires_ms = int(((now or time.time()) + SESSION_SECONDS) * 1000)
+        return self._sessions.sign(f"{sid}.{expires_ms}").decode()
 
-    def session_id(self, cookie: str | None, now: float | None = None) -> str | None:
-        """The session id of a valid, unexpired cookie; None otherwise."""
+    def session(self, cookie: str | None, now: float | None = None) -> Session | None:
+        """The session of a cookie this token signed and that has not expired; None otherwise
+        (whether it was ended early is ``session_check``'s to say)."""
         try:
             body = self._sessions.unsign(cookie or "").decode()
         except BadSignature:
             return None
-        sid, _, expires = body.partition(".")
-        if not expires.isdigit() or int(expires) < (now or time.time()):
+        sid, _, expires_ms = body.partition(".")
+        if not (sid and expires_ms.isdigit()):
             return None
-        return sid
+        expires = int(expires_ms) / 1000
+        return Session(sid, expires) if expires >= (now or time.time()) else None
+
+    def session_id(self, cookie: str | None, now: float | None = None) -> str | None:
+        """The session id of a valid, unexpired cookie; None otherwise."""
+        found = self.session(cookie, now)
+        return found.sid if found is not None else None
 
     def csrf_for(self, sid: str) -> str:
         return self._csrf.get_signature(sid).decode()
@@ -83,29 +113,38 @@ class Auth:
     def middleware(self) -> Middleware:
         @web.middleware
         async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-            if request.path in OPEN_PATHS:
-                return _hardened(await handler(request))
-            bearer = request.headers.get("Authorization", "")
-            if bearer.startswith("Bearer "):
-                if self.bearer_check is not None:
-                    await self.bearer_check(request, bearer[7:].strip())
-                elif not self.token_ok(bearer[7:].strip()):
-                    raise web.HTTPUnauthorized(text="wrong token")
-                request[SESSION_KEY] = ""  # a script: no session, no CSRF needed
-                return _hardened(await handler(request))
-            sid = self.session_id(request.cookies.get(COOKIE))
-            if sid is None:
-                if request.method == "GET":
-                    raise web.HTTPSeeOther("/login")
-                raise web.HTTPUnauthorized(text="log in first")
-            if request.method == "POST":
-                form = await request.post()
-                if not self.csrf_ok(sid, str(form.get("csrf", ""))):
-                    raise web.HTTPForbidden(text="missing or wrong CSRF token; reload the page")
-            request[SESSION_KEY] = sid
-            return _hardened(await handler(request))
+            try:
+                return _hardened(await self._guarded(request, handler))
+            except web.HTTPException as refused:  # a refusal or a redirect: hardened too
+                _hardened(refused)
+                raise
 
         return guard
+
+    async def _guarded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in OPEN_PATHS:
+            return await handler(request)
+        bearer = request.headers.get("Authorization", "")
+        if bearer.startswith("Bearer "):
+            if self.bearer_check is not None:
+                await self.bearer_check(request, bearer[7:].strip())
+            elif not self.token_ok(bearer[7:].strip()):
+                raise web.HTTPUnauthorized(text="wrong token")
+            request[SESSION_KEY] = ""  # a script: no session, no CSRF needed
+            return await handler(request)
+        session = self.session(request.cookies.get(COOKIE))
+        if session is not None and self.session_check is not None:
+            session = session if await self.session_check(session) else None
+        if session is None:
+            if request.method == "GET":
+                raise web.HTTPSeeOther("/login")
+            raise web.HTTPUnauthorized(text="log in first")
+        if request.method == "POST":
+            form = await request.post()
+            if not self.csrf_ok(session.sid, str(form.get("csrf", ""))):
+                raise web.HTTPForbidden(text="missing or wrong CSRF token; reload the page")
+        request[SESSION_KEY] = session.sid
+        return await handler(request)
 
     def set_cookie(self, response: web.StreamResponse, request: web.Request) -> None:
         response.set_cookie(

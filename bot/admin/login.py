@@ -13,13 +13,16 @@ Why the limit lives in Redis: any process may serve the dashboard (a load balanc
 each attempt elsewhere), so the attempts are counted in one sorted set per address,
 ``chorus:v1:admin:login:{ns}:{address}`` (bot/state/keys.py). Each attempt is reserved in the
 set atomically (one transaction: prune, add, read) *before* the token is checked, so attempts
-racing through several processes cannot exceed the limit; a right token clears the set, a wrong
-one stays as a failure, a refused one is taken back. A script's ``Authorization: Bearer``
-token counts the same way (a wrong one is a failed login; a blocked address gets a 429 even
-with the right one, so the limit is no oracle), but a Bearer request only reads the set. The
-address is the TCP peer: behind a
-reverse proxy every client shares the proxy's address, so the limit then holds for all of them
-together (the safe side); ``X-Forwarded-For`` is not trusted, anyone can send it.
+racing through several processes or concurrent requests cannot exceed the limit; a right token
+clears the set, a wrong one stays as a failure, a refused one is taken back. An attempt still
+being checked counts against the limit too (it may be a wrong one), so one client gets at most
+as many checks at once as it has attempts left; one refused only because of those is told to
+retry in a second, not when the window ends. A script's ``Authorization: Bearer`` token goes
+through the same reservation (a wrong one is a failed login; a blocked address gets a 429 even
+with the right one, so the limit is no oracle). The address is the client's: the TCP peer, or
+behind a reverse proxy listed in ``CHORUS_ADMIN_TRUST_PROXY`` the client that proxy names
+(bot/admin/proxy.py). Behind an unlisted proxy every client shares the proxy's address, so the
+limit then holds for all of them together (the safe side).
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ import secrets
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from aiohttp import web
 from itsdangerous import BadSignature
@@ -43,6 +45,7 @@ LOGIN_COOKIE = "chorus_admin_login"
 LOGIN_FAILURES = 5  # failed logins per address ...
 LOGIN_WINDOW_SECONDS = 300  # ... within this many seconds; then a 429 until the oldest ages out
 LOGIN_COOKIE_SECONDS = 3600
+CHECKING_SECONDS = 10  # an attempt reserved this recently may still be being checked
 
 
 class LoginGuard:
@@ -104,38 +107,19 @@ class LoginGuard:
         """Reserve one attempt for ``address``: ``(attempt id, 0)`` to go on and check the token,
         or ``("", seconds)``: refused, try again in that many seconds."""
         key = keys.admin_login_failures(address, self.namespace)
-        now, attempt = self.clock(), uuid.uuid4().hex
+        now, attempt = self.clock(), f"p{uuid.uuid4().hex}"  # p: being checked
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.zremrangebyscore(key, "-inf", f"({now - self.window!r}")
             pipe.zadd(key, {attempt: now})
             pipe.zrange(key, 0, -1, withscores=True)
             pipe.expire(key, math.ceil(self.window))
             found = (await pipe.execute())[2]
-        retry = self._retry([at for member, at in found if _text(member) != attempt], now)
-        if not retry:
+        others = [(_text(member), float(at)) for member, at in found if _text(member) != attempt]
+        if not self._retry([at for _, at in others], now):
             return attempt, 0
         await self.redis.zrem(key, attempt)
-        return "", retry
-
-    async def blocked_for(self, address: str) -> int:
-        """Seconds until ``address`` may try again (0: now). One read: what a Bearer request
-        pays, so a script's requests never write."""
-        key, now = keys.admin_login_failures(address, self.namespace), self.clock()
-        found: list[tuple[Any, float]] = await self.redis.zrangebyscore(  # type: ignore[assignment]
-            key, f"({now - self.window!r}", "+inf", withscores=True
-        )
-        return self._retry([at for _, at in found], now)
-
-    async def record_failure(self, address: str) -> bool:
-        """A wrong Bearer token: one failure more; whether the address is now blocked."""
-        key, now = keys.admin_login_failures(address, self.namespace), self.clock()
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.zremrangebyscore(key, "-inf", f"({now - self.window!r}")
-            pipe.zadd(key, {uuid.uuid4().hex: now})
-            pipe.zcard(key)
-            pipe.expire(key, math.ceil(self.window))
-            count = (await pipe.execute())[2]
-        return int(count) >= self.failures
+        settled = [at for m, at in others if not (m[0] == "p" and now - at < CHECKING_SECONDS)]
+        return "", self._retry(settled, now) or 1  # 1: refused only for attempts being checked
 
     def _retry(self, failures: list[float], now: float) -> int:
         """Seconds until fewer than ``self.failures`` of these are in the window (0: now)."""
@@ -145,11 +129,18 @@ class LoginGuard:
         free_at = earlier[len(earlier) - self.failures] + self.window
         return max(1, math.ceil(free_at - now))
 
-    async def failed(self, address: str) -> bool:
-        """After a wrong token (its attempt stays as a failure): whether the address is now
-        blocked."""
+    async def failed(self, address: str, attempt: str = "") -> bool:
+        """After a wrong token: ``attempt`` stays as a failure (even if a right token cleared
+        the set meanwhile); whether the address is now blocked."""
         key = keys.admin_login_failures(address, self.namespace)
-        return int(await self.redis.zcard(key)) >= self.failures
+        async with self.redis.pipeline(transaction=True) as pipe:
+            if attempt:
+                pipe.zrem(key, attempt)
+                pipe.zadd(key, {f"f{attempt[1:]}": self.clock()})
+                pipe.expire(key, math.ceil(self.window))
+            pipe.zcard(key)
+            found = await pipe.execute()
+        return int(found[-1]) >= self.failures
 
     async def succeeded(self, address: str) -> None:
         await self.redis.delete(keys.admin_login_failures(address, self.namespace))

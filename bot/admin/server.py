@@ -2,9 +2,12 @@
 
 Pages are GET and change nothing; every change is a POST with the session's CSRF token (or a
 Bearer token), goes through the same path its chat command takes, is recorded in the audit
-trail (``direction="admin"``), and redirects back (POST-redirect-GET). Templates are loaded
-from ``prompts/admin/`` with autoescaping on, and never receive a secret: the settings page
-gets masked values only.
+trail (``direction="admin"``), and redirects back (POST-redirect-GET) with a notice this server
+signed (bot/admin/notices.py). Templates are loaded from ``prompts/admin/`` with autoescaping
+on, and never receive a secret: the settings page gets masked values only, and every response
+passes through the masker on its way out (bot/admin/masking.py). Requests pass, in order,
+through the trusted proxy's view of the client (bot/admin/proxy.py), the masker, and the login
+(bot/admin/auth.py, sessions ended early in bot/admin/sessions.py).
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
-from bot.admin import charts, views
+from bot.admin import charts, masking, views
 from bot.admin.auth import COOKIE, SESSION_KEY, Auth
 from bot.admin.login import LoginGuard
+from bot.admin.notices import Notices
+from bot.admin.proxy import Proxies
+from bot.admin.sessions import Sessions
 from bot.admin.views import Sources
 from bot.engagement.policy import apply_pause
 from bot.events import Author, ChatMessage, ConversationKey
@@ -60,11 +66,25 @@ def environment() -> jinja2.Environment:
 class AdminServer:
     """``await AdminServer(...).start()``; ``aclose`` stops it. Port 0 binds a free port."""
 
-    def __init__(self, sources: Sources, token: str, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self,
+        sources: Sources,
+        token: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        trust_proxy: tuple[str, ...] = (),
+    ):
         self.sources = sources
         self.auth = Auth(token)
-        self.guard = LoginGuard(self.auth, sources.redis, namespace=sources.audit.namespace)
+        namespace = sources.audit.namespace
+        self.guard = LoginGuard(self.auth, sources.redis, namespace=namespace)
+        self.sessions = Sessions(self.auth, sources.redis, namespace=namespace)
         self.auth.bearer_check = self.bearer
+        self.auth.session_check = self.sessions.valid
+        self.notices = Notices(token)
+        self.proxies = Proxies(trust_proxy)
+        self._token = token
         self.host = host
         self.port = port
         self.env = environment()
@@ -76,11 +96,18 @@ class AdminServer:
             return None
         if settings.token is None:  # the settings refuse this already; never start open
             raise ConfigError("CHORUS_ADMIN_TOKEN is required when CHORUS_ADMIN_PORT is set")
-        return cls(sources, settings.token.get_secret_value(), settings.host, settings.port)
+        token = settings.token.get_secret_value()
+        return cls(sources, token, settings.host, settings.port, trust_proxy=settings.trust_proxy)
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self.auth.middleware()])  # type: ignore[list-item]
+        middlewares = [
+            self.proxies.middleware(),
+            masking.middleware(self.masker),
+            self.auth.middleware(),
+        ]
+        app = web.Application(middlewares=middlewares)  # type: ignore[arg-type]
         app[SRC] = self.sources
+        app.on_startup.append(self._started)
         get, post = web.get, web.post
         app.add_routes(
             [
@@ -115,6 +142,22 @@ class AdminServer:
             self.port = server.sockets[0].getsockname()[1]
         exposed = "" if self.host in LOOPBACK_HOSTS else " (reachable from the network)"
         log.info("admin dashboard at %s%s", self.url, exposed)
+        if self.host not in LOOPBACK_HOSTS and not self.proxies:
+            log.warning(
+                "admin dashboard: CHORUS_ADMIN_HOST=%s is reachable from the network over plain "
+                "HTTP with no trusted proxy: the admin token and the session cookie cross the "
+                "network unencrypted, readable and reusable by anyone on the path, and every "
+                "client behind a proxy shares one login limit. Serve it through a TLS reverse "
+                "proxy listed in CHORUS_ADMIN_TRUST_PROXY, or bind CHORUS_ADMIN_HOST=127.0.0.1",
+                self.host,
+            )
+
+    async def _started(self, app: web.Application) -> None:
+        await self.sessions.started()
+
+    def masker(self) -> masking.Masker:
+        """The masker of every response, with the secrets as the settings say now."""
+        return masking.Masker([*self.sources.settings.secret_values(), self._token])
 
     @property
     def url(self) -> str:
@@ -132,7 +175,7 @@ class AdminServer:
         body = self.env.get_template(f"{template}.html").render(
             csrf=self.auth.csrf_for(sid) if sid else "",
             pages=PAGES,
-            notice=request.query.get("notice", ""),
+            notice=self.notices.read(request.query.get("notice", "")),
             **values,
         )
         return web.Response(text=body, content_type="text/html")
@@ -185,34 +228,43 @@ class AdminServer:
             log.warning("admin dashboard: logins from %s refused for %ds", address, retry)
             return self.login_form(request, 429, "limited", retry)
         if not self.auth.token_ok(str(form.get("token", ""))):
-            blocked = await self.guard.failed(address)
+            blocked = await self.guard.failed(address, attempt)
             log.warning("admin dashboard: a login with a wrong token from %s", address)
             self.audit(request, "admin:login", "blocked" if blocked else "failed", who=address)
             await self.sources.audit.flush()
             return self.login_form(request, 401, "wrong")
         await self.guard.succeeded(address)
+        await self.sessions.issued()
         response = web.Response(status=303, headers={"Location": "/"})
         self.auth.set_cookie(response, request)
         return response
 
     async def bearer(self, request: web.Request, token: str) -> None:
-        """A script's token, under the login's rate limit (refused while the address is
-        blocked, whatever the token; a wrong one counts and is audited like a failed login)."""
+        """A script's token, under the login's rate limit, the same way: one attempt reserved
+        atomically before the token is compared (refused while the address is blocked,
+        whatever the token); a wrong one stays as a failure and is audited, a right one
+        clears the address's failures."""
         address = request.remote or "unknown"
-        retry = await self.guard.blocked_for(address)
-        if retry:
+        attempt, retry = await self.guard.attempt(address)
+        if not attempt:
             raise web.HTTPTooManyRequests(
                 text=f"too many failed logins from {address}; try again in {retry} seconds",
                 headers={"Retry-After": str(retry)},
             )
         if not self.auth.token_ok(token):
-            blocked = await self.guard.record_failure(address)
+            blocked = await self.guard.failed(address, attempt)
             log.warning("admin dashboard: a wrong Bearer token from %s", address)
             self.audit(request, "admin:login", "blocked" if blocked else "failed", who=address)
             await self.sources.audit.flush()
             raise web.HTTPUnauthorized(text="wrong token")
+        await self.guard.succeeded(address)
 
     async def logout(self, request: web.Request) -> web.StreamResponse:
+        """Ends the session for every process (a copied cookie is refused too), then deletes
+        the browser's cookie."""
+        session = self.auth.session(request.cookies.get(COOKIE))
+        if session is not None and request.get(SESSION_KEY):
+            await self.sessions.revoke(session)
         response = web.Response(status=303, headers={"Location": "/login"})
         response.del_cookie(COOKIE, path="/")
         return response
@@ -301,12 +353,15 @@ class AdminServer:
 
         try:
             await self.sources.memory.update(platform, user_id, change)
-        except (StaleEntry, ValueError) as exc:
-            raise web.HTTPSeeOther(_back(request, f"Nothing changed: {exc}")) from None
+        except StaleEntry:
+            raise web.HTTPSeeOther(_back(request, self.notices.issue("stale"))) from None
+        except ValueError as exc:
+            notice = self.notices.issue("invalid", reason=str(exc))
+            raise web.HTTPSeeOther(_back(request, notice)) from None
         done = "deleted" if action == "delete" else "edited"
         self.audit(request, f"memory:{kind}", done, platform=platform, user_id=user_id)
         await self.sources.audit.flush()
-        raise web.HTTPSeeOther(_back(request, f"The {kind} was {done}."))
+        raise web.HTTPSeeOther(_back(request, self.notices.issue(f"{kind}_{done}")))
 
     async def forget(self, request: web.Request) -> web.StreamResponse:
         """Everything about a person, through ``/forget`` itself (its tombstone, the history,
@@ -326,7 +381,7 @@ class AdminServer:
         summary = await commands.handle(message) or ""
         self.audit(request, "memory:forget", "forgotten", platform=platform, user_id=user_id)
         await self.sources.audit.flush()
-        raise web.HTTPSeeOther(_back(request, summary))
+        raise web.HTTPSeeOther(_back(request, self.notices.issue("forgotten", summary=summary)))
 
     async def pause(self, request: web.Request) -> web.StreamResponse:
         """Pause or resume a live channel: the durable keys ``!chorus pause`` writes (so every
@@ -346,7 +401,7 @@ class AdminServer:
         action = "paused" if paused else "resumed"
         self.audit(request, "live:pause", action, platform=conv.platform, conversation=str(conv))
         await src.audit.flush()
-        raise web.HTTPSeeOther(f"/live?notice={action}+{conv.channel}")
+        raise web.HTTPSeeOther(f"/live?{self.notices.issue(action, channel=conv.channel)}")
 
     async def reload(self, request: web.Request) -> web.StreamResponse:
         reload = self.sources.reload
@@ -355,7 +410,7 @@ class AdminServer:
         reload()
         self.audit(request, "config:reload", "reloaded")
         await self.sources.audit.flush()
-        raise web.HTTPSeeOther("/settings?notice=reloaded")
+        raise web.HTTPSeeOther(f"/settings?{self.notices.issue('reloaded')}")
 
 
 def _conv(request: web.Request) -> ConversationKey:
@@ -370,8 +425,9 @@ def _who(request: web.Request) -> tuple[str, str]:
 
 
 def _back(request: web.Request, notice: str) -> str:
+    """The person's page with ``notice`` (``Notices.issue``'s query)."""
     platform, user_id = _who(request)
-    return f"/people/{quote(platform)}/{quote(user_id, safe='')}?notice={quote(notice)}"
+    return f"/people/{quote(platform)}/{quote(user_id, safe='')}?{notice}"
 
 
 def _masked_scope(text: str) -> str:

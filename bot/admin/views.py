@@ -18,6 +18,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from bot.admin.masking import mask_urls
 from bot.engagement.turns import LiveChat
 from bot.events import ConversationKey
 from bot.memory.buffers import MemoryStore, UserBuffer, source_ref
@@ -112,14 +113,20 @@ async def people(src: Sources, query: str, platform: str | None) -> dict[str, An
 
 
 async def person(src: Sources, platform: str, user_id: str, name: str = "") -> dict[str, Any]:
-    """``name``: as the search found them (the index is by name; a person may have several)."""
-    buffer, convs = await asyncio.gather(
-        src.memory.load(platform, user_id), src.memory.conversations(platform, user_id)
+    """``name``: as the search found them (the index is by name; a person may have several).
+    It comes from the URL, so it is shown only if the names index holds it for this person;
+    otherwise the page names them by id (a link cannot put words in the heading)."""
+    asked = name.strip()[:64]
+    member = turnlog.name_member(asked, platform, user_id) if asked else ""
+    buffer, convs, known = await asyncio.gather(
+        src.memory.load(platform, user_id),
+        src.memory.conversations(platform, user_id),
+        src.redis.zscore(keys.user_names(), member) if member else _nothing(),
     )
     return {
         "platform": platform,
         "user_id": user_id,
-        "name": name.strip()[:64] or user_id,
+        "name": asked if known is not None else user_id,
         "lines": await source_lines(src, user_id, convs[:PROVENANCE_CONVERSATIONS]),
         "buffer": buffer,
         "conversations": convs[:20],
@@ -277,7 +284,8 @@ async def _audit(src: Sources) -> list[Any]:
 
 
 def settings_rows(src: Sources) -> list[tuple[str, str, str]]:
-    """Every setting: name, value (secrets masked, always), where it came from."""
+    """Every setting: name, value (secrets hidden, a URL's password masked), where it came
+    from."""
     settings = src.settings
     rows = []
     for section in type(settings).model_fields:
@@ -286,15 +294,19 @@ def settings_rows(src: Sources) -> list[tuple[str, str, str]]:
             if section == "file":
                 continue
             value = getattr(part, name)
-            if settings.is_secret(section, name) or "url" in name and "@" in str(value):
+            if settings.is_secret(section, name):
                 shown = "(not set)" if value is None else "set, hidden"
             elif isinstance(value, frozenset | set | tuple | list):
-                shown = ", ".join(sorted(map(str, value))) or "(none)"
+                shown = ", ".join(sorted(map(mask_urls, map(str, value)))) or "(none)"
             else:
-                shown = "(not set)" if value is None else str(value)
+                shown = "(not set)" if value is None else mask_urls(str(value))
             rows.append((f"{section}.{name}", shown, settings.origin(section, name)))
     return rows
 
 
 def clock() -> float:
     return time.time()
+
+
+async def _nothing() -> None:
+    return None

@@ -6,12 +6,13 @@ file is reported with the same variable name as a bad value.
 
 from __future__ import annotations
 
+from ipaddress import ip_network
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from bot.settings.base import Section
+from bot.settings.base import Section, comma_tuple
 
 DEFAULT_HEALTH_PORT = 9464
 
@@ -56,16 +57,41 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 class AdminSettings(Section):
     """The admin dashboard (bot/admin): off unless ``CHORUS_ADMIN_PORT`` is set; always behind
-    ``CHORUS_ADMIN_TOKEN``, so a dashboard can never start open."""
+    ``CHORUS_ADMIN_TOKEN``, so a dashboard can never start open.
+
+    ``trust_proxy`` (``CHORUS_ADMIN_TRUST_PROXY``): the reverse proxies, as addresses or
+    networks, whose ``X-Forwarded-For`` and ``X-Forwarded-Proto`` the dashboard believes. Empty
+    by default: those headers are anyone's to send, so they count only from a peer listed here.
+    """
 
     host: str = Field(default="127.0.0.1", min_length=1, validation_alias="CHORUS_ADMIN_HOST")
     port: int = Field(default=0, ge=0, le=65535, validation_alias="CHORUS_ADMIN_PORT")
     token: SecretStr | None = Field(default=None, validation_alias="CHORUS_ADMIN_TOKEN")
+    trust_proxy: tuple[str, ...] = Field(default=(), validation_alias="CHORUS_ADMIN_TRUST_PROXY")
 
     @field_validator("token", mode="before")
     @classmethod
     def _empty_token(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("trust_proxy", mode="before")
+    @classmethod
+    def _split_proxies(cls, value: Any) -> Any:
+        return comma_tuple(value)
+
+    @field_validator("trust_proxy")
+    @classmethod
+    def _check_proxies(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        networks = []
+        for item in value:
+            try:
+                networks.append(str(ip_network(item, strict=False)))
+            except ValueError:
+                raise ValueError(
+                    f"{item!r} is not an IP address or network; list the reverse proxies in "
+                    "front of the dashboard, e.g. 127.0.0.1 or 10.0.0.0/8, separated by commas"
+                ) from None
+        return tuple(dict.fromkeys(networks))
 
     @model_validator(mode="after")
     def _token_when_enabled(self) -> AdminSettings:

@@ -398,6 +398,21 @@ def admin_login_failures(address: str, namespace: str = "main") -> str:
     return f"{PREFIX}:admin:login:{namespace}:{_escape_part(address)}"
 
 
+def admin_revoked(session_id: str, namespace: str = "main") -> str:
+    """A dashboard session that logged out, refused by every process of the deployment for
+    the rest of its life (the key's TTL)."""
+    _check_token("namespace", namespace)
+    _check_id("session_id", session_id)
+    return f"{PREFIX}:admin:revoked:{namespace}:{_escape_part(session_id)}"
+
+
+def admin_token(namespace: str = "main") -> str:
+    """Which dashboard token the deployment uses (a fingerprint) and since when: sessions
+    issued before a change of token are refused by every process."""
+    _check_token("namespace", namespace)
+    return f"{PREFIX}:admin:token:{namespace}"
+
+
 def timeline(bucket: str) -> str:
     """Counters of one minute (``yyyymmddHHMM``) or day (``dyyyymmdd``)."""
     if not re.fullmatch(r"[0-9]{12}|d[0-9]{8}", bucket):
