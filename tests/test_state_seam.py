@@ -88,8 +88,6 @@ COMMANDS = frozenset(
 RECEIVERS = ("redis", "pipe", "client")
 
 NOT_YET: dict[str, str] = {
-    "bot/admin/login.py": "a dashboard store in bot/state",
-    "bot/admin/views.py": "a dashboard store in bot/state",
     "bot/knowledge/indexer.py": "a knowledge store in bot/state",
     "bot/memory/aliases.py": "a people store in bot/state",
     "bot/memory/buffers.py": "a people store in bot/state",

@@ -10,8 +10,8 @@ both, equal, and the cookie's signature valid (a cookie planted by a sibling sub
 be signed without the admin token).
 
 Why the limit lives in Redis: any process may serve the dashboard (a load balancer may send
-each attempt elsewhere), so the attempts are counted in one sorted set per address,
-``chorus:v1:admin:login:{ns}:{address}`` (bot/state/keys.py). Each attempt is reserved in the
+each attempt elsewhere), so the attempts are counted in one sorted set per address
+(``bot.state.dashboard.LoginAttempts``). Each attempt is reserved in the
 set atomically (one transaction: prune, add, read) *before* the token is checked, so attempts
 racing through several processes or concurrent requests cannot exceed the limit; a right token
 clears the set, a wrong one stays as a failure, a refused one is taken back. An attempt still
@@ -36,10 +36,10 @@ from collections.abc import Callable
 
 from aiohttp import web
 from itsdangerous import BadSignature
-from redis.asyncio import Redis
 
 from bot.admin.auth import Auth
-from bot.state import keys
+from bot.state.connect import Client
+from bot.state.dashboard import LoginAttempts
 
 LOGIN_COOKIE = "chorus_admin_login"
 LOGIN_FAILURES = 5  # failed logins per address ...
@@ -54,7 +54,7 @@ class LoginGuard:
     def __init__(
         self,
         auth: Auth,
-        redis: Redis,
+        redis: Client,
         *,
         namespace: str = "main",
         failures: int = LOGIN_FAILURES,
@@ -62,7 +62,7 @@ class LoginGuard:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.auth = auth
-        self.redis = redis
+        self.attempts = LoginAttempts(redis, namespace=namespace, window=window)
         self.namespace = namespace
         self.failures = failures
         self.window = window
@@ -106,18 +106,11 @@ class LoginGuard:
     async def attempt(self, address: str) -> tuple[str, int]:
         """Reserve one attempt for ``address``: ``(attempt id, 0)`` to go on and check the token,
         or ``("", seconds)``: refused, try again in that many seconds."""
-        key = keys.admin_login_failures(address, self.namespace)
         now, attempt = self.clock(), f"p{uuid.uuid4().hex}"  # p: being checked
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.zremrangebyscore(key, "-inf", f"({now - self.window!r}")
-            pipe.zadd(key, {attempt: now})
-            pipe.zrange(key, 0, -1, withscores=True)
-            pipe.expire(key, math.ceil(self.window))
-            found = (await pipe.execute())[2]
-        others = [(_text(member), float(at)) for member, at in found if _text(member) != attempt]
+        others = await self.attempts.reserve(address, attempt, now)
         if not self._retry([at for _, at in others], now):
             return attempt, 0
-        await self.redis.zrem(key, attempt)
+        await self.attempts.take_back(address, attempt)
         settled = [at for m, at in others if not (m[0] == "p" and now - at < CHECKING_SECONDS)]
         return "", self._retry(settled, now) or 1  # 1: refused only for attempts being checked
 
@@ -132,19 +125,8 @@ class LoginGuard:
     async def failed(self, address: str, attempt: str = "") -> bool:
         """After a wrong token: ``attempt`` stays as a failure (even if a right token cleared
         the set meanwhile); whether the address is now blocked."""
-        key = keys.admin_login_failures(address, self.namespace)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            if attempt:
-                pipe.zrem(key, attempt)
-                pipe.zadd(key, {f"f{attempt[1:]}": self.clock()})
-                pipe.expire(key, math.ceil(self.window))
-            pipe.zcard(key)
-            found = await pipe.execute()
-        return int(found[-1]) >= self.failures
+        held = await self.attempts.replace(address, attempt, f"f{attempt[1:]}", self.clock())
+        return held >= self.failures
 
     async def succeeded(self, address: str) -> None:
-        await self.redis.delete(keys.admin_login_failures(address, self.namespace))
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+        await self.attempts.clear(address)

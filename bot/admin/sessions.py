@@ -25,12 +25,10 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import cast
-
-from redis.asyncio import Redis
 
 from bot.admin.auth import SESSION_SECONDS, Auth, Session
-from bot.state import keys
+from bot.state.connect import Client
+from bot.state.dashboard import SessionRecords
 
 log = logging.getLogger("chorus.admin")
 
@@ -43,27 +41,26 @@ class Sessions:
     def __init__(
         self,
         auth: Auth,
-        redis: Redis,
+        redis: Client,
         *,
         namespace: str = "main",
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.redis = redis
+        self.records = SessionRecords(redis, namespace=namespace)
         self.namespace = namespace
         self.clock = clock
         signature = auth.signer("fingerprint").get_signature(b"chorus-admin-token")
         self.fingerprint = signature.decode()[:FINGERPRINT_CHARS]
-        self._token_key = keys.admin_token(namespace)
 
     async def started(self) -> None:
         """At start: record this process's token; if it differs from the deployment's, every
         session issued before now is refused from now on."""
-        found = cast("str | None", await self.redis.get(self._token_key))
+        found = await self.records.token()
         if found is None:
-            await self.redis.set(self._token_key, f"{self.fingerprint} 0", ex=SESSION_SECONDS)
+            await self.records.set_token(f"{self.fingerprint} 0", SESSION_SECONDS)
         elif found.partition(" ")[0] != self.fingerprint:
             now = self.clock()
-            await self.redis.set(self._token_key, f"{self.fingerprint} {now!r}", ex=SESSION_SECONDS)
+            await self.records.set_token(f"{self.fingerprint} {now!r}", SESSION_SECONDS)
             log.warning(
                 "admin dashboard: CHORUS_ADMIN_TOKEN changed; every dashboard session issued "
                 "before now is refused by every process"
@@ -71,19 +68,15 @@ class Sessions:
 
     async def issued(self) -> None:
         """A login: the token record lives at least as long as the new session."""
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(self._token_key, f"{self.fingerprint} 0", ex=SESSION_SECONDS, nx=True)
-            pipe.expire(self._token_key, SESSION_SECONDS)
-            await pipe.execute()
+        await self.records.keep_token(f"{self.fingerprint} 0", SESSION_SECONDS)
 
     async def valid(self, session: Session) -> bool:
         """Whether a session with a good signature is still in force: not logged out, and
         issued after the deployment's token took effect."""
-        revoked = keys.admin_revoked(session.sid, self.namespace)
-        found = cast("list[str | None]", await self.redis.mget([revoked, self._token_key]))
-        if found[0] is not None:
+        revoked, record = await self.records.state(session.sid)
+        if revoked:
             return False
-        since = (found[1] or "").partition(" ")[2]
+        since = (record or "").partition(" ")[2]
         try:
             return session.issued >= float(since or 0)
         except ValueError:  # not a record this code wrote: refuse rather than guess
@@ -93,5 +86,4 @@ class Sessions:
         """A logout: refused everywhere for the rest of the session's life."""
         remaining = math.ceil((session.expires - self.clock()) * 1000)
         if remaining > 0:
-            key = keys.admin_revoked(session.sid, self.namespace)
-            await self.redis.set(key, "1", px=remaining)
+            await self.records.revoke(session.sid, remaining)

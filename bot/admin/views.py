@@ -9,14 +9,13 @@ holds them to 200 ms with 10,000 conversations and 100,000 people in Redis.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-
-from redis.asyncio import Redis
 
 from bot.admin.masking import mask_urls
 from bot.engagement.turns import LiveChat
@@ -27,8 +26,9 @@ from bot.quota.plan import QuotaConfig
 from bot.router.text_commands import Commands
 from bot.safety.audit import Audit
 from bot.settings import Settings
-from bot.state import keys, turnlog
-from bot.state.engagement import Snapshot
+from bot.state import turnlog
+from bot.state.connect import Client
+from bot.state.engagement import RedisLiveStore
 from bot.state.history import HistoryStore
 
 LIVE_PLATFORMS = ("twitch", "youtube")
@@ -41,7 +41,7 @@ class Sources:
     """Everything the dashboard reads or changes; what a process lacks is None."""
 
     settings: Settings
-    redis: Redis
+    redis: Client
     memory: MemoryStore
     history: HistoryStore
     audit: Audit
@@ -117,16 +117,15 @@ async def person(src: Sources, platform: str, user_id: str, name: str = "") -> d
     It comes from the URL, so it is shown only if the names index holds it for this person;
     otherwise the page names them by id (a link cannot put words in the heading)."""
     asked = name.strip()[:64]
-    member = turnlog.name_member(asked, platform, user_id) if asked else ""
     buffer, convs, known = await asyncio.gather(
         src.memory.load(platform, user_id),
         src.memory.conversations(platform, user_id),
-        src.redis.zscore(keys.user_names(), member) if member else _nothing(),
+        turnlog.went_by(src.redis, platform, user_id, asked) if asked else _no(),
     )
     return {
         "platform": platform,
         "user_id": user_id,
-        "name": asked if known is not None else user_id,
+        "name": asked if known else user_id,
         "lines": await source_lines(src, user_id, convs[:PROVENANCE_CONVERSATIONS]),
         "buffer": buffer,
         "conversations": convs[:20],
@@ -139,14 +138,10 @@ async def source_lines(src: Sources, user_id: str, convs: list[ConversationKey])
     reference a pin keeps of its source message (``source_ref``): a pin's provenance."""
     if not convs:
         return {}
-    async with src.redis.pipeline(transaction=False) as pipe:
-        for conv in convs:
-            src.history.queue_load(pipe, conv)
-        found = await pipe.execute()
     return {
         source_ref(entry.message_id): entry.text
-        for conv, raw in zip(convs, found, strict=True)
-        for entry in src.history.parse_load(conv, raw)
+        for entries in await src.history.load_many(convs)
+        for entry in entries
         if entry.message_id and entry.author_id == user_id
     }
 
@@ -185,15 +180,10 @@ async def live(src: Sources, now: float) -> dict[str, Any]:
         if conv.channel in ambient[platform] and conv not in configured
     ]
     convs += configured + threads
-    async with src.redis.pipeline(transaction=False) as pipe:
-        for conv in convs:
-            pipe.zrange(keys.live("chan", conv), 0, -1, withscores=True)
-            pipe.lrange(keys.turn_log(conv), 0, 199)
-        raw = await pipe.execute()
+    paused = await RedisLiveStore(src.redis).paused_many(convs)
+    logs = await turnlog.read_logs(src.redis, convs, limit=200)
     channels = []
-    for i, conv in enumerate(convs):
-        marks = {str(m): float(at) for m, at in raw[2 * i]}
-        records = [r for r in map(turnlog.TurnRecord.decode, raw[2 * i + 1]) if r is not None]
+    for conv, is_paused, records in zip(convs, paused, logs, strict=True):
         recent = [r for r in records if now - r.at <= 300]
         counts = Counter(r.decision for r in recent)
         state = src.live.engagement.states.get(conv) if src.live is not None else None
@@ -201,7 +191,7 @@ async def live(src: Sources, now: float) -> dict[str, Any]:
             {
                 "conv": conv,
                 "ambient": conv.platform not in LIVE_PLATFORMS,
-                "paused": Snapshot.from_marks(marks, 0.0, {}, ()).paused,
+                "paused": is_paused,
                 "per_minute": round(len(recent) / 5, 1),
                 "replies_per_minute": round(counts["answered"] / 5, 1),
                 "waiting": None
@@ -232,37 +222,11 @@ async def youtube_quota(src: Sources) -> dict[str, int] | None:
 
 
 async def insights(src: Sources, now: datetime) -> dict[str, Any]:
-    from bot.state.insight_jobs import DEFAULT_QUEUE, recent_outcomes
+    from bot.state.insight_jobs import DEFAULT_QUEUE, JobQueue, recent_outcomes
 
-    due_key = keys.insights_due(DEFAULT_QUEUE)
-    async with src.redis.pipeline(transaction=False) as pipe:
-        pipe.zcard(due_key)
-        pipe.zrange(due_key, 0, 24, withscores=True)
-        size, head = await pipe.execute()
-    jobs = []
-    day = now.strftime("%Y%m%d")
-    async with src.redis.pipeline(transaction=False) as pipe:
-        for member, _ in head:
-            platform, user_id = keys.parse_insights_member(str(member))
-            pipe.hmget(keys.insights_job(platform, user_id), "rev", "attempts", "name")
-            pipe.exists(keys.insights_lease(platform, user_id))
-            pipe.get(keys.budget_user(platform, user_id, day))
-        found = await pipe.execute()
-    for i, (member, score) in enumerate(head):
-        platform, user_id = keys.parse_insights_member(str(member))
-        (rev, attempts, name), running, used = found[3 * i : 3 * i + 3]
-        jobs.append(
-            {
-                "platform": platform,
-                "user_id": user_id,
-                "name": name or user_id,
-                "due": datetime.fromtimestamp(float(score) / 1000, UTC),
-                "turns": int(rev or 0),
-                "attempts": int(attempts or 0),
-                "running": bool(running),
-                "tokens_today": int(used or 0),
-            }
-        )
+    queue = JobQueue(src.redis, max_delay=0, queue=DEFAULT_QUEUE)
+    size, pending = await queue.peek(now, limit=25)
+    jobs = [dataclasses.asdict(job) for job in pending]
     audit = [e for e in await _audit(src) if e.direction == "admin"][-20:]
     outcomes = await recent_outcomes(src.redis, queue=DEFAULT_QUEUE, limit=25)
     memory = src.settings.memory
@@ -308,5 +272,5 @@ def clock() -> float:
     return time.time()
 
 
-async def _nothing() -> None:
-    return None
+async def _no() -> bool:
+    return False

@@ -188,6 +188,15 @@ class RedisLiveStore:
                 self.lower(pipe, conv, change, now)
             await pipe.execute()
 
+    async def paused_many(self, convs: Sequence[ConversationKey]) -> list[bool]:
+        """Whether each channel is paused (for the dashboard: no TTL is touched)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for conv in convs:
+                pipe.zrange(keys.live("chan", conv), 0, -1, withscores=True)
+            found = await pipe.execute()
+        marks = [{str(m): float(at) for m, at in rows} for rows in found]
+        return [Snapshot.from_marks(mark, 0.0, {}, ()).paused for mark in marks]
+
     async def refresh_pause(self, convs: Sequence[ConversationKey]) -> list[bool]:
         if not convs:
             return []

@@ -119,6 +119,14 @@ class HistoryStore:
         raw = await self._redis.lrange(keys.history(conv), -count, -1)
         return self.parse_load(conv, cast("list[str]", raw))  # decoded by connect
 
+    async def load_many(self, convs: Sequence[ConversationKey]) -> list[list[HistoryEntry]]:
+        """Each conversation's window (``load``), in one round trip."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for conv in convs:
+                self.queue_load(pipe, conv)
+            found = await pipe.execute()
+        return [self.parse_load(conv, raw) for conv, raw in zip(convs, found, strict=True)]
+
     def queue_load(self, pipe: Pipeline, conv: ConversationKey) -> None:
         """``load`` as one command (1 result) on the caller's pipeline; see ``parse_load``."""
         pipe.lrange(keys.history(conv), -(self.max_messages + self.probe), -1)

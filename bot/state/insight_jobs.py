@@ -69,6 +69,20 @@ class TurnRef(BaseModel):
 
 
 @dataclass(frozen=True)
+class PendingJob:
+    """A pending job as the admin dashboard lists it."""
+
+    platform: str
+    user_id: str
+    name: str
+    due: datetime
+    turns: int
+    attempts: int
+    running: bool
+    tokens_today: int
+
+
+@dataclass(frozen=True)
 class ClaimedJob:
     """A job this worker holds the lease of."""
 
@@ -206,6 +220,39 @@ class JobQueue:
                 except WatchError:
                     continue
         raise RuntimeError(f"insights job {key} kept changing; gave up")
+
+    async def peek(self, now: datetime, limit: int = 25) -> tuple[int, list[PendingJob]]:
+        """How many jobs are pending, and the ``limit`` due first, as the dashboard shows them
+        (with the user's tokens spent today): two round trips."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.zcard(self._due)
+            pipe.zrange(self._due, 0, limit - 1, withscores=True)
+            size, head = await pipe.execute()
+        members = [(keys.parse_insights_member(str(m)), float(score)) for m, score in head]
+        day = now.strftime("%Y%m%d")
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for (platform, user_id), _ in members:
+                pipe.hmget(keys.insights_job(platform, user_id, self.queue), "rev", "attempts")
+                pipe.hget(keys.insights_job(platform, user_id, self.queue), "name")
+                pipe.exists(keys.insights_lease(platform, user_id, self.queue))
+                pipe.get(keys.budget_user(platform, user_id, day))
+            found = await pipe.execute()
+        jobs = []
+        for i, ((platform, user_id), score) in enumerate(members):
+            (rev, attempts), name, running, used = found[4 * i : 4 * i + 4]
+            jobs.append(
+                PendingJob(
+                    platform=platform,
+                    user_id=user_id,
+                    name=str(name or user_id),
+                    due=datetime.fromtimestamp(score / 1000, UTC),
+                    turns=int(rev or 0),
+                    attempts=int(attempts or 0),
+                    running=bool(running),
+                    tokens_today=int(used or 0),
+                )
+            )
+        return int(size), jobs
 
     async def next_due(self) -> datetime | None:
         """When the earliest pending job becomes due (it may be in the past), or None."""

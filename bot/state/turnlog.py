@@ -146,6 +146,23 @@ def forget_names(pipe: Pipeline, platform: str, user_id: str, names: Iterable[st
     pipe.delete(keys.user(platform, user_id, "names"))
 
 
+async def went_by(redis: Redis, platform: str, user_id: str, name: str) -> bool:
+    """Whether the names index holds ``name`` for this person."""
+    member = name_member(name, platform, user_id)
+    return await redis.zscore(keys.user_names(), member) is not None
+
+
+async def read_logs(
+    redis: Redis, convs: Sequence[ConversationKey], limit: int = 50
+) -> list[list[TurnRecord]]:
+    """The newest ``limit`` records of each conversation, newest first: one round trip."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for conv in convs:
+            pipe.lrange(keys.turn_log(conv), 0, limit - 1)
+        found = await pipe.execute()
+    return [[r for r in map(TurnRecord.decode, raw) if r is not None] for raw in found]
+
+
 async def read_log(redis: Redis, conv: ConversationKey, limit: int = 50) -> list[TurnRecord]:
     """The newest ``limit`` records of one conversation, newest first."""
     raw = await redis.lrange(keys.turn_log(conv), 0, limit - 1)
