@@ -75,6 +75,20 @@ class MemorySettings(Section):
     knowledge_refresh: float = Field(
         default=300.0, ge=5, validation_alias="CHORUS_KNOWLEDGE_REFRESH"
     )
+    # What a folder may lead to (bot/knowledge/files.py) and what one base may hold: a docs
+    # folder is often synced from a repository anyone can send changes to.
+    knowledge_follow_symlinks: bool = Field(
+        default=False, validation_alias="CHORUS_KNOWLEDGE_FOLLOW_SYMLINKS"
+    )
+    knowledge_max_files: int = Field(
+        default=1000, ge=1, validation_alias="CHORUS_KNOWLEDGE_MAX_FILES"
+    )
+    knowledge_max_bytes: int = Field(
+        default=20_000_000, ge=1024, validation_alias="CHORUS_KNOWLEDGE_MAX_BYTES"
+    )
+    knowledge_pdf_timeout: float = Field(
+        default=30.0, gt=0, le=600, validation_alias="CHORUS_KNOWLEDGE_PDF_TIMEOUT"
+    )
 
     insights_enabled: bool = Field(default=True, validation_alias="CHORUS_INSIGHTS_ENABLED")
     # False when dedicated ``chorus insights`` processes do the work; the bot still enqueues.
