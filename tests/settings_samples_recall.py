@@ -30,6 +30,11 @@ RECALL_SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_KNOWLEDGE_MAX_FILES": (("memory.knowledge_max_files",), "200", 200),
     "CHORUS_KNOWLEDGE_MAX_BYTES": (("memory.knowledge_max_bytes",), "5000000", 5_000_000),
     "CHORUS_KNOWLEDGE_PDF_TIMEOUT": (("memory.knowledge_pdf_timeout",), "7.5", 7.5),
+    "CHORUS_KNOWLEDGE_FETCH_ALLOW": (
+        ("memory.knowledge_fetch_allow",),
+        "wiki.internal:8443, 10.1.0.0/16",
+        frozenset({"wiki.internal:8443", "10.1.0.0/16"}),
+    ),
 }
 
 # The admin dashboard's settings (bot/settings: ``admin``).

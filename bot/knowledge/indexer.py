@@ -5,8 +5,9 @@ text file, a PDF (its text layer, page by page, through ``pypdf``: the ``pdf`` e
 (its ``.md``, ``.markdown``, ``.txt``, ``.rst`` and ``.pdf`` files, recursively), or an
 ``http(s)`` URL. Files and folders are read by ``files``: never outside their folder, named
 relative to it, within the base's bounds (CHORUS_KNOWLEDGE_MAX_FILES, CHORUS_KNOWLEDGE_MAX_BYTES,
-which the URLs count towards too). URLs go through the tools' SSRF-guarded ``Fetcher``
-(CHORUS_FETCH_ALLOW lets an operator name an internal host), so a knowledge list cannot be
+which the URLs count towards too). URLs go through the tools' SSRF-guarded ``Fetcher`` with the
+knowledge base's own allow list (CHORUS_KNOWLEDGE_FETCH_ALLOW lets an operator name an internal
+host; CHORUS_FETCH_ALLOW is the chat tools' and does not apply), so a knowledge list cannot be
 turned against the network the bot runs in. Relative paths are relative to the working
 directory.
 
