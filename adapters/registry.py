@@ -128,8 +128,9 @@ def build_slots(
 def adapter_gauges(
     slot: Any,
 ) -> list[tuple[str, str, tuple[str, ...], Any, Literal["gauge", "counter"]]]:
-    """The counters an adapter keeps itself (Twitch sends and drops, YouTube quota), as
-    ``(name, help, labels, read, kind)`` for the metrics' scrape-time callbacks."""
+    """The counters an adapter keeps itself (Twitch sends and drops, Slack's unhandled events,
+    YouTube quota), as ``(name, help, labels, read, kind)`` for the metrics' scrape-time
+    callbacks."""
     if slot.platform == "twitch":
         return [
             (
@@ -151,6 +152,23 @@ def adapter_gauges(
                 "EventSub notifications Twitch delivered again, dropped unpublished",
                 (),
                 lambda: slot.adapter.client.recent_events.duplicates,
+                "counter",
+            ),
+        ]
+    if slot.platform == "slack":
+        return [
+            (
+                "chorus_slack_events_ignored",
+                "Slack events acknowledged without handling, by event type",
+                ("type",),
+                lambda: {(k,): v for k, v in slot.adapter.unhandled.ignored.items()},
+                "counter",
+            ),
+            (
+                "chorus_slack_app_rate_limited",
+                "app_rate_limited callbacks: minutes Slack dropped this app's events",
+                (),
+                lambda: slot.adapter.unhandled.rate_limited,
                 "counter",
             ),
         ]

@@ -26,6 +26,15 @@ RECALL_SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_KNOWLEDGE_CHARS": (("memory.knowledge_chars",), "900", 900),
     "CHORUS_KNOWLEDGE_CHUNK_CHARS": (("memory.knowledge_chunk_chars",), "800", 800),
     "CHORUS_KNOWLEDGE_REFRESH": (("memory.knowledge_refresh",), "60", 60.0),
+    "CHORUS_KNOWLEDGE_FOLLOW_SYMLINKS": (("memory.knowledge_follow_symlinks",), "true", True),
+    "CHORUS_KNOWLEDGE_MAX_FILES": (("memory.knowledge_max_files",), "200", 200),
+    "CHORUS_KNOWLEDGE_MAX_BYTES": (("memory.knowledge_max_bytes",), "5000000", 5_000_000),
+    "CHORUS_KNOWLEDGE_PDF_TIMEOUT": (("memory.knowledge_pdf_timeout",), "7.5", 7.5),
+    "CHORUS_KNOWLEDGE_FETCH_ALLOW": (
+        ("memory.knowledge_fetch_allow",),
+        "wiki.internal:8443, 10.1.0.0/16",
+        frozenset({"wiki.internal:8443", "10.1.0.0/16"}),
+    ),
 }
 
 # The admin dashboard's settings (bot/settings: ``admin``).

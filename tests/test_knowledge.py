@@ -4,7 +4,7 @@ the reply path's excerpts with their sources, and the ``search_knowledge`` tool.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -12,6 +12,7 @@ from aiohttp import web
 from redis.asyncio import Redis
 
 from bot.events import Author, ChatMessage, ConversationKey
+from bot.knowledge import indexer as indexer_module
 from bot.knowledge.indexer import KnowledgeIndexer
 from bot.knowledge.tool import knowledge_tool
 from bot.memory.buffers import MemorySettings
@@ -46,16 +47,19 @@ KB_PARTS = ("version", "chunks", "vec", "sources", "lock")
 
 
 @pytest.fixture
-async def kb_redis(redis_client: Redis, tmp_path: Path) -> AsyncIterator[Redis]:
-    """``redis_client``; afterwards the knowledge bases over the test's own files are deleted (a
+async def kb_redis(redis_client: Redis, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Redis]:
+    """``redis_client``; afterwards the knowledge bases this test's indexers wrote are deleted (a
     base's keys carry a digest of its sources, not the test's tag)."""
+    bases: set[str] = set()
+
+    def recorded(sources: Sequence[str]) -> str:
+        bases.add(base_id(sources))
+        return base_id(sources)
+
+    monkeypatch.setattr(indexer_module, "base_id", recorded)
     yield redis_client
-    redis = redis_client
-    async for key in redis.scan_iter(match="chorus:v1:kb:*:chunks"):
-        raw = await redis.get(key)
-        if raw and str(tmp_path) in raw:
-            base = str(key).split(":")[3]
-            await redis.delete(*(keys.knowledge(base, part) for part in KB_PARTS))
+    for base in bases:
+        await redis_client.delete(*(keys.knowledge(base, part) for part in KB_PARTS))
 
 
 def message(text: str, channel: str = "general") -> ChatMessage:
@@ -122,15 +126,11 @@ async def test_index_files_and_urls_then_search_with_sources(
     assert (report.chunks, report.embedded, report.changed) == (5, 5, True)
     index = await load_index(kb_redis, base_id(sources))
     assert index is not None and index.model == embedder.name and all(index.vectors)
-    assert {c.source for c in index.chunks} == {
-        str(rules),
-        str(tmp_path / "notes" / "pets.txt"),
-        docs.url + "/faq",
-    }
+    assert {c.source for c in index.chunks} == {"rules.md", "notes/pets.txt", docs.url + "/faq"}
 
     recall = Recall(kb_redis, SETTINGS, embedder, knowledge_of=lambda m: sources)
     hits = await recall.search_for(message("when does the book club meet?"), "book club", limit=2)
-    assert hits is not None and hits[0].chunk.where == f"{rules} # Server rules > Events"
+    assert hits is not None and hits[0].chunk.where == "rules.md # Server rules > Events"
     web_hits = await recall.search_for(message("x"), "refund", limit=1)
     assert web_hits is not None and web_hits[0].chunk.source == docs.url + "/faq"
     assert web_hits[0].chunk.heading == "FAQ"
@@ -172,7 +172,7 @@ async def test_the_prompt_carries_relevant_excerpts_with_sources_within_budget(
     ask = message("is push-to-talk required in voice chat?")
     pending = recall.begin(ask, memory=True)
     recalled = await recall.finish(pending, await read_recall(kb_redis, pending), None)
-    assert f'source="{rules} # Server rules &gt; Voice chat"' in recalled.knowledge
+    assert 'source="rules.md # Server rules &gt; Voice chat"' in recalled.knowledge
     assert (
         "Push-to-talk is required" in recalled.knowledge and "book club" not in recalled.knowledge
     )
@@ -203,7 +203,7 @@ async def test_search_knowledge_tool_answers_from_the_askers_scope(
     assert set(tool.spec.parameters["properties"]) == {"query", "limit"}
     ctx = ToolContext(message=message("?"))
     answer = await tool.call({"query": "music bots"}, ctx)
-    assert answer.startswith(f"[1] source: {rules} # Server rules > Voice chat\n")
+    assert answer.startswith("[1] source: rules.md # Server rules > Voice chat\n")
     assert "Music bots only" in answer
     none = await tool.call({"query": "quantum chromodynamics"}, ctx)
     assert "no passage" in none
@@ -250,5 +250,5 @@ async def test_a_pdf_in_a_folder_is_indexed_from_its_text_layer(
     assert report.chunks == 1
     recall = Recall(kb_redis, SETTINGS, None, knowledge_of=lambda m: sources)
     hits = await recall.search_for(message("?"), "how long do appeals take", limit=2)
-    assert hits is not None and [h.chunk.source for h in hits] == [str(pdf)]
+    assert hits is not None and [h.chunk.source for h in hits] == ["handbook/moderation.pdf"]
     assert "appeals within two days" in hits[0].chunk.text

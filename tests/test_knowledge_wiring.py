@@ -90,7 +90,7 @@ async def test_indexed_at_start_and_at_once_on_reload(
         await parts.aclose()
     index = await load_index(redis_client, base)
     assert index is not None
-    assert [c.where for c in index.chunks] == [f"{rules} # Rules", f"{rules} # Rules > Memes"]
+    assert [c.where for c in index.chunks] == ["rules.md # Rules", "rules.md # Rules > Memes"]
 
 
 async def test_chorus_knowledge_index_and_status(

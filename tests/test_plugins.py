@@ -30,7 +30,7 @@ from bot.plugins.runtime import TurnHooks, command_handler
 from bot.settings import ConfigError, PluginSettings, settings_from
 from bot.tools.base import ToolContext
 from bot.tools.toolbox import Toolbox
-from tests.plugin_samples import weather
+from tests.plugin_samples import exits, weather
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "plugins" / "chorus_dice"
@@ -62,7 +62,7 @@ def fake_module() -> Iterator[types.ModuleType]:
 # -- settings -------------------------------------------------------------------------------------
 def test_chorus_plugins_is_a_comma_list_and_a_bad_name_is_refused() -> None:
     loaded = settings_from({"CHORUS_PLUGINS": "a.b, c:register ,a.b"}).plugins
-    assert loaded.modules == ("a.b", "c:register") and loaded.entry_points
+    assert loaded.modules == ("a.b", "c:register") and not loaded.entry_points  # explicit
     with pytest.raises(ConfigError, match="CHORUS_PLUGINS.*'a-b' is not a module name"):
         settings_from({"CHORUS_PLUGINS": "a-b"})
 
@@ -170,10 +170,34 @@ def test_entry_points_are_found_once_and_named_modules_come_first() -> None:
     )
     assert [(s.name, s.origin) for s in sources] == [
         ("tests.plugin_samples.weather", "CHORUS_PLUGINS"),
-        ("dice", "entry point dice (?)"),
+        ("dice", "entry point dice (?), CHORUS_PLUGIN_ENTRY_POINTS"),
     ]
-    off = plugin_sources(settings("x.y"), entry_points=lambda: points)
-    assert [s.target for s in off] == ["x.y"]  # CHORUS_PLUGIN_ENTRY_POINTS=false
+
+
+def test_an_entry_point_loads_only_when_named_or_all_are_asked_for(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    points = [
+        metadata.EntryPoint("weather", "tests.plugin_samples.weather", ENTRY_POINT_GROUP),
+        metadata.EntryPoint("dice", "chorus_dice", ENTRY_POINT_GROUP),
+    ]
+    with caplog.at_level(logging.WARNING, logger="chorus.plugins"):
+        off = plugin_sources(settings("x.y"), entry_points=lambda: points)
+    assert [s.target for s in off] == ["x.y"]  # CHORUS_PLUGIN_ENTRY_POINTS is off by default
+    left_out = [r for r in caplog.records if r.getMessage().startswith("installed plugin not")]
+    assert [r.plugin for r in left_out] == ["dice", "weather"]  # type: ignore[attr-defined]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="chorus.plugins"):
+        named = plugin_sources(settings("weather", "x.y"), entry_points=lambda: points)
+    assert [(s.name, s.target, s.origin) for s in named] == [
+        (
+            "weather",
+            "tests.plugin_samples.weather",
+            "entry point weather (?), named in CHORUS_PLUGINS",
+        ),
+        ("x.y", "x.y", "CHORUS_PLUGINS"),
+    ]
+    assert [r.plugin for r in caplog.records] == ["dice"]  # type: ignore[attr-defined]
 
 
 def test_the_example_plugin_loads_from_its_folder(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -244,6 +268,28 @@ async def test_before_turn_hooks_add_context_and_a_failing_one_adds_nothing(
         "plugin hook timed out",
     }
     assert await TurnHooks().before_turn(message(), "") == "" and not TurnHooks()
+
+
+async def test_a_plugin_raising_a_process_exit_is_contained_everywhere() -> None:
+    """``SystemExit``, ``KeyboardInterrupt`` and ``GeneratorExit`` out of a plugin's tool,
+    command or hook are an error like any other; the worker's loop never sees them."""
+    box = Toolbox(load_plugins(settings("tests.plugin_samples.exits")).tools)
+    ctx = ToolContext(message=message())
+    for name, error in [
+        ("shutdown", "SystemExit: 3"),
+        ("unplug", "KeyboardInterrupt"),
+        ("close_generators", "GeneratorExit"),
+    ]:
+        result = await box.execute(ToolCallPart(id="1", name=name, arguments={}), ctx)
+        assert result.is_error and error in result.content
+    failed = "Sorry, /{} failed. The error is in the bot's log."
+    assert await command_handler(exits.quit)(message(), "") == failed.format("quit")
+    assert await command_handler(exits.interrupt)(message(), "") == failed.format("interrupt")
+    hooks = TurnHooks([exits.leave_before, exits.leave_after, weather.station])
+    told = message(text=f"{exits.HOOK_EXIT} {exits.AFTER_EXIT}")
+    assert await hooks.before_turn(told, "") == "Weather station: online"
+    hooks.after_reply(told, "bye")
+    await hooks.aclose()
 
 
 async def test_after_reply_hooks_run_in_the_background_and_close_waits_for_them() -> None:

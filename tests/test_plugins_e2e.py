@@ -1,7 +1,10 @@
-"""Plugins in real processes: the example plugin installed with pip (found by its entry point)
-and a plugin named in ``CHORUS_PLUGINS`` each add a tool the model calls and a ``/command``
-users run, in ``chorus chat`` (piped) and in ``chorus run`` on Discord (loopback gateway), where
-the commands are native slash commands too. Plugins that cannot load are logged and skipped."""
+"""Plugins in real processes: the example plugin installed with pip (found by its entry point,
+loaded with CHORUS_PLUGIN_ENTRY_POINTS=true or by its name in ``CHORUS_PLUGINS``, and not at all
+otherwise) and a plugin named in ``CHORUS_PLUGINS`` each add a tool the model calls and a
+``/command`` users run, in ``chorus chat`` (piped) and in ``chorus run`` on Discord (loopback
+gateway), where the commands are native slash commands too. Plugins that cannot load are logged
+and skipped; a plugin whose tool, command or hooks raise ``SystemExit`` (or
+``KeyboardInterrupt``, ``GeneratorExit``) does not end ``chorus run``."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from tests.loopback.discord_server import (
     plain_message,
 )
 from tests.loopback.openai_server import OpenAIServer
+from tests.plugin_samples import exits
 from tests.test_chat_e2e import ROOT, base_env, run_chorus, spawn_chorus
 
 EXAMPLE = ROOT / "examples" / "plugins" / "chorus_dice"
@@ -110,7 +114,7 @@ async def test_plugins_on_the_console(tmp_path: Path, dice_site: Path) -> None:
             "/help",
         ]
         stdin = ("\n".join(lines) + "\n").encode()
-        env = plugin_env(tmp_path, model, dice_site)
+        env = plugin_env(tmp_path, model, dice_site) | {"CHORUS_PLUGIN_ENTRY_POINTS": "true"}
         code, out, err = await run_chorus(["chat"], env, tmp_path, stdin)
     assert code == 0, err[-3000:]
     answers = out.splitlines()
@@ -164,6 +168,7 @@ async def test_plugins_on_discord(tmp_path: Path, dice_site: Path) -> None:
     async with OpenAIServer() as model, DiscordServer() as discord:
         model.default_reply = playing_model
         env = plugin_env(tmp_path, model, dice_site) | {
+            "CHORUS_PLUGINS": f"{PLUGINS},dice",  # the entry point by its name
             "DISCORD_TOKEN": "loopback-token-not-secret",
             "DISCORD_API_BASE_URL": discord.api_url,
             "DISCORD_GATEWAY_URL": discord.ws_url,
@@ -208,3 +213,65 @@ async def test_plugins_on_discord(tmp_path: Path, dice_site: Path) -> None:
     assert ROLLED.fullmatch(rolled), rolled
     assert weather == "Weather for here: sunny"
     check_skipped(err)
+
+
+async def test_an_installed_plugin_loads_only_when_asked_for(
+    tmp_path: Path, dice_site: Path
+) -> None:
+    async with OpenAIServer() as model:
+        model.default_reply = playing_model
+        env = plugin_env(tmp_path, model, dice_site)
+        code, out, err = await run_chorus(["chat"], env, tmp_path, b"/roll 2d6\n")
+    assert code == 0, err[-3000:]
+    assert not ROLLED.search(out) and "roll_dice" not in json.dumps(model.bodies)
+    assert not re.search(r"plugin loaded.*plugin=dice", err), err
+    assert re.search(
+        r"installed plugin not loaded: set CHORUS_PLUGIN_ENTRY_POINTS=true or name it in "
+        r"CHORUS_PLUGINS.*plugin=dice.*chorus-plugin-dice",
+        err,
+    ), err
+
+
+def newest_message_model(body: dict[str, Any]) -> Any:
+    """``playing_model`` reading only the newest message, so history never asks again."""
+    newest = body["messages"][-1]
+    return playing_model(body | {"messages": [newest]})
+
+
+async def test_a_plugin_that_exits_does_not_end_the_worker(tmp_path: Path) -> None:
+    lines = [
+        "please call tool shutdown",
+        "please call tool unplug",
+        "please call tool close_generators",
+        "/quit",
+        "/interrupt",
+        f"{exits.HOOK_EXIT}, hello",
+        f"{exits.AFTER_EXIT}, please",
+        "still there?",
+    ]
+    async with OpenAIServer() as model:
+        model.default_reply = newest_message_model
+        env = plugin_env(tmp_path, model, tmp_path) | {
+            "CHORUS_PLUGINS": "tests.plugin_samples.exits"
+        }
+        stdin = ("\n".join(lines) + "\n").encode()
+        code, out, err = await run_chorus(["run"], env, tmp_path, stdin)
+    assert code == 0, err[-3000:]
+    answers = out.splitlines()
+    assert len(answers) == len(lines), (out, err[-3000:])
+    for answer, error in zip(
+        answers, ["SystemExit: 3", "KeyboardInterrupt", "GeneratorExit"], strict=False
+    ):
+        assert answer.startswith("Tool failed: ") and error in answer, answer
+    assert answers[3:5] == [
+        "Sorry, /quit failed. The error is in the bot's log.",
+        "Sorry, /interrupt failed. The error is in the bot's log.",
+    ]
+    assert answers[5:] == ["no tool requested"] * 3
+    for contained in (
+        r"tool raised a BaseException; contained.*tool=shutdown",
+        r"plugin command raised a BaseException; contained.*command=quit",
+        r"plugin hook raised a BaseException; contained.*hook=leave_before",
+        r"plugin hook raised a BaseException; contained.*hook=leave_after",
+    ):
+        assert re.search(contained, err), (contained, err[-3000:])

@@ -124,9 +124,9 @@ async def test_a_paraphrase_finds_the_pin_and_knowledge_carries_its_source(
     embedded = server.embedded
     assert embedded.index(["eats no meat"]) < embedded.index([ASK_VEG])  # the note, the query
     first, *_ = chat_prompts(server, ASK_RULES)
-    assert f'<excerpt source=\\"{rules} # Server rules &gt; Voice chat\\">' in first, first
+    assert '<excerpt source=\\"rules.md # Server rules &gt; Voice chat\\">' in first, first
     assert "Push-to-talk is required" in first
-    assert told.startswith(f"From the rules: [1] source: {rules} # Server rules > Voice chat | ")
+    assert told.startswith("From the rules: [1] source: rules.md # Server rules > Voice chat | ")
     assert "Push-to-talk is required" in told
 
 
@@ -178,5 +178,5 @@ async def test_each_vendor_sdk_takes_the_search_knowledge_schema(
         line = b'please call tool search_knowledge with {"query": "push-to-talk", "limit": 2}\n'
         code, out, err = await run_chorus(["chat"], env, tmp_path, line)
     assert code == 0, err[-3000:]
-    assert out.startswith(f"Tool said: [1] source: {rules} # Server rules > Voice chat"), out
+    assert out.startswith("Tool said: [1] source: rules.md # Server rules > Voice chat"), out
     assert "Push-to-talk is required" in out

@@ -101,7 +101,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_FEEDS": (("tools.feeds",), "https://example.org/rss", ("https://example.org/rss",)),
     "CHORUS_MCP_CONFIG": (("tools.mcp_config",), "mcp.json", Path("mcp.json")),
     "CHORUS_PLUGINS": (("plugins.modules",), "a.b, c", ("a.b", "c")),
-    "CHORUS_PLUGIN_ENTRY_POINTS": (("plugins.entry_points",), "false", False),
+    "CHORUS_PLUGIN_ENTRY_POINTS": (("plugins.entry_points",), "true", True),
     "CHORUS_PLUGIN_HOOK_TIMEOUT": (("plugins.hook_timeout",), "2", 2.0),
     "CHORUS_REDIS_URL": (
         ("state.redis_url",),

@@ -2,8 +2,9 @@
 
 Inbound, bolt verifies the request signature (HTTP), answers ``url_verification`` and
 ``ssl_check``, drops the bot's own events and authorises from the ``auth.test`` done at start.
-Then our middleware drops Slack's retries of an ``event_id`` already seen, and the listeners
-acknowledge at once and hand the work (user lookup, image download, publish) to a task the
+Then our middleware drops Slack's retries of an ``event_id`` already seen; what no listener
+takes (another event type, ``app_rate_limited``) is acknowledged and counted (``unhandled``);
+the listeners acknowledge at once and hand the work (user lookup, image download, publish) to a task the
 adapter keeps a reference to. Slack wants the ack within 3 seconds; nothing on the ack path
 waits for I/O. bolt runs with ``process_before_response=True`` so the ack is sent after the
 listener *returned* (it only spawns a task), instead of bolt's default of an untracked
@@ -54,6 +55,7 @@ from adapters.slack.intake import Before, Intake, after
 from adapters.slack.sender import SlackSender, SlackSendError, file_hosts, host_allowed
 from adapters.slack.state import SeenSet
 from adapters.slack.transport import AUTH_ERRORS, connect_socket, serve_http
+from adapters.slack.unhandled import Unhandled
 from bot.bus.base import Delivery, EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import Attachment, AttachmentKind, Author, Outbound, Reply, ReplyDraft
@@ -115,6 +117,7 @@ class SlackAdapter:
         self._users: TTLCache[str, Author] = TTLCache(maxsize=10_000, ttl=3600)
         self._commands: TTLCache[str, tuple[str, str]] = TTLCache(maxsize=10_000, ttl=30 * 60)
         self._intake = Intake()
+        self.unhandled = Unhandled()  # what no listener takes, acknowledged and counted
         self._lanes: dict[str, deque[tuple[Delivery[Outbound], Reply]]] = {}
         self._native = NativeStreams(enabled=settings.native_streaming)
         self.live = LiveAnswers(self._live_view, interval=DRAFT_INTERVAL, store=live_store)
@@ -235,8 +238,9 @@ class SlackAdapter:
             signing_secret=self.settings.signing_secret_value(),
             request_verification_enabled=http,
             process_before_response=True,
+            raise_error_for_unhandled_request=True,  # to ``unhandled``, not bolt's 404
         )
-        app.error(self._bolt_error)
+        app.error(self.unhandled.on_error)
         app.middleware(self._dedupe)
         app.event("app_mention")(self._on_event)
         app.event("message")(self._on_event)
@@ -244,16 +248,6 @@ class SlackAdapter:
         return app
 
     # -- inbound -----------------------------------------------------------------------------
-    async def _bolt_error(self, error: Exception) -> BoltResponse:
-        """A request bolt's middleware or listener matching cannot handle (a field of another
-        type than Slack sends): one line, a 400, and the adapter goes on. Our listeners only
-        spawn tasks, which log their own failures."""
-        log.warning(
-            "slack request skipped: bolt could not handle it",
-            extra={"status": 400, "error": f"{type(error).__name__}: {error}"},
-        )
-        return BoltResponse(status=400, body="")
-
     async def _dedupe(
         self, body: dict[str, Any], next_: Callable[[], Awaitable[BoltResponse]]
     ) -> BoltResponse:

@@ -3,18 +3,23 @@
 Sources are what a scope's ``knowledge`` list (or CHORUS_KNOWLEDGE_PATHS) names: a Markdown or
 text file, a PDF (its text layer, page by page, through ``pypdf``: the ``pdf`` extra), a folder
 (its ``.md``, ``.markdown``, ``.txt``, ``.rst`` and ``.pdf`` files, recursively), or an
-``http(s)`` URL. URLs go through the tools' SSRF-guarded ``Fetcher`` (CHORUS_FETCH_ALLOW lets
-an operator name an internal host), so a knowledge list cannot be turned against the network
-the bot runs in. Relative paths are relative to the working directory.
+``http(s)`` URL. Files and folders are read by ``files``: never outside their folder, named
+relative to it, within the base's bounds (CHORUS_KNOWLEDGE_MAX_FILES, CHORUS_KNOWLEDGE_MAX_BYTES,
+which the URLs count towards too). URLs go through the tools' SSRF-guarded ``Fetcher`` with the
+knowledge base's own allow list (CHORUS_KNOWLEDGE_FETCH_ALLOW lets an operator name an internal
+host; CHORUS_FETCH_ALLOW is the chat tools' and does not apply), so a knowledge list cannot be
+turned against the network the bot runs in. Relative paths are relative to the working
+directory.
 
 Freshness: every CHORUS_KNOWLEDGE_REFRESH seconds, and at once on ``chorus reload``, each base's
-sources get a mark (a file's mtime and size, a URL's body digest); an unchanged set of
-marks costs nothing more. A changed one re-chunks the base and re-embeds only chunks whose text
-is new (vectors are reused by text digest), then replaces chunks and vectors in one transaction
-and bumps the version the reply path watches. With several processes, a short Redis lock per
-base (``SET NX``) lets one of them do the work per interval.
+sources get a mark (a file's mtime and size, a URL's body digest); an unchanged set of marks
+costs nothing more, files are not even read. A changed one re-chunks the base and re-embeds only
+chunks whose text is new (vectors are reused by text digest), then replaces chunks and vectors
+in one transaction and bumps the version the reply path watches. With several processes, a
+short Redis lock per base (``SET NX``) lets one of them do the work per interval.
 
-A source that cannot be read is logged and skipped; the rest of the base is indexed.
+A source that cannot be read is logged and skipped (and left out of the stored marks, so the
+next pass tries it again); the rest of the base is indexed.
 """
 
 from __future__ import annotations
@@ -27,10 +32,10 @@ import logging
 import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from redis.asyncio import Redis
 
+from bot.knowledge.files import Budget, Listed, list_source, read_listed
 from bot.memory.knowledge import Chunk, base_id, chunk_text, load_index, save_index
 from bot.memory.vectors import Embedder, quantise, text_id
 from bot.settings.memory import MemorySettings
@@ -40,9 +45,7 @@ from bot.tools.builtin.fetch import Fetcher, readable_text
 
 log = logging.getLogger("chorus.knowledge")
 
-TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst", ".pdf"})
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
-MAX_FILE_BYTES = 5_000_000
 START_WAIT = 30.0  # seconds a start waits for the first indexing pass
 
 
@@ -129,10 +132,13 @@ class KnowledgeIndexer:
         ttl_ms = max(1000, int(self.settings.knowledge_refresh * 900))
         if not force and not await self.redis.set(lock, secrets.token_hex(8), nx=True, px=ttl_ms):
             return Report(base, len(sources), 0, 0, changed=False)
-        docs = await self._read_all(sources)
-        marks = json.dumps(sorted((src, mark) for src, mark, _ in docs))
-        previous = await self.redis.get(keys.knowledge(base, "sources"))
-        if previous == marks:
+        listed = await self._list_all(base, sources)
+        stored = await self.redis.get(keys.knowledge(base, "sources"))
+        if _marks(listed) == stored:
+            return Report(base, len(listed), 0, 0, changed=False)
+        docs = await self._read(listed)
+        marks = _marks(docs)
+        if marks == stored:  # what changed is a document that still cannot be read
             return Report(base, len(docs), 0, 0, changed=False)
         chunks = [
             chunk
@@ -166,70 +172,67 @@ class KnowledgeIndexer:
             known.update({i: quantise(v) for (i, _), v in zip(missing, fresh, strict=True)})
         return [known.get(i) for i in ids], len(missing)
 
-    async def _read_all(self, sources: Sequence[str]) -> list[tuple[str, str, str]]:
-        """``(source, mark, text)`` of every readable document of ``sources``."""
-        found: list[tuple[str, str, str]] = []
+    async def _list_all(
+        self, base: str, sources: Sequence[str]
+    ) -> list[tuple[str, str, Listed | str]]:
+        """``(name, mark, file or text)`` of every document of ``sources`` within the base's
+        bounds: a URL fetched (its text), a file listed (read only if the marks changed)."""
+        memory = self.settings
+        budget = Budget(base, memory.knowledge_max_files, memory.knowledge_max_bytes)
+        found: list[tuple[str, str, Listed | str]] = []
         for source in sources:
+            if budget.full:
+                break
             try:
                 if source.startswith(("http://", "https://")):
-                    found.append(await self._fetch(source))
-                else:
-                    found.extend(await asyncio.to_thread(_read_path, source))
-            except (OSError, ToolError, UnicodeDecodeError) as exc:
+                    url, mark, text, size = await self._fetch(source)
+                    if budget.take(url, size):
+                        found.append((url, mark, text))
+                    continue
+                follow = memory.knowledge_follow_symlinks
+                files = await asyncio.to_thread(list_source, source, follow=follow, budget=budget)
+                found.extend((item.name, item.mark, item) for item in files)
+            except (OSError, ToolError) as exc:
                 log.warning("knowledge source skipped", extra={"source": source, "error": str(exc)})
         return found
 
-    async def _fetch(self, url: str) -> tuple[str, str, str]:
+    async def _read(
+        self, listed: list[tuple[str, str, Listed | str]]
+    ) -> list[tuple[str, str, str]]:
+        """``(name, mark, text)`` of every listed document that can be read."""
+        timeout = self.settings.knowledge_pdf_timeout
+        docs = []
+        for name, mark, item in listed:
+            if isinstance(item, str):
+                docs.append((name, mark, item))
+                continue
+            try:
+                text = await asyncio.to_thread(read_listed, item, pdf_timeout=timeout)
+            except (OSError, RuntimeError, UnicodeDecodeError) as exc:
+                log.warning(
+                    "knowledge file unreadable; skipped",
+                    extra={"document": name, "error": str(exc)},
+                )
+                continue
+            docs.append((name, mark, text))
+        return docs
+
+    async def _fetch(self, url: str) -> tuple[str, str, str, int]:
         page = await self.fetcher.get(url, accept="text/markdown,text/plain,text/html;q=0.9")
         text = page.text()
         if page.content_type in HTML_TYPES:
             title, body = readable_text(text)
             text = f"# {title}\n\n{body}" if title else body
         mark = hashlib.blake2b(page.body, digest_size=8).hexdigest()
-        return url, mark, text
+        return url, mark, text, len(page.body)
+
+
+def _marks(docs: Iterable[tuple[str, str, object]]) -> str:
+    """A base's documents' names and marks as stored: what tells a changed base from an
+    unchanged one."""
+    return json.dumps(sorted((name, mark) for name, mark, _ in docs))
 
 
 def _embedded_text(chunk: Chunk) -> str:
     """What a chunk's vector is of: its heading path and text."""
     return f"{chunk.heading}\n{chunk.text}" if chunk.heading else chunk.text
-
-
-def _read_path(source: str) -> list[tuple[str, str, str]]:
-    path = Path(source).expanduser()
-    if path.is_dir():
-        files = sorted(
-            p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES
-        )
-    elif path.is_file():
-        files = [path]
-    else:
-        raise FileNotFoundError(f"{source}: no such file or folder")
-    out = []
-    for file in files:
-        stat = file.stat()
-        if stat.st_size > MAX_FILE_BYTES:
-            log.warning("knowledge file too large; skipped", extra={"source": str(file)})
-            continue
-        mark = f"{stat.st_mtime_ns}:{stat.st_size}"
-        try:
-            pdf = file.suffix.lower() == ".pdf"
-            text = _pdf_text(file) if pdf else file.read_text(encoding="utf-8")
-        except Exception as exc:  # one unreadable file (bad PDF, not UTF-8) skips only itself
-            log.warning(
-                "knowledge file unreadable; skipped", extra={"source": str(file), "error": str(exc)}
-            )
-            continue
-        out.append((str(file), mark, text))
-    return out
-
-
-def _pdf_text(file: Path) -> str:
-    """A PDF's text layer, pages apart as paragraphs (a scanned PDF without one yields nothing)."""
-    try:
-        from pypdf import PdfReader
-    except ImportError as exc:
-        raise RuntimeError(
-            f"{file}: reading PDF needs pypdf: pip install 'chorus-bot[pdf]'"
-        ) from exc
-    pages = [page.extract_text() or "" for page in PdfReader(file).pages]
-    return "\n\n".join(text.strip() for text in pages if text.strip())

@@ -6,7 +6,11 @@ this module knows how the embedder, the reply-path ``Recall``, the indexer and t
 
 - the embedder only with CHORUS_EMBEDDING_MODEL (else relevance stays lexical);
 - the tool and the indexer only when some knowledge base is configured (CHORUS_KNOWLEDGE_PATHS
-  or a scope's ``knowledge``), the tool answering from the asking message's scope's base.
+  or a scope's ``knowledge``), the tool answering from the asking message's scope's base;
+- the indexer's URLs through their own SSRF guard, whose exceptions are
+  CHORUS_KNOWLEDGE_FETCH_ALLOW alone: CHORUS_FETCH_ALLOW is what any chat user can have
+  ``fetch_page`` reach. A deployment with knowledge URLs that sets only CHORUS_FETCH_ALLOW (its
+  knowledge base used to share it) is warned at start, neither widened nor narrowed silently.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from bot.memory.recall import Recall
 from bot.memory.vectors import Embedder
 from bot.ops.metrics import MetricsSink
 from bot.settings import Settings
-from bot.settings.allowlist import Allowlist
+from bot.settings.allowlist import KNOWLEDGE_ALLOW_VARIABLE, Allowlist
 from bot.state.connect import Client
 from bot.tools.base import Tool
 from bot.tools.builtin.fetch import Fetcher
@@ -40,6 +44,25 @@ def knowledge_lists(settings: Settings) -> list[tuple[str, ...]]:
     found = [settings.memory.knowledge_sources]
     found += [tuple(scope.knowledge) for scope in settings.file.scopes if scope.knowledge]
     return [sources for sources in found if sources]
+
+
+def warn_shared_allow(settings: Settings) -> None:
+    """One warning when knowledge URLs may have relied on CHORUS_FETCH_ALLOW, which no longer
+    applies to them (and which lets every chat user's ``fetch_page`` reach those hosts)."""
+    urls = any(
+        source.startswith(("http://", "https://"))
+        for sources in knowledge_lists(settings)
+        for source in sources
+    )
+    if urls and settings.tools.fetch_allow and not settings.memory.knowledge_fetch_allow:
+        log.warning(
+            "CHORUS_FETCH_ALLOW no longer applies to the knowledge base: its URLs are fetched "
+            "with CHORUS_KNOWLEDGE_FETCH_ALLOW only (empty: public addresses only). If you set "
+            "CHORUS_FETCH_ALLOW for the knowledge base, move those entries to "
+            "CHORUS_KNOWLEDGE_FETCH_ALLOW; while they stay in CHORUS_FETCH_ALLOW, any chat user "
+            "can have fetch_page read those hosts",
+            extra={"fetch_allow": ",".join(sorted(settings.tools.fetch_allow))},
+        )
 
 
 class RecallParts:
@@ -72,12 +95,14 @@ class RecallParts:
         indexer = None
         if knowledge_lists(settings):
             tools = settings.tools
+            allow = Allowlist.parse(memory.knowledge_fetch_allow, KNOWLEDGE_ALLOW_VARIABLE)
             fetcher = Fetcher(
-                NetGuard(allow=Allowlist.parse(tools.fetch_allow)),
+                NetGuard(allow=allow, variable=KNOWLEDGE_ALLOW_VARIABLE),
                 max_bytes=tools.fetch_max_bytes,
                 timeout=tools.fetch_timeout,
             )
             indexer = KnowledgeIndexer(redis, memory, embedder, fetcher, bases=list)
+            warn_shared_allow(settings)
         return cls(recall, indexer, settings)
 
     @property

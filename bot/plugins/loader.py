@@ -1,5 +1,11 @@
-"""Finding and loading plugins: ``CHORUS_PLUGINS`` (or the config file's ``plugins``), then
-the ``chorus.plugins`` entry-point group, so ``pip install chorus-plugin-x`` is enough.
+"""Finding and loading plugins: the modules ``CHORUS_PLUGINS`` (or the config file's
+``plugins``) names, and installed ``chorus.plugins`` entry points when asked for.
+
+Loading is explicit: a plugin runs inside the bot with its credentials, so having a package
+installed (a dependency of a dependency, a stray ``pip install``) must not be enough. An entry
+point loads when CHORUS_PLUGIN_ENTRY_POINTS=true (all of them) or when ``CHORUS_PLUGINS`` names
+it (its entry-point name, like a module name); every installed one left out is logged at start
+with how to load it.
 
 A plugin is all or nothing: if importing it, its ``register``, or checking what it adds fails
 (a tool or command name another plugin or a built-in already has, a sync function), the error is
@@ -61,17 +67,40 @@ def plugin_sources(
     settings: PluginSettings,
     entry_points: Callable[[], Iterable[metadata.EntryPoint]] | None = None,
 ) -> list[Source]:
-    """The plugins to load, in order: the settings' modules, then the entry points."""
-    sources = [Source(name, name, "CHORUS_PLUGINS") for name in settings.modules]
-    if settings.entry_points:
-        found = entry_points() if entry_points is not None else _group_entry_points()
-        for point in sorted(found, key=lambda p: (p.name, p.value)):
-            dist = getattr(point.dist, "name", None) or "?"
-            sources.append(Source(point.name, point.value, f"entry point {point.name} ({dist})"))
+    """The plugins to load, in order: the settings' names (an entry point's name stands for
+    its target), then every entry point when CHORUS_PLUGIN_ENTRY_POINTS is on."""
+    found = sorted(
+        entry_points() if entry_points is not None else _group_entry_points(),
+        key=lambda p: (p.name, p.value),
+    )
+    points = {point.name: point for point in reversed(found)}  # the first of a name wins
+    sources = []
+    for name in settings.modules:
+        point = points.get(name)
+        if point is None:
+            sources.append(Source(name, name, "CHORUS_PLUGINS"))
+        else:
+            sources.append(_entry_source(point, "named in CHORUS_PLUGINS"))
+    named = {source.name for source in sources}
+    for point in found:
+        if settings.entry_points:
+            sources.append(_entry_source(point, "CHORUS_PLUGIN_ENTRY_POINTS"))
+        elif point.name not in named:
+            log.warning(
+                "installed plugin not loaded: set CHORUS_PLUGIN_ENTRY_POINTS=true or name it "
+                "in CHORUS_PLUGINS",
+                extra={"plugin": point.name, "origin": _entry_source(point, "").origin},
+            )
     unique: dict[str, Source] = {}
     for source in sources:
         unique.setdefault(source.target.replace(" ", ""), source)
     return list(unique.values())
+
+
+def _entry_source(point: metadata.EntryPoint, why: str) -> Source:
+    dist = getattr(point.dist, "name", None) or "?"
+    origin = f"entry point {point.name} ({dist})" + (f", {why}" if why else "")
+    return Source(point.name, point.value, origin)
 
 
 def _group_entry_points() -> Iterable[metadata.EntryPoint]:

@@ -1,9 +1,15 @@
 """Running what plugins added, contained: their commands and their event hooks.
 
 A plugin's code runs inside someone else's bot, so every call into it is bounded in time and
-nothing it raises leaves here. Its tools need nothing of this module: they go into the one
-``Toolbox`` with the built-ins and inherit its permissions, timeouts, per-channel enabling and
-error results. Its commands get the same treatment as tools: a permission checked against the
+nothing it raises leaves here: no ``Exception``, and no ``SystemExit``, ``KeyboardInterrupt``
+or ``GeneratorExit`` either, since asyncio carries the first two out of the event loop and one
+``sys.exit()`` in a plugin would end the worker. Only cancellation goes on up. (A
+``GeneratorExit`` that closes the turn's own coroutine is raised again in the caller by Python
+itself, so containing it never keeps a closed turn going.)
+
+Its tools need nothing of this module: they go into the one ``Toolbox`` with the built-ins and
+inherit its permissions, timeouts, per-channel enabling, error results and the same
+containment. Its commands get the same treatment as tools: a permission checked against the
 speaker's roles, a timeout, and an error or a timeout answered with a short line
 (``prompts/plugins/*``) while the log gets the traceback. Hooks are told apart by when they run:
 
@@ -51,6 +57,13 @@ def command_handler(command: PluginCommand) -> TextHandler:
             return prompts.render("plugins/command_timeout", command=name)
         except Exception:
             log.exception("plugin command raised", extra={"command": name})
+            return prompts.render("plugins/command_failed", command=name)
+        except asyncio.CancelledError:
+            raise
+        except BaseException:  # SystemExit, KeyboardInterrupt, GeneratorExit
+            log.exception(
+                "plugin command raised a BaseException; contained", extra={"command": name}
+            )
             return prompts.render("plugins/command_failed", command=name)
         if text is None or (isinstance(text, str) and not text.strip()):
             return prompts.render("plugins/command_done", command=name)
@@ -103,6 +116,13 @@ class TurnHooks:
             )
         except Exception:
             log.exception("plugin hook raised", extra={"hook": hook.name, "kind": hook.kind})
+        except asyncio.CancelledError:
+            raise
+        except BaseException:  # SystemExit, KeyboardInterrupt, GeneratorExit
+            log.exception(
+                "plugin hook raised a BaseException; contained",
+                extra={"hook": hook.name, "kind": hook.kind},
+            )
         return None
 
     async def aclose(self) -> None:

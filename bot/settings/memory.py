@@ -8,9 +8,12 @@ default caps (``MemorySettings.max_bytes`` computes the budget from them).
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from typing import Any
 
-from bot.settings.base import Section
+from pydantic import Field, field_validator, model_validator
+
+from bot.settings.allowlist import KNOWLEDGE_ALLOW_VARIABLE, Allowlist
+from bot.settings.base import Section, comma_set
 from bot.settings.llm import ModelSpec, parse_model_spec
 
 # Entry bounds, chosen so the default caps fit in 4 KB of Redis memory.
@@ -75,6 +78,24 @@ class MemorySettings(Section):
     knowledge_refresh: float = Field(
         default=300.0, ge=5, validation_alias="CHORUS_KNOWLEDGE_REFRESH"
     )
+    # What a folder may lead to (bot/knowledge/files.py) and what one base may hold: a docs
+    # folder is often synced from a repository anyone can send changes to.
+    knowledge_follow_symlinks: bool = Field(
+        default=False, validation_alias="CHORUS_KNOWLEDGE_FOLLOW_SYMLINKS"
+    )
+    knowledge_max_files: int = Field(
+        default=1000, ge=1, validation_alias="CHORUS_KNOWLEDGE_MAX_FILES"
+    )
+    knowledge_max_bytes: int = Field(
+        default=20_000_000, ge=1024, validation_alias="CHORUS_KNOWLEDGE_MAX_BYTES"
+    )
+    knowledge_pdf_timeout: float = Field(
+        default=30.0, gt=0, le=600, validation_alias="CHORUS_KNOWLEDGE_PDF_TIMEOUT"
+    )
+    # The knowledge base's exceptions to the private-address block; never the chat's tools'.
+    knowledge_fetch_allow: frozenset[str] = Field(
+        default=frozenset(), validation_alias=KNOWLEDGE_ALLOW_VARIABLE
+    )
 
     insights_enabled: bool = Field(default=True, validation_alias="CHORUS_INSIGHTS_ENABLED")
     # False when dedicated ``chorus insights`` processes do the work; the bot still enqueues.
@@ -115,6 +136,17 @@ class MemorySettings(Section):
     community_chars: int = Field(
         default=400, ge=0, le=20_000, validation_alias="CHORUS_COMMUNITY_CHARS"
     )
+
+    @field_validator("knowledge_fetch_allow", mode="before")
+    @classmethod
+    def _split_allow(cls, value: Any) -> Any:
+        return comma_set(value)
+
+    @field_validator("knowledge_fetch_allow")
+    @classmethod
+    def _check_allow(cls, value: frozenset[str]) -> frozenset[str]:
+        Allowlist.parse(value, KNOWLEDGE_ALLOW_VARIABLE)  # raises ValueError naming a bad entry
+        return value
 
     @model_validator(mode="after")
     def _check_delays(self) -> MemorySettings:

@@ -1,4 +1,5 @@
-"""Which plugins the bot loads: ``CHORUS_PLUGINS`` and the ``chorus.plugins`` entry points.
+"""Which plugins the bot loads: ``CHORUS_PLUGINS``, and the ``chorus.plugins`` entry points
+when CHORUS_PLUGIN_ENTRY_POINTS=true.
 
 Only names and limits live here; ``bot.plugins.loader`` imports the modules. A config file's
 top-level ``plugins = [...]`` fills ``modules`` by field name, and the variable, when set, wins
@@ -16,7 +17,9 @@ from bot.settings.base import Section, comma_tuple
 
 class PluginSettings(Section):
     modules: tuple[str, ...] = Field(default=(), validation_alias="CHORUS_PLUGINS")
-    entry_points: bool = Field(default=True, validation_alias="CHORUS_PLUGIN_ENTRY_POINTS")
+    # Installed entry points load only when asked for (or named in ``modules``): a package on
+    # the path is not an operator's decision to run it inside the bot.
+    entry_points: bool = Field(default=False, validation_alias="CHORUS_PLUGIN_ENTRY_POINTS")
     hook_timeout: float = Field(
         default=5.0, gt=0, le=120, validation_alias="CHORUS_PLUGIN_HOOK_TIMEOUT"
     )

@@ -5,8 +5,9 @@ that resolves to an internal service. ``NetGuard.vet`` resolves the host (every 
 record) and refuses it when *any* address is loopback, private, link-local (including the cloud
 metadata address), unspecified, multicast, reserved, CGNAT or otherwise not globally routable,
 including IPv4-mapped / NAT64 / 6to4 IPv6 forms of those, and refuses well-known metadata host
-names outright. ``CHORUS_FETCH_ALLOW`` lists exceptions: host names, IP addresses, CIDR blocks,
-and ``host:port`` / ``ip:port`` / ``[v6]:port`` entries that permit a single port.
+names outright. ``CHORUS_FETCH_ALLOW`` (the knowledge base's guard: its own
+``CHORUS_KNOWLEDGE_FETCH_ALLOW``) lists exceptions: host names, IP addresses, CIDR blocks, and
+``host:port`` / ``ip:port`` / ``[v6]:port`` entries that permit a single port.
 
 DNS rebinding: checking a name and then letting the HTTP client resolve it again would allow a
 hostile DNS server to answer "8.8.8.8" to the check and "127.0.0.1" to the connection. So the
@@ -86,6 +87,7 @@ class NetGuard:
 
     allow: Allowlist = field(default_factory=Allowlist)
     resolve: Resolve = system_resolve
+    variable: str = ALLOW_VARIABLE  # the setting a refusal names (the allow list's)
 
     async def vet(self, url: URL) -> list[str]:
         """The addresses to connect to for ``url``; raises ``ToolError`` explaining a refusal."""
@@ -105,7 +107,7 @@ class NetGuard:
             return [str(literal)]
         if host in METADATA_HOSTS and not trusted_name:
             raise ToolError(
-                f"refused: {host} is a cloud metadata service (set {ALLOW_VARIABLE} to permit it)"
+                f"refused: {host} is a cloud metadata service (set {self.variable} to permit it)"
             )
         try:
             found = await self.resolve(host, port)
@@ -125,7 +127,7 @@ class NetGuard:
         if reason is None or trusted_name or self.allow.allows_address(address, port):
             return
         subject = f"{host} is" if literal else f"{host} resolves to {address},"
-        raise ToolError(f"refused: {subject} {reason} (set {ALLOW_VARIABLE} to permit it)")
+        raise ToolError(f"refused: {subject} {reason} (set {self.variable} to permit it)")
 
 
 def _parse_ip(text: str) -> IPAddress | None:

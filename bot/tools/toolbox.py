@@ -8,7 +8,11 @@ Two properties matter to the rest of the bot:
   or unordered variation would throw the cache away.
 * ``execute`` is total: an unknown or disabled tool, a permission refusal, a ``ToolError``, any
   other exception and a timeout all become an ``is_error`` tool result the model can read and
-  react to (the wording is ``prompts/tools/*``). Only cancellation propagates.
+  react to (the wording is ``prompts/tools/*``). So do ``SystemExit``, ``KeyboardInterrupt``
+  and ``GeneratorExit`` out of a tool: they are not ``Exception``s, and asyncio carries the
+  first two out of the event loop, so a plugin's ``sys.exit()`` would end the worker. Only
+  cancellation propagates. (A ``GeneratorExit`` that closes the caller's coroutine is raised
+  again in the caller by Python itself, so containing it here never keeps a closed turn going.)
 
 Enabling is layered: the deployment's enable/disable lists are a ceiling; a channel override
 (``CHORUS_TOOLS_CHANNELS``) can narrow it further but never re-enable a tool the deployment
@@ -167,6 +171,11 @@ class Toolbox:
             return _crashed(name, exc), True, "exception"
         except Exception as exc:
             log.exception("tool raised", extra={"tool": name})
+            return _crashed(name, exc), True, "exception"
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit
+            log.exception("tool raised a BaseException; contained", extra={"tool": name})
             return _crashed(name, exc), True, "exception"
         if not isinstance(text, str):
             kind = type(text).__name__

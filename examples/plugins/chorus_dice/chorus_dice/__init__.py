@@ -1,7 +1,8 @@
 """Dice for Chorus: an example plugin with a tool the model can call and a ``/roll`` command.
 
 Installed (``pip install examples/plugins/chorus_dice``), it is found through its
-``chorus.plugins`` entry point; ``CHORUS_PLUGINS=chorus_dice`` loads it from anywhere on the
+``chorus.plugins`` entry point ``dice``, and loaded when ``CHORUS_PLUGINS=dice`` names it (or
+CHORUS_PLUGIN_ENTRY_POINTS=true); ``CHORUS_PLUGINS=chorus_dice`` loads it from anywhere on the
 path too. Everything it defines at module level with ``@tool`` or ``@command`` is registered.
 """
 
