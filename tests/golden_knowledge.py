@@ -11,6 +11,7 @@ from bot.knowledge.tool import knowledge_tool
 from bot.memory.buffers import MemorySettings
 from bot.memory.knowledge import base_id, chunk_text, save_index
 from bot.memory.recall import Recall
+from bot.state.knowledge import KnowledgeStore
 from bot.tools.base import ToolContext, ToolError
 
 SOURCE = "docs/rules.md"
@@ -39,7 +40,9 @@ async def knowledge_texts(redis: Redis) -> str:
     source) and the tool's hit, no-match, empty-query and no-base answers."""
     sources = (SOURCE,)
     chunks = chunk_text(SOURCE, RULES, 600)
-    await save_index(redis, base_id(sources), chunks, [None] * len(chunks), model="")
+    await save_index(
+        KnowledgeStore(redis), base_id(sources), chunks, [None] * len(chunks), model=""
+    )
     recall = Recall(
         redis,
         MemorySettings(),

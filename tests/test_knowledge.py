@@ -20,6 +20,7 @@ from bot.memory.knowledge import base_id, chunk_text, load_index
 from bot.memory.recall import Recall
 from bot.settings.allowlist import Allowlist
 from bot.state import keys
+from bot.state.knowledge import KnowledgeStore
 from bot.tools.base import ToolContext
 from bot.tools.builtin.fetch import Fetcher
 from bot.tools.netguard import NetGuard
@@ -124,7 +125,7 @@ async def test_index_files_and_urls_then_search_with_sources(
     )
     [report] = await indexer.index_all()
     assert (report.chunks, report.embedded, report.changed) == (5, 5, True)
-    index = await load_index(kb_redis, base_id(sources))
+    index = await load_index(KnowledgeStore(kb_redis), base_id(sources))
     assert index is not None and index.model == embedder.name and all(index.vectors)
     assert {c.source for c in index.chunks} == {"rules.md", "notes/pets.txt", docs.url + "/faq"}
 

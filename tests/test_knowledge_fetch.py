@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from bot.knowledge.wiring import RecallParts
 from bot.memory.knowledge import base_id, load_index
 from bot.settings import ConfigError, settings_from
+from bot.state.knowledge import KnowledgeStore
 from bot.tools.builtin.fetch import Fetcher
 from tests.loopback.base import LoopbackServer
 from tests.loopback.openai_server import OpenAIServer
@@ -141,7 +142,7 @@ async def test_knowledge_urls_are_pinned_and_every_redirect_is_vetted(
             [report] = await parts.indexer.index_all(force=True)
         finally:
             await parts.aclose()
-        index = await load_index(kb_redis, base_id(tuple(sources)))
+        index = await load_index(KnowledgeStore(kb_redis), base_id(tuple(sources)))
     assert report.changed and index is not None
     assert {chunk.source for chunk in index.chunks} == {rebound}
     assert lookups == ["rebind.test"]

@@ -20,6 +20,7 @@ from bot.knowledge.files import Budget, list_source, read_listed
 from bot.knowledge.indexer import KnowledgeIndexer
 from bot.memory.buffers import MemorySettings
 from bot.memory.knowledge import base_id, load_index
+from bot.state.knowledge import KnowledgeStore
 from bot.tools.builtin.fetch import Fetcher
 from tests.loopback.openai_server import OpenAIServer
 from tests.test_chat_e2e import base_env, run_chorus
@@ -50,7 +51,7 @@ async def indexed(redis: Redis, sources: tuple[str, ...], settings: MemorySettin
     """The ``where`` of every chunk the indexer stores for ``sources``."""
     indexer = KnowledgeIndexer(redis, settings, None, Fetcher(), bases=lambda: [sources])
     await indexer.index(sources, force=True)
-    index = await load_index(redis, base_id(sources))
+    index = await load_index(KnowledgeStore(redis), base_id(sources))
     assert index is not None
     assert all(SECRET not in chunk.text for chunk in index.chunks)
     return sorted(chunk.where for chunk in index.chunks)

@@ -16,6 +16,7 @@ from bot.llm.scripted import ScriptedProvider
 from bot.memory.knowledge import base_id, load_index
 from bot.router.scoping import Scoping
 from bot.state import keys
+from bot.state.knowledge import KnowledgeStore
 from tests.test_chat_e2e import base_env, run_chorus
 from tests.test_knowledge import KB_PARTS, kb_redis  # noqa: F401 (a fixture)
 from tests.test_scopes import C2, C, G, settings_with
@@ -88,7 +89,7 @@ async def test_indexed_at_start_and_at_once_on_reload(
         await _until(redis_client, base, 2)
     finally:
         await parts.aclose()
-    index = await load_index(redis_client, base)
+    index = await load_index(KnowledgeStore(redis_client), base)
     assert index is not None
     assert [c.where for c in index.chunks] == ["rules.md # Rules", "rules.md # Rules > Memes"]
 

@@ -88,12 +88,9 @@ COMMANDS = frozenset(
 RECEIVERS = ("redis", "pipe", "client")
 
 NOT_YET: dict[str, str] = {
-    "bot/knowledge/indexer.py": "a knowledge store in bot/state",
     "bot/memory/aliases.py": "a people store in bot/state",
     "bot/memory/buffers.py": "a people store in bot/state",
-    "bot/memory/knowledge.py": "a knowledge store in bot/state",
     "bot/memory/people.py": "a people store in bot/state",
-    "bot/memory/recall.py": "a knowledge store in bot/state",
     "bot/memory/vectors.py": "a people store in bot/state",
     "bot/quota/ledger.py": "a quota store in bot/state",
     "bot/quota/users.py": "a quota store in bot/state",

@@ -13,6 +13,7 @@ from bot.memory.knowledge import base_id, load_index
 from bot.settings import Settings
 from bot.state import connect
 from bot.state.connect import Client
+from bot.state.knowledge import KnowledgeStore
 
 
 async def knowledge_command(settings: Settings, action: str) -> int:
@@ -38,7 +39,7 @@ async def knowledge_command(settings: Settings, action: str) -> int:
 
 async def _status(redis: Client, sources: tuple[str, ...]) -> str:
     base = base_id(sources)
-    index = await load_index(redis, base)
+    index = await load_index(KnowledgeStore(redis), base)
     if index is None:
         return f"{base}: not indexed yet ({', '.join(sources)})"
     files = len({chunk.source for chunk in index.chunks})

@@ -33,13 +33,12 @@ import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
-
 from bot.knowledge.files import Budget, Listed, list_source, read_listed
 from bot.memory.knowledge import Chunk, base_id, chunk_text, load_index, save_index
 from bot.memory.vectors import Embedder, quantise, text_id
 from bot.settings.memory import MemorySettings
-from bot.state import keys
+from bot.state.connect import Client
+from bot.state.knowledge import KnowledgeStore
 from bot.tools.base import ToolError
 from bot.tools.builtin.fetch import Fetcher, readable_text
 
@@ -63,14 +62,14 @@ class KnowledgeIndexer:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: Client,
         settings: MemorySettings,
         embedder: Embedder | None,
         fetcher: Fetcher,
         *,
         bases: Callable[[], Iterable[Sequence[str]]],
     ) -> None:
-        self.redis = redis
+        self.store = KnowledgeStore(redis)
         self.settings = settings
         self.embedder = embedder
         self.fetcher = fetcher
@@ -128,12 +127,11 @@ class KnowledgeIndexer:
         """Bring the base over ``sources`` up to date (``force``: now, even if a process checked
         it within the interval)."""
         base = base_id(sources)
-        lock = keys.knowledge(base, "lock")
         ttl_ms = max(1000, int(self.settings.knowledge_refresh * 900))
-        if not force and not await self.redis.set(lock, secrets.token_hex(8), nx=True, px=ttl_ms):
+        if not force and not await self.store.lock(base, secrets.token_hex(8), ttl_ms):
             return Report(base, len(sources), 0, 0, changed=False)
         listed = await self._list_all(base, sources)
-        stored = await self.redis.get(keys.knowledge(base, "sources"))
+        stored = await self.store.sources(base)
         if _marks(listed) == stored:
             return Report(base, len(listed), 0, 0, changed=False)
         docs = await self._read(listed)
@@ -147,8 +145,8 @@ class KnowledgeIndexer:
         ]
         vectors, embedded = await self._vectors(base, chunks)
         model = self.embedder.name if self.embedder is not None else ""
-        version = await save_index(self.redis, base, chunks, vectors, model)
-        await self.redis.set(keys.knowledge(base, "sources"), marks)
+        version = await save_index(self.store, base, chunks, vectors, model)
+        await self.store.set_sources(base, marks)
         log.info(
             "knowledge base indexed",
             extra={"base": base, "chunks": len(chunks), "embedded": embedded, "version": version},
@@ -159,7 +157,7 @@ class KnowledgeIndexer:
         if self.embedder is None or not chunks:
             return [None] * len(chunks), 0
         name = self.embedder.name
-        old = await load_index(self.redis, base)
+        old = await load_index(self.store, base)
         known: dict[str, str] = {}
         if old is not None and old.model == name:
             for chunk, vector in zip(old.chunks, old.vectors, strict=False):

@@ -24,11 +24,9 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from redis.asyncio import Redis
-
 from bot.memory.relevance import Scorer, terms
 from bot.memory.vectors import cosine, dequantise, mix, vector_norm
-from bot.state import keys
+from bot.state.knowledge import KnowledgeStore
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -157,8 +155,8 @@ class KnowledgeIndex:
 class KnowledgeCache:
     """Every base this process has read, reloaded from Redis when its version moves."""
 
-    def __init__(self, redis: Redis) -> None:
-        self.redis = redis
+    def __init__(self, store: KnowledgeStore) -> None:
+        self.store = store
         self._bases: dict[str, KnowledgeIndex] = {}
 
     def cached(self, base: str) -> KnowledgeIndex | None:
@@ -171,42 +169,33 @@ class KnowledgeCache:
         index = self._bases.get(base)
         if index is not None and index.version == version:
             return index
-        index = await load_index(self.redis, base)
+        index = await load_index(self.store, base)
         if index is not None:
             self._bases[base] = index
         return index
 
 
-async def load_index(redis: Redis, base: str) -> KnowledgeIndex | None:
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.get(keys.knowledge(base, "version"))
-        pipe.get(keys.knowledge(base, "chunks"))
-        pipe.hgetall(keys.knowledge(base, "vec"))
-        version, raw, vectors = await pipe.execute()
-    if version is None or raw is None:
+async def load_index(store: KnowledgeStore, base: str) -> KnowledgeIndex | None:
+    stored = await store.load(base)
+    if stored is None:
         return None
-    data = json.loads(raw)
+    data = json.loads(stored.chunks)
     chunks = [Chunk(*row) for row in data["chunks"]]
     return KnowledgeIndex(
-        int(version),
+        stored.version,
         str(data.get("model", "")),
         chunks,
-        [vectors.get(str(i)) for i in range(len(chunks))],
+        [stored.vectors.get(str(i)) for i in range(len(chunks))],
     )
 
 
 async def save_index(
-    redis: Redis, base: str, chunks: Sequence[Chunk], vectors: Sequence[str | None], model: str
+    store: KnowledgeStore,
+    base: str,
+    chunks: Sequence[Chunk],
+    vectors: Sequence[str | None],
+    model: str,
 ) -> int:
-    """Replace a base's chunks and vectors in one transaction; returns the new version."""
+    """Replace a base's chunks and vectors in one step; returns the new version."""
     payload = json.dumps({"model": model, "chunks": [c.to_json() for c in chunks]})
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.set(keys.knowledge(base, "chunks"), payload)
-        pipe.delete(keys.knowledge(base, "vec"))
-        if any(vectors):
-            pipe.hset(
-                keys.knowledge(base, "vec"), mapping={str(i): v for i, v in enumerate(vectors) if v}
-            )
-        pipe.incr(keys.knowledge(base, "version"))
-        results = await pipe.execute()
-    return int(results[-1])
+    return await store.save(base, payload, {str(i): v for i, v in enumerate(vectors) if v})

@@ -24,8 +24,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
-
 import prompts
 from bot.events import ChatMessage
 from bot.memory.buffers import UserBuffer
@@ -35,6 +33,8 @@ from bot.memory.vectors import Embedder, Recalled, store_vectors, text_id, unit
 from bot.ops.metrics import MetricsSink, NullMetrics
 from bot.settings.memory import MemorySettings
 from bot.state import keys
+from bot.state.connect import Client
+from bot.state.knowledge import KnowledgeStore
 from bot.state.turn import TurnState
 
 log = logging.getLogger("chorus.recall")
@@ -65,7 +65,7 @@ class Recall:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: Client,
         settings: MemorySettings,
         embedder: Embedder | None,
         *,
@@ -77,7 +77,7 @@ class Recall:
         self.embedder = embedder
         self.knowledge_of = knowledge_of
         self.metrics: MetricsSink = metrics or NullMetrics()
-        self.cache = KnowledgeCache(redis)
+        self.cache = KnowledgeCache(KnowledgeStore(redis))
         self._tasks: set[asyncio.Task[object]] = set()
         self._refreshing: set[tuple[str, str]] = set()
         self._refresh_paused_until = 0.0  # after a failed refresh: no request per turn
@@ -175,7 +175,7 @@ class Recall:
         base = self.base_of(message)
         if base is None:
             return None
-        version = int(str(await self.redis.get(keys.knowledge(base, "version")) or 0))
+        version = await self.cache.store.version(base)
         query: list[float] | None = None
         if self.embedder is not None:
             try:

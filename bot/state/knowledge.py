@@ -1,0 +1,81 @@
+"""Knowledge bases in Redis: each base's chunks, their vectors, its version and what it was built
+from, and the lock that lets one process at a time rebuild it.
+
+Per base (``keys.knowledge``): ``chunks`` (one JSON value: the embedding model and the chunks),
+``vec`` (a hash, chunk number -> vector), ``version`` (a counter a rebuild increments: a turn's
+read carries it, ``bot.state.turn.TurnQuery.knowledge_base``, so a process reloads a base only
+when it moved), ``sources`` (the marks of the files and pages it was built from) and ``lock``.
+The chunks' shape is ``bot.memory.knowledge``'s; this module only stores it. A rebuild replaces
+chunks and vectors and moves the version in one transaction, so a reader never sees the chunks
+of one version with the vectors of another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from bot.state import keys
+
+
+@dataclass(frozen=True)
+class StoredIndex:
+    """A base as stored: its version, its chunks' JSON and its vectors by chunk number."""
+
+    version: int
+    chunks: str
+    vectors: Mapping[str, str]
+
+
+class KnowledgeStore:
+    """The knowledge bases of a deployment."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    async def version(self, base: str) -> int:
+        return int(str(await self.redis.get(keys.knowledge(base, "version")) or 0))
+
+    async def load(self, base: str) -> StoredIndex | None:
+        """The base, read in one transaction (None: never built)."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.get(keys.knowledge(base, "version"))
+            pipe.get(keys.knowledge(base, "chunks"))
+            pipe.hgetall(keys.knowledge(base, "vec"))
+            version, raw, vectors = await pipe.execute()
+        if version is None or raw is None:
+            return None
+        return StoredIndex(
+            int(version), _text(raw), {_text(k): _text(v) for k, v in dict(vectors).items()}
+        )
+
+    async def save(self, base: str, chunks: str, vectors: Mapping[str, str]) -> int:
+        """Replace the base's chunks and vectors, in one transaction; its new version."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(keys.knowledge(base, "chunks"), chunks)
+            pipe.delete(keys.knowledge(base, "vec"))
+            if vectors:
+                mapping: dict[Any, Any] = dict(vectors)  # (redis-py's mapping type is invariant)
+                pipe.hset(keys.knowledge(base, "vec"), mapping=mapping)
+            pipe.incr(keys.knowledge(base, "version"))
+            results = await pipe.execute()
+        return int(results[-1])
+
+    async def lock(self, base: str, token: str, ttl_ms: int) -> bool:
+        """Take the base's rebuild lock for ``ttl_ms`` (False: another process holds it)."""
+        return bool(await self.redis.set(keys.knowledge(base, "lock"), token, nx=True, px=ttl_ms))
+
+    async def sources(self, base: str) -> str | None:
+        """The marks of what the base was last built from."""
+        found = await self.redis.get(keys.knowledge(base, "sources"))
+        return None if found is None else _text(found)
+
+    async def set_sources(self, base: str, marks: str) -> None:
+        await self.redis.set(keys.knowledge(base, "sources"), marks)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
