@@ -45,6 +45,7 @@ from bot.state.connect import Client
 from bot.state.history import HistoryEntry
 from bot.state.insight_jobs import Budget
 from bot.state.summaries import DEFAULT_QUEUE, ConversationJob, SummaryQueue, SummaryStore
+from bot.state.vectors import VectorStore
 from insights.community import CommunityAnswer, community_request, merge_notes, sourced_notes
 from insights.summarise import (
     SummaryAnswer,
@@ -134,7 +135,7 @@ class Summariser:
         key = keys.summary("vec", conv)
         try:
             return await store_vectors(
-                self.redis, self.embedder, key, texts, ttl_seconds=ttl_days * 24 * 3600
+                VectorStore(self.redis), self.embedder, key, texts, ttl_seconds=ttl_days * 24 * 3600
             )
         except Exception as exc:
             self.metrics.insights_job("vectors_error")

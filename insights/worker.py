@@ -41,6 +41,7 @@ from bot.state import keys
 from bot.state.connect import Client
 from bot.state.history import HistoryStore
 from bot.state.insight_jobs import DEFAULT_QUEUE, Budget, ClaimedJob, JobQueue, record_outcome
+from bot.state.vectors import VectorStore
 from insights.analyse import analyse, build_request, check_provenance, label_lines
 from insights.merge import MergeReport, merge
 from insights.summariser import Summariser
@@ -295,7 +296,7 @@ class InsightsWorker:
         key = keys.user_vectors(buffer.platform, buffer.user_id)
         try:
             await store_vectors(
-                self.memory.redis,
+                VectorStore(self.memory.redis),
                 self.embedder,
                 key,
                 note_texts(buffer),

@@ -30,6 +30,7 @@ from bot.ops.metrics import NullMetrics
 from bot.router.answer import context_for
 from bot.state import keys
 from bot.state.history import HistoryStore
+from bot.state.vectors import VectorStore
 from tests.loopback.embedding_model import LoopbackEmbedder, embed_text
 from tests.turn_rig import read_turn
 
@@ -208,9 +209,17 @@ async def test_only_the_speakers_own_vectors_are_read(redis_client: Redis) -> No
 async def test_store_vectors_embeds_only_new_texts_and_prunes(redis_client: Redis) -> None:
     embedder = LoopbackEmbedder()
     key = keys.user_vectors("discord", uid("u9"))
-    assert await store_vectors(redis_client, embedder, key, ["a cat", "a dog"], ttl_seconds=60) == 2
     assert (
-        await store_vectors(redis_client, embedder, key, ["a dog", "a fish"], ttl_seconds=60) == 1
+        await store_vectors(
+            VectorStore(redis_client), embedder, key, ["a cat", "a dog"], ttl_seconds=60
+        )
+        == 2
+    )
+    assert (
+        await store_vectors(
+            VectorStore(redis_client), embedder, key, ["a dog", "a fish"], ttl_seconds=60
+        )
+        == 1
     )
     assert embedder.calls == [["a cat", "a dog"], ["a fish"]]
     stored = await redis_client.hgetall(key)
@@ -280,7 +289,10 @@ async def test_any_collection_can_be_stored_and_ranked_by_meaning(redis_client: 
     embedder = LoopbackEmbedder()
     key = keys.user("discord", uid("chan"), "sumvec")
     summaries = ["the channel planned a trip to Kyoto", "everyone argued about guitar strings"]
-    assert await store_vectors(redis_client, embedder, key, summaries, ttl_seconds=600) == 2
+    assert (
+        await store_vectors(VectorStore(redis_client), embedder, key, summaries, ttl_seconds=600)
+        == 2
+    )
     vectors = {str(k): str(v) for k, v in (await redis_client.hgetall(key)).items()}
     ask = "what was our itinerary again?"
     recalled = Recalled(embedder.name, unit(embed_text(ask)), {})

@@ -91,7 +91,6 @@ NOT_YET: dict[str, str] = {
     "bot/memory/aliases.py": "a people store in bot/state",
     "bot/memory/buffers.py": "a people store in bot/state",
     "bot/memory/people.py": "a people store in bot/state",
-    "bot/memory/vectors.py": "a people store in bot/state",
     "bot/quota/ledger.py": "a quota store in bot/state",
     "bot/quota/users.py": "a quota store in bot/state",
     "bot/router/memory_commands.py": "a people store in bot/state (the /forget transaction)",

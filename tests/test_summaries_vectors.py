@@ -23,6 +23,7 @@ from bot.settings import settings_from
 from bot.state import keys
 from bot.state.insight_jobs import Budget
 from bot.state.summaries import SummaryStore
+from bot.state.vectors import VectorStore
 from insights.summariser import Summariser
 from insights.worker import JobOutcome
 from tests.loopback.anthropic_server import AnthropicServer
@@ -190,7 +191,9 @@ async def test_summary_vectors_ride_in_the_one_read_of_an_answered_turn(
             assert recall.embedder is not None
             key = keys.summary("vec", conv)
             texts = [FACT, "small talk"]
-            await store_vectors(app.redis, recall.embedder, key, texts, ttl_seconds=3600)
+            await store_vectors(
+                VectorStore(app.redis), recall.embedder, key, texts, ttl_seconds=3600
+            )
             with counting_round_trips() as trips:
                 await console.say("ada", PARAPHRASE)
             assert trips.count == 2, [w[:80] for w in trips.writes]  # no extra round trip

@@ -36,6 +36,7 @@ from bot.state import keys
 from bot.state.connect import Client
 from bot.state.knowledge import KnowledgeStore
 from bot.state.turn import TurnState
+from bot.state.vectors import VectorStore
 
 log = logging.getLogger("chorus.recall")
 
@@ -229,7 +230,9 @@ class Recall:
             return 0
         key = keys.user_vectors(platform, user_id)
         ttl = self.settings.ttl_seconds
-        return await store_vectors(self.redis, self.embedder, key, texts, ttl_seconds=ttl)
+        return await store_vectors(
+            VectorStore(self.redis), self.embedder, key, texts, ttl_seconds=ttl
+        )
 
     async def idle(self) -> None:
         """Wait for the background refreshes running now (tests, shutdown)."""

@@ -32,10 +32,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from redis.asyncio import Redis
-
 from bot.memory.relevance import Scorer, TextScorer
 from bot.settings.memory import MemorySettings
+from bot.state.vectors import VectorStore
 
 SCALE = 127
 
@@ -137,7 +136,7 @@ def mix(lexical: float, cos: float, *, weight: float, floor: float) -> float:
 
 
 async def store_vectors(
-    redis: Redis,
+    store: VectorStore,
     embedder: Embedder,
     key: str,
     texts: Iterable[str],
@@ -153,23 +152,14 @@ async def store_vectors(
     on the reply path: it is one embedding request.
     """
     wanted = {text_id(embedder.name, text): text for text in texts if text.strip()}
-    present = set(await redis.hkeys(key))
+    present = await store.ids(key)
     missing = [(tid, text) for tid, text in wanted.items() if tid not in present]
     stale = [tid for tid in present if tid not in wanted] if prune else []
     vectors = await embedder.embed([text for _, text in missing]) if missing else []
     if not missing and not stale:
         return 0
-    async with redis.pipeline(transaction=True) as pipe:
-        if missing:
-            pipe.hset(
-                key,
-                mapping={tid: quantise(v) for (tid, _), v in zip(missing, vectors, strict=True)},
-            )
-        if stale:
-            pipe.hdel(key, *stale)
-        if ttl_seconds is not None and wanted:
-            pipe.expire(key, ttl_seconds)
-        await pipe.execute()
+    added = {tid: quantise(v) for (tid, _), v in zip(missing, vectors, strict=True)}
+    await store.update(key, added, stale, ttl_seconds=ttl_seconds if wanted else None)
     return len(missing)
 
 
