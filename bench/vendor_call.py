@@ -50,8 +50,8 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from bot.llm.anthropic import _REQUEST_OPTIONS, AnthropicProvider, build_params, encode_body
 from bot.llm.base import Provider
+from bot.llm.clients import sdk_http_client
 from bot.llm.openai import OpenAIProvider, sdk_client
-from bot.llm.transport import sdk_http_client
 from bot.llm.types import LLMRequest, LLMResponse, Message, TextPart, ToolSpec
 from bot.resilience import RetryPolicy
 
@@ -117,7 +117,7 @@ Call = Callable[[LLMRequest], Awaitable[LLMResponse]]
 def _caller(vendor: str, variant: str, base_url: str) -> tuple[Call, Callable[[], Awaitable[None]]]:
     """One model call as Chorus made it before this pass (``before``) or makes it now."""
     if vendor == "anthropic":
-        a_http = sdk_http_client(anthropic.DefaultAsyncHttpxClient) if variant == "now" else None
+        a_http = sdk_http_client(anthropic.DefaultAioHttpClient) if variant == "now" else None
         a_client = anthropic.AsyncAnthropic(
             api_key="bench", base_url=base_url, max_retries=0, timeout=60, http_client=a_http
         )
@@ -165,7 +165,7 @@ def _streamer(
             base_url=base_url,
             max_retries=0,
             timeout=60,
-            http_client=sdk_http_client(anthropic.DefaultAsyncHttpxClient),
+            http_client=sdk_http_client(anthropic.DefaultAioHttpClient),
         )
         provider: AnthropicProvider | OpenAIProvider = AnthropicProvider(
             a_client, base_url=base_url, retry=RetryPolicy(max_retries=0)

@@ -97,8 +97,13 @@ def _anthropic_provider(
     url: str, key: str, retry: RetryPolicy, sleep: Sleep | None
 ) -> tuple[SDKProvider, Closer]:
     # Strict validation: the SDK rejects any answer of the loopback server that is off-schema.
+    # HTTP on the SDK's aiohttp client, as ``from_settings`` builds it.
     client = anthropic.AsyncAnthropic(
-        api_key=key, base_url=url, max_retries=0, _strict_response_validation=True
+        api_key=key,
+        base_url=url,
+        max_retries=0,
+        _strict_response_validation=True,
+        http_client=anthropic.DefaultAioHttpClient(),
     )
     return AnthropicProvider(client, base_url=url, retry=retry, sleep=sleep), client.close
 
@@ -177,7 +182,11 @@ def _openai_provider(
     url: str, key: str, retry: RetryPolicy, sleep: Sleep | None
 ) -> tuple[SDKProvider, Closer]:
     client = openai.AsyncOpenAI(
-        api_key=key, base_url=url, max_retries=0, _strict_response_validation=True
+        api_key=key,
+        base_url=url,
+        max_retries=0,
+        _strict_response_validation=True,
+        http_client=openai.DefaultAioHttpClient(),
     )
     return OpenAIProvider(client, base_url=url, retry=retry, sleep=sleep), client.close
 

@@ -69,8 +69,8 @@ import httpx2
 from bot.llm import sse
 from bot.llm.anthropic_parse import THINKING_BLOCKS, StreamState, parse_message
 from bot.llm.base import SDKProvider
+from bot.llm.clients import refused_answer, sdk_http_client, transport_reason
 from bot.llm.errors import event_object
-from bot.llm.transport import sdk_http_client
 from bot.llm.types import (
     REASONING_BUDGETS,
     CachePoint,
@@ -142,6 +142,19 @@ class _StreamCut(Exception):
     """The SSE stream ended before ``message_stop``: the answer was cut off in transit."""
 
 
+def sdk_client(key: str, base_url: str, timeout: float) -> anthropic.AsyncAnthropic:
+    """An ``anthropic`` client as Chorus builds one: the SDK's own retries off
+    (``bot.resilience`` is the only policy) and HTTP on the SDK's ``DefaultAioHttpClient``
+    (``bot.llm.clients``), which ``client.close()`` closes with it."""
+    return anthropic.AsyncAnthropic(
+        api_key=key,
+        base_url=base_url,
+        timeout=timeout,
+        max_retries=0,
+        http_client=sdk_http_client(anthropic.DefaultAioHttpClient),
+    )
+
+
 class AnthropicProvider(SDKProvider):
     name: ClassVar[str] = "anthropic"
     key_env: ClassVar[str] = KEY_ENV["anthropic"]
@@ -172,13 +185,7 @@ class AnthropicProvider(SDKProvider):
             settings.require_credentials(cls.name)  # raises ConfigError naming the variable
             raise ConfigError(f"{cls.key_env} is not set; get a key at {cls.key_url}")
         base_url = settings.base_url(cls.name) or DEFAULT_BASE_URL
-        client = anthropic.AsyncAnthropic(
-            api_key=key,
-            base_url=base_url,
-            timeout=settings.llm_timeout,
-            max_retries=0,
-            http_client=sdk_http_client(anthropic.DefaultAsyncHttpxClient),
-        )
+        client = sdk_client(key, base_url, settings.llm_timeout)
         provider = cls(
             client,
             base_url=base_url,
@@ -228,15 +235,18 @@ class AnthropicProvider(SDKProvider):
         yield state.response()
 
     def _classify(self, exc: BaseException) -> Failure:
+        if (refused := refused_answer(exc)) is not None:  # wrapped as a connection error
+            return Failure(retryable=False, reason=f"the answer was refused: {refused}")
         if isinstance(exc, anthropic.APIStatusError):
             message = exc.api_message or exc.message
             return _failure(exc.status_code, exc.type, message, exc.response.headers)
         if isinstance(exc, StreamErrorEvent):
             return _failure(200, exc.kind, exc.message, exc.headers)
         if isinstance(exc, anthropic.APITimeoutError):
-            return Failure(retryable=True, reason="request timed out")
+            return Failure(retryable=True, reason=transport_reason(exc, "request timed out"))
         if isinstance(exc, anthropic.APIConnectionError):
-            return Failure(retryable=True, reason=f"connection error: {exc.__cause__ or exc}")
+            reason = transport_reason(exc, f"connection error: {exc.__cause__ or exc}")
+            return Failure(retryable=True, reason=reason)
         if isinstance(exc, httpx2.TransportError | _StreamCut):
             return Failure(retryable=True, reason=f"{type(exc).__name__}: {exc}")
         return Failure(retryable=False, reason=f"{type(exc).__name__}: {exc}")

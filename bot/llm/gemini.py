@@ -19,7 +19,7 @@ Only translation lives here; guarding and retries are ``SDKProvider``'s. Quirks 
   ``from_settings`` passes the key, the base URL (the public host when unset) and
   ``vertexai=False``: what ``LLMSettings`` says is what is called.
 - **Errors**: ``errors.APIError`` carries ``code``, ``status``, the JSON body in ``details`` and
-  the transport's response (aiohttp or httpx2) with its headers. A bad key is HTTP 400
+  the transport's response (aiohttp's) with its headers. A bad key is HTTP 400
   ``INVALID_ARGUMENT`` with reason ``API_KEY_INVALID``, reported here as an auth failure (401).
   A 429 may say how long to wait in a ``google.rpc.RetryInfo`` detail (``"retryDelay": "7s"``).
 - **Caching is implicit**: Gemini 2.5+ caches a repeated prompt prefix by itself, so
@@ -43,17 +43,17 @@ Only translation lives here; guarding and retries are ``SDKProvider``'s. Quirks 
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar, Self
 
+import aiohttp
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
 from bot.llm.base import SDKProvider
+from bot.llm.clients import gemini_client_args, refused_answer, trust_store_named
 from bot.llm.errors import ProviderAuthError
 from bot.llm.gemini_parse import ResponseBuilder
 from bot.llm.gemini_wire import generate, generate_stream, request_body
@@ -67,23 +67,26 @@ _AUTH_REASONS = frozenset({"API_KEY_INVALID", "API_KEY_EXPIRED", "API_KEY_SERVIC
 _RETRY_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 
 
-def _transport_errors() -> tuple[type[BaseException], ...]:
-    """Connection and timeout errors of whichever transport the SDK picked.
-
-    With aiohttp installed (it is here) the async client uses aiohttp, else httpx2 or httpx.
-    """
-    found: list[type[BaseException]] = [TimeoutError, ConnectionError]
-    for module, name in (
-        ("aiohttp", "ClientError"),
-        ("httpx2", "TransportError"),
-        ("httpx", "TransportError"),
-    ):
-        with contextlib.suppress(ImportError):
-            found.append(getattr(importlib.import_module(module), name))
-    return tuple(found)
+# Connection and timeout errors of the SDK's transport: aiohttp, which Chorus depends on.
+_TRANSPORT_ERRORS = (TimeoutError, ConnectionError, aiohttp.ClientError)
 
 
-_TRANSPORT_ERRORS = _transport_errors()
+def sdk_client(key: str, base_url: str, timeout: float) -> genai.Client:
+    """A ``genai.Client`` as Chorus builds one (chat and embeddings): the Developer API at
+    ``base_url`` with this key whatever the environment says, the SDK's own retries off
+    (``attempts=1``), and its aiohttp session given ``ALL_PROXY`` (``bot.llm.clients``). Closed
+    by ``client.aio.aclose()`` and ``client.close()``."""
+    with trust_store_named():
+        return genai.Client(
+            vertexai=False,
+            api_key=key,
+            http_options=types.HttpOptions(
+                base_url=base_url,
+                timeout=max(1, round(timeout * 1000)),
+                retry_options=types.HttpRetryOptions(attempts=1),
+                async_client_args=gemini_client_args(base_url),
+            ),
+        )
 
 
 class GeminiProvider(SDKProvider):
@@ -116,15 +119,7 @@ class GeminiProvider(SDKProvider):
                 f"GEMINI_API_KEY (or GOOGLE_API_KEY) is not set; get a key at {cls.key_url}"
             )
         base_url = settings.base_url("gemini") or DEFAULT_BASE_URL
-        client = genai.Client(
-            vertexai=False,
-            api_key=api_key,
-            http_options=types.HttpOptions(
-                base_url=base_url,
-                timeout=max(1, round(settings.llm_timeout * 1000)),
-                retry_options=types.HttpRetryOptions(attempts=1),
-            ),
-        )
+        client = sdk_client(api_key, base_url, settings.llm_timeout)
         provider = cls(
             client,
             base_url=base_url,
@@ -172,6 +167,8 @@ def classify_error(exc: BaseException) -> Failure:
     """Whether a google-genai error is worth retrying (also for ``bot.llm.embeddings``)."""
     if isinstance(exc, genai_errors.APIError):
         return _classify_api_error(exc)
+    if (refused := refused_answer(exc)) is not None:
+        return Failure(retryable=False, reason=f"the answer was refused: {refused}")
     if isinstance(exc, _TRANSPORT_ERRORS):
         return Failure(retryable=True, reason=f"{type(exc).__name__}: {exc}".rstrip(": "))
     return Failure(retryable=False, reason=f"{type(exc).__name__}: {exc}")

@@ -58,9 +58,9 @@ import openai
 
 from bot.llm import sse
 from bot.llm.base import SDKProvider
+from bot.llm.clients import refused_answer, sdk_http_client, transport_reason
 from bot.llm.errors import event_object
 from bot.llm.openai_parse import StreamState, parse_completion
-from bot.llm.transport import sdk_http_client
 from bot.llm.types import (
     REASONING_BUDGETS,
     ImagePart,
@@ -103,14 +103,14 @@ class _StreamCut(Exception):
 
 def sdk_client(key: str, base_url: str, timeout: float) -> openai.AsyncOpenAI:
     """An ``openai`` client as every part of Chorus builds one (chat, embeddings, moderation):
-    the SDK's own retries off, ``bot.resilience`` being the only policy, and HTTP through
-    Chorus's transport (the SDK's stock one where a proxy is set: ``bot.llm.transport``)."""
+    the SDK's own retries off, ``bot.resilience`` being the only policy, and HTTP on the SDK's
+    ``DefaultAioHttpClient`` (``bot.llm.clients``), which ``client.close()`` closes with it."""
     return openai.AsyncOpenAI(
         api_key=key,
         base_url=base_url,
         timeout=timeout,
         max_retries=0,
-        http_client=sdk_http_client(openai.DefaultAsyncHttpxClient),
+        http_client=sdk_http_client(openai.DefaultAioHttpClient),
     )
 
 
@@ -244,12 +244,15 @@ class OpenAIProvider(SDKProvider):
 
 def classify_error(exc: BaseException) -> Failure:
     """Whether an OpenAI SDK error is worth retrying (also for ``bot.llm.embeddings``)."""
+    if (refused := refused_answer(exc)) is not None:
+        return Failure(retryable=False, reason=f"the answer was refused: {refused}")
     if isinstance(exc, openai.APIStatusError):
         return _classify_status(exc)
     if isinstance(exc, openai.APITimeoutError):
-        return Failure(retryable=True, reason="request timed out")
+        return Failure(retryable=True, reason=transport_reason(exc, "request timed out"))
     if isinstance(exc, openai.APIConnectionError):
-        return Failure(retryable=True, reason=f"connection error: {exc.__cause__ or exc}")
+        reason = transport_reason(exc, f"connection error: {exc.__cause__ or exc}")
+        return Failure(retryable=True, reason=reason)
     if isinstance(exc, openai.APIError):  # an error event inside a stream
         kinds = {str(exc.type), str(exc.code)}
         return Failure(retryable=bool(kinds & _RETRY_ERROR_KINDS), reason=exc.message)
