@@ -287,7 +287,7 @@ def _gemini_real_host(server: VendorServer) -> tuple[SDKProvider, Callable[[], i
 
 def _gemini_closed(provider: SDKProvider) -> bool:
     assert isinstance(provider, GeminiProvider)
-    return bool(provider._client._api_client._async_resources_are_closed())
+    return bool(provider.client._api_client._async_resources_are_closed())
 
 
 def _generation_config(body: dict[str, Any]) -> dict[str, Any]:

@@ -22,23 +22,22 @@ Why it is built this way:
   so it travels in ``extra_body`` (only when set).
 - The request is ``messages.create``'s, sent through the client's own ``post`` with the body
   already encoded (``_create``): ``create`` first deep-copies every message, block and tool
-  schema of the body (the SDK's ``copy_tree``, for files and iterators that Chorus never
-  sends), 12% to 14% of a call's client CPU with a 40-message history (interleaved blocks of
-  the same call both ways).
-  The bytes on the wire are the ones ``create`` sends, key order included
-  (``tests/test_llm_anthropic_wire.py``); auth, headers, timeout and errors stay the client's.
-  Two things of ``create`` go: the request attributes of its OpenTelemetry span, which it reads
-  off the body (the span keeps its name and route), and its warning for a model the API is
-  retiring. A whole answer is read off its JSON (``anthropic_parse.parse_message``), not first
-  built into the SDK's ``Message`` type, which cost as much again as reading it.
+  schema of the body, for files and iterators that Chorus never sends (``python -m
+  bench.vendor_call``, ``create`` against the provider). The bytes on the wire are the ones
+  ``create`` sends, key order included (``tests/test_llm_anthropic_wire.py``); auth, headers,
+  timeout and errors stay the client's. Two things of ``create`` go: the request attributes of
+  its OpenTelemetry span, which it reads off the body (the span keeps its name and route), and
+  its warning for a model the API is retiring. A whole answer is read off its JSON
+  (``anthropic_parse``, which says why), not built into the SDK's ``Message`` type.
 - Streaming reads the raw SSE events (``create``'s ``stream=True``) instead of the
   ``messages.stream()`` helper, so tool-input JSON, usage and a mid-stream ``error`` event are
   each handled explicitly; a stream that ends before ``message_stop`` raises (it was cut off).
   The events are read off the response's bytes (``bot.llm.sse``) and their JSON, as the SDK's
   ``AsyncStream`` would pass them on (named events only, pings skipped), without building its
-  pydantic event type for each, which cost several times the reading itself, once per token
-  (``python -m bench.vendor_call``). An ``event: error`` raises ``StreamErrorEvent``,
-  classified by its error type as the SDK's status error for it was.
+  pydantic event type for each. An ``event: error`` raises ``StreamErrorEvent``, classified by
+  its error type as the SDK's status error for it is.
+- HTTP runs on the SDK's ``DefaultAioHttpClient`` (``bot.llm.clients``). A response aiohttp's
+  parser refuses arrives wrapped in the SDK's connection error and is not retried.
 - Reasoning is extended thinking with a token budget (``THINKING_BUDGETS``). ``budget_tokens``
   counts inside ``max_tokens`` and must be below it, so the budget is added on top of
   ``request.max_tokens`` (which stays the answer's own allowance); the API refuses a
@@ -134,7 +133,7 @@ _BODY_ORDER = (
     "tool_choice",
     "tools",
 )
-# The SDK's own JSON encoding of a body (``anthropic._utils._json``'s encoder).
+# The SDK's own JSON encoding of a body: compact, non-ASCII kept, no NaN.
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 

@@ -1,19 +1,18 @@
 """Gemini through the google-genai SDK (``google.genai``), on the Gemini Developer API.
 
-Requests are written as REST JSON and sent through the SDK client's request layer by
-``bot.llm.gemini_wire`` (``generate_content``'s per-call validation of the whole history was
-three quarters of a console turn's CPU); reading answers (responses and stream chunks) lives in
-``bot.llm.gemini_parse``. This module runs the calls and classifies failures.
+Requests are written as REST JSON and sent through the SDK's public ``generate_content`` by
+``bot.llm.gemini_wire`` (which says why and how); reading answers (responses and stream chunks)
+lives in ``bot.llm.gemini_parse``. This module builds the client, runs the calls and classifies
+failures.
 
 Only translation lives here; guarding and retries are ``SDKProvider``'s. Quirks of google-genai
-3.x that shape it (read in ``google/genai/_api_client.py`` and ``models.py``):
+3.x that shape it:
 
 - **The SDK must not retry behind our back.** Without ``HttpOptions.retry_options`` its aiohttp
   transport silently re-sends a request after a connection error (sleeping 1-10 s with the real
   clock); with ``HttpRetryOptions(attempts=1)`` it raises instead, so ``RetryPolicy`` governs.
-  The request layer ``gemini_wire`` calls has no automatic continuation (re-requests on
-  ``finishReason: CONTINUATION`` or a dropped stream) and no automatic function calling: those
-  live in ``generate_content``, which is not used.
+  ``generate_content``'s automatic continuation (re-requests on ``finishReason: CONTINUATION``
+  or a dropped stream) and automatic function calling are turned off for each call.
 - **Explicit settings beat the environment.** The client reads ``GOOGLE_API_KEY`` (preferred over
   ``GEMINI_API_KEY``), ``GOOGLE_GEMINI_BASE_URL`` and ``GOOGLE_GENAI_USE_VERTEXAI`` itself, so
   ``from_settings`` passes the key, the base URL (the public host when unset) and
@@ -105,7 +104,7 @@ class GeminiProvider(SDKProvider):
         sleep: Sleep | None = None,
     ) -> None:
         super().__init__(base_url=base_url, retry=retry, sleep=sleep)
-        self._client = client
+        self.client = client
         self._owns_client = False
 
     @classmethod
@@ -133,8 +132,8 @@ class GeminiProvider(SDKProvider):
         """Close the client's connection pools, but only if this provider created the client."""
         if self._owns_client:
             self._owns_client = False
-            await self._client.aio.aclose()
-            self._client.close()
+            await self.client.aio.aclose()
+            self.client.close()
 
     def auth_error(self, status: int | None) -> ProviderAuthError:
         error = super().auth_error(status)
@@ -143,13 +142,13 @@ class GeminiProvider(SDKProvider):
 
     # -- calls ------------------------------------------------------------------------------
     async def _complete(self, request: LLMRequest) -> LLMResponse:
-        response = await generate(self._client, request.model, request_body(request))
+        response = await generate(self.client, request.model, request_body(request))
         builder = ResponseBuilder(request.model)
         builder.observe(response)
         return builder.finish()
 
     async def _stream(self, request: LLMRequest) -> AsyncIterator[StreamEvent]:
-        stream = generate_stream(self._client, request.model, request_body(request))
+        stream = generate_stream(self.client, request.model, request_body(request))
         builder = ResponseBuilder(request.model)
         try:
             async for chunk in stream:

@@ -40,7 +40,10 @@ Why it is built this way:
   built into the SDK's ``ChatCompletionChunk`` per token. As the SDK's stream does, a chunk
   carrying ``error`` raises ``openai.APIError`` (classified by its type and code), and
   ``[DONE]`` ends the answer; the body is still read to its end, so that the connection is
-  kept for the next call.
+  kept for the next call. Whole answers are read off their JSON too (``openai_parse``, which
+  says why).
+- HTTP runs on the SDK's ``DefaultAioHttpClient`` (``bot.llm.clients``): chat, embeddings and
+  moderation build their client with ``sdk_client``.
 """
 
 from __future__ import annotations
@@ -168,7 +171,9 @@ class OpenAIProvider(SDKProvider):
             await self.client.close()
 
     # -- calls -----------------------------------------------------------------------------
-    def _params(self, request: LLMRequest) -> dict[str, Any]:
+    def request_body(self, request: LLMRequest) -> dict[str, Any]:
+        """The Chat Completions body for ``request`` on this provider's host (without
+        ``stream``): ``build_params`` with the output limit and reasoning options set."""
         params = build_params(request)
         limit = request.max_tokens
         if self.reasoning_models.search(request.model):
@@ -189,7 +194,7 @@ class OpenAIProvider(SDKProvider):
             log.debug("%s: %s", model, message)
 
     async def _complete(self, request: LLMRequest) -> LLMResponse:
-        response = await self._create(self._params(request), stream=False)
+        response = await self._create(self.request_body(request), stream=False)
         return parse_completion(response.content, request.model)
 
     async def _create(self, params: dict[str, Any], *, stream: bool) -> httpx2.Response:
@@ -198,11 +203,11 @@ class OpenAIProvider(SDKProvider):
         it, the answer coming back as the HTTP response, its JSON or its SSE unread; but without
         ``create`` first walking every message, content part and tool schema against its
         TypedDict annotations for aliases and formats that Chat Completions' parameters do not
-        have. That walk cost more CPU than
-        all of Chorus's own work in a turn: 5 of a console turn's 9 ms with a 40-message
-        history (cProfile of ``chorus chat``; ``python -m bench.turn_ratio`` measures the turn).
-        ``build_params`` already writes the wire's JSON, and the contract suite checks that
-        wire against the loopback server (tests/test_provider_contract*.py)."""
+        have, which costs more CPU than all of Chorus's own work in a turn at the history limit
+        (``python -m bench.vendor_call``, ``create`` against the provider; ``python -m
+        bench.turn_ratio`` measures the whole turn). ``build_params`` already writes the wire's
+        JSON, and the contract suite checks that wire against the loopback server
+        (tests/test_provider_contract*.py)."""
         if stream:
             params = {**params, "stream": True, "stream_options": {"include_usage": True}}
         response: httpx2.Response = await self.client.post(
@@ -215,7 +220,7 @@ class OpenAIProvider(SDKProvider):
         return response
 
     async def _stream(self, request: LLMRequest) -> AsyncIterator[StreamEvent]:
-        response = await self._create(self._params(request), stream=True)
+        response = await self._create(self.request_body(request), stream=True)
         state = StreamState(model=request.model)
         done = False
         try:
