@@ -18,12 +18,15 @@ latency does not include the last one's bookkeeping. That bookkeeping is not fre
 ``framework_cpu`` counts it: the total CPU per message with an instant in-process model.
 Measured on the embedded store with the in-process bus for every vendor, and for Anthropic also
 on a real Redis with each bus.
+
+    python -m bench.overhead        # prints Markdown tables (also part of ``python -m bench``)
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import statistics
 import time
 import uuid
@@ -303,3 +306,12 @@ async def main(real_redis: str) -> list[str]:
             f"| {bus_stats['latency_p99_ms']:.2f} ms | {bus_stats['throughput_per_s']:,.0f} events/s |",
         ]
     return lines
+
+
+if __name__ == "__main__":
+    from bench.memory import REAL
+    from bot.llm.guard import block_real_calls
+
+    block_real_calls()  # loopback servers only
+    logging.getLogger("chorus.agent").setLevel(logging.ERROR)  # no prompt cache on loopback
+    print("\n".join(aio.run(main(REAL))))

@@ -3,11 +3,11 @@
 Why not ``generate_content``'s typed parameters: before any I/O it validates the whole request
 into pydantic models (every ``Content`` and ``Part`` of the history, with a type-mismatch check
 per field), then walks the models back out into the REST JSON with a path lookup for each of
-the ~20 possible fields of every part: per call and over the whole history, about ten times
-the CPU of the rest of the call at the 40-message history limit (``python -m
-bench.gemini_call``, typed against this module). So ``request_body`` writes that JSON directly
-from the neutral types, in the very shape the SDK produces (key order included, so the bytes on
-the wire are the same: ``tests/test_gemini_wire.py``), and ``generate_content`` carries it in
+the ~20 possible fields of every part: per call and over the whole history, far more CPU than
+the rest of the call at the 40-message history limit (``python -m bench.gemini_call``, the
+typed call against this module; figures in BENCHMARKS.md). So ``request_body`` writes that
+JSON directly from the neutral types, in the very shape the SDK produces (the same JSON on the
+wire: ``tests/test_gemini_wire.py``), and ``generate_content`` carries it in
 its documented ``HttpOptions.extra_body`` ("extra parameters to add to the request body, in the
 backend API's structure"): the SDK builds its body for a one-part stand-in content, then lays
 the JSON over it, its lists replacing the SDK's. Each call turns off what ``generate_content``
@@ -91,14 +91,18 @@ async def generate_stream(
     """``POST {model}:streamGenerateContent?alt=sse``, one JSON object per chunk: the SDK's
     reading of each (an in-band error raised as its ``errors.APIError``), by its REST names."""
     config = call_config(body, whole=False)
+    chunks = await client.aio.models.generate_content_stream(
+        model=model, contents=STAND_IN, config=config
+    )
     try:
-        chunks = await client.aio.models.generate_content_stream(
-            model=model, contents=STAND_IN, config=config
-        )
         async for chunk in chunks:
             yield chunk.model_dump(mode="json", by_alias=True, exclude_none=True)
     except pydantic.ValidationError as exc:  # the SDK could not read a chunk as an answer
         raise MalformedAnswer(f"a gemini stream chunk that is not an answer: {exc}") from exc
+    finally:  # a stream left early: the SDK's own generator lets its response go now
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()
 
 
 # -- the request body -----------------------------------------------------------------------
