@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import uvloop
+from google.genai import types
 
 from bench.vendor_call import (
     ROOT,
@@ -80,6 +81,7 @@ def caller(variant: str, base_url: str, *, streamed: bool) -> tuple[Call, Gemini
         return await provider.complete(turn)
 
     async def sdk(turn: LLMRequest) -> LLMResponse:
+        config: types.GenerateContentConfigOrDict
         if variant == "typed":
             contents, config = sdk_request(turn)
         else:

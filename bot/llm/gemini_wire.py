@@ -58,19 +58,20 @@ PLACEHOLDER_SIGNATURE = b"skip_thought_signature_validator"
 THINKING_BUDGETS = REASONING_BUDGETS
 # What ``generate_content`` builds its own body for; ``extra_body``'s ``contents`` replaces it.
 STAND_IN = types.Content(role="user", parts=[types.Part(text="")])
-_ONE_REQUEST = types.AutomaticFunctionCallingConfig(disable=True)
 
 JSON = dict[str, Any]
 
 
 # -- sending --------------------------------------------------------------------------------
-def call_config(body: JSON, *, whole: bool) -> types.GenerateContentConfig:
+def call_config(body: JSON, *, whole: bool) -> types.GenerateContentConfigDict:
     """``generate_content``'s config for sending ``body`` as it is, in one request; ``whole``:
-    the answer comes back as its JSON, not read into the SDK's type (streams cannot)."""
-    return types.GenerateContentConfig(
-        http_options=types.HttpOptions(extra_body=body),
+    the answer comes back as its JSON, not read into the SDK's type (streams cannot). A dict,
+    not the model: ``generate_content`` validates a dict, but deep-copies a model (the JSON in
+    ``extra_body`` with it)."""
+    return types.GenerateContentConfigDict(
+        http_options=types.HttpOptionsDict(extra_body=body),
         should_return_http_response=whole or None,
-        automatic_function_calling=_ONE_REQUEST,
+        automatic_function_calling=types.AutomaticFunctionCallingConfigDict(disable=True),
         automatic_continuation=False,
     )
 
