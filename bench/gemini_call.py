@@ -1,18 +1,21 @@
-"""Client CPU of one Gemini call, its answer read into the SDK's objects (before) or off its JSON.
+"""Client CPU of one Gemini call: the SDK's typed request and answer, against Chorus's JSON.
 
-Why: until issue 20's eighth pass the Gemini provider read every answer as ``generate_content``
-does, into google-genai's pydantic ``GenerateContentResponse``, and a stream chunk by chunk the
-same way, after the SDK had loaded each chunk's JSON, dumped it back to text and loaded it
-again (``async_request_streamed``). Now ``bot.llm.gemini_parse`` folds the JSON itself. The
-request side is the same in both (``bot.llm.gemini_wire.request_body``, sent through the SDK
-client's request layer), so the difference is the reading alone. As in ``bench.vendor_call``
-(whose turn at the 40-message history limit this uses): the loopback API runs in another
-process, only this process's CPU is counted, and the variants run in interleaved blocks.
+Why: ``bot.llm.gemini_wire`` writes the request's REST JSON itself and hands it to the public
+``generate_content`` in ``HttpOptions.extra_body``, and ``bot.llm.gemini_parse`` folds a whole
+answer off its JSON (``should_return_http_response``); both stay only for what they save
+against the SDK's own typed path. As in ``bench.vendor_call`` (whose turn at the 40-message
+history limit this uses): the loopback API runs in another process, only this process's CPU is
+counted, and the variants run in interleaved blocks. Three variants, all on the SDK's own
+aiohttp session:
 
-- ``before``: ``async_request`` / ``async_request_streamed`` and the SDK's own reading of each
-  answer or chunk (``_GenerateContentResponse_from_mldev`` and ``_from_response``), of which
-  only the text is kept (less than the old fold did, so the ratio errs towards ``before``);
-- ``now``: ``GeminiProvider.complete`` / ``stream`` as they are.
+- ``typed``: the documented call, ``generate_content(model, contents, config)`` with the SDK's
+  ``Content`` and ``GenerateContentConfig`` (``tests/gemini_typed.py``), the answer read into its
+  ``GenerateContentResponse`` and its text kept;
+- ``sdk answer``: Chorus's request (``extra_body``), the answer read into the SDK's type: what
+  ``gemini_parse`` saves on its own;
+- ``chorus``: ``GeminiProvider.complete`` / ``stream`` as they are. A stream's chunks arrive as
+  the SDK's types whatever the request (google-genai offers no raw stream), so there the last
+  two differ only by the fold.
 
     python -m bench.gemini_call        # prints a Markdown table
 """
@@ -20,7 +23,6 @@ process, only this process's CPU is counted, and the variants run in interleaved
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -28,24 +30,24 @@ from typing import Any
 
 import uvloop
 from google.genai import types
-from google.genai.models import _GenerateContentResponse_from_mldev
 
 from bench.vendor_call import (
     ROOT,
     STREAM_WORDS,
-    VARIANTS,
     interleaved,
     ratio_header,
     ratio_row,
     streamed_answer,
 )
+from bot.llm import gemini_wire
 from bot.llm.gemini import GeminiProvider
-from bot.llm.gemini_wire import model_path, request_body
 from bot.llm.types import LLMRequest, LLMResponse, TextPart
 from bot.resilience import RetryPolicy
 from bot.settings import LLMSettings
+from tests.gemini_typed import sdk_request
 
 Call = Callable[[LLMRequest], Awaitable[LLMResponse]]
+VARIANTS = ("typed", "sdk answer", "chorus")
 
 
 async def _serve() -> None:
@@ -66,38 +68,38 @@ async def _serve() -> None:
         await asyncio.Event().wait()
 
 
-def _sdk_text(payload: dict[str, Any]) -> str:
-    fields = _GenerateContentResponse_from_mldev(payload, None, None)
-    response = types.GenerateContentResponse._from_response(response=fields, kwargs={})
-    content = response.candidates[0].content if response.candidates else None
-    return "".join(p.text or "" for p in (content.parts if content else None) or [])
-
-
 def caller(variant: str, base_url: str, *, streamed: bool) -> tuple[Call, GeminiProvider]:
-    """One call, whole or streamed, as the provider made it before this pass or makes it now;
-    the provider (and its client) as ``from_settings`` builds them, to be closed by the caller."""
+    """One call, whole or streamed, as ``variant`` makes it; the provider (and its client, as
+    ``from_settings`` builds them) to be closed by the caller."""
     settings = LLMSettings(gemini_api_key="bench", gemini_base_url=base_url)  # type: ignore[arg-type]
     provider = GeminiProvider.from_settings(settings, retry=RetryPolicy(max_retries=0))
-    api = provider._client.aio._api_client
+    models = provider.client.aio.models
 
-    async def now(turn: LLMRequest) -> LLMResponse:
+    async def chorus(turn: LLMRequest) -> LLMResponse:
         if streamed:
             return await streamed_answer(provider, turn)
         return await provider.complete(turn)
 
-    async def before(turn: LLMRequest) -> LLMResponse:
-        path = model_path(turn.model)
-        if streamed:
-            stream = await api.async_request_streamed(
-                "post", f"{path}:streamGenerateContent?alt=sse", request_body(turn), None
-            )
-            text = "".join([_sdk_text(json.loads(chunk.body)) async for chunk in stream])
+    async def sdk(turn: LLMRequest) -> LLMResponse:
+        config: types.GenerateContentConfigOrDict
+        if variant == "typed":
+            contents, config = sdk_request(turn)
         else:
-            answer = await api.async_request("post", f"{path}:generateContent", request_body(turn))
-            text = _sdk_text(json.loads(answer.body or "{}"))
+            contents = [gemini_wire.STAND_IN]
+            config = gemini_wire.call_config(gemini_wire.request_body(turn), whole=False)
+        if streamed:
+            chunks = await models.generate_content_stream(
+                model=turn.model, contents=contents, config=config
+            )
+            text = "".join([chunk.text or "" async for chunk in chunks])
+        else:
+            answer = await models.generate_content(
+                model=turn.model, contents=contents, config=config
+            )
+            text = answer.text or ""
         return LLMResponse(parts=(TextPart(text=text),), stop_reason="end_turn")
 
-    return (now if variant == "now" else before), provider
+    return (chorus if variant == "chorus" else sdk), provider
 
 
 async def measure(*, streamed: bool) -> dict[str, list[float]]:
@@ -128,16 +130,14 @@ async def main() -> list[str]:
     for streamed in (False, True):
         kind = f"streamed, {STREAM_WORDS} chunks" if streamed else "whole"
         try:
-            spent = await measure(streamed=streamed)
+            rows.append(ratio_row(kind, await measure(streamed=streamed), VARIANTS))
         except Exception as exc:
-            rows.append(f"| {kind} | not measured: {exc!r} | | |")
-            continue
-        rows.append(ratio_row(kind, spent))
+            rows.append(f"| {kind} | not measured: {exc!r} | | | | |")
     return [
-        f"## A Gemini answer of {STREAM_WORDS} words: client CPU per call, read into the SDK's "
-        "objects (before) or off its JSON (now)",
+        f"## A Gemini answer of {STREAM_WORDS} words: client CPU per call, the SDK's typed "
+        "call against Chorus's JSON",
         "",
-        *ratio_header("answer"),
+        *ratio_header("answer", VARIANTS),
         *rows,
     ]
 

@@ -1,30 +1,44 @@
-"""Framework overhead per answered message, LLM excluded, as a ratio against a bare SDK call.
+"""The whole Chorus turn against a bare SDK call, per vendor, and the framework's overhead.
 
-The same loopback Anthropic server answers both sides. The bare side times
-``client.messages.create`` with the official SDK; the Chorus side times a message from
-``bus.publish`` to the reply's arrival on the outbound topic through the whole pipeline (claim,
-history, memory, prompt assembly, agent, reply). The agent measures its own model-call time, so
-overhead = end-to-end time minus that LLM time, per message; the ratio compares Chorus's
-end-to-end time with the bare call's. A second bare side replays the very request bodies Chorus
-sent (system prompt, tools, history: the same bytes on the wire, the same work for the server)
-through the SDK's own ``post``, so its ratio is the framework's cost alone. Messages arrive one at a time at an idle bot: the next is
-published once the previous turn's tail (the history/memory/insights commit and the acks, work
-done after the reply is out) has finished, so one message's latency does not include the last
-one's bookkeeping. That bookkeeping is not free, and ``framework_cpu`` counts it: the total CPU
-per message. Measured on the embedded store with the in-process bus, and on a real Redis with
-each bus.
+The same loopback API of each vendor (Anthropic, OpenAI, Gemini) answers both sides. The Chorus
+side times a message from ``bus.publish`` to the reply's arrival on the outbound topic through
+the whole pipeline (claim, history, memory, prompt assembly, agent, the SDK on its own aiohttp
+transport, reply). The bare side then replays the very request bodies Chorus sent (system
+prompt, tools, history: the same JSON on the wire, the same work for the server) through the
+SDK's documented call on its stock transport, as a bot calling the SDK itself would:
+``messages.create`` (Anthropic; httpx2), ``chat.completions.create`` (OpenAI; httpx2) and
+``generate_content`` with the SDK's typed contents (Gemini; its aiohttp session). The ratio is
+Chorus's whole turn over that bare call; the budget is 1.0. The agent measures its own
+model-call time, so the overhead is the turn minus that LLM time, per message.
+
+Messages arrive one at a time at an idle bot (eight conversations, so each history grows to the
+40-message limit): the next is published once the previous turn's tail (the history, memory and
+insights commit and the acks, work done after the reply is out) has finished, so one message's
+latency does not include the last one's bookkeeping. That bookkeeping is not free, and
+``framework_cpu`` counts it: the total CPU per message with an instant in-process model.
+Measured on the embedded store with the in-process bus for every vendor, and for Anthropic also
+on a real Redis with each bus.
+
+    python -m bench.overhead        # prints Markdown tables (also part of ``python -m bench``)
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import logging
 import statistics
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import anthropic
+import openai
+from google import genai
+from google.genai import types
 
+from bench.startup import VENDORS
 from bot.app import Chorus
 from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
@@ -33,9 +47,12 @@ from bot.llm.scripted import ScriptedProvider
 from bot.ops import aio
 from bot.ops.metrics import NullMetrics
 from bot.settings import settings_from
+from tests.gemini_typed import typed_from_body
 from tests.loopback.anthropic_server import AnthropicServer
 
 WARMUP = 20
+# The one setup every vendor is measured on: the framework alone.
+IN_PROCESS = ("embedded store, in-process bus", "memory://bench-overhead", "memory")
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -45,45 +62,60 @@ def _pct(values: list[float], q: float) -> float:
 
 @dataclass
 class Overhead:
+    vendor: str
     label: str
-    bare_p50_ms: float
     chorus_p50_ms: float
     overhead_p50_ms: float
     overhead_p99_ms: float
+    bare_p50_ms: float  # the bare SDK replaying Chorus's request bodies
     ratio_p50: float
-    replay_p50_ms: float = 0.0  # the bare SDK replaying Chorus's own request bodies
-    ratio_replay_p50: float = 0.0
 
 
-async def _bare(server: AnthropicServer, n: int) -> list[float]:
-    client = anthropic.AsyncAnthropic(api_key="bench", base_url=server.base_url, max_retries=0)
+async def replay(vendor: str, base_url: str, bodies: list[dict[str, Any]]) -> list[float]:
+    """Seconds per call of the bare SDK (its documented call, its stock transport) sending
+    each of ``bodies`` (requests Chorus made) as they were."""
     times: list[float] = []
-    try:
-        for i in range(n + WARMUP):
-            started = time.perf_counter()
-            await client.messages.create(
-                model="claude-test",
-                max_tokens=64,
-                messages=[{"role": "user", "content": f"hello {i}"}],
-            )
-            if i >= WARMUP:
+    if vendor == "anthropic":
+        a_client = anthropic.AsyncAnthropic(api_key="bench", base_url=base_url, max_retries=0)
+        known = set(inspect.signature(a_client.messages.create).parameters)
+        try:
+            for body in bodies:
+                args = {k: v for k, v in body.items() if k in known}
+                extra = {k: v for k, v in body.items() if k not in known}
+                started = time.perf_counter()
+                await a_client.messages.create(**args, extra_body=extra or None)
                 times.append(time.perf_counter() - started)
-    finally:
-        await client.close()
-    return times
-
-
-async def _replay(server: AnthropicServer, bodies: list[dict[str, object]]) -> list[float]:
-    """The bare SDK sending each of ``bodies`` (requests Chorus made) as they were."""
-    client = anthropic.AsyncAnthropic(api_key="bench", base_url=server.base_url, max_retries=0)
-    times: list[float] = []
-    try:
-        for body in bodies:
-            started = time.perf_counter()
-            await client.post("/v1/messages", body=body, cast_to=anthropic.types.Message)
-            times.append(time.perf_counter() - started)
-    finally:
-        await client.close()
+        finally:
+            await a_client.close()
+    elif vendor == "openai":
+        o_client = openai.AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0)
+        try:
+            for body in bodies:
+                started = time.perf_counter()
+                await o_client.chat.completions.create(**body)
+                times.append(time.perf_counter() - started)
+        finally:
+            await o_client.close()
+    else:
+        g_client = genai.Client(
+            vertexai=False,
+            api_key="bench",
+            http_options=types.HttpOptions(
+                base_url=base_url, retry_options=types.HttpRetryOptions(attempts=1)
+            ),
+        )
+        model = VENDORS[vendor][1].partition(":")[2]
+        try:
+            for body in bodies:
+                started = time.perf_counter()
+                contents, config = typed_from_body(body)
+                await g_client.aio.models.generate_content(
+                    model=model, contents=contents, config=config
+                )
+                times.append(time.perf_counter() - started)
+        finally:
+            await g_client.aio.aclose()
+            g_client.close()
     return times
 
 
@@ -97,20 +129,29 @@ class _LLMTimes(NullMetrics):
         self.llm.append(seconds)
 
 
+class Served(Protocol):
+    """A loopback vendor API: where it listens."""
+
+    @property
+    def base_url(self) -> str: ...
+
+
 async def _chorus(
-    server: AnthropicServer,
+    server: Served,
     n: int,
     redis_url: str,
     bus: str,
     provider: Provider | None = None,
     *,
     settle: bool = True,
+    vendor: str = "anthropic",
 ) -> tuple[list[float], list[float]]:
+    _, model, key_env, url_env = VENDORS[vendor]
     settings = settings_from(
         {
-            "CHORUS_MODEL": "anthropic:claude-test",
-            "ANTHROPIC_API_KEY": "bench",
-            "ANTHROPIC_BASE_URL": server.base_url,
+            "CHORUS_MODEL": model,
+            key_env: "bench",
+            url_env: server.base_url,
             "CHORUS_REDIS_URL": redis_url,
             "CHORUS_BUS": bus,
             "CHORUS_BUS_NAMESPACE": f"ovh{uuid.uuid4().hex[:8]}",
@@ -162,25 +203,23 @@ async def _chorus(
     return totals, times.llm[WARMUP:]
 
 
-async def measure(label: str, redis_url: str, bus: str, n: int = 300) -> Overhead:
-    async with AnthropicServer() as server:
+async def measure(vendor: str, label: str, redis_url: str, bus: str, n: int = 300) -> Overhead:
+    server = VENDORS[vendor][0]()
+    async with server:
         server.default_reply = lambda body: "ok"
-        bare = await _bare(server, n)
         first = len(server.requests)
-        totals, llm = await _chorus(server, n, redis_url, bus)
-        replay = await _replay(server, server.bodies[first + WARMUP :])
+        totals, llm = await _chorus(server, n, redis_url, bus, vendor=vendor)
+        bare = await replay(vendor, server.base_url, server.bodies[first + WARMUP :])
     overheads = [t - m for t, m in zip(totals, llm, strict=True)]
-    bare_p50, chorus_p50 = statistics.median(bare), statistics.median(totals)
-    replay_p50 = statistics.median(replay)
+    chorus_p50, bare_p50 = statistics.median(totals), statistics.median(bare)
     return Overhead(
+        vendor,
         label,
-        bare_p50 * 1000,
         chorus_p50 * 1000,
         statistics.median(overheads) * 1000,
         _pct(overheads, 0.99) * 1000,
+        bare_p50 * 1000,
         chorus_p50 / bare_p50,
-        replay_p50 * 1000,
-        chorus_p50 / replay_p50,
     )
 
 
@@ -206,28 +245,32 @@ def _ok(request: object) -> str:
     return "ok"
 
 
+def runs(real_redis: str) -> list[tuple[str, str, str, str]]:
+    """(vendor, setup, state URL, bus): every vendor in-process, Anthropic on Redis too."""
+    return [
+        *((vendor, *IN_PROCESS) for vendor in VENDORS),
+        ("anthropic", "Redis state (127.0.0.1), in-process bus", real_redis, "memory"),
+        ("anthropic", "Redis state, Redis Streams bus, one process", real_redis, "redis"),
+    ]
+
+
 async def main(real_redis: str) -> list[str]:
     lines = [
-        "## Framework overhead per answered message (LLM excluded)",
+        "## The whole turn against the bare SDK call, per vendor",
         "",
-        "| setup | bare SDK call p50 | Chorus end to end p50 | overhead p50 | overhead p99 "
-        "| ratio (Chorus / bare) | same requests replayed p50 | ratio (Chorus / replayed) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| vendor | setup | Chorus whole turn p50 | overhead p50 (LLM excluded) | overhead p99 "
+        "| bare SDK call p50 (the same requests, stock transport) | Chorus / bare |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for label, url, bus in (
-        ("embedded store, in-process bus", "memory://bench-overhead", "memory"),
-        ("Redis state (127.0.0.1), in-process bus", real_redis, "memory"),
-        ("Redis state, Redis Streams bus, one process", real_redis, "redis"),
-    ):
+    for vendor, label, url, bus in runs(real_redis):
         try:
-            r = await measure(label, url, bus)
+            r = await measure(vendor, label, url, bus)
         except Exception as exc:
-            lines.append(f"| {label} | not measured: {exc} | | | | | | |")
+            lines.append(f"| {vendor} | {label} | not measured: {exc!r} | | | | |")
             continue
         lines.append(
-            f"| {r.label} | {r.bare_p50_ms:.2f} ms | {r.chorus_p50_ms:.2f} ms | "
-            f"{r.overhead_p50_ms:.2f} ms | {r.overhead_p99_ms:.2f} ms | "
-            f"{r.ratio_p50:.2f} | {r.replay_p50_ms:.2f} ms | {r.ratio_replay_p50:.2f} |"
+            f"| {r.vendor} | {r.label} | {r.chorus_p50_ms:.2f} ms | {r.overhead_p50_ms:.2f} ms "
+            f"| {r.overhead_p99_ms:.2f} ms | {r.bare_p50_ms:.2f} ms | {r.ratio_p50:.2f} |"
         )
     lines += [
         "",
@@ -263,3 +306,12 @@ async def main(real_redis: str) -> list[str]:
             f"| {bus_stats['latency_p99_ms']:.2f} ms | {bus_stats['throughput_per_s']:,.0f} events/s |",
         ]
     return lines
+
+
+if __name__ == "__main__":
+    from bench.memory import REAL
+    from bot.llm.guard import block_real_calls
+
+    block_real_calls()  # loopback servers only
+    logging.getLogger("chorus.agent").setLevel(logging.ERROR)  # no prompt cache on loopback
+    print("\n".join(aio.run(main(REAL))))

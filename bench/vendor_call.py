@@ -1,32 +1,27 @@
-"""Client CPU of one model call as Chorus made it before issue 20's fifth pass and now.
+"""Client CPU of one model call: the answer read into the SDK's own types, or off its JSON.
 
-Why: with an instant model, a worker's CPU per answered message is mostly the vendor call
-(building the request, the SDK's own work, HTTP/1.1 through httpx2, parsing the answer), and
-the scale-out benchmark cannot tell that part from the framework's. Here a turn at the
-40-message history limit (about 10 KB: two system blocks, two tools, alternating turns) goes
-through the real SDK to the loopback API in another process, and only this process's CPU is
-counted. The variants run in interleaved blocks of ``BLOCK`` calls, so that a change of the
+Why: with an instant model, a worker's CPU per answered message is mostly the vendor call, and
+Chorus reads the Anthropic and OpenAI answers itself (``bot.llm.anthropic_parse``,
+``bot.llm.openai_parse``, ``bot.llm.sse``) only for what that saves against the SDK building its
+pydantic types. Here a turn at the 40-message history limit (about 10 KB: two system blocks, two
+tools, alternating turns) goes through the real SDK on its ``DefaultAioHttpClient``, as
+``from_settings`` builds it, to the loopback API in another process, and only this process's CPU
+is counted. The variants run in interleaved blocks of ``BLOCK`` calls, so that a change of the
 machine's speed hits both; the medians of the blocks are reported, and the median of the
 blocks' ratios.
 
-- ``before``: the SDK's stock client (httpx2 on anyio); Anthropic through ``messages.create``
-  (which deep-copies the body), OpenAI through the client's ``post`` with the provider's body
-  (which already skipped ``create``'s parameter transform); both answers built into the SDK's
-  types.
-- ``now``: the provider as ``from_settings`` builds it: the client on Chorus's own HTTP/1.1
-  transport (``bot.llm.transport``), Anthropic's body encoded once and posted
-  (``bot.llm.anthropic._create``) and its answer read off the JSON
-  (``bot.llm.anthropic_parse.parse_message``).
+- ``create``: the SDK's documented call, ``messages.create`` / ``chat.completions.create`` with
+  the provider's parameters, the answer (or each streamed event) read into the SDK's types;
+- ``sdk``: the provider's request sent the way the provider sends it (Anthropic's body encoded
+  once and posted, OpenAI's through the client's ``post``, neither walked by ``create``), the
+  answer read into the SDK's own types: what reading the JSON saves on its own;
+- ``chorus``: ``provider.complete`` / ``provider.stream`` as they are.
 
-A second table streams a 100-word answer (``STREAM_WORDS`` text deltas, one SSE event each),
-both variants on Chorus's transport, so that it shows the reading of the events alone:
+Of the SDK's types only the text is kept, less than the provider's fold reads, so the ratios err
+towards the SDK.
 
-- ``before``: the provider's stream until the seventh pass, ``post`` with the SDK's
-  ``AsyncStream`` building its pydantic event type for every event (the fold kept to the text
-  deltas, less than the provider did, so the ratio errs towards ``before``);
-- ``now``: ``provider.stream``, the events read off their JSON (``bot.llm.sse``).
-
-Both run on uvloop, as ``chorus run`` does where it is installed.
+The second table streams a ``STREAM_WORDS``-word answer (one SSE event per text delta). Both run
+on uvloop, as ``chorus run`` does where it is installed.
 
     python -m bench.vendor_call        # prints a Markdown table
 """
@@ -48,17 +43,17 @@ import uvloop
 from anthropic.types import RawMessageStreamEvent
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from bot.llm.anthropic import _REQUEST_OPTIONS, AnthropicProvider, build_params, encode_body
+from bot.llm.anthropic import AnthropicProvider, build_params, encode_body
+from bot.llm.anthropic import sdk_client as anthropic_client
 from bot.llm.base import Provider
 from bot.llm.openai import OpenAIProvider, sdk_client
-from bot.llm.transport import sdk_http_client
 from bot.llm.types import LLMRequest, LLMResponse, Message, TextPart, ToolSpec
 from bot.resilience import RetryPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK, BLOCKS, WARMUP = 200, 15, 50
 VENDORS = ("anthropic", "openai")
-VARIANTS = ("before", "now")
+VARIANTS = ("create", "sdk", "chorus")
 STREAM_WORDS = 100
 
 
@@ -114,101 +109,96 @@ async def _serve(vendor: str) -> None:
 Call = Callable[[LLMRequest], Awaitable[LLMResponse]]
 
 
-def _caller(vendor: str, variant: str, base_url: str) -> tuple[Call, Callable[[], Awaitable[None]]]:
-    """One model call as Chorus made it before this pass (``before``) or makes it now."""
+def _provider(vendor: str, base_url: str) -> AnthropicProvider | OpenAIProvider:
+    """The provider over a client as ``from_settings`` builds it; closed by the caller."""
+    retry = RetryPolicy(max_retries=0)
     if vendor == "anthropic":
-        a_http = sdk_http_client(anthropic.DefaultAsyncHttpxClient) if variant == "now" else None
-        a_client = anthropic.AsyncAnthropic(
-            api_key="bench", base_url=base_url, max_retries=0, timeout=60, http_client=a_http
+        return AnthropicProvider(
+            anthropic_client("bench", base_url, 60), base_url=base_url, retry=retry
         )
-        if variant == "before":  # the provider's call until this pass: messages.create
+    return OpenAIProvider(sdk_client("bench", base_url, 60), base_url=base_url, retry=retry)
 
-            async def create(turn: LLMRequest) -> LLMResponse:
-                message = await a_client.messages.create(**build_params(turn))
-                text = "".join(
-                    b.text for b in message.content if isinstance(b, anthropic.types.TextBlock)
-                )
-                return LLMResponse(parts=(TextPart(text=text),), stop_reason="end_turn")
 
-            return create, a_client.close
-        provider = AnthropicProvider(a_client, base_url=base_url, retry=RetryPolicy(max_retries=0))
-        return provider.complete, a_client.close
-    o_client = (
-        sdk_client("bench", base_url, 60)  # as from_settings builds it
-        if variant == "now"
-        else openai.AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0, timeout=60)
-    )
-    chat = OpenAIProvider(o_client, base_url=base_url, retry=RetryPolicy(max_retries=0))
-    if variant == "before":  # until this pass: the provider's body through ``post``, the
-        # answer built into the SDK's ChatCompletion
+def _caller(vendor: str, variant: str, base_url: str) -> tuple[Call, Callable[[], Awaitable[None]]]:
+    """One call as ``variant`` makes it (the module's docstring says how)."""
+    provider = _provider(vendor, base_url)
+    if variant == "chorus":
+        return provider.complete, provider.client.close
 
-        async def post(turn: LLMRequest) -> LLMResponse:
-            completion = await o_client.post(
-                "/chat/completions", body=chat._params(turn), cast_to=ChatCompletion
+    async def sdk(turn: LLMRequest) -> LLMResponse:
+        if isinstance(provider, AnthropicProvider) and variant == "create":
+            message = await provider.client.messages.create(**build_params(turn))
+            text = "".join(
+                b.text for b in message.content if isinstance(b, anthropic.types.TextBlock)
+            )
+        elif isinstance(provider, AnthropicProvider):
+            message = await provider.client.post(
+                "/v1/messages",
+                content=encode_body(build_params(turn), stream=False),
+                cast_to=anthropic.types.Message,
+            )
+            text = "".join(
+                b.text for b in message.content if isinstance(b, anthropic.types.TextBlock)
+            )
+        elif variant == "create":
+            completion = await provider.client.chat.completions.create(
+                **provider.request_body(turn)
             )
             text = completion.choices[0].message.content or ""
-            return LLMResponse(parts=(TextPart(text=text),), stop_reason="end_turn")
+        else:
+            completion = await provider.client.post(
+                "/chat/completions", body=provider.request_body(turn), cast_to=ChatCompletion
+            )
+            text = completion.choices[0].message.content or ""
+        return LLMResponse(parts=(TextPart(text=text),), stop_reason="end_turn")
 
-        return post, o_client.close
-    return chat.complete, o_client.close
+    return sdk, provider.client.close
 
 
 def _streamer(
     vendor: str, variant: str, base_url: str
 ) -> tuple[Call, Callable[[], Awaitable[None]]]:
-    """One streamed answer read to its end, its events built into the SDK's types
-    (``before``) or read off their JSON (``now``); both on Chorus's transport."""
-    a_client: anthropic.AsyncAnthropic | None = None
-    if vendor == "anthropic":
-        a_client = anthropic.AsyncAnthropic(
-            api_key="bench",
-            base_url=base_url,
-            max_retries=0,
-            timeout=60,
-            http_client=sdk_http_client(anthropic.DefaultAsyncHttpxClient),
-        )
-        provider: AnthropicProvider | OpenAIProvider = AnthropicProvider(
-            a_client, base_url=base_url, retry=RetryPolicy(max_retries=0)
-        )
-        close = a_client.close
-    else:
-        o_client = sdk_client("bench", base_url, 60)
-        provider = OpenAIProvider(o_client, base_url=base_url, retry=RetryPolicy(max_retries=0))
-        close = o_client.close
+    """One streamed answer read to its end, as ``variant`` reads it."""
+    provider = _provider(vendor, base_url)
 
-    async def now(turn: LLMRequest) -> LLMResponse:
+    async def chorus(turn: LLMRequest) -> LLMResponse:
         return await streamed_answer(provider, turn)
 
-    async def before(turn: LLMRequest) -> LLMResponse:
+    async def sdk(turn: LLMRequest) -> LLMResponse:
         text: list[str] = []
-        if a_client is not None:
-            stream: Any = await a_client.post(
-                "/v1/messages",
-                content=encode_body(build_params(turn), stream=True),
-                cast_to=anthropic.types.Message,
-                options=_REQUEST_OPTIONS,
-                stream=True,
-                stream_cls=anthropic.AsyncStream[RawMessageStreamEvent],
-            )
-            async for event in stream:
-                if event.type == "content_block_delta" and event.delta.type == "text_delta":
-                    text.append(event.delta.text)
+        stream: Any
+        if isinstance(provider, AnthropicProvider):
+            if variant == "create":
+                stream = await provider.client.messages.create(**build_params(turn), stream=True)
+            else:
+                stream = await provider.client.post(
+                    "/v1/messages",
+                    content=encode_body(build_params(turn), stream=True),
+                    cast_to=anthropic.types.Message,
+                    stream=True,
+                    stream_cls=anthropic.AsyncStream[RawMessageStreamEvent],
+                )
         else:
-            assert isinstance(provider, OpenAIProvider)
-            body = {**provider._params(turn), "stream": True}
+            body = {**provider.request_body(turn), "stream": True}
             body["stream_options"] = {"include_usage": True}
-            stream = await provider.client.post(
-                "/chat/completions",
-                body=body,
-                cast_to=ChatCompletion,
-                stream=True,
-                stream_cls=openai.AsyncStream[ChatCompletionChunk],
-            )
-            async for chunk in stream:
-                text.extend(c.delta.content or "" for c in chunk.choices if c.index == 0)
+            if variant == "create":
+                stream = await provider.client.chat.completions.create(**body)
+            else:
+                stream = await provider.client.post(
+                    "/chat/completions",
+                    body=body,
+                    cast_to=ChatCompletion,
+                    stream=True,
+                    stream_cls=openai.AsyncStream[ChatCompletionChunk],
+                )
+        async for event in stream:
+            if isinstance(provider, OpenAIProvider):
+                text.extend(c.delta.content or "" for c in event.choices if c.index == 0)
+            elif event.type == "content_block_delta" and event.delta.type == "text_delta":
+                text.append(event.delta.text)
         return LLMResponse(parts=(TextPart(text="".join(text)),), stop_reason="end_turn")
 
-    return (now if variant == "now" else before), close
+    return (chorus if variant == "chorus" else sdk), provider.client.close
 
 
 async def streamed_answer(provider: Provider, turn: LLMRequest) -> LLMResponse:
@@ -275,41 +265,49 @@ async def _rows(streamed: bool) -> list[str]:
         try:
             spent = await measure(vendor, streamed=streamed)
         except Exception as exc:
-            rows.append(f"| {vendor} | not measured: {exc!r} | | |")
+            rows.append(f"| {vendor} | not measured: {exc!r} | | | | |")
             continue
-        rows.append(ratio_row(vendor, spent))
+        rows.append(ratio_row(vendor, spent, VARIANTS))
     return rows
 
 
-def ratio_header(first: str) -> list[str]:
-    """The header of a table of ``ratio_row``s, ``first`` naming its first column."""
+def ratio_header(first: str, variants: tuple[str, ...]) -> list[str]:
+    """The header of a table of ``ratio_row``s, ``first`` naming its first column; the last
+    variant is compared with each other one."""
+    *others, last = variants
     return [
-        f"| {first} | before (median of {BLOCKS} blocks of {BLOCK}) | now | now / before, "
-        "median of the blocks (range) |",
-        "|---|---|---|---|",
+        f"| {first} | {variants[0]} (median of {BLOCKS} blocks of {BLOCK}) | "
+        + " | ".join(variants[1:])
+        + f" | {last} / {others[0]}, median of the blocks (range) | "
+        + " | ".join(f"{last} / {other}" for other in others[1:])
+        + " |",
+        "|---" * (1 + len(variants) + len(others)) + "|",
     ]
 
 
-def ratio_row(label: str, spent: dict[str, list[float]]) -> str:
-    """A table row: the variants' medians, and the median (range) of the blocks' ratios."""
-    ratios = sorted(n / b for b, n in zip(spent["before"], spent["now"], strict=True))
-    return (
-        f"| {label} | {statistics.median(spent['before']):.0f} µs "
-        f"| {statistics.median(spent['now']):.0f} µs "
-        f"| {statistics.median(ratios):.2f} ({ratios[0]:.2f} to {ratios[-1]:.2f}) |"
-    )
+def ratio_row(label: str, spent: dict[str, list[float]], variants: tuple[str, ...]) -> str:
+    """A table row: each variant's median, then the median (range) of the blocks' ratios of the
+    last variant to each other one."""
+    *others, last = variants
+    cells = [f"{statistics.median(spent[v]):,.0f} µs" for v in variants]
+    for other in others:
+        ratios = sorted(n / b for b, n in zip(spent[other], spent[last], strict=True))
+        cells.append(f"{statistics.median(ratios):.2f} ({ratios[0]:.2f} to {ratios[-1]:.2f})")
+    return f"| {label} | " + " | ".join(cells) + " |"
 
 
 async def main() -> list[str]:
-    header = ratio_header("vendor")
+    header = ratio_header("vendor", VARIANTS)
     return [
-        "## The vendor call: client CPU per model call, before this pass and now",
+        "## The vendor call: client CPU per model call on the SDK's aiohttp client, the SDK's "
+        "documented call (create), the provider's request with the SDK's answer types (sdk), "
+        "and the provider (chorus)",
         "",
         *header,
         *await _rows(streamed=False),
         "",
         f"## A streamed answer of {STREAM_WORDS} text deltas: client CPU per answer, the "
-        "events built into the SDK's types (before) or read off their JSON (now)",
+        "events built into the SDK's types (create, sdk) or read off their JSON (chorus)",
         "",
         *header,
         *await _rows(streamed=True),

@@ -97,8 +97,13 @@ def _anthropic_provider(
     url: str, key: str, retry: RetryPolicy, sleep: Sleep | None
 ) -> tuple[SDKProvider, Closer]:
     # Strict validation: the SDK rejects any answer of the loopback server that is off-schema.
+    # HTTP on the SDK's aiohttp client, as ``from_settings`` builds it.
     client = anthropic.AsyncAnthropic(
-        api_key=key, base_url=url, max_retries=0, _strict_response_validation=True
+        api_key=key,
+        base_url=url,
+        max_retries=0,
+        _strict_response_validation=True,
+        http_client=anthropic.DefaultAioHttpClient(),
     )
     return AnthropicProvider(client, base_url=url, retry=retry, sleep=sleep), client.close
 
@@ -177,7 +182,11 @@ def _openai_provider(
     url: str, key: str, retry: RetryPolicy, sleep: Sleep | None
 ) -> tuple[SDKProvider, Closer]:
     client = openai.AsyncOpenAI(
-        api_key=key, base_url=url, max_retries=0, _strict_response_validation=True
+        api_key=key,
+        base_url=url,
+        max_retries=0,
+        _strict_response_validation=True,
+        http_client=openai.DefaultAioHttpClient(),
     )
     return OpenAIProvider(client, base_url=url, retry=retry, sleep=sleep), client.close
 
@@ -278,7 +287,7 @@ def _gemini_real_host(server: VendorServer) -> tuple[SDKProvider, Callable[[], i
 
 def _gemini_closed(provider: SDKProvider) -> bool:
     assert isinstance(provider, GeminiProvider)
-    return bool(provider._client._api_client._async_resources_are_closed())
+    return bool(provider.client._api_client._async_resources_are_closed())
 
 
 def _generation_config(body: dict[str, Any]) -> dict[str, Any]:

@@ -1,10 +1,11 @@
-"""``bot.llm.gemini_parse`` folds Gemini's JSON exactly as the fold over the SDK's objects did.
+"""``bot.llm.gemini_parse`` folds Gemini's JSON exactly as a fold over the SDK's objects does.
 
-Until the eighth pass of issue 20 each answer (and each streamed chunk) was first validated into
-google-genai's ``GenerateContentResponse``, and the fold read that. ``sdk_read`` (the SDK's own
-reading, as ``generate_content`` does it) and ``ReferenceBuilder`` (the fold as it was) live on
-in ``tests/gemini_reference.py`` as the reference: every answer below must give the same ``LLMResponse`` both ways,
-and what the SDK's validation refused must be refused as ``MalformedAnswer``.
+A whole answer is read off its JSON; a stream's chunks arrive as google-genai's
+``GenerateContentResponse`` and are folded by their REST names. ``sdk_read`` (the SDK's own
+reading, as ``generate_content`` does it) and ``ReferenceBuilder`` (a fold over the SDK's
+objects) in ``tests/gemini_reference.py`` are the reference: every answer below must give the
+same ``LLMResponse`` both ways, and what the SDK's validation refuses must be refused as
+``MalformedAnswer``.
 """
 
 from __future__ import annotations
@@ -265,13 +266,6 @@ async def test_the_provider_reads_what_generate_content_read(reply: JSON) -> Non
         await server.close()
 
 
-class _ListChunkServer(GeminiServer):
-    """Streams one chunk that is a JSON list, not an answer object."""
-
-    async def _stream(self, request: web.Request, chunks: list[JSON]) -> web.StreamResponse:
-        return await super()._stream(request, [[1, 2]])  # type: ignore[list-item]
-
-
 async def _refusal(server: GeminiServer, *, streamed: bool) -> MalformedAnswer:
     """What a call to ``server`` was refused for, after one request and no retry."""
     await server.start()
@@ -293,38 +287,18 @@ async def _refusal(server: GeminiServer, *, streamed: bool) -> MalformedAnswer:
     return cause
 
 
-async def test_a_stream_chunk_that_is_not_an_object_is_malformed_and_not_retried() -> None:
-    refusal = await _refusal(_ListChunkServer(), streamed=True)
-    assert "a gemini stream chunk that is not an object: [1, 2]" in str(refusal)
-
-
-class _CodelessErrorServer(GeminiServer):
-    """The first stream is an in-band error that has no code; later ones answer."""
+class _OffSchemaChunkServer(GeminiServer):
+    """Streams one chunk whose candidate's text is a number, which the SDK's reading refuses."""
 
     async def _stream(self, request: web.Request, chunks: list[JSON]) -> web.StreamResponse:
-        if len(self.requests) == 1:
-            chunks = [{"error": {"message": "The stream broke.", "status": "UNKNOWN"}}]
-        return await super()._stream(request, chunks)
+        chunk = {"candidates": [{"content": {"parts": [{"text": 5}], "role": "model"}}]}
+        return await super()._stream(request, [chunk])
 
 
-async def test_an_in_band_error_without_a_code_is_the_servers_and_retried() -> None:
-    """The SDK's own stream failed on such a chunk with a TypeError (its code compared with
-    400), which was not retried; it is taken as the server's error (500) instead."""
-    server = _CodelessErrorServer()
-    await server.start()
-    try:
-        server.replies.extend(["Hello there, all.", "Hello there, all."])
-        provider = GeminiProvider(
-            gemini_client(server.base_url), base_url=server.base_url, retry=RETRY
-        )
-        texts, final = await collect(
-            provider, LLMRequest(model=MODEL, messages=(Message.user("hi"),))
-        )
-        assert final.text == "Hello there, all."
-        assert texts[0] == "Hello "
-        assert len(server.requests) == 2  # retried once
-    finally:
-        await server.close()
+async def test_a_stream_chunk_the_sdk_cannot_read_is_malformed_and_not_retried() -> None:
+    refusal = await _refusal(_OffSchemaChunkServer(), streamed=True)
+    assert "a gemini stream chunk that is not an answer" in str(refusal)
+    assert isinstance(refusal.__cause__, ValidationError)
 
 
 class _ProxyPageServer(GeminiServer):

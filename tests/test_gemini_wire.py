@@ -1,25 +1,27 @@
-"""``bot.llm.gemini_wire`` against google-genai's own ``generate_content``, on one loopback API.
+"""``bot.llm.gemini_wire`` against google-genai's own typed ``generate_content``, on one
+loopback API.
 
-The provider writes the REST JSON itself and sends it through the SDK client's request layer
-(private internals). These tests pin what that must keep: the bytes on the wire (body, path,
-query, headers) are exactly what ``generate_content`` / ``generate_content_stream`` send for the
-same request, the answers handed on are the very JSON the SDK read (``tests/
-test_gemini_answers.py`` proves they fold as the SDK's objects did), and the internals used
-still exist with the signatures relied on. The SDK-typed request that ``bot.llm.gemini`` built before
-(``_sdk_request`` below) lives on here only as the reference.
+The provider writes the REST JSON itself and hands it to the public ``generate_content`` in
+``HttpOptions.extra_body``. These tests pin what that must keep: the request on the wire (body,
+path, query, headers) is what ``generate_content`` / ``generate_content_stream`` send for the
+same typed request (the body the same JSON, in the same number of bytes; only the order of its
+top-level keys may differ), the answers handed on are the very JSON the SDK read
+(``tests/test_gemini_answers.py`` proves they fold as the SDK's objects did), and each call is
+one request (the SDK's automatic continuation off). The SDK-typed request (``tests/gemini_typed.py``)
+is the reference.
 """
 
 from __future__ import annotations
 
 import base64
-import inspect
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from aiohttp import web
 from google import genai
-from google.genai import _api_client, _transformers, models, types
+from google.genai import models, types
 
 from bot.llm import gemini_wire
 from bot.llm.gemini import GeminiProvider
@@ -28,13 +30,13 @@ from bot.llm.types import (
     ImagePart,
     LLMRequest,
     Message,
-    Part,
     TextPart,
     ThinkingPart,
     ToolCallPart,
     ToolResultPart,
     ToolSpec,
 )
+from tests.gemini_typed import sdk_request, typed_from_body
 from tests.loopback.base import Recorded
 from tests.loopback.gemini_server import GeminiServer
 from tests.provider_rig import RETRY, collect
@@ -131,91 +133,14 @@ def _rich_request(**fields: Any) -> LLMRequest:
     return LLMRequest.model_validate({**values, **fields})
 
 
-# -- the reference: the SDK-typed request bot.llm.gemini built before gemini_wire -------------
-def _sdk_request(request: LLMRequest) -> tuple[list[types.Content], types.GenerateContentConfig]:
-    system = [types.Part(text=p.text) for p in request.system if isinstance(p, TextPart)]
-    tools: types.ToolListUnion | None = None
-    if request.tools:
-        declarations = [
-            types.FunctionDeclaration(
-                name=t.name, description=t.description, parameters_json_schema=t.parameters
-            )
-            for t in request.tools
-        ]
-        tools = [types.Tool(function_declarations=declarations)]
-    thinking = None
-    limit = request.max_tokens
-    if request.reasoning != "off":
-        budget = gemini_wire.THINKING_BUDGETS[request.reasoning]
-        thinking = types.ThinkingConfig(thinking_budget=budget)
-        limit += budget
-    structured = request.response_schema is not None
-    config = types.GenerateContentConfig(
-        system_instruction=types.Content(parts=system) if system else None,
-        tools=tools,
-        max_output_tokens=limit,
-        temperature=request.temperature,
-        thinking_config=thinking,
-        response_mime_type="application/json" if structured else None,
-        response_json_schema=request.response_schema,
-        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
-        automatic_continuation=False,
-    )
-    contents = []
-    for message in request.messages:
-        role = "model" if message.role == "assistant" else "user"
-        parts = _sdk_parts(message.parts, signed=role == "model")
-        if parts:
-            contents.append(types.Content(role=role, parts=parts))
-    return contents, config
-
-
-def _sdk_parts(parts: tuple[Part, ...], *, signed: bool) -> list[types.Part]:
-    out: list[types.Part] = []
-    for part in parts:
-        if isinstance(part, TextPart):
-            out.append(types.Part(text=part.text))
-        elif isinstance(part, ToolCallPart):
-            signature = gemini_wire._signature(part.signature) if signed else None
-            if signed and signature is None and not any(p.function_call for p in out):
-                signature = gemini_wire.PLACEHOLDER_SIGNATURE
-            call = types.FunctionCall(id=part.id, name=part.name, args=dict(part.arguments))
-            out.append(types.Part(function_call=call, thought_signature=signature))
-        elif isinstance(part, ThinkingPart):
-            if signed and part.vendor == "gemini":
-                signature = gemini_wire._signature(part.signature)
-                if part.text:
-                    out.append(
-                        types.Part(text=part.text, thought=True, thought_signature=signature)
-                    )
-                elif signature is not None:
-                    last = out[-1] if out else None
-                    if last is not None and last.text is not None and not last.thought_signature:
-                        out[-1] = last.model_copy(update={"thought_signature": signature})
-                    else:
-                        out.append(types.Part(text="", thought_signature=signature))
-        elif isinstance(part, ToolResultPart):
-            key = "error" if part.is_error else "result"
-            response = types.FunctionResponse(
-                id=part.call_id, name=part.name, response={key: part.content}
-            )
-            out.append(types.Part(function_response=response))
-        elif isinstance(part, ImagePart):
-            if part.data is not None:
-                out.append(types.Part(inline_data=types.Blob(mime_type=part.mime, data=part.data)))
-            elif part.url:
-                out.append(
-                    types.Part(file_data=types.FileData(file_uri=part.url, mime_type=part.mime))
-                )
-            else:
-                out.append(types.Part(text="[an image that could not be attached]"))
-    return out
-
-
-def _same_request(ours: Recorded, theirs: Recorded) -> None:
+def _same_request(server: RawGeminiServer) -> None:
+    """The two requests ``server`` received (``generate_content``'s, then the provider's) are
+    the same: path, query, headers (key, client headers, timeout, length) and JSON body."""
+    (theirs, ours), (their_bytes, our_bytes) = server.requests, server.raw
     assert (ours.method, ours.path, ours.query) == (theirs.method, theirs.path, theirs.query)
-    assert ours.headers == theirs.headers  # key, client headers, timeout, content type
-    assert ours.body == theirs.body
+    assert ours.headers == theirs.headers
+    assert ours.body == theirs.body and json.loads(our_bytes) == json.loads(their_bytes)
+    assert len(our_bytes) == len(their_bytes)
 
 
 # -- the wire ---------------------------------------------------------------------------------
@@ -228,22 +153,20 @@ async def test_a_completion_sends_the_bytes_generate_content_sends(
     server: RawGeminiServer, client: genai.Client, fields: dict[str, Any]
 ) -> None:
     request = _rich_request(**fields)
-    contents, config = _sdk_request(request)
+    contents, config = sdk_request(request)
 
     await client.aio.models.generate_content(model=MODEL, contents=contents, config=config)
     await GeminiProvider(client, base_url=server.base_url, retry=RETRY).complete(request)
 
-    theirs, ours = server.requests
-    _same_request(ours, theirs)
-    assert server.raw[1] == server.raw[0]
-    assert ours.path.endswith(f"/models/{MODEL}:generateContent")
+    _same_request(server)
+    assert server.requests[1].path.endswith(f"/models/{MODEL}:generateContent")
 
 
 async def test_a_stream_sends_the_bytes_generate_content_stream_sends(
     server: RawGeminiServer, client: genai.Client
 ) -> None:
     request = _rich_request()
-    contents, config = _sdk_request(request)
+    contents, config = sdk_request(request)
 
     stream = await client.aio.models.generate_content_stream(
         model=MODEL, contents=contents, config=config
@@ -251,10 +174,25 @@ async def test_a_stream_sends_the_bytes_generate_content_stream_sends(
     _ = [chunk async for chunk in stream]
     await collect(GeminiProvider(client, base_url=server.base_url, retry=RETRY), request)
 
-    theirs, ours = server.requests
-    _same_request(ours, theirs)
-    assert server.raw[1] == server.raw[0]
-    assert ours.query == {"alt": "sse"}
+    _same_request(server)
+    assert server.requests[1].query == {"alt": "sse"}
+
+
+async def test_a_body_read_back_into_the_sdks_types_sends_the_same_json(
+    server: RawGeminiServer, client: genai.Client
+) -> None:
+    """What ``bench.overhead``'s bare SDK replays: Chorus's request, read back into the types."""
+    request = _rich_request(
+        messages=(Message.user("a question"), Message.assistant("an answer"), Message.user("?")),
+        reasoning="low",
+    )
+    await collect(GeminiProvider(client, base_url=server.base_url, retry=RETRY), request)
+    contents, config = typed_from_body(server.bodies[0])
+    stream = await client.aio.models.generate_content_stream(
+        model=MODEL, contents=contents, config=config
+    )
+    _ = [chunk async for chunk in stream]
+    _same_request(server)
 
 
 # -- the answers ------------------------------------------------------------------------------
@@ -282,7 +220,7 @@ async def test_a_response_is_handed_on_as_the_json_the_sdk_read(
     server: RawGeminiServer, client: genai.Client
 ) -> None:
     request = _rich_request(response_schema=None)
-    contents, config = _sdk_request(request)
+    contents, config = sdk_request(request)
     server.replies.extend([REPLY, REPLY])
 
     theirs = await client.aio.models.generate_content(model=MODEL, contents=contents, config=config)
@@ -298,7 +236,7 @@ async def test_stream_chunks_are_handed_on_as_the_json_the_sdk_read(
     server: RawGeminiServer, client: genai.Client
 ) -> None:
     request = _rich_request(response_schema=None)
-    contents, config = _sdk_request(request)
+    contents, config = sdk_request(request)
     server.replies.extend([REPLY, REPLY])
 
     stream = await client.aio.models.generate_content_stream(
@@ -324,46 +262,31 @@ async def test_no_contents_is_refused_before_any_io_like_the_sdk(
     assert server.requests == []
 
 
-@pytest.mark.parametrize(
-    "model", ["gemini-2.5-flash", "models/gemini-3-pro", "tunedModels/123", "a..b", "x?y", ""]
-)
-def test_model_paths_are_the_sdks(client: genai.Client, model: str) -> None:
-    try:
-        expected = _transformers.t_model(client.aio._api_client, model)
-    except ValueError as exc:
-        with pytest.raises(ValueError, match=str(exc)):
-            gemini_wire.model_path(model)
-    else:
-        assert gemini_wire.model_path(model) == expected
+class _ResumableServer(RawGeminiServer):
+    """Ends each stream with a chunk the SDK would resume (no finish reason, a token)."""
+
+    async def _stream(
+        self, request: web.Request, chunks: list[dict[str, Any]]
+    ) -> web.StreamResponse:
+        last = chunks[-1]["candidates"][0]
+        last.pop("finishReason", None)
+        last["continuationToken"] = base64.b64encode(b"resume-here").decode()
+        return await super()._stream(request, chunks)
 
 
-# -- the private SDK internals gemini_wire relies on ------------------------------------------
-def test_the_sdk_internals_gemini_wire_uses_are_still_there(client: genai.Client) -> None:
-    """If this fails, a google-genai upgrade (pinned in constraints.txt) moved what
-    ``bot.llm.gemini_wire`` calls: re-read ``AsyncModels._generate_content`` and adapt."""
-    api = client.aio._api_client
-    assert isinstance(api, _api_client.BaseApiClient)
-    for name in ("async_request", "_build_request"):
-        assert list(inspect.signature(getattr(api, name)).parameters) == [
-            "http_method",
-            "path",
-            "request_dict",
-            "http_options",
-        ]
-    assert inspect.iscoroutinefunction(api.async_request)
-    assert inspect.iscoroutinefunction(api._async_request)
-    assert list(inspect.signature(api._async_request).parameters) == [
-        "http_request",
-        "http_options",
-        "stream",
-    ]
-    assert inspect.isasyncgenfunction(_api_client.HttpResponse.async_segments)
-    # what gemini_wire.generate_stream does in place of async_request_streamed is still all
-    # that it does on top of _async_request: raise an in-band error, hand the chunk on
-    source = inspect.getsource(_api_client.BaseApiClient.async_request_streamed)
-    assert "self._async_request(" in source and "stream=True" in source
-    assert "errors.APIError.raise_error_async(" in source
-    # the converter whose output gemini_wire writes by hand is still how the SDK builds it
-    source = inspect.getsource(models.AsyncModels._generate_content)
-    assert "_GenerateContentParameters_to_mldev" in source
-    assert "'{model}:generateContent'" in source
+async def test_a_call_is_one_request_where_generate_content_would_continue() -> None:
+    """The SDK's automatic continuation would re-send a resumable stream; a provider call is
+    one request, its retries ``bot.resilience``'s."""
+    async with _ResumableServer() as server:
+        client = gemini_client(server.base_url)
+        try:
+            server.replies.extend(["Hello there.", "Hello there.", "Hello there."])
+            stream = await client.aio.models.generate_content_stream(model=MODEL, contents="hi")
+            _ = [chunk async for chunk in stream]
+            assert len(server.requests) == 2  # the SDK went on with the token
+            request = LLMRequest(model=MODEL, messages=(Message.user("hi"),))
+            await collect(GeminiProvider(client, base_url=server.base_url, retry=RETRY), request)
+            assert len(server.requests) == 3
+        finally:
+            await client.aio.aclose()
+            client.close()

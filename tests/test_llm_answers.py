@@ -27,7 +27,7 @@ from bot.llm.openai import OpenAIProvider
 from bot.llm.openai_parse import parse_completion
 from bot.llm.types import LLMRequest, Message, TextPart, ThinkingPart, ToolCallPart
 from bot.resilience import RetryPolicy
-from tests.netio_rig import Script, serve
+from tests.raw_server import Script, serve
 
 RICH = {
     "id": "msg_01",

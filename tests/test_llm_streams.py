@@ -14,23 +14,22 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
-import anthropic
 import pytest
 from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import RawMessageStreamEvent
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
+from bot.llm import anthropic as anthropic_provider
 from bot.llm import anthropic_parse, openai_parse
 from bot.llm.anthropic import AnthropicProvider
 from bot.llm.anthropic_parse import parse_message
 from bot.llm.errors import MalformedAnswer, ProviderRequestError, event_object
 from bot.llm.openai import OpenAIProvider, sdk_client
 from bot.llm.openai_parse import parse_completion
-from bot.llm.transport import sdk_http_client
 from bot.llm.types import LLMRequest, LLMResponse, Message, StreamEvent, TextDelta, TextPart
 from bot.resilience import RetryPolicy
-from tests.netio_rig import Script, serve
+from tests.raw_server import Script, serve
 
 MESSAGE_EVENTS: list[dict[str, Any]] = [
     {
@@ -218,12 +217,7 @@ async def _events(provider: AnthropicProvider | OpenAIProvider) -> list[StreamEv
 
 
 def _anthropic(url: str, retries: int = 0) -> AnthropicProvider:
-    client = anthropic.AsyncAnthropic(
-        api_key="k",
-        base_url=url,
-        max_retries=0,
-        http_client=sdk_http_client(anthropic.DefaultAsyncHttpxClient),
-    )
+    client = anthropic_provider.sdk_client("k", url, 30.0)
     provider = AnthropicProvider(client, base_url=url, retry=RetryPolicy(max_retries=retries))
     provider._owns_client = True
     return provider

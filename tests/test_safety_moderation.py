@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -36,18 +36,25 @@ def llm(server: ModeratingOpenAIServer) -> LLMSettings:
     return LLMSettings(openai_api_key="sk-test", openai_base_url=server.base_url, llm_max_retries=0)  # type: ignore[arg-type]
 
 
-def rig_for(
+@asynccontextmanager
+async def rig_for(
     server: ModeratingOpenAIServer, key_tag: str, **safety: Any
-) -> AbstractAsyncContextManager[Rig]:
+) -> AsyncIterator[Rig]:
+    """The safety rig with the chat model and the moderation model on ``server``; both are
+    built here, so both are closed here."""
     settings = SafetySettings(model=MODERATION, **safety)
     settings_llm = llm(server)
-    return safety_rig(
-        f"memory://mod-{key_tag}",
-        key_tag,
-        settings=settings,
-        provider=build_provider(ModelSpec("openai", "gpt-test"), settings_llm),
-        model=build_moderation_model(settings, settings_llm),
-    )
+    provider = build_provider(ModelSpec("openai", "gpt-test"), settings_llm)
+    model = build_moderation_model(settings, settings_llm)
+    try:
+        async with safety_rig(
+            f"memory://mod-{key_tag}", key_tag, settings=settings, provider=provider, model=model
+        ) as rig:
+            yield rig
+    finally:
+        await provider.aclose()
+        if model is not None:
+            await model.aclose()
 
 
 async def test_a_message_the_endpoint_flags_is_refused_before_the_chat_model(

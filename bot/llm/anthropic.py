@@ -22,23 +22,22 @@ Why it is built this way:
   so it travels in ``extra_body`` (only when set).
 - The request is ``messages.create``'s, sent through the client's own ``post`` with the body
   already encoded (``_create``): ``create`` first deep-copies every message, block and tool
-  schema of the body (the SDK's ``copy_tree``, for files and iterators that Chorus never
-  sends), 12% to 14% of a call's client CPU with a 40-message history (interleaved blocks of
-  the same call both ways).
-  The bytes on the wire are the ones ``create`` sends, key order included
-  (``tests/test_llm_anthropic_wire.py``); auth, headers, timeout and errors stay the client's.
-  Two things of ``create`` go: the request attributes of its OpenTelemetry span, which it reads
-  off the body (the span keeps its name and route), and its warning for a model the API is
-  retiring. A whole answer is read off its JSON (``anthropic_parse.parse_message``), not first
-  built into the SDK's ``Message`` type, which cost as much again as reading it.
+  schema of the body, for files and iterators that Chorus never sends (``python -m
+  bench.vendor_call``, ``create`` against the provider). The bytes on the wire are the ones
+  ``create`` sends, key order included (``tests/test_llm_anthropic_wire.py``); auth, headers,
+  timeout and errors stay the client's. Two things of ``create`` go: the request attributes of
+  its OpenTelemetry span, which it reads off the body (the span keeps its name and route), and
+  its warning for a model the API is retiring. A whole answer is read off its JSON
+  (``anthropic_parse``, which says why), not built into the SDK's ``Message`` type.
 - Streaming reads the raw SSE events (``create``'s ``stream=True``) instead of the
   ``messages.stream()`` helper, so tool-input JSON, usage and a mid-stream ``error`` event are
   each handled explicitly; a stream that ends before ``message_stop`` raises (it was cut off).
   The events are read off the response's bytes (``bot.llm.sse``) and their JSON, as the SDK's
   ``AsyncStream`` would pass them on (named events only, pings skipped), without building its
-  pydantic event type for each, which cost several times the reading itself, once per token
-  (``python -m bench.vendor_call``). An ``event: error`` raises ``StreamErrorEvent``,
-  classified by its error type as the SDK's status error for it was.
+  pydantic event type for each. An ``event: error`` raises ``StreamErrorEvent``, classified by
+  its error type as the SDK's status error for it is.
+- HTTP runs on the SDK's ``DefaultAioHttpClient`` (``bot.llm.clients``). A response aiohttp's
+  parser refuses arrives wrapped in the SDK's connection error and is not retried.
 - Reasoning is extended thinking with a token budget (``THINKING_BUDGETS``). ``budget_tokens``
   counts inside ``max_tokens`` and must be below it, so the budget is added on top of
   ``request.max_tokens`` (which stays the answer's own allowance); the API refuses a
@@ -69,8 +68,8 @@ import httpx2
 from bot.llm import sse
 from bot.llm.anthropic_parse import THINKING_BLOCKS, StreamState, parse_message
 from bot.llm.base import SDKProvider
+from bot.llm.clients import refused_answer, sdk_http_client, transport_reason
 from bot.llm.errors import event_object
-from bot.llm.transport import sdk_http_client
 from bot.llm.types import (
     REASONING_BUDGETS,
     CachePoint,
@@ -134,12 +133,25 @@ _BODY_ORDER = (
     "tool_choice",
     "tools",
 )
-# The SDK's own JSON encoding of a body (``anthropic._utils._json``'s encoder).
+# The SDK's own JSON encoding of a body: compact, non-ASCII kept, no NaN.
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
 class _StreamCut(Exception):
     """The SSE stream ended before ``message_stop``: the answer was cut off in transit."""
+
+
+def sdk_client(key: str, base_url: str, timeout: float) -> anthropic.AsyncAnthropic:
+    """An ``anthropic`` client as Chorus builds one: the SDK's own retries off
+    (``bot.resilience`` is the only policy) and HTTP on the SDK's ``DefaultAioHttpClient``
+    (``bot.llm.clients``), which ``client.close()`` closes with it."""
+    return anthropic.AsyncAnthropic(
+        api_key=key,
+        base_url=base_url,
+        timeout=timeout,
+        max_retries=0,
+        http_client=sdk_http_client(anthropic.DefaultAioHttpClient),
+    )
 
 
 class AnthropicProvider(SDKProvider):
@@ -172,13 +184,7 @@ class AnthropicProvider(SDKProvider):
             settings.require_credentials(cls.name)  # raises ConfigError naming the variable
             raise ConfigError(f"{cls.key_env} is not set; get a key at {cls.key_url}")
         base_url = settings.base_url(cls.name) or DEFAULT_BASE_URL
-        client = anthropic.AsyncAnthropic(
-            api_key=key,
-            base_url=base_url,
-            timeout=settings.llm_timeout,
-            max_retries=0,
-            http_client=sdk_http_client(anthropic.DefaultAsyncHttpxClient),
-        )
+        client = sdk_client(key, base_url, settings.llm_timeout)
         provider = cls(
             client,
             base_url=base_url,
@@ -228,15 +234,18 @@ class AnthropicProvider(SDKProvider):
         yield state.response()
 
     def _classify(self, exc: BaseException) -> Failure:
+        if (refused := refused_answer(exc)) is not None:  # wrapped as a connection error
+            return Failure(retryable=False, reason=f"the answer was refused: {refused}")
         if isinstance(exc, anthropic.APIStatusError):
             message = exc.api_message or exc.message
             return _failure(exc.status_code, exc.type, message, exc.response.headers)
         if isinstance(exc, StreamErrorEvent):
             return _failure(200, exc.kind, exc.message, exc.headers)
         if isinstance(exc, anthropic.APITimeoutError):
-            return Failure(retryable=True, reason="request timed out")
+            return Failure(retryable=True, reason=transport_reason(exc, "request timed out"))
         if isinstance(exc, anthropic.APIConnectionError):
-            return Failure(retryable=True, reason=f"connection error: {exc.__cause__ or exc}")
+            reason = transport_reason(exc, f"connection error: {exc.__cause__ or exc}")
+            return Failure(retryable=True, reason=reason)
         if isinstance(exc, httpx2.TransportError | _StreamCut):
             return Failure(retryable=True, reason=f"{type(exc).__name__}: {exc}")
         return Failure(retryable=False, reason=f"{type(exc).__name__}: {exc}")

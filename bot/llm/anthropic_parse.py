@@ -5,6 +5,12 @@ sequence of a stream) is a separate concern from building requests and classifyi
 ``bot.llm.anthropic``, and both halves together would not fit one readable module. Thinking and
 redacted-thinking blocks become ``ThinkingPart(vendor="anthropic")`` here, never text; a streamed
 answer is only complete once ``message_stop`` arrived (``StreamState.stopped``).
+
+Why it reads the JSON, not the SDK's ``Message`` and event types: building those costs more
+than the reading, per answer and per streamed event (``python -m bench.vendor_call``: the SDK's
+types against this module on the same request; figures in BENCHMARKS.md). Every field read is
+held to the SDK's own types for the same body (``tests/test_llm_answers.py``,
+``tests/test_llm_streams.py``).
 """
 
 from __future__ import annotations
@@ -28,11 +34,8 @@ _STOP_REASONS: dict[str, StopReason] = {
 
 
 def parse_message(body: bytes) -> LLMResponse:
-    """A whole answer's JSON body, read straight off the wire.
-
-    The SDK would first build its pydantic ``Message`` from the JSON (``construct_type``, about
-    50 µs an answer, as much as the rest of the reading); only the fields read below matter.
-    """
+    """A whole answer's JSON body, read straight off the wire: only the fields read below
+    matter to Chorus."""
     message, content = answer_object(body, "content")
     parts: list[Part] = []
     for block in content:

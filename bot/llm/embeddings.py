@@ -180,26 +180,16 @@ def _gemini(
     model: str, llm: LLMSettings, timeout: float, policy: RetryPolicy, dimensions: int
 ) -> GeminiEmbedder:
     try:
-        from google import genai
-        from google.genai import types
+        from bot.llm.gemini import DEFAULT_BASE_URL, sdk_client
     except ModuleNotFoundError:
         raise ConfigError(
             f"{VARIABLE} uses Gemini but the google-genai SDK is not installed; "
             "run: pip install 'chorus-bot[gemini]'"
         ) from None
-    from bot.llm.gemini import DEFAULT_BASE_URL
 
     key = llm.api_key("gemini")
     if key is None:
         raise ConfigError(f"{VARIABLE}=gemini:{model} needs GEMINI_API_KEY (or GOOGLE_API_KEY)")
     base_url = llm.base_url("gemini") or DEFAULT_BASE_URL
-    client = genai.Client(
-        vertexai=False,
-        api_key=key,
-        http_options=types.HttpOptions(
-            base_url=base_url,
-            timeout=max(1, round(timeout * 1000)),
-            retry_options=types.HttpRetryOptions(attempts=1),
-        ),
-    )
+    client = sdk_client(key, base_url, timeout)
     return GeminiEmbedder(client, model, base_url, policy, dimensions)

@@ -1,25 +1,24 @@
 """Gemini through the google-genai SDK (``google.genai``), on the Gemini Developer API.
 
-Requests are written as REST JSON and sent through the SDK client's request layer by
-``bot.llm.gemini_wire`` (``generate_content``'s per-call validation of the whole history was
-three quarters of a console turn's CPU); reading answers (responses and stream chunks) lives in
-``bot.llm.gemini_parse``. This module runs the calls and classifies failures.
+Requests are written as REST JSON and sent through the SDK's public ``generate_content`` by
+``bot.llm.gemini_wire`` (which says why and how); reading answers (responses and stream chunks)
+lives in ``bot.llm.gemini_parse``. This module builds the client, runs the calls and classifies
+failures.
 
 Only translation lives here; guarding and retries are ``SDKProvider``'s. Quirks of google-genai
-3.x that shape it (read in ``google/genai/_api_client.py`` and ``models.py``):
+3.x that shape it:
 
 - **The SDK must not retry behind our back.** Without ``HttpOptions.retry_options`` its aiohttp
   transport silently re-sends a request after a connection error (sleeping 1-10 s with the real
   clock); with ``HttpRetryOptions(attempts=1)`` it raises instead, so ``RetryPolicy`` governs.
-  The request layer ``gemini_wire`` calls has no automatic continuation (re-requests on
-  ``finishReason: CONTINUATION`` or a dropped stream) and no automatic function calling: those
-  live in ``generate_content``, which is not used.
+  ``generate_content``'s automatic continuation (re-requests on ``finishReason: CONTINUATION``
+  or a dropped stream) and automatic function calling are turned off for each call.
 - **Explicit settings beat the environment.** The client reads ``GOOGLE_API_KEY`` (preferred over
   ``GEMINI_API_KEY``), ``GOOGLE_GEMINI_BASE_URL`` and ``GOOGLE_GENAI_USE_VERTEXAI`` itself, so
   ``from_settings`` passes the key, the base URL (the public host when unset) and
   ``vertexai=False``: what ``LLMSettings`` says is what is called.
 - **Errors**: ``errors.APIError`` carries ``code``, ``status``, the JSON body in ``details`` and
-  the transport's response (aiohttp or httpx2) with its headers. A bad key is HTTP 400
+  the transport's response (aiohttp's) with its headers. A bad key is HTTP 400
   ``INVALID_ARGUMENT`` with reason ``API_KEY_INVALID``, reported here as an auth failure (401).
   A 429 may say how long to wait in a ``google.rpc.RetryInfo`` detail (``"retryDelay": "7s"``).
 - **Caching is implicit**: Gemini 2.5+ caches a repeated prompt prefix by itself, so
@@ -43,17 +42,17 @@ Only translation lives here; guarding and retries are ``SDKProvider``'s. Quirks 
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar, Self
 
+import aiohttp
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
 from bot.llm.base import SDKProvider
+from bot.llm.clients import gemini_client_args, refused_answer, trust_store_named
 from bot.llm.errors import ProviderAuthError
 from bot.llm.gemini_parse import ResponseBuilder
 from bot.llm.gemini_wire import generate, generate_stream, request_body
@@ -67,23 +66,26 @@ _AUTH_REASONS = frozenset({"API_KEY_INVALID", "API_KEY_EXPIRED", "API_KEY_SERVIC
 _RETRY_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 
 
-def _transport_errors() -> tuple[type[BaseException], ...]:
-    """Connection and timeout errors of whichever transport the SDK picked.
-
-    With aiohttp installed (it is here) the async client uses aiohttp, else httpx2 or httpx.
-    """
-    found: list[type[BaseException]] = [TimeoutError, ConnectionError]
-    for module, name in (
-        ("aiohttp", "ClientError"),
-        ("httpx2", "TransportError"),
-        ("httpx", "TransportError"),
-    ):
-        with contextlib.suppress(ImportError):
-            found.append(getattr(importlib.import_module(module), name))
-    return tuple(found)
+# Connection and timeout errors of the SDK's transport: aiohttp, which Chorus depends on.
+_TRANSPORT_ERRORS = (TimeoutError, ConnectionError, aiohttp.ClientError)
 
 
-_TRANSPORT_ERRORS = _transport_errors()
+def sdk_client(key: str, base_url: str, timeout: float) -> genai.Client:
+    """A ``genai.Client`` as Chorus builds one (chat and embeddings): the Developer API at
+    ``base_url`` with this key whatever the environment says, the SDK's own retries off
+    (``attempts=1``), and its aiohttp session given ``ALL_PROXY`` (``bot.llm.clients``). Closed
+    by ``client.aio.aclose()`` and ``client.close()``."""
+    with trust_store_named():
+        return genai.Client(
+            vertexai=False,
+            api_key=key,
+            http_options=types.HttpOptions(
+                base_url=base_url,
+                timeout=max(1, round(timeout * 1000)),
+                retry_options=types.HttpRetryOptions(attempts=1),
+                async_client_args=gemini_client_args(base_url),
+            ),
+        )
 
 
 class GeminiProvider(SDKProvider):
@@ -102,7 +104,7 @@ class GeminiProvider(SDKProvider):
         sleep: Sleep | None = None,
     ) -> None:
         super().__init__(base_url=base_url, retry=retry, sleep=sleep)
-        self._client = client
+        self.client = client
         self._owns_client = False
 
     @classmethod
@@ -116,15 +118,7 @@ class GeminiProvider(SDKProvider):
                 f"GEMINI_API_KEY (or GOOGLE_API_KEY) is not set; get a key at {cls.key_url}"
             )
         base_url = settings.base_url("gemini") or DEFAULT_BASE_URL
-        client = genai.Client(
-            vertexai=False,
-            api_key=api_key,
-            http_options=types.HttpOptions(
-                base_url=base_url,
-                timeout=max(1, round(settings.llm_timeout * 1000)),
-                retry_options=types.HttpRetryOptions(attempts=1),
-            ),
-        )
+        client = sdk_client(api_key, base_url, settings.llm_timeout)
         provider = cls(
             client,
             base_url=base_url,
@@ -138,8 +132,8 @@ class GeminiProvider(SDKProvider):
         """Close the client's connection pools, but only if this provider created the client."""
         if self._owns_client:
             self._owns_client = False
-            await self._client.aio.aclose()
-            self._client.close()
+            await self.client.aio.aclose()
+            self.client.close()
 
     def auth_error(self, status: int | None) -> ProviderAuthError:
         error = super().auth_error(status)
@@ -148,13 +142,13 @@ class GeminiProvider(SDKProvider):
 
     # -- calls ------------------------------------------------------------------------------
     async def _complete(self, request: LLMRequest) -> LLMResponse:
-        response = await generate(self._client, request.model, request_body(request))
+        response = await generate(self.client, request.model, request_body(request))
         builder = ResponseBuilder(request.model)
         builder.observe(response)
         return builder.finish()
 
     async def _stream(self, request: LLMRequest) -> AsyncIterator[StreamEvent]:
-        stream = generate_stream(self._client, request.model, request_body(request))
+        stream = generate_stream(self.client, request.model, request_body(request))
         builder = ResponseBuilder(request.model)
         try:
             async for chunk in stream:
@@ -172,6 +166,8 @@ def classify_error(exc: BaseException) -> Failure:
     """Whether a google-genai error is worth retrying (also for ``bot.llm.embeddings``)."""
     if isinstance(exc, genai_errors.APIError):
         return _classify_api_error(exc)
+    if (refused := refused_answer(exc)) is not None:
+        return Failure(retryable=False, reason=f"the answer was refused: {refused}")
     if isinstance(exc, _TRANSPORT_ERRORS):
         return Failure(retryable=True, reason=f"{type(exc).__name__}: {exc}".rstrip(": "))
     return Failure(retryable=False, reason=f"{type(exc).__name__}: {exc}")

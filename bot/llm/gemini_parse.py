@@ -5,19 +5,20 @@ deterministic ids, running usage totals, prompt-block and finish reasons) is a s
 from building requests and classifying failures in ``bot.llm.gemini``, and both halves together
 would not fit one readable module.
 
-Why it reads the JSON itself: ``generate_content`` first converts every answer (and every
-chunk of a stream) into the SDK's ``GenerateContentResponse``, a pydantic model validated field
-by field, and the fold then read the model back out; for a stream that was once per chunk,
-after the SDK had also loaded each chunk's JSON, dumped it back to text and loaded it again.
-The fold now reads the REST JSON the SDK would have validated (camelCase keys, as the API
-writes them) and refuses what the SDK's validation refused: a field of the wrong type, or a
-``thoughtSignature`` that is not base64 (either alphabet, as the SDK accepts), raises
-``MalformedAnswer`` (the same request would get the same answer, so it is not retried). It is
-stricter on purpose where the SDK's lax validation converted: a flag or a count written as a
-word or a number of another kind, and a candidate or part that is not an object, are refused
-too; the API writes none of them.
-``tests/test_gemini_answers.py`` proves that every answer folds exactly as it did through the
-SDK's objects.
+Why it reads the JSON, not the SDK's ``GenerateContentResponse``: ``generate_content`` validates
+every answer into that pydantic model field by field, and a whole answer read off its JSON
+(``should_return_http_response``, ``bot.llm.gemini_wire``) skips that (``python -m
+bench.gemini_call``: the SDK's answer type against this module on the same request; figures in
+BENCHMARKS.md). A stream's chunks come only as the SDK's type; they are folded here too, by
+their REST names, so one fold reads both. The fold reads the REST JSON the SDK would have
+validated (camelCase keys, as the API writes them) and refuses what the SDK's validation
+refuses: a field of the wrong type, or a ``thoughtSignature`` that is not base64 (either
+alphabet, as the SDK accepts), raises ``MalformedAnswer`` (the same request would get the same
+answer, so it is not retried). It is stricter on purpose where the SDK's lax validation
+converts: a flag or a count written as a word or a number of another kind, and a candidate or
+part that is not an object, are refused too; the API writes none of them.
+``tests/test_gemini_answers.py`` proves that every answer folds exactly as a fold over the
+SDK's objects does.
 """
 
 from __future__ import annotations

@@ -1,29 +1,25 @@
-"""Gemini requests as REST JSON, sent through the google-genai client's own request layer.
+"""Gemini requests as REST JSON, sent through google-genai's public ``generate_content``.
 
-Why not ``client.aio.models.generate_content``: before any I/O it validates the whole request
-into pydantic models (``types._GenerateContentParameters``: every ``Content`` and ``Part`` of
-the history, with a type-mismatch check per field), then walks the models back out into the
-REST (``mldev``) JSON with a ``get_value_by_path`` lookup for each of the ~20 possible fields of
-every part. That is per call and over the whole history: 75% of a 40-message ``chorus chat``
-console turn's CPU (16 ms, against 2.8 for OpenAI; cProfile of the piped console). This module
-writes that JSON directly from the neutral types, in the very shape the SDK produces (key order
-included, so the bytes on the wire are the same), and hands it to the client's request layer:
-the turn's CPU went from 15.5 to about 3 ms, level with OpenAI's.
+Why not ``generate_content``'s typed parameters: before any I/O it validates the whole request
+into pydantic models (every ``Content`` and ``Part`` of the history, with a type-mismatch check
+per field), then walks the models back out into the REST JSON with a path lookup for each of
+the ~20 possible fields of every part: per call and over the whole history, far more CPU than
+the rest of the call at the 40-message history limit (``python -m bench.gemini_call``, the
+typed call against this module; figures in BENCHMARKS.md). So ``request_body`` writes that
+JSON directly from the neutral types, in the very shape the SDK produces (the same JSON on the
+wire: ``tests/test_gemini_wire.py``), and ``generate_content`` carries it in
+its documented ``HttpOptions.extra_body`` ("extra parameters to add to the request body, in the
+backend API's structure"): the SDK builds its body for a one-part stand-in content, then lays
+the JSON over it, its lists replacing the SDK's. Each call turns off what ``generate_content``
+adds on top of one request: automatic function calling and automatic continuation.
 
-What stays the SDK's: the URL (base URL, API version), the key and client headers, the
-``x-server-timeout`` header, the client's retry options (``attempts=1``), the transport and its
-errors (``errors.APIError`` from HTTP and from in-band stream errors), and the reading of a
-stream's lines into chunks. The answers are handed on as their JSON objects, which
-``bot.llm.gemini_parse`` folds itself (it says why).
-
-**Private SDK internals used** (google-genai is pinned in constraints.txt; tests/
-test_gemini_wire.py fails if a new version moves or changes any of them, and proves that the
-body sent here equals the one ``generate_content`` sends for a rich request):
-
-- ``Client.aio._api_client`` and its ``async_request(method, path, request_dict,
-  http_options)``, ``_build_request`` (the same four) and ``_async_request(http_request,
-  http_options, stream)`` (``google/genai/_api_client.py``);
-- ``HttpResponse.async_segments()``, the stream's chunks as loaded JSON.
+What stays the SDK's: the model's resource name, the URL (base URL, API version), the key and
+client headers, the ``x-server-timeout`` header, the client's retry options (``attempts=1``),
+the transport and its errors (``errors.APIError`` from HTTP and from in-band stream errors).
+A whole answer comes back as its JSON (``should_return_http_response``: the response's body,
+not read into ``GenerateContentResponse``), which ``bot.llm.gemini_parse`` folds; a stream's
+chunks come as the SDK's ``GenerateContentResponse``, handed on as their REST JSON
+(``model_dump`` by alias) to the same fold, because google-genai offers no raw stream.
 
 Shape of the SDK's JSON, kept here on purpose: top-level and part keys are camelCase, but the
 nested objects the SDK dumps from pydantic models without aliases are snake_case
@@ -37,10 +33,11 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import AsyncGenerator, Iterable
-from typing import Any, cast
+from typing import Any
 
+import pydantic
 from google import genai
-from google.genai import errors
+from google.genai import types
 
 from bot.llm.errors import MalformedAnswer, json_object
 from bot.llm.types import (
@@ -59,59 +56,54 @@ from bot.llm.types import (
 PLACEHOLDER_SIGNATURE = b"skip_thought_signature_validator"
 # Thinking budget per reasoning level (tokens), the same as Anthropic's.
 THINKING_BUDGETS = REASONING_BUDGETS
+# What ``generate_content`` builds its own body for; ``extra_body``'s ``contents`` replaces it.
+STAND_IN = types.Content(role="user", parts=[types.Part(text="")])
 
 JSON = dict[str, Any]
 
 
 # -- sending --------------------------------------------------------------------------------
-def model_path(model: str) -> str:
-    """The resource name the Developer API addresses (``t_model`` in the SDK, mldev branch)."""
-    if not model:
-        raise ValueError("model is required.")
-    if ".." in model or "?" in model or "&" in model:
-        raise ValueError("invalid model parameter.")
-    if model.startswith(("models/", "tunedModels/")):
-        return model
-    return f"models/{model}"
+def call_config(body: JSON, *, whole: bool) -> types.GenerateContentConfigDict:
+    """``generate_content``'s config for sending ``body`` as it is, in one request; ``whole``:
+    the answer comes back as its JSON, not read into the SDK's type (streams cannot). A dict,
+    not the model: ``generate_content`` validates a dict, but deep-copies a model (the JSON in
+    ``extra_body`` with it)."""
+    return types.GenerateContentConfigDict(
+        http_options=types.HttpOptionsDict(extra_body=body),
+        should_return_http_response=whole or None,
+        automatic_function_calling=types.AutomaticFunctionCallingConfigDict(disable=True),
+        automatic_continuation=False,
+    )
 
 
 async def generate(client: genai.Client, model: str, body: JSON) -> JSON:
     """``POST {model}:generateContent``; the answer's JSON object (``gemini_parse`` reads it)."""
-    path = f"{model_path(model)}:generateContent"
-    response = await client.aio._api_client.async_request("post", path, body, None)
-    return json_object(response.body, "a gemini answer") if response.body else {}
+    config = call_config(body, whole=True)
+    response = await client.aio.models.generate_content(
+        model=model, contents=STAND_IN, config=config
+    )
+    raw = response.sdk_http_response.body if response.sdk_http_response else None
+    return json_object(raw, "a gemini answer") if raw else {}
 
 
 async def generate_stream(
     client: genai.Client, model: str, body: JSON
 ) -> AsyncGenerator[JSON, None]:
-    """``POST {model}:streamGenerateContent?alt=sse``, one JSON object per event.
-
-    The chunks come from the SDK's own reading of the stream (``HttpResponse.async_segments``:
-    its SSE lines, and an error the API writes as bare JSON lines), each loaded once. What
-    ``async_request_streamed`` adds on top is done here without it: a chunk carrying ``error``
-    raises the SDK's ``errors.APIError`` for its code, as it would have; it no longer dumps
-    each chunk back to text, to be loaded a third time.
-    """
-    api = client.aio._api_client
-    path = f"{model_path(model)}:streamGenerateContent?alt=sse"
-    request = api._build_request("post", path, body, None)
-    response = await api._async_request(http_request=request, http_options=None, stream=True)
-    # an async generator (typed as an iterator): closing it releases the connection
-    segments = cast(AsyncGenerator[Any, None], response.async_segments())
+    """``POST {model}:streamGenerateContent?alt=sse``, one JSON object per chunk: the SDK's
+    reading of each (an in-band error raised as its ``errors.APIError``), by its REST names."""
+    config = call_config(body, whole=False)
+    chunks = await client.aio.models.generate_content_stream(
+        model=model, contents=STAND_IN, config=config
+    )
     try:
-        async for chunk in segments:
-            if not isinstance(chunk, dict):
-                raise MalformedAnswer(f"a gemini stream chunk that is not an object: {chunk!r:.80}")
-            if "error" in chunk:
-                error = chunk["error"]
-                code = error.get("code") if isinstance(error, dict) else None
-                # The API's in-band errors carry their HTTP code; one without is the server's.
-                status = code if isinstance(code, int) and not isinstance(code, bool) else 500
-                await errors.APIError.raise_error_async(status, chunk, response)
-            yield chunk
-    finally:
-        await segments.aclose()
+        async for chunk in chunks:
+            yield chunk.model_dump(mode="json", by_alias=True, exclude_none=True)
+    except pydantic.ValidationError as exc:  # the SDK could not read a chunk as an answer
+        raise MalformedAnswer(f"a gemini stream chunk that is not an answer: {exc}") from exc
+    finally:  # a stream left early: the SDK's own generator lets its response go now
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()
 
 
 # -- the request body -----------------------------------------------------------------------
@@ -172,7 +164,7 @@ def _parts(parts: Iterable[Part], *, signed: bool) -> list[JSON]:
             wire: JSON = {
                 "functionCall": {"id": part.id, "args": dict(part.arguments), "name": part.name}
             }
-            signature = _signature(part.signature) if signed else None
+            signature = signature_bytes(part.signature) if signed else None
             if signed and signature is None and not any("functionCall" in p for p in out):
                 signature = PLACEHOLDER_SIGNATURE  # the first call of a turn must be signed
             if signature is not None:
@@ -193,7 +185,7 @@ def _parts(parts: Iterable[Part], *, signed: bool) -> list[JSON]:
 
 def _add_thought(out: list[JSON], part: ThinkingPart) -> None:
     """A thought part goes back as sent; a bare signature returns to the text part before it."""
-    signature = _signature(part.signature)
+    signature = signature_bytes(part.signature)
     if part.text:
         thought: JSON = {"text": part.text, "thought": True}
         if signature is not None:
@@ -207,7 +199,7 @@ def _add_thought(out: list[JSON], part: ThinkingPart) -> None:
             out.append({"text": "", "thoughtSignature": _b64(signature)})
 
 
-def _signature(value: str | None) -> bytes | None:
+def signature_bytes(value: str | None) -> bytes | None:
     """The bytes of a signature kept as base64 (either alphabet); None if unusable."""
     if not value:
         return None

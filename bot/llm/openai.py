@@ -40,7 +40,10 @@ Why it is built this way:
   built into the SDK's ``ChatCompletionChunk`` per token. As the SDK's stream does, a chunk
   carrying ``error`` raises ``openai.APIError`` (classified by its type and code), and
   ``[DONE]`` ends the answer; the body is still read to its end, so that the connection is
-  kept for the next call.
+  kept for the next call. Whole answers are read off their JSON too (``openai_parse``, which
+  says why).
+- HTTP runs on the SDK's ``DefaultAioHttpClient`` (``bot.llm.clients``): chat, embeddings and
+  moderation build their client with ``sdk_client``.
 """
 
 from __future__ import annotations
@@ -58,9 +61,9 @@ import openai
 
 from bot.llm import sse
 from bot.llm.base import SDKProvider
+from bot.llm.clients import refused_answer, sdk_http_client, transport_reason
 from bot.llm.errors import event_object
 from bot.llm.openai_parse import StreamState, parse_completion
-from bot.llm.transport import sdk_http_client
 from bot.llm.types import (
     REASONING_BUDGETS,
     ImagePart,
@@ -103,14 +106,14 @@ class _StreamCut(Exception):
 
 def sdk_client(key: str, base_url: str, timeout: float) -> openai.AsyncOpenAI:
     """An ``openai`` client as every part of Chorus builds one (chat, embeddings, moderation):
-    the SDK's own retries off, ``bot.resilience`` being the only policy, and HTTP through
-    Chorus's transport (the SDK's stock one where a proxy is set: ``bot.llm.transport``)."""
+    the SDK's own retries off, ``bot.resilience`` being the only policy, and HTTP on the SDK's
+    ``DefaultAioHttpClient`` (``bot.llm.clients``), which ``client.close()`` closes with it."""
     return openai.AsyncOpenAI(
         api_key=key,
         base_url=base_url,
         timeout=timeout,
         max_retries=0,
-        http_client=sdk_http_client(openai.DefaultAsyncHttpxClient),
+        http_client=sdk_http_client(openai.DefaultAioHttpClient),
     )
 
 
@@ -168,7 +171,9 @@ class OpenAIProvider(SDKProvider):
             await self.client.close()
 
     # -- calls -----------------------------------------------------------------------------
-    def _params(self, request: LLMRequest) -> dict[str, Any]:
+    def request_body(self, request: LLMRequest) -> dict[str, Any]:
+        """The Chat Completions body for ``request`` on this provider's host (without
+        ``stream``): ``build_params`` with the output limit and reasoning options set."""
         params = build_params(request)
         limit = request.max_tokens
         if self.reasoning_models.search(request.model):
@@ -189,7 +194,7 @@ class OpenAIProvider(SDKProvider):
             log.debug("%s: %s", model, message)
 
     async def _complete(self, request: LLMRequest) -> LLMResponse:
-        response = await self._create(self._params(request), stream=False)
+        response = await self._create(self.request_body(request), stream=False)
         return parse_completion(response.content, request.model)
 
     async def _create(self, params: dict[str, Any], *, stream: bool) -> httpx2.Response:
@@ -198,11 +203,11 @@ class OpenAIProvider(SDKProvider):
         it, the answer coming back as the HTTP response, its JSON or its SSE unread; but without
         ``create`` first walking every message, content part and tool schema against its
         TypedDict annotations for aliases and formats that Chat Completions' parameters do not
-        have. That walk cost more CPU than
-        all of Chorus's own work in a turn: 5 of a console turn's 9 ms with a 40-message
-        history (cProfile of ``chorus chat``; ``python -m bench.turn_ratio`` measures the turn).
-        ``build_params`` already writes the wire's JSON, and the contract suite checks that
-        wire against the loopback server (tests/test_provider_contract*.py)."""
+        have, which costs more CPU than all of Chorus's own work in a turn at the history limit
+        (``python -m bench.vendor_call``, ``create`` against the provider; ``python -m
+        bench.turn_ratio`` measures the whole turn). ``build_params`` already writes the wire's
+        JSON, and the contract suite checks that wire against the loopback server
+        (tests/test_provider_contract*.py)."""
         if stream:
             params = {**params, "stream": True, "stream_options": {"include_usage": True}}
         response: httpx2.Response = await self.client.post(
@@ -215,7 +220,7 @@ class OpenAIProvider(SDKProvider):
         return response
 
     async def _stream(self, request: LLMRequest) -> AsyncIterator[StreamEvent]:
-        response = await self._create(self._params(request), stream=True)
+        response = await self._create(self.request_body(request), stream=True)
         state = StreamState(model=request.model)
         done = False
         try:
@@ -244,12 +249,15 @@ class OpenAIProvider(SDKProvider):
 
 def classify_error(exc: BaseException) -> Failure:
     """Whether an OpenAI SDK error is worth retrying (also for ``bot.llm.embeddings``)."""
+    if (refused := refused_answer(exc)) is not None:
+        return Failure(retryable=False, reason=f"the answer was refused: {refused}")
     if isinstance(exc, openai.APIStatusError):
         return _classify_status(exc)
     if isinstance(exc, openai.APITimeoutError):
-        return Failure(retryable=True, reason="request timed out")
+        return Failure(retryable=True, reason=transport_reason(exc, "request timed out"))
     if isinstance(exc, openai.APIConnectionError):
-        return Failure(retryable=True, reason=f"connection error: {exc.__cause__ or exc}")
+        reason = transport_reason(exc, f"connection error: {exc.__cause__ or exc}")
+        return Failure(retryable=True, reason=reason)
     if isinstance(exc, openai.APIError):  # an error event inside a stream
         kinds = {str(exc.type), str(exc.code)}
         return Failure(retryable=bool(kinds & _RETRY_ERROR_KINDS), reason=exc.message)

@@ -6,6 +6,12 @@ usage with cached and reasoning tokens) is a separate concern from building requ
 classifying failures in ``bot.llm.openai``, and both halves together would not fit one readable
 module. A streamed answer is only complete once a ``finish_reason`` arrived
 (``StreamState.finish``); tool-call arguments that are not valid JSON are kept raw, not fatal.
+
+Why it reads the JSON, not the SDK's ``ChatCompletion`` and ``ChatCompletionChunk``: building
+those costs more than the reading, per answer and per streamed chunk (``python -m
+bench.vendor_call``: the SDK's types against this module on the same request; figures in
+BENCHMARKS.md). Every field read is held to the SDK's own types for the same body
+(``tests/test_llm_answers.py``, ``tests/test_llm_streams.py``).
 """
 
 from __future__ import annotations
@@ -19,11 +25,9 @@ from bot.llm.types import LLMResponse, Part, StopReason, TextPart, ToolCallPart,
 
 
 def parse_completion(body: bytes, model: str = "") -> LLMResponse:
-    """A whole completion's JSON body, read straight off the wire.
-
-    The SDK would first build its pydantic ``ChatCompletion`` from the JSON (``construct_type``,
-    as costly as the rest of the reading); only the fields read below matter. A tool call
-    without a ``type`` counts as a function call (some OpenAI-compatible servers omit it).
+    """A whole completion's JSON body, read straight off the wire: only the fields read below
+    matter to Chorus. A tool call without a ``type`` counts as a function call (some
+    OpenAI-compatible servers omit it).
     """
     completion, choices = answer_object(body, "choices")
     usage = _usage_of(completion.get("usage"))

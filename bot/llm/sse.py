@@ -1,11 +1,14 @@
 """Server-sent events off a streamed answer's bytes, for the Anthropic and OpenAI streams.
 
-Why Chorus reads SSE itself: the SDKs' streams decode every event into their pydantic event
-types (``construct_type``), which cost about seven times what reading the event's JSON does,
-once per token on every streaming platform (``bench.vendor_call``'s streamed calls). The
-providers ask the SDK's ``post`` for the raw response (``cast_to=httpx2.Response``, the same
-escape hatch as for whole answers), so the request, its headers, retries and HTTP errors stay
-the client's; only the body is read here.
+Why Chorus reads SSE itself: the SDKs' streams build one of their pydantic event types for
+every event, once per token on every streaming platform, and reading each event's JSON instead
+costs a fraction of that (``python -m bench.vendor_call``, its streamed table: the SDK's own
+``create`` stream and its ``AsyncStream`` on the provider's request, against the provider;
+figures in BENCHMARKS.md). The providers ask the SDK client's ``post`` for the raw response
+(``cast_to=httpx2.Response``, the escape hatch the SDKs document for requests of their own), so
+the request, its headers, retries and HTTP errors stay the client's; only the body is read here.
+``tests/test_llm_streams.py`` holds each provider's fold to the SDK's own accumulator fed the
+same events.
 
 The decoding follows the WHATWG event-stream rules the SDKs' decoders follow: lines end with
 CRLF, LF or CR (a CRLF may be split across two reads), ``:`` starts a comment (a field with
