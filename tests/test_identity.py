@@ -47,7 +47,12 @@ class Rig:
         self.audit = Audit(redis, namespace=tag)
         self.commands = Commands(self.history)
         memory_commands.register(
-            self.commands, self.memory, self.history, clock=lambda: NOW, insights_queue=tag
+            self.commands,
+            self.memory,
+            self.history,
+            clock=lambda: NOW,
+            insights_queue=tag,
+            audit=self.audit,
         )
         link_commands.register(self.commands, self.memory, audit=self.audit, people=self.people)
         self.n = 0
@@ -338,6 +343,39 @@ async def test_forget_on_a_linked_identity_forgets_the_person(rig: Rig) -> None:
     assert await rig.redis.exists(keys.person_memory(person), keys.person_members(person)) == 0
     assert await rig.redis.exists(keys.forgotten("twitch", rig.user("ada"))) == 1
     assert await rig.pins("discord", "bob") == ["Lives in Oslo"], "nobody else"
+
+
+async def test_forget_deletes_the_speakers_audit_entries_and_no_one_elses(rig: Rig) -> None:
+    """The decisions about your messages go with ``/forget``; a moderator's command naming you
+    is the moderator's entry and stays (so does the block itself)."""
+    flagged = rig.message("call me on +1 415 555 0134", "discord", "ada")
+    rig.audit.record(
+        AuditEntry.about(flagged, direction="in", rule="personal_data:phone", action="refused")
+    )
+    rig.audit.record(AuditEntry.about(flagged, direction="in", rule="slur:x", action="refused"))
+    rig.audit.record(
+        AuditEntry.about(
+            rig.message("hi", "twitch", "ada"), direction="in", rule="slur:x", action="refused"
+        )
+    )
+    rig.audit.record(
+        AuditEntry.about(
+            rig.message("hey", "discord", "bob"), direction="in", rule="slur:x", action="refused"
+        )
+    )
+    by_mod = rig.message(f"/block id:{rig.user('ada')}", "discord", "mod")
+    rig.audit.record(
+        AuditEntry.about(
+            by_mod, direction="command", rule=f"user_block:{rig.user('ada')}", action="set"
+        )
+    )
+    await rig.run("/forget", "discord")
+    await rig.audit.flush()
+    left = [(e.platform, e.user_id) for e in await read_audit(rig.redis, namespace=rig.tag)]
+    assert ("discord", rig.user("ada")) not in left
+    assert sorted(left) == sorted(
+        [("twitch", rig.user("ada")), ("discord", rig.user("bob")), ("discord", rig.user("mod"))]
+    )
 
 
 async def test_forget_voids_an_outstanding_code(rig: Rig) -> None:

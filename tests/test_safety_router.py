@@ -5,6 +5,8 @@ user lists, quotas with one notice, ``/usage``, and the audit trail that never k
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import AsyncIterator
 
 import pytest
@@ -14,8 +16,10 @@ import prompts
 from bot.events import utcnow
 from bot.llm.scripted import ScriptedProvider
 from bot.safety import texts
-from bot.settings import QuotaSettings, SafetySettings
-from tests.safety_rig import CANARY, SYSTEM, Rig, safety_rig
+from bot.safety.audit import fingerprint_key
+from bot.safety.canary import deployment_secret
+from bot.settings import QuotaSettings, SafetySettings, settings_from
+from tests.safety_rig import AUDIT_KEY, CANARY, SYSTEM, Rig, safety_rig
 
 pytestmark = pytest.mark.redis
 SLUR = "you are a f4ggot"
@@ -39,7 +43,9 @@ async def test_a_flagged_message_is_refused_without_a_model_call(rig: Rig) -> No
     [entry] = await rig.audit()
     assert (entry.direction, entry.action) == ("in", "refused")
     assert entry.rule.startswith("slur:slurs.txt:") and entry.user_id == f"ada-{rig.tag}"
-    assert entry.chars == len(SLUR) and entry.fingerprint
+    assert entry.chars == len(SLUR)
+    assert AUDIT_KEY is not None
+    assert entry.fingerprint == hmac.new(AUDIT_KEY, SLUR.encode(), "sha256").hexdigest()[:16]
     assert "f4ggot" not in entry.model_dump_json()  # the trail never keeps the text
     assert rig.gate.audit.decisions["in", "slur", "refused"] == 1
 
@@ -167,3 +173,54 @@ async def test_decisions_are_counted_on_metrics(rig: Rig) -> None:
         (("action", "refused"), ("direction", "in"), ("rule", "slur")),
     )
     assert samples[key] == 1.0
+
+
+async def test_the_audit_fingerprint_of_a_phone_number_cannot_be_brute_forced(
+    redis_url: str, key_tag: str
+) -> None:
+    """A flagged phone number's print is keyed by the deployment's secret: trying every number
+    against it needs the key. The same text gives the same print (one deployment), another
+    deployment's key another print, and no key no print at all."""
+    phone = "call me on +1 415 555 0134"
+    printed = []
+    for n, key in enumerate((AUDIT_KEY, fingerprint_key("another deployment"), None)):
+        settings = SafetySettings(personal_data=True)
+        async with safety_rig(redis_url, key_tag, settings=settings) as rig:
+            rig.gate.audit.fingerprint_key = key
+            assert await rig.say(phone, msg_id=f"a{n}-{key_tag}") == [texts.refusal()]
+            await rig.say(phone, msg_id=f"b{n}-{key_tag}")
+            first, second = [e for e in await rig.audit() if e.rule == "personal_data:phone"][-2:]
+            assert first.fingerprint == second.fingerprint, "one text, one print"
+            printed.append(first.fingerprint)
+    unsalted = hashlib.sha256(phone.encode()).hexdigest()[:16]
+    assert unsalted not in printed, "a plain hash: every phone number can be tried against it"
+    assert printed[0] and printed[1] and printed[0] != printed[1], "keyed per deployment"
+    assert printed[2] == "", "no secret: no print rather than an unkeyed one"
+
+
+def test_the_fingerprint_key_comes_from_the_deployments_secret() -> None:
+    """The canary's secret (else the model keys), never something stored beside the trail."""
+    own = settings_from({"CHORUS_SAFETY_CANARY_SECRET": "s3cret", "ANTHROPIC_API_KEY": "k1"})
+    keyed = settings_from({"ANTHROPIC_API_KEY": "k1"})
+    bare = settings_from({})
+    assert deployment_secret(own.safety, own.llm) == "s3cret"
+    assert deployment_secret(keyed.safety, keyed.llm) == "k1"
+    key = fingerprint_key(deployment_secret(own.safety, own.llm))
+    assert key is not None and key != fingerprint_key("k1")
+    assert fingerprint_key(deployment_secret(bare.safety, bare.llm)) is None
+
+
+async def test_chorus_keys_its_audit_trail_with_the_deployments_secret() -> None:
+    from bot.app import Chorus
+    from bot.llm.scripted import ScriptedProvider
+
+    settings = settings_from(
+        {
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "k1",
+            "CHORUS_SAFETY_CANARY_SECRET": "s3cret",
+        }
+    )
+    app = await Chorus.from_settings(settings, provider=ScriptedProvider())
+    async with app:
+        assert app.safety.audit.fingerprint_key == fingerprint_key("s3cret")

@@ -34,6 +34,8 @@ from bot.memory.buffers import PIN_TEXT_MAX, MemoryStore, UserBuffer, clean_text
 from bot.memory.edit import Outcome, add_pin, entry_print, numbered, remove_entry
 from bot.memory.people import Identity, People
 from bot.router.text_commands import Command, Commands
+from bot.safety.audit import Audit
+from bot.safety.audit import forget_user as erase_audit
 from bot.state import insight_jobs, keys, turnlog
 from bot.state.history import HistoryStore
 from bot.state.outages import until_redis_answers
@@ -53,10 +55,12 @@ def register(
     clock: Clock = utcnow,
     insights_queue: str = insight_jobs.DEFAULT_QUEUE,
     eraser: BusEraser | None = None,
+    audit: Audit | None = None,
 ) -> None:
     """Add the memory commands to ``commands``; ``eraser`` reaches into a bus that keeps
-    events after they are handled (``StreamEraser.for_bus``: None for the in-process bus)."""
-    handlers = _Handlers(memory, history, clock, insights_queue, eraser)
+    events after they are handled (``StreamEraser.for_bus``: None for the in-process bus);
+    ``/forget`` deletes the speaker's entries from ``audit``'s trail."""
+    handlers = _Handlers(memory, history, clock, insights_queue, eraser, audit)
     for name, summary, handler in (
         ("pins", "commands/summary_pins", handlers.pins),
         ("remember", "commands/summary_remember", handlers.remember),
@@ -96,7 +100,9 @@ class _Handlers:
         clock: Clock,
         queue: str,
         eraser: BusEraser | None,
+        audit: Audit | None,
     ) -> None:
+        self._audit = audit
         self._memory = memory
         self._history = history
         self._clock = clock
@@ -202,6 +208,7 @@ class _Handlers:
             if person is not None:
                 self._people.queue_dissolve(pipe, person, identities)
             await pipe.execute()
+        await self._erase_audit(identities)
         queued = await self._erase_queued(message, identities)  # last: a failure keeps the rest
         parts = [
             _count(len(buffer.pins), "commands/count_note_one", "commands/count_note_other"),
@@ -253,6 +260,20 @@ class _Handlers:
             )
             return prompts.render("commands/forget_changed", number=number) + "\n\n" + listing
         return prompts.render("commands/forget_one_done", number=number, text=gone[0])
+
+    async def _erase_audit(self, identities: list[Identity]) -> None:
+        """The identities' entries in the audit trail (after this process's writes in flight)."""
+        audit = self._audit
+        if audit is None or audit.redis is None:
+            return
+        await audit.flush()
+        for platform, user_id in identities:
+            await until_redis_answers(
+                "erase a user's audit entries",
+                lambda p=platform, u=user_id: erase_audit(  # type: ignore[misc]
+                    self._memory.redis, p, u, namespace=audit.namespace
+                ),
+            )
 
     async def _erase_queued(self, message: ChatMessage, identities: list[Identity]) -> int | None:
         """The entries of the speaker (and their linked identities) still held by the bus,

@@ -38,7 +38,7 @@ from bot.llm.pricing import PriceTable
 from bot.llm.types import Usage
 from bot.quota.users import Quotas
 from bot.safety import texts
-from bot.safety.audit import Audit, AuditEntry
+from bot.safety.audit import Audit, AuditEntry, fingerprint_key
 from bot.safety.canary import LeakCheck
 from bot.safety.moderator import ModerationModel
 from bot.safety.policy import Policies, SafetyPolicy, ScopedSafety
@@ -112,11 +112,26 @@ class SafetyGate:
         model: ModerationModel | None,
         leak: LeakCheck | None,
         prices: PriceTable | None,
+        secret: str = "",
     ) -> SafetyGate:
+        """The gate as a deployment runs it; the audit trail's text prints are keyed by
+        ``secret``, the deployment's (``bot.safety.canary.deployment_secret``)."""
         settings = policies.settings
+        key = fingerprint_key(secret)
+        if key is None:
+            log.warning(
+                "no deployment secret: audit entries carry no text fingerprint; "
+                "set CHORUS_SAFETY_CANARY_SECRET"
+            )
+        audit = Audit(
+            redis,
+            namespace=namespace,
+            max_entries=settings.audit_max_entries,
+            fingerprint_key=key,
+        )
         return cls(
             policies,
-            audit=Audit(redis, namespace=namespace, max_entries=settings.audit_max_entries),
+            audit=audit,
             users=UserLists(redis, settings),
             quotas=Quotas(redis, namespace=namespace),
             model=model,
@@ -320,7 +335,14 @@ class SafetyGate:
         action: str,
         text: str | None = None,
     ) -> None:
-        entry = AuditEntry.about(message, direction=direction, rule=rule, action=action, text=text)
+        entry = AuditEntry.about(
+            message,
+            direction=direction,
+            rule=rule,
+            action=action,
+            text=text,
+            key=self.audit.fingerprint_key,
+        )
         self.audit.record(entry)
 
     async def aclose(self) -> None:
