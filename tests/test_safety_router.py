@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import prompts
-from bot.events import utcnow
+from bot.events import ChatMessage, utcnow
 from bot.llm.scripted import ScriptedProvider
 from bot.safety import texts
 from bot.safety.audit import fingerprint_key
@@ -158,6 +158,55 @@ async def test_trusted_users_skip_quotas_and_the_link_policy(redis_url: str, key
         await rig.say("/allow @bo", user="mia", mod=True)
         assert len(await rig.say("see example.com", user="bo")) == 1
         assert len(await rig.say("and again", user="bo")) == 1
+
+
+def _as(rig: Rig, text: str, user: str, display: str) -> ChatMessage:
+    message = rig.message(text, user=user)
+    return message.model_copy(
+        update={"author": message.author.model_copy(update={"display_name": display})}
+    )
+
+
+async def test_allow_refuses_a_name_that_an_impostor_took(redis_url: str, key_tag: str) -> None:
+    """Mal renames to "Bo" and writes just before the moderator types ``/allow @bo``: the name
+    now fits two ids, so nobody is trusted and the reply lists both; ``id:`` then acts, and
+    every reply names the id it acted on."""
+    settings = SafetySettings(links="deny")
+    async with safety_rig(redis_url, key_tag, settings=settings) as rig:
+        bo, mal = f"bo-{key_tag}", f"mal-{key_tag}"
+        assert len(await rig.send(_as(rig, "hello", "bo", "Bo"))) == 1
+        assert len(await rig.send(_as(rig, "hi all", "mal", "Bo"))) == 1
+        [refused] = await rig.say("/allow @bo", user="mia", mod=True)
+        assert refused.startswith("@bo is ambiguous here: ") and "/allow id:" in refused, refused
+        assert f"id:{bo} (last seen " in refused and f"id:{mal} (last seen " in refused
+        assert rig.gate.users.status(rig.conv(), mal) is None, "the impostor is not trusted"
+        assert rig.gate.users.status(rig.conv(), bo) is None
+        assert await rig.send(_as(rig, "see example.com", "mal", "Bo")) == [texts.refusal()]
+        [done] = await rig.say(f"/allow id:{bo}", user="mia", mod=True)
+        assert done == prompts.render("safety/allow_done", name=f"id:{bo}")
+        assert rig.gate.users.status(rig.conv(), bo) == "allow"
+
+
+async def test_a_name_another_worker_saw_is_still_ambiguous(redis_url: str, key_tag: str) -> None:
+    """This process never saw the real Bo (another worker handled his lines): the
+    conversation's turn log (his command) and history (his question) still know him, so the
+    impostor's name stays ambiguous here."""
+    async with safety_rig(redis_url, key_tag) as rig:
+        bo, mal, cy = f"bo-{key_tag}", f"mal-{key_tag}", f"cy-{key_tag}"
+        await rig.send(_as(rig, "/usage", "bo", "Bo"))  # a command: in the turn log alone
+        await rig.send(_as(rig, "hello", "cy", "Cy"))  # a question: in the history too
+        await rig.router.observer.flush(force=True)  # the router's one-second tick
+        rig.gate.names.clear()  # as if another worker had handled their lines
+        await rig.send(_as(rig, "hi all", "mal", "Bo"))
+        await rig.send(_as(rig, "hi all", "mal", "Cy"))
+        for name, real in (("@BO", bo), ("@cy", cy)):
+            [refused] = await rig.say(f"/block {name}", user="mia", mod=True)
+            assert f"id:{real}" in refused and f"id:{mal}" in refused, refused
+        [unknown] = await rig.say("/block @troll", user="mia", mod=True)
+        assert "I don't know who @troll is" in unknown
+        await rig.send(_as(rig, "hi", "troll", "Troll"))
+        [done] = await rig.say("/block @troll", user="mia", mod=True)
+        assert done == prompts.render("safety/block_done", name=f"@troll (id:troll-{key_tag})")
 
 
 async def test_decisions_are_counted_on_metrics(rig: Rig) -> None:
