@@ -39,7 +39,7 @@ from bot.router.core import RouterLimits
 from bot.router.drafts import Drafts
 from bot.router.scoping import ScopedEngagement, Scoping, chain_factory
 from bot.router.text_commands import Command, Commands
-from bot.safety.canary import LeakCheck, deployment_canary
+from bot.safety.canary import LeakCheck, deployment_canary, deployment_secret
 from bot.safety.gate import SafetyGate
 from bot.safety.moderator import ModerationModel, build_moderation_model
 from bot.safety.policy import Policies
@@ -131,9 +131,6 @@ class Chorus:
         self.memory_settings = settings.memory
         self.memory = MemoryStore(redis, self.memory_settings)
         self.commands = commands = Commands(self.history)
-        memory_commands.register(
-            commands, self.memory, self.history, eraser=StreamEraser.for_bus(bus, redis)
-        )
         self.safety = SafetyGate.from_parts(
             policies,
             redis,
@@ -141,9 +138,12 @@ class Chorus:
             model=moderation,
             leak=LeakCheck(system, canary),
             prices=self.metrics.prices if isinstance(self.metrics, Metrics) else None,
+            secret=deployment_secret(settings.safety, settings.llm),
         )
         self.safety.scope_of = self.scoping.safety_of
         self.safety.audit.register(self.metrics)
+        audit, erase = self.safety.audit, StreamEraser.for_bus(bus, redis)
+        memory_commands.register(commands, self.memory, self.history, eraser=erase, audit=audit)
         safety_commands.register(commands, self.safety, self.history)  # before plugins take names
         link_commands.register(commands, self.memory, audit=self.safety.audit)
         self.plugins = plugins or LoadedPlugins()

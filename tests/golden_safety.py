@@ -5,7 +5,7 @@ as cases by ``tests/test_prompts_golden.py``."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from redis.asyncio import Redis
 
@@ -33,15 +33,22 @@ DISCORD = ConversationKey(platform="discord", channel="general")
 Case = Callable[[Redis], Awaitable[str]]
 
 
-def _message(text: str, user: str = "ada", *, moderator: bool = False) -> ChatMessage:
+def _message(
+    text: str,
+    user: str = "ada",
+    *,
+    moderator: bool = False,
+    display: str = "",
+    at: datetime = NOW,
+) -> ChatMessage:
     roles = frozenset({Role.MODERATOR}) if moderator else frozenset()
     return ChatMessage(
         platform="discord",
         id=f"m-{user}-{len(text)}",
         conversation=DISCORD,
-        author=Author(id=user, display_name=user.title(), roles=roles),
+        author=Author(id=user, display_name=display or user.title(), roles=roles),
         text=text,
-        sent_at=NOW,
+        sent_at=at,
     )
 
 
@@ -121,7 +128,8 @@ async def safety_commands_case(redis: Redis) -> str:
         quotas=Quotas(redis, namespace="golden"),
     )
     commands = Commands(history)
-    safety_commands.register(commands, gate, history)
+    later = NOW + timedelta(hours=3)
+    safety_commands.register(commands, gate, history, clock=lambda: later)
     troll = _message("spam spam", "troll_99")
     gate.screen(troll)  # seen in the channel: moderators can name them
     await history.append(DISCORD, HistoryEntry.from_message(_message("hello", "bo")))
@@ -135,9 +143,19 @@ async def safety_commands_case(redis: Redis) -> str:
         ("/unblock @troll_99", True),
         ("/disallow bo", True),
         ("/block @nobody_here", True),
+        ("(two impostors renamed Bo write; another Bo is in the history)", False),
+        ("/allow @bo", True),
+        ("/allow id:bo", True),
     ]
     replies = []
     for text, moderator in said:
+        if not text.startswith("/"):
+            gate.screen(_message("hi all", "mal_1", display="Bo", at=later - timedelta(minutes=1)))
+            gate.screen(_message("me too", "mal_2", display="BO", at=later))
+            days_ago = _message("hey", "bo_2", display="Bo", at=NOW - timedelta(days=3))
+            await history.append(DISCORD, HistoryEntry.from_message(days_ago))
+            replies.append(f"> {text}")
+            continue
         reply = await commands.handle(
             _message(text, "mod" if moderator else "ada", moderator=moderator)
         )

@@ -3,10 +3,16 @@ Slack (HTTP Events API) and Discord, each against its loopback, the Anthropic SD
 loopback, memory in a real Redis.
 
 Ada tells Chorus a fact on Slack (``/remember``), asks for a link code on Discord (``/link``),
-types it on Slack: the two accounts are one person. The pin learnt on Slack then reaches the
-prompt of her Discord question (the request the loopback model receives). Then she adds two
-pins, lists them (``/pins``) and deletes the second (``/forget 2``): exactly that entry is gone
-from Redis and from the next prompt, the others stay.
+types it on Slack and confirms (``/link confirm``): the two accounts are one person. The pin
+learnt on Slack then reaches the prompt of her Discord question (the request the loopback model
+receives). Then she adds two pins, lists them (``/pins``) and deletes the second (``/forget
+2``): exactly that entry is gone from Redis and from the next prompt, the others stay.
+
+Mallory posts a code "for the giveaway": Vic, who types it, is asked whether to link with
+Mallory's Discord account, and nothing is merged -- Mallory's ``/pins`` shows none of Vic's
+notes, and nobody else's ``/link confirm`` links them. Once Vic does confirm, ``/unlink`` gives
+each side back only what came from it, and Mallory's ``/forget`` while linked takes only her
+part: Vic's notes and lines stay.
 """
 
 from __future__ import annotations
@@ -16,11 +22,13 @@ import json
 import re
 import signal
 from pathlib import Path
+from typing import cast
 
 from bot.events import ConversationKey
 from bot.memory.buffers import decode
 from bot.memory.people import normal_code
 from bot.state import connect, keys
+from bot.state.history import HistoryEntry
 from tests.discord_rig import discord_env, slash_interaction
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.discord_server import (
@@ -159,20 +167,7 @@ async def test_a_linked_users_pin_reaches_the_other_platform_and_forget_2_delete
     ):
         discord.guilds = [guild_create()]
         model.default_reply = lambda body: "an answer"
-        env = base_env(tmp_path) | {
-            "CHORUS_MODEL": "anthropic:claude-test",
-            "ANTHROPIC_API_KEY": "k",
-            "ANTHROPIC_BASE_URL": model.base_url,
-            "CHORUS_REDIS_URL": real_redis_url,
-            "CHORUS_INSIGHTS_ENABLED": "false",
-            **discord_env(discord),
-            "SLACK_BOT_TOKEN": BOT_TOKEN,
-            "SLACK_SIGNING_SECRET": SECRET,
-            "SLACK_API_BASE_URL": slack.api_url,
-            "SLACK_HTTP_HOST": "127.0.0.1",
-            "SLACK_HTTP_PORT": str(slack_port),
-            "PYTHONPATH": str(ROOT),
-        }
+        env = _env(tmp_path, model, discord, slack, slack_port, real_redis_url)
         proc = await spawn_chorus(["run"], env, tmp_path)
         ada = Ada(discord, base, slack, f"http://127.0.0.1:{slack_port}/slack/events")
         try:
@@ -182,7 +177,9 @@ async def test_a_linked_users_pin_reaches_the_other_platform_and_forget_2_delete
             refused = await ada.on_discord("/link")
             assert "don't post link codes here" in refused, refused  # a public channel
             code = await ada.link_code()
-            linked = await ada.on_slack(f"/link {code}")
+            asked = await ada.on_slack(f"/link {code}")
+            assert asked.startswith("This links you with Discord account"), asked
+            linked = await ada.on_slack("/link confirm")
             assert linked.startswith("Linked with your Discord account"), linked
 
             await ada.on_discord(f"what do you know about my bees {key_tag}?")
@@ -205,6 +202,110 @@ async def test_a_linked_users_pin_reaches_the_other_platform_and_forget_2_delete
             _, err = await asyncio.wait_for(proc.communicate(), 60)
             await _clean(real_redis_url, base)
         assert proc.returncode == 0, err.decode()[-3000:]
+
+
+async def test_a_code_posted_for_a_giveaway_merges_nothing_until_its_typer_confirms(
+    tmp_path: Path, real_redis_url: str, key_tag: str
+) -> None:
+    base = int(key_tag[1:], 16) % 10**12
+    bees, giveaways = f"I keep bees {key_tag}", f"I run giveaways {key_tag}"
+    question = f"what about my bees {key_tag}?"
+    slack_port = free_port()
+    async with (
+        AnthropicServer() as model,
+        DiscordServer() as discord,
+        SlackServer(bot_token=BOT_TOKEN) as slack,
+    ):
+        discord.guilds = [guild_create()]
+        model.default_reply = lambda body: "an answer"
+        env = _env(tmp_path, model, discord, slack, slack_port, real_redis_url)
+        proc = await spawn_chorus(["run"], env, tmp_path)
+        events = f"http://127.0.0.1:{slack_port}/slack/events"
+        mallory = Ada(discord, base)
+        vic, eve = Ada(discord, base, slack, events), Ada(discord, base, slack, events)
+        mallory.discord_id, mallory.n = f"{base}5", 100  # each their own ids and message ids
+        vic.slack_id, vic.n = f"W{base}9", 200
+        eve.slack_id, eve.n = f"W{base}8", 300
+        try:
+            await discord.wait_for(lambda: bool(discord.ops(2)), limit=LIMIT)  # IDENTIFY
+            await _until_slack_listens(vic)
+            assert "remember" in await vic.on_slack(f"/remember {bees}")
+            await vic.on_slack(question)
+            assert "remember" in await mallory.on_discord(f"/remember {giveaways}")
+            code = await mallory.link_code()  # posted "for the giveaway"
+            asked = await vic.on_slack(f"/link {code}")
+            assert asked.startswith("This links you with Discord account "), asked
+            assert "/link confirm within 2 minutes" in asked, asked
+            assert bees not in await mallory.on_discord("/pins"), "nothing merged"
+            nobody = await eve.on_slack("/link confirm")
+            assert nobody.startswith("Nothing here waits for /link confirm"), nobody
+            assert not await _person(real_redis_url, "slack", vic.slack_id)
+
+            assert (await vic.on_slack("/link confirm")).startswith("Linked with your Discord")
+            assert bees in await mallory.on_discord("/pins"), "shared once Vic confirmed"
+            assert (await vic.on_slack("/unlink")).startswith("Unlinked from your Discord")
+            assert bees not in await mallory.on_discord("/pins"), "Vic's notes went with Vic"
+            mine = await vic.on_slack("/pins")
+            assert bees in mine and giveaways not in mine, mine
+
+            await vic.on_slack(f"/link {await mallory.link_code()}")
+            assert (await vic.on_slack("/link confirm")).startswith("Linked")
+            forgot = await mallory.on_discord("/forget")
+            assert "no longer linked with your Slack account" in forgot, forgot
+            mine = await vic.on_slack("/pins")
+            assert bees in mine and giveaways not in mine, "Mallory's /forget took only hers"
+            assert question in await _lines_of(real_redis_url, "slack", vic.slack_id)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = await asyncio.wait_for(proc.communicate(), 60)
+            await _clean(real_redis_url, base)
+        assert proc.returncode == 0, err.decode()[-3000:]
+
+
+def _env(
+    tmp_path: Path,
+    model: AnthropicServer,
+    discord: DiscordServer,
+    slack: SlackServer,
+    slack_port: int,
+    redis_url: str,
+) -> dict[str, str]:
+    return base_env(tmp_path) | {
+        "CHORUS_MODEL": "anthropic:claude-test",
+        "ANTHROPIC_API_KEY": "k",
+        "ANTHROPIC_BASE_URL": model.base_url,
+        "CHORUS_REDIS_URL": redis_url,
+        "CHORUS_INSIGHTS_ENABLED": "false",
+        **discord_env(discord),
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": SECRET,
+        "SLACK_API_BASE_URL": slack.api_url,
+        "SLACK_HTTP_HOST": "127.0.0.1",
+        "SLACK_HTTP_PORT": str(slack_port),
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+async def _person(url: str, platform: str, user_id: str) -> str | None:
+    redis = await connect.open_redis(url)
+    try:
+        return cast("str | None", await redis.get(keys.person_of(platform, user_id)))
+    finally:
+        await redis.aclose()
+
+
+async def _lines_of(url: str, platform: str, user_id: str) -> list[str]:
+    """Every line of the user's that the history holds, in the conversations they spoke in."""
+    redis = await connect.open_redis(url)
+    try:
+        convs = await redis.zrange(keys.user_conversations(platform, user_id), 0, -1)
+        found = []
+        for conv in convs:
+            raw = await redis.lrange(keys.history(ConversationKey.parse(str(conv))), 0, -1)
+            found += [HistoryEntry.model_validate_json(r) for r in raw]
+        return [e.text for e in found if e.author_id == user_id]
+    finally:
+        await redis.aclose()
 
 
 async def _until_slack_listens(ada: Ada) -> None:

@@ -5,8 +5,9 @@ memory in a real Redis.
 
 On Twitch the web chat keeps ``/`` for its own commands, so the viewer addresses the bot:
 ``@mybot /remember ...``, then ``@mybot /link <code>`` with the code ``/link`` gave them on
-Discord. Their next Discord question's prompt (the request the loopback model receives) carries
-the Twitch pin; another Discord member's prompt does not.
+Discord, which asks them to confirm: another viewer's ``@mybot /link confirm`` links nobody,
+theirs does. Their next Discord question's prompt (the request the loopback model receives)
+carries the Twitch pin; another Discord member's prompt does not.
 """
 
 from __future__ import annotations
@@ -63,9 +64,9 @@ async def test_a_pin_learnt_on_twitch_reaches_the_linked_discord_prompt(
         other = Ada(discord, base)
         other.discord_id, other.n = f"{base}2", 50  # another member, other message ids
 
-        async def on_twitch(n: int, text: str) -> str:
+        async def on_twitch(n: int, text: str, who: str = viewer) -> str:
             msg_id = f"{base}-{n}"
-            event = line(channel, msg_id, text, viewer, mention=True)
+            event = line(channel, msg_id, text, who, mention=True)
             assert await twitch.notify(CHAT, event)
 
             def answers() -> list[str]:
@@ -83,7 +84,11 @@ async def test_a_pin_learnt_on_twitch_reaches_the_linked_discord_prompt(
             await discord.wait_for(lambda: bool(discord.ops(2)), limit=LIMIT)  # IDENTIFY
             assert "remember" in await on_twitch(1, f"/remember {bees}")
             code = await ada.link_code()
-            linked = await on_twitch(2, f"/link {code}")
+            asked = await on_twitch(2, f"/link {code}")
+            assert "This links you with Discord account" in asked, asked
+            nobody = await on_twitch(3, "/link confirm", who=f"{base}8")  # another viewer
+            assert "Nothing here waits for /link confirm" in nobody, nobody
+            linked = await on_twitch(4, "/link confirm")
             assert "Linked with your Discord account" in linked, linked
 
             await ada.on_discord(f"what do you know about my bees {key_tag}?")

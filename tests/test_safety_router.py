@@ -5,17 +5,21 @@ user lists, quotas with one notice, ``/usage``, and the audit trail that never k
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import prompts
-from bot.events import utcnow
+from bot.events import ChatMessage, utcnow
 from bot.llm.scripted import ScriptedProvider
 from bot.safety import texts
-from bot.settings import QuotaSettings, SafetySettings
-from tests.safety_rig import CANARY, SYSTEM, Rig, safety_rig
+from bot.safety.audit import fingerprint_key
+from bot.safety.canary import deployment_secret
+from bot.settings import QuotaSettings, SafetySettings, settings_from
+from tests.safety_rig import AUDIT_KEY, CANARY, SYSTEM, Rig, safety_rig
 
 pytestmark = pytest.mark.redis
 SLUR = "you are a f4ggot"
@@ -39,7 +43,9 @@ async def test_a_flagged_message_is_refused_without_a_model_call(rig: Rig) -> No
     [entry] = await rig.audit()
     assert (entry.direction, entry.action) == ("in", "refused")
     assert entry.rule.startswith("slur:slurs.txt:") and entry.user_id == f"ada-{rig.tag}"
-    assert entry.chars == len(SLUR) and entry.fingerprint
+    assert entry.chars == len(SLUR)
+    assert AUDIT_KEY is not None
+    assert entry.fingerprint == hmac.new(AUDIT_KEY, SLUR.encode(), "sha256").hexdigest()[:16]
     assert "f4ggot" not in entry.model_dump_json()  # the trail never keeps the text
     assert rig.gate.audit.decisions["in", "slur", "refused"] == 1
 
@@ -154,6 +160,55 @@ async def test_trusted_users_skip_quotas_and_the_link_policy(redis_url: str, key
         assert len(await rig.say("and again", user="bo")) == 1
 
 
+def _as(rig: Rig, text: str, user: str, display: str) -> ChatMessage:
+    message = rig.message(text, user=user)
+    return message.model_copy(
+        update={"author": message.author.model_copy(update={"display_name": display})}
+    )
+
+
+async def test_allow_refuses_a_name_that_an_impostor_took(redis_url: str, key_tag: str) -> None:
+    """Mal renames to "Bo" and writes just before the moderator types ``/allow @bo``: the name
+    now fits two ids, so nobody is trusted and the reply lists both; ``id:`` then acts, and
+    every reply names the id it acted on."""
+    settings = SafetySettings(links="deny")
+    async with safety_rig(redis_url, key_tag, settings=settings) as rig:
+        bo, mal = f"bo-{key_tag}", f"mal-{key_tag}"
+        assert len(await rig.send(_as(rig, "hello", "bo", "Bo"))) == 1
+        assert len(await rig.send(_as(rig, "hi all", "mal", "Bo"))) == 1
+        [refused] = await rig.say("/allow @bo", user="mia", mod=True)
+        assert refused.startswith("@bo is ambiguous here: ") and "/allow id:" in refused, refused
+        assert f"id:{bo} (last seen " in refused and f"id:{mal} (last seen " in refused
+        assert rig.gate.users.status(rig.conv(), mal) is None, "the impostor is not trusted"
+        assert rig.gate.users.status(rig.conv(), bo) is None
+        assert await rig.send(_as(rig, "see example.com", "mal", "Bo")) == [texts.refusal()]
+        [done] = await rig.say(f"/allow id:{bo}", user="mia", mod=True)
+        assert done == prompts.render("safety/allow_done", name=f"id:{bo}")
+        assert rig.gate.users.status(rig.conv(), bo) == "allow"
+
+
+async def test_a_name_another_worker_saw_is_still_ambiguous(redis_url: str, key_tag: str) -> None:
+    """This process never saw the real Bo (another worker handled his lines): the
+    conversation's turn log (his command) and history (his question) still know him, so the
+    impostor's name stays ambiguous here."""
+    async with safety_rig(redis_url, key_tag) as rig:
+        bo, mal, cy = f"bo-{key_tag}", f"mal-{key_tag}", f"cy-{key_tag}"
+        await rig.send(_as(rig, "/usage", "bo", "Bo"))  # a command: in the turn log alone
+        await rig.send(_as(rig, "hello", "cy", "Cy"))  # a question: in the history too
+        await rig.router.observer.flush(force=True)  # the router's one-second tick
+        rig.gate.names.clear()  # as if another worker had handled their lines
+        await rig.send(_as(rig, "hi all", "mal", "Bo"))
+        await rig.send(_as(rig, "hi all", "mal", "Cy"))
+        for name, real in (("@BO", bo), ("@cy", cy)):
+            [refused] = await rig.say(f"/block {name}", user="mia", mod=True)
+            assert f"id:{real}" in refused and f"id:{mal}" in refused, refused
+        [unknown] = await rig.say("/block @troll", user="mia", mod=True)
+        assert "I don't know who @troll is" in unknown
+        await rig.send(_as(rig, "hi", "troll", "Troll"))
+        [done] = await rig.say("/block @troll", user="mia", mod=True)
+        assert done == prompts.render("safety/block_done", name=f"@troll (id:troll-{key_tag})")
+
+
 async def test_decisions_are_counted_on_metrics(rig: Rig) -> None:
     await rig.say(SLUR)
     body, _ = await rig.metrics.render()
@@ -167,3 +222,54 @@ async def test_decisions_are_counted_on_metrics(rig: Rig) -> None:
         (("action", "refused"), ("direction", "in"), ("rule", "slur")),
     )
     assert samples[key] == 1.0
+
+
+async def test_the_audit_fingerprint_of_a_phone_number_cannot_be_brute_forced(
+    redis_url: str, key_tag: str
+) -> None:
+    """A flagged phone number's print is keyed by the deployment's secret: trying every number
+    against it needs the key. The same text gives the same print (one deployment), another
+    deployment's key another print, and no key no print at all."""
+    phone = "call me on +1 415 555 0134"
+    printed = []
+    for n, key in enumerate((AUDIT_KEY, fingerprint_key("another deployment"), None)):
+        settings = SafetySettings(personal_data=True)
+        async with safety_rig(redis_url, key_tag, settings=settings) as rig:
+            rig.gate.audit.fingerprint_key = key
+            assert await rig.say(phone, msg_id=f"a{n}-{key_tag}") == [texts.refusal()]
+            await rig.say(phone, msg_id=f"b{n}-{key_tag}")
+            first, second = [e for e in await rig.audit() if e.rule == "personal_data:phone"][-2:]
+            assert first.fingerprint == second.fingerprint, "one text, one print"
+            printed.append(first.fingerprint)
+    unsalted = hashlib.sha256(phone.encode()).hexdigest()[:16]
+    assert unsalted not in printed, "a plain hash: every phone number can be tried against it"
+    assert printed[0] and printed[1] and printed[0] != printed[1], "keyed per deployment"
+    assert printed[2] == "", "no secret: no print rather than an unkeyed one"
+
+
+def test_the_fingerprint_key_comes_from_the_deployments_secret() -> None:
+    """The canary's secret (else the model keys), never something stored beside the trail."""
+    own = settings_from({"CHORUS_SAFETY_CANARY_SECRET": "s3cret", "ANTHROPIC_API_KEY": "k1"})
+    keyed = settings_from({"ANTHROPIC_API_KEY": "k1"})
+    bare = settings_from({})
+    assert deployment_secret(own.safety, own.llm) == "s3cret"
+    assert deployment_secret(keyed.safety, keyed.llm) == "k1"
+    key = fingerprint_key(deployment_secret(own.safety, own.llm))
+    assert key is not None and key != fingerprint_key("k1")
+    assert fingerprint_key(deployment_secret(bare.safety, bare.llm)) is None
+
+
+async def test_chorus_keys_its_audit_trail_with_the_deployments_secret() -> None:
+    from bot.app import Chorus
+    from bot.llm.scripted import ScriptedProvider
+
+    settings = settings_from(
+        {
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "k1",
+            "CHORUS_SAFETY_CANARY_SECRET": "s3cret",
+        }
+    )
+    app = await Chorus.from_settings(settings, provider=ScriptedProvider())
+    async with app:
+        assert app.safety.audit.fingerprint_key == fingerprint_key("s3cret")

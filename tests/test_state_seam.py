@@ -93,7 +93,9 @@ NOT_YET: dict[str, str] = {
     "bot/memory/people.py": "a people store in bot/state",
     "bot/quota/ledger.py": "a quota store in bot/state",
     "bot/quota/users.py": "a quota store in bot/state",
-    "bot/router/memory_commands.py": "a people store in bot/state (the /forget transaction)",
+    "bot/memory/shared_forget.py": "a people store in bot/state",
+    "bot/router/forget_commands.py": "a people store in bot/state (the /forget transaction)",
+    "bot/router/memory_commands.py": "a people store in bot/state (the /pins view)",
     "bot/safety/audit.py": "a moderation store in bot/state",
     "bot/safety/users.py": "a moderation store in bot/state",
 }

@@ -12,6 +12,11 @@ budget anyway.
 Writes are read-modify-write under ``WATCH`` (the insights worker, ``/remember`` and
 ``/timezone`` may race), so no update is lost and no Lua is needed; the edits themselves are the
 pure functions of ``bot.memory.edit``.
+
+In a linked person's buffer every entry and the timezone carry the identity they came from
+(``origin``; bot/memory/origins.py says how it is stored): ``update`` stamps what it adds or
+changes with the identity writing (``/remember`` on that account, the insights job of that
+account's lines), and ``/link`` stamps each side's entries when it merges them.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import WatchError
 
 from bot.events import AwareDatetime, ConversationKey, utcnow
-from bot.memory import aliases
+from bot.memory import aliases, origins
 from bot.settings.memory import (
     INSIGHTS_MODELS,
     PIN_TEXT_MAX,
@@ -129,6 +134,7 @@ class Pin(_Frozen):
     confidence: Confidence
     created_at: Timestamp
     updated_at: Timestamp
+    origin: str | None = None  # the identity it came from, in a linked person's buffer
 
     def came_from(self, message_id: str) -> bool:
         return self.source == source_ref(message_id)
@@ -140,6 +146,7 @@ class Recommendation(_Frozen):
     text: str = Field(min_length=1, max_length=REC_TEXT_MAX)
     tool: str | None = Field(default=None, min_length=1, max_length=TOOL_MAX)
     created_at: Timestamp
+    origin: str | None = None  # the identity it came from, in a linked person's buffer
 
 
 class UserBuffer(_Frozen):
@@ -150,10 +157,22 @@ class UserBuffer(_Frozen):
     pins: tuple[Pin, ...] = ()
     recommendations: tuple[Recommendation, ...] = ()
     timezone: str | None = Field(default=None, max_length=TIMEZONE_MAX)
+    timezone_origin: str | None = None
 
     @property
     def is_empty(self) -> bool:
         return not self.pins and not self.recommendations and self.timezone is None
+
+
+def stamped(before: UserBuffer, after: UserBuffer, origin: str) -> UserBuffer:
+    """``after`` with every entry (and the timezone) not in ``before`` as it was marked as
+    coming from ``origin``: the identity that added or changed it."""
+    pins = origins.stamp(before.pins, after.pins, origin)
+    recs = origins.stamp(before.recommendations, after.recommendations, origin)
+    zone = (after.timezone, after.timezone_origin) != (before.timezone, before.timezone_origin)
+    zone_origin = origin if zone and after.timezone else after.timezone_origin
+    update = {"pins": pins, "recommendations": recs, "timezone_origin": zone_origin}
+    return after.model_copy(update=update)
 
 
 # -- caps ------------------------------------------------------------------------------------
@@ -205,6 +224,9 @@ def encode(buffer: UserBuffer) -> str:
         for p in buffer.pins
     ]
     data["r"] = [[r.text, r.tool, int(r.created_at.timestamp())] for r in buffer.recommendations]
+    zone = buffer.timezone_origin if buffer.timezone else None
+    pin_origins = [p.origin for p in buffer.pins]
+    data |= origins.dump(pin_origins, [r.origin for r in buffer.recommendations], zone)
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -221,7 +243,8 @@ def decode(raw: str | None, *, platform: str, user_id: str) -> UserBuffer:
         log.warning("unreadable memory buffer ignored", extra={"platform": platform}, exc_info=True)
         return empty
     pins, recs = [], []
-    for row in _rows(data, "p"):
+    origin = origins.Loaded(data)
+    for n, row in enumerate(_rows(data, "p")):
         try:
             text, source, percent, created, updated = row
             pins.append(
@@ -231,14 +254,18 @@ def decode(raw: str | None, *, platform: str, user_id: str) -> UserBuffer:
                     confidence=percent / 100,
                     created_at=_from_epoch(created),
                     updated_at=_from_epoch(updated),
+                    origin=origin.row("po", n),
                 )
             )
         except (ValueError, TypeError):
             log.warning("skipping unreadable pin", extra={"platform": platform}, exc_info=True)
-    for row in _rows(data, "r"):
+    for n, row in enumerate(_rows(data, "r")):
         try:
             text, tool, created = row
-            recs.append(Recommendation(text=text, tool=tool, created_at=_from_epoch(created)))
+            at = _from_epoch(created)
+            recs.append(
+                Recommendation(text=text, tool=tool, created_at=at, origin=origin.row("ro", n))
+            )
         except (ValueError, TypeError):
             log.warning(
                 "skipping unreadable recommendation", extra={"platform": platform}, exc_info=True
@@ -250,6 +277,7 @@ def decode(raw: str | None, *, platform: str, user_id: str) -> UserBuffer:
         pins=tuple(pins),
         recommendations=tuple(recs),
         timezone=zone if isinstance(zone, str) and len(zone) <= TIMEZONE_MAX else None,
+        timezone_origin=origin.zone(),
     )
 
 
@@ -349,6 +377,8 @@ class MemoryStore:
                         return current
                     if (changed.platform, changed.user_id) != (platform, user_id):
                         raise ValueError("a change must not move a buffer to another user")
+                    if person is not None:  # a person's: what this identity changed is its own
+                        changed = stamped(current, changed, keys.identity_member(platform, user_id))
                     fitted = fit(changed, self.settings)
                     pipe.multi()  # type: ignore[no-untyped-call]
                     if fitted.is_empty:

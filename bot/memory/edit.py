@@ -8,13 +8,14 @@ the pin it replaces is dropped, and the caps evict the weakest entries.
 ``/pins`` numbers the entries pins first, then recommendations (``numbered``); ``/forget <n>``
 deletes by the entry's fingerprint (``entry_print``) rather than by its position, so an insights
 write landing between the two can shift the numbers but never make ``/forget`` delete another
-entry. ``/link`` joins two buffers with ``merge_buffers``: the same duplicate rule, then the caps.
+entry. ``/link`` joins two buffers with ``merge_buffers``: the same duplicate rule, then the caps;
+``/unlink`` and ``/forget`` on a linked person split its buffer by origin with ``part``.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from enum import StrEnum
 
@@ -208,14 +209,45 @@ def merge_buffers(
         elif rec.created_at > recs[index].created_at:
             recs[index] = rec
     recs.sort(key=lambda r: r.created_at)  # the caps drop the oldest first
+    zone = first if first.timezone else second
     merged = first.model_copy(
         update={
             "pins": tuple(pins),
             "recommendations": tuple(recs),
-            "timezone": first.timezone or second.timezone,
+            "timezone": zone.timezone,
+            "timezone_origin": zone.timezone_origin,
         }
     )
     return cap(merged, max_pins, max_recs)
+
+
+def part(buffer: UserBuffer, origins: Collection[str], *, own: bool = False) -> UserBuffer:
+    """The entries and timezone of ``buffer`` that came from one of ``origins`` (an entry with
+    no origin from none); ``own``: for one identity's own buffer, where the origin is implied
+    and not kept."""
+
+    def mine(origin: str | None) -> bool:
+        return origin is not None and origin in origins
+
+    gone = {"origin": None} if own else {}
+    pins = tuple(p.model_copy(update=gone) for p in buffer.pins if mine(p.origin))
+    recs = tuple(r.model_copy(update=gone) for r in buffer.recommendations if mine(r.origin))
+    zone = buffer.timezone if mine(buffer.timezone_origin) else None
+    kept_zone = None if own or zone is None else buffer.timezone_origin
+    update = {"pins": pins, "recommendations": recs, "timezone": zone, "timezone_origin": kept_zone}
+    return buffer.model_copy(update=update)
+
+
+def stamp_own(buffer: UserBuffer, origin: str) -> UserBuffer:
+    """An identity's own buffer with its implied origin written out (``origin``), before it
+    joins a person's buffer."""
+    pins = tuple(p if p.origin else p.model_copy(update={"origin": origin}) for p in buffer.pins)
+    recs = tuple(
+        r if r.origin else r.model_copy(update={"origin": origin}) for r in buffer.recommendations
+    )
+    zone = buffer.timezone_origin or (origin if buffer.timezone else None)
+    update = {"pins": pins, "recommendations": recs, "timezone_origin": zone}
+    return buffer.model_copy(update=update)
 
 
 def _same_recommendation(recs: Sequence[Recommendation], text: str, tool: str | None) -> int | None:

@@ -2,12 +2,13 @@
 
 ``/link`` alone answers with a one-time code, but only where the answer is private (a Discord or
 Slack slash command, a direct message, the console): a code posted in public chat could be typed
-first by anyone watching, who would then share the asker's memory. In public chat (Twitch,
-YouTube, a channel) ``/link`` says where to ask instead. ``/link <code>`` typed by the same
-person on another platform -- public chat is fine for that, the code is used up by it -- links
-the two identities. ``/unlink`` separates this identity
-from its person. Each step, and each refused code, goes to the audit trail (direction
-``link``; never the code itself), so an operator can see who linked what and spot guessing.
+first by anyone watching. In public chat (Twitch, YouTube, a channel) ``/link`` says where to ask
+instead. ``/link <code>`` typed on another platform -- public chat is fine for that, the code is
+used up by it -- links nothing yet: it names the account the code came from and asks the typer to
+answer ``/link confirm`` within 2 minutes, so nobody is linked by typing a code someone else
+posted without being told what it does. ``/unlink`` separates this identity from its person.
+Each step, and each refused code, goes to the audit trail (direction ``link``; never the code
+itself), so an operator can see who linked what and spot guessing.
 
 Every sentence is ``prompts/commands/link_*`` and ``unlink_*``.
 """
@@ -19,7 +20,7 @@ import time
 import prompts
 from bot.events import ChatMessage
 from bot.memory.buffers import MemoryStore
-from bot.memory.people import CODE_ALPHABET, CODE_LENGTH, LinkOutcome, People
+from bot.memory.people import CODE_ALPHABET, CODE_LENGTH, CONFIRM_SECONDS, LinkOutcome, People
 from bot.router.text_commands import Command, Commands
 from bot.safety.audit import Audit, AuditEntry
 
@@ -28,7 +29,10 @@ _REFUSALS = {
     LinkOutcome.OWN_CODE: "commands/link_own_code",
     LinkOutcome.UNKNOWN: "commands/link_unknown",
     LinkOutcome.TOO_MANY: "commands/link_too_many",
+    LinkOutcome.EXPIRED: "commands/link_confirm_expired",
+    LinkOutcome.NOTHING: "commands/link_confirm_none",
 }
+CONFIRM_WORD = "confirm"
 PLATFORM_NAMES = {"twitch": "Twitch", "youtube": "YouTube", "slack": "Slack", "discord": "Discord"}
 
 
@@ -56,11 +60,23 @@ class _Handlers:
             if not (message.is_direct or message.private_reply):
                 self._record(message, "code", "refused_public")
                 return prompts.render("commands/link_code_public")
-            code, seconds = await self._people.issue(platform, user_id)
+            name = message.author.display_name or user_id
+            code, seconds = await self._people.issue(platform, user_id, name)
             self._record(message, "code", "issued")
             return prompts.render("commands/link_code_private", code=code, minutes=seconds // 60)
-        result = await self._people.redeem(platform, user_id, args)
+        if args.strip().casefold() == CONFIRM_WORD:
+            result = await self._people.confirm(platform, user_id)
+        else:
+            result = await self._people.redeem(platform, user_id, args)
         outcome = result.outcome
+        if outcome is LinkOutcome.ASKED and result.other is not None:
+            self._record(message, "link", "asked")
+            return prompts.render(
+                "commands/link_confirm_ask",
+                platform=platform_name(result.other[0]),
+                name=result.name or result.other[1],
+                minutes=CONFIRM_SECONDS // 60,
+            )
         if outcome is LinkOutcome.LINKED and result.other is not None:
             self._record(message, "link", "linked")
             self._record_other(message, result.other)
@@ -77,7 +93,7 @@ class _Handlers:
             return prompts.render(
                 "commands/link_malformed", length=CODE_LENGTH, example=CODE_ALPHABET[-CODE_LENGTH:]
             )
-        return prompts.render(_REFUSALS[outcome])
+        return prompts.render(_REFUSALS[outcome], minutes=CONFIRM_SECONDS // 60)
 
     async def unlink(self, message: ChatMessage, args: str) -> str:
         others = await self._people.unlink(message.platform, message.author.id)

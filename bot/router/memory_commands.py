@@ -3,13 +3,8 @@
 Each acts on the speaker only: identity is the platform plus the author's platform user id,
 so nobody can read or erase another person's memory by taking their display name (an identity
 linked with ``/link`` shares one memory with its person's other identities: bot/memory/people.py).
-``/forget`` erases everything kept about the speaker -- the buffer, the summaries and community
-notes their lines fed (bot/memory/summaries.py), their lines in every conversation they spoke in
-(tracked per user by ``MemoryStore.activity``), their pending insights job, and on the Redis
-Streams bus their entries still held in the streams (``bot.bus.erasure``; the in-process bus
-keeps nothing) -- and leaves a tombstone so an analysis already running cannot write their pins
-back. On a linked identity it forgets the person: all
-of that for every linked identity, and the links themselves.
+``/forget`` without a number erases what is kept about the speaker, and ``/forget all`` and
+``/forget confirm`` a whole linked person (bot/router/forget_commands.py).
 
 ``/pins`` numbers the entries (pins, then recommendations) and keeps the fingerprints of what
 it showed for an hour (``keys.user(..., "pinsview")``); ``/forget <n>`` deletes the entry shown
@@ -28,16 +23,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 import prompts
 from bot.bus.erasure import BusEraser
-from bot.events import ChatMessage, ConversationKey, utcnow
-from bot.memory import summaries
+from bot.events import ChatMessage, utcnow
 from bot.memory.buffers import PIN_TEXT_MAX, MemoryStore, UserBuffer, clean_text
 from bot.memory.edit import Outcome, add_pin, entry_print, numbered, remove_entry
-from bot.memory.people import Identity, People
+from bot.router.forget_commands import Forgetting
 from bot.router.text_commands import Command, Commands
-from bot.state import insight_jobs, keys, turnlog
+from bot.safety.audit import Audit
+from bot.state import insight_jobs, keys
 from bot.state.history import HistoryStore
-from bot.state.outages import until_redis_answers
-from bot.state.summaries import SummaryStore
 
 Clock = Callable[[], datetime]
 
@@ -53,10 +46,12 @@ def register(
     clock: Clock = utcnow,
     insights_queue: str = insight_jobs.DEFAULT_QUEUE,
     eraser: BusEraser | None = None,
+    audit: Audit | None = None,
 ) -> None:
     """Add the memory commands to ``commands``; ``eraser`` reaches into a bus that keeps
-    events after they are handled (``StreamEraser.for_bus``: None for the in-process bus)."""
-    handlers = _Handlers(memory, history, clock, insights_queue, eraser)
+    events after they are handled (``StreamEraser.for_bus``: None for the in-process bus);
+    ``/forget`` deletes the speaker's entries from ``audit``'s trail."""
+    handlers = _Handlers(memory, history, clock, insights_queue, eraser, audit)
     for name, summary, handler in (
         ("pins", "commands/summary_pins", handlers.pins),
         ("remember", "commands/summary_remember", handlers.remember),
@@ -96,13 +91,13 @@ class _Handlers:
         clock: Clock,
         queue: str,
         eraser: BusEraser | None,
+        audit: Audit | None,
     ) -> None:
         self._memory = memory
-        self._history = history
         self._clock = clock
-        self._queue = queue
-        self._eraser = eraser
-        self._people = People(memory)
+        self._forgetting = Forgetting(
+            memory, history, clock=clock, queue=queue, eraser=eraser, audit=audit
+        )
 
     async def pins(self, message: ChatMessage, args: str) -> str:
         buffer = await self._memory.load(message.platform, message.author.id)
@@ -167,62 +162,14 @@ class _Handlers:
         return prompts.render("commands/remember_added", fact=fact)
 
     async def forget(self, message: ChatMessage, args: str) -> str:
-        if args.strip():
+        word = args.strip().casefold()
+        if word == "all":
+            return await self._forgetting.ask_all(message)
+        if word == "confirm":
+            return await self._forgetting.confirm_all(message)
+        if word:
             return await self._forget_one(message, args.strip())
-        platform, user_id = message.platform, message.author.id
-        person = await self._people.person(platform, user_id)
-        identities = await self._people.identities(platform, user_id)
-        removed = 0
-        touched = 0
-        for who_platform, who in identities:
-            known = await self._memory.conversations(who_platform, who)
-            here = [message.conversation] if (who_platform, who) == (platform, user_id) else []
-            convs = _unique([*here, *known])
-            for conv in convs:
-                count = await self._history.forget_author(conv, who)
-                removed += count
-                touched += bool(count)
-            # The summaries and community notes their lines fed are dropped too.
-            await summaries.forget_user(SummaryStore(self._memory.redis), who_platform, who, convs)
-        buffer = await self._memory.load(platform, user_id)
-        names = {}
-        for who_platform, who in identities:
-            await self._people.void_code(who_platform, who)
-            names[who_platform, who] = await turnlog.names_of(self._memory.redis, who_platform, who)
-        async with self._memory.redis.pipeline(transaction=True) as pipe:
-            for who_platform, who in identities:
-                self._memory.queue_forget(pipe, who_platform, who, now=self._clock())
-                mine = (who_platform, who) == (platform, user_id)
-                now_called = [message.author.display_name] if mine else []
-                turnlog.forget_names(
-                    pipe, who_platform, who, [*names[who_platform, who], *now_called]
-                )
-                insight_jobs.queue_cancel(pipe, who_platform, who, queue=self._queue)
-                pipe.delete(keys.user(who_platform, who, "pinsview"))
-            if person is not None:
-                self._people.queue_dissolve(pipe, person, identities)
-            await pipe.execute()
-        queued = await self._erase_queued(message, identities)  # last: a failure keeps the rest
-        parts = [
-            _count(len(buffer.pins), "commands/count_note_one", "commands/count_note_other"),
-            _count(
-                len(buffer.recommendations),
-                "commands/count_recommendation_one",
-                "commands/count_recommendation_other",
-            ),
-        ]
-        if buffer.timezone:
-            parts.append(prompts.render("commands/forget_timezone"))
-        messages = _count(removed, "commands/count_message_one", "commands/count_message_other")
-        where = _count(
-            touched, "commands/count_conversation_one", "commands/count_conversation_other"
-        )
-        parts.append(
-            prompts.render("commands/forget_messages", messages=messages, conversations=where)
-        )
-        if queued is not None:
-            parts.append(_count(queued, "commands/count_queued_one", "commands/count_queued_other"))
-        return prompts.render("commands/forget_done", deleted=", ".join(parts))
+        return await self._forgetting.own(message)
 
     async def _forget_one(self, message: ChatMessage, args: str) -> str:
         """``/forget <n>``: the entry ``/pins`` showed as ``n``, found again by fingerprint."""
@@ -254,25 +201,6 @@ class _Handlers:
             return prompts.render("commands/forget_changed", number=number) + "\n\n" + listing
         return prompts.render("commands/forget_one_done", number=number, text=gone[0])
 
-    async def _erase_queued(self, message: ChatMessage, identities: list[Identity]) -> int | None:
-        """The entries of the speaker (and their linked identities) still held by the bus,
-        erased (None: the bus keeps none). Idempotent, so a Redis outage is waited out and the
-        erasure retried."""
-        eraser = self._eraser
-        if eraser is None:
-            return None
-        total = 0
-        for platform, user_id in identities:
-            asking = (platform, user_id) == (message.platform, message.author.id)
-            erased = await until_redis_answers(
-                "erase a user's bus entries",
-                lambda p=platform, u=user_id, a=asking: eraser.erase_user(  # type: ignore[misc]
-                    p, u, request=message if a else None
-                ),
-            )
-            total += erased.total
-        return total
-
     async def timezone(self, message: ChatMessage, args: str) -> str:
         platform, user_id = message.platform, message.author.id
         wanted = args.strip()
@@ -295,12 +223,3 @@ class _Handlers:
         )
         local = self._clock().astimezone(ZoneInfo(name))
         return prompts.render("commands/timezone_set", timezone=name, local_time=f"{local:%H:%M}")
-
-
-def _unique(conversations: list[ConversationKey]) -> list[ConversationKey]:
-    return list(dict.fromkeys(conversations))
-
-
-def _count(n: int, one: str, other: str) -> str:
-    """``n`` with its noun: prompt ``one`` for exactly one, ``other`` for any other count."""
-    return prompts.render(one if n == 1 else other, count=n)

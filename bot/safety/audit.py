@@ -8,6 +8,19 @@ rule (``slur:slurs.txt:3``) and what happened (refused, replaced, limited...), p
 length and a short fingerprint (to see that one text was sent twice), so the trail itself never
 repeats a slur, a doxx or a leaked prompt.
 
+Why a keyed fingerprint: a flagged text is often short and guessable (a phone number has about
+10^10 values), so a plain hash of it could be reversed by trying every candidate. The print is
+an HMAC-SHA256 (64 bits kept) under a key derived from the deployment's secret
+(``bot.safety.canary.deployment_secret``: ``CHORUS_SAFETY_CANARY_SECRET``, else the model
+keys), which lives only in the environment of the deployment's processes, never in Redis: whoever
+reads the trail without that secret cannot test a guess. Every worker derives the same key, so
+equal texts still give equal prints across the deployment. Rotating the secret only means that
+prints made before and after no longer match. A deployment with no secret at all records no
+print (``fingerprint_key`` is None).
+
+``forget_user`` deletes one identity's entries (``/forget``): the decisions about its messages.
+An entry a moderator's command wrote (``user_block:<id>``) is the moderator's and stays.
+
 Writes happen off the message path: ``record`` counts at once and hands the ``XADD`` to a
 tracked background task, so a flagged message costs the turn no round trip. A write that fails
 is logged and counted (``chorus_safety_audit_failures_total``); the decision stands.
@@ -17,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import logging
 import time
 from collections import Counter
@@ -32,9 +46,20 @@ from bot.state import keys
 log = logging.getLogger("chorus.safety")
 
 
-def fingerprint(text: str) -> str:
-    """A short, one-way fingerprint of a text (not reversible; equal texts, equal prints)."""
-    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+_ERASE_PAGE = 1000  # audit entries read per round trip while /forget looks for a user's
+
+
+def fingerprint_key(secret: str) -> bytes | None:
+    """The fingerprint key derived from the deployment's secret (None: no secret, no prints)."""
+    if not secret:
+        return None
+    return hmac.new(secret.encode(), b"chorus-audit-fingerprint", hashlib.sha256).digest()
+
+
+def fingerprint(text: str, key: bytes) -> str:
+    """A short keyed fingerprint of a text: equal texts, equal prints under one key; without
+    the key a guess cannot be checked against it."""
+    return hmac.new(key, text.encode("utf-8", "replace"), hashlib.sha256).hexdigest()[:16]
 
 
 class AuditEntry(BaseModel):
@@ -65,8 +90,10 @@ class AuditEntry(BaseModel):
         rule: str,
         action: str,
         text: str | None = None,
+        key: bytes | None = None,
     ) -> AuditEntry:
-        """An entry about ``message``; ``text`` (the flagged text) only gives length and print."""
+        """An entry about ``message``; ``text`` (the flagged text) only gives its length and,
+        with the deployment's ``key``, its print."""
         return cls(
             at_ms=int(time.time() * 1000),
             direction=direction,
@@ -78,7 +105,7 @@ class AuditEntry(BaseModel):
             user_name=message.author.display_name,
             message_id=message.id,
             chars=len(text) if text is not None else 0,
-            fingerprint=fingerprint(text) if text else "",
+            fingerprint=fingerprint(text, key) if text and key else "",
         )
 
     def fields(self) -> dict[str, str]:
@@ -94,8 +121,10 @@ class Audit:
         *,
         namespace: str = "main",
         max_entries: int = 10_000,
+        fingerprint_key: bytes | None = None,
     ) -> None:
         self.redis = redis
+        self.fingerprint_key = fingerprint_key
         self.namespace = namespace
         self.key = keys.safety_audit(namespace)
         self.max_entries = max_entries
@@ -180,3 +209,27 @@ async def read_audit(
         await redis.xrevrange(keys.safety_audit(namespace), count=count),
     )
     return [AuditEntry.model_validate(fields) for _, fields in reversed(rows)]
+
+
+async def forget_user(redis: Redis, platform: str, user_id: str, *, namespace: str = "main") -> int:
+    """Delete every entry about ``user_id`` on ``platform`` (the decisions about their messages,
+    their links); returns how many. Reads the bounded stream in pages: ``/forget`` is rare."""
+    key = keys.safety_audit(namespace)
+    doomed: list[str] = []
+    start = "-"
+    while True:
+        rows = cast(
+            "list[tuple[str, dict[str, str]]]",
+            await redis.xrange(key, min=start, max="+", count=_ERASE_PAGE),
+        )
+        doomed += [
+            entry_id
+            for entry_id, fields in rows
+            if fields.get("user_id") == user_id and fields.get("platform") == platform
+        ]
+        if len(rows) < _ERASE_PAGE:
+            break
+        start = "(" + rows[-1][0]
+    for at in range(0, len(doomed), _ERASE_PAGE):
+        await redis.xdel(key, *doomed[at : at + _ERASE_PAGE])
+    return len(doomed)

@@ -34,12 +34,19 @@ def canary_token(secret: str, bot_name: str) -> str:
     return f"cx-{digest.hexdigest()[:20]}"
 
 
+def deployment_secret(safety: SafetySettings, llm: LLMSettings) -> str:
+    """The deployment's secret: ``CHORUS_SAFETY_CANARY_SECRET``, else the model keys joined
+    (the same in every worker of one deployment; ``""`` when there is neither). The canary and
+    the audit trail's fingerprint key (``bot.safety.audit.fingerprint_key``) derive from it."""
+    secret = safety.canary_secret.get_secret_value() if safety.canary_secret else ""
+    return secret or "|".join(sorted(llm.secret_values()))
+
+
 def deployment_canary(safety: SafetySettings, llm: LLMSettings, bot_name: str) -> str | None:
     """The canary of this deployment, or None when ``CHORUS_SAFETY_CANARY=false``."""
     if not safety.canary:
         return None
-    secret = safety.canary_secret.get_secret_value() if safety.canary_secret else ""
-    return canary_token(secret or "|".join(sorted(llm.secret_values())), bot_name)
+    return canary_token(deployment_secret(safety, llm), bot_name)
 
 
 def with_canary(system: str, canary: str | None) -> str:

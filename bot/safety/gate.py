@@ -29,6 +29,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from bot.events import ChatMessage, ConversationKey, utcnow
@@ -36,7 +37,7 @@ from bot.llm.pricing import PriceTable
 from bot.llm.types import Usage
 from bot.quota.users import Quotas
 from bot.safety import texts
-from bot.safety.audit import Audit, AuditEntry
+from bot.safety.audit import Audit, AuditEntry, fingerprint_key
 from bot.safety.canary import LeakCheck
 from bot.safety.moderator import ModerationModel
 from bot.safety.policy import Policies, SafetyPolicy, ScopedSafety
@@ -49,7 +50,8 @@ from bot.state.turn import CounterAdd
 log = logging.getLogger("chorus.safety")
 
 ScopeOf = Callable[[ChatMessage], ScopedSafety | None]
-RECENT_NAMES = 20_000  # (channel, name) -> user id, for moderators' commands
+RECENT_NAMES = 20_000  # (channel, name) -> user ids, for moderators' commands
+IDS_PER_NAME = 16
 HELD_USAGE = 4096  # turns answered and not yet committed, at most
 
 
@@ -95,7 +97,8 @@ class SafetyGate:
         self.leak = leak
         self.prices = prices or PriceTable.default()
         self.timeout = timeout
-        self.names: dict[tuple[str, str, str], str] = {}  # insertion order: oldest first
+        # (platform, channel, name) -> {user id: last seen}; insertion order: oldest first
+        self.names: dict[tuple[str, str, str], dict[str, datetime]] = {}
         self._passed: str | None = None  # the last reply ``answer`` let through
         # a turn's usage between its answer and its commit: (usage, model, asked by a person)
         self._usage: OrderedDict[tuple[str, str], tuple[Usage, str, bool]] = OrderedDict()
@@ -111,11 +114,26 @@ class SafetyGate:
         model: ModerationModel | None,
         leak: LeakCheck | None,
         prices: PriceTable | None,
+        secret: str = "",
     ) -> SafetyGate:
+        """The gate as a deployment runs it; the audit trail's text prints are keyed by
+        ``secret``, the deployment's (``bot.safety.canary.deployment_secret``)."""
         settings = policies.settings
+        key = fingerprint_key(secret)
+        if key is None:
+            log.warning(
+                "no deployment secret: audit entries carry no text fingerprint; "
+                "set CHORUS_SAFETY_CANARY_SECRET"
+            )
+        audit = Audit(
+            redis,
+            namespace=namespace,
+            max_entries=settings.audit_max_entries,
+            fingerprint_key=key,
+        )
         return cls(
             policies,
-            audit=Audit(redis, namespace=namespace, max_entries=settings.audit_max_entries),
+            audit=audit,
             users=UserLists(redis, settings),
             quotas=Quotas(redis, namespace=namespace),
             model=model,
@@ -180,17 +198,25 @@ class SafetyGate:
         task.add_done_callback(lambda _: self._loading.pop(where, None))
 
     def _remember_name(self, message: ChatMessage) -> None:
+        """Who went by this name here, and when last: every id, since anyone can take a
+        display name (an impostor renamed "Bob" is a second id under "bob", not a new Bob)."""
         author, conv = message.author, message.conversation
         key = (conv.platform, conv.channel, (author.display_name or author.id).casefold())
-        if self.names.get(key) != author.id:
-            self.names[key] = author.id
+        seen = self.names.get(key)
+        if seen is None:
+            seen = self.names[key] = {}
             if len(self.names) > RECENT_NAMES:  # the oldest names go first
                 for old in list(self.names)[: RECENT_NAMES // 4]:
                     del self.names[old]
+        seen[author.id] = message.sent_at
+        if len(seen) > IDS_PER_NAME:  # the id seen longest ago goes
+            del seen[min(seen, key=seen.__getitem__)]
 
-    def recent_id(self, conversation: ConversationKey, name: str) -> str | None:
-        """The id of the user called ``name`` who wrote in this channel lately (this process)."""
-        return self.names.get((conversation.platform, conversation.channel, name.casefold()))
+    def recent_ids(self, conversation: ConversationKey, name: str) -> dict[str, datetime]:
+        """Every id that wrote in this channel as ``name`` lately (this process), with when it
+        last did."""
+        key = (conversation.platform, conversation.channel, name.casefold())
+        return dict(self.names.get(key, {}))
 
     # -- the turn -------------------------------------------------------------------------------
     def exempt(self, message: ChatMessage, policy: SafetyPolicy) -> bool:
@@ -319,7 +345,14 @@ class SafetyGate:
         action: str,
         text: str | None = None,
     ) -> None:
-        entry = AuditEntry.about(message, direction=direction, rule=rule, action=action, text=text)
+        entry = AuditEntry.about(
+            message,
+            direction=direction,
+            rule=rule,
+            action=action,
+            text=text,
+            key=self.audit.fingerprint_key,
+        )
         self.audit.record(entry)
 
     async def aclose(self) -> None:

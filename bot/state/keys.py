@@ -104,9 +104,25 @@ def parse_identity_member(value: str) -> tuple[str, str]:
 
 
 def link_code(code: str) -> str:
-    """A one-time ``/link`` code, naming the identity that issued it."""
+    """A one-time ``/link`` code, naming the identity that issued it (and its display name)."""
     _check_token("code", code.lower())
     return f"{PREFIX}:link:{code}"
+
+
+def link_confirm(platform: str, user_id: str) -> str:
+    """The link an identity asked for by typing a code, waiting for its ``/link confirm``."""
+    return user(platform, user_id, "linkconfirm")
+
+
+def link_asked(platform: str, user_id: str) -> str:
+    """Set beside ``link_confirm`` and outliving it: tells a confirmation that came too late
+    from one that was never asked for."""
+    return user(platform, user_id, "linkasked")
+
+
+def person_forget(person_id: str) -> str:
+    """A linked person's ``/forget all``, waiting for each identity's ``/forget confirm``."""
+    return user(PERSON, person_id, "forgetall")
 
 
 def user_vectors(platform: str, user_id: str) -> str:
