@@ -96,8 +96,6 @@ NOT_YET: dict[str, str] = {
     "bot/memory/shared_forget.py": "a people store in bot/state",
     "bot/router/forget_commands.py": "a people store in bot/state (the /forget transaction)",
     "bot/router/memory_commands.py": "a people store in bot/state (the /pins view)",
-    "bot/safety/audit.py": "a moderation store in bot/state",
-    "bot/safety/users.py": "a moderation store in bot/state",
 }
 
 

@@ -34,19 +34,16 @@ import hmac
 import logging
 import time
 from collections import Counter
-from typing import cast
+from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
-from redis.asyncio import Redis
 
 from bot.events import ChatMessage
 from bot.ops.metrics import Metrics, NullMetrics
-from bot.state import keys
+from bot.state.connect import Client
+from bot.state.moderation import AuditStore
 
 log = logging.getLogger("chorus.safety")
-
-
-_ERASE_PAGE = 1000  # audit entries read per round trip while /forget looks for a user's
 
 
 def fingerprint_key(secret: str) -> bytes | None:
@@ -117,17 +114,20 @@ class Audit:
 
     def __init__(
         self,
-        redis: Redis | None,
+        redis: Client | None,
         *,
         namespace: str = "main",
         max_entries: int = 10_000,
         fingerprint_key: bytes | None = None,
     ) -> None:
-        self.redis = redis
+        self.redis = redis  # (what ``forget_user`` erases through)
+        self.store = (
+            AuditStore(redis, namespace=namespace, max_entries=max_entries)
+            if redis is not None
+            else None
+        )
         self.fingerprint_key = fingerprint_key
         self.namespace = namespace
-        self.key = keys.safety_audit(namespace)
-        self.max_entries = max_entries
         self.decisions: Counter[tuple[str, str, str]] = Counter()  # (direction, rule, action)
         self.failures: Counter[str] = Counter()  # the moderation model's, by reason
         self.write_failures = 0
@@ -172,24 +172,18 @@ class Audit:
                 "message_id": entry.message_id,
             },
         )
-        if self.redis is None:
+        if self.store is None:
             return
-        task = asyncio.create_task(self._write(entry))
+        task = asyncio.create_task(self._write(self.store, entry))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     def model_failed(self, reason: str) -> None:
         self.failures[reason] += 1
 
-    async def _write(self, entry: AuditEntry) -> None:
-        assert self.redis is not None
+    async def _write(self, store: AuditStore, entry: AuditEntry) -> None:
         try:
-            await self.redis.xadd(
-                self.key,
-                entry.fields(),  # type: ignore[arg-type]  # redis-py's Mapping[...] is invariant
-                maxlen=self.max_entries,
-                approximate=True,
-            )
+            await store.append(entry.fields())
         except Exception:
             self.write_failures += 1
             log.warning("could not write an audit entry", exc_info=True)
@@ -201,35 +195,20 @@ class Audit:
 
 
 async def read_audit(
-    redis: Redis, *, namespace: str = "main", count: int = 100
+    redis: Client, *, namespace: str = "main", count: int = 100
 ) -> list[AuditEntry]:
     """The newest ``count`` entries, oldest first: what the admin tools read."""
-    rows = cast(
-        "list[tuple[str, dict[str, str]]]",
-        await redis.xrevrange(keys.safety_audit(namespace), count=count),
-    )
-    return [AuditEntry.model_validate(fields) for _, fields in reversed(rows)]
+    rows = await AuditStore(redis, namespace=namespace).newest(count)
+    return [AuditEntry.model_validate(fields) for fields in rows]
 
 
-async def forget_user(redis: Redis, platform: str, user_id: str, *, namespace: str = "main") -> int:
+async def forget_user(
+    redis: Client, platform: str, user_id: str, *, namespace: str = "main"
+) -> int:
     """Delete every entry about ``user_id`` on ``platform`` (the decisions about their messages,
-    their links); returns how many. Reads the bounded stream in pages: ``/forget`` is rare."""
-    key = keys.safety_audit(namespace)
-    doomed: list[str] = []
-    start = "-"
-    while True:
-        rows = cast(
-            "list[tuple[str, dict[str, str]]]",
-            await redis.xrange(key, min=start, max="+", count=_ERASE_PAGE),
-        )
-        doomed += [
-            entry_id
-            for entry_id, fields in rows
-            if fields.get("user_id") == user_id and fields.get("platform") == platform
-        ]
-        if len(rows) < _ERASE_PAGE:
-            break
-        start = "(" + rows[-1][0]
-    for at in range(0, len(doomed), _ERASE_PAGE):
-        await redis.xdel(key, *doomed[at : at + _ERASE_PAGE])
-    return len(doomed)
+    their links); returns how many."""
+
+    def theirs(fields: Mapping[str, str]) -> bool:
+        return bool(fields.get("user_id") == user_id and fields.get("platform") == platform)
+
+    return await AuditStore(redis, namespace=namespace).erase(theirs)

@@ -23,11 +23,11 @@ from collections.abc import Callable
 from typing import Literal, cast
 
 from cachetools import FIFOCache
-from redis.asyncio import Redis
 
 from bot.events import ConversationKey
 from bot.settings import SafetySettings
-from bot.state import keys
+from bot.state.connect import Client
+from bot.state.moderation import UserListStore
 
 log = logging.getLogger("chorus.safety")
 
@@ -39,14 +39,15 @@ CACHED_CHANNELS = 10_000
 class UserLists:
     def __init__(
         self,
-        redis: Redis | None,
+        redis: Client | None,
         settings: SafetySettings | None = None,
         *,
         refresh: float = REFRESH_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         settings = settings or SafetySettings()
-        self.redis = redis
+        self.redis = redis  # (the connection, for the stores that share it)
+        self.store = UserListStore(redis) if redis is not None else None
         self.blocked = settings.blocked_users
         self.allowed = settings.allowed_users
         self.refresh = refresh
@@ -62,7 +63,7 @@ class UserLists:
 
     def needs_load(self, conversation: ConversationKey) -> bool:
         cached = self._channels.get(self._where(conversation))
-        return self.redis is not None and (
+        return self.store is not None and (
             cached is None or self.clock() - cached[0] >= self.refresh
         )
 
@@ -70,10 +71,10 @@ class UserLists:
         """Read the channel's entries when they are not fresh (a no-op for a busy channel)."""
         if not self.needs_load(conversation):
             return
-        assert self.redis is not None
+        assert self.store is not None
         where = self._where(conversation)
         try:
-            found = await self.redis.hgetall(keys.safety_users(*where))
+            found = await self.store.load(*where)
         except Exception:
             if not self._failing:
                 log.warning("could not read a channel's user lists", exc_info=True)
@@ -82,7 +83,7 @@ class UserLists:
             self._store(where, stale)  # try again after ``refresh``
             return
         self._failing = False
-        self._store(where, dict(cast("dict[str, str]", found)))
+        self._store(where, found)
 
     def _store(self, where: tuple[str, str], entries: dict[str, str]) -> None:
         self._channels[where] = (self.clock(), entries)
@@ -103,12 +104,8 @@ class UserLists:
     async def set(self, conversation: ConversationKey, user_id: str, status: Status | None) -> None:
         """A moderator's change: written to Redis, applied here at once."""
         where = self._where(conversation)
-        if self.redis is not None:
-            key = keys.safety_users(*where)
-            if status is None:
-                await self.redis.hdel(key, user_id)
-            else:
-                await self.redis.hset(key, user_id, status)
+        if self.store is not None:
+            await self.store.set(*where, user_id, status)
         entries = dict(self._channels.get(where, (0.0, {}))[1])
         if status is None:
             entries.pop(user_id, None)
@@ -120,9 +117,8 @@ class UserLists:
     async def entries(self, conversation: ConversationKey) -> dict[str, str]:
         """The channel's entries as moderators set them (fresh from Redis)."""
         where = self._where(conversation)
-        if self.redis is None:
+        if self.store is None:
             return dict(self._channels.get(where, (0.0, {}))[1])
-        found = await self.redis.hgetall(keys.safety_users(*where))
-        entries = dict(cast("dict[str, str]", found))
+        entries = await self.store.load(*where)
         self._store(where, entries)
         return entries
