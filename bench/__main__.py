@@ -29,6 +29,7 @@ async def _main() -> None:
         summaries,
         turn_ratio,
         vendor_call,
+        walk,
     )
 
     sections = [
@@ -48,6 +49,7 @@ async def _main() -> None:
         await admin.main(),
         await startup.main(),
         await turn_ratio.main(),
+        await walk.main(),
     ]
     print(
         f"# Chorus benchmarks\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "

@@ -184,7 +184,7 @@ def _row(what: str, walk: Walk) -> str:
     )
 
 
-async def main() -> str:
+async def main() -> list[str]:
     walk, turn = await measure()
     lines = [
         "## One Discord mention: the files it walks through",
@@ -198,7 +198,7 @@ async def main() -> str:
         "",
         "Back and forth: " + ", ".join(f"`{a}` <-> `{b}`" for a, b in walk.back_and_forth),
     ]
-    return "\n".join(lines)
+    return lines
 
 
 if __name__ == "__main__":
@@ -206,4 +206,4 @@ if __name__ == "__main__":
 
     block_real_calls()
     logging.disable(logging.WARNING)
-    print(asyncio.run(main()))
+    print("\n".join(asyncio.run(main())))
