@@ -21,7 +21,7 @@ from bot.bus.base import EventBus, InProcessBus
 from bot.bus.erasure import StreamEraser
 from bot.bus.outbox import Outbox
 from bot.bus.retention import StreamRetention
-from bot.bus.spool import Spool
+from bot.bus.spool_key import gateway_outbox
 from bot.engagement.thanks import ThanksConfig
 from bot.engagement.turns import LiveChat, platform_overrides, policy_config
 from bot.knowledge.wiring import RecallParts
@@ -251,7 +251,7 @@ class Chorus:
                     retention.start()
                     owned.append(retention)
                 if outbox and settings.state.bus == "redis":
-                    ordered = _make_outbox(settings, bus)
+                    ordered = gateway_outbox(settings, bus)
                     owned.append(ordered)  # closed before the bus it closes in turn
                     await ordered.recover()
         except BaseException:
@@ -412,17 +412,6 @@ async def _close_all(things: Sequence[object]) -> None:
                 await close()
         except Exception:
             log.warning("error while closing %s", type(thing).__name__, exc_info=True)
-
-
-def _make_outbox(settings: Settings, bus: EventBus) -> Outbox:
-    """The gateway's ordered outbox over the Redis Streams bus, spooling to CHORUS_SPOOL_DIR."""
-    state = settings.state
-    return Outbox(
-        bus,
-        spool=Spool(state.spool_dir),
-        limit=state.outbox_limit,
-        flush_seconds=state.outbox_flush_seconds,
-    )
 
 
 def _make_bus(settings: Settings, redis: Redis) -> EventBus:
