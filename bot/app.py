@@ -26,9 +26,11 @@ from bot.engagement.thanks import ThanksConfig
 from bot.engagement.turns import LiveChat, platform_overrides, policy_config
 from bot.knowledge.wiring import RecallParts
 from bot.llm.base import Provider
+from bot.llm.embeddings import embedder_for
 from bot.llm.fallback import build_chain
 from bot.memory.buffers import MemoryStore
 from bot.memory.summaries import history_room
+from bot.memory.vectors import bounded
 from bot.ops.aio import cancel_and_wait
 from bot.ops.metrics import Metrics, NullMetrics
 from bot.platform.commands import NativeCommand
@@ -216,6 +218,7 @@ class Chorus:
         ``outbox``: this process runs platform adapters (a gateway), so on the Redis Streams bus
         they publish through an ordered outbox that first replays the spool of earlier runs."""
         spec = settings.llm.model_spec()
+        deadline = settings.memory.background_deadline
         owned: list[object] = []
         try:
             metrics = Metrics.from_settings(settings.metrics)  # a bad CHORUS_PRICES file fails here
@@ -227,7 +230,9 @@ class Chorus:
             plugins = load_plugins(settings.plugins, reserved_tools=reserved)
             redis = await connect.open_redis(settings.state.redis_url)
             owned.append(redis)
-            recall = RecallParts.build(settings, redis, metrics)  # closed by the app
+            # closed by the app; embedding off the reply path has an overall deadline too
+            embedder = bounded(embedder_for(settings.memory, settings.llm), deadline)
+            recall = RecallParts.build(settings, redis, metrics, embedder=embedder)
             tools = Toolbox.from_settings(
                 settings.tools, extra_tools=[*extra, *plugins.tools, *recall.tools]
             )
