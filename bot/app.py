@@ -33,6 +33,7 @@ from bot.memory.summaries import history_room
 from bot.memory.vectors import bounded
 from bot.ops.aio import cancel_and_wait
 from bot.ops.metrics import Metrics, NullMetrics
+from bot.ops.model_calls import Spend, metered_embedder
 from bot.platform.commands import NativeCommand
 from bot.plugins.loader import LoadedPlugins, load_plugins
 from bot.plugins.runtime import TurnHooks, command_handler
@@ -230,8 +231,10 @@ class Chorus:
             plugins = load_plugins(settings.plugins, reserved_tools=reserved)
             redis = await connect.open_redis(settings.state.redis_url)
             owned.append(redis)
+            spend = Spend.for_settings(settings, redis, metrics.prices)  # the daily cost cap
             # closed by the app; embedding off the reply path has an overall deadline too
             embedder = bounded(embedder_for(settings.memory, settings.llm), deadline)
+            embedder = metered_embedder(spend, embedder)
             recall = RecallParts.build(settings, redis, metrics, embedder=embedder)
             tools = Toolbox.from_settings(
                 settings.tools, extra_tools=[*extra, *plugins.tools, *recall.tools]

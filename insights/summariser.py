@@ -12,7 +12,9 @@ delay; any other failure is logged with its traceback and the conversation retri
 same delay, so one bad conversation never stalls the others and no line is dropped. Each model
 call has an overall deadline (CHORUS_BACKGROUND_MODEL_DEADLINE): past it the conversation is
 retried after the same delay (outcome ``deadline``, logged and counted), so a stuck provider
-cannot hold the worker.
+cannot hold the worker. Past the daily cost cap (the worker's provider and embedder reserve each
+call: ``bot.ops.model_calls``) the conversation waits for the next UTC day (``over_cost_cap``,
+logged and counted); its lines stay.
 
 With an embedding model (CHORUS_EMBEDDING_MODEL) each run that finds summaries also stores the
 vectors of the summaries' and notes' texts (``store_vectors``: only the new texts are embedded,
@@ -45,6 +47,7 @@ from bot.memory.summaries import (
 )
 from bot.memory.vectors import Embedder, store_vectors
 from bot.ops.metrics import MetricsSink, NullMetrics
+from bot.ops.model_calls import CostCapReached
 from bot.state import keys
 from bot.state.history import HistoryEntry
 from bot.state.insight_jobs import Budget
@@ -117,6 +120,14 @@ class Summariser:
                 log.warning("summary model failed; retrying later", exc_info=True)
                 await self.queue.later(job, now + RETRY_AFTER)
                 outcome = "retry"
+            except CostCapReached as exc:
+                log.warning(
+                    "daily cost cap reached; summary waits for the next UTC day",
+                    extra={"conversation": str(job.conversation), "delay": exc.resets_in},
+                )
+                self.metrics.insights_job("over_cost_cap")
+                await self.queue.later(job, now + timedelta(seconds=exc.resets_in))
+                outcome = "over_cost_cap"
             except TimeoutError:
                 log.warning(
                     "summary model call passed its deadline; retrying later",
@@ -154,6 +165,13 @@ class Summariser:
             log.warning(
                 "embedding a conversation's summaries passed its deadline; retried next run",
                 extra={"conversation": str(conv), "deadline": self.deadline},
+            )
+            return 0
+        except CostCapReached:
+            self.metrics.insights_job("over_cost_cap")
+            log.warning(
+                "daily cost cap reached; a conversation's summaries are embedded on a later run",
+                extra={"conversation": str(conv)},
             )
             return 0
         except Exception as exc:

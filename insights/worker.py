@@ -13,6 +13,10 @@ exponential backoff, up to ``max_attempts``; so does an analysis past its overal
 (CHORUS_BACKGROUND_MODEL_DEADLINE, and never past the job's lease: outcome ``deadline``), so a
 stuck provider cannot hold the job; any other failure is logged with its traceback and dropped,
 so one bad job never stalls the queue. Embedding calls have the same deadline (``Bounded``).
+Under a daily cost cap (``bot.ops.model_calls``) every model and embedding call is reserved
+before it is made and charged after; once the cap is reached the analysis is refused before any
+call (``over_cost_cap``, logged and counted) and the job waits for the next UTC day, without
+counting an attempt.
 
 Each pass also runs the summary pass (``insights.summariser``: conversation summaries and
 community notes), on the same model and budgets, when CHORUS_SUMMARIES is on.
@@ -40,6 +44,7 @@ from bot.memory.buffers import MemorySettings, MemoryStore, UserBuffer
 from bot.memory.enrichment import note_texts
 from bot.memory.vectors import Embedder, bounded, store_vectors
 from bot.ops.metrics import MetricsSink, NullMetrics
+from bot.ops.model_calls import CostCapReached, Spend, metered_embedder
 from bot.resilience import RetryPolicy
 from bot.state import keys
 from bot.state.history import HistoryStore
@@ -62,6 +67,7 @@ class JobOutcome(StrEnum):
     FORGOTTEN = "forgotten"  # /forget since the analysis began: not written
     RETRY = "retry"  # provider outage: rescheduled
     DEADLINE = "deadline"  # the model call passed its overall deadline: rescheduled
+    OVER_COST_CAP = "over_cost_cap"  # the daily cost cap is reached: put off until tomorrow
     DROPPED = "dropped"  # a non-retryable error, or too many attempts
 
 
@@ -85,10 +91,14 @@ class InsightsWorker:
         queue: str = DEFAULT_QUEUE,
         metrics: MetricsSink | None = None,
         embedder: Embedder | None = None,
+        spend: Spend | None = None,
     ) -> None:
         self.metrics: MetricsSink = metrics or NullMetrics()
-        # summaries' vectors (and new notes'), each call bounded; closed by ``aclose``
-        self.embedder = bounded(embedder, settings.background_deadline)
+        # summaries' vectors (and new notes'), each call bounded and, under a cost cap,
+        # reserved and charged (``spend``); closed by ``aclose``
+        self.embedder = metered_embedder(spend, bounded(embedder, settings.background_deadline))
+        if spend is not None:  # every analysis, summary and community call against the cap
+            provider = spend.provider(provider, "insights")
         # an analysis's overall deadline: the setting's, and never past the job's lease
         self.deadline = min(settings.background_deadline, lease_seconds * 0.8)
         self.provider = provider
@@ -204,6 +214,13 @@ class InsightsWorker:
             return await self._retry(job, now)
         except TimeoutError:
             return await self._retry(job, now, deadline=True)
+        except CostCapReached as exc:
+            log.warning(
+                "daily cost cap reached; insights analysis waits for the next UTC day",
+                extra={"platform": job.platform, "job": job.member, "delay": exc.resets_in},
+            )
+            await self.queue.retry_later(job, now, exc.resets_in, attempt=False)
+            return JobOutcome.OVER_COST_CAP
         except LLMError:
             log.error(
                 "insights model refused the request; job dropped",
@@ -313,6 +330,9 @@ class InsightsWorker:
                 "embedding a user's notes passed its deadline; their next turn retries",
                 extra={"platform": buffer.platform, "deadline": self.settings.background_deadline},
             )
+        except CostCapReached:
+            self.metrics.insights_job(JobOutcome.OVER_COST_CAP.value)
+            log.warning("daily cost cap reached; a user's notes are embedded on a later turn")
         except Exception as exc:
             self.metrics.insights_job("vectors_error")
             log.warning("could not embed a user's notes", extra={"error": str(exc)})
