@@ -4,11 +4,11 @@ processes on a real Redis.
 Eight mentions arrive at once, in eight channels (four on each worker's partitions), under a cap
 that one answer exhausts (``CHORUS_QUOTA_COST_USD_DAY=0.01`` and a price table that makes any
 answer cost more). The loopback model takes a second to answer, so all eight turns are admitted
-before any is recorded. Checking the cap against what was recorded let all eight through (eight
-model calls, eight answers); reserving each turn's estimated cost at admission lets exactly one
-through: one model call, one answer, and the seven others refused with the cost notice (one per
-channel), on both workers. Its real cost is what the day's spend shows afterwards, and nothing
-stays reserved.
+before any is recorded. A cap checked against the recorded spend alone lets all eight through
+(eight model calls, eight answers); reserving each turn's estimated cost at admission lets
+exactly one through: one model call, one answer, and the seven others refused with the cost
+notice (one per channel), on both workers. Its real cost is what the day's spend shows
+afterwards, and nothing stays reserved.
 
 Past the cap the insights worker (``chorus insights --drain``, on a private Redis whose day is
 spent) refuses its analysis before calling the model: the job waits for the next UTC day.

@@ -2,19 +2,19 @@
 spent, and what is reserved for model calls in flight.
 
 Why reservations: the daily cost cap (CHORUS_QUOTA_COST_USD_DAY) can only be kept if a call's
-cost is counted *before* the call. Counting it when the answer is recorded let every turn admitted
-before the first one finished through (eight simultaneous mentions, eight model calls under a
-cap one answer exhausts). So a model call first **reserves** its estimated cost: a hold, admitted
-only while spent + held stays under the cap, in one Lua script (the check and the hold are one
-atomic step across every worker). When the call is done the hold is **settled** (removed, and
+cost is counted *before* the call. A cap checked against the recorded spend alone admits every
+turn that starts before the first one is recorded (eight simultaneous mentions, eight model
+calls under a cap one answer exhausts). So a model call first **reserves** its estimated cost: a
+hold, admitted only while spent + held stays under the cap, in one Lua script (the check and the
+hold are one atomic step across every worker). When the call is done the hold is **settled** (removed, and
 the real cost added to the spend, atomically) or **released** (removed) when it failed. A hold
 nobody settles (its process died) lapses after ``HOLD_SECONDS``, like the YouTube ledger's
 (``bot.quota.ledger``).
 
 The reply path reserves in its quota admission (``bot.quota.users``: ``HELD`` is shared with
-that script) and settles in the turn's one commit (``bot.state.turn.CostSettle``); background
-calls (insights, summaries, embeddings, the moderation model) reserve and settle here
-(``bot.ops.model_calls``).
+that script) and settles in the turn's one commit (``bot.state.turn.CostSettle``), its
+moderation calls included; the calls outside a turn (insights, summaries, embeddings) reserve
+and settle here, through ``bot.ops.model_calls``.
 
 Keys (``bot.state.keys``): ``usage_cost`` (integer micro-USD spent that day) and
 ``usage_cost_holds`` (hash: hold id -> ``"<micro-USD> <epoch expiry>"``); both expire an hour
