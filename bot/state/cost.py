@@ -24,9 +24,8 @@ after their day. A reservation counts against the day it was made on, and is set
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import cast
+from typing import NamedTuple, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
@@ -88,9 +87,9 @@ def micro(usd: float | None) -> int:
     return max(1, round(usd * MICRO))
 
 
-@dataclass(frozen=True, slots=True)
-class Reservation:
-    """A hold of ``amount`` micro-USD, made (or to be made) on ``day`` under id ``hold``."""
+class Reservation(NamedTuple):
+    """A hold of ``amount`` micro-USD, made (or to be made) on ``day`` under id ``hold``. (A
+    named tuple: its class costs a fraction of a dataclass's to create at import.)"""
 
     day: str
     hold: str
@@ -99,8 +98,7 @@ class Reservation:
     ttl: int  # seconds the day's keys live from now
 
 
-@dataclass(frozen=True, slots=True)
-class Spent:
+class Spent(NamedTuple):
     """A day's spend and live reservations, in micro-USD."""
 
     spent: int

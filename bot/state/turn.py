@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from bot.events import ConversationKey
 from bot.state.engagement import Changes
@@ -196,11 +196,11 @@ class CounterAdd:
     ttl_seconds: int
 
 
-@dataclass(frozen=True, slots=True)
-class CostSettle:
+class CostSettle(NamedTuple):
     """The turn's model spend settled (``bot.state.cost``): its reservation ``hold`` leaves the
     day's holds hash and ``amount`` micro-USD (the real cost; 0: released) is added to the day's
-    spend, which lives ``ttl_seconds`` from now."""
+    spend, which lives ``ttl_seconds`` from now. (A named tuple, immutable like the dataclasses
+    here and a fraction of their cost to create at import, which start-up is budgeted for.)"""
 
     spent_key: str
     holds_key: str
