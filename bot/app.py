@@ -19,16 +19,19 @@ from bot.bus.base import EventBus, InProcessBus
 from bot.bus.erasure import StreamEraser
 from bot.bus.outbox import Outbox
 from bot.bus.retention import StreamRetention
-from bot.bus.spool import Spool
+from bot.bus.spool_key import gateway_outbox
 from bot.engagement.thanks import ThanksConfig
 from bot.engagement.turns import LiveChat, platform_overrides, policy_config
 from bot.knowledge.wiring import RecallParts
 from bot.llm.base import Provider
+from bot.llm.embeddings import embedder_for
 from bot.llm.fallback import build_chain
 from bot.memory.buffers import MemoryStore
 from bot.memory.summaries import history_room
+from bot.memory.vectors import bounded
 from bot.ops.aio import cancel_and_wait
 from bot.ops.metrics import Metrics, NullMetrics
+from bot.ops.model_calls import Spend, metered_embedder
 from bot.platform.commands import NativeCommand
 from bot.plugins.loader import LoadedPlugins, load_plugins
 from bot.plugins.runtime import TurnHooks, command_handler
@@ -215,6 +218,7 @@ class Chorus:
         ``outbox``: this process runs platform adapters (a gateway), so on the Redis Streams bus
         they publish through an ordered outbox that first replays the spool of earlier runs."""
         spec = settings.llm.model_spec()
+        deadline = settings.memory.background_deadline
         owned: list[object] = []
         try:
             metrics = Metrics.from_settings(settings.metrics)  # a bad CHORUS_PRICES file fails here
@@ -226,7 +230,11 @@ class Chorus:
             plugins = load_plugins(settings.plugins, reserved_tools=reserved)
             redis = await connect.open_redis(settings.state.redis_url)
             owned.append(redis)
-            recall = RecallParts.build(settings, redis, metrics)  # closed by the app
+            spend = Spend.for_settings(settings, redis, metrics.prices)  # the daily cost cap
+            # closed by the app; embedding off the reply path has an overall deadline too
+            embedder = bounded(embedder_for(settings.memory, settings.llm), deadline)
+            embedder = metered_embedder(spend, embedder)
+            recall = RecallParts.build(settings, redis, metrics, embedder=embedder)
             tools = Toolbox.from_settings(
                 settings.tools, extra_tools=[*extra, *plugins.tools, *recall.tools]
             )
@@ -250,7 +258,7 @@ class Chorus:
                     retention.start()
                     owned.append(retention)
                 if outbox and settings.state.bus == "redis":
-                    ordered = _make_outbox(settings, bus)
+                    ordered = gateway_outbox(settings, bus)
                     owned.append(ordered)  # closed before the bus it closes in turn
                     await ordered.recover()
         except BaseException:
@@ -411,17 +419,6 @@ async def _close_all(things: Sequence[object]) -> None:
                 await close()
         except Exception:
             log.warning("error while closing %s", type(thing).__name__, exc_info=True)
-
-
-def _make_outbox(settings: Settings, bus: EventBus) -> Outbox:
-    """The gateway's ordered outbox over the Redis Streams bus, spooling to CHORUS_SPOOL_DIR."""
-    state = settings.state
-    return Outbox(
-        bus,
-        spool=Spool(state.spool_dir),
-        limit=state.outbox_limit,
-        flush_seconds=state.outbox_flush_seconds,
-    )
 
 
 def _make_bus(settings: Settings, redis: Client) -> EventBus:

@@ -333,6 +333,7 @@ def _insights_worker(
     from bot.llm.registry import build_provider
     from bot.memory.buffers import MemoryStore
     from bot.memory.summaries import history_room
+    from bot.ops.model_calls import Spend
     from bot.state.history import HistoryStore
     from insights.worker import InsightsWorker
 
@@ -352,7 +353,7 @@ def _insights_worker(
     )
     worker = InsightsWorker(
         redis, provider, spec.model, history, MemoryStore(redis, memory), memory, metrics=metrics,
-        embedder=embedder_for(memory, settings.llm),
+        embedder=embedder_for(memory, settings.llm), spend=Spend.for_settings(settings, redis),
     )  # fmt: skip
     log.info("insights worker ready", extra={"model": str(spec)})
     return worker, provider

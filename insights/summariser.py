@@ -9,7 +9,12 @@ invalid twice consumes nothing: the lines wait for a retry after ``RETRY_AFTER``
 outage. A conversation whose history is gone (``/reset``, expired, erased) is no longer due: its
 lines lived only as long as the history. A provider outage keeps the lines and retries after a
 delay; any other failure is logged with its traceback and the conversation retried after the
-same delay, so one bad conversation never stalls the others and no line is dropped.
+same delay, so one bad conversation never stalls the others and no line is dropped. Each model
+call has an overall deadline (CHORUS_BACKGROUND_MODEL_DEADLINE): past it the conversation is
+retried after the same delay (outcome ``deadline``, logged and counted), so a stuck provider
+cannot hold the worker. Past the daily cost cap (the worker's provider and embedder reserve each
+call: ``bot.ops.model_calls``) the conversation waits for the next UTC day (``over_cost_cap``,
+logged and counted); its lines stay.
 
 With an embedding model (CHORUS_EMBEDDING_MODEL) each run that finds summaries also stores the
 vectors of the summaries' and notes' texts (``store_vectors``: only the new texts are embedded,
@@ -20,6 +25,7 @@ finds it; logged, ``chorus_insights_jobs{outcome="vectors_error"}``, retried on 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -40,6 +46,7 @@ from bot.memory.summaries import (
 )
 from bot.memory.vectors import Embedder, store_vectors
 from bot.ops.metrics import MetricsSink, NullMetrics
+from bot.ops.model_calls import CostCapReached
 from bot.state import keys
 from bot.state.connect import Client
 from bot.state.history import HistoryEntry
@@ -90,6 +97,7 @@ class Summariser:
         self.settings = settings
         self.budget = budget
         self.history_max = history_max
+        self.deadline = settings.background_deadline  # of each model call
         self.batch = batch
         self.metrics: MetricsSink = metrics or NullMetrics()
         self._clock = clock
@@ -113,6 +121,22 @@ class Summariser:
                 log.warning("summary model failed; retrying later", exc_info=True)
                 await self.queue.later(job, now + RETRY_AFTER)
                 outcome = "retry"
+            except CostCapReached as exc:
+                log.warning(
+                    "daily cost cap reached; summary waits for the next UTC day",
+                    extra={"conversation": str(job.conversation), "delay": exc.resets_in},
+                )
+                self.metrics.insights_job("over_cost_cap")
+                await self.queue.later(job, now + timedelta(seconds=exc.resets_in))
+                outcome = "over_cost_cap"
+            except TimeoutError:
+                log.warning(
+                    "summary model call passed its deadline; retrying later",
+                    extra={"conversation": str(job.conversation), "deadline": self.deadline},
+                )
+                self.metrics.insights_job("deadline")
+                await self.queue.later(job, now + RETRY_AFTER)
+                outcome = "deadline"
             except Exception:
                 log.exception("summary job failed; retrying later")
                 await self.queue.later(job, now + RETRY_AFTER)
@@ -137,6 +161,20 @@ class Summariser:
             return await store_vectors(
                 VectorStore(self.redis), self.embedder, key, texts, ttl_seconds=ttl_days * 24 * 3600
             )
+        except TimeoutError:
+            self.metrics.insights_job("deadline")
+            log.warning(
+                "embedding a conversation's summaries passed its deadline; retried next run",
+                extra={"conversation": str(conv), "deadline": self.deadline},
+            )
+            return 0
+        except CostCapReached:
+            self.metrics.insights_job("over_cost_cap")
+            log.warning(
+                "daily cost cap reached; a conversation's summaries are embedded on a later run",
+                extra={"conversation": str(conv)},
+            )
+            return 0
         except Exception as exc:
             self.metrics.insights_job("vectors_error")
             log.warning(
@@ -191,7 +229,8 @@ class Summariser:
         days: dict[str, tuple[str, list[HistoryEntry]]] = {}
         for day, entries in by_day.items():
             request = summary_request(self.model, conv, day, summaries.get(day), entries)
-            answer, used = await ask(self.provider, request, json_answer(SummaryAnswer))
+            async with asyncio.timeout(self.deadline):
+                answer, used = await ask(self.provider, request, json_answer(SummaryAnswer))
             usage = usage + used
             if answer is None:  # invalid twice: nothing is consumed, the lines are tried later
                 await self.budget.charge_channel(conv.platform, conv.channel, _tokens(usage), now)
@@ -202,7 +241,8 @@ class Summariser:
         if job.community:
             current = load_community(raw_notes)
             request = community_request(self.model, conv, current, batch)
-            found, used = await ask(self.provider, request, json_answer(CommunityAnswer))
+            async with asyncio.timeout(self.deadline):
+                found, used = await ask(self.provider, request, json_answer(CommunityAnswer))
             usage = usage + used
             if found is not None:
                 notes, _ = sourced_notes(found, batch)

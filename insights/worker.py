@@ -9,8 +9,14 @@ recent history and the user's buffer -> one model call with structured output (o
 answer is invalid, then drop) -> charge the tokens -> keep only proposals sourced from the
 user's own lines -> merge under ``WATCH`` (unless the user said ``/forget`` since the analysis
 began) -> complete. A provider outage keeps the job and retries it later with jittered
-exponential backoff, up to ``max_attempts``; any other failure is logged with its traceback and
-dropped, so one bad job never stalls the queue.
+exponential backoff, up to ``max_attempts``; so does an analysis past its overall deadline
+(CHORUS_BACKGROUND_MODEL_DEADLINE, and never past the job's lease: outcome ``deadline``), so a
+stuck provider cannot hold the job; any other failure is logged with its traceback and dropped,
+so one bad job never stalls the queue. Embedding calls have the same deadline (``Bounded``).
+Under a daily cost cap (``bot.ops.model_calls``) every model and embedding call is reserved
+before it is made and charged after; once the cap is reached the analysis is refused before any
+call (``over_cost_cap``, logged and counted) and the job waits for the next UTC day, without
+counting an attempt.
 
 Each pass also runs the summary pass (``insights.summariser``: conversation summaries and
 community notes), on the same model and budgets, when CHORUS_SUMMARIES is on.
@@ -34,8 +40,9 @@ from bot.llm.base import Provider
 from bot.llm.errors import LLMError, ProviderUnavailable
 from bot.memory.buffers import MemorySettings, MemoryStore, UserBuffer
 from bot.memory.enrichment import note_texts
-from bot.memory.vectors import Embedder, store_vectors
+from bot.memory.vectors import Embedder, bounded, store_vectors
 from bot.ops.metrics import MetricsSink, NullMetrics
+from bot.ops.model_calls import CostCapReached, Spend, metered_embedder
 from bot.resilience import RetryPolicy
 from bot.state import keys
 from bot.state.connect import Client
@@ -59,6 +66,8 @@ class JobOutcome(StrEnum):
     INVALID = "invalid"  # invalid answer twice: dropped
     FORGOTTEN = "forgotten"  # /forget since the analysis began: not written
     RETRY = "retry"  # provider outage: rescheduled
+    DEADLINE = "deadline"  # the model call passed its overall deadline: rescheduled
+    OVER_COST_CAP = "over_cost_cap"  # the daily cost cap is reached: put off until tomorrow
     DROPPED = "dropped"  # a non-retryable error, or too many attempts
 
 
@@ -82,9 +91,16 @@ class InsightsWorker:
         queue: str = DEFAULT_QUEUE,
         metrics: MetricsSink | None = None,
         embedder: Embedder | None = None,
+        spend: Spend | None = None,
     ) -> None:
         self.metrics: MetricsSink = metrics or NullMetrics()
-        self.embedder = embedder  # summaries' vectors (and new notes'); closed by ``aclose``
+        # summaries' vectors (and new notes'), each call bounded and, under a cost cap,
+        # reserved and charged (``spend``); closed by ``aclose``
+        self.embedder = metered_embedder(spend, bounded(embedder, settings.background_deadline))
+        if spend is not None:  # every analysis, summary and community call against the cap
+            provider = spend.provider(provider, "insights")
+        # an analysis's overall deadline: the setting's, and never past the job's lease
+        self.deadline = min(settings.background_deadline, lease_seconds * 0.8)
         self.provider = provider
         self.model = model
         self.history = history
@@ -120,7 +136,7 @@ class InsightsWorker:
                 lease_seconds=lease_seconds,
                 queue=queue,
                 metrics=self.metrics,
-                embedder=embedder,
+                embedder=self.embedder,
             )
 
     # -- loop ----------------------------------------------------------------------------------
@@ -197,8 +213,14 @@ class InsightsWorker:
         except ProviderUnavailable:
             return await self._retry(job, now)
         except TimeoutError:
-            log.warning("insights analysis outlived its lease", exc_info=True)
-            return await self._retry(job, now)
+            return await self._retry(job, now, deadline=True)
+        except CostCapReached as exc:
+            log.warning(
+                "daily cost cap reached; insights analysis waits for the next UTC day",
+                extra={"platform": job.platform, "job": job.member, "delay": exc.resets_in},
+            )
+            await self.queue.retry_later(job, now, exc.resets_in, attempt=False)
+            return JobOutcome.OVER_COST_CAP
         except LLMError:
             log.error(
                 "insights model refused the request; job dropped",
@@ -245,7 +267,7 @@ class InsightsWorker:
             buffer=buffer,
             lines=lines,
         )
-        async with asyncio.timeout(self.queue.lease_seconds * 0.8):
+        async with asyncio.timeout(self.deadline):
             result = await analyse(self.provider, request)
         self.metrics.tokens(self.model, result.usage)  # the insights model's cost, per model
         tokens = result.usage.total_input_tokens + result.usage.output_tokens
@@ -302,15 +324,28 @@ class InsightsWorker:
                 note_texts(buffer),
                 ttl_seconds=self.settings.ttl_seconds,
             )
+        except TimeoutError:
+            self.metrics.insights_job(JobOutcome.DEADLINE.value)
+            log.warning(
+                "embedding a user's notes passed its deadline; their next turn retries",
+                extra={"platform": buffer.platform, "deadline": self.settings.background_deadline},
+            )
+        except CostCapReached:
+            self.metrics.insights_job(JobOutcome.OVER_COST_CAP.value)
+            log.warning("daily cost cap reached; a user's notes are embedded on a later turn")
         except Exception as exc:
             self.metrics.insights_job("vectors_error")
             log.warning("could not embed a user's notes", extra={"error": str(exc)})
 
-    async def _retry(self, job: ClaimedJob, now: datetime) -> JobOutcome:
+    async def _retry(self, job: ClaimedJob, now: datetime, *, deadline: bool = False) -> JobOutcome:
+        """Reschedule ``job`` after an outage (or a model call past its ``deadline``)."""
         attempts = job.attempts + 1
+        why = (
+            "insights model call passed its deadline" if deadline else "insights model unavailable"
+        )
         if attempts >= self.max_attempts:
             log.error(
-                "insights model unavailable too many times; job dropped",
+                f"{why} too many times; job dropped",
                 extra={"platform": job.platform, "job": job.member, "attempts": attempts},
                 exc_info=True,
             )
@@ -318,12 +353,12 @@ class InsightsWorker:
             return JobOutcome.DROPPED
         delay = self.backoff(attempts)
         log.warning(
-            "insights model unavailable; retrying later",
+            f"{why}; retrying later",
             extra={"platform": job.platform, "job": job.member, "delay": round(delay, 1)},
-            exc_info=True,
+            exc_info=not deadline,
         )
         await self.queue.retry_later(job, now, delay)
-        return JobOutcome.RETRY
+        return JobOutcome.DEADLINE if deadline else JobOutcome.RETRY
 
     def backoff(self, attempt: int) -> float:
         """Seconds before retry ``attempt`` (1-based): ``bot.resilience``'s exponential, capped,

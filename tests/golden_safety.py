@@ -68,6 +68,7 @@ async def safety_texts(redis: Redis) -> str:
         texts.usage(used, QuotaLimits(channel_messages_day=200), exempt=False),
         texts.usage(used, limits, exempt=False),
         texts.usage(used, limits, exempt=True),
+        texts.usage(used, QuotaLimits(cost_usd_per_day=5.0), exempt=False, spend=(1.2345, 0.0031)),
         with_canary("SYSTEM TEXT", canary_token("secret", "Chorus")),
     ]
     return "\n".join(lines)

@@ -1,5 +1,5 @@
-"""Samples of the safety and quota variables for ``tests/test_settings_sources.py``'s SAMPLES
-(variable -> where it lands, the text in .env, the value expected; never the default)."""
+"""Samples of the safety, quota and spool variables for ``tests/test_settings_sources.py``'s
+SAMPLES (variable -> where it lands, the text in .env, the value expected; never the default)."""
 
 from __future__ import annotations
 
@@ -53,4 +53,8 @@ SAFETY_SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_QUOTA_CHANNEL_TOKENS_DAY": (("quota.channel_tokens_day",), "5000000", 5_000_000),
     "CHORUS_QUOTA_COST_USD_DAY": (("quota.cost_usd_per_day",), "10", 10.0),
     "CHORUS_QUOTA_EXEMPT_MODERATORS": (("quota.exempt_moderators",), "false", False),
+    # the gateway spool's place and signing key (bot/bus/spool_key.py)
+    "CHORUS_DATA_DIR": (("state.data_dir",), "/var/lib/chorus", "/var/lib/chorus"),
+    "CHORUS_SPOOL_SECRET": (("state.spool_secret",), "spool-secret", "spool-secret"),
+    "CHORUS_SPOOL_CORRUPT_RETENTION": (("state.spool_corrupt_retention",), "3600", 3600),
 }

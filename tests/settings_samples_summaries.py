@@ -14,4 +14,5 @@ SUMMARY_SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_SUMMARY_AFTER_LINES": (("memory.summary_after_lines",), "10", 10),
     "CHORUS_COMMUNITY_MEMORY": (("memory.community_memory",), "true", True),
     "CHORUS_COMMUNITY_CHARS": (("memory.community_chars",), "600", 600),
+    "CHORUS_BACKGROUND_MODEL_DEADLINE": (("memory.background_deadline",), "30", 30.0),
 }

@@ -219,13 +219,14 @@ def test_compose_wires_redis_and_the_three_roles() -> None:
 
 
 def test_the_compose_gateway_spools_to_a_named_volume_the_image_makes_writable() -> None:
-    """The gateway's spool (CHORUS_SPOOL_DIR, by default .chorus/spool under the working
-    directory) must survive the read-only container: a named volume, mounted on a directory the
-    image creates as its user, so Docker initialises the volume with that owner."""
+    """The gateway's spool (CHORUS_SPOOL_DIR, by default spool under the image's
+    CHORUS_DATA_DIR) must survive the read-only container: a named volume, mounted on a
+    directory the image creates as its user, so Docker initialises the volume with that
+    owner."""
     compose = _compose()
     gateway = compose["services"]["gateway"]
-    workdir = _final_stage("WORKDIR")[-1]
-    spool = f"{workdir}/{_env_default('CHORUS_SPOOL_DIR')}"
+    [data_dir] = re.findall(r"CHORUS_DATA_DIR=(\S+)", " ".join(_final_stage("ENV")))
+    spool = f"{data_dir}/{_env_default('CHORUS_SPOOL_DIR')}"
     assert "CHORUS_SPOOL_DIR" not in gateway.get("environment", {})
     [volume] = [v for v in gateway["volumes"] if v.split(":")[1] == spool]
     assert volume.split(":")[0] in compose["volumes"]

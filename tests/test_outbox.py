@@ -27,6 +27,7 @@ from bot.app import Chorus
 from bot.bus.base import BusClosed
 from bot.bus.outbox import Outbox
 from bot.bus.spool import Spool
+from bot.bus.spool_key import spool_key
 from bot.bus.streams import RedisStreamsBus
 from bot.bus.topics import DELETIONS, INBOUND
 from bot.events import Author, ChatMessage, ConversationKey, MessageDeleted
@@ -37,6 +38,7 @@ from tests.redis_server import free_port, start_redis, stop_redis
 
 CONVERSATIONS, EACH = 6, 8
 T0 = datetime(2025, 1, 2, tzinfo=UTC)
+KEY = b"k" * 32
 
 
 def message(conversation: int, n: int) -> ChatMessage:
@@ -77,7 +79,7 @@ class Rig:
         bus = RedisStreamsBus(
             client, consumer="gw", partitions=4, block_ms=50, lease_ms=600, backoff_cap=0.3
         )
-        outbox = Outbox(bus, spool=Spool(spool), **options)  # type: ignore[arg-type]
+        outbox = Outbox(bus, spool=Spool(spool, key=KEY), **options)  # type: ignore[arg-type]
         self.closing.append(outbox)
         return outbox
 
@@ -187,7 +189,7 @@ async def test_close_in_an_outage_spools_what_is_held_and_the_next_start_sends_i
     assert [(r.published, r.spooled) for r in closed] == [(0, 7)]  # type: ignore[attr-defined]
     files = sorted(spool.glob("outbox-*.jsonl"))
     assert len(files) == 1
-    assert Spool(spool).parse(files[0].read_text()) == [
+    assert Spool(spool, key=KEY).parse(files[0].read_text()) == [
         *((INBOUND, e) for e in sent),
         (DELETIONS, deleted),
     ]
@@ -244,7 +246,8 @@ async def test_close_lets_a_publisher_waiting_for_room_go_and_spools_its_event(
     await asyncio.wait_for(outbox.close(), 10)
     await asyncio.wait_for(waiting, 5)  # held, so the adapter may acknowledge it
     (file,) = spool.glob("outbox-*.jsonl")
-    assert [e for _, e in Spool(spool).parse(file.read_text())] == [message(0, 0), message(0, 1)]
+    events = Spool(spool, key=KEY).parse(file.read_text())
+    assert [e for _, e in events] == [message(0, 0), message(0, 1)]
 
 
 async def test_an_event_the_spool_could_not_read_back_is_refused_at_publish(
@@ -276,7 +279,6 @@ async def test_only_the_platform_side_on_redis_streams_publishes_through_an_outb
     """``chorus run`` asks for the outbox in every role that runs adapters; the app builds it
     only over Redis Streams, and the router keeps publishing through the bus itself."""
     spool = tmp_path / "spool"
-    await asyncio.to_thread(Spool(spool).write, [(INBOUND, message(0, 0))])
     settings = settings_from(
         {
             "CHORUS_MODEL": "anthropic:claude-test",
@@ -286,6 +288,8 @@ async def test_only_the_platform_side_on_redis_streams_publishes_through_an_outb
             "CHORUS_SPOOL_DIR": str(spool),
         }
     )
+    key = spool_key(settings)  # what a gateway of this deployment signed its spool with
+    await asyncio.to_thread(Spool(spool, key=key).write, [(INBOUND, message(0, 0))])
     app = await Chorus.from_settings(settings, outbox=gateway)
     try:
         assert (app.outbox is not None) is wrapped

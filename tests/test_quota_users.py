@@ -1,6 +1,7 @@
 """Quotas in Redis (the embedded store and a real server): counted and checked in one atomic
-step, one notice per period, tokens and cost added by the commit, exemptions, ``/usage``'s
-figures, and every key with a TTL."""
+step, one notice per period, tokens added by the commit, the cost cap reserved at admission and
+settled by the commit (concurrent turns see each other's reservations; a released or lapsed one
+frees its room), exemptions, ``/usage``'s figures, and every key with a TTL."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from bot.safety.gate import SafetyGate
 from bot.safety.policy import Policies
 from bot.settings import QuotaSettings
 from bot.state import connect, keys
+from bot.state.cost import HOLD_SECONDS, Reservation, Spent, micro
 from bot.state.redis_turn import RedisTurnStore
 from bot.state.turn import TurnChanges
 from tests.outage_rig import redis_binary
@@ -38,9 +40,12 @@ def said(tag: str, user: str = "ada", channel: str = "c", *, mod: bool = False) 
 
 
 async def commit(redis: Redis, quotas: Quotas, limits: QuotaLimits, message: ChatMessage,
-                 tokens: int, cost: float | None = None, *, exempt: bool = False) -> None:  # fmt: skip
-    added = quotas.usage_counters(limits, message, NOW, tokens=tokens, cost_usd=cost, exempt=exempt)
-    await RedisTurnStore(redis).write(TurnChanges(usage=added))
+                 tokens: int, cost: float | None = None, *, exempt: bool = False,
+                 reserved: Reservation | None = None) -> None:  # fmt: skip
+    added = quotas.usage_counters(limits, message, NOW, tokens=tokens, exempt=exempt)
+    held = reserved or quotas.cost.reservation(message.id, 0, NOW)
+    settle = quotas.cost.settle_change(held, micro(cost)) if cost or reserved else None
+    await RedisTurnStore(redis).write(TurnChanges(usage=added, cost=settle))
 
 
 def test_period_ids_and_what_is_left_of_them() -> None:
@@ -103,6 +108,48 @@ async def test_the_cost_cap_holds_for_everyone_exempt_or_not(
     assert refused.notice  # one notice per channel: this one has not had it
 
 
+async def test_the_cost_cap_is_reserved_at_admission_so_simultaneous_turns_see_each_other(
+    redis_client: Redis, key_tag: str
+) -> None:
+    """Eight turns at once under a cap of 10,000 micro-USD: each is admitted only while the
+    spend plus the reservations in flight stay under the cap, whichever worker admits it."""
+    quotas = Quotas(redis_client, namespace=key_tag)
+    limits = QuotaLimits(cost_usd_per_day=0.01)
+    messages = [said(key_tag, f"u{n}", channel=f"c{n}") for n in range(8)]
+
+    async def admit(message: ChatMessage, amount: int) -> bool:
+        reserve = quotas.cost.reservation(message.id, amount, NOW)
+        return await quotas.admit(limits, message, NOW, exempt=False, reserve=reserve) is None
+
+    big = await asyncio.gather(*(admit(m, 20_000) for m in messages))  # one answer exhausts it
+    assert sum(big) == 1
+    assert await quotas.cost.today(NOW) == Spent(0, 20_000)
+    await quotas.cost.release(quotas.cost.reservation(messages[big.index(True)].id, 0, NOW))
+    small = await asyncio.gather(*(admit(m, 3_000) for m in messages))
+    assert sum(small) == 4, "0, 3,000, 6,000 and 9,000 held are under the cap; 12,000 is not"
+
+
+async def test_a_reservation_is_settled_at_the_real_cost_and_a_lapsed_one_frees_its_room(
+    redis_client: Redis, key_tag: str
+) -> None:
+    quotas, limits = Quotas(redis_client, namespace=key_tag), QuotaLimits(cost_usd_per_day=0.01)
+    first, second = said(key_tag, "ada"), said(key_tag, "bo", channel="d")
+    reserve = quotas.cost.reservation(first.id, 50_000, NOW)
+    assert await quotas.admit(limits, first, NOW, exempt=False, reserve=reserve) is None
+    assert await quotas.admit(limits, second, NOW, exempt=False) is not None, "held: refused"
+    await commit(redis_client, quotas, limits, first, tokens=10, cost=0.004, reserved=reserve)
+    assert await quotas.cost.today(NOW) == Spent(4_000, 0), "the real cost replaced the hold"
+    assert await quotas.admit(limits, second, NOW, exempt=False) is None
+    unsettled = quotas.cost.reservation(second.id, 50_000, NOW)
+    third = said(key_tag, "cy", channel="e")
+    assert await quotas.admit(limits, third, NOW, exempt=False, reserve=unsettled) is None
+    assert await quotas.admit(limits, third, NOW, exempt=False) is not None
+    later = NOW.replace(minute=59)  # the unsettled hold lapsed (its worker died)
+    assert (later - NOW).total_seconds() > HOLD_SECONDS
+    assert await quotas.admit(limits, third, later, exempt=False) is None
+    assert await quotas.cost.today(later) == Spent(4_000, 0)
+
+
 async def test_a_live_batch_turn_counts_to_its_channel_only(
     redis_client: Redis, key_tag: str
 ) -> None:
@@ -126,8 +173,12 @@ async def test_every_key_has_a_ttl(redis_client: Redis, key_tag: str) -> None:
     await quotas.admit(limits, message, NOW, exempt=False)
     await commit(redis_client, quotas, limits, message, tokens=10, cost=0.5)
     await quotas.admit(limits, message, NOW, exempt=False)  # refused: sets the notice key
+    other = said(key_tag, "bo", channel="elsewhere")
+    reserve = quotas.cost.reservation(other.id, 1000, NOW)
+    assert await quotas.admit(limits, other, NOW, exempt=True, reserve=reserve) is None
     found = [k async for k in redis_client.scan_iter(match=f"*{key_tag}*")]
     assert keys.usage_cost("20250304", key_tag) in found
+    assert keys.usage_cost_holds("20250304", key_tag) in found
     assert any(":usage:notice:" in k for k in found)
     for key in found:
         assert await redis_client.ttl(key) > 0, key

@@ -4,8 +4,9 @@ twin, and ``RedisTurnStore`` on the embedded store and a real Redis (``turn_stor
 A turn reads what its query names and writes what its changes say, with the same rules
 everywhere: the history window and what is kept past it for the summariser, memory read through
 a ``/link`` alias, "later wins" for an insights job's due time and "first wins" for its
-deadline, "earlier wins" for a summary's, counters that add up, recent conversations pruned to
-their window and capped, and a guarded step that writes only while the claim holds its token.
+deadline, "earlier wins" for a summary's, counters that add up, a cost reservation settled (its
+hold gone, the real cost spent), recent conversations pruned to their window and capped, and a
+guarded step that writes only while the claim holds its token.
 Setting up and looking at a store is what a test does and a turn never does, so ``Peek`` does it
 per implementation; everything else goes through the store's own methods.
 """
@@ -26,6 +27,7 @@ from bot.state.turn import (
     Activity,
     ChannelSave,
     ClaimTake,
+    CostSettle,
     CounterAdd,
     HistoryAppend,
     InsightDue,
@@ -105,6 +107,18 @@ class Peek:
         redis = redis_of(self.store)
         value = await (redis.get(key) if field is None else redis.hget(key, field))
         return int(value or 0)
+
+    async def put_hold(self, key: str, hold: str, value: str) -> None:
+        if self.twin is not None:
+            self.twin.holds.setdefault(key, {})[hold] = value
+            return
+        await redis_of(self.store).hset(key, hold, value)
+
+    async def holds(self, key: str) -> dict[str, str]:
+        if self.twin is not None:
+            return dict(self.twin.holds.get(key, {}))
+        found = await redis_of(self.store).hgetall(key)
+        return {str(k): str(v) for k, v in cast("dict[str, str]", found).items()}
 
     async def stream(self, name: str) -> list[dict[str, str]]:
         if self.twin is not None:
@@ -231,6 +245,18 @@ async def test_usage_counters_add_up(turn_store: Store, key_tag: str) -> None:
             TurnChanges(usage=(CounterAdd(hashed, "t", 7, 60), CounterAdd(plain, None, 2, 60)))
         )
     assert (await peek.counter(hashed, "t"), await peek.counter(plain, None)) == (21, 6)
+
+
+async def test_a_settled_cost_drops_its_hold_and_adds_the_real_cost(
+    turn_store: Store, key_tag: str
+) -> None:
+    peek, spent, holds = Peek(turn_store), f"cost-{key_tag}", f"holds-{key_tag}"
+    await peek.put_hold(holds, "discord:m1", "5000 1e12")
+    await peek.put_hold(holds, "discord:m2", "7000 1e12")
+    await turn_store.write(TurnChanges(cost=CostSettle(spent, holds, "discord:m1", 1234, 60)))
+    await turn_store.write(TurnChanges(cost=CostSettle(spent, holds, "discord:m9", 0, 60)))
+    assert await peek.holds(holds) == {"discord:m2": "7000 1e12"}, "only the settled hold goes"
+    assert await peek.counter(spent, None) == 1234, "the real cost, not the reservation"
 
 
 async def test_a_live_channels_decision_reaches_its_store(turn_store: Store, key_tag: str) -> None:

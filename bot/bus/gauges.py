@@ -3,7 +3,8 @@
 Why here and not in ``bot.ops.metrics``: only the bus knows how it counts (an in-process queue
 depth, or ``XINFO GROUPS`` over every partition of a stream), and operations must not import
 what they observe. ``bus_gauges`` returns the reader that ``Metrics.watch_bus`` registers;
-``outbox_gauges`` the gateway outbox's depth and what it recovered from its spool.
+``outbox_gauges`` the gateway outbox's depth and what it recovered from (or refused in) its
+spool.
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ def _streams_reader(bus: RedisStreamsBus, redis: Redis, topics: tuple[str, ...])
 
 def outbox_gauges(outbox: Outbox) -> list[OutboxGauge]:
     """The gateway outbox's series (name, help, reader, kind), for
-    ``Metrics.register_gauge_callback``: what it holds now, and what it read back from the
-    spool at start. (What it spools is logged at shutdown: no scrape would see a counter.)"""
+    ``Metrics.register_gauge_callback``: what it holds now, what it read back from the spool
+    at start and the spooled records it refused there. (What it spools is logged at shutdown:
+    no scrape would see a counter.)"""
     return [
         (
             "chorus_outbox_depth",
@@ -93,6 +95,12 @@ def outbox_gauges(outbox: Outbox) -> list[OutboxGauge]:
             "chorus_outbox_recovered",
             "Events read back from the spool at start and published first",
             lambda: float(outbox.recovered),
+            "counter",
+        ),
+        (
+            "chorus_outbox_refused",
+            "Spooled records refused at start: not signed with this deployment's spool key",
+            lambda: float(outbox.spool.refused if outbox.spool is not None else 0),
             "counter",
         ),
     ]

@@ -7,7 +7,12 @@ so a gateway stopped while Redis is down must not simply drop what it holds. The
 start.
 
 The format is JSON lines, one event per line, in the order the gateway received them:
-``{"v": 1, "topic": ..., "model": <class name>, "event": <the event's JSON>}``. A file is written
+``{"v": 2, "topic": ..., "model": <class name>, "event": <the event's JSON>, "sig": <hex>}``.
+``sig`` is an HMAC-SHA256 of the record under the deployment's spool key (``spool_key``), so
+only a gateway of this deployment can have written it: whoever can write into the directory
+cannot make the next start publish messages, author roles included, that no platform sent. A
+file holding a record that does not verify (unsigned, signed with another key, altered, or an
+older version's) is refused whole: set aside, logged and counted (``refused``). A file is written
 under a temporary name, fsync'd, renamed into place (atomic: a file under its final name is
 always whole) and the directory fsync'd, so a crash mid-write leaves at worst a temporary file
 that is never read. Names sort by creation time (``outbox-<ns>-<pid>-<random>.jsonl``) so
@@ -19,18 +24,22 @@ until every event of the file is published and the file removed. A gateway that 
 loses the lock with the process and the next start replays the whole file again; consumers
 dedupe by message id. A file that cannot be read back (bad JSON, an unknown model, an event
 that no longer validates) is renamed ``corrupt-...`` and logged, never replayed and never a
-crash. In a container the directory must be a volume that outlives the container.
+crash; set-aside files are deleted ``corrupt_retention`` seconds after they were set aside (at a
+later start), so a directory that collects them does not grow without end. In a container the
+directory must be a volume that outlives the container.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import hmac
 import json
 import logging
 import os
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,7 +52,8 @@ log = logging.getLogger("chorus.bus")
 PREFIX = "outbox-"
 SUFFIX = ".jsonl"
 CORRUPT = "corrupt-"
-VERSION = 1
+VERSION = 2
+CORRUPT_RETENTION = 7 * 24 * 3600.0  # seconds a set-aside file is kept for inspection
 
 
 def core_models() -> dict[str, type[BaseModel]]:
@@ -57,6 +67,20 @@ def core_models() -> dict[str, type[BaseModel]]:
 
 class CorruptSpool(ValueError):
     """A spool file that cannot be read back; the message names the line and why."""
+
+
+class UnsignedSpool(CorruptSpool):
+    """A spool file with a record whose signature does not verify under this deployment's key."""
+
+    def __init__(self, message: str, records: int) -> None:
+        super().__init__(message)
+        self.records = records
+
+
+def signature(key: bytes, topic: str, model: str, event: str) -> str:
+    """The HMAC of one record: its version, topic, model and event, unambiguously joined."""
+    body = json.dumps([VERSION, topic, model, event], separators=(",", ":")).encode()
+    return hmac.new(key, body, hashlib.sha256).hexdigest()
 
 
 @dataclass(eq=False)
@@ -92,11 +116,27 @@ class Claim:
 
 
 class Spool:
-    """A spool directory. ``write`` and ``claim`` do blocking file I/O: call them in a thread."""
+    """A spool directory. ``write`` and ``claim`` do blocking file I/O: call them in a thread.
+    ``key`` signs and verifies every record (``bot.bus.spool_key``); ``refused`` counts the
+    records refused because they did not verify."""
 
-    def __init__(self, directory: str | Path, models: Mapping[str, type[BaseModel]] | None = None):
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        key: bytes,
+        models: Mapping[str, type[BaseModel]] | None = None,
+        corrupt_retention: float = CORRUPT_RETENTION,
+        clock: Callable[[], float] = time.time,
+    ):
+        if len(key) < 16:
+            raise ValueError("a spool key must be at least 16 bytes")
         self.directory = Path(directory)
         self.models = dict(core_models() if models is None else models)
+        self.corrupt_retention = corrupt_retention
+        self.refused = 0
+        self._key = key
+        self._clock = clock
 
     def check(self, event: BaseModel) -> None:
         """``TypeError`` unless ``event``'s model can be read back from the spool."""
@@ -128,11 +168,13 @@ class Spool:
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 for topic, event in items:
+                    model, payload = type(event).__name__, event.model_dump_json()
                     line = {
                         "v": VERSION,
                         "topic": topic,
-                        "model": type(event).__name__,
-                        "event": event.model_dump_json(),
+                        "model": model,
+                        "event": payload,
+                        "sig": signature(self._key, topic, model, payload),
                     }
                     out.write(json.dumps(line, separators=(",", ":")) + "\n")
                     count += 1
@@ -148,9 +190,11 @@ class Spool:
     # -- reading back ----------------------------------------------------------------------------
     def claim(self) -> list[Claim]:
         """Every spool file no other process is replaying, oldest first, locked and parsed.
-        A file that cannot be parsed is set aside (``corrupt-...``) and logged."""
+        A file that cannot be parsed or does not verify is set aside (``corrupt-...``) and
+        logged; set-aside files past their retention are deleted first."""
         if not self.directory.is_dir():
             return []
+        self._purge_set_aside()
         claims: list[Claim] = []
         for path in sorted(self.directory.glob(f"{PREFIX}*{SUFFIX}")):
             claim = self._claim_one(path)
@@ -173,15 +217,19 @@ class Spool:
             os.close(fd)
             return None  # another gateway holds it, or it is gone
         except (CorruptSpool, UnicodeDecodeError) as exc:
-            aside = path.with_name(CORRUPT + path.name)
-            try:
-                os.rename(path, aside)
-            except OSError:
-                aside = path
-            log.error(
-                "a spool file cannot be read back; set aside, its events are not replayed",
-                extra={"path": str(aside), "error": str(exc)},
-            )
+            aside = self._set_aside(path)
+            if isinstance(exc, UnsignedSpool):
+                self.refused += exc.records
+                log.error(
+                    "a spool file does not verify with this deployment's spool key; refused "
+                    "and set aside, its events are not replayed",
+                    extra={"path": str(aside), "error": str(exc), "refused": exc.records},
+                )
+            else:
+                log.error(
+                    "a spool file cannot be read back; set aside, its events are not replayed",
+                    extra={"path": str(aside), "error": str(exc)},
+                )
             os.close(fd)
             return None
         except BaseException:
@@ -190,25 +238,73 @@ class Spool:
         return Claim(path=path, fd=fd, events=events)
 
     def parse(self, text: str) -> list[tuple[str, BaseModel]]:
-        """The (topic, event) lines of a spool file; ``CorruptSpool`` names the first bad one."""
-        events: list[tuple[str, BaseModel]] = []
+        """The (topic, event) lines of a spool file. ``UnsignedSpool`` when any record does not
+        verify (checked before anything is parsed as an event); ``CorruptSpool`` names the
+        first line that cannot be read back."""
+        records: list[tuple[int, dict[str, object]]] = []
+        unsigned: list[int] = []
         for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
-                if not isinstance(record, dict) or record.get("v") != VERSION:
-                    raise ValueError(f"not a version {VERSION} spool record")
+            except ValueError as exc:
+                raise CorruptSpool(f"line {number}: {exc}") from None
+            if not isinstance(record, dict) or not self._verifies(record):
+                unsigned.append(number)
+            records.append((number, record))
+        if unsigned:
+            raise UnsignedSpool(
+                f"{len(unsigned)} of {len(records)} records do not verify (first: line "
+                f"{unsigned[0]})",
+                len(unsigned),
+            )
+        events: list[tuple[str, BaseModel]] = []
+        for number, record in records:
+            try:
                 topic, name, payload = record["topic"], record["model"], record["event"]
-                if not (isinstance(topic, str) and isinstance(payload, str)):
-                    raise ValueError("topic and event must be strings")
-                model = self.models.get(name)
+                model = self.models.get(str(name))
                 if model is None:
                     raise ValueError(f"unknown event model {name!r}")
-                events.append((topic, model.model_validate_json(payload)))
+                events.append((str(topic), model.model_validate_json(str(payload))))
             except (ValueError, KeyError, TypeError, ValidationError) as exc:
                 raise CorruptSpool(f"line {number}: {exc}") from None
         return events
+
+    def _verifies(self, record: dict[str, object]) -> bool:
+        """A version ``VERSION`` record whose ``sig`` is this key's HMAC of it."""
+        topic, model, payload, sig = (record.get(k) for k in ("topic", "model", "event", "sig"))
+        if record.get("v") != VERSION or not all(
+            isinstance(v, str) for v in (topic, model, payload, sig)
+        ):
+            return False
+        expected = signature(self._key, str(topic), str(model), str(payload))
+        return hmac.compare_digest(expected, str(sig))
+
+    # -- files set aside -------------------------------------------------------------------------
+    def _set_aside(self, path: Path) -> Path:
+        """Rename ``path`` to ``corrupt-...``, dated now (its retention starts when it is set
+        aside, not when it was written)."""
+        aside = path.with_name(CORRUPT + path.name)
+        try:
+            os.rename(path, aside)
+            os.utime(aside)
+        except OSError:
+            return path
+        return aside
+
+    def _purge_set_aside(self) -> None:
+        """Delete the set-aside files older than ``corrupt_retention`` seconds."""
+        oldest = self._clock() - self.corrupt_retention
+        for path in self.directory.glob(f"{CORRUPT}*"):
+            try:
+                if path.stat().st_mtime < oldest:
+                    path.unlink()
+                    log.info(
+                        "set-aside spool file past its retention deleted", extra={"path": str(path)}
+                    )
+            except OSError:
+                continue
 
 
 def _fsync_directory(directory: Path) -> None:

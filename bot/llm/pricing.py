@@ -23,23 +23,41 @@ How each vendor's ``Usage`` maps (``bot/llm/types.py``): ``input_tokens`` is the
 ``cache_read_tokens`` the cached part; only Anthropic reports ``cache_write_tokens`` (billed at
 1.25x input for the 5-minute cache). OpenAI and Gemini charge nothing extra to write their
 implicit caches, so their ``cache_write`` is the input price.
+
+``estimate`` is what the daily cost cap reserves before a call (``bot.state.cost``): the
+request's input tokens at the uncached input price plus its whole output budget
+(``max_tokens``) at the output price, a worst case for one call; no tokenizer is loaded, so the
+input is counted as ``CHARS_PER_TOKEN`` characters a token (text in English averages about
+four; fewer counts more, never less) and ``IMAGE_TOKENS`` an image. Embedding models have an
+input price only; the vendors report no usage for them, so their estimate is also their charge.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from bot.llm.types import Usage
+from bot.llm.types import (
+    ImagePart,
+    LLMRequest,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+)
 from bot.settings import ConfigError
 
 VARIABLE = "CHORUS_PRICES"
 PRICES_AS_OF = "2025-10-01"
 _MILLION = 1_000_000
+CHARS_PER_TOKEN = 3
+IMAGE_TOKENS = 1600  # a large image on every vendor, roughly
+MESSAGE_TOKENS = 8  # per message: role and framing
 
 
 class Price(BaseModel):
@@ -114,6 +132,11 @@ DEFAULT_PRICES: dict[str, Price] = {
     "gemini-2.5-flash-lite": _p(0.10, 0.40, 0.025),
     "gemini-2.0-flash": _p(0.10, 0.40, 0.025),
     "gemini-2.0-flash-lite": _p(0.075, 0.30, 0.01875),
+    # Embedding models (input only).
+    "text-embedding-3-small": _p(0.02, 0, 0.02),
+    "text-embedding-3-large": _p(0.13, 0, 0.13),
+    "text-embedding-ada-002": _p(0.10, 0, 0.10),
+    "gemini-embedding-001": _p(0.15, 0, 0.15),
 }
 
 _BOUNDARY = frozenset("-_@:.")
@@ -141,6 +164,22 @@ class PriceTable:
         """The estimated USD cost of ``usage`` on ``model``; None when it has no price."""
         price = self.lookup(model)
         return None if price is None else price.cost(usage)
+
+    def estimate(self, request: LLMRequest) -> float | None:
+        """The most ``request`` should cost (see the module docstring); None: no price."""
+        price = self.lookup(request.model)
+        if price is None:
+            return None
+        return (request_tokens(request) * price.input + request.max_tokens * price.output) / (
+            _MILLION
+        )
+
+    def estimate_embedding(self, model: str, texts: Sequence[str]) -> float | None:
+        """What embedding ``texts`` on ``model`` costs, counted from their length."""
+        price = self.lookup(model)
+        if price is None:
+            return None
+        return sum(_tokens(len(text)) for text in texts) * price.input / _MILLION
 
 
 def load_prices(path: str | Path | None = None) -> PriceTable:
@@ -172,6 +211,32 @@ def load_prices(path: str | Path | None = None) -> PriceTable:
                 "give USD per million tokens as input, output[, cache_read, cache_write]"
             ) from None
     return PriceTable({**DEFAULT_PRICES, **overrides})
+
+
+def request_tokens(request: LLMRequest) -> int:
+    """The input tokens of ``request``, counted from its length (never fewer than it has)."""
+    chars = sum(len(part.text) for part in request.system if isinstance(part, TextPart))
+    images = 0
+    for message in request.messages:
+        for part in message.parts:
+            if isinstance(part, TextPart | ThinkingPart):
+                chars += len(part.text)
+            elif isinstance(part, ToolResultPart):
+                chars += len(part.name) + len(part.content)
+            elif isinstance(part, ToolCallPart):
+                chars += len(part.name) + len(json.dumps(part.arguments))
+            elif isinstance(part, ImagePart):
+                images += 1
+    for tool in request.tools:
+        chars += len(tool.name) + len(tool.description) + len(json.dumps(tool.parameters))
+    if request.response_schema is not None:
+        chars += len(json.dumps(request.response_schema))
+    framing = MESSAGE_TOKENS * (len(request.messages) + 1)
+    return _tokens(chars) + images * IMAGE_TOKENS + framing
+
+
+def _tokens(chars: int) -> int:
+    return -(-chars // CHARS_PER_TOKEN)
 
 
 def _bare(model: str) -> str:

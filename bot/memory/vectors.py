@@ -19,10 +19,14 @@ vector or no vector for a note, else ``max(w * cos' + (1 - w) * lex', lex')`` wh
 ``max`` keeps what words alone find: a rare name ("Biscuit") that an embedding model does not
 relate to anything still ranks as high as it does lexically; the embedding only lifts notes.
 ``weight`` 1 (CHORUS_RECALL_WEIGHT=1) is the cosine alone.
+
+``Bounded`` gives an embedder an overall deadline per call (CHORUS_BACKGROUND_MODEL_DEADLINE),
+so background embedding (knowledge bases, notes' and summaries' vectors) never waits forever.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import math
@@ -47,6 +51,30 @@ class Embedder(Protocol):
     async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 
     async def aclose(self) -> None: ...
+
+
+class Bounded:
+    """``embedder`` with an overall deadline per ``embed`` call (retries included): a stuck
+    embedding model raises ``TimeoutError`` after ``deadline`` seconds instead of holding a
+    background job (a knowledge base's refresh, a user's or a summary's vectors) forever. The
+    reply path bounds its query much tighter itself (``bot.memory.recall``)."""
+
+    def __init__(self, embedder: Embedder, deadline: float) -> None:
+        self.embedder = embedder
+        self.deadline = deadline
+        self.name = embedder.name
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        async with asyncio.timeout(self.deadline):
+            return await self.embedder.embed(texts)
+
+    async def aclose(self) -> None:
+        await self.embedder.aclose()
+
+
+def bounded(embedder: Embedder | None, deadline: float) -> Embedder | None:
+    """``embedder`` under ``Bounded`` (None stays None: no embedding model)."""
+    return None if embedder is None else Bounded(embedder, deadline)
 
 
 def unit(vector: Sequence[float]) -> list[float]:

@@ -6,9 +6,16 @@ prices). Why one Lua script: the check and the count must be one atomic step, or
 each reading "19 of 20" would all answer. ``admit`` runs it before the model is called (one
 round trip, and only when some limit is set): every counter is read, and either all are counted
 (+1 message) or the first limit reached is returned with whether this is its first refusal of
-the period, so the user reads ONE notice, not one per message. Tokens and cost are only known
-after the answer: ``usage_counters`` adds them to the commit that records the reply (no extra
-round trip), and a limit in tokens is reached once the counted tokens reach it.
+the period, so the user reads ONE notice, not one per message. Tokens are only known after the
+answer: ``usage_counters`` adds them to the commit that records the reply (no extra round trip),
+and a limit in tokens is reached once the counted tokens reach it.
+
+The cost cap is a reservation (``bot.state.cost``): the same script admits a turn only while
+the day's spend plus the reservations of the calls in flight is under the cap, and then holds
+the turn's estimated cost (its prompt at list price plus its output budget), so turns admitted
+at the same moment on different workers see each other's holds. The commit settles the hold
+with the real cost (``bot.state.turn.CostSettle``); a turn that fails releases it, and a hold
+nobody settles lapses.
 
 Exempt users (moderators, unless ``CHORUS_QUOTA_EXEMPT_MODERATORS=false``, and allow-listed
 users) skip the per-user and per-channel limits; the deployment's cost cap holds for everyone,
@@ -27,16 +34,21 @@ from redis.asyncio import Redis
 from bot.events import ChatMessage
 from bot.settings import QuotaSettings
 from bot.state import keys
+from bot.state.cost import HELD, CostLedger, Reservation, cost_day, micro
 from bot.state.turn import CounterAdd
 
 PERIOD_GRACE = 3600  # seconds a period's counters outlive it
 
-# KEYS: n counters, the cost key, then n + 1 notice keys (one per counter, one for the cost).
-# ARGV: n, then (message limit, token limit, ttl) per counter (-1: none), the cost cap in
-# micro-USD (-1: none), then n + 1 notice TTLs. Returns {over, first, unit}: over = 0 (admitted
-# and counted), i (counter i reached its limit) or n + 1 (the cost cap); first = 1 when this
-# refusal is the first of its period (the notice is due); unit = 1 messages, 2 tokens.
-ADMIT = """
+# KEYS: n counters, the cost key, the cost holds, then n + 1 notice keys (one per counter, one
+# for the cost). ARGV: n, then (message limit, token limit, ttl) per counter (-1: none), the cost
+# cap in micro-USD (-1: none), then n + 1 notice TTLs, then the turn's reservation: hold id,
+# amount (micro-USD), now, its expiry, the holds' TTL. Returns {over, first, unit}: over = 0
+# (admitted, counted and the cost held), i (counter i reached its limit) or n + 1 (the cost
+# cap); first = 1 when this refusal is the first of its period (the notice is due); unit = 1
+# messages, 2 tokens.
+ADMIT = (
+    HELD
+    + """
 local n = tonumber(ARGV[1])
 local over = 0
 local unit = 0
@@ -58,22 +70,29 @@ for i = 1, n do
   end
 end
 local cap = tonumber(ARGV[2 + n * 3])
+local r = 2 + n * 3 + n + 1
+local hold, want, now = ARGV[r + 1], tonumber(ARGV[r + 2]), tonumber(ARGV[r + 3])
 if over == 0 and cap >= 0 then
   local spent = tonumber(redis.call('GET', KEYS[n + 1]) or '0')
-  if spent >= cap then over = n + 1 end
+  if spent + held(KEYS[n + 2], now, hold) >= cap then over = n + 1 end
 end
 if over == 0 then
   for i = 1, n do
     redis.call('HINCRBY', KEYS[i], 'm', 1)
     redis.call('EXPIRE', KEYS[i], tonumber(ARGV[4 + (i - 1) * 3]))
   end
+  if cap >= 0 and want > 0 then
+    redis.call('HSET', KEYS[n + 2], hold, ARGV[r + 2] .. ' ' .. ARGV[r + 4])
+    redis.call('EXPIRE', KEYS[n + 2], tonumber(ARGV[r + 5]))
+  end
   return {0, 0, 0}
 end
 local ttl = tonumber(ARGV[2 + n * 3 + over])
-local first = redis.call('SET', KEYS[n + 1 + over], '1', 'NX', 'EX', ttl)
+local first = redis.call('SET', KEYS[n + 2 + over], '1', 'NX', 'EX', ttl)
 if first then return {over, 1, unit} end
 return {over, 0, unit}
 """
+)
 
 
 @dataclass(frozen=True)
@@ -171,15 +190,12 @@ def counters(
 
 
 class Quotas:
-    """The shared counters of one deployment (its bus namespace)."""
+    """The shared counters of one deployment (its bus namespace), and its daily spend."""
 
     def __init__(self, redis: Redis, *, namespace: str = "main") -> None:
         self.redis = redis
         self.namespace = namespace
-
-    def _cost(self, now: datetime) -> tuple[str, str, int]:
-        day, left = period_ids(now)["day"]
-        return keys.usage_cost(day[1:], self.namespace), day, left
+        self.cost = CostLedger(redis, namespace)
 
     async def admit(
         self,
@@ -189,23 +205,35 @@ class Quotas:
         *,
         exempt: bool,
         person: bool = True,
+        reserve: Reservation | None = None,
     ) -> Refusal | None:
-        """Count ``message`` and return None, or return the limit it reached (not counted)."""
+        """Count ``message`` and return None, or return the limit it reached (not counted).
+        Under a cost cap an admitted turn holds ``reserve`` (its estimated cost) until its
+        commit settles it."""
         if not limits.enabled:
             return None
         found = [] if exempt else counters(limits, message, now, person=person)
-        cost_key, day, left = self._cost(now)
         cap = limits.cost_usd_per_day
         if not found and cap is None:
             return None
-        notice_cost = keys.usage_notice("cost", message.platform, message.conversation.channel, day)
-        argv: list[int] = [len(found)]
+        day, left = cost_day(now)
+        reserve = reserve or self.cost.reservation("", 0, now)
+        cost_key, holds_key = self.cost.keys(reserve.day)
+        notice_cost = keys.usage_notice(
+            "cost", message.platform, message.conversation.channel, f"d{day}"
+        )
+        argv: list[int | str] = [len(found)]
         for c in found:
             argv += [_or_none(c.messages), _or_none(c.tokens), c.ttl]
-        argv.append(-1 if cap is None else round(cap * 1_000_000))
+        argv.append(-1 if cap is None else micro(cap))
         argv += [c.ttl - PERIOD_GRACE for c in found] + [left]
+        argv += [reserve.hold, reserve.amount, f"{now.timestamp():.3f}"]
+        argv += [f"{reserve.expiry:.3f}", reserve.ttl]
         script_keys = (
-            [c.key for c in found] + [cost_key] + [c.notice for c in found] + [notice_cost]
+            [c.key for c in found]
+            + [cost_key, holds_key]
+            + [c.notice for c in found]
+            + [notice_cost]
         )
         run = cast(
             "Awaitable[list[int]]",
@@ -235,23 +263,17 @@ class Quotas:
         now: datetime,
         *,
         tokens: int,
-        cost_usd: float | None,
         exempt: bool,
         person: bool = True,
     ) -> tuple[CounterAdd, ...]:
-        """A turn's tokens and cost, as changes of the commit that records its reply."""
-        added: list[CounterAdd] = []
-        if not exempt and tokens > 0:
-            added += [
-                CounterAdd(c.key, "t", tokens, c.ttl)
-                for c in counters(limits, message, now, person=person)
-            ]
-        if cost_usd and limits.cost_usd_per_day is not None:
-            cost_key, _, left = self._cost(now)
-            added.append(
-                CounterAdd(cost_key, None, max(1, round(cost_usd * 1_000_000)), left + PERIOD_GRACE)
-            )
-        return tuple(added)
+        """A turn's tokens, as changes of the commit that records its reply (its cost is the
+        settlement of its reservation: ``CostLedger.settle_change``)."""
+        if exempt or tokens <= 0:
+            return ()
+        return tuple(
+            CounterAdd(c.key, "t", tokens, c.ttl)
+            for c in counters(limits, message, now, person=person)
+        )
 
     async def usage(self, message: ChatMessage, now: datetime) -> dict[str, tuple[int, int]]:
         """The author's (messages, tokens) this ``hour`` and ``day``: what ``/usage`` shows."""

@@ -2,15 +2,18 @@
 
 The prompt (``bot.agent.prompting``) is the scope's persona and tools (the cached prefix), the
 conversation's history, then the volatile tail: the author's notes, the conversation's summaries
-and community notes (``bot.memory.enrichment``) and knowledge excerpts (``context_for``), after
-the plugins' ``before_turn`` hooks. The agent (``bot.agent.loop``) runs the scope's model chain;
+and community notes (``bot.memory.enrichment``) and knowledge excerpts (``context_for``), and
+what the plugins' ``before_turn`` hooks add. ``prepare`` builds it without the hooks, before the
+safety gate's look (``bot.router.decide``: a daily cost cap reserves what that request may
+cost); the hooks run only for a turn the model answers, and rebuild it when they add text. The agent (``bot.agent.loop``) runs the scope's model chain;
 where the conversation streams answers, its drafts go out as it writes (``bot.router.drafts``),
 each through the same outbound check. The final text passes the safety gate's outbound check
 (block lists, the system prompt's canary, the moderation model): what it returns is what is
 sent, and the turn's usage waits for the commit (quotas).
 
-A model that cannot answer (every model of the chain failed) is ``Failed``: the router apologises
-and releases the claim, so a later delivery may try again.
+A model that cannot answer (every model of the chain failed) is ``Failed``: its cost reservation
+is given back, and the router apologises and releases the claim, so a later delivery may try
+again.
 """
 
 from __future__ import annotations
@@ -75,25 +78,45 @@ class Answer:
         self.memory = memory
         self.tools = tools
 
-    async def __call__(self, item: Item, read: TurnRead, profile: Profile) -> Answered | Failed:
-        message = item.message
-        context = context_for(read, message, self.memory, utcnow())
+    def prepare(self, item: Item, read: TurnRead, profile: Profile) -> LLMRequest:
+        """The turn's request, as the model will read it but for the plugins' hooks."""
+        return self._build(item, read, profile, self._context(item, read))
+
+    def _context(self, item: Item, read: TurnRead) -> str:
+        context = context_for(read, item.message, self.memory, utcnow())
         if item.context:
             context = f"{item.context}\n{context}" if context else item.context
-        context = await self.hooks.before_turn(message, context)
+        return context
+
+    def _build(self, item: Item, read: TurnRead, profile: Profile, context: str) -> LLMRequest:
+        message = item.message
         ctx = ToolContext(message=message, tools=profile.tools)
-        request = profile.assembler.build(
+        return profile.assembler.build(
             message,
             read.history,
             tools=self.tools.specs_for(ctx) if self.tools else (),
             context=context,
             reasoning=decide(message.text, profile.reasoning, profile.reasoning_max),
         )
+
+    async def __call__(
+        self, item: Item, read: TurnRead, profile: Profile, request: LLMRequest | None = None
+    ) -> Answered | Failed:
+        """Answer with ``request`` (``prepare``'s; built here when None), with what the
+        plugins' hooks add."""
+        message = item.message
+        if request is None or self.hooks:
+            context = self._context(item, read)
+            hooked = await self.hooks.before_turn(message, context)
+            if request is None or hooked != context:
+                request = self._build(item, read, profile, hooked)
+        ctx = ToolContext(message=message, tools=profile.tools)
         drafts = self.drafts.open(message, item.reply_to_id, item.addressed)  # None: not streamed
         try:
             result = await profile.agent.run(request, ctx, drafts)
         except LLMError as exc:
             self.observer.llm_failed(self.metrics, message, request.model, exc)
+            await self.safety.release(message)
             return Failed(exc)
         text = await self.safety.answer(message, result.text)
         self.safety.hold_usage(message, result.usage, request.model, item.delivery is not None)

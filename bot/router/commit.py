@@ -5,7 +5,8 @@ whose streams live in the store: ``TransactionalBus``) and the ack of the messag
 entry; the history the turn's two lines; memory the author's activity, the insights job and
 the conversation's summary schedule (unless the scope turns memory or insights off, or the
 author is a bot); the live-chat policy what the turn decided (answered, cooldowns, a pause);
-the safety gate the turn's tokens and cost (quotas). The claim writes them all with its
+the safety gate the turn's tokens (quotas) and its cost reservation settled at the real cost
+(the daily cost cap). The claim writes them all with its
 "done" marker in one atomic step (``bot.state.claims``), shielded so that a cancellation (the
 shutdown grace running out) waits for it instead of cutting it. On the in-process bus the reply
 is published just before.
@@ -94,6 +95,7 @@ class Commit:
             ack=delivery.ack_change if delivery is not None else None,
             channel=self.engagement.save_for(message) if self.engagement is not None else None,
             usage=self.safety.usage_of(message),
+            cost=self.safety.cost_of(message),
         )
 
         async def write() -> None:
@@ -116,8 +118,10 @@ class Commit:
         message = item.message
         channel = self.engagement.save_for(message) if self.engagement is not None else None
 
+        changes = TurnChanges(channel=channel, cost=self.safety.cost_of(message))
+
         async def write() -> None:
-            await self.claims.record(claim, TurnChanges(channel=channel))
+            await self.claims.record(claim, changes)
             item.progress.committed = True
 
         await shielded(write())

@@ -257,7 +257,9 @@ class Router:
                 settled = True
                 return
             async with claim.renewing():
-                decision = await stages.decide(item)
+                decision = await stages.decide(
+                    item, lambda: stages.answer.prepare(item, read, profile)
+                )
                 if isinstance(decision, Unpaid):
                     await claim.release()
                 elif isinstance(decision, Silent):
@@ -267,7 +269,7 @@ class Router:
                         item, claim, decision.text, is_error=decision.is_error
                     )
                 elif isinstance(decision, Ask):
-                    answered = await stages.answer(item, read, profile)
+                    answered = await stages.answer(item, read, profile, decision.request)
                     if isinstance(answered, Failed):
                         await claim.release()  # a later delivery of the same message may retry
                         await stages.commit.send(item, apology(), is_error=True)
@@ -291,6 +293,8 @@ class Router:
             )
             with contextlib.suppress(Exception):
                 await claim.release()
+            with contextlib.suppress(Exception):
+                await stages.answer.safety.release(message)  # its cost reservation, if any
             await stages.commit.send(item, crash_apology(), is_error=True)
             settled = True
         finally:

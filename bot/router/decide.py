@@ -9,16 +9,20 @@ In order, each able to end the turn before the model is called:
 3. a message longer than ``max_message_chars`` (refused, without the model);
 4. a text command (``/help``, ``/pins``, ``/forget``...: ``bot.router.text_commands``);
 5. the safety gate's look before the model (``bot.safety``): a blocked author, a quota reached
-   (its notice once, then ``Silent``), a flag from the moderation model.
+   (its notice once, then ``Silent``), a flag from the moderation model. Under a daily cost cap
+   the gate reserves what the turn's request may cost, so the request is prepared first
+   (``Answer.prepare``) and travels on in ``Ask``.
 
 ``Ask`` means the model answers (``bot.router.answer``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bot.engagement.turns import LiveChat
+from bot.llm.types import LLMRequest
 from bot.router.items import Item
 from bot.router.observe import TurnObserver
 from bot.router.text_commands import Commands
@@ -47,7 +51,9 @@ class Unpaid:
 
 @dataclass(frozen=True, slots=True)
 class Ask:
-    """The model answers."""
+    """The model answers ``request`` (None: the answer stage builds it)."""
+
+    request: LLMRequest | None = None
 
 
 Decision = Fixed | Silent | Unpaid | Ask
@@ -71,7 +77,10 @@ class Decide:
         self.engagement = engagement
         self.max_message_chars = max_message_chars
 
-    async def __call__(self, item: Item) -> Decision:
+    async def __call__(
+        self, item: Item, prepare: Callable[[], LLMRequest] | None = None
+    ) -> Decision:
+        """The turn's decision; ``prepare`` builds its request, for the model gate."""
         message = item.message
         if self.engagement is not None:  # where replies cost quota, reserve before the model
             paid, item.progress.hold = await self.engagement.pay(message, item.kind, item.mentions)
@@ -85,9 +94,12 @@ class Decide:
         command_reply = await self.commands.handle(message)
         if command_reply is not None:
             return Fixed(command_reply)
-        stop = await self.safety.before_model(message, person=item.delivery is not None)
+        request = prepare() if prepare is not None else None
+        stop = await self.safety.before_model(
+            message, person=item.delivery is not None, request=request
+        )
         if stop is None:
-            return Ask()
+            return Ask(request)
         recorded: Recorded = "over_quota" if stop.why.startswith("quota") else "moderated"
         self.observer.decided(item, recorded, stop.why)
         return Fixed(stop.text) if stop.text is not None else Silent()

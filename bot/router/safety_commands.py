@@ -2,7 +2,8 @@
 ``/allow`` and ``/disallow``.
 
 ``/usage`` shows the speaker their own use this hour and today (UTC) and their limits (their
-scope's); nobody can read another person's. The list commands act on the channel they are said
+scope's); nobody can read another person's. Under a daily cost cap it also shows the
+deployment's spend today and what is reserved for answers being written. The list commands act on the channel they are said
 in and only for its moderators (the platform's owner or moderator role); each change is audited.
 Why the channel and not a wider scope: the channel is the narrowest scope, the one where a
 moderator's authority is certain (a Discord moderator of one channel is not one of the whole
@@ -38,6 +39,7 @@ from bot.safety.audit import AuditEntry
 from bot.safety.gate import SafetyGate
 from bot.safety.users import Status
 from bot.state import turnlog
+from bot.state.cost import MICRO
 from bot.state.history import HistoryStore
 from bot.state.outages import until_redis_answers
 
@@ -73,13 +75,16 @@ class _Handlers:
     async def usage(self, message: ChatMessage, args: str) -> str:
         policy = self.gate.policy(message)
         exempt = self.gate.exempt(message, policy)
-        used = {}
+        used, spend = {}, None
         quotas = self.gate.quotas
         if quotas is not None and policy.quota.enabled:
             used = await until_redis_answers(
                 "read a usage", lambda: quotas.usage(message, utcnow())
             )
-        return texts.usage(used, policy.quota, exempt=exempt)
+        if quotas is not None and policy.quota.cost_usd_per_day is not None:
+            today = await until_redis_answers("read the spend", lambda: quotas.cost.today(utcnow()))
+            spend = (today.spent / MICRO, today.held / MICRO)
+        return texts.usage(used, policy.quota, exempt=exempt, spend=spend)
 
     def change(self, name: str, status: Status | None, done: str) -> _Change:
         return _Change(self, name, status, done)

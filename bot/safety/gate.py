@@ -7,16 +7,21 @@
    user lists are not fresh has them read in the background (dispatch never waits on Redis).
 2. ``before_model`` (in the turn, async): the author's block entry once more, now with the
    channel's lists surely read (a process that just started may have let a blocked author's
-   first line through dispatch); the quota (one atomic Redis step, only when a limit is set);
-   then the moderation model when one is configured. Returns a ``Stop`` (a notice or a refusal,
-   or silence) when the model must not be called.
+   first line through dispatch); the quota (one atomic Redis step, only when a limit is set),
+   which under a daily cost cap also reserves the turn's estimated cost (the request's prompt
+   at list price plus its output budget: ``PriceTable.estimate``); then the moderation model
+   when one is configured. Returns a ``Stop`` (a notice or a refusal, or silence) when the model
+   must not be called.
 3. ``answer`` (after the model, async): the canary and verbatim-system-text check, the lists
    and the moderation model; a flagged answer becomes the safe line, and that is what the
    history keeps.
 4. ``guard`` (every reply the router publishes, sync): the lists and the leak check once more,
    for replies that did not come from the model (commands that echo stored text). This is the
    one outbound chokepoint every platform's replies pass.
-5. ``usage_of`` (in the commit): the turn's tokens and estimated cost.
+5. ``usage_of`` and ``cost_of`` (in the commit): the turn's tokens, and its reservation settled
+   at its real cost, the moderation model's calls for the turn included (released, at 0, when
+   no model was called after all); ``release`` gives the reservation back at once when the
+   turn fails instead.
 
 Every decision is audited (``bot.safety.audit``). A moderation model that fails or times out is
 counted and the policy decides: fail open (the lists decided) or closed (flagged).
@@ -30,22 +35,23 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Literal, TypeVar
 
 from bot.events import ChatMessage, ConversationKey, utcnow
 from bot.llm.pricing import PriceTable
-from bot.llm.types import Usage
+from bot.llm.types import LLMRequest, Usage
 from bot.quota.users import Quotas
 from bot.safety import texts
 from bot.safety.audit import Audit, AuditEntry, fingerprint_key
 from bot.safety.canary import LeakCheck
-from bot.safety.moderator import ModerationModel
+from bot.safety.moderator import ModelVerdict, ModerationModel
 from bot.safety.policy import Policies, SafetyPolicy, ScopedSafety
 from bot.safety.rules import Flag
 from bot.safety.users import Status, UserLists
-from bot.state.connect import Client
+from bot.state.connect import Client, StoreError
+from bot.state.cost import Reservation, micro
 from bot.state.outages import until_redis_answers
-from bot.state.turn import CounterAdd
+from bot.state.turn import CostSettle, CounterAdd
 
 log = logging.getLogger("chorus.safety")
 
@@ -53,6 +59,12 @@ ScopeOf = Callable[[ChatMessage], ScopedSafety | None]
 RECENT_NAMES = 20_000  # (channel, name) -> user ids, for moderators' commands
 IDS_PER_NAME = 16
 HELD_USAGE = 4096  # turns answered and not yet committed, at most
+T = TypeVar("T")
+
+
+def hold_of(message: ChatMessage) -> str:
+    """A turn's reservation id: its message's (a redelivery holds the same, not a second)."""
+    return f"turn:{message.platform}:{message.id}"
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,10 @@ class SafetyGate:
         self._passed: str | None = None  # the last reply ``answer`` let through
         # a turn's usage between its answer and its commit: (usage, model, asked by a person)
         self._usage: OrderedDict[tuple[str, str], tuple[Usage, str, bool]] = OrderedDict()
+        # a turn's cost reservation between its admission and its commit, and what its
+        # moderation model calls cost (USD), which its settlement adds
+        self._reserved: OrderedDict[tuple[str, str], Reservation] = OrderedDict()
+        self._moderated: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._loading: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     @classmethod
@@ -225,9 +241,11 @@ class SafetyGate:
             return True
         return self.status(message, message.author.id, policy) == "allow"
 
-    async def before_model(self, message: ChatMessage, *, person: bool = True) -> Stop | None:
-        """The author's block entry, the quota, then the moderation model; a ``Stop`` when the
-        model must not be called."""
+    async def before_model(
+        self, message: ChatMessage, *, person: bool = True, request: LLMRequest | None = None
+    ) -> Stop | None:
+        """The author's block entry, the quota (reserving ``request``'s estimated cost under a
+        cost cap), then the moderation model; a ``Stop`` when the model must not be called."""
         policy = self.policy(message)
         if person:
             await self.users.prepare(message.conversation)  # a no-op when fresh
@@ -235,19 +253,27 @@ class SafetyGate:
                 self._record(message, "user", "user_blocked", "ignored")
                 return Stop(None, "blocked")
         if self.quotas is not None and policy.quota.enabled:
-            quotas, exempt = self.quotas, self.exempt(message, policy)
+            quotas, exempt, now = self.quotas, self.exempt(message, policy), utcnow()
+            reserve = None
+            if policy.quota.cost_usd_per_day is not None:
+                usd = self.prices.estimate(request) if request is not None else None
+                reserve = quotas.cost.reservation(hold_of(message), micro(usd), now)
             refused = await until_redis_answers(  # an outage is waited out, like every step
                 "check a quota",
-                lambda: quotas.admit(policy.quota, message, utcnow(), exempt=exempt, person=person),
+                lambda: quotas.admit(
+                    policy.quota, message, now, exempt=exempt, person=person, reserve=reserve
+                ),
             )
             if refused is not None:
                 action = "noticed" if refused.notice else "silenced"
                 self._record(message, "quota", refused.rule, action)
                 notice = texts.quota_notice(refused) if refused.notice else None
                 return Stop(notice, f"quota:{refused.rule}")
+            if reserve is not None:
+                self._keep(self._reserved, (message.platform, message.id), reserve)
         if self.model is None or not policy.enabled or not policy.use_model:
             return None
-        flag = await self._model_flag(message.text, policy)
+        flag = await self._model_flag(message, message.text, policy)
         if flag is None:
             return None
         screened = self._inbound(message, policy, flag)
@@ -258,7 +284,7 @@ class SafetyGate:
         policy = self.policy(message)
         flag = self._outbound_flag(policy, text)
         if flag is None and self.model is not None and policy.enabled and policy.use_model and text:
-            flag = await self._model_flag(text, policy)
+            flag = await self._model_flag(message, text, policy)
         if flag is None:
             self._passed = text
             return text
@@ -286,9 +312,34 @@ class SafetyGate:
         """Keep a turn's usage until its commit (``usage_of``); only when limits are set."""
         if self.quotas is None or not self.policy(message).quota.enabled:
             return
-        self._usage[message.platform, message.id] = (usage, model, person)
-        while len(self._usage) > HELD_USAGE:  # turns that never committed
-            self._usage.popitem(last=False)
+        self._keep(self._usage, (message.platform, message.id), (usage, model, person))
+
+    @staticmethod
+    def _keep(kept: OrderedDict[tuple[str, str], T], key: tuple[str, str], value: T) -> None:
+        kept[key] = value
+        while len(kept) > HELD_USAGE:  # turns that never committed
+            kept.popitem(last=False)
+
+    def cost_of(self, message: ChatMessage) -> CostSettle | None:
+        """The turn's reservation settled at its real cost (0 when the model was not called),
+        as a change of its commit; None without a reservation."""
+        reserved = self._reserved.get((message.platform, message.id))
+        if reserved is None or self.quotas is None:
+            return None
+        key = (message.platform, message.id)
+        held = self._usage.get(key)
+        cost = (self.prices.cost(held[1], held[0]) if held is not None else None) or 0.0
+        return self.quotas.cost.settle_change(reserved, micro(cost + self._moderated.get(key, 0)))
+
+    async def release(self, message: ChatMessage) -> None:
+        """Give the turn's reservation back now (the model failed; the turn is not recorded).
+        A store that fails lets it lapse."""
+        reserved = self._reserved.pop((message.platform, message.id), None)
+        if reserved is not None and self.quotas is not None:
+            try:
+                await self.quotas.cost.release(reserved)
+            except StoreError:
+                log.warning("could not release a cost reservation; it lapses", exc_info=True)
 
     def usage_of(self, message: ChatMessage) -> tuple[CounterAdd, ...]:
         """The usage held for ``message``, as changes of its commit (none for other replies).
@@ -303,7 +354,7 @@ class SafetyGate:
         model: str,
         person: bool = True,
     ) -> tuple[CounterAdd, ...]:
-        """The turn's tokens and estimated cost (only when limits are set)."""
+        """The turn's tokens (only when limits are set)."""
         policy = self.policy(message)
         if self.quotas is None or not policy.quota.enabled:
             return ()
@@ -312,17 +363,19 @@ class SafetyGate:
             message,
             utcnow(),
             tokens=usage.total_input_tokens + usage.output_tokens,
-            cost_usd=self.prices.cost(model, usage),
             exempt=self.exempt(message, policy),
             person=person,
         )
 
     # -- the moderation model -------------------------------------------------------------------
-    async def _model_flag(self, text: str, policy: SafetyPolicy) -> Flag | None:
+    async def _model_flag(
+        self, message: ChatMessage, text: str, policy: SafetyPolicy
+    ) -> Flag | None:
         assert self.model is not None
         try:
             async with asyncio.timeout(self.timeout):
                 verdict = await self.model.classify(text)
+                self._moderation_cost(message, verdict)
         except TimeoutError:
             return self._model_failed("timeout", policy)
         except Exception as exc:
@@ -332,6 +385,15 @@ class SafetyGate:
             )
             return self._model_failed("error", policy)
         return Flag("model", verdict.category) if verdict.flagged else None
+
+    def _moderation_cost(self, message: ChatMessage, verdict: ModelVerdict) -> None:
+        """Add what a classifying call cost to its turn's (settled with the turn's reservation:
+        the call ran inside the admitted turn, so it is never refused on the cap)."""
+        key = (message.platform, message.id)
+        if verdict.usage is None or key not in self._reserved:
+            return
+        cost = self.prices.cost(verdict.model, verdict.usage) or 0.0
+        self._keep(self._moderated, key, self._moderated.get(key, 0.0) + cost)
 
     def _model_failed(self, reason: str, policy: SafetyPolicy) -> Flag | None:
         self.audit.model_failed(reason)

@@ -9,6 +9,9 @@ or a cheap chat model classifying a text against the community's rules.
   reads the rules (``CHORUS_MODERATION_RULES_FILE``, or ``prompts/safety/rules.md``) and the
   text as data, and answers ``ALLOW`` or ``BLOCK <rule number>`` (``model:rule_2``).
 
+A classifying chat model's verdict carries its usage, which the gate adds to the turn's cost
+(the daily cost cap); OpenAI's moderation endpoint is free.
+
 Why no retries: the block lists have already run, so a model that fails or is slow only loses
 its second opinion. The gate bounds each call with ``CHORUS_MODERATION_TIMEOUT`` and counts a
 failure; the policy says whether that fails open (the lists decided) or closed (treated as
@@ -26,7 +29,7 @@ import prompts
 from bot.llm.base import Provider
 from bot.llm.guard import check_endpoint
 from bot.llm.registry import build_provider
-from bot.llm.types import LLMRequest, Message, TextPart
+from bot.llm.types import LLMRequest, Message, TextPart, Usage
 from bot.resilience import RetryPolicy
 from bot.settings import ConfigError, LLMSettings, SafetySettings, parse_model_spec
 
@@ -38,8 +41,12 @@ VARIABLE = "CHORUS_MODERATION_MODEL"
 
 @dataclass(frozen=True)
 class ModelVerdict:
+    """``usage`` on ``model``: what the call cost, for the daily cost cap (None: free)."""
+
     flagged: bool
     category: str = ""
+    usage: Usage | None = None
+    model: str = ""
 
 
 class ModerationModel(Protocol):
@@ -122,9 +129,11 @@ class ChatClassifier:
             raise ValueError(
                 f"the moderation model answered neither ALLOW nor BLOCK: {response.text[:40]!r}"
             )
+        usage, model = response.usage, self.model
         if found[1].upper() == "ALLOW":
-            return ModelVerdict(False)
-        return ModelVerdict(True, f"rule_{found[2]}" if found[2] else "rules")
+            return ModelVerdict(False, usage=usage, model=model)
+        rule = f"rule_{found[2]}" if found[2] else "rules"
+        return ModelVerdict(True, rule, usage=usage, model=model)
 
     async def aclose(self) -> None:
         if self._owns:

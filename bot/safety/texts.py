@@ -50,8 +50,34 @@ def quota_notice(refusal: Refusal) -> str:
     return prompts.render(name, limit=what, wait=wait(refusal.resets_in))
 
 
-def usage(used: dict[str, tuple[int, int]], limits: QuotaLimits, *, exempt: bool) -> str:
-    """``/usage``: the author's messages and tokens this hour and today, and their limits."""
+def usage(
+    used: dict[str, tuple[int, int]],
+    limits: QuotaLimits,
+    *,
+    exempt: bool,
+    spend: tuple[float, float] | None = None,
+) -> str:
+    """``/usage``: the author's messages and tokens this hour and today, and their limits; with
+    a daily cost cap also the deployment's ``spend`` today (spent, reserved; USD)."""
+    text = _usage(used, limits, exempt=exempt)
+    if spend is None or limits.cost_usd_per_day is None:
+        return text
+    spent, reserved = spend
+    cost = prompts.render(
+        "safety/usage_cost",
+        spent=_usd(spent),
+        cap=_usd(limits.cost_usd_per_day),
+        reserved=_usd(reserved),
+    )
+    return f"{text}\n{cost}"
+
+
+def _usd(amount: float) -> str:
+    """``$0.42``; amounts under a cent keep four decimals (``$0.0031``)."""
+    return f"${amount:,.2f}" if amount >= 0.01 or amount == 0 else f"${amount:.4f}"
+
+
+def _usage(used: dict[str, tuple[int, int]], limits: QuotaLimits, *, exempt: bool) -> str:
     if not limits.enabled:
         return prompts.render("safety/usage_off")
     hour, day = used.get("hour", (0, 0)), used.get("day", (0, 0))

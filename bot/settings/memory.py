@@ -119,6 +119,12 @@ class MemorySettings(Section):
     insights_history_lines: int = Field(
         default=30, ge=2, le=200, validation_alias="CHORUS_INSIGHTS_HISTORY"
     )
+    # The overall deadline of one background model call, retries included (an insights
+    # analysis, a day's summary, community notes, an embedding off the reply path): a stuck
+    # provider cannot hold a worker's job; past it the work is retried later, as after an outage.
+    background_deadline: float = Field(
+        default=120.0, gt=0, le=3600, validation_alias="CHORUS_BACKGROUND_MODEL_DEADLINE"
+    )
 
     # Conversation summaries and community memory (bot/memory/summaries.py, insights/summarise.py).
     summaries_enabled: bool = Field(default=True, validation_alias="CHORUS_SUMMARIES")

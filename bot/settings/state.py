@@ -6,10 +6,12 @@ rather than at the first connection attempt.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Literal
 from urllib.parse import parse_qs, urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 
 from bot.settings.base import Section
 
@@ -37,15 +39,22 @@ class StateSettings(Section):
     partition_lease_ms: int = Field(
         default=5_000, ge=2_000, le=600_000, validation_alias="CHORUS_PARTITION_LEASE_MS"
     )
+    # Where the files of a process live (the gateway's spool): absolute, never the working
+    # directory; empty: $XDG_DATA_HOME/chorus, else ~/.local/share/chorus (``data_path``).
+    data_dir: str = Field(default="", validation_alias="CHORUS_DATA_DIR")
     # The gateway's ordered outbox on the Redis Streams bus (bot/bus/outbox.py): how many
     # events it holds before adapters wait, how long it publishes at shutdown, and where it
-    # spools what is left (a volume in a container).
+    # spools what is left (relative to the data directory; a volume in a container), signed
+    # with a key derived from CHORUS_SPOOL_SECRET or the deployment's secrets
+    # (bot/bus/spool_key.py); files that could not be read back are kept this many seconds.
     outbox_limit: int = Field(default=10_000, ge=1, validation_alias="CHORUS_OUTBOX_LIMIT")
     outbox_flush_seconds: float = Field(
         default=5.0, ge=0, le=600, validation_alias="CHORUS_OUTBOX_FLUSH_SECONDS"
     )
-    spool_dir: str = Field(
-        default=".chorus/spool", min_length=1, validation_alias="CHORUS_SPOOL_DIR"
+    spool_dir: str = Field(default="spool", min_length=1, validation_alias="CHORUS_SPOOL_DIR")
+    spool_secret: SecretStr | None = Field(default=None, validation_alias="CHORUS_SPOOL_SECRET")
+    spool_corrupt_retention: int = Field(
+        default=7 * 24 * 3600, ge=0, validation_alias="CHORUS_SPOOL_CORRUPT_RETENTION"
     )
     history_max_messages: int = Field(default=40, ge=2, validation_alias="CHORUS_HISTORY_MAX")
     history_ttl_seconds: int = Field(
@@ -59,9 +68,30 @@ class StateSettings(Section):
         return value
 
     def secret_values(self) -> list[str]:
-        """The Redis password, wherever the URL carries it."""
+        """The Redis password, wherever the URL carries it, and the spool's secret."""
         parts = urlsplit(self.redis_url)
-        return [p for p in (parts.password, *parse_qs(parts.query).get("password", [])) if p]
+        found = [p for p in (parts.password, *parse_qs(parts.query).get("password", [])) if p]
+        spool = self.spool_secret.get_secret_value() if self.spool_secret else ""
+        return found + ([spool] if spool else [])
+
+    def data_path(self) -> Path:
+        """The data directory, absolute: CHORUS_DATA_DIR (a relative one is made absolute
+        against the working directory once, here), else $XDG_DATA_HOME/chorus, else
+        ~/.local/share/chorus (without a home directory: ``.chorus`` in the working directory at
+        start, made absolute)."""
+        if self.data_dir.strip():
+            return Path(self.data_dir.strip()).expanduser().absolute()
+        xdg = os.environ.get("XDG_DATA_HOME", "")
+        if xdg and Path(xdg).is_absolute():
+            return Path(xdg) / "chorus"
+        try:
+            return Path.home().absolute() / ".local" / "share" / "chorus"
+        except RuntimeError:  # no home directory (an arbitrary uid in a container)
+            return Path.cwd() / ".chorus"
+
+    def spool_path(self) -> Path:
+        """The gateway's spool directory: CHORUS_SPOOL_DIR, relative to the data directory."""
+        return self.data_path() / Path(self.spool_dir).expanduser()
 
 
 def check_redis_url(value: str) -> None:

@@ -7,8 +7,9 @@ one contract (tests/test_turn_store_contract.py). ``claims`` makes every answer 
 either. ``connect`` opens a client from ``CHORUS_REDIS_URL`` (``memory://`` is the embedded
 in-process store), ``keys`` builds every key Chorus uses, ``history`` keeps one capped list per
 conversation, ``engagement`` the live channels' durable state, ``draft_messages`` where streamed
-answers' messages are, ``turnlog`` the admin dashboard's records, ``outages`` retries a step
-until the server answers again.
+answers' messages are, ``turnlog`` the admin dashboard's records, ``cost`` the day's model
+spend and the reservations of the calls in flight (the daily cost cap), ``outages`` retries a
+step until the server answers again.
 
 May import: ``bot.events``, ``bot.resilience``, ``bot.settings``. Nothing above it.
 """

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("chorus.store")
 
+StoreError = RedisError
+"""What a failed store step raises (a refused connection, a timeout, an error reply)."""
+
 Client = Redis
 """A connection to the state store: a redis-py client, of a server or of the embedded store.
 Code outside ``bot.state``, ``bot.bus`` and ``bot.ops`` only opens it, hands it to the stores

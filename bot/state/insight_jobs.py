@@ -193,8 +193,11 @@ class JobQueue:
                     continue
         raise RuntimeError(f"insights job {key} kept changing; gave up")
 
-    async def retry_later(self, job: ClaimedJob, now: datetime, delay: float) -> None:
-        """Keep ``job`` pending and make it due again after ``delay`` seconds (an outage)."""
+    async def retry_later(
+        self, job: ClaimedJob, now: datetime, delay: float, *, attempt: bool = True
+    ) -> None:
+        """Keep ``job`` pending and make it due again after ``delay`` seconds (an outage);
+        ``attempt=False``: put off without counting a failed attempt (the daily cost cap)."""
         key = keys.insights_job(job.platform, job.user_id, self.queue)
         lease = keys.insights_lease(job.platform, job.user_id, self.queue)
         retry_ms = _ms(now) + round(delay * 1000)
@@ -206,7 +209,7 @@ class JobQueue:
                     holder = await pipe.get(lease)
                     pipe.multi()  # type: ignore[no-untyped-call]
                     if exists:
-                        pipe.hset(key, "attempts", job.attempts + 1)
+                        pipe.hset(key, "attempts", job.attempts + int(attempt))
                         pipe.expire(key, JOB_TTL_SECONDS)
                         pipe.zadd(self._due, {job.member: retry_ms}, gt=True)
                         pipe.zadd(self._deadline, {job.member: retry_ms})

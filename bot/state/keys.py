@@ -368,6 +368,11 @@ def usage_cost(day: str, namespace: str = "main") -> str:
     return f"{PREFIX}:usage:cost:{namespace}:{day}"
 
 
+def usage_cost_holds(day: str, namespace: str = "main") -> str:
+    """The deployment's reservations for model calls in flight on one UTC day (micro-USD)."""
+    return f"{usage_cost(day, namespace)}:holds"
+
+
 def usage_notice(kind: str, platform: str, ident: str, period: str) -> str:
     """Set once the "over the limit" notice of ``kind`` was sent for that period."""
     _check_token("kind", kind)

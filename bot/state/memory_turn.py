@@ -5,7 +5,7 @@ buffer, their recent conversations, the insights and summary schedules, counters
 entries and acks) and applies a turn's changes with the same rules the Redis commands follow:
 the history window and what is kept past it, ``/link`` aliases, "later wins" for the insights
 job's due time and "first wins" for its deadline, "earlier wins" for a summary's, counters that
-add up. Claims have a lease on ``timer`` (monotonic seconds), because exactly-once depends on
+add up, a cost reservation settled (its hold gone, its amount spent). Claims have a lease on ``timer`` (monotonic seconds), because exactly-once depends on
 it; the other data's TTLs are not modelled (a test twin lives for one test).
 
 Nothing awaits inside a step, so each step is atomic as a Lua script is: one event loop runs
@@ -83,6 +83,7 @@ class MemoryTurnStore:
         self.streams: dict[str, list[dict[str, str]]] = {}
         self.acked: set[tuple[str, str, str]] = set()  # (stream, group, entry id)
         self.counters: dict[tuple[str, str | None], int] = {}
+        self.holds: dict[str, dict[str, str]] = {}  # a holds hash: hold id -> its value
 
     # -- the read ---------------------------------------------------------------------------
     async def read(self, query: TurnQuery) -> TurnState:
@@ -199,3 +200,7 @@ class MemoryTurnStore:
         for counter in changes.usage:
             where_counted = (counter.key, counter.field)
             self.counters[where_counted] = self.counters.get(where_counted, 0) + counter.amount
+        if (cost := changes.cost) is not None:
+            self.holds.get(cost.holds_key, {}).pop(cost.hold, None)
+            spent = (cost.spent_key, None)
+            self.counters[spent] = self.counters.get(spent, 0) + cost.amount

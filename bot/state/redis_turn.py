@@ -8,7 +8,8 @@ and their vectors, the author's note vectors and the knowledge base's version: o
 
 The commit: every change of ``TurnChanges`` becomes its commands, in the order the owners'
 data depends on nothing else (reply, ack, history, activity, summary and insights schedules,
-the live channel's record, usage counters), then ``SET claim done EX``; ``GUARDED``
+the live channel's record, usage counters, the cost reservation settled), then ``SET claim
+done EX``; ``GUARDED``
 (``bot.state.guarded``) runs them only while the claim holds the worker's token. A script's
 commands run atomically, so a reply and its record are written together or not at all, and
 the other round trip of an answered message is this one. The keys the script touches are not
@@ -27,6 +28,7 @@ from redis.typing import EncodableT
 from bot.state import keys
 from bot.state.alias_scripts import LOAD
 from bot.state.claims import DONE
+from bot.state.cost import queue_settle
 from bot.state.engagement import MemoryLiveStore, RedisLiveStore
 from bot.state.guarded import GUARDED
 from bot.state.history import HistoryStore
@@ -183,6 +185,8 @@ class RedisTurnStore:
             else:  # an in-process policy's twin (one process, nothing durable): written now
                 live.apply(channel.conversation, channel.changes, channel.now)
         _usage(pipe, changes.usage)
+        if changes.cost is not None:
+            queue_settle(pipe, changes.cost)
 
 
 def parse_alias_read(result: object) -> tuple[str | None, str | None]:

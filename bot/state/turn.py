@@ -3,7 +3,7 @@ behind (``TurnChanges``), as typed values, and the ``TurnStore`` that does both.
 
 Why a seam: an answered message costs two round trips to the store, one read and one
 transaction, and six owners take part in each (history, memory, summaries and recall, the
-live-chat ledger, the quotas, the bus). Each owner *says* what it needs read or what changed,
+live-chat ledger, the quotas and the cost cap, the bus). Each owner *says* what it needs read or what changed,
 here, in terms of its own data; the store alone turns that into commands. So the router never
 holds a Redis pipeline, no owner writes into another's, and the turn runs unchanged on
 ``bot.state.redis_turn`` (Redis, real or embedded) and ``bot.state.memory_turn`` (plain Python
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from bot.events import ConversationKey
 from bot.state.engagement import Changes
@@ -34,6 +34,7 @@ __all__ = [
     "Activity",
     "ChannelSave",
     "ClaimTake",
+    "CostSettle",
     "CounterAdd",
     "Guard",
     "HistoryAppend",
@@ -195,6 +196,19 @@ class CounterAdd:
     ttl_seconds: int
 
 
+class CostSettle(NamedTuple):
+    """The turn's model spend settled (``bot.state.cost``): its reservation ``hold`` leaves the
+    day's holds hash and ``amount`` micro-USD (the real cost; 0: released) is added to the day's
+    spend, which lives ``ttl_seconds`` from now. (A named tuple, immutable like the dataclasses
+    here and a fraction of their cost to create at import, which start-up is budgeted for.)"""
+
+    spent_key: str
+    holds_key: str
+    hold: str
+    amount: int
+    ttl_seconds: int
+
+
 @dataclass(frozen=True, slots=True)
 class TurnChanges:
     """Everything an answered (or settled) turn leaves behind, committed in one step."""
@@ -207,6 +221,7 @@ class TurnChanges:
     summary: SummaryDue | None = None
     channel: ChannelSave | None = None
     usage: tuple[CounterAdd, ...] = ()
+    cost: CostSettle | None = None
 
 
 # -- what runs only while a claim is ours -----------------------------------------------------
