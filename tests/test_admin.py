@@ -27,8 +27,9 @@ from bot.memory.entries import StaleEntry, delete_entry, edit_entry
 from bot.router import memory_commands
 from bot.router.text_commands import Commands
 from bot.safety.audit import Audit, read_audit
-from bot.settings import ConfigError, Settings, load_settings
+from bot.settings import ConfigError, Settings, load_settings, settings_from
 from bot.state import keys, turnlog
+from bot.state.cost import CostLedger, micro
 from bot.state.history import HistoryEntry, HistoryStore
 from tests.redis_server import free_port
 from tests.test_chat_e2e import base_env, run_chorus, spawn_chorus
@@ -364,3 +365,33 @@ async def test_without_jinja2_the_error_names_the_extra(
     monkeypatch.setitem(sys.modules, "jinja2", None)
     with pytest.raises(ConfigError, match=r"pip install 'chorus-bot\[admin\]'"):
         await start_admin(settings, redis_client)
+
+
+@pytest.mark.redis
+async def test_the_overview_shows_the_cost_caps_spend_and_what_calls_in_flight_reserve(
+    redis_client: Redis, key_tag: str
+) -> None:
+    """The daily cost cap counts every model call across workers (bot/state/cost.py): the
+    overview reads the same ledger, so an operator sees the spend, the reservations of calls
+    still running and the cap."""
+    settings = settings_from(
+        {"CHORUS_BUS_NAMESPACE": key_tag.lower(), "CHORUS_QUOTA_COST_USD_DAY": "2.5"}
+    )
+    ledger = CostLedger(redis_client, key_tag.lower())
+    now = datetime.now(UTC)
+    held = ledger.reservation(f"turn-{key_tag}", micro(0.25), now)
+    assert await ledger.reserve(held, micro(2.5), now)
+    history = HistoryStore(redis_client, max_messages=20, ttl_seconds=3600)
+    sources = Sources(
+        settings=settings,
+        redis=redis_client,
+        memory=MemoryStore(redis_client),
+        history=history,
+        audit=Audit(redis_client, namespace=key_tag),
+        commands=Commands(history),
+    )
+    async with TestClient(TestServer(AdminServer(sources, TOKEN).app())) as http:
+        page = await (await http.get("/", headers={"Authorization": f"Bearer {TOKEN}"})).text()
+    assert "Cost cap today" in page
+    assert "$0.2500 reserved by calls in flight" in page and "cap $2.50" in page
+    await redis_client.delete(*ledger.keys(held.day))

@@ -28,6 +28,7 @@ from bot.safety.audit import Audit
 from bot.settings import Settings
 from bot.state import turnlog
 from bot.state.connect import Client
+from bot.state.cost import MICRO, CostLedger
 from bot.state.engagement import RedisLiveStore
 from bot.state.history import HistoryStore
 
@@ -68,6 +69,8 @@ async def overview(src: Sources, now: datetime) -> dict[str, Any]:
     rows = await turnlog.read_minutes(src.redis, now, 60)
     day = await turnlog.read_day(src.redis, now)
     tokens_in = day.get("tokens_in", 0)
+    cap = src.settings.quota.cost_usd_per_day
+    spent = await CostLedger(src.redis, src.settings.state.bus_namespace).today(now)
     return {
         "checks": list(zip(names, results, strict=True)),
         "chain": [(m, breakers.get(m, "closed")) for m in models if m],
@@ -88,6 +91,11 @@ async def overview(src: Sources, now: datetime) -> dict[str, Any]:
             "cost": day.get("cost_micro", 0) / turnlog.COST_SCALE,
             "cache_share": day.get("cache_read", 0) / tokens_in if tokens_in else 0.0,
             "replies": day.get("replies", 0),
+        },
+        "cap": {  # the daily cost cap's ledger (bot/state/cost.py): what every call counts to
+            "limit": cap,
+            "spent": spent.spent / MICRO,
+            "reserved": spent.held / MICRO,
         },
         "errors_hour": sum(turnlog.series(rows, "errors")),
     }
