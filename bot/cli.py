@@ -56,7 +56,8 @@ def _main(args: argparse.Namespace) -> int:
         from bot.onboarding import wizard
 
         return wizard.run(args)
-    from bot.cli_config import describe_config, describe_scope, reload_command
+    from bot.cli_config import describe_config, reload_command
+    from bot.router.scope_text import describe_scope
     from bot.router.scoping import personas, prompt_overrides
     from bot.settings import ConfigError, load_settings
 

@@ -7,12 +7,14 @@ the core never imports an adapter or the insights package (only the composition 
 them, lazily), so each platform SDK stays an optional extra and insights can run as its own
 process. On top of that: no import cycle between modules, ``bot/`` holds only the composition
 root, the core types and subpackages, and no module (tests and benchmarks included) grows past
-450 lines.
+700 lines. Modules are split by what they own, never to meet a count: past 450 lines the run
+prints a ``LineBudgetWarning`` (a prompt to look, not a failure).
 """
 
 from __future__ import annotations
 
 import ast
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +22,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("bot", "adapters", "insights", "prompts")
-MAX_LINES = 450
+MAX_LINES = 700  # hard: the test fails
+WARN_LINES = 450  # soft: the run prints a LineBudgetWarning
+
+
+class LineBudgetWarning(UserWarning):
+    """A module past ``WARN_LINES``: worth a look at whether it still owns one thing."""
+
 
 # The foundation every layer may use.
 BASE = {"bot.events", "bot.settings", "bot.resilience", "prompts"}
@@ -51,11 +59,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     | {"bot.llm", "bot.tools", "bot.state", "bot.ops", "bot.bus", "bot.engagement", "bot.memory"}
     | {"bot.agent", "bot.router", "bot.platform", "bot.plugins", "bot.quota", "bot.safety"}
     | {"bot.knowledge", "bot.admin"},
-    # The dashboard: every core package (it shows and steers them); `chorus config --scope`'s
-    # text (bot.cli_config) only lazily, inside the settings page.
+    # The dashboard: every core package (it shows and steers them).
     "bot.admin": BASE
     | {"bot.llm", "bot.state", "bot.ops", "bot.engagement", "bot.memory", "bot.quota", "bot.safety"}
-    | {"bot.router", "bot.cli_config"},
+    | {"bot.router"},
     "insights": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.memory"},
     "adapters": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.bus", "bot.platform", "bot.quota"},
 }
@@ -168,6 +175,17 @@ def test_no_import_cycle_between_modules() -> None:
     assert not cycles, f"import cycles: {cycles}"
 
 
+def test_no_import_cycle_through_lazy_imports_either() -> None:
+    """An import inside a function defers the cycle to run time but keeps it: the composition
+    root's lazy imports of adapters and insights go one way only, and so must every other."""
+    graph = {
+        name: {t for t, _ in _imports(path) if t in MODULES and t != name}
+        for name, path in MODULES.items()
+    }
+    cycles = _strongly_connected(graph)
+    assert not cycles, f"import cycles through imports inside functions: {cycles}"
+
+
 def test_the_cycle_finder_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _strongly_connected(graph) == [["a", "b", "c"]]
@@ -184,15 +202,23 @@ def test_every_package_says_what_it_owns(module: str) -> None:
     assert ast.get_docstring(tree), f"{module} has no docstring saying why it exists"
 
 
-def test_no_module_over_the_line_budget() -> None:
+def _line_counts() -> dict[str, int]:
     paths = [p for _, p in MODULES.items()]
     paths += sorted((ROOT / "bench").rglob("*.py")) + sorted((ROOT / "tests").rglob("*.py"))
-    long = {
-        str(p.relative_to(ROOT)): n
-        for p in paths
-        if (n := len(p.read_text().splitlines())) > MAX_LINES
-    }
-    assert not long, f"modules over {MAX_LINES} lines: {long}"
+    return {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in paths}
+
+
+def test_no_module_over_the_line_budget() -> None:
+    counts = _line_counts()
+    long = {name: n for name, n in counts.items() if n > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (split by what they own): {long}"
+    for name, n in sorted(counts.items()):
+        if n > WARN_LINES:
+            warnings.warn(
+                f"{name}: {n} lines (over {WARN_LINES}); does it still own one thing?",
+                LineBudgetWarning,
+                stacklevel=1,
+            )
 
 
 def test_platform_sdks_are_not_imported_by_the_core() -> None:

@@ -317,7 +317,7 @@ class AdminServer:
         scope = request.query.get("scope", "").strip()
         described, problem = "", ""
         if scope:
-            from bot.cli_config import describe_scope  # the text `chorus config --scope` prints
+            from bot.router.scope_text import describe_scope  # `chorus config --scope`
 
             try:
                 described = _masked_scope(describe_scope(self.sources.settings, scope))
