@@ -1,4 +1,4 @@
-"""What following a ``/link`` alias costs the reply path (bot/memory/aliases.py).
+"""What following a ``/link`` alias costs the reply path (bot/state/alias_scripts.py).
 
 The router's read pipeline (history + memory, one round trip) is timed on a real Redis three
 ways: the memory read as a plain ``GET`` (what it was before ``/link`` existed), as the

@@ -23,6 +23,7 @@ from bot.memory.insight_queue import InsightJob
 from bot.state import keys
 from bot.state.history import HistoryEntry, HistoryStore
 from bot.state.insight_jobs import recent_outcomes
+from bot.state.people import forgotten
 from insights.worker import InsightsWorker, JobOutcome
 from tests.turn_rig import enqueue
 
@@ -258,9 +259,8 @@ async def test_forget_during_an_analysis_wins(rig: Rig, monkeypatch: pytest.Monk
 
     async def forget_first(*args: Any, **kwargs: Any) -> UserBuffer | None:
         # the user says /forget while the model is thinking
-        async with rig.redis.pipeline(transaction=True) as pipe:
-            rig.memory.queue_forget(pipe, "discord", rig.alice, now=DUE + timedelta(seconds=1))
-            await pipe.execute()
+        at = DUE + timedelta(seconds=1)
+        await rig.memory.store.forget([forgotten(("discord", rig.alice), at)], person=None)
         return await update(*args, **kwargs)
 
     monkeypatch.setattr(rig.memory, "update", forget_first)

@@ -25,6 +25,7 @@ from bot.memory.buffers import (
 )
 from bot.memory.edit import add_pin
 from bot.state import connect, keys
+from bot.state.people import forgotten
 from bot.state.redis_turn import RedisTurnStore
 from bot.state.turn import TurnChanges
 from tests.memory_samples import full_buffer
@@ -238,9 +239,8 @@ async def test_the_forget_tombstone_blocks_older_writers_only(
 ) -> None:
     user = f"ada-{key_tag}"
     await memory.save(buffer(user, pin("Is vegan")))
-    async with redis_client.pipeline(transaction=True) as pipe:
-        memory.queue_forget(pipe, "discord", user, now=T0 + timedelta(seconds=10))
-        await pipe.execute()
+    at = T0 + timedelta(seconds=10)
+    await memory.store.forget([forgotten(("discord", user), at)], person=None)
     assert (await memory.load("discord", user)).is_empty
     assert 0 < await redis_client.ttl(keys.forgotten("discord", user)) <= 24 * 3600
 

@@ -30,6 +30,7 @@ from bot.ops.metrics import NullMetrics
 from bot.router.answer import context_for
 from bot.state import keys
 from bot.state.history import HistoryStore
+from bot.state.people import forgotten
 from bot.state.vectors import VectorStore
 from tests.loopback.embedding_model import LoopbackEmbedder, embed_text
 from tests.turn_rig import read_turn
@@ -231,9 +232,7 @@ async def test_forget_deletes_the_vectors(redis_client: Redis) -> None:
     _, memory = await _stores(redis_client)
     recall = Recall(redis_client, SETTINGS, LoopbackEmbedder())
     await recall.refresh_user("discord", uid("u1"), ["eats no meat"])
-    async with redis_client.pipeline(transaction=True) as pipe:
-        memory.queue_forget(pipe, "discord", uid("u1"), now=NOW)
-        await pipe.execute()
+    await memory.store.forget([forgotten(("discord", uid("u1")), NOW)], person=None)
     assert not await redis_client.exists(keys.user_vectors("discord", uid("u1")))
 
 

@@ -88,14 +88,8 @@ COMMANDS = frozenset(
 RECEIVERS = ("redis", "pipe", "client")
 
 NOT_YET: dict[str, str] = {
-    "bot/memory/aliases.py": "a people store in bot/state",
-    "bot/memory/buffers.py": "a people store in bot/state",
-    "bot/memory/people.py": "a people store in bot/state",
     "bot/quota/ledger.py": "a quota store in bot/state",
     "bot/quota/users.py": "a quota store in bot/state",
-    "bot/memory/shared_forget.py": "a people store in bot/state",
-    "bot/router/forget_commands.py": "a people store in bot/state (the /forget transaction)",
-    "bot/router/memory_commands.py": "a people store in bot/state (the /pins view)",
 }
 
 

@@ -22,6 +22,7 @@ from bot.memory.buffers import MemorySettings, MemoryStore
 from bot.state import keys
 from bot.state.history import HistoryEntry, HistoryStore
 from bot.state.insight_jobs import Budget
+from bot.state.people import forgotten
 from bot.state.redis_turn import RedisTurnStore
 from bot.state.summaries import SummaryStore
 from bot.state.turn import HistoryAppend, TurnChanges
@@ -236,9 +237,8 @@ async def test_a_forget_during_the_run_means_nothing_is_written(rig: Rig) -> Non
 
     async def forget_meanwhile(request: LLMRequest) -> LLMResponse:
         """Ada says /forget while the model writes (the tombstone is what /forget leaves)."""
-        async with rig.redis.pipeline(transaction=True) as pipe:
-            rig.memory.queue_forget(pipe, "discord", rig.id("ada"), now=T0 + timedelta(seconds=1))
-            await pipe.execute()
+        at = T0 + timedelta(seconds=1)
+        await rig.memory.store.forget([forgotten(("discord", rig.id("ada")), at)], person=None)
         return await original(request)
 
     rig.provider.complete = forget_meanwhile  # type: ignore[method-assign]

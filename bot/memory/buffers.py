@@ -28,15 +28,12 @@ import logging
 import unicodedata
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
-from redis.exceptions import WatchError
 
 from bot.events import AwareDatetime, ConversationKey, utcnow
-from bot.memory import aliases, origins
+from bot.memory import origins
 from bot.settings.memory import (
     INSIGHTS_MODELS,
     PIN_TEXT_MAX,
@@ -47,6 +44,8 @@ from bot.settings.memory import (
     MemorySettings,
 )
 from bot.state import keys
+from bot.state.connect import Client
+from bot.state.people import PeopleStore
 from bot.state.redis_turn import RedisTurnStore
 from bot.state.turn import Activity, TurnChanges, TurnState
 
@@ -68,9 +67,7 @@ log = logging.getLogger("chorus.memory")
 
 # Two notes whose term sets overlap this much say the same thing; the newer wording wins.
 DUPLICATE_SIMILARITY = 0.8
-FORGET_TOMBSTONE_SECONDS = 24 * 3600
 CONVERSATIONS_MAX = 1000
-_WATCH_RETRIES = 8
 
 
 # -- text hygiene ------------------------------------------------------------------------------
@@ -292,15 +289,17 @@ def _from_epoch(seconds: int) -> datetime:
 
 # -- the store ---------------------------------------------------------------------------------
 class MemoryStore:
-    """User buffers over any Redis client (real or ``memory://``).
+    """User buffers over any store client (a Redis server or the embedded store); the keys and
+    transactions are ``bot.state.people``'s, the rules of a buffer this module's.
 
     The reply path reads a buffer inside the turn's one read (``bot.state.turn.TurnQuery``:
     ``decode`` parses what it found) and records activity as a change of the turn's commit
     (``activity``).
     """
 
-    def __init__(self, redis: Redis, settings: MemorySettings | None = None) -> None:
+    def __init__(self, redis: Client, settings: MemorySettings | None = None) -> None:
         self.redis = redis
+        self.store = PeopleStore(redis)
         self.settings = settings or MemorySettings()
 
     # reading
@@ -318,16 +317,15 @@ class MemoryStore:
     async def load(self, platform: str, user_id: str) -> UserBuffer:
         """One user's buffer (their linked person's, if linked), in one round trip. The
         buffer is labelled with the identity asking, whoever's key holds it."""
-        _, raw = await aliases.load(self.redis, platform, user_id)
+        _, raw = await self.store.load(platform, user_id)
         return decode(raw, platform=platform, user_id=user_id)
 
     async def conversations(self, platform: str, user_id: str) -> list[ConversationKey]:
         """The conversations the user spoke in lately (most recent first)."""
-        raw = await self.redis.zrevrange(keys.user_conversations(platform, user_id), 0, -1)
         found = []
-        for text in raw:
+        for text in await self.store.conversations(platform, user_id):
             try:
-                found.append(ConversationKey.parse(str(text)))
+                found.append(ConversationKey.parse(text))
             except ValueError:
                 log.warning("skipping unreadable conversation key", exc_info=True)
         return found
@@ -338,9 +336,7 @@ class MemoryStore:
         Unconditional: use ``update`` when another writer may be at work."""
         fitted = fit(buffer, self.settings)
         value = "" if fitted.is_empty else encode(fitted)
-        await aliases.save(
-            self.redis, buffer.platform, buffer.user_id, value, self.settings.ttl_seconds
-        )
+        await self.store.save(buffer.platform, buffer.user_id, value, self.settings.ttl_seconds)
         return fitted
 
     async def update(
@@ -357,39 +353,32 @@ class MemoryStore:
         ``unless_forgotten_since``, nothing is written when the user said ``/forget`` after
         that moment, and None is returned: an analysis of forgotten lines never writes back.
         """
-        alias, tomb = keys.person_of(platform, user_id), keys.forgotten(platform, user_id)
-        key = keys.memory(platform, user_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for _ in range(_WATCH_RETRIES):
-                try:  # the alias is watched too: a /link or /unlink meanwhile retries
-                    await pipe.watch(alias, tomb)
-                    person, forgot = await pipe.mget(alias, tomb)
-                    key = aliases.memory_key(platform, user_id, cast("str | None", person))
-                    await pipe.watch(key)
-                    raw = await pipe.get(key)
-                    if _forgotten_since(forgot, unless_forgotten_since):
-                        await pipe.unwatch()  # type: ignore[no-untyped-call]
-                        return None
-                    current = decode(cast("str | None", raw), platform=platform, user_id=user_id)
-                    changed = change(current)
-                    if changed is None or changed == current:
-                        await pipe.unwatch()  # type: ignore[no-untyped-call]
-                        return current
-                    if (changed.platform, changed.user_id) != (platform, user_id):
-                        raise ValueError("a change must not move a buffer to another user")
-                    if person is not None:  # a person's: what this identity changed is its own
-                        changed = stamped(current, changed, keys.identity_member(platform, user_id))
-                    fitted = fit(changed, self.settings)
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    if fitted.is_empty:
-                        pipe.delete(key)
-                    else:
-                        pipe.set(key, encode(fitted), ex=self.settings.ttl_seconds)
-                    await pipe.execute()
-                    return fitted
-                except WatchError:
-                    continue
-        raise RuntimeError(f"memory {key} kept changing; gave up after {_WATCH_RETRIES} tries")
+        result: list[UserBuffer] = []
+
+        def edit(raw: str | None, person: str | None) -> str | None:
+            result.clear()
+            current = decode(raw, platform=platform, user_id=user_id)
+            changed = change(current)
+            if changed is None or changed == current:
+                result.append(current)
+                return None
+            if (changed.platform, changed.user_id) != (platform, user_id):
+                raise ValueError("a change must not move a buffer to another user")
+            if person is not None:  # a person's: what this identity changed is its own
+                changed = stamped(current, changed, keys.identity_member(platform, user_id))
+            fitted = fit(changed, self.settings)
+            result.append(fitted)
+            return "" if fitted.is_empty else encode(fitted)
+
+        since = None if unless_forgotten_since is None else _ms(unless_forgotten_since)
+        done = await self.store.update(
+            platform,
+            user_id,
+            edit,
+            ttl_seconds=self.settings.ttl_seconds,
+            unless_forgotten_since_ms=since,
+        )
+        return result[0] if done and result else None
 
     def activity(
         self,
@@ -424,22 +413,6 @@ class MemoryStore:
         """``activity``, written now (outside a turn)."""
         changes = TurnChanges(activity=self.activity(platform, user_id, conversation, now=now))
         await RedisTurnStore(self.redis).write(changes)
-
-    def queue_forget(
-        self, pipe: Pipeline, platform: str, user_id: str, *, now: datetime | None = None
-    ) -> None:
-        """Queue the deletion of the buffer and the conversation set (4 commands), leaving a
-        day-long tombstone so an analysis already under way cannot write the buffer back."""
-        pipe.delete(keys.memory(platform, user_id))
-        pipe.delete(keys.user_conversations(platform, user_id))
-        pipe.delete(keys.user_vectors(platform, user_id))
-        pipe.set(
-            keys.forgotten(platform, user_id), _ms(now or utcnow()), ex=FORGET_TOMBSTONE_SECONDS
-        )
-
-
-def _forgotten_since(tombstone: object, since: datetime | None) -> bool:
-    return since is not None and tombstone is not None and int(str(tombstone)) >= _ms(since)
 
 
 def _ms(moment: datetime) -> int:

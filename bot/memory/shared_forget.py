@@ -9,20 +9,16 @@ last yes returns the identities to forget. A change of the person's identities i
 unlinked, another joined) voids the request: who agreed is no longer who would be forgotten.
 
 The last yes and the deletion of the request are one ``WATCH``/``MULTI`` transaction over the
-request and the member set, so two answers at once never both run the forgetting.
+request and the member set (``bot.state.people``), so two answers at once never both run the
+forgetting.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import cast
-
-from redis.exceptions import WatchError
 
 from bot.memory.people import CONFIRM_SECONDS, Identity, People
 from bot.state import keys
-
-_RETRIES = 8
 
 
 class ForgetAll(StrEnum):
@@ -40,13 +36,7 @@ async def ask(people: People, platform: str, user_id: str) -> list[Identity] | N
     if person is None:
         return None
     everyone = await people.identities(*me)
-    key = keys.person_forget(person)
-    async with people.redis.pipeline(transaction=True) as pipe:
-        pipe.delete(key)
-        for member in everyone:
-            pipe.hset(key, keys.identity_member(*member), "yes" if member == me else "no")
-        pipe.expire(key, CONFIRM_SECONDS)
-        await pipe.execute()
+    await people.store.open_vote(person, everyone, me, CONFIRM_SECONDS)
     return everyone[1:]
 
 
@@ -57,27 +47,12 @@ async def confirm(people: People, platform: str, user_id: str) -> tuple[ForgetAl
     person = await people.person(platform, user_id)
     if person is None:
         return ForgetAll.NOTHING, []
-    key = keys.person_forget(person)
-    async with people.redis.pipeline(transaction=True) as pipe:
-        for _ in range(_RETRIES):
-            try:
-                await pipe.watch(key, keys.person_members(person))
-                answers = cast("dict[str, str]", await pipe.hgetall(key))
-                waiting = [m for m, yes in answers.items() if yes != "yes" and m != me]
-                members = await people.members(pipe, person)
-                pipe.multi()  # type: ignore[no-untyped-call]
-                outcome: tuple[ForgetAll, list[Identity]]
-                if me not in answers:
-                    outcome = ForgetAll.NOTHING, []
-                elif waiting:
-                    pipe.hset(key, me, "yes")
-                    outcome = ForgetAll.WAITING, sorted(map(keys.parse_identity_member, waiting))
-                else:
-                    pipe.delete(key)
-                    same = {keys.identity_member(*m) for m in members} == set(answers)
-                    outcome = (ForgetAll.CONFIRMED, members) if same else (ForgetAll.CHANGED, [])
-                await pipe.execute()
-                return outcome
-            except WatchError:
-                continue
-    raise RuntimeError(f"/forget confirm kept racing; gave up after {_RETRIES} tries")
+    cast = await people.store.cast_vote(person, (platform, user_id))
+    if cast is None:
+        return ForgetAll.NOTHING, []
+    answers, members = cast
+    waiting = [m for m, yes in answers.items() if yes != "yes" and m != me]
+    if waiting:
+        return ForgetAll.WAITING, sorted(map(keys.parse_identity_member, waiting))
+    same = {keys.identity_member(*m) for m in members} == set(answers)
+    return (ForgetAll.CONFIRMED, members) if same else (ForgetAll.CHANGED, [])

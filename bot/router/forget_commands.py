@@ -33,9 +33,9 @@ from bot.memory.shared_forget import ForgetAll
 from bot.router.link_commands import platform_name
 from bot.safety.audit import Audit
 from bot.safety.audit import forget_user as erase_audit
-from bot.state import insight_jobs, keys, turnlog
 from bot.state.history import HistoryStore
 from bot.state.outages import until_redis_answers
+from bot.state.people import forgotten
 from bot.state.summaries import SummaryStore
 
 Clock = Callable[[], datetime]
@@ -129,22 +129,16 @@ class Forgetting:
         """Everything else of the identities (and ``person``, when it ends with them): memory,
         codes, names, insights jobs, audit entries, bus entries. The bus entries erased (None:
         the bus keeps none)."""
-        redis = self._memory.redis
-        names = {}
+        store = self._memory.store
+        gone = []
+        now = self._clock()
         for platform, who in identities:
             await self._people.void_code(platform, who)
-            names[platform, who] = await turnlog.names_of(redis, platform, who)
-        async with redis.pipeline(transaction=True) as pipe:
-            for platform, who in identities:
-                self._memory.queue_forget(pipe, platform, who, now=self._clock())
-                asking = (platform, who) == (message.platform, message.author.id)
-                called = [message.author.display_name] if asking else []
-                turnlog.forget_names(pipe, platform, who, [*names[platform, who], *called])
-                insight_jobs.queue_cancel(pipe, platform, who, queue=self._queue)
-                pipe.delete(keys.user(platform, who, "pinsview"))
-            if person is not None:
-                self._people.queue_dissolve(pipe, person, identities)
-            await pipe.execute()
+            asking = (platform, who) == (message.platform, message.author.id)
+            called = [message.author.display_name] if asking else []
+            names = [*await store.names_of(platform, who), *called]
+            gone.append(forgotten((platform, who), now, names))
+        await store.forget(gone, person=person, queue=self._queue)
         await self._erase_audit(identities)
         return await self._erase_queued(message, identities)  # last: a failure keeps the rest
 

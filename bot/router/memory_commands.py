@@ -29,7 +29,7 @@ from bot.memory.edit import Outcome, add_pin, entry_print, numbered, remove_entr
 from bot.router.forget_commands import Forgetting
 from bot.router.text_commands import Command, Commands
 from bot.safety.audit import Audit
-from bot.state import insight_jobs, keys
+from bot.state import insight_jobs
 from bot.state.history import HistoryStore
 
 Clock = Callable[[], datetime]
@@ -105,13 +105,13 @@ class _Handlers:
 
     async def _show(self, message: ChatMessage, buffer: UserBuffer) -> str:
         """The numbered list, remembering which entry each number named (for ``/forget <n>``)."""
-        view = keys.user(message.platform, message.author.id, "pinsview")
+        platform, user_id = message.platform, message.author.id
         if buffer.is_empty:
-            await self._memory.redis.delete(view)
+            await self._memory.store.keep_pins_view(platform, user_id, "", PINS_VIEW_SECONDS)
             return prompts.render("commands/pins_empty")
         entries = numbered(buffer)
         prints = " ".join(entry_print(entry) for entry in entries)
-        await self._memory.redis.set(view, prints or "-", ex=PINS_VIEW_SECONDS)
+        await self._memory.store.keep_pins_view(platform, user_id, prints or "-", PINS_VIEW_SECONDS)
         pins = [f"{n}. {pin.text}" for n, pin in enumerate(buffer.pins, 1)]
         recs = [
             f"{n}. {rec.text}" + (f" (tool: {rec.tool})" if rec.tool else "")
@@ -177,7 +177,7 @@ class _Handlers:
         if not args.isdigit() or int(args) < 1:
             return prompts.render("commands/forget_usage")
         number = int(args)
-        shown = await self._memory.redis.get(keys.user(platform, user_id, "pinsview"))
+        shown = await self._memory.store.pins_view(platform, user_id)
         prints = [p for p in str(shown or "").split() if p != "-"]
         if not shown or number > len(prints):
             buffer = await self._memory.load(platform, user_id)
