@@ -48,14 +48,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from pydantic import BaseModel
-from redis.asyncio import Redis
-from redis.exceptions import ResponseError
 
 from bot.bus.streams_ops import id_key
 from bot.bus.streams_publish import FIELD, StreamsPublisher
 from bot.bus.topics import DEAD_LETTERS, DELETIONS, INBOUND, outbound_topic
 from bot.events import ChatMessage
 from bot.state import keys
+from bot.state.client import Redis, ResponseError
 
 log = logging.getLogger("chorus.bus")
 

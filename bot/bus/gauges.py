@@ -12,13 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from redis.asyncio import Redis
-
 from bot.bus.base import InProcessBus
 from bot.bus.outbox import Outbox
 from bot.bus.streams import RedisStreamsBus
 from bot.bus.topics import DELETIONS, INBOUND
 from bot.ops.metrics import Labels, Reader
+from bot.state.client import Redis
 
 OutboxGauge = tuple[str, str, Callable[[], float], Literal["gauge", "counter"]]
 

@@ -35,8 +35,7 @@ import time
 import zlib
 from collections.abc import Callable
 
-from redis.asyncio import Redis
-from redis.exceptions import WatchError
+from bot.state.client import Redis, WatchError
 
 log = logging.getLogger("chorus.bus")
 

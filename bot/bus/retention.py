@@ -42,11 +42,10 @@ import logging
 import random
 import uuid
 
-from redis.asyncio import Redis
-
 from bot.bus.streams_publish import StreamsPublisher
 from bot.ops.aio import cancel_and_wait
 from bot.state import keys
+from bot.state.client import Redis
 from bot.state.outages import TRANSIENT
 
 log = logging.getLogger("chorus.bus")

@@ -48,9 +48,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot.bus.base import BusClosed, Delivery
 from bot.bus.leases import PartitionLeases
@@ -58,6 +55,9 @@ from bot.bus.streams_ops import autoclaim, hand_back, wait_event
 from bot.bus.streams_publish import FIELD, StreamsPublisher, conversation_of
 from bot.ops.aio import Latch, cancel_and_wait
 from bot.state import keys
+from bot.state.client import ResponseError
+from bot.state.client import StoreConnectionError as RedisConnectionError
+from bot.state.client import StoreTimeoutError as RedisTimeoutError
 from bot.state.outages import TRANSIENT
 from bot.state.turn import StreamAck
 

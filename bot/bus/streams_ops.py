@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from redis.asyncio import Redis
+from bot.state.client import Redis
 
 Claimed = tuple[str, dict[str, str] | None, int]  # entry id, fields (None: trimmed), attempt
 

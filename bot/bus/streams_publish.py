@@ -23,13 +23,13 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from pydantic import BaseModel
-from redis.asyncio import Redis
 
 from bot.bus.base import BusClosed
 from bot.bus.streams_ops import unacked, wait_event
 from bot.ops.aio import Latch
 from bot.resilience import Failure, retry
 from bot.state import keys, outages
+from bot.state.client import Redis
 from bot.state.outages import outage_policy
 from bot.state.turn import StreamAppend
 

@@ -28,12 +28,12 @@ from types import TracebackType
 from typing import Protocol, runtime_checkable
 
 from aiohttp import web
-from redis.asyncio import Redis
 
 from bot.ops.metrics import Metrics, NullMetrics
 from bot.settings import ConfigError, HealthSettings
 from bot.settings.ops import DEFAULT_HEALTH_PORT
 from bot.state import connect
+from bot.state.client import Redis
 
 log = logging.getLogger("chorus.health")
 

@@ -25,14 +25,13 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
-
 from bot.events import utcnow
 from bot.llm.base import Provider
 from bot.llm.pricing import PriceTable, load_prices
 from bot.llm.types import LLMRequest, LLMResponse, StreamEvent
 from bot.settings import Settings
+from bot.state.client import Redis
+from bot.state.client import StoreError as RedisError
 from bot.state.cost import CostLedger, Reservation, Spent, cost_day, micro
 
 log = logging.getLogger("chorus.cost")

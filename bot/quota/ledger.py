@@ -12,8 +12,8 @@ failed (``release``). A hold nobody settles (the turn died) lapses after ``HOLD_
 piece no hold covers is sent only if it fits in the reply budget (never in the reading
 reserve), so even a reply decided without a hold cannot starve reading.
 
-Keys (bot/state/keys.py): the day's hash (``units``, ``inserts``, units by kind), the holds
-hash and the stream hash (when the chat started, how it is read, mentions seen, the latest
+Keys (bot/state/keys.py; the commands and scripts are ``bot.state.quota_ledger``'s): the day's
+hash (``units``, ``inserts``, units by kind), the holds hash and the stream hash (when the chat started, how it is read, mentions seen, the latest
 unprompted turn). ``bot.quota.view.MemoryLedger`` is the same rules on dicts, for ``chorus
 replay``; the contract suite runs both (tests/test_quota_ledger.py).
 """
@@ -25,95 +25,16 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
-
 from bot.quota.day import next_reset, quota_day
 from bot.quota.plan import Budget, QuotaConfig, Reading, Request, StreamView, Usage
 from bot.quota.view import HOLD_SECONDS, LedgerView, Refused, Spend, parse_view
-from bot.state import keys
+from bot.state.connect import Client, StoreError
+from bot.state.quota_ledger import LedgerStore
 
 log = logging.getLogger("chorus.quota")
 
 Clock = Callable[[], datetime]
 STREAM_TTL = timedelta(days=2)
-
-# Shared by the scripts: drop lapsed holds, sum the others (``skip`` excluded).
-_HELD = """
-local function held(now, skip)
-  local total = 0
-  local all = redis.call('HGETALL', KEYS[2])
-  for i = 1, #all, 2 do
-    local units, expiry = string.match(all[i + 1], '^(%S+) (%S+)$')
-    if tonumber(expiry) <= now then
-      redis.call('HDEL', KEYS[2], all[i])
-    elseif all[i] ~= skip then
-      total = total + tonumber(units)
-    end
-  end
-  return total
-end
-local function field(key, name)
-  return tonumber(redis.call('HGET', key, name) or '0')
-end
-"""
-# KEYS: day, holds, stream. ARGV: hold, want, minimum, limit, gap, now, expiry, ttl
-_RESERVE = (
-    _HELD
-    + """
-local now, gap = tonumber(ARGV[6]), tonumber(ARGV[5])
-local h, units = held(now, ARGV[1]), field(KEYS[1], 'units')
-if gap >= 0 then
-  local last = redis.call('HGET', KEYS[3], 'unprompted')
-  if last and now - tonumber(last) < gap then return {0, units, h} end
-end
-local got = math.min(tonumber(ARGV[2]), tonumber(ARGV[4]) - units - h)
-if got < tonumber(ARGV[3]) then return {0, units, h} end
-redis.call('HSET', KEYS[2], ARGV[1], got .. ' ' .. ARGV[7])
-redis.call('EXPIRE', KEYS[2], ARGV[8])
-if gap >= 0 then
-  redis.call('HSET', KEYS[3], 'unprompted', ARGV[6])
-  redis.call('EXPIRE', KEYS[3], ARGV[8])
-end
-return {got, units, h + got}
-"""
-)
-# KEYS: day, holds, stream. ARGV: hold, cost, limit, daily, now, day_ttl
-# -> {outcome (1 sent, 0 beyond the reply budget, -1 the day is spent), units, inserts, held}
-_INSERT = (
-    _HELD
-    + """
-local now, cost = tonumber(ARGV[5]), tonumber(ARGV[2])
-local others, units = held(now, ARGV[1]), field(KEYS[1], 'units')
-local own, expiry = 0, nil
-local raw = redis.call('HGET', KEYS[2], ARGV[1])
-if raw then
-  local u, e = string.match(raw, '^(%S+) (%S+)$')
-  if tonumber(e) > now then own, expiry = tonumber(u), e end
-end
-local inserts = field(KEYS[1], 'inserts')
-if units + cost > tonumber(ARGV[4]) then return {-1, units, inserts, others + own} end
-if own < cost and units + others + cost > tonumber(ARGV[3]) then
-  return {0, units, inserts, others + own}
-end
-own = math.max(0, own - cost)
-if expiry then redis.call('HSET', KEYS[2], ARGV[1], own .. ' ' .. expiry) end
-units = redis.call('HINCRBY', KEYS[1], 'units', cost)
-inserts = redis.call('HINCRBY', KEYS[1], 'inserts', 1)
-redis.call('HINCRBY', KEYS[1], 'reply', cost)
-redis.call('EXPIRE', KEYS[1], ARGV[6])
-return {1, units, inserts, others + own}
-"""
-)
-# KEYS: stream. ARGV: started, reading, now, ttl
-_FOLLOW = """
-if redis.call('HGET', KEYS[1], 'started') ~= ARGV[1] then
-  redis.call('HSET', KEYS[1], 'started', ARGV[1], 'since', ARGV[3], 'mentions', 0)
-end
-redis.call('HSET', KEYS[1], 'reading', ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-return 1
-"""
 
 
 class QuotaLedger:
@@ -121,14 +42,14 @@ class QuotaLedger:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: Client,
         config: QuotaConfig,
         *,
         project: str,
         clock: Clock,
         platform: str = "youtube",
     ) -> None:
-        self._redis = redis
+        self._store = LedgerStore(redis, platform=platform, project=project)
         self.config = config
         self._project = project
         self._platform = platform
@@ -137,8 +58,6 @@ class QuotaLedger:
         self._usage = Usage()
         self.stream: StreamView | None = None
         self.by_kind: dict[str, int] = {}  # the day's units by kind, as last read
-        self._holds = keys.quota_holds(platform, project)
-        self._stream_key = keys.quota_stream(platform, project)
 
     @property
     def usage(self) -> Usage:
@@ -148,9 +67,6 @@ class QuotaLedger:
     def budget(self) -> Budget:
         """The plan from what was last seen."""
         return LedgerView(self.usage, self.stream).budget(self.config, self._clock())
-
-    def _day_key(self, now: datetime) -> str:
-        return keys.quota(self._platform, self._project, quota_day(now))
 
     def _day_ttl(self, now: datetime) -> int:
         return max(1, int((next_reset(now) + timedelta(hours=1) - now).total_seconds()))
@@ -163,15 +79,11 @@ class QuotaLedger:
     async def view(self, *, add_mentions: int = 0) -> LedgerView:
         """Read the whole ledger in one round trip (adding ``add_mentions`` mentions seen)."""
         now = self._clock()
-        async with self._redis.pipeline(transaction=True) as pipe:
-            if add_mentions:
-                pipe.hincrby(self._stream_key, "mentions", add_mentions)
-                pipe.expire(self._stream_key, STREAM_TTL)
-            pipe.hgetall(self._day_key(now))
-            pipe.hgetall(self._holds)
-            pipe.hgetall(self._stream_key)
-            results = await pipe.execute()
-        day, holds, stream = results[-3:]
+        day, holds, stream = await self._store.read(
+            quota_day(now),
+            add_mentions=add_mentions,
+            stream_ttl=int(STREAM_TTL.total_seconds()),
+        )
         view = parse_view(day, holds, stream, now.timestamp())
         self._seen(now, view.usage)
         self.stream = view.stream or self.stream
@@ -182,14 +94,14 @@ class QuotaLedger:
         """The plan from a fresh read of the ledger (from the last one if Redis fails)."""
         try:
             await self.view()
-        except RedisError:
+        except StoreError:
             log.warning("could not read the quota ledger; planning on the last read", exc_info=True)
         return self.budget()
 
     async def load(self) -> Usage:
         try:
             return (await self.view()).usage
-        except RedisError:
+        except StoreError:
             log.warning("could not read the quota ledger", exc_info=True)
             return self.usage
 
@@ -198,16 +110,12 @@ class QuotaLedger:
         """Charge a read or lookup call (before making it); counted in memory if Redis fails."""
         now = self._clock()
         before = self.usage
-        key = self._day_key(now)
         try:
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.hincrby(key, "units", units)
-                pipe.hincrby(key, kind, units)
-                pipe.hincrby(key, "inserts", 0)
-                pipe.expire(key, self._day_ttl(now))
-                total, _, inserts, _ = await pipe.execute()
-            usage = replace(before, units=int(total), inserts=int(inserts))
-        except RedisError:
+            total, inserts = await self._store.charge(
+                quota_day(now), self._day_ttl(now), units, kind
+            )
+            usage = replace(before, units=total, inserts=inserts)
+        except StoreError:
             log.warning("quota not persisted; counting in memory", exc_info=True)
             usage = replace(before, units=before.units + units)
         return self._seen(now, usage)
@@ -218,22 +126,19 @@ class QuotaLedger:
         now = self._clock()
         before = self.usage
         limit = self.budget().reply_limit
-        argv = (hold or "", cost, limit, self.config.daily_units, now.timestamp())
         try:
-            outcome, units, inserts, held = await self._redis.eval(
-                _INSERT, 3, self._day_key(now), self._holds, self._stream_key,
-                *argv, self._day_ttl(now),
+            outcome, units, inserts, held = await self._store.charge_insert(
+                quota_day(now), self._day_ttl(now), hold or "", cost, limit,
+                self.config.daily_units, now.timestamp(),
             )  # fmt: skip
-        except RedisError:
+        except StoreError:
             log.warning("quota not persisted; counting in memory", exc_info=True)
             if before.units + cost > self.config.daily_units:
                 raise Refused(spent=True) from None
             return self._seen(now, replace(before, units=before.units + cost))
-        usage = self._seen(
-            now, replace(before, units=int(units), inserts=int(inserts), held=int(held))
-        )
-        if int(outcome) <= 0:
-            raise Refused(spent=int(outcome) < 0)
+        usage = self._seen(now, replace(before, units=units, inserts=inserts, held=held))
+        if outcome <= 0:
+            raise Refused(spent=outcome < 0)
         return usage
 
     async def settle(self, hold: str | None, *, sent: bool) -> None:
@@ -241,14 +146,8 @@ class QuotaLedger:
         is free again, and a sent reply counts towards the average reply cost."""
         now = self._clock()
         try:
-            async with self._redis.pipeline(transaction=True) as pipe:
-                if hold:
-                    pipe.hdel(self._holds, hold)
-                if sent:
-                    pipe.hincrby(self._day_key(now), "replies", 1)
-                    pipe.expire(self._day_key(now), self._day_ttl(now))
-                await pipe.execute()
-        except RedisError:
+            await self._store.settle(quota_day(now), self._day_ttl(now), hold, sent=sent)
+        except StoreError:
             log.warning("could not settle a quota hold; it lapses by itself", exc_info=True)
         if sent:
             self._seen(now, replace(self.usage, replies=self.usage.replies + 1))
@@ -264,11 +163,10 @@ class QuotaLedger:
         now = self._clock()
         stamp = f"{started.timestamp():.3f}"
         try:
-            await self._redis.eval(
-                _FOLLOW, 1, self._stream_key, stamp, reading, f"{now.timestamp():.3f}",
-                int(STREAM_TTL.total_seconds()),
-            )  # fmt: skip
-        except RedisError:
+            await self._store.follow(
+                stamp, reading, f"{now.timestamp():.3f}", int(STREAM_TTL.total_seconds())
+            )
+        except StoreError:
             log.warning("could not record the chat in the quota ledger", exc_info=True)
         old = self.stream
         same = old is not None and old.started == started
@@ -284,10 +182,10 @@ class QuotaLedger:
         """Hold up to ``request.want`` units for a decided turn (0: refused). Atomic."""
         now = self._clock()
         expiry = f"{now.timestamp() + HOLD_SECONDS:.3f}"
-        got, units, held = await self._redis.eval(
-            _RESERVE, 3, self._day_key(now), self._holds, self._stream_key,
-            hold, request.want, request.minimum, request.limit, f"{request.gap:.3f}",
-            f"{now.timestamp():.3f}", expiry, int(STREAM_TTL.total_seconds()),
+        got, units, held = await self._store.reserve(
+            quota_day(now), hold, request.want, request.minimum, request.limit,
+            f"{request.gap:.3f}", f"{now.timestamp():.3f}", expiry,
+            int(STREAM_TTL.total_seconds()),
         )  # fmt: skip
-        self._seen(now, replace(self.usage, units=int(units), held=int(held)))
-        return int(got)
+        self._seen(now, replace(self.usage, units=units, held=held))
+        return got

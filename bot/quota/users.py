@@ -2,9 +2,9 @@
 
 Per user and per channel (a thread counts to its channel): messages and tokens per UTC hour and
 per UTC day; per deployment: the estimated spend per UTC day (``bot/llm/pricing.py``'s list
-prices). Why one Lua script: the check and the count must be one atomic step, or three workers
-each reading "19 of 20" would all answer. ``admit`` runs it before the model is called (one
-round trip, and only when some limit is set): every counter is read, and either all are counted
+prices). Why one Lua script (``bot.state.counters.ADMIT``): the check and the count must be one
+atomic step, or three workers each reading "19 of 20" would all answer. ``admit`` runs it before
+the model is called (one round trip, and only when some limit is set): every counter is read, and either all are counted
 (+1 message) or the first limit reached is returned with whether this is its first refusal of
 the period, so the user reads ONE notice, not one per message. Tokens are only known after the
 answer: ``usage_counters`` adds them to the commit that records the reply (no extra round trip),
@@ -24,75 +24,18 @@ as it is the bill.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import cast
-
-from redis.asyncio import Redis
 
 from bot.events import ChatMessage
 from bot.settings import QuotaSettings
 from bot.state import keys
-from bot.state.cost import HELD, CostLedger, Reservation, cost_day, micro
+from bot.state.connect import Client
+from bot.state.cost import CostLedger, Reservation, cost_day, micro
+from bot.state.counters import CounterStore
 from bot.state.turn import CounterAdd
 
 PERIOD_GRACE = 3600  # seconds a period's counters outlive it
-
-# KEYS: n counters, the cost key, the cost holds, then n + 1 notice keys (one per counter, one
-# for the cost). ARGV: n, then (message limit, token limit, ttl) per counter (-1: none), the cost
-# cap in micro-USD (-1: none), then n + 1 notice TTLs, then the turn's reservation: hold id,
-# amount (micro-USD), now, its expiry, the holds' TTL. Returns {over, first, unit}: over = 0
-# (admitted, counted and the cost held), i (counter i reached its limit) or n + 1 (the cost
-# cap); first = 1 when this refusal is the first of its period (the notice is due); unit = 1
-# messages, 2 tokens.
-ADMIT = (
-    HELD
-    + """
-local n = tonumber(ARGV[1])
-local over = 0
-local unit = 0
-for i = 1, n do
-  local mlim = tonumber(ARGV[2 + (i - 1) * 3])
-  local tlim = tonumber(ARGV[3 + (i - 1) * 3])
-  local vals = redis.call('HMGET', KEYS[i], 'm', 't')
-  local m = tonumber(vals[1]) or 0
-  local t = tonumber(vals[2]) or 0
-  if mlim >= 0 and m + 1 > mlim then
-    over = i
-    unit = 1
-    break
-  end
-  if tlim >= 0 and t >= tlim then
-    over = i
-    unit = 2
-    break
-  end
-end
-local cap = tonumber(ARGV[2 + n * 3])
-local r = 2 + n * 3 + n + 1
-local hold, want, now = ARGV[r + 1], tonumber(ARGV[r + 2]), tonumber(ARGV[r + 3])
-if over == 0 and cap >= 0 then
-  local spent = tonumber(redis.call('GET', KEYS[n + 1]) or '0')
-  if spent + held(KEYS[n + 2], now, hold) >= cap then over = n + 1 end
-end
-if over == 0 then
-  for i = 1, n do
-    redis.call('HINCRBY', KEYS[i], 'm', 1)
-    redis.call('EXPIRE', KEYS[i], tonumber(ARGV[4 + (i - 1) * 3]))
-  end
-  if cap >= 0 and want > 0 then
-    redis.call('HSET', KEYS[n + 2], hold, ARGV[r + 2] .. ' ' .. ARGV[r + 4])
-    redis.call('EXPIRE', KEYS[n + 2], tonumber(ARGV[r + 5]))
-  end
-  return {0, 0, 0}
-end
-local ttl = tonumber(ARGV[2 + n * 3 + over])
-local first = redis.call('SET', KEYS[n + 2 + over], '1', 'NX', 'EX', ttl)
-if first then return {over, 1, unit} end
-return {over, 0, unit}
-"""
-)
 
 
 @dataclass(frozen=True)
@@ -192,8 +135,9 @@ def counters(
 class Quotas:
     """The shared counters of one deployment (its bus namespace), and its daily spend."""
 
-    def __init__(self, redis: Redis, *, namespace: str = "main") -> None:
+    def __init__(self, redis: Client, *, namespace: str = "main") -> None:
         self.redis = redis
+        self.store = CounterStore(redis)
         self.namespace = namespace
         self.cost = CostLedger(redis, namespace)
 
@@ -235,11 +179,7 @@ class Quotas:
             + [c.notice for c in found]
             + [notice_cost]
         )
-        run = cast(
-            "Awaitable[list[int]]",
-            self.redis.eval(ADMIT, len(script_keys), *script_keys, *argv),
-        )
-        over, first, unit_code = (int(v) for v in await run)
+        over, first, unit_code = await self.store.admit(script_keys, argv)
         if over == 0:
             return None
         if over == len(found) + 1:
@@ -278,14 +218,8 @@ class Quotas:
     async def usage(self, message: ChatMessage, now: datetime) -> dict[str, tuple[int, int]]:
         """The author's (messages, tokens) this ``hour`` and ``day``: what ``/usage`` shows."""
         mine = [c for c in counters(QuotaLimits(), message, now) if c.scope == "user"]
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for c in mine:
-                pipe.hmget(c.key, "m", "t")
-            rows = await pipe.execute()
-        return {
-            c.period: (int(row[0] or 0), int(row[1] or 0))
-            for c, row in zip(mine, rows, strict=True)
-        }
+        rows = await self.store.read([c.key for c in mine])
+        return {c.period: row for c, row in zip(mine, rows, strict=True)}
 
 
 def _or_none(value: int | None) -> int:

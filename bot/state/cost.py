@@ -27,10 +27,8 @@ from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple, cast
 
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
-
 from bot.state import keys
+from bot.state.client import Pipeline, Redis
 from bot.state.turn import CostSettle
 
 MICRO = 1_000_000  # amounts are integer micro-USD

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import math
 
-from redis.asyncio import Redis
-
 from bot.state import keys
+from bot.state.client import Redis
 
 
 class LoginAttempts:

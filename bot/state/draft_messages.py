@@ -22,9 +22,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from redis.asyncio import Redis
-
 from bot.state import keys
+from bot.state.client import Redis
 
 log = logging.getLogger("chorus.state.draft_messages")
 

@@ -30,11 +30,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
-
 from bot.events import ConversationKey
 from bot.state import keys
+from bot.state.client import Pipeline, Redis
 
 PAUSE_SECONDS = 12 * 3600  # CHORUS_ENGAGE_PAUSE_HOURS' default
 PAUSE_FEED_MAX = 1000  # pause decisions the feed keeps (approximately): workers read it each second

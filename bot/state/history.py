@@ -32,12 +32,10 @@ from collections.abc import Callable, Sequence
 from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
-from redis.exceptions import WatchError
 
 from bot.events import AwareDatetime, ChatMessage, ConversationKey, utcnow
 from bot.state import keys
+from bot.state.client import Pipeline, Redis, WatchError
 
 log = logging.getLogger("chorus.history")
 

@@ -40,12 +40,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
-from redis.exceptions import WatchError
 
 from bot.events import AwareDatetime, ConversationKey
 from bot.state import keys
+from bot.state.client import Pipeline, Redis, WatchError
 
 log = logging.getLogger("chorus.insights.jobs")
 

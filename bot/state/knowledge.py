@@ -16,9 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
-
 from bot.state import keys
+from bot.state.client import Redis
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from redis.asyncio import Redis
-
 from bot.state import keys
+from bot.state.client import Redis
 
 ERASE_PAGE = 1000  # entries read per round trip while /forget looks for a person's
 

@@ -17,16 +17,15 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from bot.resilience import Failure, RetryPolicy, Sleep, retry
+from bot.state.client import StoreConnectionError as RedisConnectionError
+from bot.state.client import StoreTimeoutError as RedisTimeoutError
 
 log = logging.getLogger("chorus.outages")
 
 T = TypeVar("T")
 
-# What "Redis is unreachable" looks like from redis-py (a refused or reset socket is an OSError).
+# What "Redis is unreachable" looks like to its client (a refused or reset socket is an OSError).
 TRANSIENT: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
 BACKOFF_CAP = 5.0  # seconds: a restarted Redis is noticed within this
 

@@ -25,11 +25,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
 
-from redis.asyncio.client import Pipeline
-from redis.exceptions import WatchError
-
 from bot.state import insight_jobs, keys, turnlog
 from bot.state.alias_scripts import LOAD, SAVE
+from bot.state.client import Pipeline, WatchError
 from bot.state.connect import Client
 from bot.state.redis_turn import parse_alias_read
 

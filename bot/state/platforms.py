@@ -37,9 +37,8 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
-from redis.asyncio import Redis
-
 from bot.state import keys
+from bot.state.client import Redis
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]

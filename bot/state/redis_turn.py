@@ -21,13 +21,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Iterator, Sequence
 from typing import cast
 
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
-from redis.typing import EncodableT
-
 from bot.state import keys
 from bot.state.alias_scripts import LOAD
 from bot.state.claims import DONE
+from bot.state.client import EncodableT, Pipeline, Redis
 from bot.state.cost import queue_settle
 from bot.state.engagement import MemoryLiveStore, RedisLiveStore
 from bot.state.guarded import GUARDED

@@ -24,12 +24,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
 
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
-from redis.exceptions import WatchError
-
 from bot.events import ConversationKey
 from bot.state import keys
+from bot.state.client import Pipeline, Redis, WatchError
 
 log = logging.getLogger("chorus.summaries")
 

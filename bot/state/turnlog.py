@@ -25,11 +25,9 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Literal, cast
 
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
-
 from bot.events import ConversationKey
 from bot.state import keys
+from bot.state.client import Pipeline, Redis
 
 TURN_LOG_MAX = 200  # records kept per conversation (newest first)
 TURN_LOG_SECONDS = 7 * 24 * 3600

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from redis.asyncio import Redis
+from bot.state.client import Redis
 
 
 class VectorStore:
