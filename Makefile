@@ -55,7 +55,7 @@ proto: $(VENV)/.installed-dev
 # bot/settings first; --strict fails on a broken link or a page missing from the nav.
 docs: $(VENV)/.installed-dev
 	$(BIN)/python -m bot.settings.reference docs/reference/settings.md
-	$(BIN)/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache site
