@@ -73,7 +73,7 @@ class AdminSettings(Section):
     host: str = Field(default="127.0.0.1", min_length=1, validation_alias="CHORUS_ADMIN_HOST")
     """Address the admin dashboard listens on (loopback: reachable from this machine only)."""
     port: int = Field(default=0, ge=0, le=65535, validation_alias="CHORUS_ADMIN_PORT")
-    """Serve the admin dashboard on this port; unset: no dashboard."""
+    """Serve the admin dashboard on this port; `0`: no dashboard."""
     token: SecretStr | None = Field(default=None, validation_alias="CHORUS_ADMIN_TOKEN")
     """The dashboard's login, at least 16 characters; required when `CHORUS_ADMIN_PORT` is set."""
     trust_proxy: tuple[str, ...] = Field(default=(), validation_alias="CHORUS_ADMIN_TRUST_PROXY")
