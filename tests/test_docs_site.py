@@ -57,3 +57,19 @@ def test_the_readme_is_short_and_links_only_to_pages_that_exist() -> None:
     assert any(target.startswith("docs/") for target in local)
     for target in local:
         assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
+
+
+def test_the_readme_quick_start_names_chorus_init_and_each_platform_page() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert ".venv/bin/chorus init" in readme  # the binary as it is after `make run`
+    quick = readme.split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
+    for title, page in (
+        ("Console", "platforms/console.md"),
+        ("Discord", "platforms/discord.md"),
+        ("Slack", "platforms/slack.md"),
+        ("Twitch", "platforms/twitch.md"),
+        ("YouTube live chat", "platforms/youtube.md"),
+    ):
+        section = quick.split(f"\n### {title}\n", 1)[1].split("\n### ", 1)[0]
+        assert f"](docs/{page})" in section, f"README's {title} quick start: link {page}"
+        assert len(section.strip().splitlines()) <= 20, f"README's {title} quick start is long"
