@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: run test check lint typecheck bench gate proto clean
+.PHONY: run test check lint typecheck bench gate proto docs clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Chorus needs Python 3.11 or newer; run: make PYTHON=python3.11 ...")'
@@ -51,5 +51,11 @@ bench: $(VENV)/.installed-dev
 proto: $(VENV)/.installed-dev
 	$(BIN)/python -m adapters.youtube._proto.generate
 
+# The documentation site (mkdocs.yml, docs/) into site/: the settings reference is generated from
+# bot/settings first; --strict fails on a broken link or a page missing from the nav.
+docs: $(VENV)/.installed-dev
+	$(BIN)/python -m bot.settings.reference docs/reference/settings.md
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache site

@@ -48,7 +48,12 @@ hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # and the turn stores' (turn_store: the twin, the embedded store, a real Redis).
 pytest_plugins = ("tests.provider_rig", "tests.turn_rig")
 
-_KEEP = {"CHORUS_BLOCK_REAL_LLM", "CHORUS_TEST_REDIS_URL", "CHORUS_UPDATE_GOLDEN"}
+_KEEP = {
+    "CHORUS_BLOCK_REAL_LLM",
+    "CHORUS_TEST_REDIS_URL",
+    "CHORUS_UPDATE_GOLDEN",
+    "CHORUS_UPDATE_SCREENSHOTS",  # (read by the screenshot tests, never by Chorus)
+}
 _LEAKY = re.compile(
     r"^(CHORUS_|ANTHROPIC_|OPENAI_|GEMINI_|GOOGLE_API_KEY$|GOOGLE_GEMINI_|GOOGLE_GENAI_|GOOGLE_OAUTH_"
     r"|DISCORD_|SLACK_|TWITCH_|YOUTUBE_)|_BASE_URL$"

@@ -4,7 +4,7 @@ Chromium from the distribution (``.ci/run`` installs it), driven by Playwright f
 ``executable_path`` (never ``playwright install``: nothing is downloaded). ``chorus run`` is a
 real process with Twitch (twitchio 3 against the loopback Twitch), the Anthropic SDK against its
 loopback server and state in a real Redis, the dashboard on ``CHORUS_ADMIN_PORT``. The test logs
-in, opens each page (screenshots; with CHORUS_UPDATE_SCREENSHOTS=1 it rewrites the ones README shows,
+in, opens each page (screenshots; with CHORUS_UPDATE_SCREENSHOTS=1 it rewrites the ones the docs show,
 ``docs/img/admin-<page>.png``),
 deletes one pin and checks Redis and the next model request, then pauses the channel and checks
 Redis and that the router stays quiet (the turn log says why).
@@ -42,7 +42,7 @@ from tests.test_twitch_e2e import BOT_ID, BOT_LOGIN, CHAT
 from tests.test_twitch_reconnect_e2e import twitch_env
 
 ROOT = Path(__file__).resolve().parent.parent
-# README's screenshots are rewritten only on purpose (CHORUS_UPDATE_SCREENSHOTS=1 pytest ...), so
+# The docs' screenshots are rewritten only on purpose (CHORUS_UPDATE_SCREENSHOTS=1 pytest ...), so
 # an ordinary run leaves the tree clean; otherwise they go to a scratch directory.
 SHOTS = (
     ROOT / "docs" / "img"

@@ -143,7 +143,7 @@ async def test_a_host_in_no_proxy_is_called_directly(
 async def test_a_proxy_written_in_dotenv_is_not_used(
     vendor: Vendor, server: VendorServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """README: the proxy variables come from the process's environment, not ``.env`` (the SDKs
+    """docs/configuration.md: the proxy variables come from the process's environment, not ``.env`` (the SDKs
     read them; Chorus's settings do not export ``.env``). The call goes straight to the API."""
     async with proxy() as forward:
         for name in (vendor.key_env, vendor.url_env, "CHORUS_MODEL", *vendor.hostile_env):

@@ -220,9 +220,9 @@ def _users_key(rig: object) -> str:
     return keys.safety_users(conv.platform, conv.channel)
 
 
-def test_the_readme_example_loads_and_means_what_it_says() -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    block = readme.split("**Per scope.**", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+def test_the_documented_example_loads_and_means_what_it_says() -> None:
+    page = (Path(__file__).parent.parent / "docs" / "safety.md").read_text(encoding="utf-8")
+    block = page.split("## Per scope\n", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
     gate = scoped_gate(settings_with(block))
     kids, lounge = message("223456789012345678", "x"), message("1" * 18 + "9", "x")
     kids = kids.model_copy(update={"server": "123456789012345678"})

@@ -2,8 +2,8 @@
 over ``.env``, unknown ``CHORUS_*`` names are warned about, and a bad value names its variable
 and the place it came from.
 
-The documented variables are read from README.md's tables and ``.env.example`` here, so a newly
-documented variable fails ``test_documented_variable_works_from_dotenv`` until it has a sample
+The documented variables are read from the tables of the docs pages (docs/**/*.md, the generated
+settings reference included) and ``.env.example`` here, so a newly documented variable fails ``test_documented_variable_works_from_dotenv`` until it has a sample
 below (and works).
 """
 
@@ -34,12 +34,12 @@ ECHO_SERVER = ROOT / "tests" / "mcp_servers" / "echo_server.py"
 
 
 def documented_variables() -> list[str]:
-    """Every variable named in README.md's tables and in ``.env.example``."""
+    """Every variable named in the first column of a table in docs/ and in ``.env.example``."""
     names: set[str] = set()
-    for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
-        if line.startswith("|"):
-            first_column = line.split("|")[1]
-            names.update(re.findall(r"`([A-Z][A-Z0-9_]+)`", first_column))
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        for line in page.read_text(encoding="utf-8").splitlines():
+            if line.startswith("|"):  # the first column names the variables
+                names.update(re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1]))
     example = (ROOT / ".env.example").read_text(encoding="utf-8")
     names.update(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", example, re.MULTILINE))
     return sorted(names)
@@ -303,7 +303,7 @@ def write_env(lines: str) -> None:
 
 def test_the_documented_list_is_read_from_both_files() -> None:
     documented = documented_variables()
-    assert "CHORUS_HISTORY_MAX" in documented and "GOOGLE_API_KEY" in documented  # README
+    assert "CHORUS_HISTORY_MAX" in documented and "GOOGLE_API_KEY" in documented  # docs/
     assert "YOUTUBE_HTTP_TIMEOUT" in documented  # only in .env.example's platform sections
     assert set(documented) <= known_variables()
 

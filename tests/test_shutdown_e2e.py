@@ -1,5 +1,5 @@
 """SIGTERM to ``chorus chat`` or ``chorus run`` while it answers: the answer in progress still
-reaches the user, then the process exits 0; a second SIGTERM ends the grace at once (README,
+reaches the user, then the process exits 0; a second SIGTERM ends the grace at once (docs/operations.md,
 "Stopping and backpressure").
 
 Real parts: ``chorus chat`` and ``chorus run`` as processes (the in-process bus and store; the

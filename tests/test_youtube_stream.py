@@ -287,7 +287,7 @@ async def test_an_open_quiet_stream_is_ready_and_a_failing_one_is_not(srig: Stre
 async def test_an_hour_of_chat_costs_one_connection_streamed_and_1000_units_polled(
     srig: StreamRig, mode: str
 ) -> None:
-    """A line every 10 s for a simulated hour, read both ways; the README's quota figures.
+    """A line every 10 s for a simulated hour, read both ways; docs/platforms/youtube.md's quota figures.
     ``stream-closing``: a server that closes the stream after every response still costs no
     more than polling (reconnects are paced by the same plan), and loses nothing."""
     time, end = srig.rig.time, START + timedelta(hours=1)

@@ -368,7 +368,7 @@ def _auth_message(error: str, payload: Mapping[str, Any]) -> str:
     if error == "invalid_grant":
         return (
             f"YOUTUBE_REFRESH_TOKEN was rejected ({detail}): it was revoked, or it expired "
-            "(an OAuth app left in 'Testing' gets 7-day refresh tokens); get a new one (README)"
+            "(an OAuth app left in 'Testing' gets 7-day refresh tokens); get a new one (docs/platforms/youtube.md)"
         )
     if error in ("invalid_client", "unauthorized_client"):
         return (

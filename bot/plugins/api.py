@@ -1,7 +1,7 @@
 """What a plugin module writes: ``@tool``, ``@command``, ``@before_turn``, ``@after_reply``.
 
 A plugin is an ordinary Python module. Decorated objects at its top level are found when it is
-loaded (so README's ``@tool`` example works as it stands), and a module may instead, or as
+loaded (so docs/plugins.md's ``@tool`` example works as it stands), and a module may instead, or as
 well, define ``register(plugin)`` to add things it builds at run time (tools made from its own
 settings, say). Everything here is plain data plus the author's ``async def``; running it
 (time limits, permissions, containing errors) is the loader's, the toolbox's and the hooks'

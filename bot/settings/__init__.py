@@ -98,7 +98,8 @@ log = logging.getLogger("chorus.settings")
 
 
 class Settings(BaseModel):
-    """Every setting, by concern. ``.env.example`` and README document each variable."""
+    """Every setting, by concern. ``.env.example`` and docs/reference/settings.md (written from these models) document each
+    variable."""
 
     llm: LLMSettings = Field(default_factory=LLMSettings)
     fallback: FallbackSettings = Field(default_factory=FallbackSettings)

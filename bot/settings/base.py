@@ -22,7 +22,9 @@ class ConfigError(Exception):
 class Section(BaseModel):
     """One concern's settings; unknown keys are left to the loader's warning."""
 
-    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+    # Each field's docstring is its description: the one text the settings reference
+    # (docs/reference/settings.md, ``bot.settings.reference``) shows for its variable.
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", use_attribute_docstrings=True)
 
     @classmethod
     def variables(cls) -> dict[str, str]:

@@ -26,26 +26,39 @@ class DiscordSettings(Section):
     """Every variable the Discord adapter reads (documented in ``.env.example``)."""
 
     token: SecretStr | None = Field(default=None, validation_alias="DISCORD_TOKEN")
+    """The Discord bot's token (discord.com/developers/applications, Bot, Reset Token); setting it
+    turns the Discord adapter on."""
     message_content_intent: bool = Field(
         default=False, validation_alias="DISCORD_MESSAGE_CONTENT_INTENT"
     )
+    """Ask for the privileged Message Content intent (also switch it on in the Developer Portal:
+    Bot, Message Content Intent); needed to read ambient and always-answer channels."""
     answer_bots: bool = Field(default=False, validation_alias="DISCORD_ANSWER_BOTS")
+    """Answer other bots (never itself)."""
     allowed_channels: ChannelSet = Field(
         default=frozenset(), validation_alias="DISCORD_ALLOWED_CHANNELS"
     )
+    """Comma list of channel ids where the bot may speak; empty: everywhere."""
     always_answer_channels: ChannelSet = Field(
         default=frozenset(), validation_alias="DISCORD_ALWAYS_ANSWER_CHANNELS"
     )
+    """Comma list of channel ids where the bot answers every message."""
     ambient_channels: ChannelSet = Field(
         default=frozenset(), validation_alias="DISCORD_AMBIENT_CHANNELS"
     )
+    """Comma list of channel ids where the engagement policy decides when to speak."""
     sync_commands: bool = Field(default=True, validation_alias="DISCORD_SYNC_COMMANDS")
+    """Register the `/chorus` slash commands (and plugins' commands) at start."""
     api_base_url: str | None = Field(default=None, validation_alias="DISCORD_API_BASE_URL")
+    """Discord's REST base, ending in `/api/v10` (proxies and tests)."""
     gateway_url: str | None = Field(default=None, validation_alias="DISCORD_GATEWAY_URL")
+    """Discord's gateway URL (proxies and tests)."""
     typing_timeout: float = Field(default=90.0, gt=0, validation_alias="DISCORD_TYPING_TIMEOUT")
+    """Seconds the typing indicator may run."""
     command_timeout: float = Field(
         default=600.0, gt=0, le=900, validation_alias="DISCORD_COMMAND_TIMEOUT"
     )
+    """Seconds a slash command's interaction may wait for its answer."""
 
     @field_validator(
         "allowed_channels", "always_answer_channels", "ambient_channels", mode="before"

@@ -26,50 +26,66 @@ PLATFORM_PREFIX = "youtube_"
 
 class EngagementSettings(Section):
     min_pending: int = Field(default=8, ge=1, validation_alias="CHORUS_ENGAGE_MIN_PENDING")
+    """Live chat: unaddressed lines that must wait before the bot speaks to the room."""
     min_gap_seconds: float = Field(
         default=45.0, ge=0, validation_alias="CHORUS_ENGAGE_MIN_GAP_SECONDS"
     )
+    """Live chat: seconds since the bot last spoke before it speaks to the room again."""
     max_batch_chatters: int = Field(
         default=2, ge=1, le=5, validation_alias="CHORUS_ENGAGE_MAX_BATCH_CHATTERS"
     )
+    """Live chat: chatters one room message answers at most."""
     channel_cooldown_seconds: float = Field(
         default=5.0, ge=0, validation_alias="CHORUS_ENGAGE_CHANNEL_COOLDOWN_SECONDS"
     )
+    """Live chat: the shortest quiet, in seconds, after the bot last spoke in a channel before it
+    speaks to the room again."""
     user_cooldown_seconds: float = Field(
         default=10.0, ge=0, validation_alias="CHORUS_ENGAGE_USER_COOLDOWN_SECONDS"
     )
+    """Live chat: seconds between answers to one person past their mention burst."""
     mention_burst: int = Field(
         default=3, ge=1, le=20, validation_alias="CHORUS_ENGAGE_MENTION_BURST"
     )
+    """Live chat: answers to one person at once, before the user cooldown applies."""
     wall_max_chars: int = Field(default=400, ge=20, validation_alias="CHORUS_ENGAGE_WALL_MAX_CHARS")
+    """Live chat: messages longer than this are walls of text and ignored."""
     idle_prompt_after_seconds: float | None = Field(
         default=None, gt=0, validation_alias="CHORUS_ENGAGE_IDLE_PROMPT_AFTER_SECONDS"
     )
+    """Live chat: seconds of quiet after which the bot may say one on-topic line; unset: never."""
     # A pause holds until "!chorus resume", across restarts; a paused channel that stays quiet
     # this long (no chat at all) wakes up again by itself.
     pause_hours: float = Field(
         default=12.0, gt=0, le=24 * 30, validation_alias="CHORUS_ENGAGE_PAUSE_HOURS"
     )
+    """Live chat: a paused channel with no chat at all for this many hours wakes up by itself."""
 
     # YouTube: unset = the global value above.
     youtube_min_pending: int | None = Field(
         default=None, ge=1, validation_alias="CHORUS_ENGAGE_YOUTUBE_MIN_PENDING"
     )
+    """`CHORUS_ENGAGE_MIN_PENDING` for YouTube chats; unset: the same."""
     youtube_min_gap_seconds: float | None = Field(
         default=300.0, ge=0, validation_alias="CHORUS_ENGAGE_YOUTUBE_MIN_GAP_SECONDS"
     )
+    """`CHORUS_ENGAGE_MIN_GAP_SECONDS` for YouTube chats, where every message costs quota."""
     youtube_max_batch_chatters: int | None = Field(
         default=3, ge=1, le=5, validation_alias="CHORUS_ENGAGE_YOUTUBE_MAX_BATCH_CHATTERS"
     )
+    """`CHORUS_ENGAGE_MAX_BATCH_CHATTERS` for YouTube chats."""
     youtube_channel_cooldown_seconds: float | None = Field(
         default=None, ge=0, validation_alias="CHORUS_ENGAGE_YOUTUBE_CHANNEL_COOLDOWN_SECONDS"
     )
+    """`CHORUS_ENGAGE_CHANNEL_COOLDOWN_SECONDS` for YouTube chats; unset: the same."""
     youtube_user_cooldown_seconds: float | None = Field(
         default=None, ge=0, validation_alias="CHORUS_ENGAGE_YOUTUBE_USER_COOLDOWN_SECONDS"
     )
+    """`CHORUS_ENGAGE_USER_COOLDOWN_SECONDS` for YouTube chats; unset: the same."""
     youtube_idle_prompt_after_seconds: float | None = Field(
         default=None, gt=0, validation_alias="CHORUS_ENGAGE_YOUTUBE_IDLE_PROMPT_AFTER_SECONDS"
     )
+    """`CHORUS_ENGAGE_IDLE_PROMPT_AFTER_SECONDS` for YouTube chats; unset: the same."""
 
     def thresholds(self) -> dict[str, Any]:
         """The policy's thresholds for every platform (the fields that are the policy's)."""

@@ -74,17 +74,29 @@ class LLMSettings(Section):
     """The chat model, each vendor's key and base URL, and the per-call limits."""
 
     model: str | None = Field(default=None, validation_alias="CHORUS_MODEL")
+    """The chat model as `provider:model`, provider one of `anthropic`, `openai`, `gemini` (e.g.
+    `anthropic:claude-sonnet-4-5`, `openai:gpt-4.1-mini`, `gemini:gemini-2.5-flash`). When unset and
+    exactly one vendor is configured, that vendor's default model is used."""
     anthropic_api_key: SecretStr | None = Field(default=None, validation_alias="ANTHROPIC_API_KEY")
+    """Anthropic key (console.anthropic.com/settings/keys)."""
     anthropic_base_url: str | None = Field(default=None, validation_alias="ANTHROPIC_BASE_URL")
+    """Anthropic endpoint (proxies, gateways); unset: the vendor's."""
     openai_api_key: SecretStr | None = Field(default=None, validation_alias="OPENAI_API_KEY")
+    """OpenAI key (platform.openai.com/api-keys); not needed for a local server."""
     openai_base_url: str | None = Field(default=None, validation_alias="OPENAI_BASE_URL")
+    """Any OpenAI-compatible server (Ollama, vLLM, llama.cpp, LM Studio, OpenRouter); unset: the
+    vendor's."""
     gemini_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("GEMINI_API_KEY", "GOOGLE_API_KEY")
     )
+    """Gemini key (aistudio.google.com/apikey); either name works."""
     gemini_base_url: str | None = Field(default=None, validation_alias="GOOGLE_GEMINI_BASE_URL")
+    """Gemini endpoint; unset: the vendor's."""
 
     llm_timeout: float = Field(default=60.0, gt=0, validation_alias="CHORUS_LLM_TIMEOUT")
+    """Seconds before one model call times out."""
     llm_max_retries: int = Field(default=4, ge=0, le=10, validation_alias="CHORUS_LLM_MAX_RETRIES")
+    """Retries of 429, overloaded and 5xx answers, with jittered backoff honouring `Retry-After`."""
 
     def api_key(self, provider: str) -> str | None:
         secret = {
@@ -143,8 +155,11 @@ class FallbackSettings(Section):
     """The models tried after ``CHORUS_MODEL``, and the circuit breaker of each."""
 
     models: str = Field(default="", validation_alias=FALLBACK_VARIABLE)
+    """Comma list of `provider:model` used, in order, when the primary keeps failing."""
     breaker_failures: int = Field(default=3, ge=1, validation_alias="CHORUS_BREAKER_FAILURES")
+    """Failures in a row after which a model is skipped (its circuit breaker opens)."""
     breaker_cooldown: float = Field(default=60.0, gt=0, validation_alias="CHORUS_BREAKER_COOLDOWN")
+    """Seconds a failing model is skipped before it is tried again."""
 
     def specs(self) -> list[ModelSpec]:
         return [

@@ -19,7 +19,9 @@ DEFAULT_HEALTH_PORT = 9464
 
 class LoggingSettings(Section):
     level: str = Field(default="INFO", validation_alias="CHORUS_LOG_LEVEL")
+    """`DEBUG`, `INFO`, `WARNING` or `ERROR`."""
     format: Literal["text", "json"] = Field(default="text", validation_alias="CHORUS_LOG_FORMAT")
+    """`text` (logfmt) or `json`, on stderr."""
 
     @field_validator("level")
     @classmethod
@@ -34,9 +36,11 @@ class HealthSettings(Section):
     """``/healthz``, ``/readyz`` and ``/metrics``; port 0 turns the server off."""
 
     host: str = Field(default="0.0.0.0", min_length=1, validation_alias="CHORUS_HEALTH_HOST")
+    """Address the health server (`/healthz`, `/readyz`, `/metrics`) listens on."""
     port: int = Field(
         default=DEFAULT_HEALTH_PORT, ge=0, le=65535, validation_alias="CHORUS_HEALTH_PORT"
     )
+    """Port of `/healthz`, `/readyz` and `/metrics`; `0` turns the health server off."""
 
     @property
     def enabled(self) -> bool:
@@ -45,6 +49,8 @@ class HealthSettings(Section):
 
 class MetricsSettings(Section):
     prices: Path | None = Field(default=None, validation_alias="CHORUS_PRICES")
+    """JSON price table for the cost metric and the daily cost cap (overrides the shipped list
+    prices)."""
 
     @field_validator("prices", mode="before")
     @classmethod
@@ -65,9 +71,14 @@ class AdminSettings(Section):
     """
 
     host: str = Field(default="127.0.0.1", min_length=1, validation_alias="CHORUS_ADMIN_HOST")
+    """Address the admin dashboard listens on (loopback: reachable from this machine only)."""
     port: int = Field(default=0, ge=0, le=65535, validation_alias="CHORUS_ADMIN_PORT")
+    """Serve the admin dashboard on this port; `0`: no dashboard."""
     token: SecretStr | None = Field(default=None, validation_alias="CHORUS_ADMIN_TOKEN")
+    """The dashboard's login, at least 16 characters; required when `CHORUS_ADMIN_PORT` is set."""
     trust_proxy: tuple[str, ...] = Field(default=(), validation_alias="CHORUS_ADMIN_TRUST_PROXY")
+    """Comma list of the reverse proxies' addresses or networks whose `X-Forwarded-For` and
+    `X-Forwarded-Proto` the dashboard believes; empty: the headers are ignored."""
 
     @field_validator("token", mode="before")
     @classmethod

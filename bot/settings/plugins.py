@@ -17,12 +17,17 @@ from bot.settings.base import Section, comma_tuple
 
 class PluginSettings(Section):
     modules: tuple[str, ...] = Field(default=(), validation_alias="CHORUS_PLUGINS")
+    """Comma list of plugin modules (`module` or `module:register`) or installed entry-point names.
+    """
     # Installed entry points load only when asked for (or named in ``modules``): a package on
     # the path is not an operator's decision to run it inside the bot.
     entry_points: bool = Field(default=False, validation_alias="CHORUS_PLUGIN_ENTRY_POINTS")
+    """`true`: also load every installed package's `chorus.plugins` entry point (else only those
+    named in `CHORUS_PLUGINS`)."""
     hook_timeout: float = Field(
         default=5.0, gt=0, le=120, validation_alias="CHORUS_PLUGIN_HOOK_TIMEOUT"
     )
+    """Seconds a plugin's `before_turn` / `after_reply` hook may take."""
 
     @field_validator("modules", mode="before")
     @classmethod

@@ -57,44 +57,69 @@ def check_user_entry(entry: str) -> None:
 
 class SafetySettings(Section):
     preset: Preset = Field(default="standard", validation_alias="CHORUS_SAFETY_PRESET")
+    """`standard`, `streamer` or `off`: the defaults of the rules below."""
     preset_platforms: frozenset[str] = Field(
         default=frozenset({"twitch", "youtube"}),
         validation_alias="CHORUS_SAFETY_PRESET_PLATFORMS",
     )
+    """Where `streamer` applies; `standard` elsewhere."""
     words: tuple[str, ...] = Field(default=(), validation_alias="CHORUS_MODERATION_WORDS")
+    """Comma list of extra blocked words and phrases."""
     patterns: tuple[str, ...] = Field(default=(), validation_alias="CHORUS_MODERATION_PATTERNS")
+    """Regular expressions, one per line (a list in `chorus.toml`), matched case-insensitively."""
     list_file: Path | None = Field(default=None, validation_alias="CHORUS_MODERATION_LIST_FILE")
+    """A file: one word or phrase per line, `re:<pattern>` for a regular expression, `#` comments.
+    """
     default_lists: bool = Field(default=True, validation_alias="CHORUS_MODERATION_DEFAULT_LISTS")
+    """The shipped slur and harassment lists."""
     action: Action = Field(default="refuse", validation_alias="CHORUS_MODERATION_ACTION")
+    """A flagged message: `refuse`, `ignore` or `log`."""
     links: LinkPolicy | None = Field(default=None, validation_alias="CHORUS_MODERATION_LINKS")
+    """`allow`, `deny`, or `domains` (only `CHORUS_MODERATION_LINK_DOMAINS`); unset: the preset's.
+    """
     link_domains: frozenset[str] = Field(
         default=frozenset(), validation_alias="CHORUS_MODERATION_LINK_DOMAINS"
     )
+    """Comma list of allowed domains (subdomains included); setting it implies `domains`."""
     personal_data: bool | None = Field(
         default=None, validation_alias="CHORUS_MODERATION_PERSONAL_DATA"
     )
+    """Refuse e-mail addresses, phone numbers, cards, IP addresses in and out; unset: the preset's.
+    """
     injection: InjectionAction | None = Field(
         default=None, validation_alias="CHORUS_MODERATION_INJECTION"
     )
+    """Injection phrases: `off`, `log` or `block`; unset: the preset's."""
     model: str | None = Field(default=None, validation_alias="CHORUS_MODERATION_MODEL")
+    """A moderation model: `openai:omni-moderation-latest`, or any `provider:model` classifying
+    against the rules."""
     rules_file: Path | None = Field(default=None, validation_alias="CHORUS_MODERATION_RULES_FILE")
+    """The community's rules for a classifying model; unset: `prompts/safety/rules.md`."""
     timeout: float = Field(default=3.0, gt=0, le=60, validation_alias="CHORUS_MODERATION_TIMEOUT")
+    """Seconds per moderation call."""
     fail: Literal["open", "closed"] | None = Field(
         default=None, validation_alias="CHORUS_MODERATION_FAIL"
     )
+    """`open` or `closed` when the moderation model fails; unset: the preset's."""
     canary: bool = Field(default=True, validation_alias="CHORUS_SAFETY_CANARY")
+    """The system prompt's canary and the leak check."""
     canary_secret: SecretStr | None = Field(
         default=None, validation_alias="CHORUS_SAFETY_CANARY_SECRET"
     )
+    """The deployment's secret: the canary and the audit trail's fingerprint key are derived from
+    it; unset: the model keys."""
     audit_max_entries: int = Field(
         default=10_000, ge=100, le=10_000_000, validation_alias="CHORUS_AUDIT_MAX_ENTRIES"
     )
+    """Entries kept in the audit stream."""
     blocked_users: frozenset[str] = Field(
         default=frozenset(), validation_alias="CHORUS_USERS_BLOCKED"
     )
+    """Comma list of `platform:user_id` the bot ignores in every channel."""
     allowed_users: frozenset[str] = Field(
         default=frozenset(), validation_alias="CHORUS_USERS_ALLOWED"
     )
+    """Comma list of `platform:user_id` trusted in every channel (no quotas, links allowed)."""
 
     @field_validator(
         "preset_platforms", "link_domains", "blocked_users", "allowed_users", mode="before"
@@ -151,17 +176,28 @@ class QuotaSettings(Section):
     limit. ``cost_usd_per_day`` caps the whole deployment's estimated spend per UTC day."""
 
     user_messages_hour: int | None = _limit("CHORUS_QUOTA_USER_MESSAGES_HOUR")
+    """Messages per user per UTC hour; unset: no limit."""
     user_messages_day: int | None = _limit("CHORUS_QUOTA_USER_MESSAGES_DAY")
+    """Messages per user per UTC day; unset: no limit."""
     user_tokens_hour: int | None = _limit("CHORUS_QUOTA_USER_TOKENS_HOUR")
+    """Tokens per user per UTC hour (all input, cached included, plus output); unset: no limit."""
     user_tokens_day: int | None = _limit("CHORUS_QUOTA_USER_TOKENS_DAY")
+    """Tokens per user per UTC day; unset: no limit."""
     channel_messages_hour: int | None = _limit("CHORUS_QUOTA_CHANNEL_MESSAGES_HOUR")
+    """Messages per channel per UTC hour (a thread counts to its channel); unset: no limit."""
     channel_messages_day: int | None = _limit("CHORUS_QUOTA_CHANNEL_MESSAGES_DAY")
+    """Messages per channel per UTC day; unset: no limit."""
     channel_tokens_hour: int | None = _limit("CHORUS_QUOTA_CHANNEL_TOKENS_HOUR")
+    """Tokens per channel per UTC hour; unset: no limit."""
     channel_tokens_day: int | None = _limit("CHORUS_QUOTA_CHANNEL_TOKENS_DAY")
+    """Tokens per channel per UTC day; unset: no limit."""
     cost_usd_per_day: float | None = Field(
         default=None, gt=0, validation_alias="CHORUS_QUOTA_COST_USD_DAY"
     )
+    """The deployment's estimated spend per UTC day, in USD, every model call included (reserved
+    before each call); unset: no cap."""
     exempt_moderators: bool = Field(default=True, validation_alias="CHORUS_QUOTA_EXEMPT_MODERATORS")
+    """Moderators skip the per-user and per-channel limits."""
 
 
 # -- per scope (chorus.toml ``[scope.safety]`` and ``[scope.quota]``) ----------------------------

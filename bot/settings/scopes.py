@@ -156,12 +156,20 @@ class FileSettings(Section):
     ``scope.0.persona``) and the texts of the persona and prompt files it read."""
 
     path: Path | None = Field(default=None, validation_alias="CHORUS_CONFIG")
+    """The configuration file: personas, scopes, prompt overrides, plugins, any setting by name;
+    unset: `./chorus.toml` when it exists."""
     # Where each running ``chorus run``/``chat`` leaves its pid, for ``chorus reload``.
     run_dir: Path = Field(default=Path(".chorus/run"), validation_alias="CHORUS_RUN_DIR")
+    """Where each running `chorus run`/`chat` leaves its pid for `chorus reload`."""
     persona: Persona = Field(default_factory=Persona)
+    """`[persona]`: who the bot is wherever no scope picks another persona (name, prompt or
+    prompt_file, language, style)."""
     personas: dict[str, Persona] = Field(default_factory=dict)
+    """`[personas.NAME]`: more personas, for scopes to pick by name."""
     scopes: tuple[Scope, ...] = ()
+    """`[[scope]]`: settings for the messages of one platform, server or channel (`match`)."""
     prompts: dict[str, Path] = Field(default_factory=dict)
+    """`[prompts]`: texts of `prompts/` replaced by files, by name (`"live/batch" = "batch.md"`)."""
     # Filled by the loader:
     found: Path | None = None  # the file that was read
     given: frozenset[str] = frozenset()  # the settings it gave, as section.field

@@ -31,26 +31,37 @@ class SlackSettings(Section):
     """Every variable the Slack adapter reads (documented in ``.env.example``)."""
 
     bot_token: SecretStr | None = Field(default=None, validation_alias="SLACK_BOT_TOKEN")
+    """The Bot User OAuth Token (`xoxb-...`); setting it turns the Slack adapter on."""
     app_token: SecretStr | None = Field(default=None, validation_alias="SLACK_APP_TOKEN")
+    """The app-level token (`xapp-...`, scope `connections:write`): Socket Mode, no public URL
+    needed."""
     signing_secret: SecretStr | None = Field(default=None, validation_alias="SLACK_SIGNING_SECRET")
+    """The app's signing secret, for the HTTP Events API instead of Socket Mode."""
     http_host: str = Field(default="0.0.0.0", validation_alias="SLACK_HTTP_HOST")
+    """Address the HTTP Events API endpoint listens on."""
     http_port: int = Field(default=3000, ge=0, le=65535, validation_alias="SLACK_HTTP_PORT")
+    """Port of the HTTP Events API endpoint (`/slack/events`)."""
     api_base_url: str = Field(default=DEFAULT_API_BASE_URL, validation_alias="SLACK_API_BASE_URL")
+    """Slack's Web API base (GovSlack: `https://slack-gov.com/api/`; tests)."""
     ambient_channels: ChannelSet = Field(
         default=frozenset(), validation_alias="SLACK_AMBIENT_CHANNELS"
     )
+    """Comma list of channel ids where the engagement policy decides when to speak."""
     always_answer_channels: ChannelSet = Field(
         default=frozenset(), validation_alias="SLACK_ALWAYS_ANSWER_CHANNELS"
     )
+    """Comma list of channel ids where the bot answers every message."""
     max_file_bytes: int = Field(
         default=5 * 1024 * 1024, ge=0, validation_alias="SLACK_MAX_FILE_BYTES"
     )
+    """Largest shared image downloaded for the model, in bytes."""
     native_streaming: bool = Field(
         default=True,
-        description="stream answers with chat.startStream/appendStream/stopStream; off (or "
-        "when Slack refuses them): post the first draft and chat.update it",
         validation_alias="SLACK_NATIVE_STREAMING",
     )
+    """Stream answers with `chat.startStream`/`appendStream`/`stopStream` (the app's Agents & AI
+    Apps feature); `false`, or when Slack refuses them: post the first part, then `chat.update` it.
+    """
 
     @field_validator("ambient_channels", "always_answer_channels", mode="before")
     @classmethod

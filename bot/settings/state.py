@@ -20,46 +20,72 @@ REDIS_SCHEMES = ("memory", "redis", "rediss", "unix")
 
 class StateSettings(Section):
     redis_url: str = Field(default="memory://", validation_alias="CHORUS_REDIS_URL")
+    """`memory://` is an embedded in-process store; `redis://host:6379/0`, `rediss://` (TLS) or
+    `unix:///path.sock` for a Redis server."""
     bus: Literal["memory", "redis"] = Field(default="memory", validation_alias="CHORUS_BUS")
+    """The event bus: `memory` (in-process) or `redis` (Redis Streams, for several processes; needs
+    a Redis server)."""
     bus_namespace: str = Field(
         default="main", pattern=r"^[a-z0-9_]+$", validation_alias="CHORUS_BUS_NAMESPACE"
     )
+    """Names this deployment's streams, ledgers and audit trail in Redis, so deployments can share
+    one server."""
     # How long the Redis Streams bus keeps an entry (bot/bus/retention.py); at least 10 minutes,
     # since an entry older than this is trimmed even if no worker has read it yet.
     bus_retention_seconds: int = Field(
         default=24 * 3600, ge=600, validation_alias="CHORUS_BUS_RETENTION"
     )
+    """Seconds the Redis Streams bus keeps an entry (at least 600)."""
     max_deliveries: int = Field(default=3, ge=1, le=100, validation_alias="CHORUS_MAX_DELIVERIES")
+    """Deliveries of one inbound message before it goes to the `dead_letters` topic instead of
+    another worker."""
     # How long a worker's hold on a message (claim) and on a bus partition lasts without
     # renewal: a worker that dies stalls its messages for about this long (renewed every third
     # of a lease while it lives). Shorter means faster takeover and more renewal traffic.
     claim_lease_ms: int = Field(
         default=10_000, ge=1_000, le=600_000, validation_alias="CHORUS_CLAIM_LEASE_MS"
     )
+    """How long a worker's hold on a message lasts unrenewed: a dead worker's messages wait about
+    this long for another worker."""
     partition_lease_ms: int = Field(
         default=5_000, ge=2_000, le=600_000, validation_alias="CHORUS_PARTITION_LEASE_MS"
     )
+    """How long a worker's hold on a bus partition lasts unrenewed."""
     # Where the files of a process live (the gateway's spool): absolute, never the working
     # directory; empty: $XDG_DATA_HOME/chorus, else ~/.local/share/chorus (``data_path``).
     data_dir: str = Field(default="", validation_alias="CHORUS_DATA_DIR")
+    """Where a process keeps its files (the gateway's spool); a relative path is made absolute once,
+    at start. Unset: `$XDG_DATA_HOME/chorus`, else `~/.local/share/chorus`."""
     # The gateway's ordered outbox on the Redis Streams bus (bot/bus/outbox.py): how many
     # events it holds before adapters wait, how long it publishes at shutdown, and where it
     # spools what is left (relative to the data directory; a volume in a container), signed
     # with a key derived from CHORUS_SPOOL_SECRET or the deployment's secrets
     # (bot/bus/spool_key.py); files that could not be read back are kept this many seconds.
     outbox_limit: int = Field(default=10_000, ge=1, validation_alias="CHORUS_OUTBOX_LIMIT")
+    """The gateway on the Redis Streams bus: messages it holds while Redis is away before the
+    platforms are made to wait."""
     outbox_flush_seconds: float = Field(
         default=5.0, ge=0, le=600, validation_alias="CHORUS_OUTBOX_FLUSH_SECONDS"
     )
+    """Seconds a stopping gateway keeps publishing the messages it holds before it spools the rest.
+    """
     spool_dir: str = Field(default="spool", min_length=1, validation_alias="CHORUS_SPOOL_DIR")
+    """Where a stopping gateway writes the messages Redis has not taken yet, for its next start to
+    send first; relative to `CHORUS_DATA_DIR` (a volume in a container)."""
     spool_secret: SecretStr | None = Field(default=None, validation_alias="CHORUS_SPOOL_SECRET")
+    """What the key signing every spooled record is derived from; unset: the deployment's secrets
+    (model keys, platform tokens, the Redis password)."""
     spool_corrupt_retention: int = Field(
         default=7 * 24 * 3600, ge=0, validation_alias="CHORUS_SPOOL_CORRUPT_RETENTION"
     )
+    """Seconds a spool file that was refused or could not be read back (`corrupt-...`) is kept
+    before it is deleted."""
     history_max_messages: int = Field(default=40, ge=2, validation_alias="CHORUS_HISTORY_MAX")
+    """Messages of history kept per conversation (what the prompt carries)."""
     history_ttl_seconds: int = Field(
         default=7 * 24 * 3600, ge=60, validation_alias="CHORUS_HISTORY_TTL"
     )
+    """Seconds a conversation's history lives after its last message."""
 
     @field_validator("redis_url")
     @classmethod

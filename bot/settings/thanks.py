@@ -21,16 +21,22 @@ KIND_NAMES = tuple(kind.value for kind in StreamEventKind)
 
 class ThanksSettings(Section):
     kinds: frozenset[StreamEventKind] = Field(default=frozenset(), validation_alias="CHORUS_THANKS")
+    """Stream events the bot thanks: a comma list of `raid`, `sub`, `resub`, `gift_sub`, `cheer`,
+    `super_chat`, `super_sticker`, `announcement`, or `all`; empty: none."""
     settle_seconds: float = Field(
         default=5.0, ge=0, le=600, validation_alias="CHORUS_THANKS_SETTLE_SECONDS"
     )
+    """Seconds without a new event that end a burst of events."""
     max_wait_seconds: float = Field(
         default=30.0, ge=0, le=3600, validation_alias="CHORUS_THANKS_MAX_WAIT_SECONDS"
     )
+    """The longest a burst's thanks waits after its first event, in seconds."""
     min_gap_seconds: float = Field(
         default=30.0, ge=0, le=3600, validation_alias="CHORUS_THANKS_MIN_GAP_SECONDS"
     )
+    """Seconds between two thanks in a channel."""
     max_names: int = Field(default=3, ge=1, le=10, validation_alias="CHORUS_THANKS_MAX_NAMES")
+    """People named in one thanks (the rest are thanked as a group)."""
 
     @field_validator("kinds", mode="before")
     @classmethod

@@ -21,20 +21,30 @@ class ToolSettings(Section):
     tools_enabled: frozenset[str] | None = Field(
         default=None, validation_alias="CHORUS_TOOLS_ENABLED"
     )
+    """Comma list of the tools the model may use; empty: all."""
     tools_disabled: frozenset[str] = Field(
         default=frozenset(), validation_alias="CHORUS_TOOLS_DISABLED"
     )
+    """Comma list of tools the model may not use."""
     tools_channels: Path | None = Field(default=None, validation_alias="CHORUS_TOOLS_CHANNELS")
+    """JSON file of per-channel tool overrides."""
     tool_timeout: float = Field(default=10.0, gt=0, le=600, validation_alias="CHORUS_TOOL_TIMEOUT")
+    """Seconds before a tool call is abandoned."""
     fetch_allow: frozenset[str] = Field(default=frozenset(), validation_alias="CHORUS_FETCH_ALLOW")
+    """Hosts, `host:port` or CIDRs `fetch_page` and `news_headlines` may reach despite the private-
+    address block (the knowledge base has its own: `CHORUS_KNOWLEDGE_FETCH_ALLOW`)."""
     fetch_max_bytes: int = Field(
         default=2_000_000, ge=1024, validation_alias="CHORUS_FETCH_MAX_BYTES"
     )
+    """Largest page `fetch_page` reads, in bytes."""
     fetch_timeout: float = Field(
         default=10.0, gt=0, le=120, validation_alias="CHORUS_FETCH_TIMEOUT"
     )
+    """Seconds `fetch_page` waits for a page."""
     feeds: tuple[str, ...] = Field(default=(), validation_alias="CHORUS_FEEDS")
+    """Comma list of RSS/Atom URLs for `news_headlines`."""
     mcp_config: Path | None = Field(default=None, validation_alias="CHORUS_MCP_CONFIG")
+    """JSON file listing MCP servers whose tools the bot may use."""
 
     @field_validator("tools_enabled", mode="before")
     @classmethod

@@ -33,22 +33,38 @@ class TwitchSettings(Section):
     """Every variable the Twitch adapter reads (documented in ``.env.example``)."""
 
     client_id: str | None = Field(default=None, validation_alias="TWITCH_CLIENT_ID")
+    """The Twitch application's Client ID (dev.twitch.tv/console/apps); setting it turns the Twitch
+    adapter on."""
     client_secret: SecretStr | None = Field(default=None, validation_alias="TWITCH_CLIENT_SECRET")
+    """The Twitch application's client secret."""
     access_token: SecretStr | None = Field(default=None, validation_alias="TWITCH_ACCESS_TOKEN")
+    """The bot account's user access token (scopes `user:read:chat user:write:chat user:bot`);
+    refreshed and stored automatically."""
     refresh_token: SecretStr | None = Field(default=None, validation_alias="TWITCH_REFRESH_TOKEN")
+    """The bot account's refresh token."""
     bot_id: str | None = Field(default=None, validation_alias="TWITCH_BOT_ID")
+    """The bot account's user id; unset: read from the token."""
     channels: Channels = Field(default=(), validation_alias="TWITCH_CHANNELS")
+    """Comma list of the channels (logins or ids) the bot joins."""
     ambient: bool = Field(default=True, validation_alias="TWITCH_AMBIENT")
+    """`false`: publish only messages addressed to the bot (no engagement policy)."""
     bot_is_mod: bool | None = Field(default=None, validation_alias="TWITCH_BOT_IS_MOD")
+    """Whether the bot is a moderator (100 messages per 30 s instead of 20); unset: detected from
+    its own chat badges."""
     token_store: str = Field(default="redis", validation_alias="TWITCH_TOKEN_STORE")
+    """Where refreshed tokens are kept: `redis`, or `file:/path/tokens.json`."""
     api_base_url: str = Field(default=DEFAULT_API_BASE_URL, validation_alias="TWITCH_API_BASE_URL")
+    """Twitch's Helix API base (proxies and tests)."""
     auth_base_url: str = Field(
         default=DEFAULT_AUTH_BASE_URL, validation_alias="TWITCH_AUTH_BASE_URL"
     )
+    """Twitch's OAuth base (proxies and tests)."""
     eventsub_ws_url: str = Field(
         default=DEFAULT_EVENTSUB_WS_URL, validation_alias="TWITCH_EVENTSUB_WS_URL"
     )
+    """Twitch's EventSub WebSocket URL (proxies and tests)."""
     max_pieces: int = Field(default=2, ge=1, le=5, validation_alias="TWITCH_MAX_PIECES")
+    """Messages one answer may take at most (500 characters each)."""
 
     @field_validator("channels", mode="before")
     @classmethod
