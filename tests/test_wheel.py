@@ -158,6 +158,9 @@ async def _get(url: str, limit: float = 60) -> tuple[int, str]:
                 await asyncio.sleep(0.2)
 
 
+# Its fixtures build the wheel and install it with its dependencies first: minutes on a loaded
+# machine, so more than the suite's default per-test limit.
+@pytest.mark.timeout(900)
 async def test_the_installed_wheel_sets_up_chats_and_runs_outside_the_checkout(
     venv: Path, tmp_path: Path
 ) -> None:
