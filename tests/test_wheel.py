@@ -3,9 +3,9 @@
 Why: the checkout hides packaging mistakes. Run from the repository, every file is on disk
 whether or not the wheel carries it, so a word list or a template left out of the package data
 breaks only the people who ``pip install`` Chorus. Here the wheel is built from a copy of the
-sources (``python -m build --no-isolation``: no network, nothing written into the checkout),
-every file under the packages is looked up in its RECORD (so a new data file that the
-``package-data`` patterns of pyproject.toml miss fails this test), and then the wheel is
+sources (``python -m build --no-isolation``: sdist, then the wheel from it; no network, nothing
+written into the checkout), every file under the packages is looked up in its RECORD (so a new
+data file that the ``package-data`` patterns of pyproject.toml miss fails this test), then it is
 installed with its dependencies (pinned by constraints.txt, from the configured index) into a
 new virtualenv that cannot see the checkout. From directories outside the checkout, that
 install runs what a new user runs: ``chorus --version``, ``chorus init --non-interactive``
@@ -68,7 +68,8 @@ def _run(args: list[str], cwd: Path | None = None, timeout: float = 300) -> None
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel ``python -m build`` makes from a copy of the sources."""
+    """The wheel ``python -m build`` makes from a copy of the sources: by way of the sdist, as
+    by default, so a file the sdist leaves out is missing from the wheel too."""
     work = tmp_path_factory.mktemp("wheel")
     source = work / "source"
     source.mkdir()
@@ -80,11 +81,12 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
     out = work / "dist"
     _run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), "."],
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), "."],
         cwd=source,
         timeout=300,
     )
     [built] = out.glob("*.whl")
+    assert len(list(out.glob("*.tar.gz"))) == 1, "the sdist"
     return built
 
 
