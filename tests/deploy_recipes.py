@@ -9,7 +9,8 @@ config exit status, and .env.example. A negative control next to each schema che
 the schema would reject a misspelt field.
 
 This module loads the recipes and the code they must agree with; the tests are in
-tests/test_deploy_images.py, test_deploy_kubernetes.py and test_deploy_systemd.py.
+tests/test_deploy_images.py, test_deploy_compose.py, test_deploy_kubernetes.py and
+test_deploy_systemd.py.
 """
 
 from __future__ import annotations

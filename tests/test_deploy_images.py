@@ -1,9 +1,8 @@
-"""The deploy/ recipes that run containers, checked offline: the Dockerfile (stages, user, pinned installs, health checks, hadolint) and the Compose file (the Compose Specification, Redis and the three roles). Why offline: no Docker engine runs here, and a typo in a recipe fails only in production; tests/deploy_recipes.py says how each is loaded."""
+"""The container image's recipe, checked offline: the Dockerfile (stages, user, pinned installs, health checks, hadolint; the Compose file is checked in tests/test_deploy_compose.py). Why offline: no Docker engine runs here, and a typo in a recipe fails only in production; tests/deploy_recipes.py says how each is loaded."""
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import os
 import re
@@ -12,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jsonschema
 import pytest
 from aiohttp import web
 
@@ -21,8 +19,6 @@ from tests.deploy_recipes import (
     _SECRET_NAME,
     DEPLOY,
     ROOT,
-    SCHEMAS,
-    SHUTDOWN_GRACE,
     _assert_cli,
     _chorus_containers,
     _compose,
@@ -30,7 +26,6 @@ from tests.deploy_recipes import (
     _env_default,
     _final_stage,
     _instructions,
-    _serves_health,
 )
 
 
@@ -156,80 +151,3 @@ def test_hadolint_finds_nothing() -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert result.returncode == 0 and json.loads(result.stdout or "[]") == [], result.stdout
-
-
-# -- Compose -------------------------------------------------------------------------------------
-def _compose_validator() -> jsonschema.protocols.Validator:
-    schema = json.loads((SCHEMAS / "compose-spec.json").read_text())
-    validator_class = jsonschema.validators.validator_for(schema)
-    validator_class.check_schema(schema)
-    return validator_class(schema)
-
-
-def test_compose_file_follows_the_compose_specification() -> None:
-    validator = _compose_validator()
-    compose = _compose()
-    errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(compose)]
-    assert errors == []
-    misspelt = copy.deepcopy(compose)
-    misspelt["services"]["worker"]["deploy"] = {"replica": 2}
-    assert not validator.is_valid(misspelt)
-
-
-def test_compose_wires_redis_and_the_three_roles() -> None:
-    compose = _compose()
-    services = compose["services"]
-    redis = services["redis"]
-    assert (
-        "--appendonly" in redis["command"]
-        and redis["command"][redis["command"].index("--appendonly") + 1] == "yes"
-    )
-    assert [v.split(":")[1] for v in redis["volumes"]] == ["/data"]
-    assert redis["volumes"][0].split(":")[0] in compose["volumes"]
-    assert redis["healthcheck"]["test"] and redis["restart"] == "unless-stopped"
-    roles = {
-        "gateway": ["run", "--role", "gateway"],
-        "worker": ["run", "--role", "worker"],
-        "insights": ["insights"],
-    }
-    for name, command in roles.items():
-        service = services[name]
-        assert service["command"] == command
-        _assert_cli(command)
-        assert service["environment"]["CHORUS_REDIS_URL"] == "redis://redis:6379/0"
-        assert service["environment"]["CHORUS_BUS"] == "redis"
-        assert service["environment"]["CHORUS_INSIGHTS_IN_PROCESS"] == "false"
-        assert service["environment"]["CHORUS_HEALTH_PORT"] == str(DEFAULT_PORT)
-        if _serves_health(command):
-            assert f":{DEFAULT_PORT}/healthz" in service["healthcheck"]["test"][-1]
-        else:
-            assert service["healthcheck"] == {"disable": True}, f"{name}: nothing answers"
-        assert service["depends_on"] == {"redis": {"condition": "service_healthy"}}
-        assert service["restart"] == "unless-stopped"
-        stop = service.get("stop_grace_period", "10s")  # Compose's default
-        assert stop.endswith("s") and float(stop[:-1]) >= SHUTDOWN_GRACE + 10, f"{name}: drain"
-        assert (DEPLOY / service["env_file"]).resolve() == ROOT / ".env"
-        assert (DEPLOY / service["build"]["context"] / service["build"]["dockerfile"]).is_file()
-        assert not [k for k in service["environment"] if _SECRET_NAME.search(k)], "secrets: .env"
-    assert services["worker"]["deploy"]["replicas"] == 2
-    assert "deploy" not in services["gateway"], "one gateway per bot token"
-    slack_port = _env_default("SLACK_HTTP_PORT")
-    assert f"{slack_port}:{slack_port}" in services["gateway"]["ports"]
-    assert ".env" in (ROOT / ".gitignore").read_text().split()
-
-
-def test_the_compose_gateway_spools_to_a_named_volume_the_image_makes_writable() -> None:
-    """The gateway's spool (CHORUS_SPOOL_DIR, by default spool under the image's
-    CHORUS_DATA_DIR) must survive the read-only container: a named volume, mounted on a
-    directory the image creates as its user, so Docker initialises the volume with that
-    owner."""
-    compose = _compose()
-    gateway = compose["services"]["gateway"]
-    [data_dir] = re.findall(r"CHORUS_DATA_DIR=(\S+)", " ".join(_final_stage("ENV")))
-    spool = f"{data_dir}/{_env_default('CHORUS_SPOOL_DIR')}"
-    assert "CHORUS_SPOOL_DIR" not in gateway.get("environment", {})
-    [volume] = [v for v in gateway["volumes"] if v.split(":")[1] == spool]
-    assert volume.split(":")[0] in compose["volumes"]
-    final = [(kw, args) for stage, kw, args in _instructions() if stage == 1]
-    made = final.index(("RUN", f"mkdir -p {spool}"))
-    assert [kw for kw, _ in final[:made]].count("USER") == 1, "made as the user, not root"

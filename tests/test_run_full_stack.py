@@ -10,6 +10,7 @@ import signal
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.discord_server import (
@@ -73,11 +74,14 @@ async def test_chorus_run_answers_a_discord_mention_end_to_end(tmp_path: Path) -
         assert 'chorus_llm_tokens_total{kind="output",model="claude-test"}' in metrics
 
 
+@pytest.mark.parametrize("front", ["gateway", "all"])
 async def test_gateway_and_worker_processes_over_redis_streams(
-    tmp_path: Path, real_redis_url: str, key_tag: str
+    tmp_path: Path, real_redis_url: str, key_tag: str, front: str
 ) -> None:
     """Scale-out: ``--role gateway`` holds the Discord connection, ``--role worker`` runs the
-    agent; the Redis Streams bus on a real Redis carries the message and the reply between."""
+    agent; the Redis Streams bus on a real Redis carries the message and the reply between.
+    ``all`` in front is deploy/compose.yaml's ``--profile scale``: the one ``chorus run`` that
+    holds the platforms answers too, beside the workers, and each message is answered once."""
     async with AnthropicServer() as model, DiscordServer() as discord:
         model.replies.append("Answered by the worker.")
         common = base_env(tmp_path) | {
@@ -97,7 +101,7 @@ async def test_gateway_and_worker_processes_over_redis_streams(
         }
         procs = [
             await spawn_chorus(["run", "--role", role], env, tmp_path)
-            for role, env in (("gateway", gateway_env), ("worker", common))
+            for role, env in ((front, gateway_env), ("worker", common))
         ]
         message_id = int(key_tag[1:], 16)  # unique per run: the real Redis remembers ids
         try:
