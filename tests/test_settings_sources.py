@@ -271,6 +271,11 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
         "http://127.0.0.1:9/token",
         "http://127.0.0.1:9/token",
     ),
+    "GOOGLE_OAUTH_AUTH_URL": (
+        ("youtube.auth_url",),
+        "http://127.0.0.1:9/auth",
+        "http://127.0.0.1:9/auth",
+    ),
     "YOUTUBE_READ_MODE": (("youtube.read_mode",), "poll", "poll"),
     "YOUTUBE_GRPC_TARGET": (("youtube.grpc_target",), "127.0.0.1:9", "127.0.0.1:9"),
     "YOUTUBE_GRPC_INSECURE": (("youtube.grpc_insecure",), "true", True),

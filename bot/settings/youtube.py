@@ -22,7 +22,7 @@ from bot.settings.base import ConfigError, Section
 CREDENTIALS_URL = "https://console.cloud.google.com/apis/credentials"
 TOKEN_HELP = (
     "create an OAuth client (type: Desktop app) at "
-    f"{CREDENTIALS_URL} and get a refresh token with the youtube.force-ssl scope (see README)"
+    f"{CREDENTIALS_URL}, then run `chorus auth youtube` to get the refresh token (docs/auth.md)"
 )
 
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -42,7 +42,16 @@ class YouTubeSettings(Section):
         default="https://www.googleapis.com/youtube/v3", validation_alias="YOUTUBE_API_BASE_URL"
     )
     token_url: str = Field(
-        default="https://oauth2.googleapis.com/token", validation_alias="GOOGLE_OAUTH_TOKEN_URL"
+        default="https://oauth2.googleapis.com/token",
+        validation_alias="GOOGLE_OAUTH_TOKEN_URL",
+        description="Google's OAuth token endpoint: refreshes the access token, and exchanges "
+        "the code of `chorus auth youtube` (a proxy or a test's loopback server)",
+    )
+    auth_url: str = Field(
+        default="https://accounts.google.com/o/oauth2/v2/auth",
+        validation_alias="GOOGLE_OAUTH_AUTH_URL",
+        description="Google's OAuth authorization endpoint: the consent page `chorus auth "
+        "youtube` sends the browser to (a test's loopback server)",
     )
 
     read_mode: Literal["auto", "stream", "poll"] = Field(
@@ -94,6 +103,7 @@ class YouTubeSettings(Section):
         for name, url in (
             ("YOUTUBE_API_BASE_URL", self.api_base_url),
             ("GOOGLE_OAUTH_TOKEN_URL", self.token_url),
+            ("GOOGLE_OAUTH_AUTH_URL", self.auth_url),
         ):
             if not url.startswith(("https://", "http://")):
                 raise ConfigError(f"{name}={url!r} is not an http(s) URL")
