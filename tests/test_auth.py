@@ -76,6 +76,8 @@ async def test_twitch_device_code_tokens_are_stored_and_used_by_the_next_run(
         assert proc.returncode == 0, err.decode()
         (device_request,) = [r for r in server.requests if r.path == "/id/oauth2/device"]
         assert set(parse_qs(str(device_request.body))["scopes"][0].split()) == SCOPES
+        token_polls = [r for r in server.requests if r.path == "/id/oauth2/token"]
+        assert all(parse_qs(str(r.body))["client_secret"] == [CLIENT_SECRET] for r in token_polls)
         polls = server.polls
         gaps = [later - earlier for earlier, later in zip(polls, polls[1:], strict=False)]
         assert len(polls) >= 3 and gaps[0] >= 1 + 5 - 0.5, gaps  # slow_down added 5 s

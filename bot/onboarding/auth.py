@@ -106,7 +106,10 @@ async def _twitch(args: argparse.Namespace, settings: Settings, env_file: Path) 
             f"{CONSOLE_URL} and put its client id in .env, or pass --client-id"
         )
     base = settings.twitch.auth_base_url
-    granted = await twitch_auth.device_flow(base, client_id, patience=args.timeout, say=_say)
+    secret = settings.twitch.secret("client_secret")
+    granted = await twitch_auth.device_flow(
+        base, client_id, secret, patience=args.timeout, say=_say
+    )
     values = {
         "TWITCH_ACCESS_TOKEN": granted.access_token,
         "TWITCH_REFRESH_TOKEN": granted.refresh_token,

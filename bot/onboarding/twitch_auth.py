@@ -7,7 +7,8 @@ polling ``interval``. Then ``POST oauth2/token`` with ``grant_type=urn:ietf:para
 grant-type:device_code`` is asked every ``interval`` seconds: Twitch answers 400 with
 ``{"status": 400, "message": "authorization_pending"}`` until the code is entered,
 ``slow_down`` when asked too often (the interval grows by five seconds, as RFC 8628 says), and
-the token pair once the operator authorised. A refusal (``access_denied``) or a code that ran out
+the token pair once the operator authorised. Chorus refreshes the pair with the client
+secret, so its application is of client type Confidential and the polls carry the secret too. A refusal (``access_denied``) or a code that ran out
 (``expired_token``, or ``invalid device code`` once Twitch forgot it) ends the flow. The
 pair is then validated (``GET oauth2/validate``): it must carry every scope Chorus needs.
 
@@ -55,6 +56,7 @@ def _reason(body: Any) -> str:
 async def device_flow(
     base: str,
     client_id: str,
+    client_secret: str = "",
     *,
     patience: float | None = None,
     say: Callable[[str], None] = print,
@@ -90,6 +92,8 @@ async def device_flow(
         "device_code": str(body["device_code"]),
         "grant_type": DEVICE_GRANT,
     }
+    if client_secret:  # a Confidential application authenticates its token requests
+        form["client_secret"] = client_secret
     while True:
         if time.monotonic() + interval > deadline:
             raise AuthFailed(

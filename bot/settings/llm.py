@@ -35,8 +35,9 @@ KEY_URL = {
 }
 
 NO_LLM_MESSAGE = (
-    "No LLM is configured. Run `chorus init` to set one up: it asks for the vendor and the key, "
-    "tries the key, and writes .env.\n"
+    "No LLM is configured. Run `chorus init` (in a clone after `make run`: "
+    "`.venv/bin/chorus init`) to set one up: it asks for the vendor and the key, tries the key, "
+    "and writes .env.\n"
     "Or set one vendor's key (the model is then that vendor's default), or CHORUS_MODEL="
     "provider:model and that vendor's key, for example\n"
     "  CHORUS_MODEL=anthropic:claude-sonnet-4-5  ANTHROPIC_API_KEY=...\n"

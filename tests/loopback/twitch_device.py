@@ -2,7 +2,8 @@
 
 ``POST /id/oauth2/device`` (form ``client_id``, ``scopes``) answers ``device_code``,
 ``user_code``, ``verification_uri``, ``expires_in`` and ``interval``. ``POST /id/oauth2/token``
-with ``grant_type=urn:ietf:params:oauth:grant-type:device_code`` answers in Twitch's shape,
+with ``grant_type=urn:ietf:params:oauth:grant-type:device_code`` (and the client secret of a
+Confidential application, when sent) answers in Twitch's shape,
 ``{"status": 400, "message": "authorization_pending"}`` until the test (playing the operator at
 twitch.tv/activate) calls ``approve(user_code)`` or ``deny(user_code)``; then the token pair
 (granted on the server, so Helix, validate and refresh accept it), or ``access_denied``. A code
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from tests.loopback.twitch_server import CLIENT_ID, TwitchServer
+from tests.loopback.twitch_server import CLIENT_ID, CLIENT_SECRET, TwitchServer
 
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 
@@ -104,6 +105,7 @@ class TwitchDeviceServer(TwitchServer):
             device is None
             or device.redeemed
             or form.get("client_id") != CLIENT_ID
+            or form.get("client_secret", CLIENT_SECRET) != CLIENT_SECRET
             or time.monotonic() - device.created > self.expires_in
         ):
             return self._refused("invalid device code")
