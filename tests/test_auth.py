@@ -16,10 +16,12 @@ from urllib.parse import parse_qs, urlsplit
 import aiohttp
 
 from tests.loopback.anthropic_server import AnthropicServer
+from tests.loopback.openai_server import OpenAIServer
 from tests.loopback.twitch_device import TwitchDeviceServer
 from tests.loopback.twitch_server import CLIENT_ID, CLIENT_SECRET
 from tests.loopback.youtube_server import BOT_CHANNEL_ID, BOT_TITLE, VIDEO_ID, YouTubeServer
 from tests.test_chat_e2e import base_env, spawn_chorus, stopped
+from tests.test_init import Terminal
 
 BOT_ID, BOT_LOGIN = "2914196", "mybot"
 CHANNEL, CHANNEL_LOGIN = "1971641", "streamer"
@@ -234,3 +236,57 @@ async def test_youtube_refused_consent_or_no_browser_ends_clearly(tmp_path: Path
         _, err = await stopped(proc)
         assert proc.returncode == 1 and "no answer from the browser within 1 s" in err.decode()
         assert (tmp_path / ".env").read_text() == before
+
+
+def init_then_sign_in(
+    env: dict[str, str], cwd: Path, server: TwitchDeviceServer, loop: asyncio.AbstractEventLoop
+) -> tuple[int, str]:
+    """``chorus init`` at a terminal choosing Twitch, then its offer to sign the bot in."""
+    term = Terminal(["init"], env, cwd)
+    for prompt, reply in [
+        (r"Model vendor .*\[anthropic\]: ", "openai"),
+        (r"Model \[gpt-4\.1-mini\]: ", ""),
+        (r"openai API key: ", "sk-test"),
+        (r"Platforms to connect .*: ", "twitch"),
+        (r"Twitch application client id: ", CLIENT_ID),
+        (r"Twitch application client secret: ", CLIENT_SECRET),
+        (r"Twitch access token of the bot account \(empty: .*\): ", ""),
+        (r"Twitch refresh token of the bot account \(empty: .*\): ", ""),
+        (r"Twitch channels to join .*: ", CHANNEL_LOGIN),
+        (r"The bot's name \[Chorus\]: ", ""),
+        (r"Persona: .*: ", ""),
+        (r"Plugins to load .*: ", ""),
+        (r"Turn on the web dashboard .*\[y/N\]: ", "n"),
+        (r"Sign the bot's Twitch account in now, in a browser\? \[y/N\]: ", "y"),
+    ]:
+        term.expect(prompt)
+        term.send(reply)
+    code = re.search(r"code shown is (\w+)", term.expect(r"code shown is \w+"))
+    assert code
+    asyncio.run_coroutine_threadsafe(server.approve(code[1], BOT_ID), loop).result(30)
+    term.expect(r"Next:")
+    return term.wait(), term.seen
+
+
+async def test_init_at_a_terminal_offers_the_twitch_sign_in(tmp_path: Path) -> None:
+    server = await twitch_server(interval=1)
+    try:
+        async with OpenAIServer() as model:
+            env = base_env(tmp_path) | {
+                "OPENAI_BASE_URL": model.base_url,
+                "TWITCH_AUTH_BASE_URL": server.auth_url,
+                "TERM": "dumb",
+            }
+            loop = asyncio.get_running_loop()
+            code, screen = await asyncio.to_thread(init_then_sign_in, env, tmp_path, server, loop)
+        assert code == 0, screen
+        ((access, refresh),) = server.issued
+        stored = dotenv(tmp_path / ".env")
+        assert stored["TWITCH_ACCESS_TOKEN"] == access
+        assert stored["TWITCH_REFRESH_TOKEN"] == refresh
+        assert stored["TWITCH_CLIENT_ID"] == CLIENT_ID and stored["CHORUS_MODEL"]
+        assert access not in screen and refresh not in screen and CLIENT_SECRET not in screen
+        assert f"Signed in as {BOT_LOGIN}" in screen
+        assert "if its tokens ever stop working" in screen  # the closing lines know
+    finally:
+        await server.close()

@@ -61,6 +61,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def sign_in(platform: str, env_file: Path) -> int:
+    """``chorus auth <platform>`` with its defaults, storing into ``env_file`` (``chorus init``
+    offers it right after writing the file)."""
+    parser = argparse.ArgumentParser(prog="chorus auth")
+    add_arguments(parser)
+    return run(parser.parse_args([platform, "--env-file", str(env_file)]))
+
+
 def _say(text: str) -> None:
     print(text, flush=True)  # the operator acts on it while the command waits
 

@@ -27,7 +27,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bot.onboarding import checks, files, finish
+from bot.onboarding import auth, checks, files, finish
 from bot.settings import KEY_ENV, ConfigError, Settings, load_settings
 from bot.settings.llm import DEFAULT_MODELS
 
@@ -211,6 +211,18 @@ def _run(args: argparse.Namespace, asker: Asker) -> int:
     files.write_file(toml_path, files.render_toml(name, prompt, plugins), private=False)
     print(f"Wrote {env_path} (secrets, readable only by you) and {toml_path}.")
     platforms = [p for p in PLATFORMS if any(q.variable in values for q in PLATFORMS[p])]
+    for platform, variable in (
+        ("twitch", "TWITCH_REFRESH_TOKEN"),
+        ("youtube", "YOUTUBE_REFRESH_TOKEN"),
+    ):
+        if (
+            platform in platforms
+            and variable not in values
+            and asker.confirm(
+                f"Sign the bot's {platform.capitalize()} account in now, in a browser?"
+            )
+        ) and auth.sign_in(platform, env_path) == 0:
+            values[variable] = "stored"  # for the closing lines only; written by auth
     checked = not args.no_check
     print(finish.closing(target, values, platforms, settings, checked=checked))
     return 0
