@@ -68,11 +68,12 @@ async def test_twitch_device_code_tokens_are_stored_and_used_by_the_next_run(
     server = await twitch_server(interval=1)
     try:
         env = twitch_setup(tmp_path, server)
-        server.slow_down_polls = 1  # the first poll is told to slow down
+        server.failing_polls = 1  # the first poll meets a 503: it polls on
+        server.slow_down_polls = 1  # the second is told to slow down
         proc = await spawn_chorus(["auth", "twitch"], env, tmp_path)
         shown = await read_until(proc, r"open (\S+) in a browser.*code shown is (\w+)")
         assert shown[1].startswith("https://www.twitch.tv/activate")
-        await server.wait_until(lambda: len(server.polls) >= 2, 60)  # pending after slow_down
+        await server.wait_until(lambda: len(server.polls) >= 3, 60)  # pending after slow_down
         await server.approve(shown[2], BOT_ID)  # the operator enters the code and authorises
         out, err = await stopped(proc)
         assert proc.returncode == 0, err.decode()
@@ -82,7 +83,7 @@ async def test_twitch_device_code_tokens_are_stored_and_used_by_the_next_run(
         assert all(parse_qs(str(r.body))["client_secret"] == [CLIENT_SECRET] for r in token_polls)
         polls = server.polls
         gaps = [later - earlier for earlier, later in zip(polls, polls[1:], strict=False)]
-        assert len(polls) >= 3 and gaps[0] >= 1 + 5 - 0.5, gaps  # slow_down added 5 s
+        assert len(polls) >= 4 and gaps[1] >= 1 + 5 - 0.5, gaps  # slow_down added 5 s
         assert all(gap >= 1 - 0.5 for gap in gaps), gaps  # never faster than the interval
 
         ((access, refresh),) = server.issued
@@ -146,6 +147,13 @@ async def test_twitch_denied_expired_or_short_of_scopes_stores_nothing(tmp_path:
         _, err = await stopped(proc)
         assert proc.returncode == 1, err.decode()
         assert "the token lacks the scopes user:write:chat, user:bot" in err.decode()
+        assert (tmp_path / ".env").read_text() == before
+
+        server.failing_polls = 3
+        proc = await spawn_chorus(["auth", "twitch"], env, tmp_path)
+        _, err = await stopped(proc)
+        assert proc.returncode == 1, err.decode()
+        assert "token endpoint failed 3 polls in a row (503)" in err.decode()
         assert (tmp_path / ".env").read_text() == before
 
         del env["TWITCH_AUTH_BASE_URL"]

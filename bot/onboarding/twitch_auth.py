@@ -7,10 +7,11 @@ polling ``interval``. Then ``POST oauth2/token`` with ``grant_type=urn:ietf:para
 grant-type:device_code`` is asked every ``interval`` seconds: Twitch answers 400 with
 ``{"status": 400, "message": "authorization_pending"}`` until the code is entered,
 ``slow_down`` when asked too often (the interval grows by five seconds, as RFC 8628 says), and
-the token pair once the operator authorised. Chorus refreshes the pair with the client
-secret, so its application is of client type Confidential and the polls carry the secret too. A refusal (``access_denied``) or a code that ran out
-(``expired_token``, or ``invalid device code`` once Twitch forgot it) ends the flow. The
-pair is then validated (``GET oauth2/validate``): it must carry every scope Chorus needs.
+the token pair once the operator authorised. Chorus refreshes the pair with the client secret,
+so its application is of client type Confidential and the polls carry the secret too. A
+refusal (``access_denied``) or a code that ran out (``expired_token``, or ``invalid device
+code`` once Twitch forgot it) ends the flow. The pair is then validated (``GET oauth2/validate``): it must carry every scope Chorus needs. A poll
+without an answer (or a 5xx) is retried at the next interval, three in a row end the flow.
 
 Every URL is under ``TWITCH_AUTH_BASE_URL``, so tests run the flow against a loopback server.
 Tokens are never printed.
@@ -32,6 +33,7 @@ SCOPES = ("user:read:chat", "user:write:chat", "user:bot")
 BROADCASTER_SCOPE = "channel:bot"
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 SLOW_DOWN_STEP = 5.0
+MAX_OUTAGES = 3  # polls in a row without an answer (or with a 5xx) before giving up
 CONSOLE_URL = "https://dev.twitch.tv/console/apps"
 
 
@@ -94,13 +96,26 @@ async def device_flow(
     }
     if client_secret:  # a Confidential application authenticates its token requests
         form["client_secret"] = client_secret
+    outages = 0
     while True:
         if time.monotonic() + interval > deadline:
             raise AuthFailed(
                 f"nobody entered the code within {limit:g} s; run `chorus auth twitch` again"
             )
         await sleep(interval)
-        status, answer = await call("POST", f"{base}oauth2/token", data=form)
+        try:
+            status, answer = await call("POST", f"{base}oauth2/token", data=form)
+        except AuthFailed:
+            status, answer = 0, None
+        if status == 0 or status >= 500:  # no answer, or Twitch failing: poll on, a while
+            outages += 1
+            if outages >= MAX_OUTAGES:
+                raise AuthFailed(
+                    f"Twitch's token endpoint failed {outages} polls in a row "
+                    f"({status or 'no answer'}); nothing was stored"
+                )
+            continue
+        outages = 0
         if status == 200 and isinstance(answer, dict) and answer.get("access_token"):
             return await _validated(base, client_id, answer)
         reason = _reason(answer)

@@ -8,7 +8,7 @@ Confidential application, when sent) answers in Twitch's shape,
 twitch.tv/activate) calls ``approve(user_code)`` or ``deny(user_code)``; then the token pair
 (granted on the server, so Helix, validate and refresh accept it), or ``access_denied``. A code
 older than its ``expires_in`` answers ``invalid device code``. ``slow_down_polls`` makes the
-next polls answer ``slow_down``; each poll's time is kept in ``polls`` so a test can check the
+next polls answer ``slow_down``, ``failing_polls`` 503; each poll's time is kept in ``polls`` so a test can check the
 interval was honoured. Every other grant is the base server's.
 """
 
@@ -44,6 +44,7 @@ class TwitchDeviceServer(TwitchServer):
         self.expires_in = expires_in
         self.devices: dict[str, DeviceCode] = {}  # device_code -> its state
         self.slow_down_polls = 0
+        self.failing_polls = 0  # the next polls answer 503, as Twitch does in an outage
         self.grant_scopes: tuple[str, ...] | None = None  # None: the scopes asked for
         self.issued: list[tuple[str, str]] = []  # (access, refresh) per approved device code
         self._numbers = itertools.count(1)
@@ -109,6 +110,10 @@ class TwitchDeviceServer(TwitchServer):
             or time.monotonic() - device.created > self.expires_in
         ):
             return self._refused("invalid device code")
+        if self.failing_polls:
+            self.failing_polls -= 1
+            body = {"status": 503, "message": "Service Unavailable"}
+            return web.json_response(body, status=503)
         if self.slow_down_polls:
             self.slow_down_polls -= 1
             return self._refused("slow_down")
