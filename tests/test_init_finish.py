@@ -138,6 +138,21 @@ async def test_env_example_with_only_an_openai_key_answers(tmp_path: Path) -> No
     assert request.body["model"] == "gpt-4.1-mini"
 
 
+async def test_make_run_with_only_an_openai_key_in_dotenv_opens_the_console(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-only-this\n")
+    async with OpenAIServer() as model:
+        model.replies.append("Console here.")
+        env = base_env(tmp_path) | {"OPENAI_BASE_URL": model.base_url}
+        code, out, err = await run_chorus(["run"], env, tmp_path, b"hello\n")  # what make runs
+    assert code == 0, err[-3000:]
+    assert out.strip() == "Console here."
+    (request,) = model.requests
+    assert request.body["model"] == "gpt-4.1-mini"
+    assert request.headers["authorization"] == "Bearer sk-only-this"
+
+
 async def test_no_model_at_all_names_chorus_init_first(tmp_path: Path) -> None:
     env = {k: v for k, v in base_env(tmp_path).items() if not k.endswith("_API_KEY")}
     code, _, err = await run_chorus(["run"], env, tmp_path)
