@@ -20,6 +20,7 @@ from tests.loopback.openai_server import OpenAIServer
 from tests.loopback.twitch_device import TwitchDeviceServer
 from tests.loopback.twitch_server import CLIENT_ID, CLIENT_SECRET
 from tests.loopback.youtube_server import BOT_CHANNEL_ID, BOT_TITLE, VIDEO_ID, YouTubeServer
+from tests.redis_server import free_port
 from tests.test_chat_e2e import base_env, spawn_chorus, stopped
 from tests.test_init import Terminal
 
@@ -234,8 +235,11 @@ async def test_youtube_refused_consent_or_no_browser_ends_clearly(tmp_path: Path
         env = youtube_setup(tmp_path, youtube)
         before = (tmp_path / ".env").read_text()
         youtube.consent = "deny"
-        proc = await spawn_chorus(["auth", "youtube"], env, tmp_path)
+        port = free_port()  # a fixed port (for ssh -L from another machine's browser)
+        proc = await spawn_chorus(["auth", "youtube", "--port", str(port)], env, tmp_path)
         link = await read_until(proc, r"\n  (http\S+)\n")
+        redirect = parse_qs(urlsplit(link[1]).query)["redirect_uri"]
+        assert redirect == [f"http://127.0.0.1:{port}/"]
         await play_the_browser(link[1])
         _, err = await stopped(proc)
         assert proc.returncode == 1 and "Google answered access_denied" in err.decode()

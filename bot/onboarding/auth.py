@@ -54,6 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"{YOUTUBE_TIMEOUT:g})",
     )
     parser.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="YouTube: the 127.0.0.1 port that receives Google's redirect (default: a free "
+        "one; fix it to forward it over ssh -L from the machine with the browser)",
+    )
+    parser.add_argument(
         "--redirect-uri",
         default=TWITCH_REDIRECT,
         help="Twitch: a redirect URL registered for the application, used in the "
@@ -156,7 +163,7 @@ async def _youtube(args: argparse.Namespace, settings: Settings, env_file: Path)
             )
     timeout = args.timeout if args.timeout is not None else YOUTUBE_TIMEOUT
     channel = await youtube_auth.installed_app_flow(
-        section, client_id, secret.strip(), patience=timeout, say=_say
+        section, client_id, secret.strip(), patience=timeout, port=args.port, say=_say
     )
     values = {"YOUTUBE_REFRESH_TOKEN": channel.refresh_token}
     if args.client_secret:

@@ -12,7 +12,8 @@ verifier and the client's id and secret are exchanged at ``GOOGLE_OAUTH_TOKEN_UR
 tokens; ``channels.list?mine=true`` (``YOUTUBE_API_BASE_URL``) names the channel authorised.
 
 A redirect whose ``state`` is not ours is answered 400 and ignored (another page cannot inject
-a code). No answer within ``--timeout`` ends the command with a clear message. Tokens are never
+a code). ``--port`` fixes the port, so a browser on another machine can reach it through
+``ssh -L PORT:127.0.0.1:PORT``. No answer within ``--timeout`` ends the command with a clear message. Tokens are never
 printed.
 """
 
@@ -55,6 +56,7 @@ async def installed_app_flow(
     client_secret: str,
     *,
     patience: float,
+    port: int = 0,
     say: Callable[[str], None] = print,
 ) -> Channel:
     """Run the flow, waiting at most ``patience`` seconds for the browser; raises
@@ -86,8 +88,14 @@ async def installed_app_flow(
     app.router.add_get("/", redirected)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise AuthFailed(
+            f"cannot listen on 127.0.0.1:{port} ({exc.strerror}); choose another --port"
+        ) from None
     try:
         port = runner.addresses[0][1]
         redirect = f"http://127.0.0.1:{port}/"
