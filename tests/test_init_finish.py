@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from bot.onboarding import files, finish
+from bot.settings import Settings
 from tests.loopback.discord_server import DiscordServer
 from tests.loopback.openai_server import OpenAIServer
 from tests.test_chat_e2e import ROOT, base_env, run_chorus
@@ -109,6 +110,17 @@ def test_the_command_is_spelled_as_chorus_was_started(tmp_path: Path) -> None:
         assert finish.command(tmp_path, on_path) == "chorus"
     python = tmp_path / "py"
     assert finish.command(tmp_path, "/x/bot/cli.py", str(python)) == "py -m bot.cli"
+
+
+def test_files_written_elsewhere_get_a_cd_and_absolute_commands(tmp_path: Path) -> None:
+    target = tmp_path / "bot dir"
+    text = finish.closing(target, {}, ["twitch"], Settings(), checked=False, cwd=tmp_path)
+    python = sys.executable  # pytest runs as python -m pytest: chorus would be python -m bot.cli
+    cd = f"cd '{target}'"
+    assert f"`{cd} && {python} -m bot.cli auth twitch` now" in text
+    assert f"Next:\n  {cd}\n  {python} -m bot.cli chat " in text
+    here = finish.closing(tmp_path, {}, [], Settings(), checked=False, cwd=tmp_path)
+    assert "cd " not in here and "start it on the console" in here
 
 
 def test_update_env_keeps_every_other_line_and_is_private(tmp_path: Path) -> None:

@@ -22,16 +22,19 @@ from bot.onboarding import discord_app
 from bot.settings import Settings
 
 
-def _shown(path: Path, cwd: Path) -> str:
+def _shown(path: Path, cwd: Path | None) -> str:
     """``path`` relative to ``cwd`` when it is inside it (``.venv/bin/chorus``), else absolute."""
+    if cwd is None:
+        return str(path)
     try:
         return str(path.relative_to(cwd))
     except ValueError:
         return str(path)
 
 
-def command(cwd: Path, argv0: str | None = None, executable: str | None = None) -> str:
-    """How to run ``chorus`` from ``cwd``, as this process was started."""
+def command(cwd: Path | None, argv0: str | None = None, executable: str | None = None) -> str:
+    """How to run ``chorus`` from ``cwd`` (None: from anywhere, an absolute path), as this
+    process was started."""
     started = Path(argv0 if argv0 is not None else sys.argv[0])
     if started.name == "chorus":
         found = shutil.which("chorus")
@@ -61,7 +64,8 @@ def closing(
     """Every line ``chorus init`` prints after writing the files."""
     here = (cwd or Path.cwd()).absolute()
     moved = target.absolute().resolve() != here.resolve()
-    chorus = command(Path("/") if moved else here)
+    chorus = command(None if moved else here)
+    where = f"cd {shlex.quote(str(target.absolute()))}" if moved else ""
     parts: list[str] = []
     if "discord" in platforms and values.get("DISCORD_TOKEN") and checked:
         parts.append(_discord(values["DISCORD_TOKEN"], settings))
@@ -71,7 +75,8 @@ def closing(
     ):
         if platform in platforms:
             when = "if its tokens ever stop working" if values.get(variable) else "now"
-            parts.append(prompts.render(text, command=chorus, when=when))
+            shown = f"{where} && {chorus}" if moved else chorus
+            parts.append(prompts.render(text, command=shown, when=when))
     if values.get("CHORUS_ADMIN_PORT"):
         parts.append(prompts.render("onboarding/dashboard", port=values["CHORUS_ADMIN_PORT"]))
     redis_url = settings.state.redis_url
@@ -81,7 +86,7 @@ def closing(
         )
     else:
         parts.append(prompts.render("onboarding/state_redis", data=str(settings.state.data_path())))
-    where = f"cd {shlex.quote(str(target.absolute()))}" if moved else ""
-    shown = ", ".join(platforms) if platforms else "the console"
-    parts.append(prompts.render("onboarding/next", cd=where, command=chorus, platforms=shown))
+    on = ", ".join(platforms) if platforms else "the console"
+    cd = f"  {where}" if moved else ""
+    parts.append(prompts.render("onboarding/next", cd=cd, command=chorus, platforms=on))
     return "\n\n".join(parts)
