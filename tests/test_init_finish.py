@@ -65,6 +65,13 @@ async def test_init_for_discord_prints_the_invite_and_the_intent(tmp_path: Path)
         )
         assert code == 0 and "The Message Content intent is on" in out, err
 
+        discord.application_down = True  # no invite, said so; the files are written all the same
+        again = [*flags, "--discord-token", "T", "--force"]
+        code, out, err = await run_chorus(again, env, tmp_path)
+        assert code == 0, err
+        assert "Could not read the bot's application from Discord (Discord answered 500" in out
+        assert "OAuth2 -> URL Generator" in out and "oauth2/authorize" not in out
+
 
 async def test_the_dashboard_and_the_closing_commands_work_as_printed(tmp_path: Path) -> None:
     async with OpenAIServer() as model:

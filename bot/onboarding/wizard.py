@@ -202,6 +202,8 @@ def _run(args: argparse.Namespace, asker: Asker) -> int:
         dashboard = asker.confirm(
             f"Turn on the web dashboard (http://127.0.0.1:{args.admin_port}/, behind a login)?"
         )
+    if dashboard and not 1 <= args.admin_port <= 65535:
+        raise InitError(f"--admin-port {args.admin_port} is not a port (1-65535)")
     if dashboard:
         values.update(
             CHORUS_ADMIN_PORT=str(args.admin_port), CHORUS_ADMIN_TOKEN=secrets.token_urlsafe(32)

@@ -63,6 +63,7 @@ class DiscordServer(MessageStore, LoopbackServer):
         self.guilds: list[dict[str, Any]] = []
         self.reject_token = False
         self.application_flags = 0  # e.g. 1 << 18: the Message Content intent is on
+        self.application_down = False  # the application endpoint answers 500
         self.identify_close_code: int | None = None
         self.frames: list[GatewayFrame] = []
         self.connections = 0
@@ -198,6 +199,8 @@ class DiscordServer(MessageStore, LoopbackServer):
 
     async def _application(self, request: web.Request) -> web.Response:
         await self._record(request)
+        if self.application_down:
+            return json_response({"message": "500: Internal Server Error", "code": 0}, status=500)
         return json_response(
             {
                 "id": self.ready["d"]["application"]["id"],
