@@ -56,6 +56,10 @@ def _main(args: argparse.Namespace) -> int:
         from bot.onboarding import wizard
 
         return wizard.run(args)
+    if args.command == "auth":  # reads .env itself: no bot settings are needed
+        from bot.onboarding import auth
+
+        return auth.run(args)
     from bot.cli_config import describe_config, reload_command
     from bot.router.scope_text import describe_scope
     from bot.router.scoping import personas, prompt_overrides

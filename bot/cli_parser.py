@@ -16,6 +16,7 @@ DISTRIBUTION = "chorus-bot"
 EXAMPLES = {
     "chorus": """examples:
   chorus init                      set up a model, platforms and a persona (writes .env)
+  chorus auth twitch               sign the bot's Twitch account in (stores its tokens)
   chorus chat                      talk to the bot in this terminal
   chorus run                       start the bot on every configured platform
   chorus <command> --help          the options and an example of each command""",
@@ -44,6 +45,9 @@ EXAMPLES = {
     "init": """examples:
   chorus init                                 answer the questions, get a .env
   chorus init --vendor anthropic --platforms discord --non-interactive""",
+    "auth": """examples:
+  chorus auth twitch                          device code sign-in of the bot account
+  chorus auth youtube                         Google sign-in of the bot's channel""",
 }
 
 
@@ -89,7 +93,7 @@ def _command(
 
 
 def parser() -> argparse.ArgumentParser:
-    from bot.onboarding import wizard  # its flags; imported here, after the collector is off
+    from bot.onboarding import auth, wizard  # their flags; imported after the collector is off
 
     top = argparse.ArgumentParser(
         prog="chorus",
@@ -142,4 +146,8 @@ def parser() -> argparse.ArgumentParser:
     knowledge.add_argument("action", choices=("status", "index"))
     init = _command(sub, "init", "set up a model, platforms and a persona: writes .env")
     wizard.add_arguments(init)
+    auth_command = _command(
+        sub, "auth", "sign the bot's Twitch or YouTube account in and store its tokens in .env"
+    )
+    auth.add_arguments(auth_command)
     return top

@@ -93,6 +93,7 @@ def answer_the_wizard(env: dict[str, str], cwd: Path) -> tuple[int, str]:
         (r"The bot's name \[Chorus\]: ", "Ada"),
         (r"Persona: .*: ", 'You are Ada, a cheerful "pirate".'),
         (r"Plugins to load .*: ", "chorus_dice"),
+        (r"Turn on the web dashboard .*\[y/N\]: ", "n"),
         (r"Wrote ", None),
     ]:
         term.expect(prompt)

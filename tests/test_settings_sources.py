@@ -266,11 +266,8 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
         "http://127.0.0.1:9/youtube/v3",
         "http://127.0.0.1:9/youtube/v3",
     ),
-    "GOOGLE_OAUTH_TOKEN_URL": (
-        ("youtube.token_url",),
-        "http://127.0.0.1:9/token",
-        "http://127.0.0.1:9/token",
-    ),
+    "GOOGLE_OAUTH_TOKEN_URL": (("youtube.token_url",), "http://[::1]/t", "http://[::1]/t"),
+    "GOOGLE_OAUTH_AUTH_URL": (("youtube.auth_url",), "http://[::1]/a", "http://[::1]/a"),
     "YOUTUBE_READ_MODE": (("youtube.read_mode",), "poll", "poll"),
     "YOUTUBE_GRPC_TARGET": (("youtube.grpc_target",), "127.0.0.1:9", "127.0.0.1:9"),
     "YOUTUBE_GRPC_INSECURE": (("youtube.grpc_insecure",), "true", True),

@@ -7,7 +7,7 @@ Slack, token validation on Twitch, a token refresh on YouTube. A ``Check`` says 
 credential was accepted, refused (re-ask it) or could not be tried (no answer: the operator may
 keep it). The real-call guard of the test suite applies to the vendor checks as to the bot.
 
-``aiohttp`` is imported by ``_request``, when a check runs: the command line imports this
+``aiohttp`` is imported by ``request``, when a check runs: the command line imports this
 module for ``chorus init``'s flags on every command, and commands that make no request
 (``chorus config``, ``reload``) need none. (Every vendor SDK imports aiohttp itself, so a
 ``chat`` or ``run`` loads it anyway.)
@@ -45,9 +45,7 @@ def run(check: Coroutine[Any, Any, Check]) -> Check:
     return asyncio.run(check)
 
 
-async def _request(
-    method: str, url: str, *, limit: float, **kwargs: Any
-) -> tuple[int, Any] | Check:
+async def request(method: str, url: str, *, limit: float, **kwargs: Any) -> tuple[int, Any] | Check:
     """``(status, JSON or None)``, or a ``Check`` saying why there was no answer."""
     import aiohttp
 
@@ -65,6 +63,19 @@ async def _request(
         return Check(False, f"no answer from {url} within {limit:g} s")
     except aiohttp.ClientError as exc:
         return Check(False, f"could not reach {url}: {exc}")
+
+
+class AuthFailed(Exception):
+    """A ``chorus auth`` flow ended without credentials (refused, expired, timed out, no
+    answer): the command exits with code 1 and this message."""
+
+
+async def call(method: str, url: str, *, limit: float = TIMEOUT, **kwargs: Any) -> tuple[int, Any]:
+    """``request`` for the ``chorus auth`` flows: no answer raises ``AuthFailed``."""
+    answer = await request(method, url, limit=limit, **kwargs)
+    if isinstance(answer, Check):
+        raise AuthFailed(answer.detail)
+    return answer
 
 
 def _verdict(answer: tuple[int, Any] | Check, accepted: str, what: str) -> Check:
@@ -99,7 +110,7 @@ async def check_llm(
         url = f"{base}/models"
         if key:
             headers = {"Authorization": f"Bearer {key}"}
-    answer = await _request("GET", url, limit=limit, headers=headers)
+    answer = await request("GET", url, limit=limit, headers=headers)
     what = "the key" if key else "the request without a key"
     return _verdict(answer, f"{vendor} answered at {base}", what)
 
@@ -111,7 +122,7 @@ async def check_platform(
     if platform == "discord":
         base = (settings.discord.api_base_url or DISCORD_API).rstrip("/")
         headers = {"Authorization": f"Bot {values['DISCORD_TOKEN']}"}
-        answer = await _request("GET", f"{base}/users/@me", limit=limit, headers=headers)
+        answer = await request("GET", f"{base}/users/@me", limit=limit, headers=headers)
         if not isinstance(answer, Check) and answer[0] == 200 and isinstance(answer[1], dict):
             return Check(True, f"Discord knows the bot as {answer[1].get('username')}")
         return _verdict(answer, "Discord accepted the token", "DISCORD_TOKEN")
@@ -120,7 +131,7 @@ async def check_platform(
     if platform == "twitch":
         base = settings.twitch.auth_base_url.rstrip("/")
         headers = {"Authorization": f"OAuth {values['TWITCH_ACCESS_TOKEN']}"}
-        answer = await _request("GET", f"{base}/oauth2/validate", limit=limit, headers=headers)
+        answer = await request("GET", f"{base}/oauth2/validate", limit=limit, headers=headers)
         body = answer[1] if isinstance(answer, tuple) and answer[0] == 200 else None
         if isinstance(body, dict) and body.get("client_id") != values["TWITCH_CLIENT_ID"]:
             detail = "TWITCH_ACCESS_TOKEN belongs to another application than TWITCH_CLIENT_ID"
@@ -133,7 +144,7 @@ async def check_platform(
             "refresh_token": values["YOUTUBE_REFRESH_TOKEN"],
             "grant_type": "refresh_token",
         }
-        answer = await _request("POST", settings.youtube.token_url, limit=limit, data=form)
+        answer = await request("POST", settings.youtube.token_url, limit=limit, data=form)
         if not isinstance(answer, Check) and answer[0] == 400:
             return Check(False, "Google refused the refresh token (400)", refused=True)
         return _verdict(answer, "Google refreshed the token", "the YouTube client or token")
@@ -148,7 +159,7 @@ async def _slack(values: Mapping[str, str], settings: Settings, limit: float) ->
         ("SLACK_APP_TOKEN", "apps.connections.open"),
     ):
         headers = {"Authorization": f"Bearer {values[variable]}"}
-        answer = await _request("POST", f"{base}/{method}", limit=limit, headers=headers)
+        answer = await request("POST", f"{base}/{method}", limit=limit, headers=headers)
         if isinstance(answer, Check):
             return answer
         status, body = answer

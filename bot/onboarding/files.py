@@ -5,6 +5,10 @@
 table with ``name`` and ``prompt``) and the ``plugins`` list. Both are written to a temporary
 file first and renamed into place, so an interrupted run never leaves half a file; ``.env`` is
 created 0600 before the first secret is written to it.
+
+``update_env`` is how ``chorus auth`` stores what it obtained: the named variables are replaced
+where they are (or appended), every other line (comments, other settings) is kept as it was,
+and the new file replaces the old one atomically, mode 0600.
 """
 
 from __future__ import annotations
@@ -31,6 +35,38 @@ def render_env(values: Mapping[str, str]) -> str:
     ]
     lines += [f"{name}={env_value(value)}" for name, value in values.items()]
     return "\n".join(lines) + "\n"
+
+
+def _assigned(line: str) -> str | None:
+    """The variable a ``.env`` line sets (``NAME=...`` or ``export NAME=...``), else None."""
+    text = line.strip().removeprefix("export ").lstrip()
+    name, sep, _ = text.partition("=")
+    name = name.strip()
+    if not sep or text.startswith("#") or not name.replace("_", "").isalnum():
+        return None
+    return name
+
+
+def update_env(path: Path, values: Mapping[str, str]) -> None:
+    """Set ``values`` in the ``.env`` at ``path`` (created when missing), keeping its other
+    lines; a variable set more than once keeps only its first line, with the new value."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        lines = render_env({}).splitlines()
+    done: set[str] = set()
+    kept: list[str] = []
+    for line in lines:
+        name = _assigned(line)
+        if name is not None and name in values:
+            if name in done:
+                continue
+            kept.append(f"{name}={env_value(values[name])}")
+            done.add(name)
+        else:
+            kept.append(line)
+    kept += [f"{name}={env_value(value)}" for name, value in values.items() if name not in done]
+    write_file(path, "\n".join(kept) + "\n", private=True)
 
 
 def toml_string(value: str) -> str:

@@ -7,6 +7,11 @@ again (three times at most), one that could not be tried may be kept. Without a 
 failed check stops the run unless ``--no-check``. Nothing is written until every question is
 answered, and an existing ``.env`` or ``chorus.toml`` is replaced only after a yes or with
 ``--force``.
+
+After the files are written it says what is left to do (``finish``): the Discord invite and the
+Message Content intent, the ``chorus auth`` command of Twitch and YouTube, the dashboard's URL
+(a token is generated when the operator turns it on), where state lives, and the commands to
+start, spelled as this ``chorus`` was run so they work as printed.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+import secrets
 import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -21,7 +27,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bot.onboarding import checks, files
+from bot.onboarding import auth, checks, files, finish
 from bot.settings import KEY_ENV, ConfigError, Settings, load_settings
 from bot.settings.llm import DEFAULT_MODELS
 
@@ -32,6 +38,7 @@ BASE_URL_ENV = {
     "gemini": "GOOGLE_GEMINI_BASE_URL",
 }
 ATTEMPTS = 3
+ADMIN_PORT = 8470
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,7 @@ class Question:
     variable: str
     text: str
     secret: bool = True
+    later: str = ""  # the ``chorus auth`` platform that gets it when the answer is empty
 
 
 PLATFORMS: dict[str, tuple[Question, ...]] = {
@@ -50,14 +58,16 @@ PLATFORMS: dict[str, tuple[Question, ...]] = {
     "twitch": (
         Question("TWITCH_CLIENT_ID", "Twitch application client id", secret=False),
         Question("TWITCH_CLIENT_SECRET", "Twitch application client secret"),
-        Question("TWITCH_ACCESS_TOKEN", "Twitch access token of the bot account"),
-        Question("TWITCH_REFRESH_TOKEN", "Twitch refresh token of the bot account"),
+        Question("TWITCH_ACCESS_TOKEN", "Twitch access token of the bot account", later="twitch"),
+        Question("TWITCH_REFRESH_TOKEN", "Twitch refresh token of the bot account", later="twitch"),
         Question("TWITCH_CHANNELS", "Twitch channels to join (comma list)", secret=False),
     ),
     "youtube": (
         Question("YOUTUBE_CLIENT_ID", "YouTube OAuth client id", secret=False),
         Question("YOUTUBE_CLIENT_SECRET", "YouTube OAuth client secret"),
-        Question("YOUTUBE_REFRESH_TOKEN", "YouTube refresh token of the bot's channel"),
+        Question(
+            "YOUTUBE_REFRESH_TOKEN", "YouTube refresh token of the bot's channel", later="youtube"
+        ),
     ),
 }
 
@@ -93,6 +103,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--persona-name", help="the bot's name (default Chorus)")
     parser.add_argument("--persona-prompt", help="who the bot is and how it talks")
     parser.add_argument("--plugins", help="comma list of plugin modules to load")
+    parser.add_argument(
+        "--dashboard",
+        action=argparse.BooleanOptionalAction,
+        help="turn the web dashboard on (a login token is generated into .env) or off "
+        "(default: asked at a terminal, off without one)",
+    )
+    parser.add_argument(
+        "--admin-port", type=int, default=ADMIN_PORT, help=f"the dashboard's port ({ADMIN_PORT})"
+    )
     parser.add_argument("--dir", default=".", help="where to write .env and chorus.toml")
     parser.add_argument("--force", action="store_true", help="replace existing files")
     parser.add_argument("--no-check", action="store_true", help="do not try the credentials")
@@ -178,11 +197,36 @@ def _run(args: argparse.Namespace, asker: Asker) -> int:
         "Plugins to load (comma list of modules; empty: none)", args.plugins, default=""
     )
     plugins = [p.strip() for p in plugins_text.split(",") if p.strip()]
+    dashboard = args.dashboard
+    if dashboard is None:
+        dashboard = asker.confirm(
+            f"Turn on the web dashboard (http://127.0.0.1:{args.admin_port}/, behind a login)?"
+        )
+    if dashboard and not 1 <= args.admin_port <= 65535:
+        raise InitError(f"--admin-port {args.admin_port} is not a port (1-65535)")
+    if dashboard:
+        values.update(
+            CHORUS_ADMIN_PORT=str(args.admin_port), CHORUS_ADMIN_TOKEN=secrets.token_urlsafe(32)
+        )
     target.mkdir(parents=True, exist_ok=True)
     files.write_file(env_path, files.render_env(values), private=True)
     files.write_file(toml_path, files.render_toml(name, prompt, plugins), private=False)
     print(f"Wrote {env_path} (secrets, readable only by you) and {toml_path}.")
-    print("Start the bot with `chorus run`, or talk to it here with `chorus chat`.")
+    platforms = [p for p in PLATFORMS if any(q.variable in values for q in PLATFORMS[p])]
+    for platform, variable in (
+        ("twitch", "TWITCH_REFRESH_TOKEN"),
+        ("youtube", "YOUTUBE_REFRESH_TOKEN"),
+    ):
+        if (
+            platform in platforms
+            and variable not in values
+            and asker.confirm(
+                f"Sign the bot's {platform.capitalize()} account in now, in a browser?"
+            )
+        ) and auth.sign_in(platform, env_path) == 0:
+            values[variable] = "stored"  # for the closing lines only; written by auth
+    checked = not args.no_check
+    print(finish.closing(target, values, platforms, settings, checked=checked))
     return 0
 
 
@@ -263,11 +307,17 @@ def _platform(
     for attempt in range(ATTEMPTS):
         answers = {
             q.variable: asker.ask(
-                q.text, flags[q.variable], secret=q.secret, needed=f"--{flag(q.variable)}"
+                f"{q.text} (empty: get it with `chorus auth {q.later}`)" if q.later else q.text,
+                flags[q.variable],
+                secret=q.secret,
+                needed=f"--{flag(q.variable)}",
+                default="" if q.later else None,
             )
             for q in PLATFORMS[platform]
         }
-        values.update(answers)
+        values.update({name: value for name, value in answers.items() if value})
+        if any(not answers[q.variable] for q in PLATFORMS[platform] if q.later):
+            return  # `chorus auth` gets the tokens and tries them
         last = attempt == ATTEMPTS - 1 or all(v is not None for v in flags.values())
         if _checked(
             args,

@@ -35,7 +35,11 @@ KEY_URL = {
 }
 
 NO_LLM_MESSAGE = (
-    "No LLM is configured. Set CHORUS_MODEL=provider:model and that vendor's key, for example\n"
+    "No LLM is configured. Run `chorus init` (in a clone after `make run`: "
+    "`.venv/bin/chorus init`) to set one up: it asks for the vendor and the key, tries the key, "
+    "and writes .env.\n"
+    "Or set one vendor's key (the model is then that vendor's default), or CHORUS_MODEL="
+    "provider:model and that vendor's key, for example\n"
     "  CHORUS_MODEL=anthropic:claude-sonnet-4-5  ANTHROPIC_API_KEY=...\n"
     "  CHORUS_MODEL=openai:gpt-4.1-mini          OPENAI_API_KEY=...\n"
     "  CHORUS_MODEL=gemini:gemini-2.5-flash      GEMINI_API_KEY=... (or GOOGLE_API_KEY)\n"

@@ -18,8 +18,8 @@ from bot.settings.base import ConfigError, Section
 
 CONSOLE_URL = "https://dev.twitch.tv/console/apps"
 TOKEN_HELP = (
-    "authorise the bot account with the scopes user:read:chat user:write:chat user:bot "
-    "(e.g. `twitch token -u -s 'user:read:chat user:write:chat user:bot'` with the Twitch CLI)"
+    "run `chorus auth twitch` to sign the bot account in and store them in .env "
+    "(scopes user:read:chat user:write:chat user:bot; docs/auth.md)"
 )
 DEFAULT_API_BASE_URL = "https://api.twitch.tv/helix/"
 DEFAULT_AUTH_BASE_URL = "https://id.twitch.tv/"

@@ -22,7 +22,7 @@ from bot.settings.base import ConfigError, Section
 CREDENTIALS_URL = "https://console.cloud.google.com/apis/credentials"
 TOKEN_HELP = (
     "create an OAuth client (type: Desktop app) at "
-    f"{CREDENTIALS_URL} and get a refresh token with the youtube.force-ssl scope (see docs/platforms/youtube.md)"
+    f"{CREDENTIALS_URL}, then run `chorus auth youtube` to get the refresh token (docs/auth.md)"
 )
 
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -52,9 +52,17 @@ class YouTubeSettings(Section):
     )
     """The YouTube Data API base (proxies and tests)."""
     token_url: str = Field(
-        default="https://oauth2.googleapis.com/token", validation_alias="GOOGLE_OAUTH_TOKEN_URL"
+        default="https://oauth2.googleapis.com/token",
+        validation_alias="GOOGLE_OAUTH_TOKEN_URL",
+        description="Google's OAuth token endpoint: refreshes the access token, and exchanges "
+        "the code of `chorus auth youtube` (a proxy or a test's loopback server)",
     )
-    """Google's OAuth token endpoint (proxies and tests)."""
+    auth_url: str = Field(
+        default="https://accounts.google.com/o/oauth2/v2/auth",
+        validation_alias="GOOGLE_OAUTH_AUTH_URL",
+        description="Google's OAuth authorization endpoint: the consent page `chorus auth "
+        "youtube` sends the browser to (a test's loopback server)",
+    )
 
     read_mode: Literal["auto", "stream", "poll"] = Field(
         default="auto", validation_alias="YOUTUBE_READ_MODE"
@@ -121,6 +129,7 @@ class YouTubeSettings(Section):
         for name, url in (
             ("YOUTUBE_API_BASE_URL", self.api_base_url),
             ("GOOGLE_OAUTH_TOKEN_URL", self.token_url),
+            ("GOOGLE_OAUTH_AUTH_URL", self.auth_url),
         ):
             if not url.startswith(("https://", "http://")):
                 raise ConfigError(f"{name}={url!r} is not an http(s) URL")

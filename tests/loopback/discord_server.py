@@ -62,6 +62,8 @@ class DiscordServer(MessageStore, LoopbackServer):
         self.bot_user: dict[str, Any] = self.ready["d"]["user"]
         self.guilds: list[dict[str, Any]] = []
         self.reject_token = False
+        self.application_flags = 0  # e.g. 1 << 18: the Message Content intent is on
+        self.application_down = False  # the application endpoint answers 500
         self.identify_close_code: int | None = None
         self.frames: list[GatewayFrame] = []
         self.connections = 0
@@ -90,6 +92,7 @@ class DiscordServer(MessageStore, LoopbackServer):
             web.get("/gateway", self._gateway),
             web.get(f"{api}/users/@me", self._me),
             web.get(f"{api}/oauth2/applications/@me", self._application),
+            web.get(f"{api}/applications/@me", self._application),
             web.put(f"{api}/applications/{{app}}/commands", self._sync_commands),
             web.post(f"{api}/channels/{{channel}}/messages", self._create_message),
             web.patch(f"{api}/channels/{{channel}}/messages/{{message}}", self._edit_message),
@@ -196,6 +199,8 @@ class DiscordServer(MessageStore, LoopbackServer):
 
     async def _application(self, request: web.Request) -> web.Response:
         await self._record(request)
+        if self.application_down:
+            return json_response({"message": "500: Internal Server Error", "code": 0}, status=500)
         return json_response(
             {
                 "id": self.ready["d"]["application"]["id"],
@@ -206,7 +211,7 @@ class DiscordServer(MessageStore, LoopbackServer):
                 "bot_require_code_grant": False,
                 "owner": self.bot_user,
                 "verify_key": "0" * 64,
-                "flags": 0,
+                "flags": self.application_flags,
             }
         )
 

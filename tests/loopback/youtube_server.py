@@ -10,16 +10,26 @@ quota units the way Google does: per request, failed ones included. Tests script
 - ``fail(endpoint, status, reason)`` to make the next call of an endpoint fail;
 - ``broadcast_live`` / ``offline_at`` / ``revoke_tokens()`` for the chat's and token's state.
 
+Google's consent page stands at ``/auth`` (``GOOGLE_OAUTH_AUTH_URL=server.auth_url``): it checks
+the installed-app request (client id, a ``127.0.0.1`` redirect, ``response_type=code``, an
+S256 PKCE challenge) and redirects the browser (302) to the redirect URL with ``code`` and
+``state``, or with ``error=access_denied`` when ``consent`` is ``"deny"``. ``/token`` then takes
+``grant_type=authorization_code`` only with the verifier whose S256 hash is the challenge, and
+issues a new refresh token: from then on only that one refreshes.
+
 Inserted messages are echoed into the next page as the bot's own, as YouTube does (and to
 ``on_insert`` listeners: the gRPC stand-in, youtube_grpc.py, echoes them into its stream).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import itertools
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
@@ -119,6 +129,8 @@ class YouTubeServer(LoopbackServer):
         self._issued_page_token: str | None = None
         self._echo: list[dict[str, Any]] = []
         self.on_insert: list[Callable[[dict[str, Any]], None]] = []
+        self.consent = "allow"  # what the signed-in account answers at /auth: allow or deny
+        self._codes: dict[str, tuple[str, str]] = {}  # code -> (challenge, redirect_uri)
 
     @property
     def api_base(self) -> str:
@@ -127,6 +139,10 @@ class YouTubeServer(LoopbackServer):
     @property
     def token_url(self) -> str:
         return f"{self.url}/token"
+
+    @property
+    def auth_url(self) -> str:
+        return f"{self.url}/auth"
 
     def fail(
         self, endpoint: str, status: int, reason: str, headers: dict[str, str] | None = None
@@ -146,6 +162,7 @@ class YouTubeServer(LoopbackServer):
 
     def routes(self) -> list[web.RouteDef]:
         return [
+            web.get("/auth", self._authorize),
             web.post("/token", self._token),
             web.get("/youtube/v3/channels", self._channels),
             web.get("/youtube/v3/liveBroadcasts", self._broadcasts),
@@ -175,6 +192,51 @@ class YouTubeServer(LoopbackServer):
         return None
 
     # -- endpoints ------------------------------------------------------------------------------
+    async def _authorize(self, request: web.Request) -> web.Response:
+        await self.record(request)
+        query = request.query
+        redirect = query.get("redirect_uri", "")
+        if query.get("client_id") != self.client_id:
+            return web.json_response({"error": "invalid_client"}, status=401)
+        if (
+            query.get("response_type") != "code"
+            or query.get("code_challenge_method") != "S256"
+            or not query.get("code_challenge")
+            or not redirect.startswith("http://127.0.0.1:")
+            or "youtube.force-ssl" not in query.get("scope", "")
+        ):
+            return web.json_response({"error": "invalid_request"}, status=400)
+        answer = {"state": query.get("state", "")}
+        if self.consent == "deny":
+            answer["error"] = "access_denied"
+        else:
+            code = f"4/0Atest-code-{next(self._token_numbers)}"
+            self._codes[code] = (query["code_challenge"], redirect)
+            answer |= {"code": code, "scope": query["scope"]}
+        raise web.HTTPFound(f"{redirect}?{urlencode(answer)}")
+
+    def _exchange(self, form: Any) -> web.Response:
+        """``grant_type=authorization_code``: the code, its redirect and the PKCE verifier."""
+        challenge, redirect = self._codes.pop(str(form.get("code", "")), ("", ""))
+        verifier = str(form.get("code_verifier", "")).encode()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(verifier).digest()).rstrip(b"=")
+        if not challenge or digest.decode() != challenge or form.get("redirect_uri") != redirect:
+            return web.json_response(
+                {"error": "invalid_grant", "error_description": "Bad Request"}, status=400
+            )
+        n = next(self._token_numbers)
+        token, self.refresh_token = f"ya29.test-access-token-{n}", f"1//issued-refresh-{n}"
+        self._valid_tokens.add(token)
+        return web.json_response(
+            {
+                "access_token": token,
+                "expires_in": self.token_expires_in,
+                "refresh_token": self.refresh_token,
+                "scope": "https://www.googleapis.com/auth/youtube.force-ssl",
+                "token_type": "Bearer",
+            }
+        )
+
     async def _token(self, request: web.Request) -> web.Response:
         if (early := await self._begin(request, "token")) is not None:
             return early
@@ -186,6 +248,8 @@ class YouTubeServer(LoopbackServer):
             return web.json_response(
                 {"error": "invalid_client", "error_description": "Unauthorized"}, status=401
             )
+        if form.get("grant_type") == "authorization_code":
+            return self._exchange(form)
         if (
             form.get("grant_type") != "refresh_token"
             or form.get("refresh_token") != self.refresh_token
