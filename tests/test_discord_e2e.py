@@ -201,9 +201,12 @@ async def test_slash_command_is_answered_ephemerally(server: DiscordServer) -> N
         "unlink",
     }
     by_name = {o["name"]: o for o in group["options"]}
-    (number,) = by_name["forget"]["options"]
+    number, linked = by_name["forget"]["options"]
     assert (number["name"], number["type"], number["required"]) == ("number", 4, False)
     assert (number["min_value"], number["max_value"]) == (1, 1000)
+    assert (linked["name"], linked["type"], linked["required"]) == ("linked", 3, False)
+    assert [c["value"] for c in linked["choices"]] == ["all", "confirm"]
+    assert all(len(c["name"]) <= 100 for c in linked["choices"])  # Discord's limit
     (code,) = by_name["link"]["options"]
     assert (code["name"], code["type"], code["required"]) == ("code", 3, False)
     (seen,) = rig.seen
@@ -224,6 +227,8 @@ async def test_slash_options_become_the_text_commands_arguments(server: DiscordS
         calls = [
             ("3101", "forget", [{"name": "number", "type": 4, "value": 2}]),
             ("3102", "forget", []),
+            ("3106", "forget", [{"name": "linked", "type": 3, "value": "all"}]),
+            ("3107", "forget", [{"name": "linked", "type": 3, "value": "confirm"}]),
             ("3103", "link", [{"name": "code", "type": 3, "value": " k7m2pq9x "}]),
             ("3104", "link", []),
             ("3105", "unlink", []),
@@ -243,6 +248,8 @@ async def test_slash_options_become_the_text_commands_arguments(server: DiscordS
     assert texts == {
         "3101": "/forget 2",
         "3102": "/forget",
+        "3106": "/forget all",
+        "3107": "/forget confirm",
         "3103": "/link k7m2pq9x",
         "3104": "/link",
         "3105": "/unlink",

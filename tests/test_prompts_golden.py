@@ -53,7 +53,14 @@ from insights.analyse import (
     parse_analysis,
     retry_request,
 )
-from tests import golden_identity, golden_knowledge, golden_plugins, golden_summaries, thanks_rig
+from tests import (
+    golden_identity,
+    golden_knowledge,
+    golden_onboarding,
+    golden_plugins,
+    golden_summaries,
+    thanks_rig,
+)
 from tests.golden_persona import system_persona
 from tests.golden_progress import progress_texts
 from tests.golden_safety import SAFETY_CASES, shown
@@ -377,7 +384,7 @@ async def _discord(redis: Redis) -> str:
 CASES |= {"plugin_commands": golden_plugins.plugin_commands, **golden_identity.CASES}
 CASES |= {"progress": progress_texts, "system_persona": system_persona, **SAFETY_CASES}
 CASES |= {"live_thanks": thanks_rig.live_thanks, "knowledge": golden_knowledge.knowledge_texts}
-CASES |= golden_summaries.CASES
+CASES |= golden_summaries.CASES | golden_onboarding.CASES
 
 
 # -- the tests ----------------------------------------------------------------------------------

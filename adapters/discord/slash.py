@@ -3,7 +3,9 @@
 Discord shows native commands in its command picker and lets the bot answer them privately
 (ephemeral). The router already answers ``/help``, ``/pins``, ``/forget``, ``/reset``,
 ``/link`` and ``/unlink`` as text, so each subcommand only forwards its name (with its option:
-``forget``'s optional ``number``, ``link``'s optional ``code``); the adapter publishes it as a
+``forget``'s optional ``number`` or ``linked`` choice -- ``all`` or ``confirm``, the two steps of
+forgetting every linked account --, ``link``'s optional ``code``, which takes ``confirm`` too);
+the adapter publishes it as a
 ChatMessage and answers the interaction with the Reply. The answer being ephemeral is what lets
 ``/link`` show its one-time code privately. Nothing about a command's behaviour lives here; the
 descriptions Discord shows are ``prompts/discord/*``.
@@ -39,7 +41,7 @@ OnCommand = Callable[[discord.Interaction, str], Awaitable[None]]
 
 
 def build_group(on_command: OnCommand) -> app_commands.Group:
-    """``/chorus help|pins|forget [number]|reset|link [code]|unlink``, each calling
+    """``/chorus help|pins|forget [number|linked]|reset|link [code]|unlink``, each calling
     ``on_command(interaction, "<name>[ <option>]")``."""
     group = app_commands.Group(name=GROUP_NAME, description=prompts.render("discord/group"))
     for name, prompt in SUBCOMMANDS.items():
@@ -55,11 +57,29 @@ def build_group(on_command: OnCommand) -> app_commands.Group:
 
 
 def _forget(on_command: OnCommand) -> Callable[..., Coroutine[Any, Any, None]]:
-    @app_commands.describe(number=prompts.render("discord/command_forget_number"))
+    @app_commands.describe(
+        number=prompts.render("discord/command_forget_number"),
+        linked=prompts.render("discord/command_forget_linked"),
+    )
+    @app_commands.choices(
+        linked=[
+            app_commands.Choice(
+                name=prompts.render("discord/command_forget_linked_all"), value="all"
+            ),
+            app_commands.Choice(
+                name=prompts.render("discord/command_forget_linked_confirm"), value="confirm"
+            ),
+        ]
+    )
     async def callback(
-        interaction: discord.Interaction, number: app_commands.Range[int, 1, 1000] | None = None
+        interaction: discord.Interaction,
+        number: app_commands.Range[int, 1, 1000] | None = None,
+        linked: app_commands.Choice[str] | None = None,
     ) -> None:
-        await on_command(interaction, "forget" if number is None else f"forget {number}")
+        if linked is not None:  # one step of /forget all; a number alongside is ignored
+            await on_command(interaction, f"forget {linked.value}")
+        else:
+            await on_command(interaction, "forget" if number is None else f"forget {number}")
 
     return callback
 
