@@ -10,13 +10,15 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from bot.events import Author, ChatMessage, ConversationKey
+from bot.events import Author, ChatMessage, ConversationKey, utcnow
 from bot.knowledge.wiring import RecallParts, knowledge_lists
 from bot.llm.scripted import ScriptedProvider
 from bot.memory.knowledge import base_id, load_index
 from bot.router.scoping import Scoping
 from bot.state import keys
+from bot.state.cost import CostLedger, cost_day
 from bot.state.knowledge import KnowledgeStore
+from tests.loopback.openai_server import OpenAIServer
 from tests.test_chat_e2e import base_env, run_chorus
 from tests.test_knowledge import KB_PARTS, kb_redis  # noqa: F401 (a fixture)
 from tests.test_scopes import C2, C, G, settings_with
@@ -121,3 +123,44 @@ async def test_chorus_knowledge_index_and_status(
         assert code != 0 and "anthropic has no embedding API" in err
     finally:
         await real_redis.delete(*(keys.knowledge(base, p) for p in KB_PARTS))
+
+
+async def test_chorus_knowledge_index_counts_against_the_daily_cost_cap(
+    tmp_path: Path, real_redis: Redis, real_redis_url: str, key_tag: str
+) -> None:
+    """Embedding a knowledge base is a model call like any other: ``chorus knowledge index``
+    spends from the daily cost cap's ledger, and once the cap is reached it embeds nothing and
+    says why."""
+    rules = tmp_path / "rules.md"
+    rules.write_text("# Rules\n\nNo spoilers in #general.\n\n## Memes\n\nMemes go in #memes.\n")
+    namespace = f"ns_{key_tag}"
+    base = base_id((str(rules),))
+    ledger = CostLedger(real_redis, namespace)
+    async with OpenAIServer() as embeddings:
+        env = base_env(tmp_path) | {
+            "CHORUS_REDIS_URL": real_redis_url,
+            "CHORUS_KNOWLEDGE_PATHS": str(rules),
+            "CHORUS_EMBEDDING_MODEL": "openai:text-embedding-3-small",
+            "OPENAI_API_KEY": "k",
+            "OPENAI_BASE_URL": embeddings.base_url,
+            "CHORUS_QUOTA_COST_USD_DAY": "1",
+            "CHORUS_BUS_NAMESPACE": namespace,
+        }
+        try:
+            code, out, err = await run_chorus(["knowledge", "index"], env, tmp_path)
+            assert code == 0, err
+            assert f"{base}: re-indexed, 2 chunks embedded" in out
+            spent = await ledger.today(utcnow())
+            assert spent.spent > 0 and spent.held == 0  # settled, not left held
+            calls = len(embeddings.embedded)
+
+            spent_key, _ = ledger.keys(cost_day(utcnow())[0])
+            await real_redis.incrby(spent_key, 1_000_000)  # the day's dollar is gone
+            rules.write_text("# Rules\n\nSpoilers only in #spoilers.\n")  # to embed again
+            code, out, err = await run_chorus(["knowledge", "index"], env, tmp_path)
+            assert code == 1
+            assert f"{base} not indexed: the daily cost cap is reached" in err
+            assert len(embeddings.embedded) == calls  # no call was made
+        finally:
+            await real_redis.delete(*(keys.knowledge(base, p) for p in KB_PARTS))
+            await real_redis.delete(*ledger.keys(cost_day(utcnow())[0]))

@@ -8,8 +8,11 @@ restarting the bot or waiting for the next check. It works on the Redis the bot 
 
 from __future__ import annotations
 
+import sys
+
 from bot.knowledge.wiring import RecallParts, knowledge_lists
 from bot.memory.knowledge import base_id, load_index
+from bot.ops.model_calls import CostCapReached
 from bot.settings import Settings
 from bot.state import connect
 from bot.state.connect import Client
@@ -17,7 +20,8 @@ from bot.state.knowledge import KnowledgeStore
 
 
 async def knowledge_command(settings: Settings, action: str) -> int:
-    """Print one line per knowledge base; ``index`` brings each up to date first."""
+    """Print one line per knowledge base; ``index`` brings each up to date first. Embedding
+    counts against the daily cost cap: once it is reached, indexing stops there (exit 1)."""
     bases = knowledge_lists(settings)
     if not bases:
         print("no knowledge base is configured (CHORUS_KNOWLEDGE_PATHS or a scope's knowledge)")
@@ -27,7 +31,13 @@ async def knowledge_command(settings: Settings, action: str) -> int:
     try:
         for sources in bases:
             if action == "index" and parts.indexer is not None:
-                report = await parts.indexer.index(sources, force=True)
+                try:
+                    report = await parts.indexer.index(sources, force=True)
+                except CostCapReached as exc:
+                    print(
+                        f"chorus knowledge: {base_id(sources)} not indexed: {exc}", file=sys.stderr
+                    )
+                    return 1
                 state = "re-indexed" if report.changed else "unchanged"
                 print(f"{report.base}: {state}, {report.embedded} chunks embedded")
             print(await _status(redis, sources))

@@ -26,6 +26,7 @@ from bot.llm.embeddings import embedder_for
 from bot.memory.recall import Recall
 from bot.memory.vectors import Embedder
 from bot.ops.metrics import MetricsSink
+from bot.ops.model_calls import Spend, metered_embedder
 from bot.settings import Settings
 from bot.settings.allowlist import KNOWLEDGE_ALLOW_VARIABLE, Allowlist
 from bot.state.connect import Client
@@ -87,10 +88,13 @@ class RecallParts:
         *,
         embedder: Embedder | None = None,
     ) -> RecallParts:
-        """``embedder``: a given one (tests, benchmarks); else CHORUS_EMBEDDING_MODEL's."""
+        """``embedder``: a given one (tests, benchmarks, the app's own); else
+        CHORUS_EMBEDDING_MODEL's, under the daily cost cap like every model call (indexing a
+        knowledge base from ``chorus knowledge index`` included)."""
         memory = settings.memory
         if embedder is None:
-            embedder = embedder_for(memory, settings.llm)
+            spend = Spend.for_settings(settings, redis)
+            embedder = metered_embedder(spend, embedder_for(memory, settings.llm))
         recall = Recall(redis, memory, embedder, metrics=metrics)
         indexer = None
         if knowledge_lists(settings):
