@@ -2,7 +2,7 @@
 
 Why here and first: bolt parses the body (JSON, a form, a form's ``payload`` JSON) while it
 builds its request object, before it checks the signature, so a malformed body from anyone on
-the internet used to end in an HTTP 500 and an ERROR traceback. ``screen`` checks the
+the internet would end in an HTTP 500 and an ERROR traceback. ``screen`` checks the
 signature over the raw bytes first (until then the body is untrusted bytes and nothing reads
 it), then that the body is UTF-8 and of a shape Slack sends: a JSON object, or a form whose
 ``payload``, if any, is a JSON object. Anything else is refused with a 4xx and a short reason

@@ -9,8 +9,9 @@ this module knows how the embedder, the reply-path ``Recall``, the indexer and t
   or a scope's ``knowledge``), the tool answering from the asking message's scope's base;
 - the indexer's URLs through their own SSRF guard, whose exceptions are
   CHORUS_KNOWLEDGE_FETCH_ALLOW alone: CHORUS_FETCH_ALLOW is what any chat user can have
-  ``fetch_page`` reach. A deployment with knowledge URLs that sets only CHORUS_FETCH_ALLOW (its
-  knowledge base used to share it) is warned at start, neither widened nor narrowed silently.
+  ``fetch_page`` reach. A deployment with knowledge URLs that sets only CHORUS_FETCH_ALLOW
+  (expecting the knowledge base to share it) is warned at start, neither widened nor narrowed
+  silently.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Supervised adapters: one platform that fails, or finishes, never takes the others down.
 
-Why: ``chorus run`` used to end when its first adapter did, so a YouTube chat that ended (a
-clean return) stopped Twitch too, and one adapter's crash ended every platform. Here each
+Why: were ``chorus run`` to end when its first adapter did, a YouTube chat that ended (a
+clean return) would stop Twitch too, and one adapter's crash would end every platform. So each
 adapter runs in its own ``Slot`` under ``Supervisor.run``:
 
 - an adapter that **raises** is closed, then rebuilt (a fresh instance from its factory: an SDK

@@ -1,9 +1,9 @@
 """Flow control and shutdown bookkeeping for the router: how many turns it holds, and what a
 graceful stop did with them.
 
-Why a bound on *admitted* turns, not only on running ones: the router used to move every
-delivery into a per-conversation queue at once, so a burst (or one busy conversation) grew
-those queues without limit while the bus never pushed back. The consume loop waits for a free
+Why a bound on *admitted* turns, not only on running ones: a router that moves every delivery
+into a per-conversation queue at once lets a burst (or one busy conversation) grow those queues
+without limit while the bus never pushes back. The consume loop waits for a free
 ``Admission`` slot *before* it pulls the next delivery; the delivery holds the slot until its
 turn is over (answered, skipped, acked for a live chat, or returned at shutdown), so a message
 queued behind a busy conversation holds one too: the queues can never grow past the bound, and

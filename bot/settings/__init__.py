@@ -1,8 +1,8 @@
 """The settings root: every setting Chorus reads, in one model with a section per concern.
 
-Why one root: settings used to be read by ten separate models and a few raw environment reads,
-each deciding for itself whether ``.env`` counted (two did not). Now ``load_settings`` reads the
-sources once, at the composition root (``bot/cli.py``), and hands each component its section.
+Why one root: settings read by separate models and raw environment reads each decide for
+themselves whether ``.env`` counts, and disagree. ``load_settings`` reads the sources once, at
+the composition root (``bot/cli.py``), and hands each component its section.
 Precedence: the process environment, then ``.env``, then ``chorus.toml`` (``bot/settings/file.py``),
 then the defaults. Every variable keeps its documented name (``CHORUS_*``, the vendors' key
 names, ``DISCORD_*``...) as the field's alias; the file fills a section by field name. Why the
