@@ -120,10 +120,11 @@ def starting() -> None:
     """No full garbage collection until ``started`` (or ``freeze_heap``); young ones go on.
 
     Why: start-up allocates some 160,000 objects (modules, settings, the app) that live as long
-    as the process, and a full collection among them finds next to nothing: 20 ms of an idle
-    ``chorus run``'s 470 ms of CPU. Turned off altogether instead, the collector saved 40 ms but
-    kept 1 MiB of the garbage imports leave (``datetime``'s Python half, attrs' class builders),
-    frozen for the life of the process."""
+    as the process, and a full collection among them finds next to nothing, for a share of an
+    idle ``chorus run``'s start-up CPU. Turned off altogether instead, the collector saved a
+    little more but kept the garbage imports leave (``datetime``'s Python half, attrs' class
+    builders), frozen for the life of the process (BENCHMARKS.md, "Figures behind the code's
+    choices")."""
     gc.set_threshold(THRESHOLD[0], THRESHOLD[1], NO_FULL_COLLECTION)
 
 
@@ -136,12 +137,12 @@ def freeze_heap() -> None:
     """Take every object alive now (modules, settings, SDK types, the built app: about 200,000
     of them) out of the garbage collector's view, once a process has started.
 
-    Why: they live as long as the process, yet each full collection walks all of them. With an
-    instant model one happened about every thousand messages and took 140 ms, a tenth of the
-    CPU those messages cost and a 140 ms stall for whichever message it hit; frozen, the same
-    collections walk only what the turns allocate (``gc.freeze``; bench/overhead.py does the
-    same after its app starts). No ``gc.collect()`` first: that would add the same 140 ms to
-    the start; the little import-time garbage it would find just stays. Start-up is over, so
-    full collections resume (``started``)."""
+    Why: they live as long as the process, yet each full collection walks all of them: with an
+    instant model one happened every thousand messages or so, a tenth of the CPU those messages
+    cost and a stall for whichever message it hit (BENCHMARKS.md, "Figures behind the code's
+    choices"); frozen, the same collections walk only what the turns allocate (``gc.freeze``;
+    bench/overhead.py does the same after its app starts). No ``gc.collect()`` first: that would
+    add the same stall to the start; the little import-time garbage it would find just stays.
+    Start-up is over, so full collections resume (``started``)."""
     gc.freeze()
     started()

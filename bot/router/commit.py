@@ -60,7 +60,7 @@ class Commit:
         engagement: LiveChat | None = None,
     ) -> None:
         self.bus = bus
-        # a runtime Protocol check costs ~10 us; the bus never changes, so it is made once
+        # a runtime Protocol check is slow; the bus never changes, so it is made once
         self.transactional = bus if isinstance(bus, TransactionalBus) else None
         self.claims = claims
         self.safety = safety

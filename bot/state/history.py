@@ -86,7 +86,7 @@ class HistoryStore:
         self.keep = max(keep, 0)
         self.probe = min(max(probe, 0), self.keep)
         # Every turn re-reads the same stored values (the list only gains two per turn), and
-        # parsing 40 entries with pydantic costs ~0.25 ms; entries are frozen, so the parsed
+        # parsing 40 entries with pydantic is a turn's worth of work; entries are frozen, so the parsed
         # objects of recently read values are kept, least recently read dropped first.
         self._parsed: OrderedDict[str, HistoryEntry] = OrderedDict()
 
