@@ -22,7 +22,7 @@ async def knowledge_command(settings: Settings, action: str) -> int:
     if not bases:
         print("no knowledge base is configured (CHORUS_KNOWLEDGE_PATHS or a scope's knowledge)")
         return 0
-    redis = await connect.open_redis(settings.state.redis_url)
+    redis = await connect.open_state(settings.state)
     parts = RecallParts.build(settings, redis)
     try:
         for sources in bases:
