@@ -37,7 +37,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,8 @@ class PersistentStore:
         self.directory = directory
         self.server = fakeredis.FakeServer()
         self._lock = statefile.DirectoryLock(directory)
-        self._io = threading.Lock()
+        self._io = threading.Lock()  # the log: one batch at a time
+        self._compacting = threading.Lock()  # one compaction at a time
         self._stop = threading.Event()
         self._clients: dict[int, fakeredis.FakeRedis] = {}
         self._failing_since: float | None = None
@@ -79,7 +80,7 @@ class PersistentStore:
             self.load_seconds = time.perf_counter() - started
             self._generation = loaded.generation
             self._dbs = {0, *(db for db, _ in loaded.records)}
-            statefile.remove_old_logs(directory, self._generation)
+            statefile.remove_old_logs(directory, loaded.snapshot_generation)
             self._log = statefile.open_log(directory, self._generation, ENGINE)
         except BaseException:
             self._lock.release()
@@ -180,22 +181,29 @@ class PersistentStore:
                 statefile.append(self._log, changes)
 
     def compact(self) -> None:
-        """A new snapshot of every key and an empty log: erased data leaves the directory."""
-        with self._io:
-            if self._log.closed:
-                return
-            changes = self._changes()
-            if changes:
-                statefile.append(self._log, changes)
-            generation = self._generation + 1
+        """A new snapshot of every key and an empty log: erased data leaves the directory.
+
+        The log is switched first (changes from then on go to the next generation's log and
+        keep being flushed while the snapshot is written); the snapshot is renamed in, then
+        the older logs deleted. A crash in between loads the old snapshot and both logs."""
+        with self._compacting:
+            with self._io:
+                if self._log.closed:
+                    return
+                changes = self._changes()
+                if changes:
+                    statefile.append(self._log, changes)
+                generation = self._generation + 1
+                old, self._log = self._log, statefile.open_log(self.directory, generation, ENGINE)
+                old.close()
+                self._generation = generation
             statefile.write_snapshot(self.directory, generation, ENGINE, self._everything())
-            old, self._log = self._log, statefile.open_log(self.directory, generation, ENGINE)
-            old.close()
-            self._generation = generation
             statefile.remove_old_logs(self.directory, generation)
 
     def _everything(self) -> Iterator[list[Record]]:
-        for db in sorted(self._dbs):
+        with self._io:
+            dbs = sorted(self._dbs)
+        for db in dbs:
             keys = [k if isinstance(k, bytes) else k.encode() for k in self._sync(db).keys("*")]
             records = [r for r in self._dump(db, keys) if r.expires != DELETED]
             for at in range(0, len(records), _CHUNK):
@@ -203,19 +211,27 @@ class PersistentStore:
 
     def _run(self) -> None:
         compact_at = time.monotonic() + self._compact_seconds
+        compactor: threading.Thread | None = None
         while not self._stop.wait(FLUSH_SECONDS):
-            try:
-                if time.monotonic() >= compact_at:
-                    self.compact()
-                    compact_at = time.monotonic() + self._compact_seconds
-                else:
-                    self.flush()
-                self._failing_since = None
-            except Exception:
-                now = time.monotonic()
-                if self._failing_since is None or now - self._failing_since > 60:
-                    self._failing_since = now
-                    log.exception("could not save the state to %s; retrying", self.directory)
+            if time.monotonic() >= compact_at and not (compactor and compactor.is_alive()):
+                compactor = threading.Thread(
+                    target=self._guarded, args=(self.compact,), name="chorus-compact", daemon=True
+                )
+                compactor.start()
+                compact_at = time.monotonic() + self._compact_seconds
+            self._guarded(self.flush)
+        if compactor is not None:
+            compactor.join()
+
+    def _guarded(self, step: Callable[[], None]) -> None:
+        try:
+            step()
+            self._failing_since = None
+        except Exception:
+            now = time.monotonic()
+            if self._failing_since is None or now - self._failing_since > 60:
+                self._failing_since = now
+                log.exception("could not save the state to %s; retrying", self.directory)
 
     def close(self) -> None:
         """Write what is left, stop saving and release the directory (idempotent)."""

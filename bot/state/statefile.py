@@ -69,10 +69,11 @@ class StateRefused(ConfigError):
 @dataclass
 class Loaded:
     """What the directory held: the live records by (db, key), the generation of the log to
-    append to, and the header of the snapshot (engine version that wrote it)."""
+    append to, the snapshot's, and the engine version that wrote the snapshot."""
 
     records: dict[tuple[int, bytes], Record]
     generation: int
+    snapshot_generation: int
     engine: str
 
 
@@ -166,8 +167,20 @@ def _torn(path: Path, data: bytes, end: int, last: float | None) -> None:
         os.fsync(f.fileno())
 
 
+def _log_generations(directory: Path, first: int) -> list[int]:
+    """The generations of the logs to replay over snapshot ``first``, oldest first: its own,
+    and the next one's when a compaction had switched logs but not yet renamed its snapshot
+    in."""
+    return sorted(
+        int(suffix)
+        for path in directory.glob("log.*")
+        if (suffix := path.name.removeprefix("log.")).isdigit() and int(suffix) >= first
+    )
+
+
 def load(directory: Path) -> Loaded:
-    """Read the snapshot and its log; cut off a torn log tail (one warning)."""
+    """Read the snapshot and the logs after it; cut off a torn log tail (one warning).
+    ``generation`` of the result is the log to append to."""
     records: dict[tuple[int, bytes], Record] = {}
     generation, engine = 0, ""
     snapshot = directory / SNAPSHOT
@@ -186,8 +199,9 @@ def load(directory: Path) -> Loaded:
         for body in bodies:
             for record in decode_batch(body):
                 records[record.db, record.key] = record
-    changes = directory / log_name(generation)
-    if changes.exists():
+    logs = _log_generations(directory, snapshot_generation := generation)
+    for generation in logs:
+        changes = directory / log_name(generation)
         data = changes.read_bytes()
         _read_header(changes, data)
         bodies, end, last = _frames(changes, data, len(data.partition(b"\n")[0]) + 1)
@@ -198,7 +212,7 @@ def load(directory: Path) -> Loaded:
                 else:
                     records[record.db, record.key] = record
         _torn(changes, data, end, last)
-    return Loaded(records, generation, engine)
+    return Loaded(records, logs[-1] if logs else snapshot_generation, snapshot_generation, engine)
 
 
 def open_log(directory: Path, generation: int, engine: str) -> BinaryIO:
@@ -237,10 +251,10 @@ def write_snapshot(
 
 
 def remove_old_logs(directory: Path, generation: int) -> None:
-    """Delete the logs of earlier generations (their changes are in the snapshot)."""
+    """Delete the logs before ``generation`` (their changes are in the snapshot)."""
     for path in directory.glob("log.*"):
         suffix = path.name.removeprefix("log.")
-        if suffix.isdigit() and int(suffix) != generation:
+        if suffix.isdigit() and int(suffix) < generation:
             path.unlink(missing_ok=True)
     (directory / f"{SNAPSHOT}.new").unlink(missing_ok=True)
 
