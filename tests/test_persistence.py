@@ -51,10 +51,10 @@ def directory(tmp_path: Path) -> Any:
     embedded.shutdown(path)
 
 
-async def view(redis: Redis) -> dict[str, Any]:
+async def view(redis: Redis, pattern: str = "*") -> dict[str, Any]:
     """Every key's type and content, read through ordinary commands."""
     seen: dict[Any, Any] = {}
-    for key in sorted(await redis.keys("*")):
+    for key in sorted(await redis.keys(pattern)):
         kind = await redis.type(key)
         if kind == "string":
             value: Any = await redis.get(key)
@@ -315,3 +315,34 @@ async def test_a_second_process_on_the_directory_is_refused_with_the_holders_pid
     embedded.shutdown(directory)
     again = run_python(code)
     assert again.returncode == 0, again.stdout + again.stderr  # released: the next one may
+
+
+async def test_the_copy_to_redis_carries_every_type_its_content_and_expiry(
+    tmp_path: Path, real_redis: Redis, real_redis_url: str, key_tag: str
+) -> None:
+    """``python -m bot.state.copy URL`` (the move to Redis), as a process, from the data
+    directory of the settings to the real server; compared through ordinary commands."""
+    data = tmp_path / "data"
+    store = await open_redis("embedded://", data_dir=data / "state")
+    await store.set(f"{key_tag}:s", "héllo", ex=3600)
+    await store.hset(f"{key_tag}:h", mapping={"a": "1"})
+    await store.rpush(f"{key_tag}:l", "x", "y")
+    await store.sadd(f"{key_tag}:set", "m")
+    await store.zadd(f"{key_tag}:z", {"a": 1.5})
+    await store.xadd(f"{key_tag}:x", {"k": "v"}, id="1-1")
+    await store.xgroup_create(f"{key_tag}:x", "g", id="0")
+    embedded.shutdown(data / "state")
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "bot.state.copy", real_redis_url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "CHORUS_DATA_DIR": str(data)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "copied 6 keys" in done.stdout
+    source = await open_redis("embedded://", data_dir=data / "state")
+    assert await view(real_redis, f"{key_tag}:*") == await view(source, f"{key_tag}:*")
+    assert 3500 < await real_redis.ttl(f"{key_tag}:s") <= 3600

@@ -55,9 +55,10 @@ _CHUNK = 1000
 _PATTERN = b"__keyspace@*__:*"
 
 
-def client(server: fakeredis.FakeServer, db: int) -> Redis:
-    """A client of ``server``'s database ``db``, decoding replies to ``str`` as a server's."""
-    return fakeredis.FakeAsyncRedis(server=server, db=db, decode_responses=True)
+def client(server: fakeredis.FakeServer, db: int, *, decode: bool = True) -> Redis:
+    """A client of ``server``'s database ``db``, decoding replies to ``str`` as Chorus's
+    clients of a server do (``decode=False``: bytes, for a copy of binary values)."""
+    return fakeredis.FakeAsyncRedis(server=server, db=db, decode_responses=decode)
 
 
 class PersistentStore:
