@@ -30,7 +30,7 @@ from tests.loopback.discord_server import (
     bot_mention,
     plain_message,
 )
-from tests.test_chat_e2e import base_env, spawn_chorus
+from tests.test_chat_e2e import base_env, run_chorus, spawn_chorus
 
 LIMIT = 90.0  # generous: a loaded 2-core machine; every wait ends as soon as its event happens
 POSTS = f"/channels/{CHANNEL_ID}/messages"
@@ -224,3 +224,26 @@ async def test_forget_then_a_compaction_leaves_no_byte_of_the_text(tmp_path: Pat
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+async def test_a_console_chat_ended_by_its_input_remembers_at_the_next_chat(
+    tmp_path: Path,
+) -> None:
+    """``chorus chat`` on the default store: the end of its input (Ctrl-D) is a clean stop,
+    and the next chat's prompt carries the first chat's exchange."""
+    line = f"My favourite colour is octarine {uuid.uuid4().hex[:8]}"
+    async with AnthropicServer() as model:
+        model.default_reply = lambda body: "noted"
+        env = base_env(tmp_path) | {
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "k",
+            "ANTHROPIC_BASE_URL": model.base_url,
+            "CHORUS_INSIGHTS_ENABLED": "false",
+            "CHORUS_DATA_DIR": str(tmp_path / "data"),
+        }
+        del env["CHORUS_REDIS_URL"]
+        code, out, err = await run_chorus(["chat"], env, tmp_path, f"{line}\n".encode())
+        assert code == 0 and out.splitlines() == ["noted"], err[-3000:]
+        code, out, err = await run_chorus(["chat"], env, tmp_path, b"and my colour?\n")
+        assert code == 0, err[-3000:]
+        assert line in last_prompt(model), "the first chat's line reached the second's prompt"

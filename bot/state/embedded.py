@@ -13,7 +13,7 @@ append-only file at ``appendfsync everysec``:
   change log, synced to disk (``bot.state.statefile`` has the format and why it is not
   SQLite). A change is on disk within about half a second; a ``kill -9`` loses at most that.
 - A clean stop loses nothing: the thread's last batch is written when the process exits
-  (``atexit``, which runs after SIGTERM, Ctrl-C or ``/quit`` have ended the app) or when
+  (``atexit``, which runs after SIGTERM, Ctrl-C or the end of the console's input have ended the app) or when
   ``shutdown`` is called.
 - Every ``CHORUS_DATA_COMPACT_MINUTES`` the whole store is written to a new snapshot, renamed
   over the old one, and the log starts again empty: what was deleted, forgotten or expired is
