@@ -241,6 +241,8 @@ class PersistentStore:
             self._thread.join()
         try:
             self.flush()
+        except Exception:  # a full or failing disk: say so, and still let the process end
+            log.exception("could not write the last changes to %s", self.directory)
         finally:
             with self._io:
                 if not self._log.closed:
