@@ -12,8 +12,11 @@ set and dict layouts are too. Measured twice on one machine the figure agrees to
 Two paths: ``in-process`` (the default embedded store, kept on disk in a temporary data
 directory, and the in-process bus: what a default install runs) and ``redis-streams`` (a real
 Redis on 127.0.0.1:6379, DB 13, with the Redis Streams bus). The embedded store writes its
-changes from a thread twice a second, so its share depends a little on how long the run takes
-under valgrind; each message's keys are written about once either way.
+changes from a thread twice a second; here its timer is off and the changes are written once
+after each message instead (``embedded.flush_all``), so the count does not depend on how many
+timer periods a run under valgrind happens to last. Once per message is what a bot sees when
+messages are further apart than the timer's period; busier chat shares a write between
+messages and costs less.
 
 Start-up is gated the same way: the instructions of a one-question piped ``chorus chat`` (the
 real ``openai`` SDK against a loopback server, start to exit) less those of a fresh interpreter
@@ -226,15 +229,19 @@ def _child(url: str, bus: str, messages: int) -> None:
     from bench.overhead import _chorus, _ok
     from bot.llm.guard import block_real_calls
     from bot.llm.scripted import ScriptedProvider
+    from bot.state import embedded
     from tests.loopback.anthropic_server import AnthropicServer
 
     block_real_calls()
     logging.disable(logging.WARNING)
+    embedded.FLUSH_SECONDS = 24 * 3600  # no timer: one write per message, below
 
     async def run() -> None:
         async with AnthropicServer() as server:
             provider = ScriptedProvider(responder=_ok)
-            await _chorus(server, messages, url, bus, provider, settle=True)
+            await _chorus(
+                server, messages, url, bus, provider, settle=True, after_each=embedded.flush_all
+            )
 
     asyncio.run(run())
 

@@ -274,6 +274,14 @@ def persistent(directory: Path, *, compact_seconds: float) -> PersistentStore:
         return store
 
 
+def flush_all() -> None:
+    """Write every open store's changes now (the instruction gate flushes once per message)."""
+    with _stores_lock:
+        stores = list(_stores.values())
+    for store in stores:
+        store.flush()
+
+
 def shutdown(directory: Path | None = None) -> None:
     """Close the persistent store of ``directory`` (every one when None): flushed, unlocked."""
     with _stores_lock:
