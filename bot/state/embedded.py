@@ -33,6 +33,7 @@ cannot read stops the start with that said, instead of dropping data.
 from __future__ import annotations
 
 import atexit
+import gc
 import logging
 import os
 import threading
@@ -74,6 +75,10 @@ class PersistentStore:
         self._stop = threading.Event()
         self._clients: dict[int, fakeredis.FakeRedis] = {}
         self._failing_since: float | None = None
+        # The load makes one object per key and holds them all: without the cyclic collector
+        # running over the growing heap again and again it takes about a third less time.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             started = time.perf_counter()
             loaded = statefile.load(directory)
@@ -86,6 +91,9 @@ class PersistentStore:
         except BaseException:
             self._lock.release()
             raise
+        finally:
+            if collecting:
+                gc.enable()
         self._pubsub = self._sync(0).pubsub()  # type: ignore[no-untyped-call]
         self._pubsub.psubscribe(_PATTERN)
         self._pubsub.get_message(timeout=0)  # the subscription's confirmation
