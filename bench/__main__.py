@@ -25,6 +25,7 @@ async def _main() -> None:
         safety,
         scaling,
         startup,
+        state_load,
         streaming,
         summaries,
         turn_ratio,
@@ -48,6 +49,7 @@ async def _main() -> None:
         await streaming.main(),
         await admin.main(),
         await startup.main(),
+        await state_load.main(),
         await turn_ratio.main(),
         await walk.main(),
     ]

@@ -30,6 +30,7 @@ import logging
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -145,6 +146,7 @@ async def _chorus(
     *,
     settle: bool = True,
     vendor: str = "anthropic",
+    after_each: Callable[[], None] | None = None,
 ) -> tuple[list[float], list[float]]:
     _, model, key_env, url_env = VENDORS[vendor]
     settings = settings_from(
@@ -196,6 +198,8 @@ async def _chorus(
                 totals.append(done - started)
             if settle:  # the turn's tail (commit, acks) ends before the next message arrives
                 await app.bus.drain(timeout=30)
+            if after_each is not None:
+                after_each()
     finally:
         await app.aclose()  # closing the bus ends the collector's consume loop
         collector.cancel()

@@ -228,7 +228,7 @@ class Chorus:
             extra = mcp.tools() if mcp else []
             reserved = [t.spec.name for t in (*builtin_tools(settings.tools), *extra)]
             plugins = load_plugins(settings.plugins, reserved_tools=reserved)
-            redis = await connect.open_redis(settings.state.redis_url)
+            redis = await connect.open_state(settings.state)
             owned.append(redis)
             spend = Spend.for_settings(settings, redis, metrics.prices)  # the daily cost cap
             # closed by the app; embedding off the reply path has an overall deadline too
@@ -428,7 +428,7 @@ def _make_bus(settings: Settings, redis: Client) -> EventBus:
     if settings.state.bus == "redis":
         from bot.bus.streams import RedisStreamsBus
 
-        if settings.state.redis_url.startswith("memory"):
+        if settings.state.is_embedded():
             # It would connect no other process, and the embedded store answers a blocking
             # read (the consumers' XREADGROUP ... BLOCK) by holding the event loop itself.
             raise ConfigError(

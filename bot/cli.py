@@ -374,7 +374,7 @@ async def _insights(settings: Settings, *, drain: bool) -> int:
     from bot.state import connect
 
     metrics = Metrics.from_settings(settings.metrics)
-    redis = await connect.open_redis(settings.state.redis_url)
+    redis = await connect.open_state(settings.state)
     health: HealthServer | None = None
     admin: AdminServer | None = None
     try:

@@ -72,7 +72,11 @@ def describe_config(settings: Settings) -> str:
     from adapters.registry import configured_platforms
 
     state, llm, log_settings = settings.state, settings.llm, settings.logging
-    store = "embedded in-process store" if state.redis_url.startswith("memory") else "Redis server"
+    store = "embedded in-process store" if state.is_embedded() else "Redis server"
+    if state.redis_url.startswith("embedded"):
+        store += f", kept in {state.state_path()}"
+    elif state.is_embedded():
+        store += ", forgotten at exit"
     lines.append(f"  state            {_mask_url(state.redis_url)}  ({store})")
     lines.append(
         f"  history          last {state.history_max_messages} messages, "

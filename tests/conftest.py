@@ -33,7 +33,7 @@ os.environ["CHORUS_BLOCK_REAL_LLM"] = "1"
 
 from bot.bus.streams import RedisStreamsBus
 from bot.llm import guard
-from bot.state import connect  # (imported after the guard's variable is set)
+from bot.state import connect, embedded  # (imported after the guard's variable is set)
 from tests.redis_server import free_port, start_redis, stop_redis
 
 guard.block_real_calls()
@@ -74,11 +74,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test: an empty cwd (no stray ``.env``) and no settings leaked by an earlier test."""
+def _isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test: an empty cwd (no stray ``.env``), no settings leaked by an earlier test, and
+    its own data directory, whose embedded store (the default ``embedded://``) is closed after."""
     monkeypatch.chdir(tmp_path)
     for name in _leaky_names():
         monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    yield
+    embedded.shutdown()
 
 
 # -- real Redis ---------------------------------------------------------------------------------

@@ -33,7 +33,10 @@ async def onboarding(redis: Redis) -> str:
 
 
 def _onboarding() -> str:
-    memory = settings_from({"CHORUS_DATA_DIR": str(HOME / ".chorus")})
+    embedded = settings_from({"CHORUS_DATA_DIR": str(HOME / ".chorus")})
+    memory = settings_from(
+        {"CHORUS_DATA_DIR": str(HOME / ".chorus"), "CHORUS_REDIS_URL": "memory://"}
+    )
     server = settings_from(
         {"CHORUS_DATA_DIR": str(HOME / ".chorus"), "CHORUS_REDIS_URL": "redis://redis:6379/0"}
     )
@@ -48,6 +51,10 @@ def _onboarding() -> str:
         (
             "closing, memory store, from the checkout",
             finish.closing(HOME, values, ["twitch", "youtube"], memory, checked=False, cwd=HOME),
+        ),
+        (
+            "closing, the default store",
+            finish.closing(HOME, {}, ["discord"], embedded, checked=False, cwd=HOME),
         ),
         (
             "closing, Redis, elsewhere",

@@ -2,9 +2,7 @@
 
 Every write of one command, or of a whole pipeline, to a connection goes through
 ``AbstractConnection.send_packed_command``, for redis-py and fakeredis alike; one write is one
-round trip (the embedded store writes argument lists, not RESP: they are shown as RESP here;
-its direct path, ``bot.state.embedded_direct``, writes nothing: each ``Pool.run`` is a round
-trip). The handshake of a connection the pool opens (``HELLO``, ``CLIENT ...``,
+round trip. The handshake of a connection the pool opens (``HELLO``, ``CLIENT ...``,
 ``SELECT``, ``AUTH``) is counted apart: it happens once per pooled connection, not per message.
 Used by the store tests, the router test and the benchmark.
 """
@@ -19,9 +17,6 @@ from unittest import mock
 
 from redis.asyncio.connection import AbstractConnection
 
-from bot.state.embedded import resp as embedded_resp
-from bot.state.embedded_direct import Pool
-
 _inside: ContextVar[bool] = ContextVar("roundtrips_inside", default=False)
 
 _HANDSHAKE = (b"HELLO", b"CLIENT", b"SELECT", b"AUTH")
@@ -34,13 +29,7 @@ def _command(packed: bytes) -> bytes:
 
 
 def _wire(chunk: Any) -> bytes:
-    """A chunk as RESP bytes: the embedded store's connection writes argument lists instead
-    (``bot.state.embedded``), one per command."""
-    if isinstance(chunk, str):
-        return chunk.encode()
-    if isinstance(chunk, list):
-        return embedded_resp(chunk)
-    return bytes(chunk)
+    return chunk.encode() if isinstance(chunk, str) else bytes(chunk)
 
 
 class RoundTrips:
@@ -57,8 +46,6 @@ class RoundTrips:
 def counting_round_trips() -> Iterator[RoundTrips]:
     counter = RoundTrips()
     original = AbstractConnection.send_packed_command
-
-    original_run = Pool.run
 
     def count(packed: bytes) -> None:
         if _command(packed) in _HANDSHAKE:
@@ -83,13 +70,5 @@ def counting_round_trips() -> Iterator[RoundTrips]:
 
         return counting
 
-    def counting_run(self: Pool, conn: Any, commands: Any) -> list[Any]:
-        encode = conn.encoder.encode
-        count(b"".join(embedded_resp([encode(arg) for arg in args]) for args in commands))
-        return original_run(self, conn, commands)
-
-    with (
-        mock.patch.object(AbstractConnection, "send_packed_command", counting_through(original)),
-        mock.patch.object(Pool, "run", counting_run),
-    ):
+    with mock.patch.object(AbstractConnection, "send_packed_command", counting_through(original)):
         yield counter

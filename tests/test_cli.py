@@ -60,6 +60,15 @@ async def test_config_masks_secrets_and_lists_what_is_missing(tmp_path: Path) ->
     code, out, _ = await run_chorus(["config"], base_env(tmp_path), tmp_path)
     assert code == 0
     assert "Missing:" in out and "CHORUS_MODEL" in out
+    assert "memory://  (embedded in-process store, forgotten at exit)" in out
+
+
+async def test_config_says_where_the_default_store_keeps_its_data(tmp_path: Path) -> None:
+    env = base_env(tmp_path) | {"CHORUS_DATA_DIR": str(tmp_path / "data")}
+    del env["CHORUS_REDIS_URL"]
+    code, out, err = await run_chorus(["config"], env, tmp_path)
+    assert code == 0, err
+    assert f"embedded://  (embedded in-process store, kept in {tmp_path / 'data' / 'state'})" in out
 
 
 TRACE = Path(__file__).resolve().parent.parent / "bench" / "traces" / "busy_chat.jsonl"

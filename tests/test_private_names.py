@@ -37,14 +37,6 @@ class Allowed:
     checked_on: str  # the versions (constraints.txt) the use was checked against
 
 
-_EMBEDDED = (
-    "The embedded store (memory://) runs an answered message's hot commands and the claims' "
-    "guarded commit natively on fakeredis's data and socket (bot/state/embedded.py says why): "
-    "without them an in-process message costs 2.4 times the instructions (8.32 M against 3.47 M, "
-    "python -m bench.instructions with plain fakeredis.FakeAsyncRedis). fakeredis is pinned in "
-    "constraints.txt and tests/test_embedded_store.py fails if a version stops taking this path. "
-    "The persistent embedded store (a later step of this work) replaces these modules."
-)
 _TWITCH_HANDOVER = (
     "twitchio 3 does not follow an EventSub session_reconnect as Twitch documents it (connect to "
     "the new URL, keep reading the old socket until the welcome, move the subscriptions, no "
@@ -55,58 +47,6 @@ _TWITCH_HANDOVER = (
     "(a later issue) replace the socket-per-bot model this patches."
 )
 ALLOWED: tuple[Allowed, ...] = (
-    Allowed(
-        "bot/state/embedded.py",
-        frozenset(
-            {
-                "fakeredis._clients._async",
-                "fakeredis._commands",
-                "fakeredis._helpers",
-                "fakeredis._msgs",
-                "fakeredis._socket",
-                "fakeredis._socket._resp",
-                "_client_class",
-                "_client_info",
-                "_connection_error_class",
-                "_db",
-                "_decode_result",
-                "_keyspace_notifications",
-                "_killed",
-                "_lua_modules",
-                "_name_to_func",
-                "_paused",
-                "_pubsub",
-                "_reply_off",
-                "_reply_skip",
-                "_reply_skip_next",
-                "_subkey_notifications",
-                "_transaction",
-            }
-        ),
-        _EMBEDDED,
-        "fakeredis 2.40.0",
-    ),
-    Allowed(
-        "bot/state/embedded_direct.py",
-        frozenset({"fakeredis._typing", "_decode", "_killed"}),
-        _EMBEDDED,
-        "fakeredis 2.40.0",
-    ),
-    Allowed(
-        "bot/state/embedded_native.py",
-        frozenset(
-            {
-                "fakeredis._command_args_parsing",
-                "fakeredis._core",
-                "fakeredis._helpers",
-                "_dict",
-                "_expirations",
-                "_expired_fields",
-            }
-        ),
-        _EMBEDDED,
-        "fakeredis 2.40.0",
-    ),
     Allowed(
         "adapters/discord/adapter.py",
         frozenset({"_connection"}),

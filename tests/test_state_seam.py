@@ -90,15 +90,8 @@ RECEIVERS = ("redis", "pipe", "client")
 NOT_YET: dict[str, str] = {}
 
 # The modules that import the client library itself: its names for the rest of the layer
-# (bot/state/client.py), connecting (connect.py), and the embedded store built on it.
-DRIVER = frozenset(
-    {
-        "bot/state/client.py",
-        "bot/state/connect.py",
-        "bot/state/embedded.py",
-        "bot/state/embedded_direct.py",
-    }
-)
+# (bot/state/client.py) and connecting (connect.py: the URL, the retries).
+DRIVER = frozenset({"bot/state/client.py", "bot/state/connect.py"})
 
 
 def _modules() -> dict[str, ast.Module]:

@@ -80,6 +80,8 @@ async def test_bare_memory_url_is_the_process_default_store(key_tag: str) -> Non
         "",
         "unix://",
         "memory://name/abc",
+        "embedded://name",
+        "embedded:///3",
     ],
 )
 async def test_malformed_url_names_the_variable_and_an_example(url: str) -> None:
@@ -88,6 +90,11 @@ async def test_malformed_url_names_the_variable_and_an_example(url: str) -> None
     message = str(info.value)
     assert "CHORUS_REDIS_URL" in message
     assert "memory://" in message
+
+
+async def test_the_embedded_store_needs_its_data_directory() -> None:
+    with pytest.raises(ConfigError, match="CHORUS_DATA_DIR"):
+        await connect.open_redis("embedded://")
 
 
 async def test_bad_query_option_is_a_config_error() -> None:
@@ -104,7 +111,7 @@ async def test_unreachable_server_is_a_clear_error_without_the_password(
         await connect.open_redis(f"redis://:{secret}@127.0.0.1:{port}/0", connect_timeout=2)
     message = str(info.value)
     assert f"CHORUS_REDIS_URL=redis://:***@127.0.0.1:{port}/0" in message
-    assert "memory://" in message
+    assert "embedded://" in message
     assert isinstance(info.value, ConfigError)  # the CLI prints it without a traceback
     assert secret not in "".join(traceback.format_exception(info.value))
     assert "s3cret" not in chained_messages(info.value)

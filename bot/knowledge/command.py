@@ -2,8 +2,10 @@
 on demand (the running bot also checks its sources on a schedule and on ``chorus reload``).
 
 Why a command: an operator who just wrote the FAQ wants to see it chunked and stored without
-restarting the bot or waiting for the next check. It works on the Redis the bot uses
-(CHORUS_REDIS_URL); with the embedded ``memory://`` store there is nothing shared to show.
+restarting the bot or waiting for the next check. It works on the store the bot uses
+(CHORUS_REDIS_URL): a Redis server, or the embedded store's data directory while the bot is
+stopped (one process uses a data directory at a time); with ``memory://`` there is nothing
+shared to show.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ async def knowledge_command(settings: Settings, action: str) -> int:
     if not bases:
         print("no knowledge base is configured (CHORUS_KNOWLEDGE_PATHS or a scope's knowledge)")
         return 0
-    redis = await connect.open_redis(settings.state.redis_url)
+    redis = await connect.open_state(settings.state)
     parts = RecallParts.build(settings, redis)
     try:
         for sources in bases:

@@ -80,7 +80,11 @@ def closing(
     if values.get("CHORUS_ADMIN_PORT"):
         parts.append(prompts.render("onboarding/dashboard", port=values["CHORUS_ADMIN_PORT"]))
     redis_url = settings.state.redis_url
-    if redis_url.startswith("memory://"):
+    if redis_url.startswith("embedded://"):
+        parts.append(
+            prompts.render("onboarding/state_embedded", data=str(settings.state.data_path()))
+        )
+    elif redis_url.startswith("memory://"):
         parts.append(
             prompts.render("onboarding/state_memory", data=str(settings.state.data_path()))
         )

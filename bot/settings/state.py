@@ -15,13 +15,30 @@ from pydantic import Field, SecretStr, field_validator
 
 from bot.settings.base import Section
 
-REDIS_SCHEMES = ("memory", "redis", "rediss", "unix")
+REDIS_SCHEMES = ("embedded", "memory", "redis", "rediss", "unix")
+EMBEDDED_SCHEMES = ("embedded", "memory")
 
 
 class StateSettings(Section):
-    redis_url: str = Field(default="memory://", validation_alias="CHORUS_REDIS_URL")
-    """`memory://` is an embedded in-process store; `redis://host:6379/0`, `rediss://` (TLS) or
-    `unix:///path.sock` for a Redis server."""
+    redis_url: str = Field(
+        default="embedded://",
+        validation_alias="CHORUS_REDIS_URL",
+        description=(
+            "Where state lives: embedded:// (the default: the store inside the process, kept "
+            "on disk in CHORUS_DATA_DIR/state), memory:// (inside the process, forgotten at "
+            "exit: tests and experiments) or a Redis server (redis://host:6379/0)"
+        ),
+    )
+    data_compact_minutes: float = Field(
+        default=10,
+        gt=0,
+        le=24 * 60,
+        validation_alias="CHORUS_DATA_COMPACT_MINUTES",
+        description=(
+            "How often the embedded store rewrites its snapshot and empties its change log; "
+            "data deleted, forgotten or expired is in no file of the data directory after it"
+        ),
+    )
     bus: Literal["memory", "redis"] = Field(default="memory", validation_alias="CHORUS_BUS")
     """The event bus: `memory` (in-process) or `redis` (Redis Streams, for several processes; needs
     a Redis server)."""
@@ -51,11 +68,13 @@ class StateSettings(Section):
         default=5_000, ge=2_000, le=600_000, validation_alias="CHORUS_PARTITION_LEASE_MS"
     )
     """How long a worker's hold on a bus partition lasts unrenewed."""
-    # Where the files of a process live (the gateway's spool): absolute, never the working
-    # directory; empty: $XDG_DATA_HOME/chorus, else ~/.local/share/chorus (``data_path``).
+    # Where the files of a process live (the embedded store's state, the gateway's spool):
+    # absolute, never the working directory; empty: $XDG_DATA_HOME/chorus, else
+    # ~/.local/share/chorus (``data_path``).
     data_dir: str = Field(default="", validation_alias="CHORUS_DATA_DIR")
-    """Where a process keeps its files (the gateway's spool); a relative path is made absolute once,
-    at start. Unset: `$XDG_DATA_HOME/chorus`, else `~/.local/share/chorus`."""
+    """Where a process keeps its files (the embedded store's state, the gateway's spool); a relative
+    path is made absolute once, at start. Unset: `$XDG_DATA_HOME/chorus`, else
+    `~/.local/share/chorus`."""
     # The gateway's ordered outbox on the Redis Streams bus (bot/bus/outbox.py): how many
     # events it holds before adapters wait, how long it publishes at shutdown, and where it
     # spools what is left (relative to the data directory; a volume in a container), signed
@@ -115,6 +134,14 @@ class StateSettings(Section):
         except RuntimeError:  # no home directory (an arbitrary uid in a container)
             return Path.cwd() / ".chorus"
 
+    def is_embedded(self) -> bool:
+        """The store lives inside this process (``embedded://`` or ``memory://``)."""
+        return urlsplit(self.redis_url).scheme in EMBEDDED_SCHEMES
+
+    def state_path(self) -> Path:
+        """Where the embedded store keeps its files: ``state`` in the data directory."""
+        return self.data_path() / "state"
+
     def spool_path(self) -> Path:
         """The gateway's spool directory: CHORUS_SPOOL_DIR, relative to the data directory."""
         return self.data_path() / Path(self.spool_dir).expanduser()
@@ -127,11 +154,17 @@ def check_redis_url(value: str) -> None:
         raise ValueError(f"{value!r} is not a URL ({exc})") from None
     if parts.scheme not in REDIS_SCHEMES:
         raise ValueError(
-            f"scheme {parts.scheme or '(none)'!r} is not supported; use memory:// (embedded), "
-            "redis://host:6379/0, rediss://host:6380/0 or unix:///path/to/redis.sock"
+            f"scheme {parts.scheme or '(none)'!r} is not supported; use embedded:// (kept in "
+            "CHORUS_DATA_DIR), memory:// (forgotten at exit), redis://host:6379/0, "
+            "rediss://host:6380/0 or unix:///path/to/redis.sock"
         )
     if parts.scheme in ("redis", "rediss") and not parts.hostname:
         raise ValueError("a redis:// URL needs a host, e.g. redis://127.0.0.1:6379/0")
+    if parts.scheme == "embedded" and (parts.netloc or parts.path.strip("/")):
+        raise ValueError(
+            "embedded:// takes no name or path: its files are in CHORUS_DATA_DIR/state "
+            "(set CHORUS_DATA_DIR to move them)"
+        )
     if parts.scheme == "unix" and not parts.path:
         raise ValueError("a unix:// URL needs a socket path, e.g. unix:///run/redis.sock")
     try:

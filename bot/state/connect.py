@@ -1,7 +1,10 @@
 """Redis connections from one URL (CHORUS_REDIS_URL), real or embedded.
 
-``memory://`` needs no server: it is fakeredis, a Redis-compatible store inside the process, so
-``make run`` works out of the box and tests run the same code as production. ``memory://NAME``
+``embedded://`` (the default) needs no server: it is the embedded store (``bot.state.embedded``),
+a Redis-compatible store inside the process kept on disk in the data directory, so ``make run``
+works out of the box and remembers across restarts. One process uses a data directory at a
+time. ``memory://`` is the same store without the disk: everything is forgotten at exit (tests
+and experiments), and tests run the same code as production. ``memory://NAME``
 names one store per process: every client connected to the same name sees the same data (the
 router and the insights worker of one process share state), different names are isolated, and
 the data lives as long as the process. Bare ``memory://`` is the process's default store; an
@@ -21,6 +24,7 @@ import asyncio
 import logging
 import re
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
@@ -29,7 +33,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisError
 
-from bot.settings import ConfigError, check_redis_url
+from bot.settings import ConfigError, StateSettings, check_redis_url
 
 if TYPE_CHECKING:
     import fakeredis
@@ -45,7 +49,7 @@ Code outside ``bot.state``, ``bot.bus`` and ``bot.ops`` only opens it, hands it 
 that take one and closes it; it sends no command of its own (``tests/test_state_seam.py``)."""
 
 VARIABLE = "CHORUS_REDIS_URL"
-EXAMPLE = "memory:// (embedded) or redis://127.0.0.1:6379/0"
+EXAMPLE = "embedded:// (kept in CHORUS_DATA_DIR), memory:// or redis://127.0.0.1:6379/0"
 
 # A few quick retries ride over a blip (failover, restart); longer outages surface as errors the
 # caller handles instead of stalling every message for seconds.
@@ -62,11 +66,27 @@ class StoreUnavailable(ConfigError):
     """The URL is well-formed but the Redis there did not answer (or refused us)."""
 
 
-async def open_redis(url: str, *, connect_timeout: float = 5.0) -> Redis:
+async def open_state(state: StateSettings) -> Redis:
+    """A connected client for the settings' store (``open_redis`` with their data directory)."""
+    return await open_redis(
+        state.redis_url,
+        data_dir=state.state_path(),
+        compact_minutes=state.data_compact_minutes,
+    )
+
+
+async def open_redis(
+    url: str,
+    *,
+    connect_timeout: float = 5.0,
+    data_dir: Path | None = None,
+    compact_minutes: float = 10,
+) -> Redis:
     """A connected client for ``url``; raises ``ConfigError`` if it is malformed or unreachable.
 
     ``connect_timeout`` bounds the TCP connect and the first PING, so a black-holed host fails
-    at startup instead of hanging it.
+    at startup instead of hanging it. ``data_dir``: where ``embedded://`` keeps its files
+    (``CHORUS_DATA_DIR/state``); ``compact_minutes``: how often it compacts them.
     """
     try:
         check_redis_url(url)
@@ -77,6 +97,10 @@ async def open_redis(url: str, *, connect_timeout: float = 5.0) -> Redis:
     parts = urlsplit(url)
     if parts.scheme == "memory":
         return _memory_client(parts.netloc, parts.path)
+    if parts.scheme == "embedded":
+        if data_dir is None:
+            raise ConfigError(f"{VARIABLE}=embedded:// needs the data directory (CHORUS_DATA_DIR)")
+        return await _persistent_client(data_dir, compact_minutes)
     try:
         client = Redis.from_url(
             url,
@@ -98,7 +122,7 @@ async def open_redis(url: str, *, connect_timeout: float = 5.0) -> Redis:
         reason = _scrub(reason.rstrip(". ") or type(exc).__name__, parts.password)
         raise StoreUnavailable(
             f"cannot use the Redis at {VARIABLE}={mask_url(url)}: {reason}; start Redis there, "
-            "fix the URL (host, port, password), or use memory:// for the embedded store"
+            "fix the URL (host, port, password), or use embedded:// for the embedded store"
         ) from None
     return client
 
@@ -142,6 +166,21 @@ def _memory_client(name: str, path: str) -> Redis:
         if server is None:
             server = _memory_servers[name] = fakeredis.FakeServer()
     return embedded.client(server, int(db_text or 0))
+
+
+async def _persistent_client(directory: Path, compact_minutes: float) -> Redis:
+    from bot.state import embedded  # here: a deployment on a real Redis never loads it
+
+    try:
+        store = await asyncio.to_thread(
+            embedded.persistent, directory, compact_seconds=compact_minutes * 60
+        )
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot keep the embedded store's files in {directory}: {exc.strerror or exc}; set "
+            "CHORUS_DATA_DIR to a directory this user may write"
+        ) from None
+    return embedded.client(store.server, 0)
 
 
 def _scrub(text: str, password: str | None) -> str:

@@ -1,262 +1,300 @@
-"""The embedded store (``memory://``): fakeredis, with the claims' guarded commit and the hot
-commands run natively and commands handed over without the Redis wire format.
+"""The embedded store: fakeredis inside the process, kept on disk in the data directory.
 
-Why: every answered message commits through one Lua script (``bot.state.guarded.GUARDED``,
-see ``bot.state.claims``). Real Redis runs it in C; fakeredis runs it through its Lua engine
-(``lupa``), which compiles the script on every call, collects Lua's garbage after it and
-checks Lua's globals around every ``redis.call``: about a fifth of all the instructions of an
-in-process turn. This socket recognises that script (by its exact text) and does the same
-in Python (and the ``/link`` alias read every answered message makes, ``bot.state.alias_scripts``
-``LOAD``): it runs inside fakeredis's command dispatch, under the server's lock, so it is as
-atomic as the script (nothing else runs between the token check and the commands), and each
-command goes through this socket's ``_run_command``, so the data is what the script would
-have written. Any other script still runs through Lua. The claim contract tests run over both
-stores (tests/test_claims.py, tests/test_bus_contract.py), so a difference would show there.
+The engine is fakeredis through its public API (``FakeServer``, ``FakeAsyncRedis``,
+``FakeRedis``), so every state module speaks the same Redis commands, Lua scripts and streams
+to it as to a Redis server. This module adds the persistence, which Redis would do with an
+append-only file at ``appendfsync everysec``:
 
-Why no wire format: redis-py packs every command into RESP bytes and fakeredis parses them
-back into the same list of arguments, in the same process, a tenth of a turn's instructions.
-Here the connection hands the encoded arguments (``_Fields``) straight to the socket, which
-dispatches them as its parser would have (``_process_command``); replies still travel as
-before. While the socket is paused (a blocking command in progress) the arguments are packed
-into RESP after all and queue behind what the parser holds, so the order never changes.
-Most commands skip the connection altogether (``bot.state.embedded_direct``): this path is
-for the rest (blocking commands, ``WATCH``, subscriptions, connection state).
+- Which keys changed: the store's keyspace notifications. A subscriber of this module's own
+  (``PSUBSCRIBE __keyspace@*__:*``) hears of every key a command or a script's ``redis.call``
+  wrote or deleted, whichever client sent it, with nothing added to the clients themselves.
+- Twice a second a thread takes the keys heard of, reads each one's ``DUMP`` payload and
+  absolute expiry (``PEXPIRETIME``) in one ``MULTI``, and appends them as one batch to the
+  change log, synced to disk (``bot.state.statefile`` has the format and why it is not
+  SQLite). A change is on disk within about half a second; a ``kill -9`` loses at most that.
+- A clean stop loses nothing: the thread's last batch is written when the process exits
+  (``atexit``, which runs after SIGTERM, Ctrl-C or the end of the console's input have ended the app) or when
+  ``shutdown`` is called.
+- Every ``CHORUS_DATA_COMPACT_MINUTES`` the whole store is written to a new snapshot, renamed
+  over the old one, and the log starts again empty: what was deleted, forgotten or expired is
+  then in no file of the directory. An expiry is absolute, so a key that expired while the
+  process was down is not loaded.
+- At start the snapshot and its log are read and each key ``RESTORE``d with the time it has
+  left. A payload that does not restore (damaged on disk) costs one warning naming the keys.
 
-Why native commands: fakeredis runs every command through generic machinery (arguments parsed
-against a signature, a ``CommandItem`` per key written back after, the reply checked); for the
-nine commands an answered message runs most (``bot.state.embedded_native``) that was more than
-the work, so ``_run_command`` hands them to plain functions on the same data, and the socket's
-dispatch (``_process_command``) skips the name lookup and closed-socket sweep it repeated per
-command. fakeredis's own code runs instead for any shape of a command the native function does
-not take and while anyone listens for keyspace events (they come from its dispatch); queued in
-a transaction, the commands run natively at ``EXEC``, but the queueing is fakeredis's.
-
-It reaches into fakeredis's socket internals (``_run_command``, ``_name_to_func``), which is
-why fakeredis is pinned in constraints.txt; ``tests/test_embedded_store.py`` fails if a new
-version stops taking this path.
+What notifications do not report, a stream consumer group's reads and acknowledgements
+(``XREADGROUP``, ``XACK``, ``XCLAIM``: Redis does not report them either), reaches the disk with
+the stream's next write or the next compaction. Only the Redis Streams bus uses them, and it
+needs a Redis server anyway (``bot.app``). ``DUMP`` payloads are fakeredis's own encoding, so
+the snapshot's header names the fakeredis version that wrote it, and a payload another version
+cannot read stops the start with that said, instead of dropping data.
 """
 
 from __future__ import annotations
 
+import atexit
+import gc
+import logging
+import os
+import threading
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import fakeredis
-from fakeredis import _msgs as msgs
-from fakeredis._clients._async import FakeAsyncRedisConnection, FakeReader, FakeWriter
-from fakeredis._commands import COMMANDS_WITH_SUB, SUPPORTED_COMMANDS
-from fakeredis._helpers import SimpleError
-from fakeredis._socket import AsyncFakeSocket
-from fakeredis._socket._resp import extract_command
-from redis.asyncio import Redis
 
-from bot.state.alias_scripts import LOAD
-from bot.state.embedded_direct import COUNTS, Client, Pool
-from bot.state.embedded_native import FALLBACK, NATIVE
-from bot.state.guarded import GUARDED
+from bot.state import statefile
+from bot.state.client import Redis
+from bot.state.statefile import DELETED, Record, StateRefused
 
-_GUARDED = GUARDED.encode()
-_LOAD = LOAD.encode()
-_NATIVE = {(_GUARDED, b"1"), (_LOAD, b"2")}  # (script, numkeys) run in Python, not Lua
-_EVAL = SUPPORTED_COMMANDS["eval"]
-_BY_SIGNATURE = {SUPPORTED_COMMANDS[name]: run for name, run in NATIVE.items()}
-_QUICK = frozenset({b"EVAL", *(name.upper().encode() for name in NATIVE)})  # the prelude below
+log = logging.getLogger("chorus.store")
+
+ENGINE = f"fakeredis {fakeredis.__version__}"
+FLUSH_SECONDS = 0.5
+_CHUNK = 1000
+_PATTERN = b"__keyspace@*__:*"
 
 
-class _Fields(list[bytes]):
-    """One command's arguments, encoded, as the connection hands them to the socket."""
+def client(server: fakeredis.FakeServer, db: int, *, decode: bool = True) -> Redis:
+    """A client of ``server``'s database ``db``, decoding replies to ``str`` as Chorus's
+    clients of a server do (``decode=False``: bytes, for a copy of binary values)."""
+    return fakeredis.FakeAsyncRedis(server=server, db=db, decode_responses=decode)
 
 
-def resp(fields: list[bytes]) -> bytes:
-    """One command's arguments as RESP bytes, exactly as redis-py would have written them."""
-    parts = [b"*%d\r\n" % len(fields)]
-    for field in fields:
-        parts += (b"$%d\r\n" % len(field), field, b"\r\n")
-    return b"".join(parts)
+class PersistentStore:
+    """One data directory's store: the fakeredis server, loaded from and saved to disk."""
 
-
-class _Socket(AsyncFakeSocket):
-    replies: list[Any] | None = None  # set: replies are kept here, not queued (embedded_direct)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._found: dict[bytes, tuple[Any, Any]] = {}
-
-    def put_response(self, msg: Any) -> None:
-        if self.replies is None:
-            return super().put_response(msg)
-        self.replies.append(msg)
-        return None
-
-    def sendall(self, data: Any) -> None:
-        if type(data) is not _Fields:
-            return super().sendall(data)
-        if self._paused:  # behind what the parser holds back
-            return super().sendall(resp(data))
-        if not self._server.connected or self._killed:
-            raise self._connection_error_class(msgs.CONNECTION_ERROR_MSG)
-        COUNTS.unpacked += 1
-        self._process_command(data)
-        return None
-
-    def _process_command(self, fields: list[bytes]) -> None:
-        """fakeredis's own for the names in ``_QUICK`` (as redis-py spells them) outside a
-        transaction, without what costs there and does nothing: the name decoded and looked up
-        on every call (here once per socket) and the sweep for closed sockets raising
-        ``IndexError`` when there are none. The ACL check, the clock, the arity check and the
-        reply are fakeredis's own; anything else takes fakeredis's path whole."""
-        server = self._server
-        if (
-            not fields
-            or fields[0] not in _QUICK
-            or self._transaction is not None
-            or self._reply_off
-            or self._reply_skip
-            or self._reply_skip_next
-            or server.closed_sockets
-        ):
-            return super()._process_command(fields)
-        func, sig, args = self._resolve(fields)
-        result: Any
+    def __init__(self, directory: Path, *, compact_seconds: float) -> None:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.directory = directory
+        self.server = fakeredis.FakeServer()
+        self._lock = statefile.DirectoryLock(directory)
+        self._io = threading.Lock()  # the log: one batch at a time
+        self._compacting = threading.Lock()  # one compaction at a time
+        self._stop = threading.Event()
+        self._clients: dict[int, fakeredis.FakeRedis] = {}
+        self._failing_since: float | None = None
+        # The load makes one object per key and holds them all: without the cyclic collector
+        # running over the growing heap again and again it takes about a third less time.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
-            server.acl.validate_command(self._client_info.user, self._client_info, fields)
-            with server.lock:
-                now = time.time()
-                for db in server.dbs.values():
-                    db.time = now
-                sig.check_arity(args, self.version)
-                result = self._run_command(func, sig, args, False)
-        except SimpleError as exc:
-            result = exc
-        self.put_response(self._decode_result(result))
-        return None
+            started = time.perf_counter()
+            loaded = statefile.load(directory)
+            self.keys_loaded = self._restore(loaded)
+            self.load_seconds = time.perf_counter() - started
+            self._generation = loaded.generation
+            self._dbs = {0, *(db for db, _ in loaded.records)}
+            statefile.remove_old_logs(directory, loaded.snapshot_generation)
+            self._log = statefile.open_log(directory, self._generation, ENGINE)
+        except BaseException:
+            self._lock.release()
+            raise
+        finally:
+            if collecting:
+                gc.enable()
+        self._pubsub = self._sync(0).pubsub()  # type: ignore[no-untyped-call]
+        self._pubsub.psubscribe(_PATTERN)
+        self._pubsub.get_message(timeout=0)  # the subscription's confirmation
+        self._compact_seconds = compact_seconds
+        self._thread = threading.Thread(target=self._run, name="chorus-state", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
 
-    def _run_command(self, func: Any, sig: Any, args: list[Any], from_script: bool) -> Any:
-        """fakeredis's own, except for the hot commands (``bot.state.embedded_native``, while
-        nobody is subscribed to keyspace notifications) and a native script, whose ~30
-        arguments are not parsed one by one first (``Signature.apply``, a tenth of a commit):
-        ``EVAL`` has no keys to look up or type-check, its one number is the exact text
-        checked here, and nothing is written back but what the commands inside write (each
-        through this method)."""
-        native = _BY_SIGNATURE.get(sig)
-        if native is not None:
-            subs, psubs = self._server.subscribers, self._server.psubscribers
-            if (
-                not self._pubsub
-                and self.server_type == "redis"
-                and not (subs and any(subs.values()) or psubs and any(psubs.values()))
-            ):
-                result = native(self._db, args, self.version)
-                if result is not FALLBACK:
-                    COUNTS.native_commands += 1
-                    return result
-            return super()._run_command(func, sig, args, from_script)
-        if (
-            sig is not _EVAL
-            or from_script
-            or self._pubsub
-            or len(args) < 2
-            or (args[0], args[1]) not in _NATIVE
-            or self.server_type != "redis"
-        ):
-            return super()._run_command(func, sig, args, from_script)
-        self._subkey_events = []
-        COUNTS.unparsed_evals += 1
+    def _sync(self, db: int) -> fakeredis.FakeRedis:
+        found = self._clients.get(db)
+        if found is None:
+            found = self._clients[db] = fakeredis.FakeRedis(server=self.server, db=db)
+        return found
+
+    def _restore(self, loaded: statefile.Loaded) -> int:
+        now = int(time.time() * 1000)
+        by_db: dict[int, list[Record]] = {}
+        for record in loaded.records.values():
+            if record.expires == 0 or record.expires > now + 1:
+                by_db.setdefault(record.db, []).append(record)
+        failed: list[tuple[bytes, str]] = []
+        count = 0
+        for db, records in by_db.items():
+            for at in range(0, len(records), _CHUNK):
+                chunk = records[at : at + _CHUNK]
+                pipe = self._sync(db).pipeline(transaction=False)
+                for r in chunk:
+                    ttl = r.expires - now if r.expires else 0
+                    restore = ("RESTORE", r.key, max(ttl, 1) if ttl else 0, r.payload)
+                    pipe.execute_command(*restore)  # type: ignore[no-untyped-call]
+                for r, answer in zip(chunk, pipe.execute(raise_on_error=False), strict=True):
+                    if isinstance(answer, Exception):
+                        failed.append((r.key, str(answer)))
+                    else:
+                        count += 1
+        if failed and loaded.engine and loaded.engine != ENGINE:
+            raise StateRefused(
+                f"the state in {self.directory} was written by {loaded.engine} and {len(failed)} "
+                f"keys do not load in {ENGINE} (first: {failed[0][1]}); run the fakeredis "
+                "version that wrote it (constraints.txt) or move the directory away. Nothing "
+                "there was changed"
+            )
+        if failed:
+            keys = ", ".join(k.decode(errors="replace") for k, _ in failed[:5])
+            log.warning(
+                "state in %s: %d keys could not be loaded and are dropped (%s%s): %s",
+                self.directory,
+                len(failed),
+                keys,
+                ", ..." if len(failed) > 5 else "",
+                failed[0][1],
+            )
+        return count
+
+    def _drain(self) -> set[tuple[int, bytes]]:
+        """The (database, key) pairs written since the last call."""
+        dirty: set[tuple[int, bytes]] = set()
+        get = self._pubsub.get_message
+        while (message := get(ignore_subscribe_messages=True, timeout=0)) is not None:
+            head, _, key = message["channel"].partition(b"__:")
+            dirty.add((int(head.removeprefix(b"__keyspace@")), key))
+        return dirty
+
+    def _dump(self, db: int, keys: list[bytes]) -> Iterator[Record]:
+        """Each key's record as the store holds it now (one ``MULTI`` per chunk)."""
+        for at in range(0, len(keys), _CHUNK):
+            chunk = keys[at : at + _CHUNK]
+            pipe = self._sync(db).pipeline(transaction=True)
+            for key in chunk:
+                pipe.dump(key)
+                pipe.pexpiretime(key)  # type: ignore[arg-type]  # bytes keys, as redis-py sends
+            answers: list[Any] = pipe.execute()
+            for i, key in enumerate(chunk):
+                payload, expires = answers[2 * i], answers[2 * i + 1]
+                if payload is None:
+                    yield Record(db, key, DELETED, b"")
+                else:
+                    yield Record(db, key, max(int(expires), 0), payload)
+
+    def _changes(self) -> list[Record]:
+        by_db: dict[int, list[bytes]] = {}
+        for db, key in self._drain():
+            by_db.setdefault(db, []).append(key)
+        self._dbs.update(by_db)
+        return [record for db, keys in by_db.items() for record in self._dump(db, keys)]
+
+    def flush(self) -> None:
+        """Write the keys changed since the last flush, synced to disk before this returns."""
+        with self._io:
+            if self._log.closed:
+                return
+            changes = self._changes()
+            if changes:
+                statefile.append(self._log, changes)
+
+    def compact(self) -> None:
+        """A new snapshot of every key and an empty log: erased data leaves the directory.
+
+        The log is switched first (changes from then on go to the next generation's log and
+        keep being flushed while the snapshot is written); the snapshot is renamed in, then
+        the older logs deleted. A crash in between loads the old snapshot and both logs."""
+        with self._compacting:
+            with self._io:
+                if self._log.closed:
+                    return
+                changes = self._changes()
+                if changes:
+                    statefile.append(self._log, changes)
+                generation = self._generation + 1
+                old, self._log = self._log, statefile.open_log(self.directory, generation, ENGINE)
+                old.close()
+                self._generation = generation
+            statefile.write_snapshot(self.directory, generation, ENGINE, self._everything())
+            statefile.remove_old_logs(self.directory, generation)
+
+    def _everything(self) -> Iterator[list[Record]]:
+        with self._io:
+            dbs = sorted(self._dbs)
+        for db in dbs:
+            keys = [k if isinstance(k, bytes) else k.encode() for k in self._sync(db).keys("*")]
+            records = [r for r in self._dump(db, keys) if r.expires != DELETED]
+            for at in range(0, len(records), _CHUNK):
+                yield records[at : at + _CHUNK]
+
+    def _run(self) -> None:
+        compact_at = time.monotonic() + self._compact_seconds
+        compactor: threading.Thread | None = None
+        while not self._stop.wait(FLUSH_SECONDS):
+            if time.monotonic() >= compact_at and not (compactor and compactor.is_alive()):
+                compactor = threading.Thread(
+                    target=self._guarded, args=(self.compact,), name="chorus-compact", daemon=True
+                )
+                compactor.start()
+                compact_at = time.monotonic() + self._compact_seconds
+            self._guarded(self.flush)
+        if compactor is not None:
+            compactor.join()
+
+    def _guarded(self, step: Callable[[], None]) -> None:
         try:
-            result = self.eval(args[0], int(args[1]), *args[2:])
-        except SimpleError as exc:
-            result = exc
-        self._keyspace_notifications([], b"eval")
-        self._subkey_notifications([])
-        return result
+            step()
+            self._failing_since = None
+        except Exception:
+            now = time.monotonic()
+            if self._failing_since is None or now - self._failing_since > 60:
+                self._failing_since = now
+                log.exception("could not save the state to %s; retrying", self.directory)
 
-    def eval(self, script: bytes, numkeys: int, *keys_and_args: bytes) -> Any:
-        if script == _LOAD and numkeys == 2 and len(keys_and_args) == 4:
-            return self._load(*keys_and_args)
-        if script != _GUARDED or numkeys != 1 or len(keys_and_args) < 2:
-            return super().eval(script, numkeys, *keys_and_args)
-        COUNTS.native_evals += 1
-        key, token, *rest = keys_and_args
-        if self._call([b"GET", key]) != token:
-            return 0
-        i = 0
-        while i < len(rest):
-            n = int(rest[i])
-            self._call(list(rest[i + 1 : i + 1 + n]))
-            i += n + 1
-        return 1
-
-    def _load(self, alias: bytes, own: bytes, prefix: bytes, ttl: bytes) -> list[Any]:
-        """``alias_scripts.LOAD``: the memory an identity's alias points to (every answered
-        message reads it), with the link kept alive; the same commands, in the same order."""
-        COUNTS.native_evals += 1
-        person = self._call([b"GET", alias])
-        if person is None:
-            return [b"", self._call([b"GET", own])]
-        if int(ttl) > 0:
-            self._call([b"EXPIRE", alias, ttl])
-            self._call([b"EXPIRE", prefix + person + b":members", ttl])
-            self._call([b"EXPIRE", prefix + person + b":memory", ttl])
-        return [person, self._call([b"GET", prefix + person + b":memory"])]
-
-    def _resolve(self, fields: list[bytes]) -> tuple[Any, Any, list[bytes]]:
-        """A command's method, signature and arguments; a name is decoded and looked up
-        (``_name_to_func``) once per socket, except a command with subcommands."""
-        found = self._found.get(fields[0])
-        if found is not None:
-            return (*found, fields[1:])
-        cmd, args = extract_command(fields)
-        found = self._name_to_func(cmd)
-        if cmd not in COMMANDS_WITH_SUB:
-            self._found[fields[0]] = found
-        return (*found, args)
-
-    def _call(self, fields: list[bytes]) -> Any:
-        """One command as ``redis.call`` runs it: an error aborts (what ran before stays)."""
-        func, sig, args = self._resolve(fields)
-        result = self._run_command(func, sig, args, True)
-        if isinstance(result, SimpleError):
-            raise result
-        return result
+    def close(self) -> None:
+        """Write what is left, stop saving and release the directory (idempotent)."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        try:
+            self.flush()
+        except Exception:  # a full or failing disk: say so, and still let the process end
+            log.exception("could not write the last changes to %s", self.directory)
+        finally:
+            with self._io:
+                if not self._log.closed:
+                    self._log.close()
+                self._pubsub.close()
+                self._lock.release()
+            atexit.unregister(self.close)
 
 
-class _Connection(FakeAsyncRedisConnection):
-    def pack_command(self, *args: Any) -> list[Any]:
-        """redis-py's own, minus RESP: a multi-word name (``CLIENT SETINFO``) still splits."""
-        if isinstance(args[0], str):
-            args = (*args[0].encode().split(), *args[1:])
-        elif b" " in args[0]:
-            args = (*args[0].split(), *args[1:])
-        return [_Fields(map(self.encoder.encode, args))]
-
-    def pack_commands(self, commands: Any) -> list[Any]:
-        return [self.pack_command(*command)[0] for command in commands]
-
-    async def _connect(self) -> None:  # fakeredis's own, with the socket above
-        if self._server is None or not self._server.connected:
-            raise self._connection_error_class(msgs.CONNECTION_ERROR_MSG)
-        self._sock = _Socket(
-            self._server,
-            self.db,
-            client_class=self._client_class,
-            lua_modules=self._lua_modules,
-            client_info=self._client_info,
-        )
-        self._reader = FakeReader(self._sock)
-        self._writer = FakeWriter(self._sock)
+_stores: dict[Path, PersistentStore] = {}
+_stores_lock = threading.Lock()
 
 
-def client(server: fakeredis.FakeServer, db: int) -> Redis:
-    """A client of ``server``'s database ``db`` whose guarded commits run natively and whose
-    plain commands and pipelines take the direct path (``bot.state.embedded_direct``)."""
-    # No socket timeout: a write is a synchronous call into the store, and with a timeout
-    # redis-py wraps every one in ``asyncio.wait_for`` (a task per command). Reads wait for the
-    # store's reply as before (a blocking command's own timeout is the store's business).
-    return Client(
-        server=server,
-        db=db,
-        decode_responses=True,
-        connection_class=_Connection,
-        connection_pool_class=Pool,
-        socket_timeout=None,
-    )
+def persistent(directory: Path, *, compact_seconds: float) -> PersistentStore:
+    """The process's store for ``directory`` (opened, locked and loaded on first use)."""
+    directory = directory.resolve()
+    with _stores_lock:
+        store = _stores.get(directory)
+        if store is None:
+            store = PersistentStore(directory, compact_seconds=compact_seconds)
+            log.info(
+                "state: the embedded store, kept in %s (%d keys loaded in %.2f s)",
+                directory,
+                store.keys_loaded,
+                store.load_seconds,
+                extra={"pid": os.getpid()},
+            )
+            _stores[directory] = store
+        return store
+
+
+def flush_all() -> None:
+    """Write every open store's changes now (the instruction gate flushes once per message)."""
+    with _stores_lock:
+        stores = list(_stores.values())
+    for store in stores:
+        store.flush()
+
+
+def shutdown(directory: Path | None = None) -> None:
+    """Close the persistent store of ``directory`` (every one when None): flushed, unlocked."""
+    with _stores_lock:
+        chosen = [directory.resolve()] if directory is not None else list(_stores)
+        for path in chosen:
+            store = _stores.pop(path, None)
+            if store is not None:
+                store.close()
