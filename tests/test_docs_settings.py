@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from bot.settings import known_variables
-from bot.settings.reference import PAGE, render, settings_sections, undescribed
+from bot.settings.reference import PAGE, description, render, settings_sections, undescribed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,5 +41,5 @@ def test_the_reference_lists_every_variable_with_its_default_and_description() -
         assert f"## `[{name}]`" in render(), name
         for field in section.model_fields:
             if section.variable_for(field) != field:
-                description = " ".join((section.model_fields[field].description or "").split())
-                assert description and description.replace("|", "\\|") in render(), field
+                said = " ".join(description(section, field).split())
+                assert said and said.replace("|", "\\|") in render(), field

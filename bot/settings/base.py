@@ -23,8 +23,10 @@ class Section(BaseModel):
     """One concern's settings; unknown keys are left to the loader's warning."""
 
     # Each field's docstring is its description: the one text the settings reference
-    # (docs/reference/settings.md, ``bot.settings.reference``) shows for its variable.
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", use_attribute_docstrings=True)
+    # (docs/reference/settings.md, ``bot.settings.reference``) shows for its variable. The
+    # reference reads the docstrings from the source itself: pydantic's
+    # ``use_attribute_docstrings`` would parse every section's source at every start.
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
 
     @classmethod
     def variables(cls) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """The settings reference page (``docs/reference/settings.md``), written from the settings models.
 
-One source of truth: each field's docstring is its description (``Section`` reads attribute
-docstrings), its alias its variable, its default the model's. ``make docs`` writes the page before
+One source of truth: each field's docstring is its description (``description`` reads it from the
+section's source, as pydantic's ``use_attribute_docstrings`` would, but only here and not at
+every start), or its ``Field(description=...)``; its alias its variable, its default the model's. ``make docs`` writes the page before
 building the site, and ``tests/test_docs_settings.py`` fails when a setting has no description or
 the committed page differs from what this module writes, so the page cannot drift from the code.
 
@@ -10,7 +11,11 @@ the committed page differs from what this module writes, so the page cannot drif
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
 import sys
+import textwrap
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -63,6 +68,35 @@ came from, secrets masked.
 """
 
 
+@functools.cache
+def _docstrings(section: type[Section]) -> dict[str, str]:
+    """Each field's docstring: the string right after its annotated assignment in the class
+    body (base classes first, so a subclass's own wins)."""
+    found: dict[str, str] = {}
+    for klass in reversed(section.__mro__):
+        if not (isinstance(klass, type) and issubclass(klass, Section)) or klass is Section:
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
+        for node, after in zip(body, body[1:], strict=False):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                found[node.target.id] = inspect.cleandoc(after.value.value)
+    return found
+
+
+def description(section: type[Section], field: str) -> str:
+    """What the reference says of ``field``: its ``Field(description=...)``, else its
+    docstring (empty: neither)."""
+    given = section.model_fields[field].description
+    return (given or _docstrings(section).get(field, "")).strip()
+
+
 def settings_sections() -> dict[str, type[Section]]:
     """The root's sections, in the order the root declares them."""
     sections: dict[str, type[Section]] = {}
@@ -82,7 +116,7 @@ def file_only_fields(section: type[Section]) -> list[str]:
     return [
         name
         for name, info in section.model_fields.items()
-        if section.variable_for(name) == name and info.description
+        if section.variable_for(name) == name and description(section, name)
     ]
 
 
@@ -92,7 +126,7 @@ def undescribed() -> list[str]:
         f"{name}.{field}"
         for name, section in settings_sections().items()
         for field in variable_fields(section)
-        if not (section.model_fields[field].description or "").strip()
+        if not description(section, field)
     ]
 
 
@@ -143,17 +177,14 @@ def render() -> str:
             info = section.model_fields[field]
             names = " / ".join(f"`{n}`" for n in section.variable_for(field).split(" / "))
             out.append(
-                f"| {names} | `{field}` | {shown_default(info)} | {_cell(info.description or '')} |"
+                f"| {names} | `{field}` | {shown_default(info)} | {_cell(description(section, field))} |"
             )
         tables = file_only_fields(section)
         if tables:
             out.append("\nOnly in the file:\n")
             out.append("| table | meaning |")
             out.append("|---|---|")
-            out.extend(
-                f"| `{field}` | {_cell(section.model_fields[field].description or '')} |"
-                for field in tables
-            )
+            out.extend(f"| `{field}` | {_cell(description(section, field))} |" for field in tables)
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
