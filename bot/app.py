@@ -52,6 +52,7 @@ from bot.state.claims import default_worker_id
 from bot.state.connect import Client
 from bot.state.engagement import RedisLiveStore
 from bot.state.history import HistoryStore
+from bot.state.plugin_store import RedisPluginStore
 from bot.state.redis_turn import RedisTurnStore
 from bot.tools.builtin import builtin_tools
 from bot.tools.mcp_config import config_from_settings
@@ -150,6 +151,7 @@ class Chorus:
         safety_commands.register(commands, self.safety, self.history)  # before plugins take names
         link_commands.register(commands, self.memory, audit=self.safety.audit)
         self.plugins = plugins or LoadedPlugins()
+        self.plugins.bind(RedisPluginStore(redis))  # ctx.store: the same store as the rest
         self.native_commands = _install_commands(commands, self.plugins)
         self.hooks = TurnHooks(self.plugins.hooks, timeout=settings.plugins.hook_timeout)
         # A turn's one read and one commit (bot/state/turn.py); its live channels ride the commit.
@@ -227,7 +229,12 @@ class Chorus:
                 owned.append(mcp)
             extra = mcp.tools() if mcp else []
             reserved = [t.spec.name for t in (*builtin_tools(settings.tools), *extra)]
-            plugins = load_plugins(settings.plugins, reserved_tools=reserved)
+            plugins = load_plugins(
+                settings.plugins,
+                reserved_tools=reserved,
+                file=settings.file,
+                variables=settings.variable,
+            )
             redis = await connect.open_redis(settings.state.redis_url)
             owned.append(redis)
             spend = Spend.for_settings(settings, redis, metrics.prices)  # the daily cost cap
@@ -401,12 +408,16 @@ def _install_commands(commands: Commands, plugins: LoadedPlugins) -> list[Native
     """The plugins' commands in the command table (a name the bot has already is logged and
     skipped; ``chorus`` is Discord's ``/chorus`` group), and the list native pickers show."""
     native = []
-    for command in plugins.commands:
-        if command.name in {*commands.names(), "chorus"}:
-            log.error("plugin command skipped: the name is taken", extra={"command": command.name})
-            continue
-        commands.add(Command(command.name, command.summary, command_handler(command)))
-        native.append(NativeCommand(command.name, command.summary))
+    for plugin in plugins.plugins:
+        for command in plugin.commands:
+            if command.name in {*commands.names(), "chorus"}:
+                log.error(
+                    "plugin command skipped: the name is taken", extra={"command": command.name}
+                )
+                continue
+            handler = command_handler(command, plugin.services)
+            commands.add(Command(command.name, command.summary, handler))
+            native.append(NativeCommand(command.name, command.summary))
     return native
 
 

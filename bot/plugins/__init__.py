@@ -20,8 +20,14 @@ toolbox (permissions, timeouts, per-channel enabling, errors the model reads); c
 after a reply (``runtime``). Loading (``loader``) skips, with a logged error, a plugin that
 fails to import or register.
 
-May import: the foundation, ``bot.llm`` and ``bot.tools``. The router and the composition
-root import it.
+A plugin's own settings are a pydantic model marked ``@settings`` (``[plugins.NAME]`` in
+``chorus.toml``, per scope ``[scope.plugins.NAME]``, secrets from the environment by
+``secret("VARIABLE")``: ``config``), and it keeps data in ``ctx.store`` (``store``, over
+``bot/state/plugin_store.py``); both reach handlers through their context (``context``).
+docs/plugins.md is the author's guide.
+
+May import: the foundation, ``bot.llm``, ``bot.tools``, ``bot.state`` (the store) and
+``bot.ops`` (the log's masking). The router and the composition root import it.
 """
 
 from __future__ import annotations
@@ -36,17 +42,24 @@ from bot.plugins.api import (
     before_turn,
     command,
 )
+from bot.plugins.config import secret, settings
+from bot.plugins.store import Bucket, Item, PluginStore
+from bot.state.plugin_store import Owner
 from bot.tools.base import Permission, Tool, ToolContext, ToolError
 from bot.tools.function import FunctionTool, tool
 
 __all__ = [
+    "Bucket",
     "ChatMessage",
     "CommandContext",
     "FunctionTool",
     "Hook",
+    "Item",
+    "Owner",
     "Permission",
     "Plugin",
     "PluginCommand",
+    "PluginStore",
     "Role",
     "Tool",
     "ToolContext",
@@ -54,5 +67,7 @@ __all__ = [
     "after_reply",
     "before_turn",
     "command",
+    "secret",
+    "settings",
     "tool",
 ]

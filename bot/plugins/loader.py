@@ -14,6 +14,11 @@ Nothing a plugin does at load time can stop the start, short of killing the proc
 
 A module named both in the settings and by an entry point is loaded once. An object found in
 two plugins (one plugin importing another's tool) belongs to the first.
+
+A plugin's own settings (its ``@settings`` model, ``[plugins.NAME]``: ``bot/plugins/config.py``)
+are the operator's, not the plugin's: like every other key of ``chorus.toml``, a bad one stops
+the start with its file and line (one ``ConfigError`` for all of them), and a ``[plugins.NAME]``
+table no loaded plugin reads is a warning. Their secrets join the log's masking.
 """
 
 from __future__ import annotations
@@ -26,8 +31,11 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any
 
+from bot.ops.logs import add_secrets
 from bot.plugins.api import Hook, Plugin, PluginCommand
-from bot.settings import PluginSettings
+from bot.plugins.config import Variables, build_config, is_settings_model
+from bot.settings import ConfigError, FileSettings, PluginSettings
+from bot.state.plugin_store import PluginKV
 from bot.tools.base import Tool
 from bot.tools.function import FunctionTool
 
@@ -61,6 +69,11 @@ class LoadedPlugins:
     @property
     def hooks(self) -> list[Hook]:
         return [hook for plugin in self.plugins for hook in plugin.hooks]
+
+    def bind(self, kv: PluginKV) -> None:
+        """Give every plugin its store (once the connection exists)."""
+        for plugin in self.plugins:
+            plugin.services.kv = kv
 
 
 def plugin_sources(
@@ -113,8 +126,11 @@ def load_plugins(
     reserved_tools: Iterable[str] = (),
     reserved_commands: Iterable[str] = (),
     sources: Iterable[Source] | None = None,
+    file: FileSettings | None = None,
+    variables: Variables | None = None,
 ) -> LoadedPlugins:
-    """Import every plugin; each that fails is logged and skipped (see the module docstring)."""
+    """Import every plugin; each that fails is logged and skipped (see the module docstring).
+    Their settings come from ``file`` and ``variables`` (none: every plugin's defaults)."""
     loaded = LoadedPlugins()
     tool_names = set(reserved_tools)
     command_names = set(reserved_commands)
@@ -140,7 +156,36 @@ def load_plugins(
             "plugin loaded",
             extra={"plugin": source.name, "origin": source.origin, "adds": plugin.describe()},
         )
+    configure(loaded.plugins, file or FileSettings(), variables or _no_variables)
     return loaded
+
+
+def _no_variables(name: str) -> str | None:
+    return None
+
+
+def configure(plugins: Iterable[Plugin], file: FileSettings, variables: Variables) -> None:
+    """Each plugin's settings from ``file``; one ``ConfigError`` lists every problem."""
+    problems = []
+    named = set()
+    for plugin in plugins:
+        named.add(plugin.name)
+        model = plugin.settings_model
+        if model is None:
+            continue
+        try:
+            plugin.services.config = config = build_config(plugin.name, model, file, variables)
+        except ConfigError as exc:
+            problems += str(exc).splitlines()[1:]
+            continue
+        add_secrets(config.secret_values())
+    if problems:
+        raise ConfigError("invalid plugin settings:\n" + "\n".join(problems))
+    for name in sorted(set(file.plugins) - named):
+        log.warning(
+            "settings for a plugin that is not loaded are unused",
+            extra={"plugin": name, "where": file.where(f"plugins.{name}")},
+        )
 
 
 def _load(source: Source, seen: set[int]) -> Plugin:
@@ -150,6 +195,10 @@ def _load(source: Source, seen: set[int]) -> Plugin:
         target = getattr(target, part)
     plugin = Plugin(source.name)
     if isinstance(target, ModuleType):
+        models = [v for v in vars(target).values() if is_settings_model(v)]
+        if len(models) > 1:
+            raise TypeError(f"two @settings models: {', '.join(m.__name__ for m in models)}")
+        plugin.settings_model = models[0] if models else None
         for value in list(vars(target).values()):
             found = isinstance(value, FunctionTool | PluginCommand | Hook)
             if found and id(value) not in seen and all(value is not t for t in _things(plugin)):

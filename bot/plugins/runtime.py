@@ -30,6 +30,7 @@ from typing import Any
 import prompts
 from bot.events import ChatMessage
 from bot.plugins.api import CommandContext, Hook, PluginCommand
+from bot.plugins.context import PluginServices
 from bot.tools.base import Permission
 
 log = logging.getLogger("chorus.plugins")
@@ -42,8 +43,9 @@ _DENIED = {
 TextHandler = Callable[[ChatMessage, str], Awaitable[str]]
 
 
-def command_handler(command: PluginCommand) -> TextHandler:
-    """``command`` as a text command handler ``(message, args) -> reply`` that never raises."""
+def command_handler(command: PluginCommand, services: PluginServices | None = None) -> TextHandler:
+    """``command`` as a text command handler ``(message, args) -> reply`` that never raises;
+    ``services``: its plugin's settings and store, reached through the context."""
 
     async def handle(message: ChatMessage, args: str) -> str:
         name = command.name
@@ -51,7 +53,8 @@ def command_handler(command: PluginCommand) -> TextHandler:
             return prompts.render(_DENIED[command.permission], command=name)
         try:
             async with asyncio.timeout(command.timeout):
-                text = await command.handler(CommandContext(message=message, args=args))
+                context = CommandContext(message=message, args=args, services=services)
+                text = await command.handler(context)
         except TimeoutError:
             log.warning("plugin command timed out", extra={"command": name})
             return prompts.render("plugins/command_timeout", command=name)

@@ -1,0 +1,52 @@
+"""What the bot gives each plugin at run time: its settings and its storage.
+
+Every ``Plugin`` has one ``PluginServices``; the loader fills in the settings (``config``) and the
+composition root the store (``kv``) once the connection exists, and every context a handler gets
+reaches them through it. A plugin loaded without the bot around it (a unit test calling a handler
+with ``CommandContext(message, args)``) has neither, and says so when asked.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from pydantic import BaseModel
+
+from bot.events import ChatMessage
+from bot.plugins.config import PluginConfig
+from bot.plugins.store import PluginStore
+from bot.state.plugin_store import PluginKV
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class PluginServices:
+    """One plugin's settings and store."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.config: PluginConfig | None = None
+        self.kv: PluginKV | None = None
+
+    def settings(self, model: type[M], message: ChatMessage | None = None) -> M:
+        """The plugin's settings as ``model`` (its ``@settings`` class), for ``message``'s
+        place when given (its scopes' ``[scope.plugins.NAME]`` over ``[plugins.NAME]``)."""
+        config = self.config
+        if config is None or config.model is not model:
+            declared = config.model.__name__ if config is not None else "none"
+            raise LookupError(
+                f"plugin {self.name}: {model.__name__} is not its @settings model "
+                f"(declared: {declared})"
+            )
+        found = (
+            config.base
+            if message is None
+            else config.at(message.platform, message.server, message.conversation.channel)
+        )
+        assert isinstance(found, model)
+        return found
+
+    def store(self, message: ChatMessage | None = None) -> PluginStore:
+        if self.kv is None:
+            raise RuntimeError(f"plugin {self.name}: no store here (the bot is not running)")
+        return PluginStore(self.kv, self.name, message)
