@@ -33,6 +33,7 @@ from bot.ops.aio import cancel_and_wait
 from bot.ops.metrics import Metrics, NullMetrics
 from bot.ops.model_calls import Spend, metered_embedder
 from bot.platform.commands import NativeCommand
+from bot.plugins.events import PluginEvents
 from bot.plugins.loader import LoadedPlugins, load_plugins
 from bot.plugins.runtime import TurnHooks, command_handler
 from bot.quota.gate import live_reply_gate
@@ -153,7 +154,11 @@ class Chorus:
         self.plugins = plugins or LoadedPlugins()
         self.plugins.bind(RedisPluginStore(redis))  # ctx.store: the same store as the rest
         self.native_commands = _install_commands(commands, self.plugins)
-        self.hooks = TurnHooks(self.plugins.hooks, timeout=settings.plugins.hook_timeout)
+        self.hooks = TurnHooks(
+            self.plugins.hooks,
+            timeout=settings.plugins.hook_timeout,
+            events=_plugin_events(self.plugins, settings, self.metrics),
+        )
         # A turn's one read and one commit (bot/state/turn.py); its live channels ride the commit.
         channels = RedisLiveStore(
             redis, pause_seconds=round(settings.engagement.pause_hours * 3600)
@@ -419,6 +424,26 @@ def _install_commands(commands: Commands, plugins: LoadedPlugins) -> list[Native
             commands.add(Command(command.name, command.summary, handler))
             native.append(NativeCommand(command.name, command.summary))
     return native
+
+
+def _plugin_events(
+    plugins: LoadedPlugins, settings: Settings, metrics: Metrics | NullMetrics
+) -> PluginEvents:
+    """The plugins' event handlers, counted in ``chorus_plugin_events_total``."""
+    events = PluginEvents(
+        plugins.subscribers(),
+        timeout=settings.plugins.hook_timeout,
+        concurrency=settings.plugins.event_concurrency,
+    )
+    if events:
+        metrics.register_gauge_callback(
+            "chorus_plugin_events",
+            "Plugin event handlers by outcome (ok, error, timeout, dropped)",
+            ("plugin", "kind", "outcome"),
+            events.series,
+            kind="counter",
+        )
+    return events
 
 
 async def _close_all(things: Sequence[object]) -> None:

@@ -43,6 +43,7 @@ from bot.plugins.api import (
     command,
 )
 from bot.plugins.config import secret, settings
+from bot.plugins.events import EventContext, EventHandler, on_message, on_reply, on_stream_event
 from bot.plugins.store import Bucket, Item, PluginStore
 from bot.state.plugin_store import Owner
 from bot.tools.base import Permission, Tool, ToolContext, ToolError
@@ -52,6 +53,8 @@ __all__ = [
     "Bucket",
     "ChatMessage",
     "CommandContext",
+    "EventContext",
+    "EventHandler",
     "FunctionTool",
     "Hook",
     "Item",
@@ -67,6 +70,9 @@ __all__ = [
     "after_reply",
     "before_turn",
     "command",
+    "on_message",
+    "on_reply",
+    "on_stream_event",
     "secret",
     "settings",
     "tool",

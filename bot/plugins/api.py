@@ -17,18 +17,15 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, overload
 
 from pydantic import BaseModel
 
 from bot.events import ChatMessage
-from bot.plugins.context import PluginServices
-from bot.plugins.store import PluginStore
-from bot.state.plugin_store import Owner
+from bot.plugins.context import MessageContext, PluginServices
+from bot.plugins.events import EventHandler
 from bot.tools.base import Permission, Tool
 from bot.tools.function import parse_docstring
-
-M = TypeVar("M", bound=BaseModel)
 
 # Discord's rule for a command name (lowercase), which every other platform accepts too.
 COMMAND_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
@@ -37,7 +34,7 @@ TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what all three vendors accept
 
 
 @dataclass(frozen=True)
-class CommandContext:
+class CommandContext(MessageContext):
     """What a command handler gets: the message that ran it, the text after its name, and
     (``services``, filled in by the bot) the plugin's settings and store."""
 
@@ -53,25 +50,6 @@ class CommandContext:
     @property
     def platform(self) -> str:
         return self.message.platform
-
-    @property
-    def user(self) -> Owner:
-        """Whoever ran the command, as an owner for ``store`` writes ``/forget`` should reach."""
-        return Owner(self.message.platform, self.message.author.id)
-
-    @property
-    def store(self) -> PluginStore:
-        """The plugin's storage, its ``channel``/``server``/``user`` places this message's."""
-        return self._services().store(self.message)
-
-    def settings(self, model: type[M]) -> M:
-        """The plugin's ``@settings`` model with its values for this message's place."""
-        return self._services().settings(model, self.message)
-
-    def _services(self) -> PluginServices:
-        if self.services is None:
-            raise RuntimeError("this context has no plugin services (the bot is not running)")
-        return self.services
 
 
 CommandHandler = Callable[[CommandContext], Awaitable[str | None]]
@@ -212,15 +190,18 @@ class Plugin:
         self.tools: list[Tool] = []
         self.commands: list[PluginCommand] = []
         self.hooks: list[Hook] = []
+        self.events: list[EventHandler] = []
         self.settings_model: type[BaseModel] | None = None  # its @settings class
         self.services = PluginServices(name)
 
-    def add(self, thing: Tool | PluginCommand | Hook) -> None:
-        """Add a tool (``@tool`` or any ``Tool``), a command or a hook."""
+    def add(self, thing: Tool | PluginCommand | Hook | EventHandler) -> None:
+        """Add a tool (``@tool`` or any ``Tool``), a command, a hook or an event handler."""
         if isinstance(thing, PluginCommand):
             self.add_command(thing)
         elif isinstance(thing, Hook):
             self.hooks.append(thing)
+        elif isinstance(thing, EventHandler):
+            self.events.append(thing)
         else:
             self.add_tool(thing)
 
@@ -242,4 +223,5 @@ class Plugin:
     def describe(self) -> str:
         tools = ",".join(t.spec.name for t in self.tools) or "-"
         commands = ",".join("/" + c.name for c in self.commands) or "-"
-        return f"tools={tools} commands={commands} hooks={len(self.hooks)}"
+        events = ",".join(sorted({e.kind for e in self.events})) or "-"
+        return f"tools={tools} commands={commands} hooks={len(self.hooks)} events={events}"

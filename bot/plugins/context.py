@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from bot.events import ChatMessage
 from bot.plugins.config import PluginConfig
 from bot.plugins.store import PluginStore
-from bot.state.plugin_store import PluginKV
+from bot.state.plugin_store import Owner, PluginKV
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -50,3 +50,31 @@ class PluginServices:
         if self.kv is None:
             raise RuntimeError(f"plugin {self.name}: no store here (the bot is not running)")
         return PluginStore(self.kv, self.name, message)
+
+
+class MessageContext:
+    """What every context about a message offers (a command's, an event's): ``user``,
+    ``store`` and ``settings``, through the plugin's services. A subclass has the fields
+    ``message`` and ``services``."""
+
+    message: ChatMessage
+    services: PluginServices | None
+
+    @property
+    def user(self) -> Owner:
+        """Whoever wrote the message, as an owner for ``store`` writes ``/forget`` reaches."""
+        return Owner(self.message.platform, self.message.author.id)
+
+    @property
+    def store(self) -> PluginStore:
+        """The plugin's storage, its ``channel``/``server``/``user`` places this message's."""
+        return self._services().store(self.message)
+
+    def settings(self, model: type[M]) -> M:
+        """The plugin's ``@settings`` model with its values for this message's place."""
+        return self._services().settings(model, self.message)
+
+    def _services(self) -> PluginServices:
+        if self.services is None:
+            raise RuntimeError("this context has no plugin services (the bot is not running)")
+        return self.services

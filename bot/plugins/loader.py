@@ -34,6 +34,7 @@ from typing import Any
 from bot.ops.logs import add_secrets
 from bot.plugins.api import Hook, Plugin, PluginCommand
 from bot.plugins.config import Variables, build_config, is_settings_model
+from bot.plugins.events import EventHandler, Subscriber
 from bot.settings import ConfigError, FileSettings, PluginSettings
 from bot.state.plugin_store import PluginKV
 from bot.tools.base import Tool
@@ -69,6 +70,10 @@ class LoadedPlugins:
     @property
     def hooks(self) -> list[Hook]:
         return [hook for plugin in self.plugins for hook in plugin.hooks]
+
+    def subscribers(self) -> list[Subscriber]:
+        """Each plugin's event handlers, for ``PluginEvents``."""
+        return [Subscriber(p.name, p.events, p.services) for p in self.plugins if p.events]
 
     def bind(self, kv: PluginKV) -> None:
         """Give every plugin its store (once the connection exists)."""
@@ -150,7 +155,7 @@ def load_plugins(
             continue
         tool_names.update(t.spec.name for t in plugin.tools)
         command_names.update(c.name for c in plugin.commands)
-        seen.update(id(thing) for thing in (*plugin.tools, *plugin.commands, *plugin.hooks))
+        seen.update(id(thing) for thing in _things(plugin))
         loaded.plugins.append(plugin)
         log.info(
             "plugin loaded",
@@ -200,7 +205,7 @@ def _load(source: Source, seen: set[int]) -> Plugin:
             raise TypeError(f"two @settings models: {', '.join(m.__name__ for m in models)}")
         plugin.settings_model = models[0] if models else None
         for value in list(vars(target).values()):
-            found = isinstance(value, FunctionTool | PluginCommand | Hook)
+            found = isinstance(value, FunctionTool | PluginCommand | Hook | EventHandler)
             if found and id(value) not in seen and all(value is not t for t in _things(plugin)):
                 plugin.add(value)
         register = getattr(target, "register", None)
@@ -214,7 +219,7 @@ def _load(source: Source, seen: set[int]) -> Plugin:
 
 
 def _things(plugin: Plugin) -> list[object]:
-    return [*plugin.tools, *plugin.commands, *plugin.hooks]
+    return [*plugin.tools, *plugin.commands, *plugin.hooks, *plugin.events]
 
 
 def _call_register(register: Callable[..., Any], plugin: Plugin) -> None:

@@ -23,6 +23,10 @@ class PluginSettings(Section):
     hook_timeout: float = Field(
         default=5.0, gt=0, le=120, validation_alias="CHORUS_PLUGIN_HOOK_TIMEOUT"
     )
+    # Event handlers (on_message...) one plugin may have running at once; past it, dropped.
+    event_concurrency: int = Field(
+        default=8, ge=1, le=1000, validation_alias="CHORUS_PLUGIN_EVENT_CONCURRENCY"
+    )
 
     @field_validator("modules", mode="before")
     @classmethod

@@ -1,0 +1,92 @@
+"""Plugin event handlers in ``chorus run`` (the console, piped): ``on_message`` sees every line
+and keeps a count in the plugin's store, ``on_reply`` sees every reply, and handlers that raise,
+hang or call ``sys.exit()`` are contained: the bot answers every line, the failures are logged
+and counted in ``/metrics`` (``chorus_plugin_events_total``)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+
+from tests.loopback.anthropic_server import AnthropicServer
+from tests.plugin_samples import listener
+from tests.redis_server import free_port
+from tests.test_chat_e2e import base_env, spawn_chorus
+
+SERIES = 'chorus_plugin_events_total{kind="%s",outcome="%s",plugin="tests.plugin_samples.listener"}'
+LINES = ["hello", listener.RAISE, listener.HANG, listener.EXIT, "still there?"]
+
+
+async def scrape(url: str, wanted: list[str], limit: float = 90) -> str:
+    """``/metrics`` once every series in ``wanted`` shows up (it is not listening at first)."""
+    text = ""
+    async with asyncio.timeout(limit), aiohttp.ClientSession() as http:
+        while True:
+            try:
+                async with http.get(url) as response:
+                    text = await response.text()
+                if all(series in text for series in wanted):
+                    return text
+            except aiohttp.ClientConnectionError:
+                pass
+            await asyncio.sleep(0.2)
+
+
+async def test_event_handlers_see_everything_and_their_failures_are_contained(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    log = tmp_path / "listener.log"
+    async with AnthropicServer() as model:
+        model.replies.extend(f"answer {n}" for n in range(len(LINES)))
+        env = base_env(tmp_path) | {
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "k",
+            "ANTHROPIC_BASE_URL": model.base_url,
+            "CHORUS_PLUGINS": "tests.plugin_samples.listener",
+            "CHORUS_INSIGHTS_ENABLED": "false",
+            "CHORUS_HEALTH_PORT": str(port),
+            "CHORUS_HEALTH_HOST": "127.0.0.1",
+            "LISTENER_LOG": str(log),
+        }
+        proc = await spawn_chorus(["run"], env, tmp_path, stdin=asyncio.subprocess.PIPE)
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            answers = []
+            for text in LINES:
+                proc.stdin.write(f"{text}\n".encode())
+                await proc.stdin.drain()
+                answer = await asyncio.wait_for(proc.stdout.readline(), 90)
+                answers.append(answer.decode().strip())
+            series = SERIES % ("message", "%s")
+            metrics = await scrape(
+                f"http://127.0.0.1:{port}/metrics",
+                [
+                    series % "error" + " 2.0",
+                    series % "timeout" + " 1.0",
+                    SERIES % ("reply", "ok") + " 5.0",
+                ],
+            )
+            proc.stdin.close()
+            _, err_bytes = await asyncio.wait_for(proc.communicate(), 60)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    err = err_bytes.decode()
+    assert proc.returncode == 0, err[-3000:]
+    assert answers == [f"answer {n}" for n in range(len(LINES))]  # never blocked, never broken
+    assert series % "ok" + " 17.0" in metrics, metrics  # 5 lines x 4 handlers - 3 failures
+    assert SERIES % ("reply", "ok") + " 5.0" in metrics
+    seen = log.read_text().splitlines()
+    assert [f"seen {n + 1}: {text}" for n, text in enumerate(LINES)] == [
+        s for s in seen if s.startswith("seen")
+    ]  # the count kept in the plugin's store
+    assert [s for s in seen if s.startswith("replied")][:4] == [
+        f"replied: answer {n}" for n in range(4)
+    ]
+    assert "plugin event handler raised a BaseException; contained" in err
+    assert "the listener is broken on purpose" in err
+    assert "plugin event handler timed out" in err
