@@ -33,9 +33,9 @@ from bot.ops.aio import cancel_and_wait
 from bot.ops.metrics import Metrics, NullMetrics
 from bot.ops.model_calls import Spend, metered_embedder
 from bot.platform.commands import NativeCommand
-from bot.plugins.events import PluginEvents
 from bot.plugins.loader import LoadedPlugins, load_plugins
 from bot.plugins.runtime import TurnHooks, command_handler
+from bot.plugins.wiring import plugin_events, plugin_timers
 from bot.quota.gate import live_reply_gate
 from bot.router import link_commands, memory_commands, safety_commands
 from bot.router.build import build_router
@@ -53,7 +53,6 @@ from bot.state.claims import default_worker_id
 from bot.state.connect import Client
 from bot.state.engagement import RedisLiveStore
 from bot.state.history import HistoryStore
-from bot.state.plugin_store import RedisPluginStore
 from bot.state.redis_turn import RedisTurnStore
 from bot.tools.builtin import builtin_tools
 from bot.tools.mcp_config import config_from_settings
@@ -152,12 +151,15 @@ class Chorus:
         safety_commands.register(commands, self.safety, self.history)  # before plugins take names
         link_commands.register(commands, self.memory, audit=self.safety.audit)
         self.plugins = plugins or LoadedPlugins()
-        self.plugins.bind(RedisPluginStore(redis))  # ctx.store: the same store as the rest
+        # ctx.store on the same store as the rest; timers claimed there once per firing
+        self.timers = plugin_timers(
+            self.plugins, settings, redis, self.metrics, worker=default_worker_id()
+        )
         self.native_commands = _install_commands(commands, self.plugins)
         self.hooks = TurnHooks(
             self.plugins.hooks,
             timeout=settings.plugins.hook_timeout,
-            events=_plugin_events(self.plugins, settings, self.metrics),
+            events=plugin_events(self.plugins, settings, self.metrics),
         )
         # A turn's one read and one commit (bot/state/turn.py); its live channels ride the commit.
         channels = RedisLiveStore(
@@ -298,6 +300,7 @@ class Chorus:
             return
         await self.recall.start()
         self._router_task = asyncio.create_task(self.router.run(), name="router")
+        self.timers.start()  # where the router runs: never in a gateway
 
     @contextlib.asynccontextmanager
     async def bus_only(self) -> AsyncIterator[Chorus]:
@@ -368,6 +371,7 @@ class Chorus:
     async def aclose(self) -> None:
         await self.drain()
         await self.safety.aclose()  # the audit entries still being written
+        await self.timers.aclose()
         await self.hooks.aclose()
         for server in (self.health, self.admin):
             if server is not None:
@@ -424,26 +428,6 @@ def _install_commands(commands: Commands, plugins: LoadedPlugins) -> list[Native
             commands.add(Command(command.name, command.summary, handler))
             native.append(NativeCommand(command.name, command.summary))
     return native
-
-
-def _plugin_events(
-    plugins: LoadedPlugins, settings: Settings, metrics: Metrics | NullMetrics
-) -> PluginEvents:
-    """The plugins' event handlers, counted in ``chorus_plugin_events_total``."""
-    events = PluginEvents(
-        plugins.subscribers(),
-        timeout=settings.plugins.hook_timeout,
-        concurrency=settings.plugins.event_concurrency,
-    )
-    if events:
-        metrics.register_gauge_callback(
-            "chorus_plugin_events",
-            "Plugin event handlers by outcome (ok, error, timeout, dropped)",
-            ("plugin", "kind", "outcome"),
-            events.series,
-            kind="counter",
-        )
-    return events
 
 
 async def _close_all(things: Sequence[object]) -> None:

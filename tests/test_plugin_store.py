@@ -172,3 +172,5 @@ def test_the_catalogue_lists_the_plugin_keys() -> None:
     assert "`chorus:v1:plugin:{plugin}:{scope}[:{platform}:{id}]:{key}`" in catalogue
     assert keys.plugin_owned("discord", "1") == "chorus:v1:user:discord:1:plugins"
     assert "`chorus:v1:user:{platform}:{user_id}:plugins`" in catalogue
+    assert keys.plugin_timer("p", "t", 5, "ns") == "chorus:v1:plugintimer:ns:p:t:5"
+    assert "`chorus:v1:plugintimer:{ns}:{plugin}:{timer}:{slot}`" in catalogue

@@ -45,6 +45,7 @@ from bot.plugins.api import (
 from bot.plugins.config import secret, settings
 from bot.plugins.events import EventContext, EventHandler, on_message, on_reply, on_stream_event
 from bot.plugins.store import Bucket, Item, PluginStore
+from bot.plugins.timers import Timer, TimerContext, cron, every
 from bot.state.plugin_store import Owner
 from bot.tools.base import Permission, Tool, ToolContext, ToolError
 from bot.tools.function import FunctionTool, tool
@@ -65,11 +66,15 @@ __all__ = [
     "PluginStore",
     "Role",
     "Tool",
+    "Timer",
+    "TimerContext",
     "ToolContext",
     "ToolError",
     "after_reply",
     "before_turn",
     "command",
+    "cron",
+    "every",
     "on_message",
     "on_reply",
     "on_stream_event",

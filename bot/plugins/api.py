@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from bot.events import ChatMessage
 from bot.plugins.context import MessageContext, PluginServices
 from bot.plugins.events import EventHandler
+from bot.plugins.timers import Timer
 from bot.tools.base import Permission, Tool
 from bot.tools.function import parse_docstring
 
@@ -191,17 +192,23 @@ class Plugin:
         self.commands: list[PluginCommand] = []
         self.hooks: list[Hook] = []
         self.events: list[EventHandler] = []
+        self.timers: list[Timer] = []
         self.settings_model: type[BaseModel] | None = None  # its @settings class
         self.services = PluginServices(name)
 
-    def add(self, thing: Tool | PluginCommand | Hook | EventHandler) -> None:
-        """Add a tool (``@tool`` or any ``Tool``), a command, a hook or an event handler."""
+    def add(self, thing: Tool | PluginCommand | Hook | EventHandler | Timer) -> None:
+        """Add a tool (``@tool`` or any ``Tool``), a command, a hook, an event handler or a
+        timer."""
         if isinstance(thing, PluginCommand):
             self.add_command(thing)
         elif isinstance(thing, Hook):
             self.hooks.append(thing)
         elif isinstance(thing, EventHandler):
             self.events.append(thing)
+        elif isinstance(thing, Timer):
+            if any(t.name == thing.name for t in self.timers):
+                raise ValueError(f"two timers named {thing.name!r}")
+            self.timers.append(thing)
         else:
             self.add_tool(thing)
 
@@ -224,4 +231,8 @@ class Plugin:
         tools = ",".join(t.spec.name for t in self.tools) or "-"
         commands = ",".join("/" + c.name for c in self.commands) or "-"
         events = ",".join(sorted({e.kind for e in self.events})) or "-"
-        return f"tools={tools} commands={commands} hooks={len(self.hooks)} events={events}"
+        timers = ",".join(t.name for t in self.timers) or "-"
+        return (
+            f"tools={tools} commands={commands} hooks={len(self.hooks)} events={events} "
+            f"timers={timers}"
+        )

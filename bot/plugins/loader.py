@@ -35,6 +35,7 @@ from bot.ops.logs import add_secrets
 from bot.plugins.api import Hook, Plugin, PluginCommand
 from bot.plugins.config import Variables, build_config, is_settings_model
 from bot.plugins.events import EventHandler, Subscriber
+from bot.plugins.timers import Scheduled, Timer
 from bot.settings import ConfigError, FileSettings, PluginSettings
 from bot.state.plugin_store import PluginKV
 from bot.tools.base import Tool
@@ -74,6 +75,10 @@ class LoadedPlugins:
     def subscribers(self) -> list[Subscriber]:
         """Each plugin's event handlers, for ``PluginEvents``."""
         return [Subscriber(p.name, p.events, p.services) for p in self.plugins if p.events]
+
+    def scheduled(self) -> list[Scheduled]:
+        """Every plugin's timers, for ``PluginTimers``."""
+        return [Scheduled(p.name, t, p.services) for p in self.plugins for t in p.timers]
 
     def bind(self, kv: PluginKV) -> None:
         """Give every plugin its store (once the connection exists)."""
@@ -205,7 +210,7 @@ def _load(source: Source, seen: set[int]) -> Plugin:
             raise TypeError(f"two @settings models: {', '.join(m.__name__ for m in models)}")
         plugin.settings_model = models[0] if models else None
         for value in list(vars(target).values()):
-            found = isinstance(value, FunctionTool | PluginCommand | Hook | EventHandler)
+            found = isinstance(value, FunctionTool | PluginCommand | Hook | EventHandler | Timer)
             if found and id(value) not in seen and all(value is not t for t in _things(plugin)):
                 plugin.add(value)
         register = getattr(target, "register", None)
@@ -219,7 +224,7 @@ def _load(source: Source, seen: set[int]) -> Plugin:
 
 
 def _things(plugin: Plugin) -> list[object]:
-    return [*plugin.tools, *plugin.commands, *plugin.hooks, *plugin.events]
+    return [*plugin.tools, *plugin.commands, *plugin.hooks, *plugin.events, *plugin.timers]
 
 
 def _call_register(register: Callable[..., Any], plugin: Plugin) -> None:

@@ -462,3 +462,12 @@ def plugin_data(plugin: str, scope: str, parts: tuple[str, ...], key: str) -> st
 def plugin_owned(platform: str, user_id: str) -> str:
     """The set of plugin values and list entries one user owns, which ``/forget`` erases."""
     return user(platform, user_id, "plugins")
+
+
+def plugin_timer(plugin: str, timer: str, slot: int, namespace: str = "main") -> str:
+    """The claim of one firing of a plugin's timer (``slot``: the firing's epoch seconds): the
+    worker that sets it first runs that firing, so a timer fires once per period everywhere."""
+    _check_token("namespace", namespace)
+    _check_id("plugin", plugin)
+    _check_id("timer", timer)
+    return f"{PREFIX}:plugintimer:{namespace}:{_escape_part(plugin)}:{_escape_part(timer)}:{slot}"

@@ -161,6 +161,21 @@ class RedisPluginStore:
         pipe.pexpire(index, ttl_ms(MAX_TTL_SECONDS))
 
 
+class TimerClaims:
+    """Who runs each firing of a plugin's timer: the first worker to claim it (``SET NX`` with
+    a TTL past the next firing), in Redis so every worker of the deployment agrees; on the
+    embedded store, the one process. A worker that died simply claims nothing more: the next
+    firing goes to whichever live worker claims it first."""
+
+    def __init__(self, redis: Client, namespace: str = "main") -> None:
+        self.redis = redis
+        self.namespace = namespace
+
+    async def take(self, plugin: str, timer: str, slot: int, worker: str, ttl_ms: int) -> bool:
+        key = keys.plugin_timer(plugin, timer, slot, self.namespace)
+        return bool(await self.redis.set(key, worker, nx=True, px=max(1, ttl_ms)))
+
+
 @dataclass
 class MemoryPluginStore:
     """``PluginKV`` in this process's memory (the twin: same rules, no Redis)."""
