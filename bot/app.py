@@ -41,6 +41,7 @@ from bot.router import link_commands, memory_commands, safety_commands
 from bot.router.build import build_router
 from bot.router.core import RouterLimits
 from bot.router.drafts import Drafts
+from bot.router.plugin_reach import plugin_reach
 from bot.router.scoping import ScopedEngagement, Scoping, chain_factory
 from bot.router.text_commands import Command, Commands
 from bot.safety.canary import LeakCheck, deployment_canary, deployment_secret
@@ -87,6 +88,7 @@ class Chorus:
         policies: Policies | None = None,
         moderation: ModerationModel | None = None,
         recall: RecallParts | None = None,
+        spend: Spend | None = None,
     ) -> None:
         self.metrics: Metrics | NullMetrics = metrics or NullMetrics()
         self.health: HealthServer | None = None
@@ -152,8 +154,17 @@ class Chorus:
         link_commands.register(commands, self.memory, audit=self.safety.audit)
         self.plugins = plugins or LoadedPlugins()
         # ctx.store on the same store as the rest; timers claimed there once per firing
+        reach = plugin_reach(
+            bus=bus,
+            safety=self.safety,
+            provider=provider,
+            model=model,
+            spend=spend,
+            metrics=self.metrics,
+            max_tokens=settings.agent.max_output_tokens,
+        )  # ctx.send/reply/ask
         self.timers = plugin_timers(
-            self.plugins, settings, redis, self.metrics, worker=default_worker_id()
+            self.plugins, settings, redis, self.metrics, worker=default_worker_id(), reach=reach
         )
         self.native_commands = _install_commands(commands, self.plugins)
         self.hooks = TurnHooks(
@@ -292,6 +303,7 @@ class Chorus:
             policies=policies,
             moderation=moderation,
             recall=recall,
+            spend=spend,
         )
 
     async def start(self) -> None:

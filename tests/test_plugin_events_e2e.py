@@ -13,7 +13,7 @@ import aiohttp
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.plugin_samples import listener
 from tests.redis_server import free_port
-from tests.test_chat_e2e import base_env, spawn_chorus
+from tests.test_chat_e2e import base_env, run_chorus, spawn_chorus
 
 SERIES = 'chorus_plugin_events_total{kind="%s",outcome="%s",plugin="tests.plugin_samples.listener"}'
 LINES = ["hello", listener.RAISE, listener.HANG, listener.EXIT, "still there?"]
@@ -90,3 +90,33 @@ async def test_event_handlers_see_everything_and_their_failures_are_contained(
     assert "plugin event handler raised a BaseException; contained" in err
     assert "the listener is broken on purpose" in err
     assert "plugin event handler timed out" in err
+
+
+async def test_a_plugin_asks_the_model_and_sends_through_the_outbound_check(
+    tmp_path: Path,
+) -> None:
+    async with AnthropicServer() as model:
+        model.replies.extend(["four"])
+        env = base_env(tmp_path) | {
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "k",
+            "ANTHROPIC_BASE_URL": model.base_url,
+            "CHORUS_PLUGINS": "tests.plugin_samples.listener",
+            "CHORUS_INSIGHTS_ENABLED": "false",
+            "CHORUS_QUOTA_COST_USD_DAY": "5",  # ask goes through the cost cap's reservation
+            "CHORUS_MODERATION_WORDS": "forbiddenword",
+        }
+        lines = b"/askmodel what is 2+2?\n/announce llew si lla\n/announce drowneddibrof a\n"
+        code, out, err = await run_chorus(["run"], env, tmp_path, lines)
+    assert code == 0, err[-3000:]
+    said = out.splitlines()
+    assert said[0] == "model says: four"
+    (body,) = model.bodies
+    assert body["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "what is 2+2?"}]}
+    ]
+    assert body["max_tokens"] == 50 and "tools" not in body
+    assert "plugin asked the model" in err and "plugin=tests.plugin_samples.listener" in err
+    assert said.count("announced") == 2
+    assert "all is well" in said  # the plugin's own message, on a line of its own
+    assert not any("forbiddenword" in line for line in said), said  # withheld by the check

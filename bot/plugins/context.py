@@ -12,8 +12,9 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from bot.events import ChatMessage
+from bot.events import ChatMessage, ConversationKey
 from bot.plugins.config import PluginConfig
+from bot.plugins.reach import Reach
 from bot.plugins.store import PluginStore
 from bot.state.plugin_store import Owner, PluginKV
 
@@ -27,6 +28,22 @@ class PluginServices:
         self.name = name
         self.config: PluginConfig | None = None
         self.kv: PluginKV | None = None
+        self.reach: Reach | None = None
+
+    def reaching(self) -> Reach:
+        if self.reach is None:
+            raise RuntimeError(f"plugin {self.name}: no sending here (the bot is not running)")
+        return self.reach
+
+    async def send(
+        self, conversation: ConversationKey, text: str, answering: ChatMessage | None = None
+    ) -> None:
+        await self.reaching().send(self.name, conversation, text, answering)
+
+    async def ask(
+        self, prompt: str, *, system: str | None = None, max_tokens: int | None = None
+    ) -> str:
+        return await self.reaching().ask(self.name, prompt, system=system, max_tokens=max_tokens)
 
     def settings(self, model: type[M], message: ChatMessage | None = None) -> M:
         """The plugin's settings as ``model`` (its ``@settings`` class), for ``message``'s
@@ -73,6 +90,21 @@ class MessageContext:
     def settings(self, model: type[M]) -> M:
         """The plugin's ``@settings`` model with its values for this message's place."""
         return self._services().settings(model, self.message)
+
+    async def send(self, conversation: ConversationKey, text: str) -> None:
+        """Send ``text`` to ``conversation`` (any the bot is in), through the outbound check
+        and the platform's sending chokepoint."""
+        await self._services().send(conversation, text)
+
+    async def reply(self, text: str) -> None:
+        """Send ``text`` to this message's conversation, as an answer to it."""
+        await self._services().send(self.message.conversation, text, self.message)
+
+    async def ask(
+        self, prompt: str, *, system: str | None = None, max_tokens: int | None = None
+    ) -> str:
+        """The configured model's answer to ``prompt`` (against the daily cost cap)."""
+        return await self._services().ask(prompt, system=system, max_tokens=max_tokens)
 
     def _services(self) -> PluginServices:
         if self.services is None:

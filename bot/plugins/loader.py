@@ -35,6 +35,7 @@ from bot.ops.logs import add_secrets
 from bot.plugins.api import Hook, Plugin, PluginCommand
 from bot.plugins.config import Variables, build_config, is_settings_model
 from bot.plugins.events import EventHandler, Subscriber
+from bot.plugins.reach import Reach
 from bot.plugins.timers import Scheduled, Timer
 from bot.settings import ConfigError, FileSettings, PluginSettings
 from bot.state.plugin_store import PluginKV
@@ -80,10 +81,11 @@ class LoadedPlugins:
         """Every plugin's timers, for ``PluginTimers``."""
         return [Scheduled(p.name, t, p.services) for p in self.plugins for t in p.timers]
 
-    def bind(self, kv: PluginKV) -> None:
-        """Give every plugin its store (once the connection exists)."""
+    def bind(self, kv: PluginKV, reach: Reach | None = None) -> None:
+        """Give every plugin its store (once the connection exists) and its reach."""
         for plugin in self.plugins:
             plugin.services.kv = kv
+            plugin.services.reach = reach
 
 
 def plugin_sources(

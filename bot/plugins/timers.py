@@ -31,6 +31,7 @@ from typing import Protocol, TypeVar
 from croniter import croniter
 from pydantic import BaseModel
 
+from bot.events import ConversationKey
 from bot.plugins.context import PluginServices
 from bot.plugins.store import PluginStore
 
@@ -73,6 +74,17 @@ class TimerContext:
     def settings(self, model: type[M]) -> M:
         """The plugin's ``@settings`` model with the deployment's values."""
         return self._services().settings(model)
+
+    async def send(self, conversation: ConversationKey, text: str) -> None:
+        """Send ``text`` to ``conversation``, through the outbound check and the platform's
+        sending chokepoint."""
+        await self._services().send(conversation, text)
+
+    async def ask(
+        self, prompt: str, *, system: str | None = None, max_tokens: int | None = None
+    ) -> str:
+        """The configured model's answer to ``prompt`` (against the daily cost cap)."""
+        return await self._services().ask(prompt, system=system, max_tokens=max_tokens)
 
     def _services(self) -> PluginServices:
         if self.services is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from bot.ops.metrics import Metrics, NullMetrics
 from bot.plugins.events import PluginEvents
 from bot.plugins.loader import LoadedPlugins
+from bot.plugins.reach import Reach
 from bot.plugins.timers import PluginTimers
 from bot.settings import Settings
 from bot.state.connect import Client
@@ -39,10 +40,12 @@ def plugin_timers(
     metrics: Metrics | NullMetrics,
     *,
     worker: str,
+    reach: Reach | None = None,
 ) -> PluginTimers:
     """The plugins' timers, claimed in the store per firing, counted in
-    ``chorus_plugin_timers_total``; ``ctx.store`` bound to ``redis`` on the way."""
-    plugins.bind(RedisPluginStore(redis))
+    ``chorus_plugin_timers_total``; ``ctx.store`` bound to ``redis`` and ``ctx.send``/``ask``
+    to ``reach`` on the way."""
+    plugins.bind(RedisPluginStore(redis), reach)
     claims = TimerClaims(redis, namespace=settings.state.bus_namespace)
     timers = PluginTimers(
         plugins.scheduled(), claims, worker=worker, timeout=settings.plugins.hook_timeout

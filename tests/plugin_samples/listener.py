@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from bot.plugins import EventContext, on_message, on_reply, on_stream_event
+from bot.plugins import CommandContext, EventContext, command, on_message, on_reply, on_stream_event
 
 RAISE, HANG, EXIT = "please raise", "please hang", "please exit"
 
@@ -59,3 +59,16 @@ async def hangs(ctx: EventContext) -> None:
 async def exits(ctx: EventContext) -> None:
     if EXIT in ctx.message.text:
         sys.exit(4)
+
+
+@command
+async def askmodel(ctx: CommandContext) -> str:
+    """Ask the model directly: /askmodel QUESTION"""
+    return "model says: " + await ctx.ask(ctx.args, system="Answer in one word.", max_tokens=50)
+
+
+@command
+async def announce(ctx: CommandContext) -> str:
+    """Send TEXT, read backwards, to this conversation on the plugin's own: /announce TXET"""
+    await ctx.send(ctx.message.conversation, ctx.args[::-1])
+    return "announced"
