@@ -83,7 +83,8 @@ async def send_due(ctx: TimerContext) -> None:
     store = ctx.store.shared
     now = round(ctx.at.timestamp())
     done = await store.get("done_until")
-    start = max(int(done) if done is not None else now, now - CATCH_UP * TICK_SECONDS)
+    first = now - TICK_SECONDS  # the first firing ever: from its own instant on
+    start = max(int(done) if done is not None else first, now - CATCH_UP * TICK_SECONDS)
     for instant in range(start + TICK_SECONDS, now + 1, TICK_SECONDS):
         for reminder in await store.values(f"due:{instant}"):
             where = ConversationKey.model_validate(reminder["conversation"])
