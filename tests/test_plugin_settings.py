@@ -10,6 +10,7 @@ import pytest
 
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.plugins.loader import LoadedPlugins, Source, load_plugins
+from bot.plugins.reload import reload_plugins
 from bot.plugins.runtime import command_handler
 from bot.settings import ConfigError, Settings, load_settings
 from bot.state.plugin_store import MemoryPluginStore
@@ -133,3 +134,21 @@ def test_the_section_own_keys_are_still_checked() -> None:
     Path("chorus.toml").write_text("[plugins]\nhook_timout = 3\n")
     with pytest.raises(ConfigError, match="hook_timout: unknown key; did you mean 'hook_timeout'"):
         load_settings(environ=KEYS, warn=False)
+
+
+def test_a_reload_takes_new_settings_and_a_bad_one_keeps_the_running_ones() -> None:
+    settings, loaded = configured('[plugins.greeter]\ngreeting = "one"\n')
+    services = loaded.plugins[0].services
+    Path("chorus.toml").write_text('[plugins.greeter]\ngreeting = "two"\n')
+    changed = load_settings(environ=KEYS, warn=False)
+    done = reload_plugins(loaded, changed.file, changed.variable)
+    assert done.reconfigured == [NAME] and not done.failed and not done.swapped
+    assert services.settings(GreetSettings).greeting == "two"
+    Path("chorus.toml").write_text("[plugins.greeter]\nlimit = 99\n")
+    broken = load_settings(environ=KEYS, warn=False)
+    done = reload_plugins(loaded, broken.file, broken.variable)
+    assert (
+        ":2: plugins.greeter.limit: Input should be less than or equal to 10" in done.failed[NAME]
+    )
+    assert services.settings(GreetSettings).greeting == "two"  # the running settings stay
+    assert settings.file.found is not None

@@ -17,6 +17,7 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Literal, overload
 
 from pydantic import BaseModel
@@ -183,6 +184,15 @@ def _hook(
     return wrap(func) if func is not None else wrap
 
 
+@dataclass(frozen=True)
+class Source:
+    """Where one plugin comes from: ``target`` is ``module`` or ``module:attribute``."""
+
+    name: str
+    target: str
+    origin: str  # "CHORUS_PLUGINS" or "entry point <name> (<distribution>)"
+
+
 class Plugin:
     """One loaded plugin: what it adds. ``register(plugin)`` receives it to add more."""
 
@@ -195,6 +205,10 @@ class Plugin:
         self.timers: list[Timer] = []
         self.settings_model: type[BaseModel] | None = None  # its @settings class
         self.services = PluginServices(name)
+        # Where it came from, for `chorus reload` and `chorus plugins` (set by the loader):
+        self.source: Source | None = None
+        self.module: ModuleType | None = None
+        self.fingerprint: str | None = None  # a digest of the module's file
 
     def add(self, thing: Tool | PluginCommand | Hook | EventHandler | Timer) -> None:
         """Add a tool (``@tool`` or any ``Tool``), a command, a hook, an event handler or a

@@ -135,6 +135,10 @@ class PluginEvents:
     def __bool__(self) -> bool:
         return bool(self._subscribers)
 
+    def replace(self, subscribers: Sequence[Subscriber]) -> None:
+        """Swap in the handlers of the plugins now loaded (a reload); running ones finish."""
+        self._subscribers = [s for s in subscribers if s.handlers]
+
     @property
     def running(self) -> int:
         """Handler calls started and not ended yet."""

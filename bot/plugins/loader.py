@@ -23,16 +23,19 @@ table no loaded plugin reads is a warning. Their secrets join the log's masking.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from bot.ops.logs import add_secrets
 from bot.plugins.api import Hook, Plugin, PluginCommand
+from bot.plugins.api import Source as Source  # re-exported: where tests and callers find it
 from bot.plugins.config import Variables, build_config, is_settings_model
 from bot.plugins.events import EventHandler, Subscriber
 from bot.plugins.reach import Reach
@@ -45,15 +48,6 @@ from bot.tools.function import FunctionTool
 log = logging.getLogger("chorus.plugins")
 
 ENTRY_POINT_GROUP = "chorus.plugins"
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where one plugin comes from: ``target`` is ``module`` or ``module:attribute``."""
-
-    name: str
-    target: str
-    origin: str  # "CHORUS_PLUGINS" or "entry point <name> (<distribution>)"
 
 
 @dataclass
@@ -201,11 +195,20 @@ def configure(plugins: Iterable[Plugin], file: FileSettings, variables: Variable
 
 
 def _load(source: Source, seen: set[int]) -> Plugin:
-    module_name, _, attribute = source.target.replace(" ", "").partition(":")
-    target: Any = importlib.import_module(module_name)
+    module_name, _, _ = source.target.replace(" ", "").partition(":")
+    return plugin_from(source, importlib.import_module(module_name), seen)
+
+
+def plugin_from(source: Source, module: ModuleType, seen: set[int]) -> Plugin:
+    """The plugin ``source`` names, out of its (imported) ``module``."""
+    _, _, attribute = source.target.replace(" ", "").partition(":")
+    target: Any = module
     for part in attribute.split(".") if attribute else ():
         target = getattr(target, part)
     plugin = Plugin(source.name)
+    plugin.source = source
+    plugin.module = module
+    plugin.fingerprint = fingerprint(module)
     if isinstance(target, ModuleType):
         models = [v for v in vars(target).values() if is_settings_model(v)]
         if len(models) > 1:
@@ -223,6 +226,17 @@ def _load(source: Source, seen: set[int]) -> Plugin:
     else:
         raise TypeError(f"{source.target} is neither a module nor a register(plugin) function")
     return plugin
+
+
+def fingerprint(module: ModuleType) -> str | None:
+    """A digest of the module's file (None: it has none), to see whether it changed."""
+    path = getattr(module, "__file__", None)
+    if not path:
+        return None
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _things(plugin: Plugin) -> list[object]:

@@ -95,6 +95,11 @@ class TurnHooks:
     def __bool__(self) -> bool:
         return bool(self._before or self._after)
 
+    def replace(self, hooks: Sequence[Hook]) -> None:
+        """Swap in the hooks of the plugins now loaded (a reload); running ones finish."""
+        self._before = [h for h in hooks if h.kind == "before_turn"]
+        self._after = [h for h in hooks if h.kind == "after_reply"]
+
     def replied(self, message: ChatMessage, reply: str) -> None:
         """A reply went out: the ``on_reply`` handlers, in the background."""
         self.events.replied(message, reply)

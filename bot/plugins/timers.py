@@ -175,7 +175,8 @@ class PluginTimers:
         self._worker = worker
         self._timeout = timeout
         self._clock = clock
-        self._loops: list[asyncio.Task[None]] = []
+        self._loops: dict[tuple[str, str], asyncio.Task[None]] = {}  # (plugin, timer)
+        self._started = False
         self._runs: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.counts: Counter[tuple[str, str, str]] = Counter()  # (plugin, timer, outcome)
 
@@ -183,11 +184,30 @@ class PluginTimers:
         return bool(self._timers)
 
     def start(self) -> None:
-        if self._loops:
+        if self._started:
             return
+        self._started = True
         for entry in self._timers:
-            name = f"timer:{entry.plugin}:{entry.timer.name}"
-            self._loops.append(asyncio.create_task(self._schedule(entry), name=name))
+            self._begin(entry)
+
+    def _begin(self, entry: Scheduled) -> None:
+        name = f"timer:{entry.plugin}:{entry.timer.name}"
+        task = asyncio.create_task(self._schedule(entry), name=name)
+        self._loops[entry.plugin, entry.timer.name] = task
+
+    async def replace(self, plugins: set[str], timers: Sequence[Scheduled]) -> None:
+        """The timers of ``plugins`` become those of ``timers`` (a reload): the old schedules
+        stop (a firing running finishes), the new ones start when the timers run."""
+        for key in [k for k in self._loops if k[0] in plugins]:
+            task = self._loops.pop(key)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self._timers = [e for e in self._timers if e.plugin not in plugins]
+        for entry in timers:
+            if entry.plugin in plugins:
+                self._timers.append(entry)
+                if self._started:
+                    self._begin(entry)
 
     async def _schedule(self, entry: Scheduled) -> None:
         timer, where = entry.timer, {"plugin": entry.plugin, "timer": entry.timer.name}
@@ -238,9 +258,10 @@ class PluginTimers:
 
     async def aclose(self) -> None:
         """Stop scheduling; the firings running get their time limit, then are cancelled."""
-        for task in self._loops:
+        loops = list(self._loops.values())
+        for task in loops:
             task.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
+        await asyncio.gather(*loops, return_exceptions=True)
         self._loops.clear()
         runs = [task for task in self._runs.values() if not task.done()]
         if runs:
