@@ -103,6 +103,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_PLUGINS": (("plugins.modules",), "a.b, c", ("a.b", "c")),
     "CHORUS_PLUGIN_ENTRY_POINTS": (("plugins.entry_points",), "true", True),
     "CHORUS_PLUGIN_HOOK_TIMEOUT": (("plugins.hook_timeout",), "2", 2.0),
+    "CHORUS_PLUGIN_EVENT_CONCURRENCY": (("plugins.event_concurrency",), "3", 3),
     "CHORUS_REDIS_URL": (
         ("state.redis_url",),
         "redis://127.0.0.1:6379/3",
