@@ -32,7 +32,7 @@ May import: the foundation, ``bot.llm``, ``bot.tools``, ``bot.state`` (the store
 
 from __future__ import annotations
 
-from bot.events import ChatMessage, Role
+from bot.events import ChatMessage, ConversationKey, Role
 from bot.plugins.api import (
     CommandContext,
     Hook,
@@ -53,6 +53,7 @@ from bot.tools.function import FunctionTool, tool
 __all__ = [
     "Bucket",
     "ChatMessage",
+    "ConversationKey",
     "CommandContext",
     "EventContext",
     "EventHandler",

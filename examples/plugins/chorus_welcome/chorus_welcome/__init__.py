@@ -15,9 +15,9 @@ import time
 
 from pydantic import BaseModel, Field
 
-from bot.events import ConversationKey
 from bot.plugins import (
     CommandContext,
+    ConversationKey,
     EventContext,
     TimerContext,
     command,
