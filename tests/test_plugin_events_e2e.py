@@ -6,11 +6,14 @@ and counted in ``/metrics`` (``chorus_plugin_events_total``)."""
 from __future__ import annotations
 
 import asyncio
+import signal
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 from tests.loopback.anthropic_server import AnthropicServer
+from tests.loopback.discord_server import BOT_ID, CHANNEL_ID, GUILD_ID, HUMAN_ID, DiscordServer
 from tests.plugin_samples import listener
 from tests.redis_server import free_port
 from tests.test_chat_e2e import base_env, run_chorus, spawn_chorus
@@ -120,3 +123,68 @@ async def test_a_plugin_asks_the_model_and_sends_through_the_outbound_check(
     assert said.count("announced") == 2
     assert "all is well" in said  # the plugin's own message, on a line of its own
     assert not any("forbiddenword" in line for line in said), said  # withheld by the check
+
+
+async def test_discord_joins_leaves_and_reactions_reach_the_plugins(tmp_path: Path) -> None:
+    log = tmp_path / "listener.log"
+    newcomer: dict[str, Any] = {"id": "555000111222333444", "username": "newcomer"}
+    newcomer |= {"discriminator": "0", "avatar": None, "global_name": None}
+    member: dict[str, Any] = {"user": newcomer, "roles": [], "joined_at": "2026-01-01T00:00:00Z"}
+    member |= {"deaf": False, "mute": False, "flags": 0}
+    reaction: dict[str, Any] = {
+        "user_id": str(HUMAN_ID),
+        "channel_id": str(CHANNEL_ID),
+        "message_id": "777000111222333444",
+        "guild_id": str(GUILD_ID),
+        "emoji": {"id": None, "name": "👍"},
+        "type": 0,
+        "burst": False,
+    }
+    async with AnthropicServer() as model, DiscordServer() as discord:
+        env = base_env(tmp_path) | {
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "k",
+            "ANTHROPIC_BASE_URL": model.base_url,
+            "CHORUS_PLUGINS": "tests.plugin_samples.listener",
+            "CHORUS_INSIGHTS_ENABLED": "false",
+            "LISTENER_LOG": str(log),
+            "DISCORD_TOKEN": "loopback-token-not-secret",
+            "DISCORD_API_BASE_URL": discord.api_url,
+            "DISCORD_GATEWAY_URL": discord.ws_url,
+            "DISCORD_MEMBERS_INTENT": "true",
+        }
+        proc = await spawn_chorus(["run"], env, tmp_path)
+
+        def logged() -> list[str]:
+            return log.read_text().splitlines() if log.exists() else []
+
+        try:
+            await discord.wait_for(lambda: bool(discord.ops(2)), limit=90)  # IDENTIFY
+            await discord.wait_request("PUT", f"/applications/{BOT_ID}/commands")  # ready
+            await discord.dispatch("GUILD_MEMBER_ADD", member | {"guild_id": str(GUILD_ID)})
+            await discord.dispatch("MESSAGE_REACTION_ADD", reaction)
+            await discord.dispatch("MESSAGE_REACTION_REMOVE", reaction)
+            await discord.dispatch(
+                "GUILD_MEMBER_REMOVE", {"guild_id": str(GUILD_ID), "user": newcomer}
+            )
+            for _ in range(900):  # the plugin writes a file: poll it (up to 90 s)
+                if len(logged()) >= 4:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err_bytes = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err_bytes.decode()[-3000:]
+    identify = discord.ops(2)[0].data
+    assert identify["intents"] & (1 << 1)  # GUILD_MEMBERS, asked for by DISCORD_MEMBERS_INTENT
+    assert sorted(logged()) == sorted(
+        [
+            f"member_join: {newcomer['id']} in {GUILD_ID}",  # no system channel: the server
+            f"reaction_add: 👍 on 777000111222333444 by {HUMAN_ID}",
+            f"reaction_remove: 👍 on 777000111222333444 by {HUMAN_ID}",
+            f"member_leave: {newcomer['id']}",
+        ]
+    )
+    assert not model.requests and not discord.requests_to(
+        "POST", f"/channels/{CHANNEL_ID}/messages"
+    )

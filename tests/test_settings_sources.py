@@ -200,6 +200,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_LOG_FORMAT": (("logging.format",), "json", "json"),
     "DISCORD_TOKEN": (("discord.token",), "discord-env-file", "discord-env-file"),
     "DISCORD_MESSAGE_CONTENT_INTENT": (("discord.message_content_intent",), "true", True),
+    "DISCORD_MEMBERS_INTENT": (("discord.members_intent",), "true", True),
     "DISCORD_ANSWER_BOTS": (("discord.answer_bots",), "true", True),
     "DISCORD_ALLOWED_CHANNELS": (("discord.allowed_channels",), "1,2", frozenset({1, 2})),
     "DISCORD_ALWAYS_ANSWER_CHANNELS": (("discord.always_answer_channels",), "3", frozenset({3})),

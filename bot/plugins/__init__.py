@@ -43,7 +43,16 @@ from bot.plugins.api import (
     command,
 )
 from bot.plugins.config import secret, settings
-from bot.plugins.events import EventContext, EventHandler, on_message, on_reply, on_stream_event
+from bot.plugins.events import (
+    EventContext,
+    EventHandler,
+    on_member_join,
+    on_member_leave,
+    on_message,
+    on_reaction,
+    on_reply,
+    on_stream_event,
+)
 from bot.plugins.store import Bucket, Item, PluginStore
 from bot.plugins.timers import Timer, TimerContext, cron, every
 from bot.state.plugin_store import Owner
@@ -76,7 +85,10 @@ __all__ = [
     "command",
     "cron",
     "every",
+    "on_member_join",
+    "on_member_leave",
     "on_message",
+    "on_reaction",
     "on_reply",
     "on_stream_event",
     "secret",

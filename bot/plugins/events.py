@@ -6,6 +6,9 @@
 * ``on_stream_event``: a line that carries a ``StreamEvent`` (a raid, sub, gift, cheer, Super
   Chat...: ``ctx.stream_event``), after the screen too.
 * ``on_reply``: each reply the bot sent (``ctx.reply_text``), for the message it answers.
+* ``on_member_join``, ``on_member_leave``, ``on_reaction``: what a platform reports besides
+  lines (Discord so far: ``ChannelEvent``), riding the inbound topic as a message without text
+  that the router never answers (``ctx.channel_event``; ``ctx.user`` is who did it).
 
 A handler is ``async def f(ctx: EventContext) -> None``. ``PluginEvents.emit`` only starts tasks
 and returns, so no handler ever delays a turn. Each call has a time limit (the handler's
@@ -27,13 +30,18 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, overload
 
-from bot.events import ChatMessage, StreamEvent
+from bot.events import ChannelEvent, ChannelEventKind, ChatMessage, StreamEvent
 from bot.plugins.context import MessageContext, PluginServices
 
 log = logging.getLogger("chorus.plugins")
 
-EventKind = Literal["message", "stream_event", "reply"]
-KINDS: tuple[EventKind, ...] = ("message", "stream_event", "reply")
+EventKind = Literal["message", "stream_event", "reply", "member_join", "member_leave", "reaction"]
+_CHANNEL: dict[ChannelEventKind, EventKind] = {
+    ChannelEventKind.MEMBER_JOIN: "member_join",
+    ChannelEventKind.MEMBER_LEAVE: "member_leave",
+    ChannelEventKind.REACTION_ADD: "reaction",
+    ChannelEventKind.REACTION_REMOVE: "reaction",
+}
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,12 @@ class EventContext(MessageContext):
     @property
     def stream_event(self) -> StreamEvent | None:
         return self.message.stream_event
+
+    @property
+    def channel_event(self) -> ChannelEvent | None:
+        """A join, leave or reaction (its ``kind``; a reaction's ``emoji`` and ``message_id``);
+        ``ctx.user`` is who did it, ``ctx.message.conversation`` where."""
+        return self.message.channel_event
 
 
 EventFunction = Callable[[EventContext], Awaitable[object]]
@@ -110,6 +124,47 @@ def on_reply(
     return lambda f: EventHandler("reply", f, timeout)
 
 
+@overload
+def on_member_join(func: EventFunction, /) -> EventHandler: ...
+@overload
+def on_member_join(*, timeout: float | None = None) -> Callable[[EventFunction], EventHandler]: ...
+def on_member_join(
+    func: EventFunction | None = None, /, *, timeout: float | None = None
+) -> EventHandler | Callable[[EventFunction], EventHandler]:
+    """Someone joined the server (Discord, with DISCORD_MEMBERS_INTENT); ``ctx.user`` is who,
+    ``ctx.message.conversation`` the server's system channel."""
+    if func is not None:
+        return EventHandler("member_join", func, timeout)
+    return lambda f: EventHandler("member_join", f, timeout)
+
+
+@overload
+def on_member_leave(func: EventFunction, /) -> EventHandler: ...
+@overload
+def on_member_leave(*, timeout: float | None = None) -> Callable[[EventFunction], EventHandler]: ...
+def on_member_leave(
+    func: EventFunction | None = None, /, *, timeout: float | None = None
+) -> EventHandler | Callable[[EventFunction], EventHandler]:
+    """Someone left the server (Discord, with DISCORD_MEMBERS_INTENT)."""
+    if func is not None:
+        return EventHandler("member_leave", func, timeout)
+    return lambda f: EventHandler("member_leave", f, timeout)
+
+
+@overload
+def on_reaction(func: EventFunction, /) -> EventHandler: ...
+@overload
+def on_reaction(*, timeout: float | None = None) -> Callable[[EventFunction], EventHandler]: ...
+def on_reaction(
+    func: EventFunction | None = None, /, *, timeout: float | None = None
+) -> EventHandler | Callable[[EventFunction], EventHandler]:
+    """A reaction added or taken back (Discord): ``ctx.channel_event`` has the kind, the
+    emoji and the message."""
+    if func is not None:
+        return EventHandler("reaction", func, timeout)
+    return lambda f: EventHandler("reaction", f, timeout)
+
+
 @dataclass(frozen=True)
 class Subscriber:
     """A plugin's handlers, with its services (what the dispatcher needs of a ``Plugin``)."""
@@ -145,7 +200,11 @@ class PluginEvents:
         return len(self._tasks)
 
     def seen(self, message: ChatMessage) -> None:
-        """A line passed the screen: ``on_message``, and ``on_stream_event`` when it has one."""
+        """A line passed the screen: ``on_message``, and ``on_stream_event`` when it has one;
+        a join, a leave or a reaction: its own handlers only."""
+        if message.channel_event is not None:
+            self.emit(_CHANNEL[message.channel_event.kind], message)
+            return
         self.emit("message", message)
         if message.stream_event is not None:
             self.emit("stream_event", message)

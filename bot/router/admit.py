@@ -49,9 +49,14 @@ class Admit:
         message = delivery.event
         if delivery.attempt > self.max_deliveries:
             return Drop(dead_letter=True)
+        item = Item(message, delivery, (message.author.id,), message.id)
+        if message.channel_event is not None:  # a join, a leave, a reaction: never answered
+            events = self.events if delivery.attempt == 1 else None
+            if events and self.screen.safety.screen(message).action == "pass":
+                events.seen(message)  # the plugins' handlers (a blocked user's: none)
+            return Drop()
         self.metrics.message_in(message.platform)
         self.observer.arrived(message)
-        item = Item(message, delivery, (message.author.id,), message.id)
         screened = self.screen(item)
         if screened is not None:
             return screened

@@ -29,6 +29,8 @@ class DiscordSettings(Section):
     message_content_intent: bool = Field(
         default=False, validation_alias="DISCORD_MESSAGE_CONTENT_INTENT"
     )
+    # Privileged (enable it in the developer portal too): joins and leaves for plugins.
+    members_intent: bool = Field(default=False, validation_alias="DISCORD_MEMBERS_INTENT")
     answer_bots: bool = Field(default=False, validation_alias="DISCORD_ANSWER_BOTS")
     allowed_channels: ChannelSet = Field(
         default=frozenset(), validation_alias="DISCORD_ALLOWED_CHANNELS"

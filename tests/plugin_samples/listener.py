@@ -13,7 +13,17 @@ import os
 import sys
 from pathlib import Path
 
-from bot.plugins import CommandContext, EventContext, command, on_message, on_reply, on_stream_event
+from bot.plugins import (
+    CommandContext,
+    EventContext,
+    command,
+    on_member_join,
+    on_member_leave,
+    on_message,
+    on_reaction,
+    on_reply,
+    on_stream_event,
+)
 
 RAISE, HANG, EXIT = "please raise", "please hang", "please exit"
 
@@ -72,3 +82,20 @@ async def announce(ctx: CommandContext) -> str:
     """Send TEXT, read backwards, to this conversation on the plugin's own: /announce TXET"""
     await ctx.send(ctx.message.conversation, ctx.args[::-1])
     return "announced"
+
+
+@on_member_join
+async def joined(ctx: EventContext) -> None:
+    _write(f"member_join: {ctx.user.user_id} in {ctx.message.conversation.channel}")
+
+
+@on_member_leave
+async def left(ctx: EventContext) -> None:
+    _write(f"member_leave: {ctx.user.user_id}")
+
+
+@on_reaction
+async def reacted(ctx: EventContext) -> None:
+    event = ctx.channel_event
+    assert event is not None
+    _write(f"{event.kind}: {event.emoji} on {event.message_id} by {ctx.user.user_id}")
