@@ -215,6 +215,7 @@ class Chorus:
                 max_in_flight=settings.agent.max_turns_in_flight,
             ),
         )
+        reach.on_asked = self.router.observer.plugin_asked  # ctx.ask in the turn log
         self.metrics.register_gauge_callback(
             "chorus_turns_in_flight",
             "Messages this process holds: turns running or queued behind their conversation "

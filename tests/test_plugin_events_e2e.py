@@ -12,6 +12,9 @@ from typing import Any
 
 import aiohttp
 
+from bot.events import ConversationKey
+from bot.state import connect, keys
+from bot.state.turnlog import TurnRecord
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.discord_server import BOT_ID, CHANNEL_ID, GUILD_ID, HUMAN_ID, DiscordServer
 from tests.plugin_samples import listener
@@ -96,7 +99,7 @@ async def test_event_handlers_see_everything_and_their_failures_are_contained(
 
 
 async def test_a_plugin_asks_the_model_and_sends_through_the_outbound_check(
-    tmp_path: Path,
+    tmp_path: Path, redis_url_real_only: str, key_tag: str
 ) -> None:
     async with AnthropicServer() as model:
         model.replies.extend(["four"])
@@ -108,9 +111,21 @@ async def test_a_plugin_asks_the_model_and_sends_through_the_outbound_check(
             "CHORUS_INSIGHTS_ENABLED": "false",
             "CHORUS_QUOTA_COST_USD_DAY": "5",  # ask goes through the cost cap's reservation
             "CHORUS_MODERATION_WORDS": "forbiddenword",
+            "CHORUS_REDIS_URL": redis_url_real_only,  # to read the turn log afterwards
         }
         lines = b"/askmodel what is 2+2?\n/announce llew si lla\n/announce drowneddibrof a\n"
-        code, out, err = await run_chorus(["run"], env, tmp_path, lines)
+        code, out, err = await run_chorus(["chat", "--user", key_tag], env, tmp_path, lines)
+    redis = await connect.open_redis(redis_url_real_only)
+    try:
+        conversation = ConversationKey(platform="console", channel=key_tag)
+        raw = await redis.lrange(keys.turn_log(conversation), 0, -1)
+        await redis.delete(keys.turn_log(conversation), keys.history(conversation))
+    finally:
+        await redis.aclose()
+    records = [r for r in (TurnRecord.decode(item) for item in raw) if r is not None]
+    (asked,) = [r for r in records if r.reason.startswith("plugin ")]
+    assert asked.reason == "plugin tests.plugin_samples.listener asked the model"
+    assert asked.model == "claude-test" and asked.output_tokens > 0  # in the turn log
     assert code == 0, err[-3000:]
     said = out.splitlines()
     assert said[0] == "model says: four"

@@ -41,9 +41,16 @@ class PluginServices:
         await self.reaching().send(self.name, conversation, text, answering)
 
     async def ask(
-        self, prompt: str, *, system: str | None = None, max_tokens: int | None = None
+        self,
+        prompt: str,
+        *,
+        system: str | None = None,
+        max_tokens: int | None = None,
+        about: ChatMessage | None = None,
     ) -> str:
-        return await self.reaching().ask(self.name, prompt, system=system, max_tokens=max_tokens)
+        return await self.reaching().ask(
+            self.name, prompt, system=system, max_tokens=max_tokens, about=about
+        )
 
     def settings(self, model: type[M], message: ChatMessage | None = None) -> M:
         """The plugin's settings as ``model`` (its ``@settings`` class), for ``message``'s
@@ -103,8 +110,11 @@ class MessageContext:
     async def ask(
         self, prompt: str, *, system: str | None = None, max_tokens: int | None = None
     ) -> str:
-        """The configured model's answer to ``prompt`` (against the daily cost cap)."""
-        return await self._services().ask(prompt, system=system, max_tokens=max_tokens)
+        """The configured model's answer to ``prompt`` (against the daily cost cap; in this
+        conversation's turn log)."""
+        return await self._services().ask(
+            prompt, system=system, max_tokens=max_tokens, about=self.message
+        )
 
     def _services(self) -> PluginServices:
         if self.services is None:

@@ -8,7 +8,8 @@ message never pings anyone) and, on YouTube, the reply budget of the day's quota
 the deployment's model chain (fallbacks included) through the daily cost cap's reservation, so
 a plugin's calls are paid from the same budget as everything else and refused with
 ``CostCapReached`` past it; each call is logged with the plugin's name, its tokens counted in
-``chorus_llm_tokens`` like any call of the model.
+``chorus_llm_tokens`` like any call of the model, and a call made while handling a message is a
+record of that conversation's turn log (the dashboard's), with its tokens, latency and cost.
 
 The composition root builds the two callables (``bot/app.py``); ``bot.plugins`` never imports
 the bus or the safety gate.
@@ -41,6 +42,8 @@ class Reach:
     model: str = ""
     max_tokens: int = 1024
     on_usage: Callable[[str, Usage], None] | None = None  # the metrics' token counts
+    # (message, plugin, model, usage, seconds): the turn log of the message's conversation
+    on_asked: Callable[[ChatMessage, str, str, Usage, float], None] | None = None
 
     async def send(
         self,
@@ -60,7 +63,13 @@ class Reach:
         )
 
     async def ask(
-        self, plugin: str, prompt: str, *, system: str | None = None, max_tokens: int | None = None
+        self,
+        plugin: str,
+        prompt: str,
+        *,
+        system: str | None = None,
+        max_tokens: int | None = None,
+        about: ChatMessage | None = None,
     ) -> str:
         """The model's answer to ``prompt`` (one call, no tools, no history)."""
         if self.provider is None:
@@ -73,14 +82,17 @@ class Reach:
         )
         started = time.monotonic()
         response = await self.provider.complete(request)
+        seconds = time.monotonic() - started
         if self.on_usage is not None:
             self.on_usage(self.model, response.usage)
+        if self.on_asked is not None and about is not None:
+            self.on_asked(about, plugin, self.model, response.usage, seconds)
         log.info(
             "plugin asked the model",
             extra={
                 "plugin": plugin,
                 "model": self.model,
-                "seconds": round(time.monotonic() - started, 3),
+                "seconds": round(seconds, 3),
                 "input_tokens": response.usage.input_tokens,
                 "output_tokens": response.usage.output_tokens,
             },
