@@ -143,10 +143,13 @@ class ChannelEventKind(StrEnum):
     MEMBER_LEAVE = "member_leave"  # Discord: left the server (needs DISCORD_MEMBERS_INTENT)
     REACTION_ADD = "reaction_add"  # Discord: added a reaction to a message
     REACTION_REMOVE = "reaction_remove"  # Discord: took a reaction back
+    STREAM_ONLINE = "stream_online"  # Twitch: the channel went live (TWITCH_STREAM_STATE)
+    STREAM_OFFLINE = "stream_offline"  # Twitch: the stream ended (TWITCH_STREAM_STATE)
 
 
 class ChannelEvent(_Frozen):
-    """A join, a leave or a reaction, carried by a ``ChatMessage`` with no text
+    """A join, a leave, a reaction or a stream going live or ending, carried by a
+    ``ChatMessage`` with no text
     (``ChatMessage.channel_event``) so it rides the inbound topic with its order and its
     erasure; the message's author is who did it. Never answered: the router hands it to the
     plugins' handlers (``bot.plugins.events``) and acks it."""

@@ -52,6 +52,8 @@ from bot.plugins.events import (
     on_reaction,
     on_reply,
     on_stream_event,
+    on_stream_offline,
+    on_stream_online,
 )
 from bot.plugins.store import Bucket, Item, PluginStore
 from bot.plugins.timers import Timer, TimerContext, cron, every
@@ -91,6 +93,8 @@ __all__ = [
     "on_reaction",
     "on_reply",
     "on_stream_event",
+    "on_stream_offline",
+    "on_stream_online",
     "secret",
     "settings",
     "tool",

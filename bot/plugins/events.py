@@ -6,8 +6,8 @@
 * ``on_stream_event``: a line that carries a ``StreamEvent`` (a raid, sub, gift, cheer, Super
   Chat...: ``ctx.stream_event``), after the screen too.
 * ``on_reply``: each reply the bot sent (``ctx.reply_text``), for the message it answers.
-* ``on_member_join``, ``on_member_leave``, ``on_reaction``: what a platform reports besides
-  lines (Discord so far: ``ChannelEvent``), riding the inbound topic as a message without text
+* ``on_member_join``, ``on_member_leave``, ``on_reaction`` (Discord), ``on_stream_online``,
+  ``on_stream_offline`` (Twitch): what a platform reports besides lines (``ChannelEvent``), riding the inbound topic as a message without text
   that the router never answers (``ctx.channel_event``; ``ctx.user`` is who did it).
 
 A handler is ``async def f(ctx: EventContext) -> None``. ``PluginEvents.emit`` only starts tasks
@@ -35,12 +35,23 @@ from bot.plugins.context import MessageContext, PluginServices
 
 log = logging.getLogger("chorus.plugins")
 
-EventKind = Literal["message", "stream_event", "reply", "member_join", "member_leave", "reaction"]
+EventKind = Literal[
+    "message",
+    "stream_event",
+    "reply",
+    "member_join",
+    "member_leave",
+    "reaction",
+    "stream_online",
+    "stream_offline",
+]
 _CHANNEL: dict[ChannelEventKind, EventKind] = {
     ChannelEventKind.MEMBER_JOIN: "member_join",
     ChannelEventKind.MEMBER_LEAVE: "member_leave",
     ChannelEventKind.REACTION_ADD: "reaction",
     ChannelEventKind.REACTION_REMOVE: "reaction",
+    ChannelEventKind.STREAM_ONLINE: "stream_online",
+    ChannelEventKind.STREAM_OFFLINE: "stream_offline",
 }
 
 
@@ -163,6 +174,37 @@ def on_reaction(
     if func is not None:
         return EventHandler("reaction", func, timeout)
     return lambda f: EventHandler("reaction", f, timeout)
+
+
+@overload
+def on_stream_online(func: EventFunction, /) -> EventHandler: ...
+@overload
+def on_stream_online(
+    *, timeout: float | None = None
+) -> Callable[[EventFunction], EventHandler]: ...
+def on_stream_online(
+    func: EventFunction | None = None, /, *, timeout: float | None = None
+) -> EventHandler | Callable[[EventFunction], EventHandler]:
+    """The channel went live (Twitch, with TWITCH_STREAM_STATE=true); ``ctx.user`` is the
+    broadcaster, ``ctx.message.conversation`` the channel's chat."""
+    if func is not None:
+        return EventHandler("stream_online", func, timeout)
+    return lambda f: EventHandler("stream_online", f, timeout)
+
+
+@overload
+def on_stream_offline(func: EventFunction, /) -> EventHandler: ...
+@overload
+def on_stream_offline(
+    *, timeout: float | None = None
+) -> Callable[[EventFunction], EventHandler]: ...
+def on_stream_offline(
+    func: EventFunction | None = None, /, *, timeout: float | None = None
+) -> EventHandler | Callable[[EventFunction], EventHandler]:
+    """The channel's stream ended (Twitch, with TWITCH_STREAM_STATE=true)."""
+    if func is not None:
+        return EventHandler("stream_offline", func, timeout)
+    return lambda f: EventHandler("stream_offline", f, timeout)
 
 
 @dataclass(frozen=True)

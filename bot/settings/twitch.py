@@ -39,6 +39,9 @@ class TwitchSettings(Section):
     bot_id: str | None = Field(default=None, validation_alias="TWITCH_BOT_ID")
     channels: Channels = Field(default=(), validation_alias="TWITCH_CHANNELS")
     ambient: bool = Field(default=True, validation_alias="TWITCH_AMBIENT")
+    # stream.online / stream.offline for plugins' on_stream_online/offline (two more subscriptions
+    # per channel, so only when asked for)
+    stream_state: bool = Field(default=False, validation_alias="TWITCH_STREAM_STATE")
     bot_is_mod: bool | None = Field(default=None, validation_alias="TWITCH_BOT_IS_MOD")
     token_store: str = Field(default="redis", validation_alias="TWITCH_TOKEN_STORE")
     api_base_url: str = Field(default=DEFAULT_API_BASE_URL, validation_alias="TWITCH_API_BASE_URL")
