@@ -7,7 +7,9 @@ with line breaks stays on its one line: a line break is written ``\\n``, a carri
 ``\\r`` and a backslash ``\\\\`` (what ``printf '%b'`` turns back into the text); ``--json``
 gives the exact text instead. Logs go to stderr. A line that cannot be a message (empty, not UTF-8, over the read cap) gets a one-line
 ``[chorus] ...`` notice in its place, so input and output lines still pair up (the notices'
-wording is ``prompts/console/*``).
+wording is ``prompts/console/*``). A message the bot sends on its own (a plugin's ``ctx.send``,
+or its ``ctx.reply`` beside the answer) has no line of input to pair with: it is written on a
+line of its own as it arrives.
 
 On a terminal (stdin and stdout both TTYs) the screen belongs to ``adapters/console_tty.py``:
 a welcome line, line editing and history, answers streamed (``ReplyDraft``s) and rendered as
@@ -24,6 +26,7 @@ import logging
 import os
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, TextIO, TypeVar
 
@@ -178,6 +181,7 @@ class ConsoleAdapter:
         self.conversation = ConversationKey(platform=PLATFORM, channel=user)
         self.author = Author(id=user, display_name=user, roles=frozenset({Role.OWNER}))
         self._pending: dict[str, asyncio.Future[Reply]] = {}
+        self._answered: deque[str] = deque(maxlen=64)  # lines answered: more replies are extra
         self._listener: asyncio.Task[None] | None = None
 
     async def run(self) -> int:
@@ -282,14 +286,25 @@ class ConsoleAdapter:
                     self.terminal.draft(reply)
                 await delivery.ack()
                 continue
-            if reply.conversation != self.conversation or future is None:
+            answered = reply.reply_to_id in self._answered or (future is not None and future.done())
+            unsolicited = reply.reply_to_id is None or answered
+            if reply.conversation == self.conversation and unsolicited:
+                self._said(reply)  # a plugin's message, beside the answers
+            elif reply.conversation != self.conversation or future is None:
                 log.warning(
                     "reply for an unknown console message dropped",
                     extra={"reply_to_id": reply.reply_to_id},
                 )
-            elif not future.done():
+            else:
                 future.set_result(reply)
+                self._answered.append(reply.reply_to_id or "")
             await delivery.ack()
+
+    def _said(self, reply: Reply) -> None:
+        if self.terminal is not None:
+            self.terminal.notice(reply.text)
+        else:
+            self._emit(0, reply.text, error=reply.is_error)
 
     def _write_prompt(self) -> None:
         self.stdout.write(f"{self.user}> ")

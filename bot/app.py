@@ -35,11 +35,13 @@ from bot.ops.model_calls import Spend, metered_embedder
 from bot.platform.commands import NativeCommand
 from bot.plugins.loader import LoadedPlugins, load_plugins
 from bot.plugins.runtime import TurnHooks, command_handler
+from bot.plugins.wiring import plugin_events, plugin_timers
 from bot.quota.gate import live_reply_gate
 from bot.router import link_commands, memory_commands, safety_commands
 from bot.router.build import build_router
 from bot.router.core import RouterLimits
 from bot.router.drafts import Drafts
+from bot.router.plugin_reach import plugin_reach
 from bot.router.scoping import ScopedEngagement, Scoping, chain_factory
 from bot.router.text_commands import Command, Commands
 from bot.safety.canary import LeakCheck, deployment_canary, deployment_secret
@@ -86,6 +88,7 @@ class Chorus:
         policies: Policies | None = None,
         moderation: ModerationModel | None = None,
         recall: RecallParts | None = None,
+        spend: Spend | None = None,
     ) -> None:
         self.metrics: Metrics | NullMetrics = metrics or NullMetrics()
         self.health: HealthServer | None = None
@@ -150,8 +153,25 @@ class Chorus:
         safety_commands.register(commands, self.safety, self.history)  # before plugins take names
         link_commands.register(commands, self.memory, audit=self.safety.audit)
         self.plugins = plugins or LoadedPlugins()
+        # ctx.store on the same store as the rest; timers claimed there once per firing
+        reach = plugin_reach(
+            bus=bus,
+            safety=self.safety,
+            provider=provider,
+            model=model,
+            spend=spend,
+            metrics=self.metrics,
+            max_tokens=settings.agent.max_output_tokens,
+        )  # ctx.send/reply/ask
+        self.timers = plugin_timers(
+            self.plugins, settings, redis, self.metrics, worker=default_worker_id(), reach=reach
+        )
         self.native_commands = _install_commands(commands, self.plugins)
-        self.hooks = TurnHooks(self.plugins.hooks, timeout=settings.plugins.hook_timeout)
+        self.hooks = TurnHooks(
+            self.plugins.hooks,
+            timeout=settings.plugins.hook_timeout,
+            events=plugin_events(self.plugins, settings, self.metrics),
+        )
         # A turn's one read and one commit (bot/state/turn.py); its live channels ride the commit.
         channels = RedisLiveStore(
             redis, pause_seconds=round(settings.engagement.pause_hours * 3600)
@@ -195,6 +215,7 @@ class Chorus:
                 max_in_flight=settings.agent.max_turns_in_flight,
             ),
         )
+        reach.on_asked = self.router.observer.plugin_asked  # ctx.ask in the turn log
         self.metrics.register_gauge_callback(
             "chorus_turns_in_flight",
             "Messages this process holds: turns running or queued behind their conversation "
@@ -227,7 +248,12 @@ class Chorus:
                 owned.append(mcp)
             extra = mcp.tools() if mcp else []
             reserved = [t.spec.name for t in (*builtin_tools(settings.tools), *extra)]
-            plugins = load_plugins(settings.plugins, reserved_tools=reserved)
+            plugins = load_plugins(
+                settings.plugins,
+                reserved_tools=reserved,
+                file=settings.file,
+                variables=settings.variable,
+            )
             redis = await connect.open_state(settings.state)
             owned.append(redis)
             spend = Spend.for_settings(settings, redis, metrics.prices)  # the daily cost cap
@@ -278,6 +304,7 @@ class Chorus:
             policies=policies,
             moderation=moderation,
             recall=recall,
+            spend=spend,
         )
 
     async def start(self) -> None:
@@ -286,6 +313,7 @@ class Chorus:
             return
         await self.recall.start()
         self._router_task = asyncio.create_task(self.router.run(), name="router")
+        self.timers.start()  # where the router runs: never in a gateway
 
     @contextlib.asynccontextmanager
     async def bus_only(self) -> AsyncIterator[Chorus]:
@@ -356,6 +384,7 @@ class Chorus:
     async def aclose(self) -> None:
         await self.drain()
         await self.safety.aclose()  # the audit entries still being written
+        await self.timers.aclose()
         await self.hooks.aclose()
         for server in (self.health, self.admin):
             if server is not None:
@@ -401,12 +430,16 @@ def _install_commands(commands: Commands, plugins: LoadedPlugins) -> list[Native
     """The plugins' commands in the command table (a name the bot has already is logged and
     skipped; ``chorus`` is Discord's ``/chorus`` group), and the list native pickers show."""
     native = []
-    for command in plugins.commands:
-        if command.name in {*commands.names(), "chorus"}:
-            log.error("plugin command skipped: the name is taken", extra={"command": command.name})
-            continue
-        commands.add(Command(command.name, command.summary, command_handler(command)))
-        native.append(NativeCommand(command.name, command.summary))
+    for plugin in plugins.plugins:
+        for command in plugin.commands:
+            if command.name in {*commands.names(), "chorus"}:
+                log.error(
+                    "plugin command skipped: the name is taken", extra={"command": command.name}
+                )
+                continue
+            handler = command_handler(command, plugin.services)
+            commands.add(Command(command.name, command.summary, handler))
+            native.append(NativeCommand(command.name, command.summary))
     return native
 
 

@@ -93,6 +93,13 @@ def _main(args: argparse.Namespace) -> int:
         return 0
     if args.command == "reload":
         return reload_command(settings)
+    if args.command == "plugins":
+        from bot.plugins.report import plugins_command
+
+        if args.action == "info" and not args.name:
+            print("chorus: plugins info NAME: name the plugin", file=sys.stderr)
+            return EXIT_CONFIG
+        return plugins_command(settings, args.action, args.name)
     if args.command == "knowledge":
         from bot.knowledge.command import knowledge_command
 

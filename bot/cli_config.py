@@ -180,16 +180,26 @@ def reload_command(settings: Settings) -> int:
 
 def apply_reload(app: Chorus, settings: Settings) -> list[str]:
     """Apply what a reload may change without a restart (personas, scopes, prompt overrides,
-    the deployment's model, reasoning, tool lists and engagement thresholds); ``ConfigError``
+    the deployment's model, reasoning, tool lists and engagement thresholds, and the plugins
+    whose file or settings changed: bot/router/plugin_reload.py); ``ConfigError``
     (file, line, key) leaves everything as it was. Returns the settings that changed but apply
     only after a restart."""
     from bot.engagement.turns import platform_overrides, policy_config
+    from bot.router.plugin_reload import reload_and_swap
     from bot.router.scoping import ScopedEngagement
 
     engagement = settings.engagement  # checked before anything changes
     default, overrides = policy_config(engagement), platform_overrides(engagement)
     app.scoping.reload(settings)
     app.recall.reload(settings)  # knowledge bases: checked for changes now
+    reload_and_swap(  # plugins whose file or settings changed; a failing one keeps its version
+        settings,
+        plugins=app.plugins,
+        commands=app.commands,
+        tools=app.tools,
+        hooks=app.hooks,
+        timers=app.timers,
+    )
     live = app.engagement
     if live is not None and isinstance(live.engagement, ScopedEngagement):
         live.engagement.refresh(default, overrides)

@@ -39,6 +39,9 @@ EXAMPLES = {
   chorus config --scope discord:GUILD/CHANNEL  every setting a message there gets""",
     "reload": """examples:
   chorus reload                               the running bot re-reads chorus.toml and .env""",
+    "plugins": """examples:
+  chorus plugins list                         each plugin loaded: source, what it adds, errors
+  chorus plugins info quotes                  one plugin: version, handlers, settings (masked)""",
     "knowledge": """examples:
   chorus knowledge status                     each knowledge base: chunks, vectors, sources
   chorus knowledge index                      read the sources now and store what changed""",
@@ -142,6 +145,9 @@ def parser() -> argparse.ArgumentParser:
     config = _command(sub, "config", "show what is configured and what is missing")
     config.add_argument("--scope", help="every setting a message there gets, with its source")
     _command(sub, "reload", "re-read chorus.toml and .env in the running bot (SIGHUP)")
+    plugins = _command(sub, "plugins", "show the plugins this configuration loads")
+    plugins.add_argument("action", choices=("list", "info"))
+    plugins.add_argument("name", nargs="?", help="info: the plugin's name")
     knowledge = _command(sub, "knowledge", "show or refresh the knowledge bases in Redis")
     knowledge.add_argument("action", choices=("status", "index"))
     init = _command(sub, "init", "set up a model, platforms and a persona: writes .env")

@@ -136,6 +136,31 @@ class StreamEventKind(StrEnum):
     ANNOUNCEMENT = "announcement"  # Twitch: a moderator's or the broadcaster's announcement
 
 
+class ChannelEventKind(StrEnum):
+    """Something a person did in a channel other than writing a line, as platforms report it."""
+
+    MEMBER_JOIN = "member_join"  # Discord: joined the server (needs DISCORD_MEMBERS_INTENT)
+    MEMBER_LEAVE = "member_leave"  # Discord: left the server (needs DISCORD_MEMBERS_INTENT)
+    REACTION_ADD = "reaction_add"  # Discord: added a reaction to a message
+    REACTION_REMOVE = "reaction_remove"  # Discord: took a reaction back
+    STREAM_ONLINE = "stream_online"  # Twitch: the channel went live (TWITCH_STREAM_STATE)
+    STREAM_OFFLINE = "stream_offline"  # Twitch: the stream ended (TWITCH_STREAM_STATE)
+
+
+class ChannelEvent(_Frozen):
+    """A join, a leave, a reaction or a stream going live or ending, carried by a
+    ``ChatMessage`` with no text
+    (``ChatMessage.channel_event``) so it rides the inbound topic with its order and its
+    erasure; the message's author is who did it. Never answered: the router hands it to the
+    plugins' handlers (``bot.plugins.events``) and acks it."""
+
+    kind: ChannelEventKind
+    message_id: str | None = Field(
+        default=None, min_length=1, max_length=256, description="a reaction's message"
+    )
+    emoji: str | None = Field(default=None, max_length=256, description="a reaction's emoji")
+
+
 class StreamEvent(_Frozen):
     """A stream event (a raid, a sub, gifts, bits, a Super Chat...), carried by the
     ``ChatMessage`` the platform showed for it (``ChatMessage.stream_event``).
@@ -212,6 +237,11 @@ class ChatMessage(_Frozen):
         default=None,
         description="the stream event this message shows (a raid, a sub, a Super Chat...); "
         "its text, if any, is what the viewer wrote with it",
+    )
+    channel_event: ChannelEvent | None = Field(
+        default=None,
+        description="a join, a leave or a reaction this message stands for (its text is "
+        "empty): handed to the plugins, never answered",
     )
     server: str | None = Field(
         default=None,

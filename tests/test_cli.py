@@ -102,6 +102,7 @@ async def test_version_and_every_subcommand_help_shows_an_example(tmp_path: Path
         "replay",
         "config",
         "reload",
+        "plugins",
         "init",
         "knowledge",
         "auth",

@@ -48,7 +48,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "bot.engagement": BASE | {"bot.state", "bot.ops", "bot.quota"},
     "bot.memory": BASE | {"bot.state", "bot.ops"},
     "bot.agent": BASE | {"bot.llm", "bot.tools", "bot.ops", "bot.state"},
-    "bot.plugins": BASE | {"bot.llm", "bot.tools"},
+    "bot.plugins": BASE | {"bot.llm", "bot.tools", "bot.state", "bot.ops"},
     "bot.safety": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.quota"},
     "bot.onboarding": BASE | {"bot.llm"},
     "bot.knowledge": BASE | {"bot.state", "bot.ops", "bot.llm", "bot.tools", "bot.memory"},

@@ -104,6 +104,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_PLUGIN_ENTRY_POINTS": (("plugins.entry_points",), "true", True),
     "CHORUS_PLUGIN_HOOK_TIMEOUT": (("plugins.hook_timeout",), "2", 2.0),
     "CHORUS_DATA_COMPACT_MINUTES": (("state.data_compact_minutes",), "2.5", 2.5),
+    "CHORUS_PLUGIN_EVENT_CONCURRENCY": (("plugins.event_concurrency",), "3", 3),
     "CHORUS_REDIS_URL": (
         ("state.redis_url",),
         "redis://127.0.0.1:6379/3",
@@ -200,6 +201,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_LOG_FORMAT": (("logging.format",), "json", "json"),
     "DISCORD_TOKEN": (("discord.token",), "discord-env-file", "discord-env-file"),
     "DISCORD_MESSAGE_CONTENT_INTENT": (("discord.message_content_intent",), "true", True),
+    "DISCORD_MEMBERS_INTENT": (("discord.members_intent",), "true", True),
     "DISCORD_ANSWER_BOTS": (("discord.answer_bots",), "true", True),
     "DISCORD_ALLOWED_CHANNELS": (("discord.allowed_channels",), "1,2", frozenset({1, 2})),
     "DISCORD_ALWAYS_ANSWER_CHANNELS": (("discord.always_answer_channels",), "3", frozenset({3})),
@@ -234,6 +236,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "TWITCH_CHANNELS": (("twitch.channels",), "#One,two", ("one", "two")),
     "TWITCH_BOT_ID": (("twitch.bot_id",), "12345", "12345"),
     "TWITCH_AMBIENT": (("twitch.ambient",), "false", False),
+    "TWITCH_STREAM_STATE": (("twitch.stream_state",), "true", True),
     "TWITCH_BOT_IS_MOD": (("twitch.bot_is_mod",), "true", True),
     "TWITCH_TOKEN_STORE": (
         ("twitch.token_store",),

@@ -36,7 +36,7 @@ from discord.http import Route
 from pydantic import BaseModel
 
 import prompts
-from adapters.discord import convert
+from adapters.discord import convert, members
 from adapters.discord.drafts import DiscordLive, adopt
 from adapters.discord.sender import DiscordSender, TypingIndicators
 from adapters.discord.slash import build_group, build_native
@@ -150,6 +150,18 @@ class _ChorusClient(discord.Client):
     async def on_message(self, message: discord.Message) -> None:
         await self._adapter._on_message(message)
 
+    async def on_raw_reaction_add(self, payload: discord.RawReactionActionEvent) -> None:
+        await self._adapter._on_reaction(payload, added=True)
+
+    async def on_raw_reaction_remove(self, payload: discord.RawReactionActionEvent) -> None:
+        await self._adapter._on_reaction(payload, added=False)
+
+    async def on_member_join(self, member: discord.Member) -> None:
+        await self._adapter._on_member(member, joined=True)
+
+    async def on_member_remove(self, member: discord.Member) -> None:
+        await self._adapter._on_member(member, joined=False)
+
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
         await self._adapter._on_deleted(payload.channel_id, payload.guild_id, [payload.message_id])
 
@@ -181,6 +193,7 @@ class DiscordAdapter:
         self.sender = sender or DiscordSender(sleep=sleep)
         intents = discord.Intents.default()
         intents.message_content = settings.message_content_intent
+        intents.members = settings.members_intent  # joins and leaves, for plugins
         options: dict[str, Any] = {
             "intents": intents,
             "allowed_mentions": discord.AllowedMentions.none(),
@@ -320,6 +333,33 @@ class DiscordAdapter:
             return
         if not chat.ambient:
             self.typing.start(chat.id, message.channel.id)
+        await self._publish(INBOUND, chat)
+
+    async def _on_reaction(self, payload: discord.RawReactionActionEvent, *, added: bool) -> None:
+        """A reaction, for the plugins (never the bot's own; only where it may read)."""
+        me = self.client.user
+        if me is not None and payload.user_id == me.id:
+            return
+        channel = self.client.get_channel(payload.channel_id)
+        parent_id = channel.parent_id if isinstance(channel, discord.Thread) else None
+        allowed = self.settings.allowed_channels
+        outside = allowed and not {payload.channel_id, parent_id} & allowed
+        if payload.guild_id is not None and outside:
+            return
+        try:
+            chat = members.reaction_to_chat(payload, channel, added=added)
+        except ValueError as exc:
+            _skipped("reaction", exc, payload.message_id)
+            return
+        await self._publish(INBOUND, chat)
+
+    async def _on_member(self, member: discord.Member, *, joined: bool) -> None:
+        """A join or a leave, for the plugins."""
+        try:
+            chat = members.member_to_chat(member, joined=joined)
+        except ValueError as exc:
+            _skipped("member", exc, member.id)
+            return
         await self._publish(INBOUND, chat)
 
     async def _on_deleted(

@@ -33,6 +33,8 @@ from twitchio.eventsub import (
     ChatMessageDeleteSubscription,
     ChatMessageSubscription,
     ChatNotificationSubscription,
+    StreamOfflineSubscription,
+    StreamOnlineSubscription,
 )
 from twitchio.eventsub.websockets import Websocket
 
@@ -156,6 +158,8 @@ class TwitchAdapter:
         client.add_listener(self._on_message, event="event_message")
         client.add_listener(self._on_notification, event="event_chat_notification")
         client.add_listener(self._on_delete, event="event_message_delete")
+        client.add_listener(self._on_online, event="event_stream_online")
+        client.add_listener(self._on_offline, event="event_stream_offline")
         client.add_listener(self._on_clear_user, event="event_chat_clear_user")
         client.add_listener(self._on_token_refreshed, event="event_token_refreshed")
         try:  # an app token (client credentials) for the calls that need no user
@@ -242,12 +246,15 @@ class TwitchAdapter:
         listening = 0
         for channel, name in self.channels.items():
             condition = {"broadcaster_user_id": channel, "user_id": bot_id}
-            payloads = (
+            payloads: list[Any] = [
                 ChatMessageSubscription(**condition),
                 ChatMessageDeleteSubscription(**condition),
                 ChatClearUserMessagesSubscription(**condition),
                 ChatNotificationSubscription(**condition),  # subs, raids...: same grant
-            )
+            ]
+            if self.settings.stream_state:  # for plugins: on_stream_online / on_stream_offline
+                state = {"broadcaster_user_id": channel}
+                payloads += [StreamOnlineSubscription(**state), StreamOfflineSubscription(**state)]
             for payload in payloads:
                 try:
                     await api(self.client.subscribe_websocket(payload, token_for=bot_id))
@@ -301,6 +308,21 @@ class TwitchAdapter:
             _skipped("notice", exc)
         except Exception:
             log.exception("twitch notice dropped", extra={"message_id": str(event.id)})
+
+    async def _on_online(self, event: twitchio.StreamOnline) -> None:
+        await self._on_stream_state(event, online=True)
+
+    async def _on_offline(self, event: twitchio.StreamOffline) -> None:
+        await self._on_stream_state(event, online=False)
+
+    async def _on_stream_state(
+        self, event: twitchio.StreamOnline | twitchio.StreamOffline, *, online: bool
+    ) -> None:
+        """The channel went live or its stream ended: a message for the plugins' handlers."""
+        try:
+            await self.bus.publish(INBOUND, convert.stream_state(event, online=online))
+        except ValueError as exc:
+            _skipped("stream state", exc)
 
     async def _on_delete(self, event: twitchio.ChatMessageDelete) -> None:
         try:

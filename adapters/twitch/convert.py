@@ -24,15 +24,24 @@ Twitch chat is one line of plain text of at most 500 characters in a fast-moving
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from twitchio import ChannelChatClearUserMessages, ChatMessageBadge, ChatMessageDelete
+from twitchio import (
+    ChannelChatClearUserMessages,
+    ChatMessageBadge,
+    ChatMessageDelete,
+    StreamOffline,
+    StreamOnline,
+)
 from twitchio import ChatMessage as TwitchChatMessage
 
 from bot.events import (
     Author,
+    ChannelEvent,
+    ChannelEventKind,
     ChatMessage,
     ConversationKey,
     MessageDeleted,
@@ -295,3 +304,21 @@ def reply_to_sends(
         )
         for i, piece in enumerate(pieces)
     ]
+
+
+def stream_state(event: StreamOnline | StreamOffline, *, online: bool) -> ChatMessage:
+    """``stream.online`` / ``stream.offline`` as a text-less message carrying a
+    ``ChannelEvent`` (its author the broadcaster), for the plugins' handlers; never answered."""
+    broadcaster = event.broadcaster
+    name = broadcaster.display_name or broadcaster.name or broadcaster.id
+    kind = ChannelEventKind.STREAM_ONLINE if online else ChannelEventKind.STREAM_OFFLINE
+    stream = getattr(event, "id", None) if online else None
+    return ChatMessage(
+        platform=PLATFORM,
+        id=f"stream-{kind.value}-{stream or uuid.uuid4().hex}",
+        conversation=ConversationKey(platform=PLATFORM, channel=broadcaster.id),
+        author=Author(id=broadcaster.id, display_name=str(name)[:256]),
+        text="",
+        server=_login(broadcaster),
+        channel_event=ChannelEvent(kind=kind),
+    )

@@ -163,6 +163,9 @@ class HandoverWebsocket(Websocket):
             self._read_during_handover += 1
         if metadata["subscription_type"] == notices.SUBSCRIPTION:
             notices.complete(data["payload"]["event"])  # twitchio 3.3 needs every notice object
+        elif metadata["subscription_type"] == "stream.offline":
+            # Twitch's stream.offline has no stream id, which twitchio 3 reads: an empty one
+            data["payload"]["event"].setdefault("id", "")
         await super()._process_notification(data)
 
     def _cleanup(self, closed: bool = True) -> None:

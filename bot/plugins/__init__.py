@@ -20,13 +20,19 @@ toolbox (permissions, timeouts, per-channel enabling, errors the model reads); c
 after a reply (``runtime``). Loading (``loader``) skips, with a logged error, a plugin that
 fails to import or register.
 
-May import: the foundation, ``bot.llm`` and ``bot.tools``. The router and the composition
-root import it.
+A plugin's own settings are a pydantic model marked ``@settings`` (``[plugins.NAME]`` in
+``chorus.toml``, per scope ``[scope.plugins.NAME]``, secrets from the environment by
+``secret("VARIABLE")``: ``config``), and it keeps data in ``ctx.store`` (``store``, over
+``bot/state/plugin_store.py``); both reach handlers through their context (``context``).
+docs/plugins.md is the author's guide.
+
+May import: the foundation, ``bot.llm``, ``bot.tools``, ``bot.state`` (the store) and
+``bot.ops`` (the log's masking). The router and the composition root import it.
 """
 
 from __future__ import annotations
 
-from bot.events import ChatMessage, Role
+from bot.events import ChatMessage, ConversationKey, Role
 from bot.plugins.api import (
     CommandContext,
     Hook,
@@ -36,23 +42,60 @@ from bot.plugins.api import (
     before_turn,
     command,
 )
+from bot.plugins.config import secret, settings
+from bot.plugins.events import (
+    EventContext,
+    EventHandler,
+    on_member_join,
+    on_member_leave,
+    on_message,
+    on_reaction,
+    on_reply,
+    on_stream_event,
+    on_stream_offline,
+    on_stream_online,
+)
+from bot.plugins.store import Bucket, Item, PluginStore
+from bot.plugins.timers import Timer, TimerContext, cron, every
+from bot.state.plugin_store import Owner
 from bot.tools.base import Permission, Tool, ToolContext, ToolError
 from bot.tools.function import FunctionTool, tool
 
 __all__ = [
+    "Bucket",
     "ChatMessage",
+    "ConversationKey",
     "CommandContext",
+    "EventContext",
+    "EventHandler",
     "FunctionTool",
     "Hook",
+    "Item",
+    "Owner",
     "Permission",
     "Plugin",
     "PluginCommand",
+    "PluginStore",
     "Role",
     "Tool",
+    "Timer",
+    "TimerContext",
     "ToolContext",
     "ToolError",
     "after_reply",
     "before_turn",
     "command",
+    "cron",
+    "every",
+    "on_member_join",
+    "on_member_leave",
+    "on_message",
+    "on_reaction",
+    "on_reply",
+    "on_stream_event",
+    "on_stream_offline",
+    "on_stream_online",
+    "secret",
+    "settings",
     "tool",
 ]

@@ -17,9 +17,15 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Literal, overload
 
+from pydantic import BaseModel
+
 from bot.events import ChatMessage
+from bot.plugins.context import MessageContext, PluginServices
+from bot.plugins.events import EventHandler
+from bot.plugins.timers import Timer
 from bot.tools.base import Permission, Tool
 from bot.tools.function import parse_docstring
 
@@ -30,11 +36,13 @@ TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what all three vendors accept
 
 
 @dataclass(frozen=True)
-class CommandContext:
-    """What a command handler gets: the message that ran it and the text after its name."""
+class CommandContext(MessageContext):
+    """What a command handler gets: the message that ran it, the text after its name, and
+    (``services``, filled in by the bot) the plugin's settings and store."""
 
     message: ChatMessage
     args: str
+    services: PluginServices | None = None
 
     @property
     def user_id(self) -> str:
@@ -176,6 +184,15 @@ def _hook(
     return wrap(func) if func is not None else wrap
 
 
+@dataclass(frozen=True)
+class Source:
+    """Where one plugin comes from: ``target`` is ``module`` or ``module:attribute``."""
+
+    name: str
+    target: str
+    origin: str  # "CHORUS_PLUGINS" or "entry point <name> (<distribution>)"
+
+
 class Plugin:
     """One loaded plugin: what it adds. ``register(plugin)`` receives it to add more."""
 
@@ -184,13 +201,28 @@ class Plugin:
         self.tools: list[Tool] = []
         self.commands: list[PluginCommand] = []
         self.hooks: list[Hook] = []
+        self.events: list[EventHandler] = []
+        self.timers: list[Timer] = []
+        self.settings_model: type[BaseModel] | None = None  # its @settings class
+        self.services = PluginServices(name)
+        # Where it came from, for `chorus reload` and `chorus plugins` (set by the loader):
+        self.source: Source | None = None
+        self.module: ModuleType | None = None
+        self.fingerprint: str | None = None  # a digest of the module's file
 
-    def add(self, thing: Tool | PluginCommand | Hook) -> None:
-        """Add a tool (``@tool`` or any ``Tool``), a command or a hook."""
+    def add(self, thing: Tool | PluginCommand | Hook | EventHandler | Timer) -> None:
+        """Add a tool (``@tool`` or any ``Tool``), a command, a hook, an event handler or a
+        timer."""
         if isinstance(thing, PluginCommand):
             self.add_command(thing)
         elif isinstance(thing, Hook):
             self.hooks.append(thing)
+        elif isinstance(thing, EventHandler):
+            self.events.append(thing)
+        elif isinstance(thing, Timer):
+            if any(t.name == thing.name for t in self.timers):
+                raise ValueError(f"two timers named {thing.name!r}")
+            self.timers.append(thing)
         else:
             self.add_tool(thing)
 
@@ -212,4 +244,9 @@ class Plugin:
     def describe(self) -> str:
         tools = ",".join(t.spec.name for t in self.tools) or "-"
         commands = ",".join("/" + c.name for c in self.commands) or "-"
-        return f"tools={tools} commands={commands} hooks={len(self.hooks)}"
+        events = ",".join(sorted({e.kind for e in self.events})) or "-"
+        timers = ",".join(t.name for t in self.timers) or "-"
+        return (
+            f"tools={tools} commands={commands} hooks={len(self.hooks)} events={events} "
+            f"timers={timers}"
+        )

@@ -14,35 +14,40 @@ Nothing a plugin does at load time can stop the start, short of killing the proc
 
 A module named both in the settings and by an entry point is loaded once. An object found in
 two plugins (one plugin importing another's tool) belongs to the first.
+
+A plugin's own settings (its ``@settings`` model, ``[plugins.NAME]``: ``bot/plugins/config.py``)
+are the operator's, not the plugin's: like every other key of ``chorus.toml``, a bad one stops
+the start with its file and line (one ``ConfigError`` for all of them), and a ``[plugins.NAME]``
+table no loaded plugin reads is a warning. Their secrets join the log's masking.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from bot.ops.logs import add_secrets
 from bot.plugins.api import Hook, Plugin, PluginCommand
-from bot.settings import PluginSettings
+from bot.plugins.api import Source as Source  # re-exported: where tests and callers find it
+from bot.plugins.config import Variables, build_config, is_settings_model
+from bot.plugins.events import EventHandler, Subscriber
+from bot.plugins.reach import Reach
+from bot.plugins.timers import Scheduled, Timer
+from bot.settings import ConfigError, FileSettings, PluginSettings
+from bot.state.plugin_store import PluginKV
 from bot.tools.base import Tool
 from bot.tools.function import FunctionTool
 
 log = logging.getLogger("chorus.plugins")
 
 ENTRY_POINT_GROUP = "chorus.plugins"
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where one plugin comes from: ``target`` is ``module`` or ``module:attribute``."""
-
-    name: str
-    target: str
-    origin: str  # "CHORUS_PLUGINS" or "entry point <name> (<distribution>)"
 
 
 @dataclass
@@ -61,6 +66,20 @@ class LoadedPlugins:
     @property
     def hooks(self) -> list[Hook]:
         return [hook for plugin in self.plugins for hook in plugin.hooks]
+
+    def subscribers(self) -> list[Subscriber]:
+        """Each plugin's event handlers, for ``PluginEvents``."""
+        return [Subscriber(p.name, p.events, p.services) for p in self.plugins if p.events]
+
+    def scheduled(self) -> list[Scheduled]:
+        """Every plugin's timers, for ``PluginTimers``."""
+        return [Scheduled(p.name, t, p.services) for p in self.plugins for t in p.timers]
+
+    def bind(self, kv: PluginKV, reach: Reach | None = None) -> None:
+        """Give every plugin its store (once the connection exists) and its reach."""
+        for plugin in self.plugins:
+            plugin.services.kv = kv
+            plugin.services.reach = reach
 
 
 def plugin_sources(
@@ -113,8 +132,11 @@ def load_plugins(
     reserved_tools: Iterable[str] = (),
     reserved_commands: Iterable[str] = (),
     sources: Iterable[Source] | None = None,
+    file: FileSettings | None = None,
+    variables: Variables | None = None,
 ) -> LoadedPlugins:
-    """Import every plugin; each that fails is logged and skipped (see the module docstring)."""
+    """Import every plugin; each that fails is logged and skipped (see the module docstring).
+    Their settings come from ``file`` and ``variables`` (none: every plugin's defaults)."""
     loaded = LoadedPlugins()
     tool_names = set(reserved_tools)
     command_names = set(reserved_commands)
@@ -134,24 +156,66 @@ def load_plugins(
             continue
         tool_names.update(t.spec.name for t in plugin.tools)
         command_names.update(c.name for c in plugin.commands)
-        seen.update(id(thing) for thing in (*plugin.tools, *plugin.commands, *plugin.hooks))
+        seen.update(id(thing) for thing in _things(plugin))
         loaded.plugins.append(plugin)
         log.info(
             "plugin loaded",
             extra={"plugin": source.name, "origin": source.origin, "adds": plugin.describe()},
         )
+    configure(loaded.plugins, file or FileSettings(), variables or _no_variables)
     return loaded
 
 
+def _no_variables(name: str) -> str | None:
+    return None
+
+
+def configure(plugins: Iterable[Plugin], file: FileSettings, variables: Variables) -> None:
+    """Each plugin's settings from ``file``; one ``ConfigError`` lists every problem."""
+    problems = []
+    named = set()
+    for plugin in plugins:
+        named.add(plugin.name)
+        model = plugin.settings_model
+        if model is None:
+            continue
+        try:
+            plugin.services.config = config = build_config(plugin.name, model, file, variables)
+        except ConfigError as exc:
+            problems += str(exc).splitlines()[1:]
+            continue
+        add_secrets(config.secret_values())
+    if problems:
+        raise ConfigError("invalid plugin settings:\n" + "\n".join(problems))
+    for name in sorted(set(file.plugins) - named):
+        log.warning(
+            "settings for a plugin that is not loaded are unused",
+            extra={"plugin": name, "where": file.where(f"plugins.{name}")},
+        )
+
+
 def _load(source: Source, seen: set[int]) -> Plugin:
-    module_name, _, attribute = source.target.replace(" ", "").partition(":")
-    target: Any = importlib.import_module(module_name)
+    module_name, _, _ = source.target.replace(" ", "").partition(":")
+    return plugin_from(source, importlib.import_module(module_name), seen)
+
+
+def plugin_from(source: Source, module: ModuleType, seen: set[int]) -> Plugin:
+    """The plugin ``source`` names, out of its (imported) ``module``."""
+    _, _, attribute = source.target.replace(" ", "").partition(":")
+    target: Any = module
     for part in attribute.split(".") if attribute else ():
         target = getattr(target, part)
     plugin = Plugin(source.name)
+    plugin.source = source
+    plugin.module = module
+    plugin.fingerprint = fingerprint(module)
     if isinstance(target, ModuleType):
+        models = [v for v in vars(target).values() if is_settings_model(v)]
+        if len(models) > 1:
+            raise TypeError(f"two @settings models: {', '.join(m.__name__ for m in models)}")
+        plugin.settings_model = models[0] if models else None
         for value in list(vars(target).values()):
-            found = isinstance(value, FunctionTool | PluginCommand | Hook)
+            found = isinstance(value, FunctionTool | PluginCommand | Hook | EventHandler | Timer)
             if found and id(value) not in seen and all(value is not t for t in _things(plugin)):
                 plugin.add(value)
         register = getattr(target, "register", None)
@@ -164,8 +228,19 @@ def _load(source: Source, seen: set[int]) -> Plugin:
     return plugin
 
 
+def fingerprint(module: ModuleType) -> str | None:
+    """A digest of the module's file (None: it has none), to see whether it changed."""
+    path = getattr(module, "__file__", None)
+    if not path:
+        return None
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def _things(plugin: Plugin) -> list[object]:
-    return [*plugin.tools, *plugin.commands, *plugin.hooks]
+    return [*plugin.tools, *plugin.commands, *plugin.hooks, *plugin.events, *plugin.timers]
 
 
 def _call_register(register: Callable[..., Any], plugin: Plugin) -> None:

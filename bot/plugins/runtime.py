@@ -30,6 +30,8 @@ from typing import Any
 import prompts
 from bot.events import ChatMessage
 from bot.plugins.api import CommandContext, Hook, PluginCommand
+from bot.plugins.context import PluginServices
+from bot.plugins.events import PluginEvents
 from bot.tools.base import Permission
 
 log = logging.getLogger("chorus.plugins")
@@ -42,8 +44,9 @@ _DENIED = {
 TextHandler = Callable[[ChatMessage, str], Awaitable[str]]
 
 
-def command_handler(command: PluginCommand) -> TextHandler:
-    """``command`` as a text command handler ``(message, args) -> reply`` that never raises."""
+def command_handler(command: PluginCommand, services: PluginServices | None = None) -> TextHandler:
+    """``command`` as a text command handler ``(message, args) -> reply`` that never raises;
+    ``services``: its plugin's settings and store, reached through the context."""
 
     async def handle(message: ChatMessage, args: str) -> str:
         name = command.name
@@ -51,7 +54,8 @@ def command_handler(command: PluginCommand) -> TextHandler:
             return prompts.render(_DENIED[command.permission], command=name)
         try:
             async with asyncio.timeout(command.timeout):
-                text = await command.handler(CommandContext(message=message, args=args))
+                context = CommandContext(message=message, args=args, services=services)
+                text = await command.handler(context)
         except TimeoutError:
             log.warning("plugin command timed out", extra={"command": name})
             return prompts.render("plugins/command_timeout", command=name)
@@ -75,14 +79,30 @@ def command_handler(command: PluginCommand) -> TextHandler:
 class TurnHooks:
     """The plugins' event hooks of one process; ``TurnHooks(())`` does nothing, cheaply."""
 
-    def __init__(self, hooks: Sequence[Hook] = (), *, timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        hooks: Sequence[Hook] = (),
+        *,
+        timeout: float = 5.0,
+        events: PluginEvents | None = None,
+    ) -> None:
         self._before = [h for h in hooks if h.kind == "before_turn"]
         self._after = [h for h in hooks if h.kind == "after_reply"]
         self._timeout = timeout
         self._tasks: set[asyncio.Task[None]] = set()
+        self.events = events or PluginEvents()  # on_message, on_stream_event, on_reply
 
     def __bool__(self) -> bool:
         return bool(self._before or self._after)
+
+    def replace(self, hooks: Sequence[Hook]) -> None:
+        """Swap in the hooks of the plugins now loaded (a reload); running ones finish."""
+        self._before = [h for h in hooks if h.kind == "before_turn"]
+        self._after = [h for h in hooks if h.kind == "after_reply"]
+
+    def replied(self, message: ChatMessage, reply: str) -> None:
+        """A reply went out: the ``on_reply`` handlers, in the background."""
+        self.events.replied(message, reply)
 
     async def before_turn(self, message: ChatMessage, context: str) -> str:
         """``context`` with what the ``before_turn`` hooks returned appended, one per line."""
@@ -93,7 +113,8 @@ class TurnHooks:
         return context
 
     def after_reply(self, message: ChatMessage, reply: str) -> None:
-        """Start the ``after_reply`` hooks in the background (a kept task)."""
+        """Start the ``after_reply`` hooks in the background (a kept task), and ``on_reply``."""
+        self.events.replied(message, reply)
         if not self._after:
             return
         task = asyncio.create_task(self._after_reply(message, reply), name="plugin-after-reply")
@@ -126,7 +147,9 @@ class TurnHooks:
         return None
 
     async def aclose(self) -> None:
-        """Let running ``after_reply`` hooks finish within their timeout, then cancel them."""
+        """Let running ``after_reply`` hooks and event handlers finish within their timeout,
+        then cancel them."""
+        await self.events.aclose()
         tasks = list(self._tasks)
         if not tasks:
             return

@@ -2,7 +2,9 @@
 
 In the order that matters: a message delivered more often than ``max_deliveries`` is a dead
 letter (every worker so far died on it); it is counted and observed as arrived; the screen
-(``bot.router.screen``) may drop or refuse it; its scope may ignore it (answered only when
+(``bot.router.screen``) may drop or refuse it; a line that passed is the plugins' ``on_message``
+(and ``on_stream_event``: ``bot.plugins.events``, started in the background, once per message);
+its scope may ignore it (answered only when
 addressed); in a busy live chat the engagement policy (``bot.engagement``) sees it in arrival
 order and decides now whether it is answered now (with the lines it covers), acknowledged (a
 moderator's command) or left for a batch. What is left is a turn (``Item``) queued behind its
@@ -16,6 +18,7 @@ from bot.engagement.ledger import Action
 from bot.engagement.turns import LiveChat, ack
 from bot.events import ChatMessage
 from bot.ops.metrics import MetricsSink
+from bot.plugins.events import PluginEvents
 from bot.router.items import Drop, Item, answer_item
 from bot.router.observe import TurnObserver
 from bot.router.scoping import Profile
@@ -33,7 +36,9 @@ class Admit:
         metrics: MetricsSink,
         engagement: LiveChat | None = None,
         max_deliveries: int = 3,
+        events: PluginEvents | None = None,
     ) -> None:
+        self.events = events
         self.screen = screen
         self.observer = observer
         self.metrics = metrics
@@ -44,12 +49,19 @@ class Admit:
         message = delivery.event
         if delivery.attempt > self.max_deliveries:
             return Drop(dead_letter=True)
+        item = Item(message, delivery, (message.author.id,), message.id)
+        if message.channel_event is not None:  # a join, a leave, a reaction: never answered
+            events = self.events if delivery.attempt == 1 else None
+            if events and self.screen.safety.screen(message).action == "pass":
+                events.seen(message)  # the plugins' handlers (a blocked user's: none)
+            return Drop()
         self.metrics.message_in(message.platform)
         self.observer.arrived(message)
-        item = Item(message, delivery, (message.author.id,), message.id)
         screened = self.screen(item)
         if screened is not None:
             return screened
+        if self.events and delivery.attempt == 1:  # the plugins' on_message: off the reply path
+            self.events.seen(message)
         engagement = self.engagement
         route = profile.route(message, engagement is not None and engagement.applies(message))
         if route == "ignore":  # the scope answers only when addressed

@@ -74,7 +74,7 @@ class Answer:
         self.safety = safety
         self.observer = observer
         self.metrics = metrics
-        self.hooks = hooks or TurnHooks()
+        self.hooks = hooks if hooks is not None else TurnHooks()
         self.memory = memory
         self.tools = tools
 

@@ -90,6 +90,7 @@ def build_router(
             metrics=metrics,
             engagement=engagement,
             max_deliveries=limits.max_deliveries,
+            events=hooks.events if hooks is not None else None,
         ),
         read=Read(store, claims, memory=memory, recall=recall),
         decide=Decide(

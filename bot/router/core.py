@@ -268,6 +268,7 @@ class Router:
                     await stages.commit.reply(
                         item, claim, decision.text, is_error=decision.is_error
                     )
+                    stages.answer.hooks.replied(message, decision.text)  # plugins' on_reply
                 elif isinstance(decision, Ask):
                     answered = await stages.answer(item, read, profile, decision.request)
                     if isinstance(answered, Failed):

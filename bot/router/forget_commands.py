@@ -3,7 +3,9 @@
 ``/forget`` erases everything kept about the identity that says it -- its memory entries, the
 summaries and community notes its lines fed (bot/memory/summaries.py), its lines in every
 conversation it spoke in (tracked per user by ``MemoryStore.activity``), its pending insights
-job, its entries in the audit trail (``bot.safety.audit.forget_user``), and on the Redis Streams
+job, what plugins keep that is its own (``bot.state.plugin_store``: its ``user`` places and the
+values and list entries written with it as owner), its entries in the audit trail
+(``bot.safety.audit.forget_user``), and on the Redis Streams
 bus its entries still held in the streams (``bot.bus.erasure``; the in-process bus keeps
 nothing) -- and leaves a tombstone so an analysis already running cannot write its pins back.
 
@@ -36,6 +38,7 @@ from bot.safety.audit import forget_user as erase_audit
 from bot.state.history import HistoryStore
 from bot.state.outages import until_redis_answers
 from bot.state.people import forgotten
+from bot.state.plugin_store import RedisPluginStore
 from bot.state.summaries import SummaryStore
 
 Clock = Callable[[], datetime]
@@ -127,8 +130,8 @@ class Forgetting:
         self, message: ChatMessage, identities: list[Identity], *, person: str | None
     ) -> int | None:
         """Everything else of the identities (and ``person``, when it ends with them): memory,
-        codes, names, insights jobs, audit entries, bus entries. The bus entries erased (None:
-        the bus keeps none)."""
+        codes, names, insights jobs, plugins' data, audit entries, bus entries. The bus entries
+        erased (None: the bus keeps none)."""
         store = self._memory.store
         gone = []
         now = self._clock()
@@ -139,6 +142,9 @@ class Forgetting:
             names = [*await store.names_of(platform, who), *called]
             gone.append(forgotten((platform, who), now, names))
         await store.forget(gone, person=person, queue=self._queue)
+        plugins = RedisPluginStore(store.redis)
+        for platform, who in identities:
+            await plugins.forget(platform, who)
         await self._erase_audit(identities)
         return await self._erase_queued(message, identities)  # last: a failure keeps the rest
 

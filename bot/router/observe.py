@@ -31,7 +31,7 @@ from bot.engagement.policy import Decision as LiveDecision
 from bot.events import ChatMessage, ConversationKey, utcnow
 from bot.llm.errors import LLMError
 from bot.llm.pricing import PriceTable
-from bot.llm.types import LLMRequest
+from bot.llm.types import LLMRequest, Usage
 from bot.ops.metrics import MetricsSink
 from bot.router.items import Item
 from bot.state.turnlog import Decision, Timeline, TurnLog, TurnRecord
@@ -130,6 +130,28 @@ class TurnObserver:
         timeline.count("tokens_out", usage.output_tokens)
         timeline.count("cache_read", usage.cache_read_tokens)
         timeline.cost(cost)
+
+    def plugin_asked(
+        self, message: ChatMessage, plugin: str, model: str, usage: Usage, seconds: float
+    ) -> None:
+        """A plugin's ``ctx.ask`` while handling ``message``: in the turn log beside its turns
+        (its tokens, latency and cost), and in the timeline's tokens and cost."""
+        cost = self.prices.cost(model, usage) or 0.0
+        record = _record(
+            message,
+            "command",
+            f"plugin {plugin} asked the model",
+            model=model,
+            prompt_tokens=usage.total_input_tokens,
+            cache_share=round(usage.cache_read_share, 3),
+            output_tokens=usage.output_tokens,
+            latency_ms=round(seconds * 1000),
+            cost_usd=round(cost, 6),
+        )
+        self._hold(message.conversation, record)
+        self.timeline.count("tokens_in", usage.total_input_tokens)
+        self.timeline.count("tokens_out", usage.output_tokens)
+        self.timeline.cost(cost)
 
     def llm_failed(
         self, metrics: MetricsSink, message: ChatMessage, model: str, exc: LLMError

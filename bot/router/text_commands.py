@@ -60,6 +60,10 @@ class Commands:
     def add(self, command: Command) -> None:
         self._table[command.name] = command
 
+    def remove(self, name: str) -> None:
+        """Take a command out (a plugin's reload); an unknown name is no error."""
+        self._table.pop(name, None)
+
     def names(self) -> list[str]:
         return sorted(self._table)
 

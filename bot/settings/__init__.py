@@ -144,6 +144,12 @@ class Settings(BaseModel):
         key = f"{section}.{name}"
         return self.file.where(key) if key in self.file.given else "default"
 
+    def variable(self, name: str) -> str | None:
+        """A variable's text as loaded (the environment over ``.env``), for what reads a name
+        no section declares: a plugin's secrets (bot/plugins/config.py)."""
+        value = self._variables.get(name)
+        return value.text if value is not None else None
+
     def is_secret(self, section: str, name: str) -> bool:
         return "SecretStr" in str(type(getattr(self, section)).model_fields[name].annotation)
 

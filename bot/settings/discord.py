@@ -33,6 +33,9 @@ class DiscordSettings(Section):
     )
     """Ask for the privileged Message Content intent (also switch it on in the Developer Portal:
     Bot, Message Content Intent); needed to read ambient and always-answer channels."""
+    members_intent: bool = Field(default=False, validation_alias="DISCORD_MEMBERS_INTENT")
+    """Ask for the privileged Server Members intent (also switch it on in the Developer Portal):
+    plugins' member join and leave events."""
     answer_bots: bool = Field(default=False, validation_alias="DISCORD_ANSWER_BOTS")
     """Answer other bots (never itself)."""
     allowed_channels: ChannelSet = Field(

@@ -9,7 +9,9 @@ setting silently ignored.
 
 What the file holds: a table per section of the settings root, by field name (``[agent]
 bot_name = "Ada"``); ``plugins = [...]`` (the plugins section's ``modules``); and what only the
-file says: ``[persona]``, ``[personas.NAME]``, ``[[scope]]`` and ``[prompts]``. Paths in it
+file says: ``[persona]``, ``[personas.NAME]``, ``[[scope]]``, ``[prompts]`` and each plugin's own
+settings, ``[plugins.NAME]`` (a table inside ``[plugins]`` whose name is not one of the section's
+fields; the plugin's model checks its keys when it loads, ``bot/plugins/config.py``). Paths in it
 (``prompt_file``, prompt overrides) are relative to the file's folder; the files are read here,
 so a missing one is named with its full path before anything starts.
 
@@ -121,6 +123,8 @@ def _check_keys(data: Mapping[str, Any], sections: Mapping[str, type[Section]]) 
     for key, value in data.items():
         if key == PLUGINS[0] and key in sections and isinstance(value, list):
             continue
+        if key == PLUGINS[0] and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if not _plugin_table(sections[key], k, v)}
         if key not in tables:
             problems.append(((key,), f"unknown key{_closest(key, tables)}"))
         elif key == "scope":
@@ -179,15 +183,26 @@ def _nested_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _plugin_table(section: type[Section], key: str, value: Any) -> bool:
+    """``[plugins.NAME]``: a table of ``[plugins]`` that is none of the section's own fields."""
+    return isinstance(value, dict) and key not in section.model_fields
+
+
 # -- sorting the values out ---------------------------------------------------------------------
 def _sort(
     data: Mapping[str, Any], values: FileValues, sections: Mapping[str, type[Section]]
 ) -> list[Any]:
     problems: list[tuple[Path_, str]] = []
     base = values.path.parent
+    tables: dict[str, dict[str, Any]] = {}
     for key, value in data.items():
         if key == PLUGINS[0] and isinstance(value, list):
             values.sections.setdefault(PLUGINS[0], {})[PLUGINS[1]] = value
+        elif key == PLUGINS[0] and isinstance(value, dict):
+            section = sections[key]
+            tables = {k: v for k, v in value.items() if _plugin_table(section, k, v)}
+            own = {k: v for k, v in value.items() if k not in tables}
+            values.sections.setdefault(key, {}).update(_joined(section, own))
         elif key in sections and key not in FILE_KEYS:
             values.sections.setdefault(key, {}).update(_joined(sections[key], value))
     personas: dict[str, Persona] = {}
@@ -211,6 +226,7 @@ def _sort(
         scopes=tuple(s for s in scopes if s is not None),
         prompts={name: base / target for name, target in data.get("prompts", {}).items()},
         prompt_texts=texts,
+        plugins=tables,
     )
     return problems
 

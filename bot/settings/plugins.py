@@ -28,6 +28,11 @@ class PluginSettings(Section):
         default=5.0, gt=0, le=120, validation_alias="CHORUS_PLUGIN_HOOK_TIMEOUT"
     )
     """Seconds a plugin's `before_turn` / `after_reply` hook may take."""
+    event_concurrency: int = Field(
+        default=8, ge=1, le=1000, validation_alias="CHORUS_PLUGIN_EVENT_CONCURRENCY"
+    )
+    """Event handlers (`on_message`...) one plugin may have running at once; past it, events for
+    that plugin are dropped and counted."""
 
     @field_validator("modules", mode="before")
     @classmethod

@@ -112,6 +112,9 @@ class Scope(_Table):
     safety: ScopeSafety | None = None
     quota: ScopeQuota | None = None
     knowledge: tuple[str, ...] | None = None
+    # ``[scope.plugins.NAME]``: a plugin's settings here, over its ``[plugins.NAME]``; checked
+    # by the plugin's own model when it loads (bot/plugins/config.py), not by the file's loader.
+    plugins: dict[str, dict[str, Any]] | None = None
 
     @field_validator("match")
     @classmethod
@@ -175,6 +178,8 @@ class FileSettings(Section):
     given: frozenset[str] = frozenset()  # the settings it gave, as section.field
     lines: dict[str, int] = Field(default_factory=dict)
     prompt_texts: dict[str, str] = Field(default_factory=dict)
+    # ``[plugins.NAME]`` tables by plugin name, as written (each plugin's model checks them).
+    plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     def where(self, key: str) -> str:
         """``chorus.toml:12`` for a dotted key (its table's line when the key has none)."""
@@ -238,11 +243,12 @@ def parse_match(text: str) -> ScopeMatch:
 
 
 def flatten(table: BaseModel, prefix: str = "") -> dict[str, Any]:
-    """The keys a table sets (nested tables as dotted keys), without ``match``."""
+    """The keys a table sets (nested tables as dotted keys), without ``match`` and without the
+    plugins' tables (each plugin resolves its own: bot/plugins/config.py)."""
     found: dict[str, Any] = {}
     for name in type(table).model_fields:
         value = getattr(table, name)
-        if name == "match" or value is None:
+        if name in ("match", "plugins") or value is None:
             continue
         if isinstance(value, BaseModel):
             found.update(flatten(value, f"{prefix}{name}."))

@@ -48,6 +48,9 @@ class TwitchSettings(Section):
     """Comma list of the channels (logins or ids) the bot joins."""
     ambient: bool = Field(default=True, validation_alias="TWITCH_AMBIENT")
     """`false`: publish only messages addressed to the bot (no engagement policy)."""
+    stream_state: bool = Field(default=False, validation_alias="TWITCH_STREAM_STATE")
+    """Subscribe to `stream.online` / `stream.offline` for plugins' stream events (two more
+    EventSub subscriptions per channel, so only when asked for)."""
     bot_is_mod: bool | None = Field(default=None, validation_alias="TWITCH_BOT_IS_MOD")
     """Whether the bot is a moderator (100 messages per 30 s instead of 20); unset: detected from
     its own chat badges."""

@@ -439,3 +439,35 @@ def timeline(bucket: str) -> str:
     if not re.fullmatch(r"[0-9]{12}|d[0-9]{8}", bucket):
         raise ValueError(f"bucket must be yyyymmddHHMM or dyyyymmdd, got {bucket!r}")
     return f"{PREFIX}:timeline:{bucket}"
+
+
+# -- plugins' storage (bot/state/plugin_store.py) -------------------------------------------------
+PLUGIN_SCOPES = {"all": 0, "server": 2, "chan": 2, "user": 2}  # scope -> how many id parts
+
+
+def plugin_data(plugin: str, scope: str, parts: tuple[str, ...], key: str) -> str:
+    """One value a plugin keeps: ``scope`` ``all`` (no parts), ``server`` (platform, server),
+    ``chan`` (platform, channel) or ``user`` (platform, user id); each scope has a fixed number
+    of parts, every part and the key escaped, so two places never share a key."""
+    if PLUGIN_SCOPES.get(scope) != len(parts):
+        raise ValueError(f"plugin scope {scope!r} takes {PLUGIN_SCOPES.get(scope)} parts")
+    _check_id("plugin", plugin)
+    _check_id("key", key)
+    if parts:
+        _check_token("platform", parts[0])
+    where = "".join(f":{_escape_part(part)}" for part in parts)
+    return f"{PREFIX}:plugin:{_escape_part(plugin)}:{scope}{where}:{_escape_part(key)}"
+
+
+def plugin_owned(platform: str, user_id: str) -> str:
+    """The set of plugin values and list entries one user owns, which ``/forget`` erases."""
+    return user(platform, user_id, "plugins")
+
+
+def plugin_timer(plugin: str, timer: str, slot: int, namespace: str = "main") -> str:
+    """The claim of one firing of a plugin's timer (``slot``: the firing's epoch seconds): the
+    worker that sets it first runs that firing, so a timer fires once per period everywhere."""
+    _check_token("namespace", namespace)
+    _check_id("plugin", plugin)
+    _check_id("timer", timer)
+    return f"{PREFIX}:plugintimer:{namespace}:{_escape_part(plugin)}:{_escape_part(timer)}:{slot}"

@@ -94,6 +94,18 @@ class Toolbox:
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
+    def replace(self, removed: Iterable[str], added: Iterable[Tool]) -> None:
+        """Take the tools named ``removed`` out and put ``added`` in (a plugin's reload); a
+        name still taken by another tool raises ``ValueError`` and changes nothing."""
+        tools = {n: t for n, t in self._tools.items() if n not in set(removed)}
+        for tool in added:
+            if tool.spec.name in tools:
+                raise ValueError(f"a tool named {tool.spec.name!r} exists already")
+            tools[tool.spec.name] = tool
+        self._tools = tools
+        self._sorted = tuple(sorted(tools))
+        self._specs_cache.clear()
+
     def _warn_unknown_names(self) -> None:
         configs = [("deployment", self._deployment), *self._overrides.items()]
         for where, config in configs:
