@@ -44,6 +44,7 @@ async def test_an_edit_of_the_same_size_in_the_same_second_is_taken(
     source = tmp_path / f"{name}.py"
     source.write_text(PLUGIN.format(answer="version 1"))
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # as `chorus run` imports it
     monkeypatch.delitem(sys.modules, name, raising=False)
     settings = settings_from({"CHORUS_PLUGINS": name})
     loaded = load_plugins(settings.plugins, file=settings.file, variables=settings.variable)
