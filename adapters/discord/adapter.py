@@ -38,6 +38,7 @@ from pydantic import BaseModel
 import prompts
 from adapters.discord import convert
 from adapters.discord.drafts import DiscordLive, adopt
+from adapters.discord.moderation import DiscordModeration
 from adapters.discord.sender import DiscordSender, TypingIndicators
 from adapters.discord.slash import build_group, build_native
 from bot.bus.base import BusClosed, Delivery, EventBus
@@ -192,6 +193,7 @@ class DiscordAdapter:
         self.parser_guard = ParserGuard()
         self.session_live = False  # READY or RESUMED seen since the last disconnect
         self.client = _ChorusClient(self, **options)
+        self.moderation = DiscordModeration(self.client, self.sender)  # delete, timeout, ban
         self.policy: convert.Policy | None = None
         self.typing = TypingIndicators(
             self.sender, self.client.http.send_typing, timeout=settings.typing_timeout
