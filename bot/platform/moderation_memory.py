@@ -91,12 +91,12 @@ class MemoryModeration:
         self, conversation: ConversationKey, user_id: str, seconds: int, reason: str
     ) -> ActionResult:
         channel = conversation.channel
-        refused = self._gate(channel, Action.TIMEOUT)
-        if refused is not None:
-            return refused
         if not 1 <= seconds <= self.max_timeout_seconds:
             detail = f"a timeout lasts 1 to {self.max_timeout_seconds} seconds, not {seconds}"
             return ActionResult(Action.TIMEOUT, Outcome.FAILED, detail)
+        refused = self._gate(channel, Action.TIMEOUT)
+        if refused is not None:
+            return refused
         self.timeouts[channel, user_id] = seconds
         return ActionResult(Action.TIMEOUT, Outcome.DONE)
 
