@@ -13,6 +13,7 @@ import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,11 +22,13 @@ from twitchio.http import Route
 
 from adapters.discord.adapter import DiscordAdapter
 from adapters.twitch import TwitchAdapter
+from adapters.youtube.adapter import YouTubeAdapter
 from bot.bus.base import InProcessBus
 from bot.events import ConversationKey
 from bot.platform.moderation import ModerationActions, PermissionGaps
 from bot.platform.moderation_memory import MemoryModeration
 from bot.resilience import RetryPolicy
+from bot.settings.youtube import YouTubeSettings
 from bot.state import connect
 from tests.discord_rig import running
 from tests.loopback.discord_moderation import MODERATOR_PERMISSIONS, member_payload
@@ -41,6 +44,7 @@ from tests.loopback.discord_server import (
 )
 from tests.loopback.twitch_moderation import SCOPE_BANS, SCOPE_CHAT
 from tests.loopback.twitch_server import CLIENT_ID, CLIENT_SECRET, TwitchServer
+from tests.loopback.youtube_server import YouTubeServer
 from tests.platform_env import adapter_from_env
 
 WAIT = 30.0
@@ -242,3 +246,62 @@ async def take_discord_permissions(server: DiscordServer, adapter: DiscordAdapte
 
 
 _discord_ids = itertools.count(1_100_000_000_000_000_001)
+
+
+YOUTUBE_VIEWER = "UCviewer000000000000000"
+
+
+@asynccontextmanager
+async def youtube_adapter(key_tag: str) -> AsyncIterator[tuple[YouTubeServer, YouTubeAdapter]]:
+    """The real YouTube adapter's API chokepoint and quota ledger (embedded store) on a
+    loopback YouTube whose chat the bot moderates, following a chat read by polling."""
+    async with YouTubeServer() as server:
+        server.client_id = f"{key_tag}.apps.googleusercontent.com"
+        redis = await connect.open_redis(f"memory://moderation-{key_tag}")
+        values: dict[str, Any] = {
+            "client_id": server.client_id,
+            "client_secret": server.client_secret,
+            "refresh_token": server.refresh_token,
+            "api_base_url": server.api_base,
+            "token_url": server.token_url,
+            "read_mode": "poll",
+        }
+        settings = YouTubeSettings(**values)
+        adapter = YouTubeAdapter.from_settings(InProcessBus(), redis, settings)
+        ledger = adapter.api.ledger
+        await ledger.load()
+        await ledger.follow(datetime.now(UTC), "poll")
+        try:
+            yield server, adapter
+        finally:
+            await adapter.api.aclose()
+            await redis.aclose()
+
+
+@asynccontextmanager
+async def youtube_rig(key_tag: str) -> AsyncIterator[Rig]:
+    async with youtube_adapter(key_tag) as (server, adapter):
+
+        async def post() -> str:
+            message_id = f"LCC.viewer-{next(_ids)}"
+            server.chat_messages.add(message_id)
+            return message_id
+
+        async def deny() -> None:
+            server.bot_is_moderator = False
+
+        def ban_of(user: str) -> dict[str, Any]:
+            return server.banned(user) or {}
+
+        yield Rig(
+            actions=adapter.moderation,
+            gaps=adapter.moderation.gaps,
+            conversation=ConversationKey(platform="youtube", channel=server.live_chat_id),
+            user_id=YOUTUBE_VIEWER,
+            post=post,
+            deleted=lambda m: m not in server.chat_messages,
+            timed_out=lambda u: ban_of(u).get("type") == "temporary",
+            banned=lambda u: ban_of(u).get("type") == "permanent",
+            deny=deny,
+            reached=lambda: len(server.moderation_calls),
+        )

@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bot.platform.moderation import Action, Outcome
-from tests.moderation_rigs import Rig, discord_rig, twin_rig, twitch_rig
+from tests.moderation_rigs import Rig, discord_rig, twin_rig, twitch_rig, youtube_rig
 
-RIGS = ("twin", "twitch", "discord")
+RIGS = ("twin", "twitch", "discord", "youtube")
 
 
 @pytest.fixture(params=RIGS)
@@ -31,6 +31,9 @@ async def rig(
             yield built
     elif request.param == "discord":
         async with discord_rig() as built:
+            yield built
+    elif request.param == "youtube":
+        async with youtube_rig(key_tag) as built:
             yield built
 
 
