@@ -7,6 +7,8 @@ decides which), deletions become ``MessageDeleted`` on ``deletions``, ``/chorus`
 commands become text commands answered ephemerally, and each ``Reply`` on
 ``outbound:discord`` is sent through the one chokepoint (``sender.py``). ``ready()`` (the
 ``adapter:discord`` check of ``/readyz``) reads discord.py's own state of the gateway session.
+Moderation actions (delete, timeout, ban) are ``moderation.DiscordModeration``, on
+``self.moderation``.
 
 Without the privileged Message Content intent Discord sends empty ``content`` for guild
 messages that do not mention the bot, so only mentions, replies to the bot and DMs carry text;

@@ -15,7 +15,8 @@ jittered backoff, and a message Twitch refuses (``is_sent: false``) is logged wi
 (every process) and the message is retried. ``ready()`` (``/readyz``'s ``adapter:twitch``)
 reads twitchio's state of the EventSub socket.
 
-The waits and retries of ``send`` are ``bot.resilience``'s; twitchio's quirks (token files,
+Moderation actions (delete, timeout, ban through Helix) are ``moderation.TwitchModeration``, on
+``self.moderation``. The waits and retries of ``send`` are ``bot.resilience``'s; twitchio's quirks (token files,
 global endpoints, lost sockets, secrets in error messages) are worked around in ``client``.
 """
 
