@@ -11,11 +11,15 @@ import logging
 from datetime import UTC, datetime
 
 import pytest
+from pydantic import ValidationError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.moderation_service import serve
 from adapters.slack.moderation import SlackModeration
 from adapters.slack.sender import SlackSender
-from bot.events import ConversationKey
+from bot.bus.base import InProcessBus
+from bot.bus.topics import moderation_topic
+from bot.events import ConversationKey, ModerationRequest
 from bot.platform.moderation import Action, AuditedActions, Outcome
 from bot.platform.moderation_memory import MemoryModeration
 from bot.safety.audit import Audit, read_audit
@@ -243,3 +247,51 @@ async def test_every_action_is_written_to_the_audit_trail(key_tag: str) -> None:
         assert audit.decisions["act", "ban", "missing_permission"] == 1
     finally:
         await redis.aclose()
+
+
+def test_a_request_names_its_target() -> None:
+    room = ConversationKey(platform="twitch", channel="room")
+    with pytest.raises(ValidationError, match="message_id"):
+        ModerationRequest(conversation=room, action="delete", user_id="u1")
+    with pytest.raises(ValidationError, match="seconds"):
+        ModerationRequest(conversation=room, action="timeout", user_id="u1")
+    with pytest.raises(ValidationError, match="user_id"):
+        ModerationRequest(conversation=room, action="ban")
+    wire = ModerationRequest(conversation=room, action="unban", user_id="u1", actor="mod:7")
+    assert ModerationRequest.model_validate_json(wire.model_dump_json()) == wire
+
+
+async def test_the_gateway_service_performs_and_audits_each_request() -> None:
+    bus = InProcessBus()
+    twin = MemoryModeration(platform="twitch")
+    twin.post("room", "m1")
+    recorded: list[dict[str, str]] = []
+
+    def audit(**fields: str) -> None:
+        recorded.append(fields)
+
+    current: list[MemoryModeration | None] = [twin]
+    room = ConversationKey(platform="twitch", channel="room")
+    serving = asyncio.create_task(serve(bus, "twitch", lambda: current[0], audit))
+    try:
+        topic = moderation_topic("twitch")
+        await bus.publish(
+            topic, ModerationRequest(conversation=room, action="delete", message_id="m1")
+        )
+        await bus.publish(
+            topic, ModerationRequest(conversation=room, action="ban", user_id="u1", actor="mod:7")
+        )
+        await bus.drain(timeout=10)
+        current[0] = None  # the adapter is restarting: the request is audited as failed
+        await bus.publish(topic, ModerationRequest(conversation=room, action="unban", user_id="u1"))
+        await bus.drain(timeout=10)
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+        await bus.close()
+    assert twin.messages["room"] == set() and ("room", "u1") in twin.bans
+    assert [(r["action"], r["outcome"], r["actor"]) for r in recorded] == [
+        ("delete", "done", "chorus"),
+        ("ban", "done", "mod:7"),
+        ("unban", "failed", ""),
+    ]

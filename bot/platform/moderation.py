@@ -36,7 +36,7 @@ from typing import Protocol
 
 from cachetools import TTLCache
 
-from bot.events import ConversationKey
+from bot.events import ConversationKey, ModerationRequest
 
 log = logging.getLogger("chorus.platform.moderation")
 
@@ -275,3 +275,21 @@ class AuditedActions:
     ) -> ActionResult:
         result = await self.inner.unban(conversation, user_id, reason)
         return self._record(conversation, result, user_id=user_id, actor=actor, reason=reason)
+
+
+async def perform(actions: AuditedActions, request: ModerationRequest) -> ActionResult:
+    """Carry out ``request`` (from the ``moderation:<platform>`` topic) through ``actions``."""
+    where, actor, reason = request.conversation, request.actor or "chorus", request.reason
+    user = request.user_id or ""
+    if request.action == "delete":
+        message_id = request.message_id or ""
+        return await actions.delete_message(
+            where, message_id, reason=reason, actor=actor, user_id=user
+        )
+    if request.action == "timeout":
+        return await actions.timeout(where, user, request.seconds or 0, reason, actor=actor)
+    if request.action == "untimeout":
+        return await actions.untimeout(where, user, reason, actor=actor)
+    if request.action == "ban":
+        return await actions.ban(where, user, reason, actor=actor)
+    return await actions.unban(where, user, reason, actor=actor)
