@@ -118,6 +118,16 @@ async def test_discord_timeout_and_ban_carry_the_audit_log_reason() -> None:
         assert (await actions.ban(DISCORD, DISCORD_VIEWER, "raid account")).ok
         assert server.moderation_calls[-1].method == "PUT"
         assert server.bans == {DISCORD_VIEWER: "raid account"}
+        message = plain_message(1_200_000_000_000_000_002, "spam")
+        server.messages[message["id"]] = message
+        assert (await actions.delete_message(DISCORD, message["id"], reason="link")).ok
+        delete = server.requests[-1]
+        assert (delete.method, delete.path) == (
+            "DELETE",
+            f"/api/v10/channels/{CHANNEL_ID}/messages/{message['id']}",
+        )
+        assert delete.headers["x-audit-log-reason"] == "link"
+        assert message["id"] not in server.messages
 
 
 async def test_discord_missing_permission_is_seen_in_the_cache_before_any_call(

@@ -1,7 +1,8 @@
 """Discord moderation actions through discord.py's public API (``ModerationActions``).
 
-- delete a message: ``PartialMessage.delete`` (``DELETE /channels/{c}/messages/{m}``), needs
-  Manage Messages in that channel for anyone else's message;
+- delete a message: ``DELETE /channels/{c}/messages/{m}`` through discord.py's HTTP client (the
+  route ``Message.delete`` uses, with the reason it does not pass), needs Manage Messages in
+  that channel for anyone else's message;
 - timeout and untimeout: ``Member.timeout(until, reason=...)``, a ``PATCH
   /guilds/{g}/members/{u}`` of ``communication_disabled_until`` (at most 28 days ahead; None
   lifts it), needs Moderate Members;
@@ -141,11 +142,14 @@ class DiscordModeration:
         self, conversation: ConversationKey, message_id: str, *, reason: str = ""
     ) -> ActionResult:
         channel_id = send_target(conversation)
-        partial = self.client.get_partial_messageable(channel_id).get_partial_message(
-            int(message_id)
-        )
+
+        def op() -> Awaitable[None]:  # (``Message.delete`` takes no reason; the route does)
+            return self.client.http.delete_message(
+                channel_id, int(message_id), reason=reason or None
+            )
+
         return await self._call(
-            conversation, Action.DELETE, partial.delete, key=f"channel:{channel_id}", message=True
+            conversation, Action.DELETE, op, key=f"channel:{channel_id}", message=True
         )
 
     async def timeout(
