@@ -88,6 +88,21 @@ async def test_twitch_missing_scope_is_known_from_the_token_and_never_asked(
         assert (await adapter.moderation.delete_message(TWITCH, "m1")).ok
 
 
+async def test_twitch_a_scope_revoked_later_is_told_by_helix_once(
+    monkeypatch: pytest.MonkeyPatch, key_tag: str
+) -> None:
+    async with twitch_adapter(monkeypatch, key_tag) as (server, adapter):
+        token = server.tokens["access-0"]
+        token.scopes = tuple(s for s in token.scopes if s != SCOPE_CHAT)  # taken away since
+        server.chat_messages[TWITCH_CHANNEL] = {"m1", "m2"}
+        first = await adapter.moderation.delete_message(TWITCH, "m1")
+        assert first.outcome is Outcome.MISSING_PERMISSION and SCOPE_CHAT in first.detail
+        again = await adapter.moderation.delete_message(TWITCH, "m2")
+        assert again.outcome is Outcome.MISSING_PERMISSION
+        assert len(server.moderation_calls) == 1  # Helix's 401 was remembered
+        assert server.chat_messages[TWITCH_CHANNEL] == {"m1", "m2"}
+
+
 async def test_twitch_not_a_moderator_names_the_mod_command(
     monkeypatch: pytest.MonkeyPatch, key_tag: str
 ) -> None:
