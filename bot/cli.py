@@ -125,7 +125,6 @@ async def _run(settings: Settings, *, role: str = "all", logs: Path | None = Non
     from bot.app import Chorus
     from bot.cli_config import on_reload_signal, registered
     from bot.platform.supervisor import Supervisor
-    from bot.safety.audit import Audit
     from bot.settings import ConfigError
 
     if role == "all" and not configured_platforms(settings):
@@ -149,8 +148,8 @@ async def _run(settings: Settings, *, role: str = "all", logs: Path | None = Non
             "SLACK_BOT_TOKEN, TWITCH_CLIENT_ID or YOUTUBE_REFRESH_TOKEN"
         )
     on_reload_signal(app)
-    audit = Audit(app.redis, namespace=settings.state.bus_namespace)  # moderation actions
-    acting = serving(app.ingress_bus, slots, audit.record_action)
+    # moderation requests, audited in the trail (and on /metrics) with the other decisions
+    acting = serving(app.ingress_bus, slots, app.safety.audit.record_action)
     if role == "gateway":
         aio.started()  # a gateway does not freeze its heap
         async with app.bus_only(), registered(settings), acting:
