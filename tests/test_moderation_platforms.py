@@ -218,6 +218,18 @@ async def test_youtube_not_a_moderator_costs_one_call(key_tag: str) -> None:
         assert unknown.outcome is Outcome.NOT_FOUND and len(server.moderation_calls) == 1
 
 
+async def test_youtube_a_token_without_the_scope_is_reported_once(key_tag: str) -> None:
+    async with youtube_adapter(key_tag) as (server, adapter):
+        chat = ConversationKey(platform="youtube", channel=server.live_chat_id)
+        server.fail("ban", 403, "insufficientPermissions")
+        first = await adapter.moderation.ban(chat, YOUTUBE_VIEWER, "spam")
+        assert first.outcome is Outcome.MISSING_PERMISSION
+        assert "YOUTUBE_REFRESH_TOKEN" in first.detail
+        again = await adapter.moderation.timeout(chat, YOUTUBE_VIEWER, 60, "spam")
+        assert again.outcome is Outcome.MISSING_PERMISSION
+        assert len(server.moderation_calls) == 1 and server.bans == {}
+
+
 async def test_slack_deletes_only_its_own_messages_and_says_so() -> None:
     async with SlackServer() as server:
         client = AsyncWebClient(token="xoxb-test-token", base_url=server.api_url, retry_handlers=[])

@@ -42,6 +42,12 @@ PLATFORM = "youtube"
 MAX_TIMEOUT = 1_209_600  # Chorus's cap (two weeks, as on Twitch); YouTube documents none
 MODERATOR = "moderator"
 _KNOWN_BANS = 10_000
+SCOPE = "youtube.force-ssl"
+SCOPE_HELP = (
+    "the bot's YouTube token may not moderate (Google answered 403); sign the bot's channel in "
+    "again with the https://www.googleapis.com/auth/youtube.force-ssl scope and set the new "
+    "YOUTUBE_REFRESH_TOKEN (docs/platforms/youtube.md)"
+)
 GRANT_HELP = (
     "the bot's YouTube channel is not a moderator of this live chat; the channel owner adds it "
     "in YouTube Studio -> Settings -> Community -> Moderators (or types /mod in the chat)"
@@ -65,9 +71,10 @@ class YouTubeModeration:
     async def _call(
         self, action: Action, chat: str, op: Callable[[], Awaitable[Any]]
     ) -> tuple[ActionResult, Any]:
-        known = self.gaps.known(chat, MODERATOR, action)
-        if known is not None:
-            return known, None
+        for needed in (SCOPE, MODERATOR):
+            known = self.gaps.known(chat, needed, action)
+            if known is not None:
+                return known, None
         try:
             answer = await op()
         except ChatUnavailable as exc:
@@ -82,6 +89,8 @@ class YouTubeModeration:
         except QuotaExceeded:
             return ActionResult(action, Outcome.FAILED, "today's YouTube quota is spent"), None
         except YouTubeError as exc:
+            if exc.status == 403:  # e.g. insufficientPermissions: the token's scope
+                return self.gaps.missing(chat, SCOPE, action, SCOPE_HELP), None
             if exc.status == 404:
                 return ActionResult(action, Outcome.NOT_FOUND, str(exc)), None
             log.warning(
