@@ -127,6 +127,7 @@ def _main(args: argparse.Namespace) -> int:
 
 
 async def _run(settings: Settings, *, role: str = "all", logs: Path | None = None) -> int:
+    from adapters.moderation_service import serving
     from adapters.registry import build_slots, configured_platforms
     from bot.app import Chorus
     from bot.cli_config import on_reload_signal, registered
@@ -154,11 +155,13 @@ async def _run(settings: Settings, *, role: str = "all", logs: Path | None = Non
             "SLACK_BOT_TOKEN, TWITCH_CLIENT_ID or YOUTUBE_REFRESH_TOKEN"
         )
     on_reload_signal(app)
+    # moderation requests, audited in the trail (and on /metrics) with the other decisions
+    acting = serving(app.ingress_bus, slots, app.safety.audit.record_action)
     if role == "gateway":
         aio.started()  # a gateway does not freeze its heap
-        async with app.bus_only(), registered(settings):
+        async with app.bus_only(), registered(settings), acting:
             return await _serve(supervisor)
-    async with app, _insights_in_process(app), registered(settings):
+    async with app, _insights_in_process(app), registered(settings), acting:
         aio.freeze_heap()
         return await _serve(supervisor, app)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -19,6 +19,7 @@ from pydantic import (
     RootModel,
     SerializerFunctionWrapHandler,
     model_serializer,
+    model_validator,
 )
 
 
@@ -327,3 +328,32 @@ class DeadLetter(_Frozen):
     message: ChatMessage
     attempts: int
     reason: str
+
+
+class ModerationRequest(_Frozen):
+    """A moderation action asked of a platform's gateway (``bot.platform.moderation``).
+
+    Whoever decides (the ``moderation`` plugin, in a worker) publishes it on
+    ``moderation:<platform>``; the gateway running that platform's adapter performs it through
+    the adapter's ``ModerationActions`` and writes the outcome to the audit trail. ``action`` is
+    one of ``delete`` (needs ``message_id``), ``timeout`` (``user_id``, ``seconds``),
+    ``untimeout``, ``ban`` and ``unban`` (``user_id``); ``actor`` says who asked.
+    """
+
+    conversation: ConversationKey
+    action: Literal["delete", "timeout", "untimeout", "ban", "unban"]
+    message_id: str | None = Field(default=None, min_length=1, max_length=256)
+    user_id: str | None = Field(default=None, min_length=1, max_length=256)
+    seconds: int | None = Field(default=None, ge=1)
+    reason: str = Field(default="", max_length=500)
+    actor: str = Field(default="", max_length=256)
+
+    @model_validator(mode="after")
+    def _target(self) -> ModerationRequest:
+        if self.action == "delete" and self.message_id is None:
+            raise ValueError("a delete needs message_id")
+        if self.action != "delete" and self.user_id is None:
+            raise ValueError(f"a {self.action} needs user_id")
+        if self.action == "timeout" and self.seconds is None:
+            raise ValueError("a timeout needs seconds")
+        return self

@@ -27,6 +27,7 @@ from tests.test_init import Terminal
 BOT_ID, BOT_LOGIN = "2914196", "mybot"
 CHANNEL, CHANNEL_LOGIN = "1971641", "streamer"
 SCOPES = {"user:read:chat", "user:write:chat", "user:bot"}
+MODERATION = {"moderator:manage:chat_messages", "moderator:manage:banned_users"}
 KEPT = "# my own notes stay\nCHORUS_HISTORY_MAX=60\n"
 
 
@@ -79,7 +80,7 @@ async def test_twitch_device_code_tokens_are_stored_and_used_by_the_next_run(
         out, err = await stopped(proc)
         assert proc.returncode == 0, err.decode()
         (device_request,) = [r for r in server.requests if r.path == "/id/oauth2/device"]
-        assert set(parse_qs(str(device_request.body))["scopes"][0].split()) == SCOPES
+        assert set(parse_qs(str(device_request.body))["scopes"][0].split()) == SCOPES | MODERATION
         token_polls = [r for r in server.requests if r.path == "/id/oauth2/token"]
         assert all(parse_qs(str(r.body))["client_secret"] == [CLIENT_SECRET] for r in token_polls)
         polls = server.polls

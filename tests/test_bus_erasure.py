@@ -18,8 +18,16 @@ from redis.asyncio import Redis
 from bot.bus.base import InProcessBus
 from bot.bus.erasure import Erased, StreamEraser
 from bot.bus.streams import FIELD, RedisStreamsBus
-from bot.bus.topics import DEAD_LETTERS, DELETIONS, INBOUND, outbound_topic
-from bot.events import Author, ChatMessage, ConversationKey, DeadLetter, MessageDeleted, Reply
+from bot.bus.topics import DEAD_LETTERS, DELETIONS, INBOUND, moderation_topic, outbound_topic
+from bot.events import (
+    Author,
+    ChatMessage,
+    ConversationKey,
+    DeadLetter,
+    MessageDeleted,
+    ModerationRequest,
+    Reply,
+)
 from bot.memory.buffers import MemorySettings, MemoryStore
 from bot.router.memory_commands import register
 from bot.router.text_commands import Commands
@@ -27,7 +35,14 @@ from bot.state.history import HistoryStore
 
 T0 = datetime(2025, 1, 2, tzinfo=UTC)
 ADA, BOB = "ada", 'b"o\\b'  # Bob's id needs JSON escaping: every entry is parsed for him
-TOPICS = (INBOUND, DELETIONS, outbound_topic("discord"), outbound_topic("slack"), DEAD_LETTERS)
+TOPICS = (
+    INBOUND,
+    DELETIONS,
+    outbound_topic("discord"),
+    outbound_topic("slack"),
+    DEAD_LETTERS,
+    moderation_topic("discord"),
+)
 
 
 def conv(channel: str, platform: str = "discord") -> ConversationKey:
@@ -118,7 +133,16 @@ async def test_only_the_users_entries_go_in_every_topic_and_partition(
     for user, name in ((ADA, "ada"), (BOB, "bob")):
         letter = DeadLetter(message=said(user, f"dead-{name}"), attempts=4, reason="x")
         await bus.publish(DEAD_LETTERS, letter)
-    # Every consumer has handled everything (nobody consumes the dead letters).
+        timeout = ModerationRequest(
+            conversation=conv("c0"),
+            action="timeout",
+            user_id=user,
+            seconds=60,
+            reason=f"ban-{name}",
+        )
+        await bus.publish(moderation_topic("discord"), timeout)
+    # Every consumer has handled everything (nobody consumes the dead letters, and here no
+    # gateway the moderation requests).
     await consume_and_ack(bus, INBOUND, "agent", 13)
     await consume_and_ack(bus, DELETIONS, "agent", 4)
     await consume_and_ack(bus, outbound_topic("discord"), "outbound", 13)
@@ -127,19 +151,20 @@ async def test_only_the_users_entries_go_in_every_topic_and_partition(
 
     erased = await eraser(bus, redis_client).erase_user("discord", ADA)
 
-    assert erased == Erased(messages=6, deletions=2, replies=7, dead_letters=1)
+    assert erased == Erased(messages=6, deletions=2, replies=7, dead_letters=1, moderation=1)
     after = await texts(redis_client, bus)
     assert mentions(after, "ada-secret") == [] and mentions(after, "to-ada") == []
     assert mentions(after, "to-both") == [] and mentions(after, "dead-ada") == []
     assert mentions(after, "ada-secret-1") == []  # (the deletion naming it went too)
     assert after <= before and len(before - after) == erased.total
+    assert mentions(after, "ban-ada") == [] and mentions(after, "ban-bob")
     for kept in ("bob-", "to-bob-", "discord-bob-2", "ada-on-slack", "slack-for-ada", "dead-bob"):
         assert mentions(after, kept), kept
     assert len(mentions(after, '"slack"')) == 3  # ada's slack message, reply and deletion
     assert await eraser(bus, redis_client).erase_user("discord", ADA) == Erased()  # idempotent
     # Bob's id needs escaping in JSON; he is found all the same.
     assert await eraser(bus, redis_client).erase_user("discord", BOB) == Erased(
-        messages=6, deletions=1, replies=6, dead_letters=1
+        messages=6, deletions=1, replies=6, dead_letters=1, moderation=1
     )
 
 

@@ -280,6 +280,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "YOUTUBE_COST_LIST": (("youtube.cost_list",), "3", 3),
     "YOUTUBE_COST_INSERT": (("youtube.cost_insert",), "40", 40),
     "YOUTUBE_COST_OTHER": (("youtube.cost_other",), "2", 2),
+    "YOUTUBE_COST_MODERATION": (("youtube.cost_moderation",), "20", 20),
     "YOUTUBE_STREAM_HOURS": (("youtube.stream_hours",), "6", 6.0),
     "YOUTUBE_RESERVED_SENDS": (("youtube.reserved_sends",), "10", 10),
     "YOUTUBE_POLL_FLOOR_SECONDS": (("youtube.poll_floor_seconds",), "45", 45.0),

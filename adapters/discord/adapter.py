@@ -7,6 +7,8 @@ decides which), deletions become ``MessageDeleted`` on ``deletions``, ``/chorus`
 commands become text commands answered ephemerally, and each ``Reply`` on
 ``outbound:discord`` is sent through the one chokepoint (``sender.py``). ``ready()`` (the
 ``adapter:discord`` check of ``/readyz``) reads discord.py's own state of the gateway session.
+Moderation actions (delete, timeout, ban) are ``moderation.DiscordModeration``, on
+``self.moderation``.
 
 Without the privileged Message Content intent Discord sends empty ``content`` for guild
 messages that do not mention the bot, so only mentions, replies to the bot and DMs carry text;
@@ -38,6 +40,7 @@ from pydantic import BaseModel
 import prompts
 from adapters.discord import convert, members
 from adapters.discord.drafts import DiscordLive, adopt
+from adapters.discord.moderation import DiscordModeration
 from adapters.discord.sender import DiscordSender, TypingIndicators
 from adapters.discord.slash import build_group, build_native
 from bot.bus.base import BusClosed, Delivery, EventBus
@@ -205,6 +208,7 @@ class DiscordAdapter:
         self.parser_guard = ParserGuard()
         self.session_live = False  # READY or RESUMED seen since the last disconnect
         self.client = _ChorusClient(self, **options)
+        self.moderation = DiscordModeration(self.client, self.sender)  # delete, timeout, ban
         self.policy: convert.Policy | None = None
         self.typing = TypingIndicators(
             self.sender, self.client.http.send_typing, timeout=settings.typing_timeout

@@ -52,6 +52,7 @@ from adapters.slack.convert import (
 )
 from adapters.slack.drafts import NativeStreams, SlackLive
 from adapters.slack.intake import Before, Intake, after
+from adapters.slack.moderation import SlackModeration
 from adapters.slack.sender import SlackSender, SlackSendError, file_hosts, host_allowed
 from adapters.slack.state import SeenSet
 from adapters.slack.transport import AUTH_ERRORS, connect_socket, serve_http
@@ -105,6 +106,7 @@ class SlackAdapter:
         self.settings = settings
         self.client = client or build_client(settings)
         self.sender = sender or SlackSender(self.client)
+        self.moderation = SlackModeration(self.sender)  # deletes the bot's own messages only
         self.channels = ChannelPolicy(
             ambient=settings.ambient_channels, always_answer=settings.always_answer_channels
         )

@@ -15,7 +15,8 @@ jittered backoff, and a message Twitch refuses (``is_sent: false``) is logged wi
 (every process) and the message is retried. ``ready()`` (``/readyz``'s ``adapter:twitch``)
 reads twitchio's state of the EventSub socket.
 
-The waits and retries of ``send`` are ``bot.resilience``'s; twitchio's quirks (token files,
+Moderation actions (delete, timeout, ban through Helix) are ``moderation.TwitchModeration``, on
+``self.moderation``. The waits and retries of ``send`` are ``bot.resilience``'s; twitchio's quirks (token files,
 global endpoints, lost sockets, secrets in error messages) are worked around in ``client``.
 """
 
@@ -41,6 +42,7 @@ from twitchio.eventsub.websockets import Websocket
 from adapters.twitch import convert, guard, notices
 from adapters.twitch.client import ChorusTwitchClient, TwitchAPIError, api, configure_endpoints
 from adapters.twitch.convert import BotIdentity, SendArgs
+from adapters.twitch.moderation import TwitchModeration
 from adapters.twitch.tokens import StoredTokens, TokenStore, choose, open_token_store
 from bot.bus.base import EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
@@ -113,6 +115,8 @@ class TwitchAdapter:
         self.limiter = limiter
         self.retry = retry or RetryPolicy(max_retries=3, base_delay=2.0, max_delay=30.0)
         self.bot: BotIdentity | None = None
+        self.scopes: frozenset[str] = frozenset()  # the bot token's, as Twitch validated it
+        self.moderation = TwitchModeration(self)  # delete, timeout, ban through Helix
         self.channels: dict[str, str] = {}  # broadcaster id -> login (or id)
         self.sent = 0
         self.dropped: Counter[str] = Counter()  # by drop_reason.code, for metrics
@@ -219,8 +223,9 @@ class TwitchAdapter:
                 f"TWITCH_BOT_ID={wanted}; authorise the bot account or fix TWITCH_BOT_ID"
             )
         self.bot = BotIdentity(id=valid.user_id, login=valid.login.lower())
+        self.scopes = frozenset(valid.scopes)
         self._stored = pair if pair.user_id else pair.model_copy(update={"user_id": valid.user_id})
-        await self._persist_tokens(force=stored is None or stored != self._stored)
+        await self.persist_tokens(force=stored is None or stored != self._stored)
 
     async def _resolve_channels(self) -> None:
         assert self.bot is not None
@@ -341,7 +346,7 @@ class TwitchAdapter:
             log.exception("twitch clear-user dropped", extra={"user_id": str(event.user.id)})
 
     async def _on_token_refreshed(self, payload: Any) -> None:
-        await self._persist_tokens()
+        await self.persist_tokens()
 
     def _learn_moderation(self, event: twitchio.ChatMessage) -> None:
         if self.settings.bot_is_mod is not None:
@@ -357,7 +362,7 @@ class TwitchAdapter:
             return
         self._logins[user_id] = login
 
-    async def _persist_tokens(self, *, force: bool = False) -> None:
+    async def persist_tokens(self, *, force: bool = False) -> None:
         """Store the bot's current pair if twitchio refreshed it (or when ``force``)."""
         if self.bot is None or self._stored is None:
             return
@@ -438,7 +443,7 @@ class TwitchAdapter:
                     )
                 )
             finally:
-                await self._persist_tokens()
+                await self.persist_tokens()
             result = answer["data"][0]
             if result.get("is_sent"):
                 self.sent += 1

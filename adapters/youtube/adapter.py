@@ -45,6 +45,7 @@ from adapters.youtube.api import (
     YouTubeUnavailable,
 )
 from adapters.youtube.chat_stream import SeenIds, StreamReader
+from adapters.youtube.moderation import YouTubeModeration
 from adapters.youtube.polling import Poller
 from adapters.youtube.sender import Sender
 from adapters.youtube.settings import check
@@ -112,6 +113,7 @@ class YouTubeAdapter:
         self.bus = bus
         self.settings = settings
         self.api = api
+        self.moderation = YouTubeModeration(api)  # delete, timeout, ban: quota-paid
         self._clock = clock
         self._sleep = sleep
         self._bot_channel_id = ""

@@ -195,6 +195,51 @@ class YouTubeAPI:
             hold=hold,
         )
 
+    # -- moderation: paid from the reply budget, like a message sent --------------------------
+    async def delete_message(self, message_id: str) -> None:
+        """``liveChatMessages.delete``: remove one chat message (owner or moderator only)."""
+        await self._call(
+            "liveChatMessages.delete",
+            "DELETE",
+            "/liveChat/messages",
+            {"id": message_id},
+            cost=self.ledger.config.moderation_cost,
+            kind="reply",
+        )
+
+    async def insert_ban(
+        self, live_chat_id: str, channel_id: str, seconds: int | None
+    ) -> Mapping[str, Any]:
+        """``liveChatBans.insert``: ban ``channel_id`` from the chat, for ``seconds``
+        (``temporary``) or for good (``permanent``, ``seconds`` None); the ban resource."""
+        snippet: dict[str, Any] = {
+            "liveChatId": live_chat_id,
+            "type": "permanent" if seconds is None else "temporary",
+            "bannedUserDetails": {"channelId": channel_id},
+        }
+        if seconds is not None:
+            snippet["banDurationSeconds"] = seconds
+        return await self._call(
+            "liveChatBans.insert",
+            "POST",
+            "/liveChat/bans",
+            {"part": "snippet"},
+            body={"snippet": snippet},
+            cost=self.ledger.config.moderation_cost,
+            kind="reply",
+        )
+
+    async def delete_ban(self, ban_id: str) -> None:
+        """``liveChatBans.delete``: lift the ban ``ban_id`` (what ``insert_ban`` returned)."""
+        await self._call(
+            "liveChatBans.delete",
+            "DELETE",
+            "/liveChat/bans",
+            {"id": ban_id},
+            cost=self.ledger.config.moderation_cost,
+            kind="reply",
+        )
+
     # -- for calls made outside _call (the gRPC stream) ----------------------------------------
     async def access_token(self, *, renew: bool = False) -> str:
         """A valid access token; ``renew`` drops the cached one first (the server refused it)."""

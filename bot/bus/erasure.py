@@ -12,7 +12,8 @@ What is the user's (identity is the platform plus the platform user id, never a 
 - ``outbound:<platform>``: ``Reply`` entries addressed to them (their id in
   ``addressed_user_ids``; a live-chat reply addressed to several people is erased too: it
   answers their words);
-- ``dead_letters``: ``DeadLetter`` entries wrapping a message they wrote.
+- ``dead_letters``: ``DeadLetter`` entries wrapping a message they wrote;
+- ``moderation:<platform>``: ``ModerationRequest`` entries acting on them (``user_id``).
 
 Each stream is read in pages (``XRANGE ... COUNT``) and the matches of a page are removed with
 one ``XDEL``, across every partition; nobody else's entry is touched. Three kinds of the user's
@@ -51,7 +52,7 @@ from pydantic import BaseModel
 
 from bot.bus.streams_ops import id_key
 from bot.bus.streams_publish import FIELD, StreamsPublisher
-from bot.bus.topics import DEAD_LETTERS, DELETIONS, INBOUND, outbound_topic
+from bot.bus.topics import DEAD_LETTERS, DELETIONS, INBOUND, moderation_topic, outbound_topic
 from bot.events import ChatMessage
 from bot.state import keys
 from bot.state.client import Redis, ResponseError
@@ -71,10 +72,11 @@ class Erased:
     deletions: int = 0
     replies: int = 0
     dead_letters: int = 0
+    moderation: int = 0
 
     @property
     def total(self) -> int:
-        return self.messages + self.deletions + self.replies + self.dead_letters
+        return self.messages + self.deletions + self.replies + self.dead_letters + self.moderation
 
 
 class BusEraser(Protocol):
@@ -165,11 +167,15 @@ class StreamEraser:
                 and _at(event, "message", "author", "id") == user_id
             )
 
+        def action(event: dict[str, Any]) -> bool:
+            return event.get("user_id") == user_id
+
         erased = Erased(
             messages=messages,
             deletions=await self._erase_topic(DELETIONS, end, deletion, None),
             replies=await self._erase_topic(outbound_topic(platform), end, reply, needle),
             dead_letters=await self._erase_topic(DEAD_LETTERS, end, dead_letter, needle),
+            moderation=await self._erase_topic(moderation_topic(platform), end, action, needle),
         )
         log.info(
             "erased a user's entries from the bus streams",
@@ -180,6 +186,7 @@ class StreamEraser:
                 "deletions": erased.deletions,
                 "replies": erased.replies,
                 "dead_letters": erased.dead_letters,
+                "moderation": erased.moderation,
             },
         )
         return erased

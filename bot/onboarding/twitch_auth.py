@@ -30,6 +30,9 @@ import prompts
 from bot.onboarding.checks import AuthFailed, call
 
 SCOPES = ("user:read:chat", "user:write:chat", "user:bot")
+# Asked for too, for the moderation actions (docs/moderation-actions.md); not required: they
+# act only where the bot is a moderator, and a bot without them still chats.
+MODERATION_SCOPES = ("moderator:manage:chat_messages", "moderator:manage:banned_users")
 BROADCASTER_SCOPE = "channel:bot"
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 SLOW_DOWN_STEP = 5.0
@@ -66,7 +69,7 @@ async def device_flow(
 ) -> Granted:
     """Run the flow against ``base`` (``TWITCH_AUTH_BASE_URL``), waiting at most ``patience``
     seconds (default: the code's lifetime); raises ``AuthFailed``."""
-    scopes = " ".join(SCOPES)
+    scopes = " ".join(SCOPES + MODERATION_SCOPES)
     status, body = await call(
         "POST", f"{base}oauth2/device", data={"client_id": client_id, "scopes": scopes}
     )

@@ -63,6 +63,7 @@ class QuotaConfig:
     list_cost: int = 5
     insert_cost: int = 50
     other_cost: int = 1
+    moderation_cost: int = 50  # a message deleted, a ban added or lifted
     stream_cost: int = 5  # per streamList connection
     max_pieces: int = 2  # messages one reply may take (each an insert)
     reserved_sends: int = 40  # replies a whole stream keeps for mentions, at least
@@ -79,6 +80,7 @@ class QuotaConfig:
             list_cost=settings.cost_list,
             insert_cost=settings.cost_insert,
             other_cost=settings.cost_other,
+            moderation_cost=settings.cost_moderation,
             stream_cost=settings.cost_stream,
             max_pieces=settings.max_pieces,
             reserved_sends=settings.reserved_sends,

@@ -62,7 +62,8 @@ def fingerprint(text: str, key: bytes) -> str:
 class AuditEntry(BaseModel):
     """One decision. ``direction``: ``in`` (a message), ``out`` (an answer), ``user`` (the
     author's block entry), ``quota``, ``command`` (a moderator's change), ``model`` (the
-    moderation model failed)."""
+    moderation model failed), ``act`` (a moderation action on the platform: ``rule`` is the
+    action, ``action`` its outcome, ``actor`` who asked, ``reason`` why)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -77,6 +78,8 @@ class AuditEntry(BaseModel):
     message_id: str = ""
     chars: int = 0
     fingerprint: str = ""
+    actor: str = ""
+    reason: str = ""
 
     @classmethod
     def about(
@@ -177,6 +180,35 @@ class Audit:
         task = asyncio.create_task(self._write(self.store, entry))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def record_action(
+        self,
+        *,
+        platform: str,
+        conversation: str,
+        action: str,
+        outcome: str,
+        user_id: str = "",
+        message_id: str = "",
+        actor: str = "",
+        reason: str = "",
+    ) -> None:
+        """Record a moderation action taken on a platform (``bot.platform.moderation``'s
+        ``ActionAudit``): who asked, on whom, what, why, and what came of it."""
+        self.record(
+            AuditEntry(
+                at_ms=int(time.time() * 1000),
+                direction="act",
+                rule=action,
+                action=outcome,
+                platform=platform,
+                conversation=conversation,
+                user_id=user_id,
+                message_id=message_id,
+                actor=actor,
+                reason=reason[:200],
+            )
+        )
 
     def model_failed(self, reason: str) -> None:
         self.failures[reason] += 1

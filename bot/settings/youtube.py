@@ -84,6 +84,9 @@ class YouTubeSettings(Section):
     """Quota units one message sent costs."""
     cost_other: int = Field(default=1, ge=1, validation_alias="YOUTUBE_COST_OTHER")
     """Quota units any other call costs."""
+    cost_moderation: int = Field(default=50, ge=1, validation_alias="YOUTUBE_COST_MODERATION")
+    """Quota units one moderation action costs (a message deleted, a ban added or lifted); paid
+    from the reply budget, like a message sent."""
     cost_stream: int = Field(default=5, ge=0, validation_alias="YOUTUBE_COST_STREAM")
     """Quota units one `streamList` connection costs (0 if your project's quota page shows the
     stream costs nothing)."""

@@ -15,6 +15,8 @@ from aiohttp import web
 
 from tests.loopback.base import Recorded
 
+MANAGE_MESSAGES = 1 << 13
+
 
 def json_response(
     body: Any, status: int = 200, headers: dict[str, str] | None = None
@@ -31,6 +33,7 @@ class MessageStore:
     """Create, edit and delete message handlers; the server provides the rest."""
 
     bot_user: dict[str, Any]
+    bot_permissions: int
     created: list[dict[str, Any]]
     messages: dict[str, dict[str, Any]]
     message_calls: list[tuple[float, str, str]]
@@ -92,6 +95,10 @@ class MessageStore:
         message = self.messages.get(message_id)
         if message is None or message["channel_id"] != channel:
             return json_response({"message": "Unknown Message", "code": 10008}, status=404)
+        own = message.get("author", {}).get("id") == self.bot_user["id"]
+        if not own and not self.bot_permissions & MANAGE_MESSAGES:  # someone else's message
+            body = {"message": "Missing Permissions", "code": 50013}
+            return json_response(body, status=403)
         del self.messages[message_id]
         await self._notify()
         return web.Response(status=204)

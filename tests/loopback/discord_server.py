@@ -10,6 +10,7 @@ protocol (https://discord.com/developers/docs/events/gateway):
   server); ``identify_close_code`` closes at IDENTIFY instead (4014: disallowed intents);
   ``go_down`` is an outage: the live connection is dropped and new ones are refused with 503
   (counted in ``refused``) until ``come_back``;
+* moderation (members, timeouts, bans): ``discord_moderation.py``;
 * REST: ``/users/@me`` (401 when ``reject_token``), ``/oauth2/applications/@me``, command sync,
   message create, edit (PATCH) and delete, typing, interaction callback and webhook
   follow-ups; queued ``failures`` answer message creates first. A create with
@@ -37,6 +38,7 @@ from aiohttp import WSMsgType, web
 
 from tests.loopback.base import LoopbackServer, Recorded, ScriptedFailure
 from tests.loopback.discord_messages import MessageStore, json_response
+from tests.loopback.discord_moderation import MODERATOR_PERMISSIONS, GuildModeration
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "discord"
 
@@ -53,7 +55,7 @@ class GatewayFrame:
     data: Any
 
 
-class DiscordServer(MessageStore, LoopbackServer):
+class DiscordServer(GuildModeration, MessageStore, LoopbackServer):
     """REST under ``/api/v10`` and the gateway at ``/gateway``."""
 
     def __init__(self, ready: dict[str, Any] | None = None) -> None:
@@ -72,6 +74,11 @@ class DiscordServer(MessageStore, LoopbackServer):
         self.created: list[dict[str, Any]] = []  # messages that were actually created
         self.messages: dict[str, dict[str, Any]] = {}  # id -> the message as it is now
         self.message_calls: list[tuple[float, str, str]] = []  # (monotonic, method, channel)
+        self.bot_permissions = MODERATOR_PERMISSIONS  # the bot role's (guild_with_bot)
+        self.members: dict[str, dict[str, Any]] = {}  # user id -> member (GET/PATCH member)
+        self.bans: dict[str, str | None] = {}  # user id -> the ban's audit-log reason
+        self.moderation_calls: list[Recorded] = []
+        self.audit_reasons: list[str | None] = []
         self._nonces: dict[tuple[str, str], str] = {}  # (channel, nonce) -> message id
         self._ws: web.WebSocketResponse | None = None
         self._seq = itertools.count(2)
@@ -100,6 +107,7 @@ class DiscordServer(MessageStore, LoopbackServer):
             web.post(f"{api}/channels/{{channel}}/typing", self._typing),
             web.post(f"{api}/interactions/{{id}}/{{token}}/callback", self._callback),
             web.post(f"{api}/webhooks/{{app}}/{{token}}", self._followup),
+            *self.moderation_routes(api),
         ]
 
     # -- waiting ---------------------------------------------------------------------------------

@@ -211,6 +211,12 @@ class SlackServer(LoopbackServer):
         finally:
             await self._notify()
 
+    def chatter_message(self, channel: str, user: str, text: str) -> str:
+        """A message someone else wrote in ``channel``: its ts."""
+        ts = f"1700000000.{next(self._ts):06d}"
+        self.messages[ts] = {"channel": channel, "thread_ts": None, "text": text, "user": user}
+        return ts
+
     def thread_texts(self, channel: str) -> list[str]:
         """What each live message of ``channel`` shows now (text, or streamed Markdown)."""
         return [
@@ -225,6 +231,10 @@ class SlackServer(LoopbackServer):
         rec = await self._record(request)
         try:
             body = rec.body if isinstance(rec.body, dict) else {}
+            body = {
+                **rec.query,
+                **body,
+            }  # slack-sdk sends some methods' arguments (chat.delete) in the query
             return web.json_response(self._streamed(method, body))
         finally:
             await self._notify()
@@ -264,6 +274,8 @@ class SlackServer(LoopbackServer):
                 return {"ok": False, "error": "message_not_in_streaming_state"}
             message["text"] = body.get("text")
         elif method == "chat.delete":
+            if message.get("user", BOT_USER_ID) != BOT_USER_ID:  # a bot token: its own only
+                return {"ok": False, "error": "cant_delete_message"}
             del self.messages[str(body.get("ts"))]
         return {"ok": True, "channel": channel, "ts": body.get("ts")}
 

@@ -18,6 +18,7 @@ Point twitchio 3 at it with ``TWITCH_API_BASE_URL=server.helix_url``,
 - ``POST /helix/chat/messages`` -- records the body; answers ``is_sent: true``, or a queued
   ``drops`` entry (``is_sent: false`` with its ``drop_reason``); a reply threaded to a chat
   notice (``channel.chat.notification``) is refused with 400, as Twitch refuses it.
+- ``/helix/moderation/chat`` and ``/helix/moderation/bans``: ``twitch_moderation.py``.
 - ``GET /oauth2/validate`` and ``POST /oauth2/token`` (``client_credentials``, ``refresh_token``)
   under ``/id/``. ``revoke(token)`` makes Helix answer 401 "Invalid OAuth token" for it, as
   Twitch does for an expired token.
@@ -44,7 +45,8 @@ from typing import Any
 
 from aiohttp import WSCloseCode, web
 
-from tests.loopback.base import LoopbackServer
+from tests.loopback.base import LoopbackServer, Recorded
+from tests.loopback.twitch_moderation import HelixModeration
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "twitch"
 CLIENT_ID = "loopback-client-id"
@@ -101,7 +103,7 @@ class UserToken:
     expires_in: int = 14_400
 
 
-class TwitchServer(LoopbackServer):
+class TwitchServer(HelixModeration, LoopbackServer):
     def __init__(self) -> None:
         super().__init__()
         self.users: dict[str, dict[str, Any]] = {}  # id -> Helix user object
@@ -119,6 +121,10 @@ class TwitchServer(LoopbackServer):
         self.notifications: dict[str, dict[str, Any]] = {}  # message_id -> the notification
         self.notice_ids: set[str] = set()  # chat notices' message ids: not repliable
         self.changed = asyncio.Condition()
+        self.moderators: dict[str, set[str]] = {}  # broadcaster -> its moderators' ids
+        self.chat_messages: dict[str, set[str]] = {}  # broadcaster -> deletable message ids
+        self.bans: dict[tuple[str, str], int | None] = {}  # (broadcaster, user) -> duration
+        self.moderation_calls: list[Recorded] = []
         self._ids = itertools.count(1)
         self._closing: set[asyncio.Task[bool]] = set()
 
@@ -139,12 +145,26 @@ class TwitchServer(LoopbackServer):
         self.users[user_id] = user
         return user
 
-    def grant(self, user_id: str, access: str, refresh: str, *, expires_in: int = 14_400) -> None:
+    def grant(
+        self,
+        user_id: str,
+        access: str,
+        refresh: str,
+        *,
+        expires_in: int = 14_400,
+        scopes: tuple[str, ...] = ("user:read:chat", "user:write:chat", "user:bot"),
+    ) -> None:
         """Issue a user token pair (what the operator got from the OAuth flow)."""
-        scopes = ("user:read:chat", "user:write:chat", "user:bot")
         login = self.users[user_id]["login"]
         self.tokens[access] = UserToken(user_id, login, scopes, expires_in)
         self.refresh_tokens[refresh] = user_id
+
+    def tokens_scopes(self, user_id: str) -> tuple[str, ...]:
+        """The scopes ``user_id`` granted (a refresh keeps them)."""
+        for token in self.tokens.values():
+            if token.user_id == user_id:
+                return token.scopes
+        return ("user:read:chat", "user:write:chat", "user:bot")
 
     def revoke(self, access: str) -> None:
         """The access token expires: Helix and validate answer 401 from now on."""
@@ -170,6 +190,7 @@ class TwitchServer(LoopbackServer):
             web.post("/helix/chat/messages", self._chat),
             web.get("/id/oauth2/validate", self._validate),
             web.post("/id/oauth2/token", self._token),
+            *self.moderation_routes(),
         ]
 
     # -- driving the websocket from a test -------------------------------------------------
@@ -425,7 +446,7 @@ class TwitchServer(LoopbackServer):
                 )
             n = next(self._ids)
             access, refresh = f"access-{n}", f"refresh-{n}"
-            self.grant(user_id, access, refresh)
+            self.grant(user_id, access, refresh, scopes=self.tokens_scopes(user_id))
             self.refreshed.append((old, access))
             await self._changed()
             return web.json_response(

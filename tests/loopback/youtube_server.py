@@ -17,6 +17,8 @@ S256 PKCE challenge) and redirects the browser (302) to the redirect URL with ``
 ``grant_type=authorization_code`` only with the verifier whose S256 hash is the challenge, and
 issues a new refresh token: from then on only that one refreshes.
 
+Moderation (message delete, bans): ``youtube_moderation.py``.
+
 Inserted messages are echoed into the next page as the bot's own, as YouTube does (and to
 ``on_insert`` listeners: the gRPC stand-in, youtube_grpc.py, echoes them into its stream).
 """
@@ -33,14 +35,25 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from tests.loopback.base import LoopbackServer, ScriptedFailure
+from tests.loopback.base import LoopbackServer, Recorded, ScriptedFailure
+from tests.loopback.youtube_moderation import LiveChatModeration
 
 BOT_CHANNEL_ID = "UCchorusBot0000000000000"
 BOT_TITLE = "Chorus"
 BOT_HANDLE = "@chorusbot"
 LIVE_CHAT_ID = "oQZoCxfO7oUMBf703MdPwXb4c3EwgfI2Po4sL1oBaKbMelkCBiOS5UPOzE62l7hbC249v8wSTXcyEcVFHklmClse41wwiyO97uUyrt"
 VIDEO_ID = "dQw4w9WgXcQ"
-COSTS = {"channels": 1, "liveBroadcasts": 1, "videos": 1, "list": 5, "insert": 50, "token": 0}
+COSTS = {
+    "channels": 1,
+    "liveBroadcasts": 1,
+    "videos": 1,
+    "list": 5,
+    "insert": 50,
+    "token": 0,
+    "delete": 50,  # liveChatMessages.delete
+    "ban": 50,  # liveChatBans.insert
+    "unban": 50,  # liveChatBans.delete
+}
 _DOMAINS = {"quotaExceeded": "youtube.quota"}
 
 
@@ -95,7 +108,7 @@ def text_item(
     }
 
 
-class YouTubeServer(LoopbackServer):
+class YouTubeServer(LiveChatModeration, LoopbackServer):
     def __init__(
         self,
         *,
@@ -131,6 +144,11 @@ class YouTubeServer(LoopbackServer):
         self.on_insert: list[Callable[[dict[str, Any]], None]] = []
         self.consent = "allow"  # what the signed-in account answers at /auth: allow or deny
         self._codes: dict[str, tuple[str, str]] = {}  # code -> (challenge, redirect_uri)
+        self.bot_is_moderator = True  # the bot's channel moderates the chat (or owns it)
+        self.chat_messages: set[str] = set()  # chatters' message ids that can be deleted
+        self.bans: dict[str, dict[str, Any]] = {}  # ban id -> liveChatBan resource
+        self.moderation_calls: list[Recorded] = []
+        self._ban_ids = itertools.count(1)
 
     @property
     def api_base(self) -> str:
@@ -169,6 +187,7 @@ class YouTubeServer(LoopbackServer):
             web.get("/youtube/v3/videos", self._videos),
             web.get("/youtube/v3/liveChat/messages", self._list),
             web.post("/youtube/v3/liveChat/messages", self._insert),
+            *self.moderation_routes(),
         ]
 
     # -- plumbing -------------------------------------------------------------------------------
