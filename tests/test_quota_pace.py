@@ -14,10 +14,21 @@ from datetime import timedelta
 import pytest
 
 from bench.traces.make_trace import generate_youtube_busier
-from bot.engagement.policy import Action, Decision, Reason, due, observe, take_declined
+from bot.engagement.policy import (
+    Action,
+    Decision,
+    Engagement,
+    Reason,
+    due,
+    observe,
+    take_declined,
+)
 from bot.engagement.replay import ReplayReport, format_report, replay_lines
-from bot.engagement.turns import replay_options
+from bot.engagement.turns import LiveChat, replay_options
+from bot.events import Author, ChatMessage, ConversationKey
+from bot.quota.gate import ReplyGate
 from bot.quota.plan import PACE_BURST, QuotaConfig, StreamView, Usage, plan_budget
+from bot.quota.view import LedgerView
 from bot.settings import Settings, YouTubeSettings
 from tests.engagement_rig import check_counters, msg, new_state
 from tests.test_quota_plan import START
@@ -120,3 +131,33 @@ def test_busier_four_hours_answer_mentions_every_hour_and_keep_reading(
     assert quota.left >= quota.reading_reserve_end  # the day ends with reading's reserve
     text = format_report(busier)
     assert "| hour | mentions | answered alone | in a shared reply |" in text
+
+
+# -- the live chat's turns ------------------------------------------------------------------------
+def test_live_chat_holds_mentions_while_the_pace_is_closed_then_answers_them_in_one_turn() -> None:
+    clock = [(START + timedelta(hours=1)).timestamp()]
+    gate = ReplyGate(QuotaConfig(), clock=lambda: clock[0])
+    # an hour in, 50 replies sent: just at the pace (a quarter of the pool and the slack)
+    ahead = LedgerView(Usage(units=2_600, inserts=50, replies=50), StreamView(START, "stream"))
+    gate.update(ahead, clock[0])
+    live = LiveChat(Engagement(), clock=lambda: clock[0], budget=gate)
+    conv = ConversationKey(platform="youtube", channel="chat-1")
+    said = []
+    for user in ("ann", "bob", "cat"):
+        message = ChatMessage(
+            platform="youtube",
+            id=f"m-{user}",
+            conversation=conv,
+            author=Author(id=user, display_name=user),
+            text="@Chorus what is the boss weak to?",
+            mentions_bot=True,
+        )
+        said.append(message)
+        assert live.observe(message) == Decision(Action.QUEUE, Reason.BUDGET)
+    assert live.tick() == []  # the replies are ahead of their pace: the mentions wait
+    clock[0] += 150.0
+    gate.update(ahead, clock[0])  # the same spend 150 s later leaves the pace a reply
+    turns = live.tick()
+    assert len(turns) == 1 and turns[0].kind == "mention"
+    assert turns[0].addressed == ("ann", "bob", "cat")  # one message names them all
+    assert turns[0].mentions == tuple(said) and live.declined == 0
