@@ -1,6 +1,7 @@
 """Live-chat benchmark: the shipped busy-chat trace replayed through the engagement policy
 (`chorus replay bench/traces/busy_chat.jsonl`); a four-hour busy YouTube stream (generated from
-the seed, ``make_trace.generate_youtube_busy``) on the default quota, read by the stream and by
+the seed, ``make_trace.generate_youtube_busy``, and the busier ``generate_youtube_busier``) on the
+default quota, read by the stream and by
 polling; and raw ingest throughput: normalising a platform payload, deduplicating it and running
 the policy, on one process. The policy runs as the router runs it, through ``LiveChat``
 (``prepare`` awaited, then ``observe``) with its durable-state bookkeeping on the in-memory twin
@@ -17,7 +18,7 @@ from twitchio.models.eventsub_ import create_event_instance
 
 from adapters.twitch.convert import BotIdentity, chat_message
 from adapters.twitch.eventsub import RecentIds
-from bench.traces.make_trace import generate_youtube_busy
+from bench.traces.make_trace import generate_youtube_busier, generate_youtube_busy
 from bot.engagement.policy import Engagement
 from bot.engagement.replay import format_report, replay, replay_lines
 from bot.engagement.turns import LiveChat, replay_options
@@ -67,20 +68,26 @@ async def _ingest(n: int) -> float:
 
 
 def youtube_busy() -> list[str]:
-    """The four-hour busy YouTube stream at default settings, streamed and polled."""
-    rows = [json.dumps(row) for row in generate_youtube_busy()]
-    lines = [
-        "## Live chat: a four-hour busy YouTube stream on the default quota",
-        "",
-        "Command: `python bench/traces/make_trace.py --youtube-busy --out /tmp/youtube_busy.jsonl"
-        " && chorus replay /tmp/youtube_busy.jsonl` (and `--youtube-read poll`)",
-        "",
+    """The four-hour busy YouTube streams at default settings, streamed and polled."""
+    lines: list[str] = []
+    traces = [
+        ("youtube_busy", "--youtube-busy", generate_youtube_busy),
+        ("youtube_busier", "--youtube-busier", generate_youtube_busier),
     ]
-    for reading in ("stream", "poll"):
-        how = "the stream" if reading == "stream" else "polling"
-        options = replay_options(Settings(), reading)  # the defaults, as `chorus replay` runs
-        report = replay_lines(rows, name=f"youtube_busy.jsonl, read by {how}", **options)
-        lines += [format_report(report), ""]
+    for name, flag, make in traces:
+        rows = [json.dumps(row) for row in make()]
+        lines += [
+            f"## Live chat: a four-hour busy YouTube stream on the default quota (`{name}`)",
+            "",
+            f"Command: `python bench/traces/make_trace.py {flag} --out /tmp/{name}.jsonl"
+            f" && chorus replay /tmp/{name}.jsonl` (and `--youtube-read poll`)",
+            "",
+        ]
+        for reading in ("stream", "poll"):
+            how = "the stream" if reading == "stream" else "polling"
+            options = replay_options(Settings(), reading)  # the defaults, as `chorus replay` runs
+            report = replay_lines(rows, name=f"{name}.jsonl, read by {how}", **options)
+            lines += [format_report(report), ""]
     return lines
 
 

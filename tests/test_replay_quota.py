@@ -52,21 +52,23 @@ def test_four_busy_hours_keep_reading_account_for_every_mention_and_end_with_res
     quota = busy.quota
     assert quota is not None
     assert not quota.reading_stopped and quota.spent <= quota.daily_units
-    # every mention answered, or declined with a reason (here: the day's replies ran out)
+    # every mention answered (alone or with others while the replies are paced), or declined
+    # with a reason: the day's replies ran out, or it waited past stale_after_seconds
     assert busy.mentions_lost == 0 and busy.double_answers == 0
-    assert set(busy.mentions_declined) <= {"quota"}
-    assert busy.mentions_answered + busy.mentions_declined.get("quota", 0) == busy.mentions_total
-    assert busy.mentions_answered >= 120
+    assert set(busy.mentions_declined) <= {"quota", "stale"}
+    assert busy.mentions_answered + sum(busy.mentions_declined.values()) == busy.mentions_total
+    assert busy.mentions_answered >= 0.8 * busy.mentions_total
     # the day ends with what reading needs until the reset, and the safety margin
     assert quota.left >= quota.reading_reserve_end + QuotaConfig().safety_units // 2
     # mentions first: unprompted turns wait while the mention rate needs every unit
-    assert quota.held_episodes >= 1 and quota.room_turns <= 2
+    assert quota.room_turns <= 2
+    worst = busy.latency(1.0)  # a waiting mention is answered or goes stale (180 s)
     if quota.reading == "stream":
-        assert quota.read_units == 7 and busy.latency(0.9) == pytest.approx(1.5)
+        assert quota.read_units == 7
+        assert worst is not None and worst <= 180.0 + 1.5 + 1.0
     else:  # the floor: never more than 30 s between two polls while the stream runs
         assert quota.slowest_poll <= 30.0 + 1e-6 and quota.polls >= 480
-        worst = busy.latency(1.0)
-        assert worst is not None and worst <= 30.0 + 1.5 + 1.0
+        assert worst is not None and worst <= 180.0 + 30.0 + 1.5 + 1.0
     text = format_report(busy)
     assert "p90" in text and "| YouTube quota (10,000 units a day) | value |" in text
     assert "| reading never stopped; within the day | yes |" in text
@@ -90,14 +92,16 @@ def test_a_polled_chat_is_seen_at_its_polls() -> None:
 
 def test_a_mention_the_day_cannot_pay_for_is_declined_quota() -> None:
     tiny = QuotaConfig(daily_units=600, reserved_sends=0, stream_hours=1.0)
-    trace = [_yt(i * 20.0, f"u{i}", "@bot hi", mentions_bot=True) for i in range(8)]
+    trace = [_yt(i * 600.0, f"u{i}", "@bot hi", mentions_bot=True) for i in range(8)]
     report = replay_lines(trace, youtube_quota=tiny)
     assert report.quota is not None
     # 600 - 6 (safety) - 346 (reading until the reset, 14 hours away) - 7 (the lookups and
-    # the connection) leave 241 units: four one-piece replies, then nothing for the rest
-    assert report.mentions_answered == 4 and report.mentions_declined == {"quota": 4}
+    # the connection) leave 241 units: four one-piece replies (a fifth once the stream is over
+    # and reading needs less), then nothing for the rest: declined, never held to go stale
+    answered = report.mentions_answered
+    assert answered in (4, 5) and report.mentions_declined == {"quota": 8 - answered}
     assert report.mentions_lost == 0 and report.within_quota
-    assert report.quota.left == 600 - 7 - 4 * 50
+    assert report.quota.left == 600 - 7 - answered * 50
 
 
 def test_no_youtube_no_quota_section() -> None:

@@ -130,6 +130,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_ENGAGE_MIN_GAP_SECONDS": (("engagement.min_gap_seconds",), "20", 20.0),
     "CHORUS_ENGAGE_MENTION_BURST": (("engagement.mention_burst",), "5", 5),
     "CHORUS_ENGAGE_MAX_BATCH_CHATTERS": (("engagement.max_batch_chatters",), "3", 3),
+    "CHORUS_ENGAGE_MAX_MENTION_BATCH": (("engagement.max_mention_batch",), "4", 4),
     "CHORUS_ENGAGE_CHANNEL_COOLDOWN_SECONDS": (("engagement.channel_cooldown_seconds",), "2", 2.0),
     "CHORUS_ENGAGE_USER_COOLDOWN_SECONDS": (("engagement.user_cooldown_seconds",), "4", 4.0),
     "CHORUS_ENGAGE_WALL_MAX_CHARS": (("engagement.wall_max_chars",), "200", 200),

@@ -24,6 +24,9 @@ queue: the trace exists to show that every mention is answered or declined with 
 so does this command, byte for byte:
 
     python bench/traces/make_trace.py --youtube-busy --out /tmp/youtube_busy.jsonl
+
+``--youtube-busier`` writes a busier four hours the same way (1.5 lines a second, about 500
+mentions; ``generate_youtube_busier``), the reply budget's benchmark and test.
 """
 
 from __future__ import annotations
@@ -284,18 +287,26 @@ YOUTUBE_PHASES += [(12600, 14400, 70)]
 YOUTUBE_MENTION_SHARE = 0.0169  # ~300 of ~17,800 lines
 
 
-def generate_youtube_busy(seed: int = SEED) -> list[dict[str, Any]]:
-    """Four hours of a busy YouTube live chat (see the module docstring)."""
+# The busier stream: 1.5 lines a second on average, about 500 mentions.
+YOUTUBE_BUSIER_SCALE = 90 / 74
+YOUTUBE_BUSIER_MENTION_SHARE = 0.0235
+
+
+def generate_youtube_busy(
+    seed: int = SEED, *, scale: float = 1.0, mention_share: float = YOUTUBE_MENTION_SHARE
+) -> list[dict[str, Any]]:
+    """Four hours of a busy YouTube live chat (see the module docstring); ``scale`` multiplies
+    the message rate."""
     rng = random.Random(seed)
     trace = _Trace(rng)
     users = _users(rng, "UC", 200)
     weights = [1.0 / (rank + 1) ** 0.7 for rank in range(len(users))]
     for start, end, per_minute in YOUTUBE_PHASES:
         t = float(start)
-        while (t := t + rng.expovariate(per_minute / 60)) < end:
+        while (t := t + rng.expovariate(per_minute * scale / 60)) < end:
             user = rng.choices(users, weights)[0]
             roll = rng.random()
-            if roll < YOUTUBE_MENTION_SHARE:
+            if roll < mention_share:
                 text, flags = f"@{BOT} {rng.choice(ASKS)}", {"mentions_bot": True}
             elif roll < 0.13:
                 text, flags = rng.choice(QUESTIONS), {}
@@ -305,6 +316,13 @@ def generate_youtube_busy(seed: int = SEED) -> list[dict[str, Any]]:
                     text += " " + rng.choice(EMOTES)
             trace.add(t, "youtube", "live-busy4h", user, text, **flags)
     return trace.rows
+
+
+def generate_youtube_busier(seed: int = SEED) -> list[dict[str, Any]]:
+    """Four hours of a busier YouTube live chat: 1.5 lines a second, about 500 mentions."""
+    return generate_youtube_busy(
+        seed, scale=YOUTUBE_BUSIER_SCALE, mention_share=YOUTUBE_BUSIER_MENTION_SHARE
+    )
 
 
 def write(rows: list[dict[str, Any]], out: Path) -> None:
@@ -321,12 +339,18 @@ def main() -> None:
     kind.add_argument(
         "--youtube-busy", action="store_true", help="write the four-hour YouTube trace (--out)"
     )
+    kind.add_argument(
+        "--youtube-busier",
+        action="store_true",
+        help="write the busier four-hour YouTube trace, 1.5 lines/s (--out)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    if args.youtube_busy:
+    if args.youtube_busy or args.youtube_busier:
         if args.out is None:
-            parser.error("--youtube-busy needs --out (the trace is not shipped)")
-        rows = generate_youtube_busy(args.seed)
+            parser.error("--youtube-busy/--youtube-busier need --out (the trace is not shipped)")
+        make = generate_youtube_busier if args.youtube_busier else generate_youtube_busy
+        rows = make(args.seed)
         write(rows, args.out)
         print(f"wrote {len(rows)} messages to {args.out}")
         return

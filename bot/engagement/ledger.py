@@ -33,6 +33,8 @@ class PolicyConfig(BaseModel):
     min_gap_seconds: float = Field(default=45.0, ge=0)
     # Chatters named in one batched message.
     max_batch_chatters: int = Field(default=2, ge=1, le=10)
+    # Mentioners named in one message when mentions wait for a costly platform's reply budget.
+    max_mention_batch: int = Field(default=5, ge=1, le=20)
     # Since the bot last spoke, before an unprompted message (chatter batch, idle line).
     channel_cooldown_seconds: float = Field(default=5.0, ge=0)
     # Between two answers to one user (spam protection). Mentions draw on a small burst
@@ -96,6 +98,7 @@ class Reason(StrEnum):
     WALL = "wall_of_text"
     FLOOD = "flood"
     REPEAT = "repeat"
+    BUDGET = "budget"  # addressed, but the reply budget's pace is closed: queued, answered together
 
 
 @dataclass(frozen=True, slots=True)

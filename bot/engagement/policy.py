@@ -153,12 +153,18 @@ _DECISIONS = {reason: Decision(Action.IGNORE, reason) for reason in Reason}
 _DECISIONS[Reason.PAUSE] = Decision(Action.COMMAND, Reason.PAUSE)
 _DECISIONS[Reason.RESUME] = Decision(Action.COMMAND, Reason.RESUME)
 _DECISIONS[Reason.ADDRESSED] = Decision(Action.ANSWER_NOW, Reason.ADDRESSED)
-for _r in (Reason.USER_COOLDOWN, Reason.QUESTION, Reason.CHATTER):
+for _r in (Reason.USER_COOLDOWN, Reason.BUDGET, Reason.QUESTION, Reason.CHATTER):
     _DECISIONS[_r] = Decision(Action.QUEUE, _r)
 
 
-def observe(state: ChannelState, message: ChatMessage, now: float) -> Decision:
-    """Classify one inbound message and update the ledger. O(1): never walks the ledger."""
+def observe(
+    state: ChannelState, message: ChatMessage, now: float, *, hold_mentions: bool = False
+) -> Decision:
+    """Classify one inbound message and update the ledger. O(1): never walks the ledger.
+
+    ``hold_mentions``: a costly platform's reply budget cannot pay for a reply of its own now,
+    so a mention is queued (``BUDGET``) and answered with the others waiting by ``due`` once
+    the budget lets mentions go again."""
     cfg = state.config
     if message.id in state.seen:
         return _DECISIONS[Reason.DUPLICATE]
@@ -188,6 +194,10 @@ def observe(state: ChannelState, message: ChatMessage, now: float) -> Decision:
             _enqueue(state, message, now, question=is_question(text), addressed=True)
             state.addressed_ready_at = min(state.addressed_ready_at, ready)
             return _DECISIONS[Reason.USER_COOLDOWN]
+        if hold_mentions:
+            _enqueue(state, message, now, question=is_question(text), addressed=True)
+            state.addressed_ready_at = min(state.addressed_ready_at, now)
+            return _DECISIONS[Reason.BUDGET]
         charge(user, now, cfg)
         state.last_spoke = max(state.last_spoke, now)  # reserved until mark_spoke at send time
         covered = _pop_chatter(state, author.id)
@@ -211,7 +221,9 @@ def observe(state: ChannelState, message: ChatMessage, now: float) -> Decision:
     return _DECISIONS[Reason.QUESTION if question else Reason.CHATTER]
 
 
-def due(state: ChannelState, now: float, *, room: bool = True) -> Batch | None:
+def due(
+    state: ChannelState, now: float, *, room: bool = True, mentions: bool = True
+) -> Batch | None:
     """The chatters to answer now, in one message, or None. Marks them answered.
 
     A batch is due when a mention queued behind its user's cooldown is ready (a deferred
@@ -220,11 +232,19 @@ def due(state: ChannelState, now: float, *, room: bool = True) -> Batch | None:
     ``channel_cooldown_seconds`` have passed since the bot last spoke (a *room batch*; with
     ``room=False``, when the reply budget cannot pay for one now, only deferred mentions are
     due). O(1) when nothing can be due.
+
+    With ``mentions=False`` (the reply budget's pace is closed) waiting mentions stay queued.
+    A batch of waiting mentions names up to ``max_mention_batch`` mentioners, ranked by the
+    policy (who was answered least recently, then who waited longest); questions join only up to
+    ``max_batch_chatters`` chatters in all.
     """
     cfg = state.config
     if state.paused or not state.pending:
         return None
     addressed_ready = state.addressed_pending > 0 and now >= state.addressed_ready_at
+    if addressed_ready and not mentions:
+        _prune(state, now)  # mentions waiting for the budget still go stale, with a reason
+        addressed_ready = False
     if not addressed_ready and not (room and room_ready(state, now)):
         return None
     _prune(state, now)
@@ -236,10 +256,16 @@ def due(state: ChannelState, now: float, *, room: bool = True) -> Batch | None:
             if ready_at(state, uid, chatter, now) <= now
         ),
     )
+    if not mentions:
+        ranked = [r for r in ranked if r[0] != 0]
     if not ranked or (not threshold and ranked[0][0] != 0):
         return None
-    # Without the chatter thresholds, only addressed messages and questions may join the batch.
-    chosen = [r[3] for r in ranked if threshold or r[0] <= 1][: cfg.max_batch_chatters]
+    if threshold:
+        chosen = [r[3] for r in ranked][: cfg.max_batch_chatters]
+    else:  # waiting mentions (several at once), then questions up to the usual batch size
+        chosen = [r[3] for r in ranked if r[0] == 0][: cfg.max_mention_batch]
+        asking = [r[3] for r in ranked if r[0] == 1]
+        chosen += asking[: max(0, cfg.max_batch_chatters - len(chosen))]
     chatters = tuple(_answer(state, uid, now) for uid in chosen)
     state.last_spoke = max(state.last_spoke, now)
     context = tuple(_recent_context(state, cfg.context_messages))

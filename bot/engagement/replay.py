@@ -41,6 +41,7 @@ from bot.engagement import policy
 from bot.engagement.policy import Action, Engagement, PolicyConfig, Reason
 from bot.engagement.replay_report import (
     Malformed,
+    MentionHour,
     PlatformSends,
     ReplayReport,
     SentReply,
@@ -204,7 +205,9 @@ class _Simulation:
 
     def observe(self, message: ChatMessage, now: float, said: float) -> None:
         state = self.engagement.state(message.conversation)
-        decision = policy.observe(state, message, now)
+        quota = self.quota
+        hold = quota is not None and quota.covers(message.platform) and not quota.mentions_open()
+        decision = policy.observe(state, message, now, hold_mentions=hold)
         self._take_declined(state)
         self.decisions[decision.action, decision.reason] += 1
         if message.addressed and decision.action in (Action.ANSWER_NOW, Action.QUEUE):
@@ -295,7 +298,8 @@ class _Simulation:
         for key, state in self.engagement.states.items():
             budgeted = quota is not None and quota.covers(key.platform)
             room = quota.room_open(now) if quota is not None and budgeted else True
-            batch = policy.due(state, now, room=room)
+            paced = quota.mentions_open() if quota is not None and budgeted else True
+            batch = policy.due(state, now, room=room, mentions=paced)
             self._take_declined(state)
             if batch is not None:
                 names = " ".join(f"@{c.user_name}" for c in batch.chatters)
@@ -380,7 +384,24 @@ class _Simulation:
             sends=self._platform_sends(),
             malformed=tuple(malformed),
             quota=self.quota.report(self.end) if self.quota is not None else None,
+            mentions_by_hour=self._by_hour(),
         )
+
+    def _by_hour(self) -> tuple[MentionHour, ...]:
+        """Mentions per hour said, answered alone or in a reply to several chatters."""
+        shared: dict[str, bool] = {}
+        for reply in self.sent:
+            for message_id in reply.message_ids:
+                if message_id in self.mentions:
+                    shared.setdefault(message_id, len(set(reply.user_ids)) > 1)
+        hours = math.ceil(max(self.mentions.values(), default=0.0) / 3600 + 1e-9)
+        rows = []
+        for hour in range(hours):
+            said = [i for i, t in self.mentions.items() if hour * 3600 <= t < (hour + 1) * 3600]
+            together = sum(1 for i in said if shared.get(i) is True)
+            alone = sum(1 for i in said if shared.get(i) is False)
+            rows.append(MentionHour(hour, len(said), alone, together))
+        return tuple(rows)
 
     def _platform_sends(self) -> tuple[PlatformSends, ...]:
         rows: dict[str, PlatformSends] = {}

@@ -39,6 +39,21 @@ class SentReply:
 
 
 @dataclass(frozen=True, slots=True)
+class MentionHour:
+    """The mentions said in one hour of the trace and how they were answered: in a reply of
+    their own (``alone``) or in one that addressed several chatters (``shared``)."""
+
+    hour: int
+    mentions: int
+    alone: int
+    shared: int
+
+    @property
+    def answered(self) -> int:
+        return self.alone + self.shared
+
+
+@dataclass(frozen=True, slots=True)
 class PlatformSends:
     platform: str
     limit: SendLimit | None  # None: no rate limit, a quota (YouTube)
@@ -74,6 +89,7 @@ class ReplayReport:
     sends: tuple[PlatformSends, ...]
     malformed: tuple[Malformed, ...]
     quota: QuotaReport | None = None  # YouTube's quota over the trace, when it had YouTube chat
+    mentions_by_hour: tuple[MentionHour, ...] = ()
 
     @property
     def mentions_lost(self) -> int:
@@ -125,6 +141,27 @@ def peak(times: list[float], seconds: float) -> int:
     return best
 
 
+def format_hours(report: ReplayReport) -> list[str]:
+    """Per hour of the trace: mentions said and answered (alone, shared), and YouTube's reads
+    and the units left for them at the hour's end."""
+    q = report.quota
+    reads = "polls" if q is not None and q.reading == "poll" else "stream connections"
+    lines = [
+        f"| hour | mentions | answered alone | in a shared reply | addressed | {reads} "
+        "| units left at its end (reading until the reset needs) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in report.mentions_by_hour:
+        spent = q.hours[row.hour] if q is not None and row.hour < len(q.hours) else None
+        share = f"{100 * row.answered / row.mentions:.0f}%" if row.mentions else "-"
+        left = f"{spent.left:,} ({spent.reading_needs:,})" if spent else "-"
+        lines.append(
+            f"| {row.hour + 1} | {row.mentions} | {row.alone} | {row.shared} | {share} "
+            f"| {spent.reads if spent else '-'} | {left} |"
+        )
+    return lines
+
+
 def format_report(report: ReplayReport) -> str:
     """The report as Markdown tables (the engagement section of BENCHMARKS.md)."""
 
@@ -174,7 +211,7 @@ def format_report(report: ReplayReport) -> str:
             f"| {'yes' if s.within_limit else 'NO'} |"
         )
     if report.quota is not None:
-        lines += ["", *format_quota(report.quota)]
+        lines += ["", *format_quota(report.quota), "", *format_hours(report)]
     lines += ["", "| not answered | reason | messages |", "|---|---|---|"]
     lines += [f"| ignored | {reason} | {n} |" for reason, n in report.ignored.items()]
     lines += [

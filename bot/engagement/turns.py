@@ -9,7 +9,9 @@ arrival time. Its decisions become turns of the router:
 
 - answer now: the message's own turn (lines it covers are added to the context);
 - a batch that came due (checked by ``tick``, once a second): ONE turn that addresses up to
-  two chatters by name, as a synthetic message whose text lists their lines;
+  two chatters by name, as a synthetic message whose text lists their lines -- or, when
+  mentions waited for the reply budget's pace (YouTube), up to ``max_mention_batch``
+  mentioners at once;
 - an idle line (optional per channel): one on-topic line after a quiet period;
 - a thanks for a settled burst of stream events (``bot/engagement/thanks.py``, off by default per
   kind): ONE unprompted turn naming the people with what each did; the text a viewer wrote
@@ -203,7 +205,8 @@ class LiveChat:
         skip = None if message.stream_event is None else self._stream_event(state, message, now)
         if skip is not None:
             return skip
-        decision = observe(state, message, now)
+        hold = message.addressed and not self.budget.mentions_open(message.platform)
+        decision = observe(state, message, now, hold_mentions=hold)
         state.last_seen = now
         if decision.action is Action.ANSWER_NOW:
             answered = {message.id: now} | {p.message.id: now for p in decision.covered}
@@ -242,7 +245,8 @@ class LiveChat:
         turns: list[Turn] = []
         for conv, state in list(self.engagement.states.items()):
             room = self.budget.room_open(conv.platform, now)
-            batch = due(state, now, room=room)
+            mentions = self.budget.mentions_open(conv.platform)
+            batch = due(state, now, room=room, mentions=mentions)
             if state.declined:
                 self._report_declined(state)
             turn, changes = None, Changes(spoke=now)

@@ -12,6 +12,9 @@ On Twitch, Discord and Slack a reply costs nothing; on YouTube each piece of a r
   (stream-event thanks too) goes only while ``room_open`` -- what the mention reserve leaves,
   spread over the rest of the stream, one turn per ``room_gap`` project-wide -- and reserves
   too (it may still lose a race with another worker: then it is held back);
+- **mentions are paced**: while the replies are ahead of their even pace over the stream
+  (``mentions_open`` False), a mention waits in the engagement ledger and is answered with the
+  others waiting when the pace opens, several mentioners in one message;
 - the observed mention rate feeds the mention reserve: ``count_mention`` per mention seen, sent
   with the next ``refresh``.
 
@@ -108,6 +111,14 @@ class ReplyGate:
         if not self.covers(platform):
             return True
         return self.budget is not None and self.budget.room_open(self.unprompted_at, now)
+
+    def mentions_open(self, platform: str) -> bool:
+        """Whether a mention may be answered now on its own (always, where replies are free);
+        while not, mentions wait and go out together when the pace opens (``Budget.pace_left``).
+        Before the first read of the ledger, open: the reservation still guards the budget."""
+        if not self.covers(platform) or self.budget is None:
+            return True
+        return self.budget.mentions_open
 
     def took_room(self, now: float) -> None:
         """An unprompted turn was decided here: the next waits its gap (until the ledger says

@@ -12,13 +12,22 @@ stream's expected remaining length, in this order of priority:
    remaining length (the *horizon*) a stream reconnect every ``STREAM_FLOOR_S`` or a poll every
    ``YOUTUBE_POLL_FLOOR_SECONDS`` (the floor cadence the reading plan is guaranteed), after it a
    reconnect every ``STREAM_TAIL_S`` or a poll every ``POLL_TAIL_S``, and the broadcast lookups
-   between streams. Replies never touch it, so reading never stops before the reset.
+   between streams. Replies never touch it, so reading never stops before the reset. Where the
+   reader may fall back to polling (``YOUTUBE_READ_MODE=auto``, ``poll_reserve``), the reserve is
+   sized for polling even while the stream is read: a fallback late in the stream still finds
+   what polls at the floor need for the rest of it.
 2. **Mentions** come before anything unprompted: ``mentions`` keeps units for the mentions
    expected over the horizon (the observed mention rate, at least ``YOUTUBE_RESERVED_SENDS``
    replies per ``YOUTUBE_STREAM_HOURS``), each at the day's average reply cost (the worst
    case, ``YOUTUBE_MAX_PIECES`` inserts, until a few replies were sent; a turn always
    *reserves* the worst case). A mention is still answered while anything beyond the reading
-   reserve is left (``reply_limit``); only then is it declined (``quota``).
+   reserve is left (``reply_limit``); only then is it declined (``quota``). Mention replies
+   are **paced** over the stream: by the time a fraction *f* of the stream (elapsed over elapsed
+   plus horizon) has gone by, replies may have spent *f* of their pool (what they spent plus
+   what is left beyond the reading reserve) and ``PACE_BURST`` replies more (``pace_left``).
+   While the pace is closed (``mentions_open`` False) mentions wait in the engagement ledger and
+   go out together, several mentioners in one message, when it opens again: the last hour of
+   the stream still has replies, and a busy stream addresses many mentions per insert.
 3. What is left (``free``) pays for unprompted turns -- room batches, idle lines, thanks -- spread
    evenly over the horizon (``room_gap`` between two of them, each at the expected reply
    cost); while polling, half of it lets
@@ -50,6 +59,7 @@ STREAM_TAIL_S = 1800.0  # ... and this often after it, until the reset
 POLL_TAIL_S = 300.0  # a poll this often after the horizon, until the reset
 RATE_WINDOW_S = 900.0  # the observed mention rate is taken over at least this long
 POLL_SHARE = 0.5  # of the free units, what polling faster than the floor may use
+PACE_BURST = 3  # replies mentions may run ahead of the even pace (a quiet start, a burst)
 MIN_REPLIES_SEEN = 3  # replies sent before their average cost replaces the worst case
 # Once nothing at all is left, a stream still tries to reconnect this rarely (the charge is
 # refused until the reset, which the reader then waits for).
@@ -70,6 +80,7 @@ class QuotaConfig:
     stream_hours: float = 4.0
     poll_floor_seconds: float = 30.0
     lookup_seconds: float = 300.0  # between broadcast lookups while no chat is live
+    poll_reserve: bool = False  # the reading reserve is sized for polling in any read mode
     # How much longer to plan for once a stream runs past its expected length.
     overtime: timedelta = timedelta(hours=1)
 
@@ -87,6 +98,7 @@ class QuotaConfig:
             stream_hours=settings.stream_hours,
             poll_floor_seconds=settings.poll_floor_seconds,
             lookup_seconds=settings.broadcast_check_seconds,
+            poll_reserve=settings.read_mode != "stream",
         )
 
     @property
@@ -156,6 +168,14 @@ class Budget:
     reading_mode: Reading
     daily: int
     safety: int
+    pace_left: int = 0  # units mention replies may use now by the pace over the stream
+
+    @property
+    def mentions_open(self) -> bool:
+        """Whether a mention may go to its reservation now: the pace leaves an expected reply
+        (else it waits, to be answered with others), or nothing is left for replies at all
+        (then waiting cannot help: the reservation declines it ``quota``)."""
+        return self.replies_left < self.piece_units or self.pace_left >= self.reply_cost
 
     @property
     def intact(self) -> bool:
@@ -187,11 +207,12 @@ def plan_budget(config: QuotaConfig, usage: Usage, stream: StreamView, now: date
         left = config.overtime.total_seconds()
     horizon = max(1.0, min(left, until_reset))
     tail = max(0.0, until_reset - horizon)
-    if stream.reading == "poll":
+    reserve_as: Reading = "poll" if config.poll_reserve else stream.reading
+    if reserve_as == "poll":
         reading_now = _calls(horizon, config.poll_floor_seconds) * config.list_cost
     else:
         reading_now = _calls(horizon, STREAM_FLOOR_S) * config.stream_cost
-    reading = reading_now + tail_reading(config, stream.reading, tail)
+    reading = reading_now + tail_reading(config, reserve_as, tail)
     expected = _mention_rate(config, stream, now) * horizon / 3600
     cost = _reply_cost(config, usage)
     mentions = math.ceil(expected - 1e-9) * cost
@@ -203,6 +224,11 @@ def plan_budget(config: QuotaConfig, usage: Usage, stream: StreamView, now: date
     if stream.reading == "poll":
         room = int(room * (1 - POLL_SHARE))
     gap = cost * horizon / room if room >= config.insert_cost else NEVER_S
+    held = usage.held
+    replied = usage.inserts * config.insert_cost
+    pool = replied + max(0, reply_limit - usage.units - held)
+    elapsed = max(0.0, (now - stream.started).total_seconds())
+    paced = pool * elapsed / (elapsed + horizon) + PACE_BURST * cost
     return Budget(
         now=now,
         until_reset=until_reset,
@@ -224,6 +250,7 @@ def plan_budget(config: QuotaConfig, usage: Usage, stream: StreamView, now: date
         reading_mode=stream.reading,
         daily=config.daily_units,
         safety=config.safety_units,
+        pace_left=int(paced) - replied - held,
     )
 
 

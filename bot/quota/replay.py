@@ -41,6 +41,16 @@ SERVER_POLL_S = 5.0  # pollingIntervalMillis as YouTube usually answers it
 
 
 @dataclass(frozen=True)
+class HourQuota:
+    """One hour of the trace: reads made in it (polls, or stream connections), and at its end
+    the units left (unspent, not held) and what reading needs of them until the reset."""
+
+    reads: int
+    left: int
+    reading_needs: int
+
+
+@dataclass(frozen=True)
 class QuotaReport:
     reading: Reading
     daily_units: int
@@ -62,6 +72,7 @@ class QuotaReport:
     cut_short: int  # replies whose next piece the budget refused
     slowest_poll: float  # the longest wait between two polls while the stream ran (poll mode)
     reading_stopped: bool  # a read the day could not pay for
+    hours: tuple[HourQuota, ...] = ()
 
     @property
     def inserts(self) -> int:
@@ -96,6 +107,12 @@ class QuotaSim:
         self.reading_stopped = False
         self.plan_at_start: Budget | None = None
         self.ran_out_at: float | None = None
+        self.hours: list[HourQuota] = []  # the ledger at the end of each hour of the trace
+
+    @property
+    def reserve_as(self) -> Reading:
+        """How the reading reserve is sized: for polling wherever the reader may fall back."""
+        return "poll" if self.config.poll_reserve else self.reading
 
     def covers(self, platform: str) -> bool:
         return platform == PLATFORM
@@ -126,8 +143,9 @@ class QuotaSim:
         plan = plan_poll(self.config, budget, server_interval=SERVER_POLL_S)
         if plan.limited_by == "exhausted":
             self.reading_stopped = True
-        if t < self.config.stream_hours * 3600:
-            self.slowest_poll = max(self.slowest_poll, plan.delay)
+        end = self.config.stream_hours * 3600
+        if t < end:  # the part of the wait while the stream runs
+            self.slowest_poll = max(self.slowest_poll, min(plan.delay, end - t))
         self.next_poll = t + plan.delay
 
     def _read(self, cost: int) -> None:
@@ -143,7 +161,19 @@ class QuotaSim:
         stream = self.ledger.stream
         assert stream is not None
         self.ledger.stream = replace(stream, mentions=stream.mentions + self.gate.take_mentions())
-        return self.gate.update(self.ledger.view(self.at(t)), self.epoch(t))
+        budget = self.gate.update(self.ledger.view(self.at(t)), self.epoch(t))
+        if t >= 3600 * (len(self.hours) + 1):
+            reads = self.polls if self.reading == "poll" else self.connections
+            before = sum(h.reads for h in self.hours)
+            needs = budget.reading
+            if t >= self.config.stream_hours * 3600:  # past its expected end: the tail's reads
+                needs = tail_reading(self.config, self.reserve_as, budget.until_reset)
+            self.hours.append(HourQuota(reads - before, budget.remaining, needs))
+        return budget
+
+    def mentions_open(self) -> bool:
+        """Whether a mention may be answered on its own now (else it waits to go with others)."""
+        return self.gate.mentions_open(PLATFORM)
 
     def room_open(self, t: float) -> bool:
         return self.gate.room_open(PLATFORM, self.epoch(t))
@@ -198,7 +228,7 @@ class QuotaSim:
         view = self.ledger.view(self.at(end))
         by_kind = view.by_kind
         to_reset = (next_reset(self.at(end)) - self.at(end)).total_seconds()
-        reading_end = tail_reading(self.config, self.reading, to_reset)
+        reading_end = tail_reading(self.config, self.reserve_as, to_reset)
         assert self.plan_at_start is not None
         return QuotaReport(
             reading=self.reading,
@@ -221,6 +251,7 @@ class QuotaSim:
             cut_short=self.cut_short,
             slowest_poll=self.slowest_poll,
             reading_stopped=self.reading_stopped,
+            hours=tuple(self.hours),
         )
 
 

@@ -35,6 +35,11 @@ class EngagementSettings(Section):
         default=2, ge=1, le=5, validation_alias="CHORUS_ENGAGE_MAX_BATCH_CHATTERS"
     )
     """Live chat: chatters one room message answers at most."""
+    max_mention_batch: int = Field(
+        default=5, ge=1, le=20, validation_alias="CHORUS_ENGAGE_MAX_MENTION_BATCH"
+    )
+    """Live chat: mentioners one message answers at most when mentions wait for YouTube's reply
+    budget (the replies are paced over the stream; those waiting are answered together)."""
     channel_cooldown_seconds: float = Field(
         default=5.0, ge=0, validation_alias="CHORUS_ENGAGE_CHANNEL_COOLDOWN_SECONDS"
     )

@@ -89,6 +89,7 @@ class ScopeEngagement(_Table):
     min_pending: int | None = None
     min_gap_seconds: float | None = None
     max_batch_chatters: int | None = None
+    max_mention_batch: int | None = None
     channel_cooldown_seconds: float | None = None
     user_cooldown_seconds: float | None = None
     mention_burst: int | None = None
