@@ -91,6 +91,8 @@ class Chorus:
         self.health: HealthServer | None = None
         self.admin: AdminServer | None = None  # the dashboard (CHORUS_ADMIN_PORT)
         self.reload_config: Callable[[], None] | None = None  # SIGHUP's reload, once installed
+        # Following the dashboard's reloads (bot/cli_config.py), once installed.
+        self.reload_watch: asyncio.Task[None] | None = None
         self.settings = settings
         self.provider = provider
         self.redis = redis
@@ -354,6 +356,9 @@ class Chorus:
         self.router.hurry()
 
     async def aclose(self) -> None:
+        if self.reload_watch is not None:
+            await cancel_and_wait(self.reload_watch)
+            self.reload_watch = None
         await self.drain()
         await self.safety.aclose()  # the audit entries still being written
         await self.hooks.aclose()

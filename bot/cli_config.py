@@ -192,6 +192,9 @@ def apply_reload(app: Chorus, settings: Settings) -> list[str]:
     return restart_only_changes(app.settings, settings)
 
 
+RELOAD_POLL_SECONDS = 1.0  # how often each process looks for the dashboard's reloads
+
+
 def on_reload_signal(app: Chorus, load: Callable[[], Settings] | None = None) -> None:
     """SIGHUP: re-read ``.env`` and the file, and apply what applies without a restart."""
 
@@ -227,3 +230,28 @@ def on_reload_signal(app: Chorus, load: Callable[[], Settings] | None = None) ->
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
     app.reload_config = reload  # the admin dashboard's reload button
+    if app.reload_watch is None:
+        app.reload_watch = asyncio.create_task(follow_reloads(app, reload), name="reloads")
+
+
+async def follow_reloads(app: Chorus, reload: Callable[[], None]) -> None:
+    """Reload whenever the dashboard asked every process to (bot/state/config_reloads.py):
+    one read a second; a Redis hiccup is logged once and retried."""
+    from bot.state.config_reloads import ConfigReloads
+
+    reloads = ConfigReloads(app.redis)
+    seen: int | None = None
+    failing = False
+    while True:
+        try:
+            count = await reloads.count()
+        except Exception as exc:  # Redis away: the running configuration stays
+            if not failing:
+                log.warning("cannot read the dashboard's reloads", extra={"error": str(exc)})
+            failing = True
+        else:
+            failing = False
+            if seen is not None and count != seen:
+                reload()
+            seen = count
+        await asyncio.sleep(RELOAD_POLL_SECONDS)

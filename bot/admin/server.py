@@ -24,7 +24,7 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
-from bot.admin import charts, masking, views
+from bot.admin import charts, config_pages, masking, views
 from bot.admin.auth import COOKIE, SESSION_KEY, Auth
 from bot.admin.login import LoginGuard
 from bot.admin.notices import Notices
@@ -37,13 +37,14 @@ from bot.memory.entries import StaleEntry, delete_entry, edit_entry
 from bot.safety.audit import AuditEntry
 from bot.settings import ConfigError
 from bot.settings.ops import LOOPBACK_HOSTS, AdminSettings
+from bot.state.config_reloads import ConfigReloads
 from bot.state.engagement import Changes, RedisLiveStore
 
 log = logging.getLogger("chorus.admin")
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
 SRC = web.AppKey("sources", Sources)
-PAGES = ("overview", "conversations", "people", "live", "insights", "settings")
+PAGES = ("overview", "conversations", "people", "live", "insights", "settings", "config")
 
 
 def environment() -> jinja2.Environment:
@@ -128,6 +129,8 @@ class AdminServer:
                 get("/insights", self.insights),
                 get("/settings", self.settings),
                 post("/settings/reload", self.reload),
+                get("/config", self.config),
+                post("/config", self.config_submit),
             ]
         )
         return app
@@ -333,7 +336,22 @@ class AdminServer:
             can_reload=self.sources.reload is not None,
         )
 
+    async def config(self, request: web.Request) -> web.Response:
+        return await config_pages.page(self.sources, request, self.render, can_edit=True)
+
     # -- changes ----------------------------------------------------------------------------------
+    async def config_submit(self, request: web.Request) -> web.StreamResponse:
+        saved = f"/config?{self.notices.issue('saved')}"
+        return await config_pages.submit(
+            self.sources,
+            request,
+            self.render,
+            self.audit,
+            self.masker(),
+            saved,
+            [*self.sources.settings.secret_values(), self._token],
+        )
+
     async def entry(self, request: web.Request) -> web.StreamResponse:
         """Delete or edit one pin or recommendation (``WATCH``'d, checked against what the page
         showed: a stale page changes nothing)."""
@@ -408,6 +426,7 @@ class AdminServer:
         if reload is None:
             raise web.HTTPConflict(text="this process cannot reload its configuration")
         reload()
+        await ConfigReloads(self.sources.redis).ask()  # every other process, within a second
         self.audit(request, "config:reload", "reloaded")
         await self.sources.audit.flush()
         raise web.HTTPSeeOther(f"/settings?{self.notices.issue('reloaded')}")

@@ -77,6 +77,7 @@ class AuditEntry(BaseModel):
     message_id: str = ""
     chars: int = 0
     fingerprint: str = ""
+    detail: str = ""  # a dashboard change: what it changed, before -> after (secrets masked)
 
     @classmethod
     def about(

@@ -439,3 +439,9 @@ def timeline(bucket: str) -> str:
     if not re.fullmatch(r"[0-9]{12}|d[0-9]{8}", bucket):
         raise ValueError(f"bucket must be yyyymmddHHMM or dyyyymmdd, got {bucket!r}")
     return f"{PREFIX}:timeline:{bucket}"
+
+
+def config_reloads() -> str:
+    """The count of configuration reloads asked for (the dashboard's save and Reload button):
+    every process reads it each second and reloads when it moves."""
+    return f"{PREFIX}:config:reloads"
