@@ -93,6 +93,10 @@ def _main(args: argparse.Namespace) -> int:
         return 0
     if args.command == "reload":
         return reload_command(settings)
+    if args.command == "admin":
+        from bot.admin import accounts  # the dashboard's accounts
+
+        return accounts.command(settings, args.action, args.name, getattr(args, "role", ""))
     if args.command == "knowledge":
         from bot.knowledge.command import knowledge_command
 

@@ -2,7 +2,7 @@
 
 Process A is ``chorus run`` (the console as ``bob``, the dashboard on ``CHORUS_ADMIN_PORT``);
 process B is ``chorus chat --user alice``, with no dashboard. Both ask the loopback Anthropic
-server. The test logs in, changes alice's scope's persona in the form, reviews the diff and
+server. ``chorus admin add-user`` makes an ``admin`` account; the test logs in with it, changes alice's scope's persona in the form, reviews the diff and
 saves: the file keeps its comments, B (reached only through Redis: the dashboard's reload
 count) answers alice with the new persona, byte-identical across two requests, and bob's
 prefix in A is unchanged. Then an invalid regex typed into a scope's safety patterns shows the
@@ -23,12 +23,14 @@ import aiohttp
 from playwright.async_api import async_playwright
 from redis.asyncio import Redis
 
+from bot.safety.audit import read_audit
 from bot.state import connect
+from bot.state.admin_accounts import AccountRecords
 from bot.state.config_reloads import ConfigReloads
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.redis_server import free_port
 from tests.test_admin_browser_e2e import TOKEN, shot, until
-from tests.test_chat_e2e import base_env, spawn_chorus
+from tests.test_chat_e2e import base_env, run_chorus, spawn_chorus
 
 PIRATE, QUILL = "You are Captain Byte, of the good ship Chorus.", "You are Ms. Quill, librarian."
 
@@ -119,6 +121,14 @@ async def test_a_persona_changed_in_the_browser_reaches_another_process_and_keep
             except aiohttp.ClientError:
                 return False
 
+        password = f"pw-{tag}-long enough"
+        made = await run_chorus(
+            ["admin", "add-user", f"ada{tag}", "--role", "admin"],
+            env,
+            tmp_path,
+            f"{password}\n".encode(),
+        )
+        assert made[0] == 0, made[2]
         try:
             await until(dashboard_up)
             first = await ask(proc_b, f"ahoy {tag} one")
@@ -133,9 +143,11 @@ async def test_a_persona_changed_in_the_browser_reaches_another_process_and_keep
                 )
                 page = await browser.new_page(viewport={"width": 1280, "height": 900})
                 await page.goto(f"{base}/login")
-                await page.fill("#token", TOKEN)
+                await page.fill("#name", f"ada{tag}")
+                await page.fill("#token", password)
                 await page.click("button[type=submit]")
                 await page.wait_for_selector("h1:has-text('Overview')")
+                assert await page.locator("#account").inner_text() == f"ada{tag} (admin)"
                 await page.click("nav >> text=Config")
                 await page.wait_for_selector("h1:has-text('Configuration')")
                 await page.fill("#scope", f"console:{alice}")
@@ -155,6 +167,9 @@ async def test_a_persona_changed_in_the_browser_reaches_another_process_and_keep
                 )
                 assert "# alice's corner" in written and "# arr" in written
                 assert await reloads.count() == count + 1
+                edits = [e for e in await read_audit(store) if e.rule == "config:edit"]
+                assert edits[-1].user_name == f"account:ada{tag}"
+                assert edits[-1].detail == "scope.0.persona: 'pirate' -> 'librarian'"
 
                 async def reloaded() -> bool:
                     return any("configuration reloaded" in line for line in logs_b)
@@ -183,6 +198,7 @@ async def test_a_persona_changed_in_the_browser_reaches_another_process_and_keep
             _, err_a = await asyncio.wait_for(proc_a.communicate(), 60)
             await asyncio.wait_for(proc_b.wait(), 60)
             await following
+            await AccountRecords(store).remove(f"ada{tag}")
             await store.aclose()
         assert proc_a.returncode == 0, err_a.decode()[-3000:]
         assert TOKEN not in err_a.decode()

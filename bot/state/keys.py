@@ -445,3 +445,16 @@ def config_reloads() -> str:
     """The count of configuration reloads asked for (the dashboard's save and Reload button):
     every process reads it each second and reloads when it moves."""
     return f"{PREFIX}:config:reloads"
+
+
+def admin_account(name: str, namespace: str = "main") -> str:
+    """A named dashboard account of a deployment: its role and its password's hash."""
+    _check_token("namespace", namespace)
+    _check_id("name", name)
+    return f"{PREFIX}:admin:account:{namespace}:{name}"
+
+
+def admin_accounts(namespace: str = "main") -> str:
+    """The names of a deployment's dashboard accounts (a set), to list them."""
+    _check_token("namespace", namespace)
+    return f"{PREFIX}:admin:accounts:{namespace}"
