@@ -155,6 +155,7 @@ async def measure(base: str) -> dict[str, list[float]]:
         "live channels": "/live",
         "insights": "/insights",
         "settings": "/settings",
+        "logs": "/logs?level=warning",
         "config": "/config",
         "config: scope preview": f"/config?scope=discord:{GUILD}/{CHANNEL}",
     }

@@ -24,7 +24,7 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
-from bot.admin import accounts, charts, config_pages, masking, views
+from bot.admin import accounts, charts, config_pages, logs_page, masking, views
 from bot.admin.auth import ACCOUNT_KEY, COOKIE, OPEN_PATHS, ROLE_KEY, SESSION_KEY, Auth, Middleware
 from bot.admin.login import LoginGuard
 from bot.admin.notices import Notices
@@ -45,7 +45,7 @@ log = logging.getLogger("chorus.admin")
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
 SRC = web.AppKey("sources", Sources)
-PAGES = ("overview", "conversations", "people", "live", "insights", "settings", "config")
+PAGES = ("overview", "conversations", "people", "live", "insights", "logs", "settings", "config")
 
 
 def environment() -> jinja2.Environment:
@@ -134,6 +134,7 @@ class AdminServer:
                 get("/insights", self.insights),
                 get("/settings", self.settings),
                 post("/settings/reload", self.reload),
+                get("/logs", self.logs),
                 get("/config", self.config),
                 post("/config", self.config_submit),
             ]
@@ -380,6 +381,9 @@ class AdminServer:
             problem=problem,
             can_reload=self.sources.reload is not None,
         )
+
+    async def logs(self, request: web.Request) -> web.Response:
+        return self.render(request, "logs", **await logs_page.logs(self.sources, request.query))
 
     async def config(self, request: web.Request) -> web.Response:
         can_edit = accounts.allows(request.get(ROLE_KEY, ""), "admin")

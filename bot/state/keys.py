@@ -458,3 +458,9 @@ def admin_accounts(namespace: str = "main") -> str:
     """The names of a deployment's dashboard accounts (a set), to list them."""
     _check_token("namespace", namespace)
     return f"{PREFIX}:admin:accounts:{namespace}"
+
+
+def log_lines(namespace: str = "main") -> str:
+    """The recent log lines of a deployment's processes (a capped stream), for the dashboard."""
+    _check_token("namespace", namespace)
+    return f"{PREFIX}:logs:{namespace}"
