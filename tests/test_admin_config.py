@@ -162,3 +162,26 @@ def test_an_unset_field_removes_its_key_and_an_emptied_table_goes_too() -> None:
         {"scope.1.safety.words": ""},
     )
     assert "safety" not in text and [c.name for c in changes] == ["scope.1.safety.words"]
+
+
+def test_a_persona_and_a_scope_are_added_after_what_the_file_has() -> None:
+    text, changes = config_file.edit(FILE, {"new.persona": "bard", "new.scope": "console:carol"})
+    assert "# bob's corner" in text and text.endswith('[[scope]]\nmatch = "console:carol"\n')
+    added = tomllib.loads(text)
+    assert added["personas"]["bard"] == {} and added["scope"][2] == {"match": "console:carol"}
+    assert [c.name for c in changes] == ["personas.bard", "scope.2.match"]
+    with pytest.raises(ValueError, match="a persona 'pirate' already"):
+        config_file.edit(FILE, {"new.persona": "pirate"})
+
+
+async def test_a_new_scope_with_a_bad_match_is_refused_with_the_starts_message(
+    http: Client, toml: Path
+) -> None:
+    await login(http)
+    form = form_of(await (await http.get("/config")).text())
+    form["new.scope"] = "myspace:1"
+    refused = await http.post("/config", data={**form, "action": "save"})
+    page = await refused.text()
+    assert refused.status == 400 and on_disk(toml) == FILE
+    assert "[[scope]] #3: match" in page, re.findall(r"class=\"error[^>]*>(.*?)</", page, re.S)
+    assert 'value="myspace:1"' in page

@@ -153,7 +153,7 @@ async def test_a_persona_changed_in_the_browser_reaches_another_process_and_keep
                 await page.fill("#scope", f"console:{alice}")
                 await page.click("button:has-text('Preview')")
                 assert "pirate" in await page.locator("#preview").inner_text()
-                await shot(page, "config")
+                await shot(page, "config", whole=False)
                 await page.select_option('[id="scope.0.persona"]', "librarian")
                 await page.click("#review")
                 await page.wait_for_selector("#diff")
@@ -190,6 +190,7 @@ async def test_a_persona_changed_in_the_browser_reaches_another_process_and_keep
                 assert f"{toml}:" in message and "[[scope]] #2: safety.patterns" in message
                 assert "invalid regular expression 'spoil(er'" in message
                 assert on_disk(toml) == written and await reloads.count() == count + 1
+                await error.scroll_into_view_if_needed()
                 await shot(page, "config-invalid", whole=False)
                 await browser.close()
         finally:

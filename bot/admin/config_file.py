@@ -39,6 +39,7 @@ from bot.settings.scopes import Persona, Scope
 Kind = Literal["text", "long", "list", "bool", "choice", "number"]
 NESTED = ("tools", "engagement", "safety", "quota")
 LONG = {"prompt", "style"}  # free text over several lines
+NEW_PERSONA, NEW_SCOPE = "new.persona", "new.scope"  # the form's "add" fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +191,32 @@ def edit(
                 raise ValueError(f"{field.name}: a secret belongs in .env, never in the file")
             _set(doc, group.name, field.key, after)
             changes.append(Change(field.name, field.value, shown(after)))
+    changes += _added(doc, form)
     return tomlkit.dumps(doc), changes
+
+
+def _added(doc: Any, form: Mapping[str, str]) -> list[Change]:
+    """A new ``[personas.NAME]`` (``new.persona``) and a new ``[[scope]]`` (``new.scope``, its
+    match), appended after what the file has; their other fields are set once they exist."""
+    changes = []
+    persona = form.get(NEW_PERSONA, "").strip()
+    if persona:
+        personas = doc.setdefault("personas", tomlkit.table(is_super_table=True))
+        if persona in personas:
+            raise ValueError(f"{NEW_PERSONA}: there is a persona {persona!r} already")
+        personas[persona] = tomlkit.table()
+        changes.append(Change(f"personas.{persona}", "", "(new persona)"))
+    match = form.get(NEW_SCOPE, "").strip()
+    if match:
+        scope = tomlkit.table()
+        scope["match"] = match
+        if "scope" in doc:
+            doc["scope"].append(scope)
+        else:
+            doc.append("scope", tomlkit.aot())
+            doc["scope"].append(scope)
+        changes.append(Change(f"scope.{len(doc['scope']) - 1}.match", "", match))
+    return changes
 
 
 def _set(doc: Any, group: str, key: str, value: Any) -> None:

@@ -10,6 +10,7 @@ asked to reload (bot/state/config_reloads.py; this one at once).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -70,7 +71,7 @@ async def page(
 ) -> web.Response:
     path = config_path(src)
     scope = request.query.get("scope", "").strip()
-    described, problem = preview(src, path, scope)
+    described, problem = await asyncio.to_thread(preview, src, path, scope)  # a start's load
     if not path.is_file():
         return render(
             request,
@@ -135,7 +136,8 @@ async def submit(
     if not path.is_file():
         raise web.HTTPConflict(text=f"no configuration file at {path}")
     text = path.read_text(encoding="utf-8")
-    fields = {k: v for k, v in form.items() if k.startswith(("persona.", "personas.", "scope."))}
+    prefixes = ("persona.", "personas.", "scope.", "new.")
+    fields = {k: v for k, v in form.items() if k.startswith(prefixes)}
     common: dict[str, Any] = {"page": "config", "missing": "", "scope": "", "described": ""}
     if form.get("version", "") != config_file.version(text):
         response = render(request, "config_conflict", **common)
@@ -147,7 +149,7 @@ async def submit(
         return _refused(request, render, text, fields, {}, [str(exc)], common)
     if not changes:
         raise web.HTTPSeeOther("/config")
-    checked, errors, rest = config_file.check(path, new_text)
+    checked, errors, rest = await asyncio.to_thread(config_file.check, path, new_text)
     if checked is None:
         return _refused(request, render, text, fields, errors, rest, common)
     if form.get("action") != "save":
@@ -187,16 +189,20 @@ def _refused(
     rest: list[str],
     common: Mapping[str, Any],
 ) -> web.Response:
+    groups = _groups(text, fields)
+    shown = {f.name for g in groups for f in g.fields}
+    unplaced = [line for name, line in errors.items() if name not in shown]  # a new scope's
     response = render(
         request,
         "config",
         **common,
         can_edit=True,
         problem="",
-        groups=_groups(text, fields),
+        groups=groups,
         version=config_file.version(text),
         errors=dict(errors),
-        rest=rest,
+        rest=[*rest, *unplaced],
+        added=fields,
     )
     response.set_status(400)
     return response
