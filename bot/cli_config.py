@@ -251,7 +251,9 @@ async def follow_reloads(app: Chorus, reload: Callable[[], None]) -> None:
             failing = True
         else:
             failing = False
-            if seen is not None and count != seen:
+            # A count this process's dashboard asked for was reloaded here at once already.
+            asked_here = count == (seen or 0) + 1 and reloads.asked_here(count)
+            if seen is not None and count != seen and not asked_here:
                 reload()
             seen = count
         await asyncio.sleep(RELOAD_POLL_SECONDS)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from bot.state import keys
 from bot.state.connect import Client
 
+_ASKED_HERE: set[int] = set()  # counts this process asked for (it reloaded itself at once)
+
 
 class ConfigReloads:
     def __init__(self, redis: Client) -> None:
@@ -18,7 +20,14 @@ class ConfigReloads:
 
     async def ask(self) -> int:
         """Ask every process to reload; the new count."""
-        return int(await self.redis.incr(keys.config_reloads()))
+        count = int(await self.redis.incr(keys.config_reloads()))
+        _ASKED_HERE.add(count)
+        return count
+
+    @staticmethod
+    def asked_here(count: int) -> bool:
+        """Whether this process asked for ``count`` itself (and so has reloaded already)."""
+        return count in _ASKED_HERE
 
     async def count(self) -> int:
         found = await self.redis.get(keys.config_reloads())
