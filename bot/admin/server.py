@@ -231,13 +231,7 @@ class AdminServer:
             direction="admin",
             rule=rule,
             action=action,
-            user_name=f"address:{who}"
-            if who
-            else f"account:{request[ACCOUNT_KEY]}"
-            if request.get(ACCOUNT_KEY)
-            else f"session:{sid[:6]}"
-            if sid
-            else "bearer",
+            user_name=_who_did(request, who, sid),
             **where,
         )
         self.sources.audit.record(entry)
@@ -480,6 +474,16 @@ class AdminServer:
         self.audit(request, "config:reload", "reloaded")
         await self.sources.audit.flush()
         raise web.HTTPSeeOther(f"/settings?{self.notices.issue('reloaded')}")
+
+
+def _who_did(request: web.Request, address: str, sid: str) -> str:
+    """The audit's "who": an address (a failed login), the account, the token's session, or a
+    script's Bearer token; never a secret."""
+    if address:
+        return f"address:{address}"
+    if request.get(ACCOUNT_KEY):
+        return f"account:{request[ACCOUNT_KEY]}"
+    return f"session:{sid[:6]}" if sid else "bearer"
 
 
 def _conv(request: web.Request) -> ConversationKey:
