@@ -17,6 +17,7 @@ import os
 import statistics
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import aiohttp
 from redis.asyncio import Redis
@@ -26,7 +27,7 @@ from bot.admin.views import Sources
 from bot.events import ConversationKey
 from bot.memory.buffers import MemoryStore, Pin, Recommendation, UserBuffer, encode
 from bot.safety.audit import Audit, AuditEntry
-from bot.settings import Settings
+from bot.settings import load_settings
 from bot.state import connect, keys, turnlog
 from bot.state.history import HistoryEntry, HistoryStore
 from bot.state.turnlog import Timeline, TurnLog
@@ -35,6 +36,8 @@ URL = os.environ.get("CHORUS_BENCH_ADMIN_REDIS_URL", "redis://127.0.0.1:6379/12"
 CONVERSATIONS, PEOPLE, RECORDS, ROUNDS = 10_000, 100_000, 20, 40
 TOKEN = "bench-admin-token-0123456789"
 BUDGET_MS = 200.0
+EXAMPLE = Path(__file__).resolve().parent.parent / "chorus.example.toml"
+GUILD, CHANNEL = "123456789012345678", "223456789012345678"  # a scope of the example file
 CHUNK = 1_000
 
 
@@ -137,6 +140,8 @@ EXPECT = {
     "people: one person": "fact 4 about 1236",
     "live channels": "c9998",
     "insights": "P0",
+    "config": "Captain Byte",
+    "config: scope preview": "pirate",
 }
 
 
@@ -150,6 +155,9 @@ async def measure(base: str) -> dict[str, list[float]]:
         "live channels": "/live",
         "insights": "/insights",
         "settings": "/settings",
+        "logs": "/logs?level=warning",
+        "config": "/config",
+        "config: scope preview": f"/config?scope=discord:{GUILD}/{CHANNEL}",
     }
     timings: dict[str, list[float]] = {name: [] for name in pages}
     headers = {"Authorization": f"Bearer {TOKEN}"}
@@ -172,7 +180,8 @@ async def main() -> list[str]:
         now = datetime.now(UTC)
         seeded = await seed(redis, now)
         keys_count = await redis.dbsize()
-        settings = Settings()
+        # The example file: the config page's form and its scope preview read a real one.
+        settings = load_settings(environ={}, env_file=None, config=EXAMPLE, warn=False)
         sources = Sources(
             settings=settings,
             redis=redis,

@@ -30,6 +30,7 @@ from bot.memory.buffers import MemoryStore
 from bot.memory.summaries import history_room
 from bot.memory.vectors import bounded
 from bot.ops.aio import cancel_and_wait
+from bot.ops.log_feed import LogFeed, process_name
 from bot.ops.metrics import Metrics, NullMetrics
 from bot.ops.model_calls import Spend, metered_embedder
 from bot.platform.commands import NativeCommand
@@ -94,6 +95,9 @@ class Chorus:
         self.health: HealthServer | None = None
         self.admin: AdminServer | None = None  # the dashboard (CHORUS_ADMIN_PORT)
         self.reload_config: Callable[[], None] | None = None  # SIGHUP's reload, once installed
+        self.log_feed: LogFeed | None = None  # this process's log lines, fed to Redis
+        # Following the dashboard's reloads (bot/cli_config.py), once installed.
+        self.reload_watch: asyncio.Task[None] | None = None
         self.settings = settings
         self.provider = provider
         self.redis = redis
@@ -311,6 +315,7 @@ class Chorus:
         """Start the router (a no-op when it already runs) and the knowledge indexer."""
         if self._router_task is not None:
             return
+        self.feed_logs("worker")
         await self.recall.start()
         self._router_task = asyncio.create_task(self.router.run(), name="router")
         self.timers.start()  # where the router runs: never in a gateway
@@ -318,10 +323,25 @@ class Chorus:
     @contextlib.asynccontextmanager
     async def bus_only(self) -> AsyncIterator[Chorus]:
         """The gateway role: the bus and state without the router; closed on exit."""
+        self.feed_logs("gateway")
         try:
             yield self
         finally:
             await self.aclose()
+
+    def feed_logs(self, role: str) -> None:
+        """Feed this process's log lines (``CHORUS_LOG_FEED_LEVEL`` and up) to the deployment's
+        stream in Redis, for the dashboard's Logs page (once; ``OFF``: never)."""
+        level = self.settings.logging.feed_level
+        if self.log_feed is not None or level == "OFF":
+            return
+        self.log_feed = LogFeed(
+            self.redis,
+            namespace=self.settings.state.bus_namespace,
+            level=level,
+            process=process_name(role),
+        )
+        self.log_feed.start()
 
     async def start_health(self, adapters: Sequence[object] = ()) -> None:
         """The /healthz, /readyz and /metrics server (CHORUS_HEALTH_PORT=0: none)."""
@@ -382,6 +402,9 @@ class Chorus:
         self.router.hurry()
 
     async def aclose(self) -> None:
+        if self.reload_watch is not None:
+            await cancel_and_wait(self.reload_watch)
+            self.reload_watch = None
         await self.drain()
         await self.safety.aclose()  # the audit entries still being written
         await self.timers.aclose()
@@ -391,6 +414,9 @@ class Chorus:
                 await server.aclose()
         await self.scoping.aclose()
         await self.recall.aclose()
+        if self.log_feed is not None:
+            await self.log_feed.aclose()  # the last lines, before Redis closes
+            self.log_feed = None
         await _close_all(self._owns)  # the bus first (newest): its partition leases go back
 
     async def __aenter__(self) -> Chorus:

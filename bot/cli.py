@@ -100,6 +100,10 @@ def _main(args: argparse.Namespace) -> int:
             print("chorus: plugins info NAME: name the plugin", file=sys.stderr)
             return EXIT_CONFIG
         return plugins_command(settings, args.action, args.name)
+    if args.command == "admin":
+        from bot.admin import accounts  # the dashboard's accounts
+
+        return accounts.command(settings, args.action, args.name, getattr(args, "role", ""))
     if args.command == "knowledge":
         from bot.knowledge.command import knowledge_command
 

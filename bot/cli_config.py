@@ -206,6 +206,9 @@ def apply_reload(app: Chorus, settings: Settings) -> list[str]:
     return restart_only_changes(app.settings, settings)
 
 
+RELOAD_POLL_SECONDS = 1.0  # how often each process looks for the dashboard's reloads
+
+
 def on_reload_signal(app: Chorus, load: Callable[[], Settings] | None = None) -> None:
     """SIGHUP: re-read ``.env`` and the file, and apply what applies without a restart."""
 
@@ -241,3 +244,30 @@ def on_reload_signal(app: Chorus, load: Callable[[], Settings] | None = None) ->
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
     app.reload_config = reload  # the admin dashboard's reload button
+    if app.reload_watch is None:
+        app.reload_watch = asyncio.create_task(follow_reloads(app, reload), name="reloads")
+
+
+async def follow_reloads(app: Chorus, reload: Callable[[], None]) -> None:
+    """Reload whenever the dashboard asked every process to (bot/state/config_reloads.py):
+    one read a second; a Redis hiccup is logged once and retried."""
+    from bot.state.config_reloads import ConfigReloads
+
+    reloads = ConfigReloads(app.redis)
+    seen: int | None = None
+    failing = False
+    while True:
+        try:
+            count = await reloads.count()
+        except Exception as exc:  # Redis away: the running configuration stays
+            if not failing:
+                log.warning("cannot read the dashboard's reloads", extra={"error": str(exc)})
+            failing = True
+        else:
+            failing = False
+            # A count this process's dashboard asked for was reloaded here at once already.
+            asked_here = count == (seen or 0) + 1 and reloads.asked_here(count)
+            if seen is not None and count != seen and not asked_here:
+                reload()
+            seen = count
+        await asyncio.sleep(RELOAD_POLL_SECONDS)

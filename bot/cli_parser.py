@@ -45,6 +45,10 @@ EXAMPLES = {
     "knowledge": """examples:
   chorus knowledge status                     each knowledge base: chunks, vectors, sources
   chorus knowledge index                      read the sources now and store what changed""",
+    "admin": """examples:
+  chorus admin add-user ada --role admin      asks for ada's password, creates or replaces ada
+  printf '%s\n' "$PASSWORD" | chorus admin add-user ops --role operator
+  chorus admin remove-user ada                ada's sessions end at their next request""",
     "init": """examples:
   chorus init                                 answer the questions, get a .env
   chorus init --vendor anthropic --platforms discord --non-interactive""",
@@ -150,6 +154,21 @@ def parser() -> argparse.ArgumentParser:
     plugins.add_argument("name", nargs="?", help="info: the plugin's name")
     knowledge = _command(sub, "knowledge", "show or refresh the knowledge bases in Redis")
     knowledge.add_argument("action", choices=("status", "index"))
+    admin = _command(sub, "admin", "manage the dashboard's named accounts (kept in Redis)")
+    actions = admin.add_subparsers(dest="action", required=True)
+    add = actions.add_parser(
+        "add-user", help="create or replace an account; the password from a prompt or stdin"
+    )
+    add.add_argument("name", help="the account's name (a-z, 0-9, '_', '-')")
+    add.add_argument(
+        "--role",
+        required=True,
+        choices=("viewer", "operator", "admin"),
+        help="viewer reads; operator also pauses and edits memory; admin also edits the "
+        "configuration",
+    )
+    remove = actions.add_parser("remove-user", help="remove an account (its sessions end)")
+    remove.add_argument("name")
     init = _command(sub, "init", "set up a model, platforms and a persona: writes .env")
     wizard.add_arguments(init)
     auth_command = _command(

@@ -199,6 +199,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_BOT_NAME": (("agent.bot_name",), "Wren", "Wren"),
     "CHORUS_VISION": (("agent.vision",), "false", False),
     "CHORUS_LOG_LEVEL": (("logging.level",), "debug", "DEBUG"),
+    "CHORUS_LOG_FEED_LEVEL": (("logging.feed_level",), "info", "INFO"),
     "CHORUS_LOG_FORMAT": (("logging.format",), "json", "json"),
     "DISCORD_TOKEN": (("discord.token",), "discord-env-file", "discord-env-file"),
     "DISCORD_MESSAGE_CONTENT_INTENT": (("discord.message_content_intent",), "true", True),

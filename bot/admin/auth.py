@@ -3,7 +3,8 @@ cookie, or as ``Authorization: Bearer <token>`` for scripts; and CSRF protection
 
 Why a signed cookie: any process may serve the dashboard, so a session must be checkable
 anywhere; the signing key is derived from the token, so changing the token logs everyone out.
-The cookie (``<session id>.<expiry in ms>``, signed) is HttpOnly and SameSite=Strict (and
+The cookie (``<session id>.<expiry in ms>[.<account>]``, signed; a named account's role is read
+from Redis on each request, so a removed account or a changed role holds at once) is HttpOnly and SameSite=Strict (and
 Secure when the request came over https) and lasts ``SESSION_SECONDS``. What ends a session
 early (a logout, a change of token seen by another process) is kept in Redis
 (bot/admin/sessions.py) and asked through ``session_check`` on every request. Every POST from a
@@ -29,9 +30,12 @@ from aiohttp import web
 from itsdangerous import BadSignature, Signer
 
 COOKIE = "chorus_admin"
+TOKEN_ROLE = "admin"  # the admin token's sessions and Bearer requests may do everything
 SESSION_SECONDS = 12 * 3600
 OPEN_PATHS = frozenset({"/login", "/static/admin.css", "/static/admin.js"})
 SESSION_KEY = web.RequestKey("admin_session", str)
+ACCOUNT_KEY = web.RequestKey("admin_account", str)  # "" for the token's sessions and Bearer
+ROLE_KEY = web.RequestKey("admin_role", str)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
@@ -45,6 +49,7 @@ class Session(NamedTuple):
 
     sid: str
     expires: float  # epoch seconds
+    account: str = ""  # a named account's session ("": the admin token's)
 
     @property
     def issued(self) -> float:
@@ -52,6 +57,7 @@ class Session(NamedTuple):
 
 
 SessionCheck = Callable[[Session], Awaitable[bool]]
+RoleOf = Callable[[str], Awaitable[str | None]]  # an account's role now (None: no account)
 
 
 class Auth:
@@ -61,6 +67,8 @@ class Auth:
         self.bearer_check: BearerCheck | None = None
         # Whether a signed, unexpired session is still in force (bot/admin/sessions.py).
         self.session_check: SessionCheck | None = None
+        # A named account's role, read on each request (bot/admin/accounts.py); None: no accounts.
+        self.role_of: RoleOf | None = None
         self._sessions = self.signer("session")
         self._csrf = self.signer("csrf")
 
@@ -69,11 +77,12 @@ class Auth:
         return hmac.compare_digest(given.encode(), self._token)
 
     # -- sessions ---------------------------------------------------------------------------------
-    def new_session(self, now: float | None = None) -> str:
+    def new_session(self, now: float | None = None, account: str = "") -> str:
         """A new session's cookie: a new random id each time (a login never reuses one)."""
         sid = secrets.token_urlsafe(18)
         expires_ms = int(((now or time.time()) + SESSION_SECONDS) * 1000)
-        return self._sessions.sign(f"{sid}.{expires_ms}").decode()
+        tail = f".{account}" if account else ""
+        return self._sessions.sign(f"{sid}.{expires_ms}{tail}").decode()
 
     def session(self, cookie: str | None, now: float | None = None) -> Session | None:
         """The session of a cookie this token signed and that has not expired; None otherwise
@@ -82,11 +91,12 @@ class Auth:
             body = self._sessions.unsign(cookie or "").decode()
         except BadSignature:
             return None
-        sid, _, expires_ms = body.partition(".")
+        sid, _, rest = body.partition(".")
+        expires_ms, _, account = rest.partition(".")
         if not (sid and expires_ms.isdigit()):
             return None
         expires = int(expires_ms) / 1000
-        return Session(sid, expires) if expires >= (now or time.time()) else None
+        return Session(sid, expires, account) if expires >= (now or time.time()) else None
 
     def session_id(self, cookie: str | None, now: float | None = None) -> str | None:
         """The session id of a valid, unexpired cookie; None otherwise."""
@@ -131,11 +141,16 @@ class Auth:
             elif not self.token_ok(bearer[7:].strip()):
                 raise web.HTTPUnauthorized(text="wrong token")
             request[SESSION_KEY] = ""  # a script: no session, no CSRF needed
+            request[ACCOUNT_KEY], request[ROLE_KEY] = "", TOKEN_ROLE
             return await handler(request)
         session = self.session(request.cookies.get(COOKIE))
         if session is not None and self.session_check is not None:
             session = session if await self.session_check(session) else None
-        if session is None:
+        role: str | None = TOKEN_ROLE
+        if session is not None and session.account:
+            role = await self.role_of(session.account) if self.role_of is not None else None
+            session = session if role is not None else None  # the account was removed
+        if session is None or role is None:
             if request.method == "GET":
                 raise web.HTTPSeeOther("/login")
             raise web.HTTPUnauthorized(text="log in first")
@@ -144,12 +159,15 @@ class Auth:
             if not self.csrf_ok(session.sid, str(form.get("csrf", ""))):
                 raise web.HTTPForbidden(text="missing or wrong CSRF token; reload the page")
         request[SESSION_KEY] = session.sid
+        request[ACCOUNT_KEY], request[ROLE_KEY] = session.account, role
         return await handler(request)
 
-    def set_cookie(self, response: web.StreamResponse, request: web.Request) -> None:
+    def set_cookie(
+        self, response: web.StreamResponse, request: web.Request, account: str = ""
+    ) -> None:
         response.set_cookie(
             COOKIE,
-            self.new_session(),
+            self.new_session(account=account),
             max_age=SESSION_SECONDS,
             httponly=True,
             samesite="Strict",

@@ -29,6 +29,7 @@ NOTICES: dict[str, tuple[str, ...]] = {
     "paused": ("channel",),
     "resumed": ("channel",),
     "reloaded": (),
+    "saved": (),
 }
 NOTICE_SECONDS = 600  # a notice is for the page right after the change
 

@@ -24,8 +24,8 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
-from bot.admin import charts, masking, views
-from bot.admin.auth import COOKIE, SESSION_KEY, Auth
+from bot.admin import accounts, charts, config_pages, logs_page, masking, views
+from bot.admin.auth import ACCOUNT_KEY, COOKIE, OPEN_PATHS, ROLE_KEY, SESSION_KEY, Auth, Middleware
 from bot.admin.login import LoginGuard
 from bot.admin.notices import Notices
 from bot.admin.proxy import Proxies
@@ -37,13 +37,15 @@ from bot.memory.entries import StaleEntry, delete_entry, edit_entry
 from bot.safety.audit import AuditEntry
 from bot.settings import ConfigError
 from bot.settings.ops import LOOPBACK_HOSTS, AdminSettings
+from bot.state.admin_accounts import AccountRecords
+from bot.state.config_reloads import ConfigReloads
 from bot.state.engagement import Changes, RedisLiveStore
 
 log = logging.getLogger("chorus.admin")
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
 SRC = web.AppKey("sources", Sources)
-PAGES = ("overview", "conversations", "people", "live", "insights", "settings")
+PAGES = ("overview", "conversations", "people", "live", "insights", "logs", "settings", "config")
 
 
 def environment() -> jinja2.Environment:
@@ -56,6 +58,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.globals["sparkline"] = charts.sparkline
+    env.globals["allows"] = accounts.allows
     env.filters["q"] = lambda text: quote(str(text), safe="")
     env.filters["when"] = lambda at: datetime.fromtimestamp(float(at), UTC).strftime(
         "%Y-%m-%d %H:%M:%S"
@@ -82,6 +85,8 @@ class AdminServer:
         self.sessions = Sessions(self.auth, sources.redis, namespace=namespace)
         self.auth.bearer_check = self.bearer
         self.auth.session_check = self.sessions.valid
+        self.accounts = AccountRecords(sources.redis, namespace=namespace)
+        self.auth.role_of = self.role_of
         self.notices = Notices(token)
         self.proxies = Proxies(trust_proxy)
         self._token = token
@@ -104,6 +109,7 @@ class AdminServer:
             self.proxies.middleware(),
             masking.middleware(self.masker),
             self.auth.middleware(),
+            self.roles(),
         ]
         app = web.Application(middlewares=middlewares)  # type: ignore[arg-type]
         app[SRC] = self.sources
@@ -128,6 +134,9 @@ class AdminServer:
                 get("/insights", self.insights),
                 get("/settings", self.settings),
                 post("/settings/reload", self.reload),
+                get("/logs", self.logs),
+                get("/config", self.config),
+                post("/config", self.config_submit),
             ]
         )
         return app
@@ -152,6 +161,35 @@ class AdminServer:
                 self.host,
             )
 
+    async def role_of(self, account: str) -> str | None:
+        found = await self.accounts.get(account)
+        return found[0] if found is not None else None
+
+    def roles(self) -> Middleware:
+        """A change needs its role (bot/admin/accounts.py ``NEEDS``); a refusal is a 403 and
+        an audit entry naming the account."""
+
+        @web.middleware
+        async def check(request: web.Request, handler: Any) -> web.StreamResponse:
+            if request.method == "POST" and request.path not in OPEN_PATHS | {"/logout"}:
+                need, role = accounts.needed(request.path), request.get(ROLE_KEY, "")
+                if not accounts.allows(role, need):
+                    self.audit(
+                        request,
+                        "admin:forbidden",
+                        "refused",
+                        conversation=request.path[:200],
+                        detail=f"{role or 'nobody'} needs {need}",
+                    )
+                    await self.sources.audit.flush()
+                    raise web.HTTPForbidden(
+                        text=f"your role ({role}) cannot do this: it needs {need}"
+                    )
+            result: web.StreamResponse = await handler(request)
+            return result
+
+        return check
+
     async def _started(self, app: web.Application) -> None:
         await self.sessions.started()
 
@@ -172,6 +210,8 @@ class AdminServer:
     def render(self, request: web.Request, template: str, **values: Any) -> web.Response:
         sid = request.get(SESSION_KEY, "")
         values.setdefault("page", template)
+        values.setdefault("role", request.get(ROLE_KEY, ""))
+        values.setdefault("account", request.get(ACCOUNT_KEY, ""))
         body = self.env.get_template(f"{template}.html").render(
             csrf=self.auth.csrf_for(sid) if sid else "",
             pages=PAGES,
@@ -191,7 +231,7 @@ class AdminServer:
             direction="admin",
             rule=rule,
             action=action,
-            user_name=f"address:{who}" if who else f"session:{sid[:6]}" if sid else "bearer",
+            user_name=_who_did(request, who, sid),
             **where,
         )
         self.sources.audit.record(entry)
@@ -227,7 +267,10 @@ class AdminServer:
         if not attempt:
             log.warning("admin dashboard: logins from %s refused for %ds", address, retry)
             return self.login_form(request, 429, "limited", retry)
-        if not self.auth.token_ok(str(form.get("token", ""))):
+        name = str(form.get("name", "")).strip().lower()
+        secret = str(form.get("token", ""))
+        role = await accounts.check_login(self.accounts, name, secret) if name else None
+        if role is None and (name or not self.auth.token_ok(secret)):
             blocked = await self.guard.failed(address, attempt)
             log.warning("admin dashboard: a login with a wrong token from %s", address)
             self.audit(request, "admin:login", "blocked" if blocked else "failed", who=address)
@@ -236,7 +279,7 @@ class AdminServer:
         await self.guard.succeeded(address)
         await self.sessions.issued()
         response = web.Response(status=303, headers={"Location": "/"})
-        self.auth.set_cookie(response, request)
+        self.auth.set_cookie(response, request, account=name if role else "")
         return response
 
     async def bearer(self, request: web.Request, token: str) -> None:
@@ -333,7 +376,26 @@ class AdminServer:
             can_reload=self.sources.reload is not None,
         )
 
+    async def logs(self, request: web.Request) -> web.Response:
+        return self.render(request, "logs", **await logs_page.logs(self.sources, request.query))
+
+    async def config(self, request: web.Request) -> web.Response:
+        can_edit = accounts.allows(request.get(ROLE_KEY, ""), "admin")
+        return await config_pages.page(self.sources, request, self.render, can_edit=can_edit)
+
     # -- changes ----------------------------------------------------------------------------------
+    async def config_submit(self, request: web.Request) -> web.StreamResponse:
+        saved = f"/config?{self.notices.issue('saved')}"
+        return await config_pages.submit(
+            self.sources,
+            request,
+            self.render,
+            self.audit,
+            self.masker(),
+            saved,
+            [*self.sources.settings.secret_values(), self._token],
+        )
+
     async def entry(self, request: web.Request) -> web.StreamResponse:
         """Delete or edit one pin or recommendation (``WATCH``'d, checked against what the page
         showed: a stale page changes nothing)."""
@@ -408,9 +470,20 @@ class AdminServer:
         if reload is None:
             raise web.HTTPConflict(text="this process cannot reload its configuration")
         reload()
+        await ConfigReloads(self.sources.redis).ask()  # every other process, within a second
         self.audit(request, "config:reload", "reloaded")
         await self.sources.audit.flush()
         raise web.HTTPSeeOther(f"/settings?{self.notices.issue('reloaded')}")
+
+
+def _who_did(request: web.Request, address: str, sid: str) -> str:
+    """The audit's "who": an address (a failed login), the account, the token's session, or a
+    script's Bearer token; never a secret."""
+    if address:
+        return f"address:{address}"
+    if request.get(ACCOUNT_KEY):
+        return f"account:{request[ACCOUNT_KEY]}"
+    return f"session:{sid[:6]}" if sid else "bearer"
 
 
 def _conv(request: web.Request) -> ConversationKey:

@@ -111,6 +111,11 @@ def add_secrets(secrets: Iterable[str]) -> None:
     _redactor.add(secrets)
 
 
+def redactor() -> Redactor:
+    """The one redactor every log line passes through (the log feed's too)."""
+    return _redactor
+
+
 def redact(text: str) -> str:
     """``text`` as every log line prints it: each known secret masked."""
     return _redactor(text)

@@ -80,6 +80,7 @@ class AuditEntry(BaseModel):
     fingerprint: str = ""
     actor: str = ""
     reason: str = ""
+    detail: str = ""  # a dashboard change: what it changed, before -> after (secrets masked)
 
     @classmethod
     def about(

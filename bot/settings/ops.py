@@ -22,6 +22,17 @@ class LoggingSettings(Section):
     """`DEBUG`, `INFO`, `WARNING` or `ERROR`."""
     format: Literal["text", "json"] = Field(default="text", validation_alias="CHORUS_LOG_FORMAT")
     """`text` (logfmt) or `json`, on stderr."""
+    feed_level: str = Field(default="WARNING", validation_alias="CHORUS_LOG_FEED_LEVEL")
+    """The lowest level of the log lines each process keeps in Redis for the dashboard's Logs
+    page (`WARNING`; `INFO` to see more there; `OFF`: none)."""
+
+    @field_validator("feed_level")
+    @classmethod
+    def _check_feed_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "OFF"}:
+            raise ValueError("use DEBUG, INFO, WARNING, ERROR, CRITICAL or OFF")
+        return level
 
     @field_validator("level")
     @classmethod

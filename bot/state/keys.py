@@ -471,3 +471,28 @@ def plugin_timer(plugin: str, timer: str, slot: int, namespace: str = "main") ->
     _check_id("plugin", plugin)
     _check_id("timer", timer)
     return f"{PREFIX}:plugintimer:{namespace}:{_escape_part(plugin)}:{_escape_part(timer)}:{slot}"
+
+
+def config_reloads() -> str:
+    """The count of configuration reloads asked for (the dashboard's save and Reload button):
+    every process reads it each second and reloads when it moves."""
+    return f"{PREFIX}:config:reloads"
+
+
+def admin_account(name: str, namespace: str = "main") -> str:
+    """A named dashboard account of a deployment: its role and its password's hash."""
+    _check_token("namespace", namespace)
+    _check_id("name", name)
+    return f"{PREFIX}:admin:account:{namespace}:{name}"
+
+
+def admin_accounts(namespace: str = "main") -> str:
+    """The names of a deployment's dashboard accounts (a set), to list them."""
+    _check_token("namespace", namespace)
+    return f"{PREFIX}:admin:accounts:{namespace}"
+
+
+def log_lines(namespace: str = "main") -> str:
+    """The recent log lines of a deployment's processes (a capped stream), for the dashboard."""
+    _check_token("namespace", namespace)
+    return f"{PREFIX}:logs:{namespace}"
