@@ -6,9 +6,13 @@
   empty working directory, so nobody's ``.env`` is read. Tests that need a file of the repository
   locate it from ``__file__``, never from the working directory.
 * ``redis_url`` runs a test twice, marked ``redis``: against the embedded store
-  (``memory://test-<tag>``) and a real Redis server (``-k real`` / ``-k memory`` pick one). The real one is ``CHORUS_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/15``);
-  if nothing answers there, a private ``redis-server`` is started for the session. With neither,
-  the real half is skipped with a banner at the end of the run, and under ``CI=true`` it fails.
+  (``memory://test-<tag>``) and a real Redis server (``-k real`` / ``-k memory`` pick one). The
+  real one is ``CHORUS_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/15``); if nothing
+  answers there, or on a pytest-xdist worker, a private ``redis-server`` is started for the
+  session. With neither, the real half is skipped with a banner at the end of the run.
+* tests/suite_rules.py: in a strict run (``make test``: ``CHORUS_TEST_STRICT=1``; ``CI=true``)
+  every skip fails; a test that starts a process must be marked ``e2e`` (``make test-fast``
+  leaves those out).
 * Tests sharing a real server are isolated by ``key_tag``: put it in every conversation or id
   you create; afterwards every key containing it is deleted. Nothing is flushed, so two test
   runs (or a developer's data in another key) can share the server safely.
@@ -34,6 +38,7 @@ os.environ["CHORUS_BLOCK_REAL_LLM"] = "1"
 from bot.bus.streams import RedisStreamsBus
 from bot.llm import guard
 from bot.state import connect  # (imported after the guard's variable is set)
+from tests import suite_rules
 from tests.redis_server import free_port, start_redis, stop_redis
 
 guard.block_real_calls()
@@ -46,9 +51,15 @@ hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # The provider contract's fixtures (vendor, server, sleep, provider), for every provider test,
 # and the turn stores' (turn_store: the twin, the embedded store, a real Redis).
-pytest_plugins = ("tests.provider_rig", "tests.turn_rig")
+# The suite's own rules (tests/suite_rules.py): the e2e marker and its guard, strict runs.
+pytest_plugins = ("tests.suite_rules", "tests.provider_rig", "tests.turn_rig")
 
-_KEEP = {"CHORUS_BLOCK_REAL_LLM", "CHORUS_TEST_REDIS_URL", "CHORUS_UPDATE_GOLDEN"}
+_KEEP = {
+    "CHORUS_BLOCK_REAL_LLM",
+    "CHORUS_TEST_REDIS_URL",
+    "CHORUS_TEST_STRICT",
+    "CHORUS_UPDATE_GOLDEN",
+}
 _LEAKY = re.compile(
     r"^(CHORUS_|ANTHROPIC_|OPENAI_|GEMINI_|GOOGLE_API_KEY$|GOOGLE_GEMINI_|GOOGLE_GENAI_|GOOGLE_OAUTH_"
     r"|DISCORD_|SLACK_|TWITCH_|YOUTUBE_)|_BASE_URL$"
@@ -90,17 +101,29 @@ def _answers(url: str) -> bool:
 def _start_redis_server(binary: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     """Start a throwaway server on a free port; its URL uses the tests' database 15."""
     port = free_port()
-    return start_redis(binary, port, workdir), f"redis://127.0.0.1:{port}/15"
+    with suite_rules.processes.paused():  # the session's server, not the first test's
+        return start_redis(binary, port, workdir), f"redis://127.0.0.1:{port}/15"
 
 
 @pytest.fixture(scope="session")
 def real_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The URL of a real Redis server for this session (skips or, in CI, fails without one)."""
-    if _answers(_TEST_REDIS_URL):
+    """The URL of a real Redis server for this session (skipped without one; a strict run fails).
+
+    On a pytest-xdist worker (``-n``, as ``make test`` runs) with no explicit
+    ``CHORUS_TEST_REDIS_URL``, each worker starts a server of its own: the e2e tests drive the
+    loopback platforms' fixed channels and the Streams bus's fixed keys, which one test at a time
+    may hold, and the tests of one worker run one after another."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    shared = "CHORUS_TEST_REDIS_URL" in os.environ or not worker
+    if shared and _answers(_TEST_REDIS_URL):
         yield _TEST_REDIS_URL
         return
     binary = shutil.which("redis-server")
-    problem = f"no Redis answered at {connect.mask_url(_TEST_REDIS_URL)} (CHORUS_TEST_REDIS_URL)"
+    problem = (
+        f"no Redis answered at {connect.mask_url(_TEST_REDIS_URL)} (CHORUS_TEST_REDIS_URL)"
+        if shared
+        else f"pytest-xdist worker {worker} needs a redis-server of its own"
+    )
     if binary:
         try:
             proc, url = _start_redis_server(binary, tmp_path_factory.mktemp("redis"))
@@ -113,17 +136,15 @@ def real_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 stop_redis(proc)
             return
     else:
-        problem += " and redis-server is not installed"
+        problem += " and redis-server is not installed (tests/prereqs.sh installs it)"
     _real_redis_problem.append(problem)
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true requires a real Redis: {problem}", pytrace=False)
     pytest.skip(f"real Redis unavailable: {problem}")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not _real_redis_problem:
         return
-    outcome = "FAILED (CI=true)" if os.environ.get("CI", "").lower() == "true" else "SKIPPED"
+    outcome = "FAILED (a strict run)" if suite_rules.STRICT else "SKIPPED"
     terminalreporter.section("REAL REDIS TESTS NOT RUN", sep="!", red=True, bold=True)
     terminalreporter.write_line(
         f"The real-Redis half of every @pytest.mark.redis test was {outcome}: "

@@ -50,6 +50,8 @@ from tests.outage_rig import (
 )
 from tests.redis_server import free_port, start_redis, stop_redis
 
+pytestmark = pytest.mark.e2e  # every test here starts processes
+
 OUTAGE_SECONDS = 10.0
 CONVERSATIONS = 12
 BEFORE, DURING = 60, 60  # messages published before the kill, and while Redis is down
