@@ -1,4 +1,4 @@
-"""tests/prereqs.sh, the script ``make test`` and ``.ci/run`` call first, on a machine made bare.
+"""tests/prereqs.sh, the script ``make test`` (so ``.ci/run``) calls first, on a machine made bare.
 
 Each case runs the real script under ``/bin/bash`` with ``PATH`` set to a scratch directory of
 stub tools only, so what is "installed" is exactly what the case puts there: a missing tool with
