@@ -19,6 +19,7 @@ by skipping the tests that need it.
 from __future__ import annotations
 
 import os
+import platform
 import sys
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
@@ -92,6 +93,9 @@ def unmarked_spawn(has_marker: bool, started: Sequence[str]) -> str | None:
     )
 
 
+# The stdlib's platform.processor() runs `uname -p` once per process and caches it; the vendor
+# SDKs ask for it in their first request's headers. Asked here, it is nobody's test's process.
+platform.processor()
 processes = ProcessRecorder()
 processes.install()
 
