@@ -7,15 +7,15 @@
   locate it from ``__file__``, never from the working directory.
 * ``redis_url`` runs a test twice, marked ``redis``: against the embedded store
   (``memory://test-<tag>``) and a real Redis server (``-k real`` / ``-k memory`` pick one). The
-  real one is ``CHORUS_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/15``); if nothing
-  answers there, or on a pytest-xdist worker, a private ``redis-server`` is started for the
-  session. With neither, the real half is skipped with a banner at the end of the run.
+  real one is a private ``redis-server`` started for the session (for each pytest-xdist
+  worker), or ``CHORUS_TEST_REDIS_URL`` when set, or without the binary
+  ``redis://127.0.0.1:6379/15``. With none, the real half is skipped with a banner at the end.
 * tests/suite_rules.py: in a strict run (``make test``: ``CHORUS_TEST_STRICT=1``; ``CI=true``)
   every skip fails; a test that starts a process must be marked ``e2e`` (``make test-fast``
   leaves those out).
 * Tests sharing a real server are isolated by ``key_tag``: put it in every conversation or id
-  you create; afterwards every key containing it is deleted. Nothing is flushed, so two test
-  runs (or a developer's data in another key) can share the server safely.
+  you create; afterwards every key containing it is deleted. Nothing is flushed, so a server
+  named by ``CHORUS_TEST_REDIS_URL`` may hold a developer's data in other keys.
 """
 
 from __future__ import annotations
@@ -109,33 +109,29 @@ def _start_redis_server(binary: str, workdir: Path) -> tuple[subprocess.Popen[by
 def real_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The URL of a real Redis server for this session (skipped without one; a strict run fails).
 
-    On a pytest-xdist worker (``-n``, as ``make test`` runs) with no explicit
-    ``CHORUS_TEST_REDIS_URL``, each worker starts a server of its own: the e2e tests drive the
-    loopback platforms' fixed channels and the Streams bus's fixed keys, which one test at a time
-    may hold, and the tests of one worker run one after another."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    shared = "CHORUS_TEST_REDIS_URL" in os.environ or not worker
-    if shared and _answers(_TEST_REDIS_URL):
+    Unless ``CHORUS_TEST_REDIS_URL`` names one, the session (each pytest-xdist worker, with
+    ``-n``) starts a ``redis-server`` of its own: the e2e tests drive the loopback platforms'
+    fixed channels and the Streams bus's fixed keys, which one test at a time may hold, and
+    another run on the machine (a second checkout, another worker) would hold them too. Without
+    the binary, the default URL is used when it answers."""
+    explicit = "CHORUS_TEST_REDIS_URL" in os.environ
+    binary = None if explicit else shutil.which("redis-server")
+    if binary is None and _answers(_TEST_REDIS_URL):
         yield _TEST_REDIS_URL
         return
-    binary = shutil.which("redis-server")
-    problem = (
-        f"no Redis answered at {connect.mask_url(_TEST_REDIS_URL)} (CHORUS_TEST_REDIS_URL)"
-        if shared
-        else f"pytest-xdist worker {worker} needs a redis-server of its own"
-    )
+    problem = f"no Redis answered at {connect.mask_url(_TEST_REDIS_URL)} (CHORUS_TEST_REDIS_URL)"
     if binary:
         try:
             proc, url = _start_redis_server(binary, tmp_path_factory.mktemp("redis"))
         except RuntimeError as exc:
-            problem += f" and starting {binary} failed: {exc}"
+            problem = f"starting {binary} failed: {exc}"
         else:
             try:
                 yield url
             finally:
                 stop_redis(proc)
             return
-    else:
+    elif not explicit:
         problem += " and redis-server is not installed (tests/prereqs.sh installs it)"
     _real_redis_problem.append(problem)
     pytest.skip(f"real Redis unavailable: {problem}")
