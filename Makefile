@@ -1,12 +1,20 @@
 # Two commands: `make run` and `make test`. Both create .venv and install what they need.
-# `make test` = `make check` (lint, format, strict types of package, tests and bench), then pytest,
-# then the instruction-count gate (bench/instructions.py; needs valgrind).
+# `make test` = tests/prereqs.sh (redis-server, a Redis answering, valgrind, chromium: installed
+# with apt-get when it may, else the exact command to run), then pytest on $(WORKERS) worker
+# processes with `make check` (lint, format, strict types) and the instruction-count gate
+# (bench/instructions.py, valgrind) beside it. Every skip fails it (CHORUS_TEST_STRICT=1).
+# `make test-fast` = the tests that start no process (-m "not e2e"), for the inner loop.
+# docs/development.md says more.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: run test check lint typecheck bench gate proto docs clean
+# pytest-xdist workers, one per CPU (`make test WORKERS=4` to choose; BENCHMARKS.md, "The suite").
+WORKERS ?= auto
+PYTEST  := CHORUS_TEST_STRICT=1 $(BIN)/python -m pytest -n $(WORKERS) --dist worksteal
+
+.PHONY: run test suite test-fast prereqs check lint typecheck bench gate proto docs clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Chorus needs Python 3.11 or newer; run: make PYTHON=python3.11 ...")'
@@ -25,9 +33,24 @@ $(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/python
 run: $(VENV)/.installed-all
 	$(BIN)/chorus run
 
-test: check
-	$(BIN)/python -m pytest
-	$(MAKE) --no-print-directory gate
+# pytest in the foreground (its progress live); beside it, `make check` and (for `make test`) the
+# gate, whose outputs are shown after the tests. The workers' Redis servers are their own
+# (tests/conftest.py), so the gate's database 13 on 127.0.0.1:6379 is its alone.
+# `make suite` is the same without the gate.
+test: BESIDE := check gate
+suite: BESIDE := check
+test suite: prereqs $(VENV)/.installed-dev
+	@log=$$(mktemp); \
+	($(MAKE) --no-print-directory -j2 --output-sync=target $(BESIDE) >$$log 2>&1; echo $$? >$$log.rc) & \
+	$(PYTEST); tests=$$?; wait; beside=$$(cat $$log.rc); \
+	echo "== make $(BESIDE): exit $$beside =="; cat $$log; rm -f $$log $$log.rc; \
+	test $$tests -eq 0 -a $$beside -eq 0
+
+test-fast: $(VENV)/.installed-dev
+	$(PYTEST) -m "not e2e"
+
+prereqs:
+	@tests/prereqs.sh
 
 # Instructions per answered message (valgrind) against bench/instructions.json: fails on +10%.
 gate: $(VENV)/.installed-dev

@@ -6,12 +6,16 @@
   empty working directory, so nobody's ``.env`` is read. Tests that need a file of the repository
   locate it from ``__file__``, never from the working directory.
 * ``redis_url`` runs a test twice, marked ``redis``: against the embedded store
-  (``memory://test-<tag>``) and a real Redis server (``-k real`` / ``-k memory`` pick one). The real one is ``CHORUS_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/15``);
-  if nothing answers there, a private ``redis-server`` is started for the session. With neither,
-  the real half is skipped with a banner at the end of the run, and under ``CI=true`` it fails.
+  (``memory://test-<tag>``) and a real Redis server (``-k real`` / ``-k memory`` pick one). The
+  real one is a private ``redis-server`` started for the session (for each pytest-xdist
+  worker), or ``CHORUS_TEST_REDIS_URL`` when set, or without the binary
+  ``redis://127.0.0.1:6379/15``. With none, the real half is skipped with a banner at the end.
+* tests/suite_rules.py: in a strict run (``make test``: ``CHORUS_TEST_STRICT=1``; ``CI=true``)
+  every skip fails; a test that starts a process must be marked ``e2e`` (``make test-fast``
+  leaves those out).
 * Tests sharing a real server are isolated by ``key_tag``: put it in every conversation or id
-  you create; afterwards every key containing it is deleted. Nothing is flushed, so two test
-  runs (or a developer's data in another key) can share the server safely.
+  you create; afterwards every key containing it is deleted. Nothing is flushed, so a server
+  named by ``CHORUS_TEST_REDIS_URL`` may hold a developer's data in other keys.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ os.environ["CHORUS_BLOCK_REAL_LLM"] = "1"
 from bot.bus.streams import RedisStreamsBus
 from bot.llm import guard
 from bot.state import connect, embedded  # (imported after the guard's variable is set)
+from tests import suite_rules
 from tests.redis_server import free_port, start_redis, stop_redis
 
 guard.block_real_calls()
@@ -46,11 +51,13 @@ hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # The provider contract's fixtures (vendor, server, sleep, provider), for every provider test,
 # and the turn stores' (turn_store: the twin, the embedded store, a real Redis).
-pytest_plugins = ("tests.provider_rig", "tests.turn_rig")
+# The suite's own rules (tests/suite_rules.py): the e2e marker and its guard, strict runs.
+pytest_plugins = ("tests.suite_rules", "tests.provider_rig", "tests.turn_rig")
 
 _KEEP = {
     "CHORUS_BLOCK_REAL_LLM",
     "CHORUS_TEST_REDIS_URL",
+    "CHORUS_TEST_STRICT",
     "CHORUS_UPDATE_GOLDEN",
     "CHORUS_UPDATE_SCREENSHOTS",  # (read by the screenshot tests, never by Chorus)
 }
@@ -99,40 +106,46 @@ def _answers(url: str) -> bool:
 def _start_redis_server(binary: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     """Start a throwaway server on a free port; its URL uses the tests' database 15."""
     port = free_port()
-    return start_redis(binary, port, workdir), f"redis://127.0.0.1:{port}/15"
+    with suite_rules.processes.paused():  # the session's server, not the first test's
+        return start_redis(binary, port, workdir), f"redis://127.0.0.1:{port}/15"
 
 
 @pytest.fixture(scope="session")
 def real_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The URL of a real Redis server for this session (skips or, in CI, fails without one)."""
-    if _answers(_TEST_REDIS_URL):
+    """The URL of a real Redis server for this session (skipped without one; a strict run fails).
+
+    Unless ``CHORUS_TEST_REDIS_URL`` names one, the session (each pytest-xdist worker, with
+    ``-n``) starts a ``redis-server`` of its own: the e2e tests drive the loopback platforms'
+    fixed channels and the Streams bus's fixed keys, which one test at a time may hold, and
+    another run on the machine (a second checkout, another worker) would hold them too. Without
+    the binary, the default URL is used when it answers."""
+    explicit = "CHORUS_TEST_REDIS_URL" in os.environ
+    binary = None if explicit else shutil.which("redis-server")
+    if binary is None and _answers(_TEST_REDIS_URL):
         yield _TEST_REDIS_URL
         return
-    binary = shutil.which("redis-server")
     problem = f"no Redis answered at {connect.mask_url(_TEST_REDIS_URL)} (CHORUS_TEST_REDIS_URL)"
     if binary:
         try:
             proc, url = _start_redis_server(binary, tmp_path_factory.mktemp("redis"))
         except RuntimeError as exc:
-            problem += f" and starting {binary} failed: {exc}"
+            problem = f"starting {binary} failed: {exc}"
         else:
             try:
                 yield url
             finally:
                 stop_redis(proc)
             return
-    else:
-        problem += " and redis-server is not installed"
+    elif not explicit:
+        problem += " and redis-server is not installed (tests/prereqs.sh installs it)"
     _real_redis_problem.append(problem)
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true requires a real Redis: {problem}", pytrace=False)
     pytest.skip(f"real Redis unavailable: {problem}")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not _real_redis_problem:
         return
-    outcome = "FAILED (CI=true)" if os.environ.get("CI", "").lower() == "true" else "SKIPPED"
+    outcome = "FAILED (a strict run)" if suite_rules.STRICT else "SKIPPED"
     terminalreporter.section("REAL REDIS TESTS NOT RUN", sep="!", red=True, bold=True)
     terminalreporter.write_line(
         f"The real-Redis half of every @pytest.mark.redis test was {outcome}: "

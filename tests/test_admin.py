@@ -309,6 +309,7 @@ async def test_a_pin_shows_the_line_it_came_from(
         await pipe.execute()
 
 
+@pytest.mark.e2e
 async def test_chorus_insights_serves_the_dashboard_too(
     tmp_path: Path, real_redis_url: str
 ) -> None:
@@ -344,6 +345,7 @@ async def test_chorus_insights_serves_the_dashboard_too(
     assert TOKEN not in err.decode()
 
 
+@pytest.mark.e2e
 async def test_chorus_run_refuses_an_open_dashboard_naming_the_variable(tmp_path: Path) -> None:
     env = base_env(tmp_path) | {"CHORUS_ADMIN_PORT": "8471", "CHORUS_ADMIN_HOST": "0.0.0.0"}
     code, out, err = await run_chorus(["run"], env, tmp_path)

@@ -1,7 +1,7 @@
 """The admin dashboard in a real headless browser against a real ``chorus run``.
 
-Chromium from the distribution (``.ci/run`` installs it), driven by Playwright for Python with
-``executable_path`` (never ``playwright install``: nothing is downloaded). ``chorus run`` is a
+Chromium from the distribution (``tests/prereqs.sh`` installs it), driven by Playwright for Python
+with ``executable_path`` (never ``playwright install``: nothing is downloaded). ``chorus run`` is a
 real process with Twitch (twitchio 3 against the loopback Twitch), the Anthropic SDK against its
 loopback server and state in a real Redis, the dashboard on ``CHORUS_ADMIN_PORT``. The test logs
 in, opens each page (screenshots; with CHORUS_UPDATE_SCREENSHOTS=1 it rewrites the ones the docs show,
@@ -132,7 +132,9 @@ async def test_the_dashboard_in_a_browser_deletes_a_pin_and_pauses_a_channel(
     tmp_path: Path, own_db: str, people: tuple[str, str, str], store: Redis
 ) -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert chromium, "install the distribution's chromium (apt-get install chromium; .ci/run does)"
+    assert chromium, (
+        "install the distribution's chromium (apt-get install chromium; tests/prereqs.sh does)"
+    )
     channel_id, login, viewer = people
     now = datetime.now(UTC).replace(microsecond=0)
     tag = uuid.uuid4().hex[:8]  # the test's message ids: the pins came from its first line

@@ -30,6 +30,7 @@ async def test_every_variant_reads_the_same_answers() -> None:
         assert all(body == server.bodies[0] for body in server.bodies)
 
 
+@pytest.mark.e2e
 async def test_the_blocks_are_measured_for_every_variant(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vendor_call, "BLOCK", 3)
     monkeypatch.setattr(vendor_call, "BLOCKS", 2)

@@ -33,17 +33,20 @@ def test_status_reads_a_processs_resident_and_peak_memory_and_cpu() -> None:
     assert cpu_seconds(os.getpid()) > before
 
 
+@pytest.mark.e2e
 async def test_a_piped_chat_is_timed_to_its_first_answer() -> None:
     seconds, peak_mib, cpu = await first_answer("openai")
     assert seconds > 0 and cpu > 0
     assert peak_mib > 20  # the chat process with the SDK loaded, not an empty interpreter
 
 
+@pytest.mark.e2e
 async def test_an_idle_run_is_read_once_ready() -> None:
     rss_mib, peak_mib = await idle_run()
     assert 20 < rss_mib <= peak_mib
 
 
+@pytest.mark.e2e
 def test_the_sdk_floor_is_the_cpu_of_a_fresh_interpreter_importing_it() -> None:
     floor = import_cpu("json")  # cheap, and no SDK: only that a real child was measured
     assert floor > 0
@@ -51,6 +54,7 @@ def test_the_sdk_floor_is_the_cpu_of_a_fresh_interpreter_importing_it() -> None:
         import_cpu("no_such_module_anywhere")
 
 
+@pytest.mark.e2e
 def test_the_sdk_floor_in_instructions_is_counted_by_valgrind_in_a_fresh_interpreter() -> None:
     """The chat's own count runs in ``make test``'s gate (``bench.instructions``); here the
     floor's: importing a module counts more than importing nothing, and a failure is named."""

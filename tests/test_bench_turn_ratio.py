@@ -16,6 +16,7 @@ from bench.startup import VENDORS
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("vendor", list(VENDORS))
 async def test_the_replay_sends_exactly_the_requests_chorus_sent(
     vendor: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -34,6 +34,7 @@ async def test_both_variants_read_the_same_answers(vendor: str) -> None:
         assert all(body == streamed[0] for body in streamed)
 
 
+@pytest.mark.e2e
 async def test_the_streamed_blocks_are_measured_for_every_variant(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -259,6 +259,7 @@ def redis_binary() -> str:
     return binary
 
 
+@pytest.mark.e2e
 async def test_consume_and_publish_ride_over_a_redis_restart(
     redis_binary: str, tmp_path: Path
 ) -> None:

@@ -6,9 +6,13 @@ import argparse
 import re
 from pathlib import Path
 
+import pytest
+
 from bot.cli_parser import parser, version
 from bot.settings import NO_LLM_MESSAGE
 from tests.test_chat_e2e import base_env, run_chorus
+
+pytestmark = pytest.mark.e2e  # every test here starts processes
 
 
 async def test_run_without_an_llm_exits_nonzero_with_one_clear_message(tmp_path: Path) -> None:

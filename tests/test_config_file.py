@@ -262,6 +262,7 @@ engagement.mode = "always"
 
 
 # -- chorus config --scope -----------------------------------------------------------------------
+@pytest.mark.e2e
 async def test_config_scope_shows_each_value_with_its_source_and_masks_secrets(
     tmp_path: Path,
 ) -> None:

@@ -99,6 +99,7 @@ def _healthcheck_commands() -> list[tuple[str, list[str], dict[str, str]]]:
     return [("image", image_cmd, {}), ("compose", compose_cmd[1:], {"9464": "{port}"})]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("which", ["image", "compose"])
 async def test_healthcheck_commands_probe_healthz_and_fail_otherwise(which: str) -> None:
     """Runs the real HEALTHCHECK program against a loopback server: healthy only on a 2xx."""
@@ -138,6 +139,7 @@ async def test_healthcheck_commands_probe_healthz_and_fail_otherwise(which: str)
     assert paths == ["/healthz", "/healthz"]
 
 
+@pytest.mark.e2e
 def test_hadolint_finds_nothing() -> None:
     binary = shutil.which(
         "hadolint", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"

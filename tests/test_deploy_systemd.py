@@ -75,6 +75,7 @@ def test_systemd_unit_runs_chorus_unprivileged_and_hardened(name: str, args: lis
         )
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
 def test_systemd_analyze_verify_accepts_the_units(tmp_path: Path) -> None:
     chorus = Path(sys.executable).parent / "chorus"  # the real entry point stands in for /opt/...

@@ -21,6 +21,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import cast
 
+import pytest
 from redis.asyncio import Redis
 
 from bot.bus.streams import FIELD, RedisStreamsBus
@@ -28,6 +29,8 @@ from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.state import keys
 from tests.bus_leases import wait_balanced
+
+pytestmark = pytest.mark.e2e  # every test here starts processes
 
 WORKER = Path(__file__).parent / "fault" / "worker.py"
 PARTITIONS = 8  # as in the worker

@@ -93,6 +93,7 @@ class Adapter:
         return self.is_ready
 
 
+@pytest.mark.e2e
 async def test_readyz_follows_redis_down_and_back(
     redis_process: RedisProcess, http: aiohttp.ClientSession
 ) -> None:

@@ -16,6 +16,8 @@ import time
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from bot.onboarding import checks
 from bot.settings import settings_from
 from tests.loopback.anthropic_server import AnthropicServer
@@ -102,6 +104,7 @@ def answer_the_wizard(env: dict[str, str], cwd: Path) -> tuple[int, str]:
     return term.wait(), term.seen
 
 
+@pytest.mark.e2e
 async def test_init_at_a_terminal_writes_a_setup_that_chorus_chat_answers_with(
     tmp_path: Path,
 ) -> None:
@@ -152,6 +155,7 @@ async def test_init_at_a_terminal_writes_a_setup_that_chorus_chat_answers_with(
     assert request.body["model"] == "claude-test"
 
 
+@pytest.mark.e2e
 async def test_init_from_flags_alone_and_it_never_replaces_files_unasked(tmp_path: Path) -> None:
     async with OpenAIServer() as local, SlackServer() as slack:
         env = base_env(tmp_path) | {"SLACK_API_BASE_URL": slack.api_url}
@@ -186,6 +190,7 @@ async def test_init_from_flags_alone_and_it_never_replaces_files_unasked(tmp_pat
         assert 'name = "Cy"' in (tmp_path / "chorus.toml").read_text()
 
 
+@pytest.mark.e2e
 async def test_a_refused_token_stops_a_scripted_init_and_nothing_is_written(
     tmp_path: Path,
 ) -> None:

@@ -231,6 +231,7 @@ def test_job_ids_round_trip() -> None:
         keys.parse_insights_member("nocolon")
 
 
+@pytest.mark.e2e
 def test_the_core_enqueues_without_importing_the_insights_package() -> None:
     """Dependency rule: ``bot`` never imports ``insights`` (only the composition root may)."""
     code = (

@@ -237,6 +237,7 @@ def tiny_pdf(lines: list[str]) -> bytes:
     return out + f"startxref\n{xref}\n%%EOF\n".encode()
 
 
+@pytest.mark.e2e
 @pytest.mark.redis
 async def test_a_pdf_in_a_folder_is_indexed_from_its_text_layer(
     kb_redis: Redis, tmp_path: Path

@@ -56,6 +56,7 @@ async def wiki() -> AsyncIterator[Wiki]:
         yield server
 
 
+@pytest.mark.e2e
 async def test_the_knowledge_base_reads_the_wiki_the_chat_cannot_fetch(
     tmp_path: Path, wiki: Wiki
 ) -> None:

@@ -138,6 +138,7 @@ async def test_a_base_stops_at_its_file_and_byte_limits_with_a_log_line(
     assert limit.document == "docs/4.md"  # type: ignore[attr-defined]
 
 
+@pytest.mark.e2e
 @pytest.mark.redis
 async def test_a_pdf_that_takes_too_long_is_stopped_and_skipped(
     kb_redis: Redis,  # noqa: F811
@@ -158,6 +159,7 @@ async def test_a_pdf_that_takes_too_long_is_stopped_and_skipped(
     assert "slow.pdf" in skipped.document  # type: ignore[attr-defined]
 
 
+@pytest.mark.e2e
 async def test_search_knowledge_in_a_real_chat_shows_no_secret_and_no_absolute_path(
     tmp_path: Path,
 ) -> None:

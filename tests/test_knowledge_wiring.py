@@ -96,6 +96,7 @@ async def test_indexed_at_start_and_at_once_on_reload(
     assert [c.where for c in index.chunks] == ["rules.md # Rules", "rules.md # Rules > Memes"]
 
 
+@pytest.mark.e2e
 async def test_chorus_knowledge_index_and_status(
     tmp_path: Path, real_redis: Redis, real_redis_url: str
 ) -> None:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.e2e  # every test here starts processes
+
 ROOT = Path(__file__).resolve().parent.parent
 
 VENDOR_SDKS = {"anthropic": "anthropic", "openai": "openai", "gemini": "google.genai"}

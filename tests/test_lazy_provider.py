@@ -66,6 +66,7 @@ VENDORS = {
 }
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("vendor", sorted(VENDORS))
 def test_the_sdk_is_imported_by_the_first_call_not_by_the_build(
     vendor: str, tmp_path: Path

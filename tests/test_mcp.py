@@ -15,6 +15,8 @@ from bot.tools.base import Permission, Tool, ToolError
 from bot.tools.mcp import MCPTool, namespaced_name
 from tests.mcp_rig import ECHO_TOOLS, WAIT, by_name, call, children, echo, exists, manager, running
 
+pytestmark = pytest.mark.e2e  # every test here starts processes
+
 
 @pytest.fixture
 def no_leftover_children() -> Iterator[None]:

@@ -37,6 +37,7 @@ async def http_server() -> AsyncIterator[HttpServer]:
 
 
 # -- streamable HTTP ----------------------------------------------------------------------------
+@pytest.mark.e2e
 async def test_http_server_works_like_stdio_with_headers_from_the_environment(
     http_server: HttpServer,
 ) -> None:
@@ -51,6 +52,7 @@ async def test_http_server_works_like_stdio_with_headers_from_the_environment(
         assert await call(mgr, "remote__stats") == '{"count":3,"ok":true}'
 
 
+@pytest.mark.e2e
 async def test_http_server_refusing_our_token_is_reported(http_server: HttpServer) -> None:
     servers = {"remote": {"url": http_server.url, "headers": {"Authorization": "Bearer nope"}}}
     async with running(servers) as mgr:
@@ -58,6 +60,7 @@ async def test_http_server_refusing_our_token_is_reported(http_server: HttpServe
         assert mgr.status()["remote"].startswith("failed: HTTP 401 Unauthorized")
 
 
+@pytest.mark.e2e
 async def test_http_server_down_is_unavailable_then_reconnects(http_server: HttpServer) -> None:
     fake = FakeTime()
     servers = {"remote": {"url": http_server.url, "headers": {"Authorization": "Bearer s3cret"}}}
@@ -84,6 +87,7 @@ async def test_http_server_down_is_unavailable_then_reconnects(http_server: Http
 
 
 # -- config ----------------------------------------------------------------------------------
+@pytest.mark.e2e
 async def test_env_and_args_are_expanded_and_reach_the_server(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -112,6 +116,7 @@ def test_a_missing_variable_names_the_server_the_field_and_the_variable() -> Non
         config.servers["r"].expanded("r", {})
 
 
+@pytest.mark.e2e
 async def test_a_server_with_a_missing_variable_is_skipped_not_fatal() -> None:
     async with running({"good": echo(), "bad": echo(env={"K": "${MISSING}"})}) as mgr:
         assert mgr.status()["good"] == "connected"
@@ -163,6 +168,7 @@ def test_from_settings_reads_chorus_mcp_config(tmp_path: Path) -> None:
     assert MCPManager.from_settings(ToolSettings()) is None
 
 
+@pytest.mark.e2e
 async def test_disabled_servers_are_not_started_and_filters_pick_tools() -> None:
     servers = {
         "echo": echo(tools={"allow": ["a*", "s*"], "deny": ["stats", "slow"]}),
@@ -186,6 +192,7 @@ def test_names_are_sanitised_and_long_ones_shortened_deterministically() -> None
     assert namespaced_name("echo", "x" * 58) == "echo__" + "x" * 58  # exactly 64: kept
 
 
+@pytest.mark.e2e
 async def test_names_that_sanitise_alike_stay_distinct_and_specs_are_stable() -> None:
     servers = {"a.b": echo(tools={"allow": ["add"]}), "a_b": echo(tools={"allow": ["add"]})}
     async with running(servers) as first:

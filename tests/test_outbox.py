@@ -36,6 +36,8 @@ from bot.state import connect
 from tests import outage_rig
 from tests.redis_server import free_port, start_redis, stop_redis
 
+pytestmark = pytest.mark.e2e  # every test here starts processes
+
 CONVERSATIONS, EACH = 6, 8
 T0 = datetime(2025, 1, 2, tzinfo=UTC)
 KEY = b"k" * 32

@@ -213,6 +213,7 @@ asyncio.run(main(*sys.argv[1:]))
 """
 
 
+@pytest.mark.e2e
 async def test_two_processes_never_hold_more_than_the_budget(
     real_redis: Redis, real_redis_url: str, key_tag: str
 ) -> None:

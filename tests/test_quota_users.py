@@ -184,6 +184,7 @@ async def test_every_key_has_a_ttl(redis_client: Redis, key_tag: str) -> None:
         assert await redis_client.ttl(key) > 0, key
 
 
+@pytest.mark.e2e
 async def test_a_quota_check_waits_out_a_redis_outage(tmp_path: Path) -> None:
     """Redis killed before the check and restarted on its port a moment later: the turn's quota
     check waits (like every other Redis step of a turn), then counts, never a crash."""

@@ -23,6 +23,8 @@ from tests.loopback.discord_server import (
 from tests.redis_server import free_port
 from tests.test_chat_e2e import ROOT, base_env, spawn_chorus
 
+pytestmark = pytest.mark.e2e  # every test here starts processes
+
 
 async def test_chorus_run_answers_a_discord_mention_end_to_end(tmp_path: Path) -> None:
     port = free_port()

@@ -419,6 +419,7 @@ def test_a_section_filled_by_field_name_yields_to_the_variables() -> None:
         load_settings(environ={}, env_file=None, sections={"state": {"history_max_messages": 1}})
 
 
+@pytest.mark.e2e
 async def test_mcp_config_and_prices_from_dotenv_take_effect(tmp_path: Path) -> None:
     """The two variables that ``.env`` used to be ignored for, through the composition root."""
     (tmp_path / "mcp.json").write_text(

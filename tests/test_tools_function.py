@@ -243,6 +243,7 @@ print(json.dumps(FunctionTool(weather).spec.model_dump(), sort_keys=False))
 """
 
 
+@pytest.mark.e2e
 def test_spec_is_byte_identical_across_builds_and_processes() -> None:
     first = _spec_bytes()
     assert first == _spec_bytes()

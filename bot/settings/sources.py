@@ -27,7 +27,12 @@ PREFIX = "CHORUS_"
 # Switches read outside the settings root (the test suite's and the benchmarks'): known names,
 # so they are never reported as typos.
 INTERNAL_VARIABLES = frozenset(
-    {"CHORUS_BLOCK_REAL_LLM", "CHORUS_TEST_REDIS_URL", "CHORUS_BENCH_REDIS_URL"}
+    {
+        "CHORUS_BLOCK_REAL_LLM",
+        "CHORUS_TEST_REDIS_URL",
+        "CHORUS_TEST_STRICT",
+        "CHORUS_BENCH_REDIS_URL",
+    }
 )
 
 
