@@ -27,6 +27,9 @@ from tests.test_admin import TOKEN, login_csrf
 from tests.test_admin_config import FILE, form_of, on_disk
 from tests.test_chat_e2e import base_env, run_chorus
 
+# It starts processes (tests/suite_rules.py): `make test-fast` leaves it out.
+pytestmark = pytest.mark.e2e
+
 Client = TestClient[web.Request, web.Application]
 PASSWORD = "correct horse battery"
 

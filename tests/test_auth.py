@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
+import pytest
 
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.openai_server import OpenAIServer
@@ -23,6 +24,9 @@ from tests.loopback.youtube_server import BOT_CHANNEL_ID, BOT_TITLE, VIDEO_ID, Y
 from tests.redis_server import free_port
 from tests.test_chat_e2e import base_env, spawn_chorus, stopped
 from tests.test_init import Terminal
+
+# It starts processes (tests/suite_rules.py): `make test-fast` leaves it out.
+pytestmark = pytest.mark.e2e
 
 BOT_ID, BOT_LOGIN = "2914196", "mybot"
 CHANNEL, CHANNEL_LOGIN = "1971641", "streamer"

@@ -38,6 +38,9 @@ from tests.deploy_recipes import (
     _serves_health,
 )
 
+# It starts processes (tests/suite_rules.py): `make test-fast` leaves it out.
+pytestmark = pytest.mark.e2e
+
 SHARED = {"CHORUS_REDIS_URL": "redis://redis:6379/0", "CHORUS_BUS": "redis"}
 
 

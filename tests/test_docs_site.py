@@ -11,6 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# It starts processes (tests/suite_rules.py): `make test-fast` leaves it out.
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parent.parent
 README_MAX_LINES = 250
 

@@ -16,11 +16,16 @@ import sys
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
+
 from bot.onboarding import files, finish
 from bot.settings import Settings
 from tests.loopback.discord_server import DiscordServer
 from tests.loopback.openai_server import OpenAIServer
 from tests.test_chat_e2e import ROOT, base_env, run_chorus
+
+# It starts processes (tests/suite_rules.py): `make test-fast` leaves it out.
+pytestmark = pytest.mark.e2e
 
 # The permissions the Discord adapter needs, by Discord's documented bit numbers.
 VIEW_CHANNEL, SEND_MESSAGES, READ_MESSAGE_HISTORY, SEND_IN_THREADS = 10, 11, 16, 38

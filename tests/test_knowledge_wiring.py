@@ -126,6 +126,7 @@ async def test_chorus_knowledge_index_and_status(
         await real_redis.delete(*(keys.knowledge(base, p) for p in KB_PARTS))
 
 
+@pytest.mark.e2e
 async def test_chorus_knowledge_index_counts_against_the_daily_cost_cap(
     tmp_path: Path, real_redis: Redis, real_redis_url: str, key_tag: str
 ) -> None:

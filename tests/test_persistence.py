@@ -30,6 +30,9 @@ from bot.state import embedded, statefile
 from bot.state.connect import open_redis
 from bot.state.statefile import StateRefused
 
+# It starts processes (tests/suite_rules.py): `make test-fast` leaves it out.
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.test_chat_e2e import ROOT, base_env, run_chorus
+
+# It starts processes (tests/suite_rules.py): `make test-fast` leaves it out.
+pytestmark = pytest.mark.e2e
 
 CONFIG = """
 [plugins]

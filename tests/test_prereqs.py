@@ -81,8 +81,7 @@ def test_missing_tools_without_apt_stop_at_once_with_the_exact_command(
     assert result.returncode == 1, result.stderr
     assert (
         "sudo apt-get update && sudo apt-get install -y redis-server valgrind chromium systemd "
-        "faketime"
-        in result.stderr
+        "faketime" in result.stderr
     )
     assert not (tmp_path / "r").exists()  # nothing was started
 
@@ -97,7 +96,10 @@ def test_missing_tools_are_installed_with_apt_get_and_the_right_packages(
     stub(bin_dir, "redis-server")
     result = run(bin_dir, answering_port(real_redis_url), tmp_path)
     assert result.returncode == 0, result.stderr
-    assert log.read_text().splitlines() == ["update -qq", "install -y -qq valgrind systemd faketime"]
+    assert log.read_text().splitlines() == [
+        "update -qq",
+        "install -y -qq valgrind systemd faketime",
+    ]
     assert "installing valgrind systemd faketime" in result.stderr
 
 

@@ -34,6 +34,9 @@ import pytest
 from tests.loopback.openai_server import OpenAIServer
 from tests.redis_server import free_port
 
+# It starts processes (tests/suite_rules.py): `make test-fast` leaves it out.
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parent.parent
 
 PACKAGES = ("bot", "adapters", "insights", "prompts")
