@@ -139,7 +139,12 @@ async def answered_by(
             raise AssertionError(f"the quick start ended first:\n{err.decode()[-3000:]}")
         ended.cancel()
         waiting.result()
-        answer = await ask()
+        try:
+            answer = await ask()
+        except TimeoutError:  # no answer: say why, from the bot's log
+            os.killpg(proc.pid, signal.SIGTERM)
+            _, err = await stopped(proc)
+            raise AssertionError(f"no answer:\n{err.decode(errors='replace')[-3000:]}") from None
         os.killpg(proc.pid, signal.SIGTERM)
         _, err = await stopped(proc)
     return answer, err.decode(errors="replace")

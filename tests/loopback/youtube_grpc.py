@@ -139,6 +139,9 @@ class YouTubeStreamServer:
         # The position is fixed as the call is recorded, before any await: a test that pushes
         # once it sees the call must find its item delivered, never taken for the log so far.
         position: int | None
+        # the first answer of a call without a token is the history as the call found it: an
+        # item pushed once the test saw the call comes in the next answer, never in the backlog
+        history = len(self.log) if token is None else None
         if token is None:
             position = 0  # the history: everything so far, in the first response
         elif token.startswith("pos-"):
@@ -162,14 +165,15 @@ class YouTubeStreamServer:
         if position is None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "invalid page token")
             return
-        first = token is None
         while self.close_after is None or call.responses < self.close_after:
             wake = self._wake
-            if not first and len(self.log) <= position and self.offline_at is None:
+            if history is not None:
+                items, position, history = self.log[:history], history, None
+            elif len(self.log) <= position and self.offline_at is None:
                 await wake.wait()
                 continue
-            first = False
-            items, position = self.log[position:], len(self.log)
+            else:
+                items, position = self.log[position:], len(self.log)
             yield self._response(items, position)
             call.responses += 1
             await self._saw()
