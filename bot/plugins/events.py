@@ -278,22 +278,11 @@ class PluginEvents:
     async def _call(self, plugin: str, handler: EventHandler, context: EventContext) -> None:
         timeout = handler.timeout if handler.timeout is not None else self._timeout
         where = {"plugin": plugin, "kind": handler.kind, "handler": handler.name}
-        outcome = "ok"
+        outcome = "cancelled"  # unless the call ends by itself
         try:
-            async with asyncio.timeout(timeout):
-                await handler.func(context)
-        except TimeoutError:
-            outcome = "timeout"
-            log.warning("plugin event handler timed out", extra={**where, "seconds": timeout})
-        except Exception:
-            outcome = "error"
-            log.exception("plugin event handler raised", extra=where)
-        except asyncio.CancelledError:
-            outcome = "cancelled"
-            raise
-        except BaseException:  # SystemExit, KeyboardInterrupt, GeneratorExit
-            outcome = "error"
-            log.exception("plugin event handler raised a BaseException; contained", extra=where)
+            outcome = await contained(
+                lambda: handler.func(context), timeout, "plugin event handler", where
+            )
         finally:
             self._running[plugin] -= 1
             self._count(plugin, handler.kind, outcome)
@@ -314,3 +303,27 @@ class PluginEvents:
         for task in pending:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def contained(
+    call: Callable[[], Awaitable[object]], seconds: float, what: str, where: dict[str, str]
+) -> Literal["ok", "timeout", "error"]:
+    """Run a plugin's ``call`` within ``seconds``; how it ended, never raising what it raised
+    (an exception, ``SystemExit`` included, or running too long is logged as ``what`` with
+    ``where``). Cancellation still propagates: it is the caller's, not the plugin's. Event
+    handlers and timers share it, so both are contained alike."""
+    try:
+        async with asyncio.timeout(seconds):
+            await call()
+    except TimeoutError:
+        log.warning(f"{what} timed out", extra={**where, "seconds": seconds})
+        return "timeout"
+    except Exception:
+        log.exception(f"{what} raised", extra=where)
+        return "error"
+    except asyncio.CancelledError:
+        raise
+    except BaseException:  # SystemExit, KeyboardInterrupt, GeneratorExit
+        log.exception(f"{what} raised a BaseException; contained", extra=where)
+        return "error"
+    return "ok"

@@ -33,6 +33,7 @@ from pydantic import BaseModel
 
 from bot.events import ConversationKey
 from bot.plugins.context import PluginServices
+from bot.plugins.events import contained
 from bot.plugins.store import PluginStore
 
 log = logging.getLogger("chorus.plugins")
@@ -234,22 +235,9 @@ class PluginTimers:
         timer = entry.timer
         timeout = timer.timeout if timer.timeout is not None else self._timeout
         where = {"plugin": entry.plugin, "timer": timer.name}
-        outcome = "ok"
+        outcome = "cancelled"  # unless the call ends by itself
         try:
-            async with asyncio.timeout(timeout):
-                await timer.func(context)
-        except TimeoutError:
-            outcome = "timeout"
-            log.warning("plugin timer timed out", extra={**where, "seconds": timeout})
-        except Exception:
-            outcome = "error"
-            log.exception("plugin timer raised", extra=where)
-        except asyncio.CancelledError:
-            outcome = "cancelled"
-            raise
-        except BaseException:  # SystemExit, KeyboardInterrupt, GeneratorExit
-            outcome = "error"
-            log.exception("plugin timer raised a BaseException; contained", extra=where)
+            outcome = await contained(lambda: timer.func(context), timeout, "plugin timer", where)
         finally:
             self.counts[entry.plugin, timer.name, outcome] += 1
 
