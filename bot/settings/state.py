@@ -15,7 +15,8 @@ from pydantic import Field, SecretStr, field_validator
 
 from bot.settings.base import Section
 
-REDIS_SCHEMES = ("embedded", "memory", "redis", "rediss", "unix")
+REDIS_SCHEMES = ("embedded", "memory", "redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 EMBEDDED_SCHEMES = ("embedded", "memory")
 
 
@@ -26,7 +27,9 @@ class StateSettings(Section):
         description=(
             "Where state lives: embedded:// (the default: the store inside the process, kept "
             "on disk in CHORUS_DATA_DIR/state), memory:// (inside the process, forgotten at "
-            "exit: tests and experiments) or a Redis server (redis://host:6379/0)"
+            "exit: tests and experiments), a Redis server (redis://host:6379/0) or a Redis "
+            "Cluster (redis+cluster://host:7000,host:7001: any of its nodes, comma-separated; "
+            "rediss+cluster:// for TLS)"
         ),
     )
     data_compact_minutes: float = Field(
@@ -147,6 +150,23 @@ class StateSettings(Section):
         return self.data_path() / Path(self.spool_dir).expanduser()
 
 
+def cluster_nodes(value: str) -> list[tuple[str, int]]:
+    """The ``(host, port)`` of each node a ``redis+cluster://`` URL names (port 6379 by default)."""
+    hostinfo = urlsplit(value).netloc.rpartition("@")[2]
+    nodes: list[tuple[str, int]] = []
+    for node in hostinfo.split(","):
+        host, _, port = node.strip().rpartition(":") if ":" in node else (node.strip(), "", "6379")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(
+                f"a cluster node must be host:port, got {node!r} "
+                "(e.g. redis+cluster://10.0.0.1:7000,10.0.0.2:7000)"
+            )
+        nodes.append((host, int(port)))
+    if urlsplit(value).path.strip("/") not in ("", "0"):
+        raise ValueError("a Redis Cluster has database 0 only")
+    return nodes
+
+
 def check_redis_url(value: str) -> None:
     try:
         parts = urlsplit(value)
@@ -156,8 +176,12 @@ def check_redis_url(value: str) -> None:
         raise ValueError(
             f"scheme {parts.scheme or '(none)'!r} is not supported; use embedded:// (kept in "
             "CHORUS_DATA_DIR), memory:// (forgotten at exit), redis://host:6379/0, "
-            "rediss://host:6380/0 or unix:///path/to/redis.sock"
+            "rediss://host:6380/0, unix:///path/to/redis.sock or "
+            "redis+cluster://host:7000,host:7001"
         )
+    if parts.scheme in CLUSTER_SCHEMES:
+        cluster_nodes(value)
+        return
     if parts.scheme in ("redis", "rediss") and not parts.hostname:
         raise ValueError("a redis:// URL needs a host, e.g. redis://127.0.0.1:6379/0")
     if parts.scheme == "embedded" and (parts.netloc or parts.path.strip("/")):

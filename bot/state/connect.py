@@ -10,7 +10,11 @@ router and the insights worker of one process share state), different names are 
 the data lives as long as the process. Bare ``memory://`` is the process's default store; an
 optional ``/N`` path selects database N, as for Redis.
 
-``redis://``, ``rediss://`` and ``unix://`` go to redis-py's ``from_url``. Both kinds decode
+``redis://``, ``rediss://`` and ``unix://`` go to redis-py's ``from_url``.
+``redis+cluster://host:port[,host:port...]`` (``rediss+cluster://`` with TLS) opens redis-py's
+``RedisCluster`` from those startup nodes (it learns the rest of the cluster from them) and
+switches the key catalogue to its cluster layout (``bot.state.keys.use_cluster_layout``: hash
+tags where operations combine keys); docs/scaling.md "Redis Cluster" says what changes. Both kinds decode
 responses to ``str``. ``connect`` pings once, so a wrong host fails at startup with a message
 naming CHORUS_REDIS_URL (password masked), not at the first message with a traceback.
 
@@ -25,15 +29,18 @@ import logging
 import re
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit, urlunsplit
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisError
 
 from bot.settings import ConfigError, StateSettings, check_redis_url
+from bot.settings.state import CLUSTER_SCHEMES, cluster_nodes
+from bot.state import keys
 
 if TYPE_CHECKING:
     import fakeredis
@@ -102,12 +109,15 @@ async def open_redis(
             raise ConfigError(f"{VARIABLE}=embedded:// needs the data directory (CHORUS_DATA_DIR)")
         return await _persistent_client(data_dir, compact_minutes)
     try:
-        client = Redis.from_url(
-            url,
-            decode_responses=True,
-            socket_connect_timeout=connect_timeout,
-            retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), _RETRIES),
-        )
+        if parts.scheme in CLUSTER_SCHEMES:
+            client = _cluster_client(url, connect_timeout)
+        else:
+            client = Redis.from_url(
+                url,
+                decode_responses=True,
+                socket_connect_timeout=connect_timeout,
+                retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), _RETRIES),
+            )
     except (ValueError, TypeError) as exc:  # bad query-string options, e.g. ?db=x
         message = _scrub(str(exc), parts.password)
         raise ConfigError(f"{VARIABLE}={mask_url(url)!r} is invalid: {message}") from None
@@ -148,6 +158,23 @@ def mask_url(url: str) -> str:
         userinfo, _, hostinfo = parts.netloc.rpartition("@")
         url = urlunsplit(parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{hostinfo}"))
     return _QUERY_PASSWORD.sub(r"\1***", url)
+
+
+def _cluster_client(url: str, connect_timeout: float) -> Redis:
+    """A ``RedisCluster`` from a ``redis+cluster://`` URL's nodes, its keys in the cluster layout.
+    Typed as ``Redis``: the stores send it the same commands (``client.is_cluster`` tells)."""
+    parts = urlsplit(url)
+    keys.use_cluster_layout(True)
+    cluster = RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in cluster_nodes(url)],
+        username=parts.username or None,
+        password=parts.password or None,
+        ssl=parts.scheme == "rediss+cluster",
+        decode_responses=True,
+        socket_connect_timeout=connect_timeout,
+        retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), _RETRIES),
+    )
+    return cast("Redis", cluster)
 
 
 def _memory_client(name: str, path: str) -> Redis:

@@ -27,6 +27,40 @@ LIVE_LEDGER_SECONDS = 30 * 60
 _TOKEN = re.compile(r"^[a-z0-9_]+$")
 
 
+# -- the Redis Cluster layout ---------------------------------------------------------------------
+# On Redis Cluster a multi-key command, transaction or script must touch one hash slot. The
+# cluster layout (``use_cluster_layout``, switched on by ``bot.state.connect`` for a
+# ``redis+cluster://`` URL) adds a ``{hash tag}`` to the keys that such operations combine (the
+# bus's partitions, the claims, the leases, the quota counters); a single Redis keeps the
+# names below unchanged, so its stored data stays where it is. docs/redis-keys.md lists the
+# tags ("Redis Cluster") and why each group shares a slot.
+_cluster = False
+
+
+def use_cluster_layout(on: bool) -> None:
+    """Build cluster-layout keys (``True``) or single-node ones from now on (one process talks
+    to one store, so the layout is the process's)."""
+    global _cluster
+    _cluster = on
+
+
+def cluster_layout() -> bool:
+    """Whether keys are built in the cluster layout."""
+    return _cluster
+
+
+def _tag(text: str) -> str:
+    """``text`` as a hash tag in the cluster layout; as is otherwise."""
+    return f"{{{text}}}" if _cluster else text
+
+
+def slot_tag(key: str) -> str | None:
+    """The hash tag of ``key`` (what Redis Cluster hashes), None when it has none."""
+    start = key.find("{")
+    end = key.find("}", start + 1)
+    return key[start + 1 : end] if start >= 0 and end > start + 1 else None
+
+
 def history(conv: ConversationKey) -> str:
     """The list of one conversation's history (a thread is its own conversation)."""
     return f"{PREFIX}:hist:{conv}"
@@ -40,11 +74,16 @@ def user(platform: str, user_id: str, kind: str) -> str:
     return f"{PREFIX}:user:{platform}:{_escape_part(user_id)}:{kind}"
 
 
-def dedupe(platform: str, message_id: str) -> str:
-    """The claim/done marker of one platform message, for at-least-once delivery."""
+def dedupe(platform: str, message_id: str, near: str | None = None) -> str:
+    """The claim/done marker of one platform message, for at-least-once delivery. ``near``:
+    the key of the bus stream the message came from; when that key has a hash tag (the
+    cluster layout), the claim takes it, so the claim, the ack and the reply of the turn's
+    guarded commit share one slot."""
     _check_token("platform", platform)
     _check_id("message_id", message_id)
-    return f"{PREFIX}:dedupe:{platform}:{_escape_part(message_id)}"
+    tag = slot_tag(near) if near is not None else None
+    where = f"{{{tag}}}:" if tag is not None else ""
+    return f"{PREFIX}:dedupe:{where}{platform}:{_escape_part(message_id)}"
 
 
 def _check_token(name: str, value: str) -> None:
@@ -221,19 +260,23 @@ _TOPIC = re.compile(r"^[a-z0-9_]+(:[a-z0-9_]+)*$")
 
 def bus_stream(topic: str, partition: int, namespace: str = "main") -> str:
     """One partition of a bus topic's stream (events of one conversation share a partition)."""
-    return f"{_bus(namespace)}:stream:{_bus_topic(topic)}:{_partition(partition)}"
+    name = f"{_bus_topic(topic)}:{_partition(partition)}"
+    if _cluster:  # partition p of every topic in one slot (a reply beside its message)
+        name = f"{{{namespace}.p{partition}}}:{name}"
+    return f"{_bus(namespace)}:stream:{name}"
 
 
 def bus_members(topic: str, group: str, namespace: str = "main") -> str:
     """The heartbeat zset of the live consumers of ``group`` on ``topic``."""
     _check_token("group", group)
-    return f"{_bus(namespace)}:members:{group}:{_bus_topic(topic)}"
+    return f"{_bus(namespace)}:members:{_tag(f'{group}:{_bus_topic(topic)}')}"
 
 
 def bus_lease(topic: str, group: str, partition: int, namespace: str = "main") -> str:
     """The lease naming the one consumer of ``group`` that reads a partition of ``topic``."""
     _check_token("group", group)
-    return f"{_bus(namespace)}:lease:{group}:{_bus_topic(topic)}:{_partition(partition)}"
+    where = _tag(f"{group}:{_bus_topic(topic)}")  # a group's leases: one slot (read together)
+    return f"{_bus(namespace)}:lease:{where}:{_partition(partition)}"
 
 
 def bus_streams_pattern(namespace: str = "main") -> str:
@@ -282,7 +325,7 @@ def quota(platform: str, project: str, day: str) -> str:
     _check_token("platform", platform)
     _check_id("project", project)
     _check_token("day", day)
-    return f"{PREFIX}:quota:{platform}:{_escape_part(project)}:{day}"
+    return f"{_quota_project(platform, project)}:{day}"
 
 
 def quota_holds(platform: str, project: str) -> str:
@@ -298,7 +341,7 @@ def quota_stream(platform: str, project: str) -> str:
 def _quota_project(platform: str, project: str) -> str:
     _check_token("platform", platform)
     _check_id("project", project)
-    return f"{PREFIX}:quota:{platform}:{_escape_part(project)}"
+    return f"{PREFIX}:quota:{_tag(f'{platform}:{_escape_part(project)}')}"
 
 
 # -- streamed answers ----------------------------------------------------------------------------
@@ -358,14 +401,20 @@ def usage(scope: str, platform: str, ident: str, period: str) -> str:
     _check_id("ident", ident)
     if not _PERIOD.match(period):
         raise ValueError(f"period must be hYYYYMMDDHH or dYYYYMMDD, got {period!r}")
-    return f"{PREFIX}:usage:{scope}:{platform}:{_escape_part(ident)}:{period}"
+    return f"{_usage()}:{scope}:{platform}:{_escape_part(ident)}:{period}"
+
+
+def _usage() -> str:
+    """The root of the quota counters: the admission script reads a user's, a channel's and
+    the cost cap's counters at once, so in the cluster layout they share one slot."""
+    return f"{PREFIX}:{_tag('usage')}"
 
 
 def usage_cost(day: str, namespace: str = "main") -> str:
     """The deployment's (its bus namespace's) estimated spend in micro-USD on one UTC day."""
     _check_day(day)
     _check_token("namespace", namespace)
-    return f"{PREFIX}:usage:cost:{namespace}:{day}"
+    return f"{_usage()}:cost:{namespace}:{day}"
 
 
 def usage_cost_holds(day: str, namespace: str = "main") -> str:
@@ -377,7 +426,7 @@ def usage_notice(kind: str, platform: str, ident: str, period: str) -> str:
     """Set once the "over the limit" notice of ``kind`` was sent for that period."""
     _check_token("kind", kind)
     return usage("user", platform, ident, period).replace(
-        f"{PREFIX}:usage:user:", f"{PREFIX}:usage:notice:{kind}:", 1
+        f"{_usage()}:user:", f"{_usage()}:notice:{kind}:", 1
     )
 
 
