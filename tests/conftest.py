@@ -37,7 +37,7 @@ os.environ["CHORUS_BLOCK_REAL_LLM"] = "1"
 
 from bot.bus.streams import RedisStreamsBus
 from bot.llm import guard
-from bot.state import connect, embedded  # (imported after the guard's variable is set)
+from bot.state import connect, embedded, keys  # (imported after the guard's variable is set)
 from tests import suite_rules
 from tests.redis_server import free_port, start_redis, stop_redis
 
@@ -157,6 +157,31 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         "Start Redis on 127.0.0.1:6379, install redis-server, or set CHORUS_TEST_REDIS_URL.",
         red=True,
     )
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A private Redis Cluster of three primaries for this session (``tests/redis_cluster.py``),
+    ready (``cluster_state:ok`` on every node); its ``redis+cluster://`` URL."""
+    from tests.redis_cluster import start_cluster
+
+    cluster = start_cluster(tmp_path_factory.mktemp("redis-cluster"))
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+async def cluster_client(redis_cluster_url: str) -> AsyncIterator[Redis]:
+    """A client of the session's Redis Cluster; keys are built in the cluster layout while it
+    is open (``keys.use_cluster_layout``), the single-node layout again afterwards."""
+    client = await connect.open_redis(redis_cluster_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        keys.use_cluster_layout(False)
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ import time
 import zlib
 from collections.abc import Callable
 
-from bot.state.client import Redis, WatchError
+from bot.state.client import Redis, WatchError, is_cluster
 
 log = logging.getLogger("chorus.bus")
 
@@ -56,6 +56,7 @@ class PartitionLeases:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._redis = redis
+        self._cluster = is_cluster(redis)
         self._lease_key = lease_key
         self._members_key = members_key
         self.partitions = partitions
@@ -96,8 +97,13 @@ class PartitionLeases:
             pipe.zremrangebyscore(self._members_key, "-inf", now_ms)
             pipe.zcard(self._members_key)
             pipe.pexpire(self._members_key, self.lease_ms * 3)
-            pipe.mget(lease_keys)
-            _, _, live, _, holders = await pipe.execute()
+            if self._cluster:  # redis-py's cluster pipeline has no MGET (the keys share a slot)
+                for key in lease_keys:
+                    pipe.get(key)
+            else:
+                pipe.mget(lease_keys)
+            _, _, live, _, *rest = await pipe.execute()
+        holders = rest if self._cluster else rest[0]
         self._forget_lost({p for p, holder in enumerate(holders) if holder == self.token})
         if self.frozen:
             await self._renew_and_release(sent=sent)
@@ -154,7 +160,8 @@ class PartitionLeases:
         try:
             async with self._redis.pipeline(transaction=True) as pipe:
                 await pipe.watch(*names)
-                values = await pipe.mget(names)
+                # watched first, then read (a cluster's pipeline has no MGET: read beside it)
+                values = await (self._redis if self._cluster else pipe).mget(names)
                 mine = {p for p, value in zip(held, values, strict=True) if value == self.token}
                 pipe.multi()  # type: ignore[no-untyped-call]
                 for p, name in zip(held, names, strict=True):

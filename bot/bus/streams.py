@@ -51,11 +51,12 @@ from pydantic import BaseModel, ValidationError
 
 from bot.bus.base import BusClosed, Delivery
 from bot.bus.leases import PartitionLeases
+from bot.bus.slot_reads import SlotReads
 from bot.bus.streams_ops import autoclaim, hand_back, wait_event
 from bot.bus.streams_publish import FIELD, StreamsPublisher, conversation_of
 from bot.ops.aio import Latch, cancel_and_wait
 from bot.state import keys
-from bot.state.client import ResponseError
+from bot.state.client import ResponseError, is_cluster
 from bot.state.client import StoreConnectionError as RedisConnectionError
 from bot.state.client import StoreTimeoutError as RedisTimeoutError
 from bot.state.outages import TRANSIENT
@@ -84,9 +85,14 @@ class _Consumer:
     room: asyncio.Event = field(default_factory=asyncio.Event)
     stopped: Latch = field(default_factory=Latch)  # ``stop_consuming``
     task: asyncio.Task[None] | None = None
+    slot_reads: SlotReads = field(default_factory=SlotReads)  # a cluster's reads per slot
 
     def is_idle(self, partition: int) -> bool:
-        return partition not in self.reading and not self.inflight.get(partition)
+        return (
+            partition not in self.reading
+            and partition not in self.slot_reads.partitions
+            and not self.inflight.get(partition)
+        )
 
     @property
     def inflight_count(self) -> int:
@@ -258,6 +264,20 @@ class RedisStreamsBus(StreamsPublisher):
             state.leases.changed.clear()
             await wait_event(state.leases.changed, self.block_ms / 1000)
             return []
+        count = min(self.batch, self.max_inflight - state.inflight_count)
+        if is_cluster(self._redis):
+            rows = await state.slot_reads.fetch(
+                {p: self.stream(state.topic, p) for p in readable},
+                lambda names, share: self._redis.xreadgroup(
+                    state.group,
+                    state.name,
+                    names,  # type: ignore[arg-type]
+                    count=share,
+                    block=self.block_ms,
+                ),
+                count,
+            )
+            return self._entries(rows)
         streams = {self.stream(state.topic, p): ">" for p in readable}
         state.reading.update(readable)
         try:
@@ -265,12 +285,16 @@ class RedisStreamsBus(StreamsPublisher):
                 state.group,
                 state.name,
                 streams,  # type: ignore[arg-type]
-                count=min(self.batch, self.max_inflight - state.inflight_count),
+                count=count,
                 block=self.block_ms,
             )
         finally:
             state.reading.clear()
-        rows = cast("list[tuple[str, list[tuple[str, dict[str, str]]]]]", response or [])
+        return self._entries(
+            cast("list[tuple[str, list[tuple[str, dict[str, str]]]]]", response or [])
+        )
+
+    def _entries(self, rows: list[tuple[str, list[tuple[str, dict[str, str]]]]]) -> list[Entry]:
         return [
             (self._partition_of_stream(stream), entry_id, fields, 1)
             for stream, stream_entries in rows
@@ -337,6 +361,7 @@ class RedisStreamsBus(StreamsPublisher):
         task, state.task = state.task, None
         if task is not None:
             await cancel_and_wait(task)
+            state.slot_reads.cancel()  # what they took is handed back just below
             try:
                 async with asyncio.timeout(2):
                     for partition in sorted(state.leases.owned):

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 from typing import Any
 
+from bot.state.client import is_cluster
 from bot.state.client import Redis
 
 Claimed = tuple[str, dict[str, str] | None, int]  # entry id, fields (None: trimmed), attempt
@@ -84,7 +85,8 @@ async def unacked(redis: Redis, streams: dict[str, str]) -> dict[str, int]:
     of every stream never sees the ack without the follow-up."""
     if not streams:
         return {}
-    async with redis.pipeline(transaction=True) as pipe:
+    # a cluster's streams are in several slots: there each is read on its own (not atomic)
+    async with redis.pipeline(transaction=not is_cluster(redis)) as pipe:
         for name in streams:
             pipe.xlen(name)
             pipe.xinfo_groups(name)

@@ -244,7 +244,9 @@ class Router:
     # -- read -> decide -> answer -> commit, per conversation --------------------------------------
     async def _handle(self, item: Item) -> None:
         message, stages = item.message, self.stages
-        claim = stages.read.claims.new(message.platform, message.id)
+        change = item.delivery.ack_change if item.delivery is not None else None
+        near = change.stream if change is not None else None  # a cluster's slot: the stream's
+        claim = stages.read.claims.new(message.platform, message.id, near)
         profile = self.scoping.profile(message)
         settled = False  # answered, skipped or apologised for: ack (else another worker redoes it)
         try:

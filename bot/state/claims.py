@@ -62,8 +62,10 @@ class Claims:
     lease_ms: int = 10_000
     done_seconds: int = 3 * 24 * 3600
 
-    def new(self, platform: str, message_id: str) -> Claim:
-        return Claim(self, keys.dedupe(platform, message_id), self._token())
+    def new(self, platform: str, message_id: str, near: str | None = None) -> Claim:
+        """A claim of one message; ``near``: the bus stream it came from (on a Redis Cluster
+        the claim shares that stream's slot, ``keys.dedupe``)."""
+        return Claim(self, keys.dedupe(platform, message_id, near), self._token())
 
     def _token(self) -> str:
         return f"claimed:{self.worker_id}:{os.urandom(6).hex()}"  # 48 random bits

@@ -13,7 +13,17 @@ done EX``; ``GUARDED``
 (``bot.state.guarded``) runs them only while the claim holds the worker's token. A script's
 commands run atomically, so a reply and its record are written together or not at all, and
 the other round trip of an answered message is this one. The keys the script touches are not
-declared, which one Redis allows (a Redis Cluster would not).
+declared, which one Redis allows.
+
+On a Redis Cluster (``client.is_cluster``) a script must stay within one hash slot, so the two
+steps split by slot (docs/scaling.md, "Redis Cluster"). The read sends the alias and the own
+buffer as two plain ``GET``s in its pipeline (redis-py sends each node its share at once) and
+follows a ``/link`` alias in a second round trip, for linked authors only. The commit runs, in
+``GUARDED``, the commands whose key shares the claim's slot -- the claim takes the hash tag of
+the message's bus partition, whose reply stream and ack share it -- so the reply, the ack and
+the ``done`` marker stay one atomic step (exactly once); the rest (history, activity,
+schedules, counters, the cost settled) follows in one pipeline once the guard held: one more
+round trip, and a worker killed between the two leaves that turn's reply without those records.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ from typing import cast
 from bot.state import keys
 from bot.state.alias_scripts import LOAD
 from bot.state.claims import DONE
-from bot.state.client import EncodableT, Pipeline, Redis
+from bot.state.client import EncodableT, Pipeline, Redis, is_cluster
 from bot.state.cost import queue_settle
 from bot.state.engagement import MemoryLiveStore, RedisLiveStore
 from bot.state.guarded import GUARDED
@@ -57,6 +67,9 @@ class RedisTurnStore:
         channels: RedisLiveStore | MemoryLiveStore | None = None,
     ) -> None:
         self.redis = redis
+        self.cluster = is_cluster(redis)
+        # a cluster's commit is captured on a plain pipeline (never sent) and split by slot
+        self._capture = Redis(decode_responses=True) if self.cluster else redis
         self._history = history
         self._channels = channels
 
@@ -86,7 +99,10 @@ class RedisTurnStore:
                 claim = query.claim
                 pipe.set(claim.key, claim.token, nx=True, px=claim.lease_ms, get=True)
             self.history.queue_load(pipe, conv)
-            if query.memory_refresh is not None:
+            if query.memory_refresh is not None and self.cluster:
+                pipe.get(keys.person_of(query.platform, query.user_id))
+                pipe.get(keys.memory(query.platform, query.user_id))
+            elif query.memory_refresh is not None:
                 who = (query.platform, query.user_id)
                 pipe.eval(
                     LOAD,
@@ -111,7 +127,12 @@ class RedisTurnStore:
         claimed = next(found) if query.claim is not None else None
         raw = cast("list[str]", next(found))  # decoded by connect
         person, memory = None, None
-        if query.memory_refresh is not None:
+        if query.memory_refresh is not None and self.cluster:
+            alias_key = keys.person_of(query.platform, query.user_id)
+            person, memory = await self._follow(
+                alias_key, next(found), next(found), query.memory_refresh
+            )
+        elif query.memory_refresh is not None:
             person, memory = parse_alias_read(next(found))
         summaries = _text_or_none(next(found)) if query.summaries else None
         community = _text_or_none(next(found)) if query.summaries and query.community else None
@@ -131,6 +152,24 @@ class RedisTurnStore:
             knowledge_version=version,
         )
 
+    async def _follow(
+        self, alias_key: str, alias: object, own: object, refresh: int
+    ) -> tuple[str | None, str | None]:
+        """``LOAD``'s work on a cluster: the own buffer, or (an alias set) the person's, read
+        and kept alive in a second round trip (the person's keys hash elsewhere)."""
+        person = _text(alias) or None
+        if person is None:
+            return None, _text_or_none(own)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            prefix = keys.person_prefix() + person
+            if refresh > 0:
+                pipe.expire(alias_key, refresh)
+                pipe.expire(prefix + ":members", refresh)
+                pipe.expire(prefix + ":memory", refresh)
+            pipe.get(prefix + ":memory")
+            results: list[object] = await pipe.execute()
+        return person, _text_or_none(results[-1])
+
     # -- the claim's steps ----------------------------------------------------------------------
     async def take(self, key: str, token: str, lease_ms: int) -> object:
         return await self.redis.set(key, token, nx=True, px=lease_ms, get=True)
@@ -140,7 +179,7 @@ class RedisTurnStore:
 
     async def if_holds(self, key: str, token: str, effect: Effect) -> bool:
         """``effect`` as commands, run by ``GUARDED`` only while ``key`` holds ``token``."""
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self._capture.pipeline(transaction=False) as pipe:
             if isinstance(effect, Renew):
                 pipe.pexpire(key, effect.lease_ms)
             elif isinstance(effect, Release):
@@ -149,12 +188,23 @@ class RedisTurnStore:
                 self.lower(pipe, effect.changes)
                 pipe.set(key, DONE, ex=effect.done_seconds)
             commands = [args for args, _ in pipe.command_stack]  # only captured, never sent
+        later: list[tuple[str | bytes, ...]] = []
+        if self.cluster:  # the claim's slot in the guarded step, the rest after it
+            tag = keys.slot_tag(key)
+            later = [args for args in commands if keys.slot_tag(str(args[1])) != tag]
+            commands = [args for args in commands if keys.slot_tag(str(args[1])) == tag]
         argv: list[EncodableT] = [token]
         for args in commands:
             argv.append(len(args))
             argv.extend(args)
         run = cast("Awaitable[int]", self.redis.eval(GUARDED, 1, key, *argv))
-        return bool(await run)
+        held = bool(await run)
+        if held and later:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for command in later:
+                    pipe.execute_command(*command)
+                await pipe.execute()
+        return held
 
     # -- the commit's commands --------------------------------------------------------------------
     def lower(self, pipe: Pipeline, changes: TurnChanges) -> None:
