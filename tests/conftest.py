@@ -39,6 +39,7 @@ from bot.bus.streams import RedisStreamsBus
 from bot.llm import guard
 from bot.state import connect, embedded, keys  # (imported after the guard's variable is set)
 from tests import suite_rules
+from tests.redis_cluster import STORES, start_cluster, store_url
 from tests.redis_server import free_port, start_redis, stop_redis
 
 guard.block_real_calls()
@@ -163,8 +164,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A private Redis Cluster of three primaries for this session (``tests/redis_cluster.py``),
     ready (``cluster_state:ok`` on every node); its ``redis+cluster://`` URL."""
-    from tests.redis_cluster import start_cluster
-
     cluster = start_cluster(tmp_path_factory.mktemp("redis-cluster"))
     try:
         yield cluster.url
@@ -190,26 +189,11 @@ def key_tag() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("memory", id="memory", marks=pytest.mark.redis),
-        pytest.param("real", id="real", marks=pytest.mark.redis),
-    ]
-)
+@pytest.fixture(params=STORES)
 def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
-    """A store URL, once embedded and once a real server; real keys with ``key_tag`` are removed."""
-    if request.param == "memory":
-        yield f"memory://test-{key_tag}"
-        return
-    url: str = request.getfixturevalue("real_redis_url")
-    yield url
-    client = redis.Redis.from_url(url)
-    try:
-        doomed = list(client.scan_iter(match=f"*{key_tag}*", count=1000))
-        if doomed:
-            client.delete(*doomed)
-    finally:
-        client.close()
+    """A store URL, once embedded and once a real server; real keys with ``key_tag`` are removed
+    (a module whose store applies on a Redis Cluster too overrides it: ``WITH_CLUSTER``)."""
+    yield from store_url(request, key_tag)
 
 
 @pytest.fixture

@@ -8,9 +8,14 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+import redis
+
+from bot.state import keys
 from tests.redis_server import free_port, start_redis, stop_redis
 
 NODES = 3
@@ -88,3 +93,39 @@ def _cli(cli: str, port: int, *command: str) -> str:
     return subprocess.run(
         [cli, "-p", str(port), *command], capture_output=True, text=True, timeout=10, check=False
     ).stdout
+
+
+def store_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The body of a ``redis_url`` fixture: ``memory`` (the embedded store), ``real`` (the
+    session's server; keys with ``key_tag`` removed after) or ``cluster`` (the session's
+    cluster, keys built in its layout meanwhile)."""
+    if request.param == "memory":
+        yield f"memory://test-{key_tag}"
+        return
+    if request.param == "cluster":
+        yield request.getfixturevalue("redis_cluster_url")
+        keys.use_cluster_layout(False)
+        return
+    url: str = request.getfixturevalue("real_redis_url")
+    yield url
+    client = redis.Redis.from_url(url)
+    try:
+        doomed = list(client.scan_iter(match=f"*{key_tag}*", count=1000))
+        if doomed:
+            client.delete(*doomed)
+    finally:
+        client.close()
+
+
+STORES = [
+    pytest.param("memory", id="memory", marks=pytest.mark.redis),
+    pytest.param("real", id="real", marks=pytest.mark.redis),
+]
+"""The stores a ``redis_url`` test runs on."""
+
+WITH_CLUSTER = [
+    *STORES,
+    pytest.param("cluster", id="cluster", marks=[pytest.mark.redis, pytest.mark.e2e]),
+]
+"""The same and a Redis Cluster of three primaries, for a module whose store applies there:
+it overrides ``redis_url`` with ``pytest.fixture(params=WITH_CLUSTER)`` over ``store_url``."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from redis.asyncio import Redis
@@ -23,8 +24,15 @@ from bot.llm.scripted import ScriptedProvider
 from bot.settings import ConfigError, settings_from
 from bot.state.redis_turn import RedisTurnStore
 from bot.state.turn import TurnChanges
+from tests.redis_cluster import WITH_CLUSTER, store_url
 from tests.roundtrips import counting_round_trips
 from tests.test_bus_redis import message, pending
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
 
 
 def acks(writes: list[bytes]) -> list[bytes]:

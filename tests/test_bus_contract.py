@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from bot.bus.base import BusClosed, Delivery, EventBus, InProcessBus
 from bot.bus.streams import RedisStreamsBus
 from bot.events import Author, ChatMessage, ConversationKey, Reply
-from bot.state import connect
+from bot.state import connect, keys
 
 T0 = datetime(2025, 1, 2, tzinfo=UTC)
 
@@ -56,6 +56,9 @@ def bus_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str | None
         yield None
     elif kind == "memory":
         yield f"memory://test-{key_tag}"
+    elif kind == "cluster":  # three primaries; the keys in the cluster layout meanwhile
+        yield request.getfixturevalue("redis_cluster_url")
+        keys.use_cluster_layout(False)
     else:
         url: str = request.getfixturevalue("real_redis_url")
         yield url
@@ -86,6 +89,7 @@ pytestmark = pytest.mark.parametrize(
         pytest.param("inprocess", id="inprocess"),
         pytest.param("memory", id="streams-memory", marks=pytest.mark.redis),
         pytest.param("real", id="streams-real", marks=pytest.mark.redis),
+        pytest.param("cluster", id="streams-cluster", marks=[pytest.mark.redis, pytest.mark.e2e]),
     ],
     indirect=True,
 )

@@ -9,7 +9,7 @@ import asyncio
 import os
 import shutil
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import cast
@@ -23,7 +23,15 @@ from bot.state import connect, keys
 from bot.state.claims import Claims
 from bot.state.redis_turn import RedisTurnStore
 from bot.state.turn import Record, TurnChanges
+from tests.redis_cluster import WITH_CLUSTER, store_url
 from tests.redis_server import free_port, start_redis, stop_redis
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
+
 
 T0 = datetime(2025, 1, 2, tzinfo=UTC)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -21,6 +21,14 @@ from bot.bus.topics import DEAD_LETTERS, INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.settings import ConfigError, settings_from
 from bot.state import keys
+from tests.redis_cluster import WITH_CLUSTER, store_url
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
+
 
 HOUR_MS = 3600 * 1000
 T = 10 * HOUR_MS  # "now" in the tests that pass it; entry ids are milliseconds before it

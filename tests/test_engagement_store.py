@@ -8,7 +8,7 @@ Why a contract: ``LiveChat`` without Redis (tests, tools) runs on the twin and a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 import redis
@@ -20,7 +20,15 @@ from bot.state.engagement import Changes, LiveStore, MemoryLiveStore, RedisLiveS
 from bot.state.memory_turn import MemoryTurnStore
 from bot.state.redis_turn import RedisTurnStore
 from bot.state.turn import ChannelSave, TurnChanges
+from tests.redis_cluster import WITH_CLUSTER, store_url
 from tests.roundtrips import counting_round_trips
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
+
 
 NOW = 1_750_000_000.0
 LEDGER = 1800

@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
@@ -29,6 +30,14 @@ from bot.bus.topics import INBOUND, outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Reply
 from bot.state import keys
 from tests.bus_leases import wait_balanced
+from tests.redis_cluster import WITH_CLUSTER, store_url
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
+
 
 pytestmark = pytest.mark.e2e  # every test here starts processes
 

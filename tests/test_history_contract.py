@@ -19,7 +19,15 @@ from redis.asyncio import Redis
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.state import keys
 from bot.state.history import HistoryEntry, HistoryStore
+from tests.redis_cluster import WITH_CLUSTER, store_url
 from tests.roundtrips import RoundTrips, counting_round_trips
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
+
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 

@@ -3,10 +3,19 @@ its own. The clock is injected; Redis (embedded and real) holds the leases."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from redis.asyncio import Redis
 
 from bot.bus.leases import PartitionLeases
+from tests.redis_cluster import WITH_CLUSTER, store_url
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
 
 
 class Clock:
@@ -20,7 +29,7 @@ class Clock:
 def leases(redis: Redis, tag: str, token: str, clock: Clock) -> PartitionLeases:
     return PartitionLeases(
         redis,
-        lease_key=lambda p: f"lease:{tag}:{p}",
+        lease_key=lambda p: f"lease:{{{tag}}}:{p}",  # one slot on a cluster
         members_key=f"members:{tag}",
         partitions=2,
         token=token,
@@ -46,7 +55,9 @@ async def test_a_consumer_that_cannot_renew_stops_reading_before_its_lease_can_l
     assert mine.readable == [] and mine.owned == {0, 1}
     await mine.tick()  # Redis answers again and the leases are still ours
     assert mine.readable == [0, 1]
-    await redis_client.delete(f"lease:{key_tag}:0", f"lease:{key_tag}:1", f"members:{key_tag}")
+    await redis_client.delete(
+        f"lease:{{{key_tag}}}:0", f"lease:{{{key_tag}}}:1", f"members:{key_tag}"
+    )
 
 
 @pytest.mark.redis
@@ -58,11 +69,13 @@ async def test_after_every_lease_lapsed_only_the_new_holder_reads(
     await old.tick()
     assert old.readable == [0, 1]
     clock.now += 11.0  # an outage longer than the lease: nothing was renewed
-    await redis_client.delete(f"lease:{key_tag}:0", f"lease:{key_tag}:1")  # they lapsed
+    await redis_client.delete(f"lease:{{{key_tag}}}:0", f"lease:{{{key_tag}}}:1")  # they lapsed
     new = leases(redis_client, key_tag, "new", clock)
     await new.tick()
     assert new.readable == [0, 1]
     assert old.readable == []  # before it has even noticed the loss
     await old.tick()
     assert old.owned == set() and old.readable == []
-    await redis_client.delete(f"lease:{key_tag}:0", f"lease:{key_tag}:1", f"members:{key_tag}")
+    await redis_client.delete(
+        f"lease:{{{key_tag}}}:0", f"lease:{{{key_tag}}}:1", f"members:{key_tag}"
+    )

@@ -7,7 +7,7 @@ store."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -24,6 +24,14 @@ from bot.quota.ledger import QuotaLedger
 from bot.quota.plan import QuotaConfig
 from bot.settings import ConfigError, EngagementSettings
 from bot.state import connect
+from tests.redis_cluster import WITH_CLUSTER, store_url
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
+
 
 START = datetime(2025, 6, 2, 17, 0, tzinfo=UTC)  # 10:00 PDT
 CONFIG = QuotaConfig(daily_units=3_000, reserved_sends=4, stream_hours=1.0)

@@ -20,6 +20,14 @@ from bot.quota.ledger import QuotaLedger
 from bot.quota.plan import QuotaConfig, Request, StreamView, Usage, plan_budget
 from bot.quota.view import HOLD_SECONDS, LedgerView, MemoryLedger, Refused
 from bot.state import connect
+from tests.redis_cluster import WITH_CLUSTER, store_url
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
+
 
 ROOT = Path(__file__).resolve().parent.parent
 START = datetime(2025, 6, 2, 17, 0, tzinfo=UTC)

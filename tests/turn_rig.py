@@ -1,7 +1,8 @@
 """The turn stores under one contract: a ``turn_store`` fixture and the helpers its tests share.
 
 ``turn_store`` runs a test three times: on the in-memory twin (``MemoryTurnStore``, ``twin``),
-and on ``RedisTurnStore`` over the embedded store (``memory``) and a real Redis (``real``). The
+and on ``RedisTurnStore`` over the embedded store (``memory``), a real Redis (``real``) and a
+real Redis Cluster of three primaries (``cluster``, ``tests/redis_cluster.py``). The
 helpers read and change a store the way a test needs to and a turn never does: a claim's value,
 its lease lapsing (what expiry, or a Redis restart that lost the key, does).
 """
@@ -25,7 +26,7 @@ from bot.memory.recall import Pending, Recall
 from bot.memory.summaries import ChannelMemory, SummaryPlan, from_read
 from bot.router.read import Read, TurnRead
 from bot.router.scoping import Profile
-from bot.state import connect
+from bot.state import connect, keys
 from bot.state.claims import Claim, Claims
 from bot.state.engagement import RedisLiveStore
 from bot.state.history import HistoryEntry, HistoryStore
@@ -43,6 +44,7 @@ WINDOW = 40
         pytest.param("twin", id="twin"),
         pytest.param("memory", id="memory", marks=pytest.mark.redis),
         pytest.param("real", id="real", marks=pytest.mark.redis),
+        pytest.param("cluster", id="cluster", marks=[pytest.mark.redis, pytest.mark.e2e]),
     ]
 )
 async def turn_store(request: pytest.FixtureRequest, key_tag: str) -> AsyncIterator[Store]:
@@ -53,12 +55,15 @@ async def turn_store(request: pytest.FixtureRequest, key_tag: str) -> AsyncItera
     url = f"memory://test-{key_tag}"
     if request.param == "real":
         url = request.getfixturevalue("redis_url_real_only")
+    if request.param == "cluster":  # three primaries, keys in the cluster layout meanwhile
+        url = request.getfixturevalue("redis_cluster_url")
     client = await connect.open_redis(url)
     history = HistoryStore(client, max_messages=WINDOW, ttl_seconds=3600, keep=20, probe=5)
     try:
         yield RedisTurnStore(client, history=history, channels=RedisLiveStore(client))
     finally:
         await client.aclose()
+        keys.use_cluster_layout(False)
 
 
 @pytest.fixture

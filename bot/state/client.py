@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.client import Pipeline
+from redis.crc import key_slot
 from redis.exceptions import ConnectionError as StoreConnectionError
 from redis.exceptions import ExecAbortError, ResponseError, WatchError
 from redis.exceptions import RedisError as StoreError
@@ -31,6 +32,7 @@ __all__ = [
     "StoreTimeoutError",
     "WatchError",
     "is_cluster",
+    "slot_of",
 ]
 
 
@@ -38,3 +40,8 @@ def is_cluster(client: object) -> bool:
     """Whether ``client`` is a Redis Cluster client (``redis+cluster://``): its pipelines are
     split by node and a transaction or script must stay within one hash slot."""
     return isinstance(client, RedisCluster)
+
+
+def slot_of(key: str) -> int:
+    """The Redis Cluster hash slot of ``key`` (its ``{hash tag}`` when it has one)."""
+    return key_slot(key.encode())

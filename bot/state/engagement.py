@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from bot.events import ConversationKey
 from bot.state import keys
-from bot.state.client import Pipeline, Redis
+from bot.state.client import Pipeline, Redis, is_cluster
 
 PAUSE_SECONDS = 12 * 3600  # CHORUS_ENGAGE_PAUSE_HOURS' default
 PAUSE_FEED_MAX = 1000  # pause decisions the feed keeps (approximately): workers read it each second
@@ -181,7 +181,9 @@ class RedisLiveStore:
     async def save(self, changes: Mapping[ConversationKey, Changes], now: float) -> None:
         if not any(changes.values()):
             return
-        async with self.redis.pipeline(transaction=True) as pipe:
+        # a cluster spreads the channels (and the pause feed) over slots: there each command
+        # is atomic on its own (each keeps the newer decision by itself, as a retry needs)
+        async with self.redis.pipeline(transaction=not is_cluster(self.redis)) as pipe:
             for conv, change in changes.items():
                 self.lower(pipe, conv, change, now)
             await pipe.execute()

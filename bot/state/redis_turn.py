@@ -34,7 +34,7 @@ from typing import cast
 from bot.state import keys
 from bot.state.alias_scripts import LOAD
 from bot.state.claims import DONE
-from bot.state.client import EncodableT, Pipeline, Redis, is_cluster
+from bot.state.client import EncodableT, Pipeline, Redis, is_cluster, slot_of
 from bot.state.cost import queue_settle
 from bot.state.engagement import MemoryLiveStore, RedisLiveStore
 from bot.state.guarded import GUARDED
@@ -86,8 +86,9 @@ class RedisTurnStore:
         return self._channels
 
     async def write(self, changes: TurnChanges) -> None:
-        """``changes`` in one transaction, guarded by no claim."""
-        async with self.redis.pipeline(transaction=True) as pipe:
+        """``changes`` in one transaction, guarded by no claim (on a cluster, whose keys span
+        slots: one pipeline, each command atomic on its own)."""
+        async with self.redis.pipeline(transaction=not self.cluster) as pipe:
             self.lower(pipe, changes)
             await pipe.execute()
 
@@ -190,9 +191,9 @@ class RedisTurnStore:
             commands = [args for args, _ in pipe.command_stack]  # only captured, never sent
         later: list[tuple[str | bytes, ...]] = []
         if self.cluster:  # the claim's slot in the guarded step, the rest after it
-            tag = keys.slot_tag(key)
-            later = [args for args in commands if keys.slot_tag(str(args[1])) != tag]
-            commands = [args for args in commands if keys.slot_tag(str(args[1])) == tag]
+            slot = slot_of(key)
+            later = [args for args in commands if slot_of(str(args[1])) != slot]
+            commands = [args for args in commands if slot_of(str(args[1])) == slot]
         argv: list[EncodableT] = [token]
         for args in commands:
             argv.append(len(args))
