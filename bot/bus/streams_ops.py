@@ -9,8 +9,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from bot.state.client import is_cluster
-from bot.state.client import Redis
+from bot.state.client import Redis, is_cluster
 
 Claimed = tuple[str, dict[str, str] | None, int]  # entry id, fields (None: trimmed), attempt
 
