@@ -56,7 +56,7 @@ from bot.bus.streams_ops import autoclaim, hand_back, wait_event
 from bot.bus.streams_publish import FIELD, StreamsPublisher, conversation_of
 from bot.ops.aio import Latch, cancel_and_wait
 from bot.state import keys
-from bot.state.client import ResponseError, is_cluster
+from bot.state.client import RedisCluster, ResponseError, is_cluster, read_on_slot
 from bot.state.client import StoreConnectionError as RedisConnectionError
 from bot.state.client import StoreTimeoutError as RedisTimeoutError
 from bot.state.outages import TRANSIENT
@@ -268,12 +268,13 @@ class RedisStreamsBus(StreamsPublisher):
         if is_cluster(self._redis):
             rows = await state.slot_reads.fetch(
                 {p: self.stream(state.topic, p) for p in readable},
-                lambda names, share: self._redis.xreadgroup(
+                lambda names, share: read_on_slot(
+                    cast("RedisCluster", self._redis),
                     state.group,
                     state.name,
-                    names,  # type: ignore[arg-type]
-                    count=share,
-                    block=self.block_ms,
+                    names,
+                    share,
+                    self.block_ms,
                 ),
                 count,
             )

@@ -12,6 +12,8 @@ transaction or script over several slots (they split it by slot there).
 
 from __future__ import annotations
 
+from typing import Any
+
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.client import Pipeline
 from redis.crc import key_slot
@@ -26,12 +28,14 @@ __all__ = [
     "ExecAbortError",
     "Pipeline",
     "Redis",
+    "RedisCluster",
     "ResponseError",
     "StoreConnectionError",
     "StoreError",
     "StoreTimeoutError",
     "WatchError",
     "is_cluster",
+    "read_on_slot",
     "slot_of",
 ]
 
@@ -45,3 +49,16 @@ def is_cluster(client: object) -> bool:
 def slot_of(key: str) -> int:
     """The Redis Cluster hash slot of ``key`` (its ``{hash tag}`` when it has one)."""
     return key_slot(key.encode())
+
+
+async def read_on_slot(
+    client: RedisCluster, group: str, consumer: str, streams: dict[str, str], count: int, block: int
+) -> Any:
+    """``XREADGROUP`` of ``streams`` (one slot's) on a cluster, sent straight to the node that
+    serves their slot: redis-py finds the keys of a command whose keys move (``XREADGROUP``)
+    by asking the server (``COMMAND GETKEYS``), a round trip per read that naming the node
+    saves. The reply is parsed as ``xreadgroup``'s."""
+    node = client.get_node_from_key(next(iter(streams)))
+    pieces: list[EncodableT] = ["XREADGROUP", "GROUP", group, consumer, "COUNT", count]
+    pieces += ["BLOCK", block, "STREAMS", *streams.keys(), *streams.values()]
+    return await client.execute_command(*pieces, target_nodes=node)
