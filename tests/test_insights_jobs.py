@@ -18,7 +18,15 @@ from bot.events import ConversationKey
 from bot.memory.insight_queue import InsightJob
 from bot.state import keys
 from bot.state.insight_jobs import JOB_TTL_SECONDS, JobQueue, queue_cancel
+from tests.redis_cluster import WITH_CLUSTER, store_url
 from tests.turn_rig import enqueue
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
+
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 DEBOUNCE = 20.0

@@ -203,7 +203,9 @@ class JobQueue:
             for _ in range(_WATCH_RETRIES):
                 try:
                     await pipe.watch(key, lease)
-                    exists = await pipe.exists(key)
+                    # HLEN, not EXISTS: redis-py's cluster pipeline sends no multi-key command
+                    # (EXISTS) at once while watching; for a hash the two agree
+                    exists = await pipe.hlen(key)
                     holder = await pipe.get(lease)
                     pipe.multi()  # type: ignore[no-untyped-call]
                     if exists:

@@ -71,7 +71,11 @@ def user(platform: str, user_id: str, kind: str) -> str:
     _check_token("platform", platform)
     _check_token("kind", kind)
     _check_id("user_id", user_id)
-    return f"{PREFIX}:user:{platform}:{_escape_part(user_id)}:{kind}"
+    ident = f"{platform}:{_escape_part(user_id)}"
+    # the cluster layout keeps an identity's keys in one slot (its memory is read and written
+    # together with its /link alias and /forget mark); a linked person's are not tagged: the
+    # alias scripts name them by concatenation (``person_prefix``)
+    return f"{PREFIX}:user:{ident if platform == PERSON else _tag(ident)}:{kind}"
 
 
 def dedupe(platform: str, message_id: str, near: str | None = None) -> str:
@@ -189,13 +193,25 @@ def forgotten(platform: str, user_id: str) -> str:
 def insights_due(queue: str = "main") -> str:
     """Zset of pending insights jobs by debounced due time (epoch ms)."""
     _check_token("queue", queue)
-    return f"{PREFIX}:insights:{queue}:due"
+    return f"{_insights(queue)}:due"
 
 
 def insights_deadline(queue: str = "main") -> str:
     """Zset of pending insights jobs by the latest time they may wait (epoch ms)."""
     _check_token("queue", queue)
-    return f"{PREFIX}:insights:{queue}:deadline"
+    return f"{_insights(queue)}:deadline"
+
+
+def _insights(queue: str) -> str:
+    """The root of an insights queue's keys: its transactions combine the queue's zsets with a
+    job and its lease, so in the cluster layout the queue is one slot."""
+    return f"{PREFIX}:{_tag(f'insights:{queue}')}"
+
+
+def _budget() -> str:
+    """The root of the insights budgets (a user's and their channels' counters are checked and
+    added in one transaction: one slot in the cluster layout)."""
+    return f"{PREFIX}:{_tag('budget')}"
 
 
 def insights_member(platform: str, user_id: str) -> str:
@@ -217,25 +233,25 @@ def parse_insights_member(member: str) -> tuple[str, str]:
 def insights_job(platform: str, user_id: str, queue: str = "main") -> str:
     """The hash holding one user's pending insights job."""
     _check_token("queue", queue)
-    return f"{PREFIX}:insights:{queue}:job:{insights_member(platform, user_id)}"
+    return f"{_insights(queue)}:job:{insights_member(platform, user_id)}"
 
 
 def insights_outcomes(queue: str = "main") -> str:
     """The latest analyses' outcomes (list of JSON, newest first, capped; the admin dashboard)."""
     _check_token("queue", queue)
-    return f"{PREFIX}:insights:{queue}:outcomes"
+    return f"{_insights(queue)}:outcomes"
 
 
 def insights_lease(platform: str, user_id: str, queue: str = "main") -> str:
     """The ``SET NX PX`` lease of the worker analysing one user."""
     _check_token("queue", queue)
-    return f"{PREFIX}:insights:{queue}:lease:{insights_member(platform, user_id)}"
+    return f"{_insights(queue)}:lease:{insights_member(platform, user_id)}"
 
 
 def budget_user(platform: str, user_id: str, day: str) -> str:
     """Insights tokens one user used on one UTC day (``day`` is ``YYYYMMDD``)."""
     _check_day(day)
-    return f"{PREFIX}:budget:user:{insights_member(platform, user_id)}:{day}"
+    return f"{_budget()}:user:{insights_member(platform, user_id)}:{day}"
 
 
 def budget_channel(platform: str, channel: str, day: str) -> str:
@@ -243,7 +259,7 @@ def budget_channel(platform: str, channel: str, day: str) -> str:
     _check_token("platform", platform)
     _check_id("channel", channel)
     _check_day(day)
-    return f"{PREFIX}:budget:chan:{platform}:{_escape_part(channel)}:{day}"
+    return f"{_budget()}:chan:{platform}:{_escape_part(channel)}:{day}"
 
 
 _DAY = re.compile(r"^[0-9]{8}$")

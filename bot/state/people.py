@@ -27,7 +27,7 @@ from typing import cast
 
 from bot.state import insight_jobs, keys, turnlog
 from bot.state.alias_scripts import LOAD, SAVE
-from bot.state.client import Pipeline, WatchError
+from bot.state.client import Pipeline, WatchError, is_cluster
 from bot.state.connect import Client
 from bot.state.redis_turn import parse_alias_read
 
@@ -133,7 +133,7 @@ class PeopleStore:
             for _ in range(RETRIES):
                 try:  # the alias is watched too: a /link or /unlink meanwhile retries
                     await pipe.watch(alias, tomb)
-                    person, forgot = cast("list[str | None]", await pipe.mget(alias, tomb))
+                    person, forgot = await _read_two(self.redis, pipe, alias, tomb)
                     key = memory_key(platform, user_id, person)
                     await pipe.watch(key)
                     raw = cast("str | None", await pipe.get(key))
@@ -320,13 +320,20 @@ class PeopleStore:
         jobs and ``/pins`` view go, a day-long tombstone stays (so an analysis already under
         way cannot write the buffer back), and ``person`` ends with them when given."""
         everyone = list(identities)
-        async with self.redis.pipeline(transaction=True) as pipe:
+        cluster = is_cluster(self.redis)
+        if cluster:  # the keys span slots: the tombstones first, then the rest (not atomic)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for gone in everyone:
+                    _tombstone(pipe, gone)
+                await pipe.execute()
+        async with self.redis.pipeline(transaction=not cluster) as pipe:
             for gone in everyone:
                 platform, who = gone.identity
                 pipe.delete(keys.memory(platform, who))
                 pipe.delete(keys.user_conversations(platform, who))
                 pipe.delete(keys.user_vectors(platform, who))
-                pipe.set(keys.forgotten(platform, who), gone.at_ms, ex=FORGET_TOMBSTONE_SECONDS)
+                if not cluster:
+                    _tombstone(pipe, gone)
                 turnlog.forget_names(pipe, platform, who, gone.names)
                 insight_jobs.queue_cancel(pipe, platform, who, queue=queue)
                 pipe.delete(keys.user(platform, who, "pinsview"))
@@ -430,3 +437,19 @@ def _put(pipe: Pipeline, key: str, value: str, ttl: int) -> None:
         pipe.set(key, value, ex=ttl)
     else:
         pipe.delete(key)
+
+
+async def _read_two(client: Client, pipe: Pipeline, first: str, second: str) -> list[str | None]:
+    """Two watched keys of one slot, read on ``pipe``: one ``MGET``, or on a cluster (whose
+    pipeline sends no ``MGET``) a ``GET`` each."""
+    if is_cluster(client):
+        return [
+            cast("str | None", await pipe.get(first)),
+            cast("str | None", await pipe.get(second)),
+        ]
+    return cast("list[str | None]", await pipe.mget(first, second))
+
+
+def _tombstone(pipe: Pipeline, gone: Forgotten) -> None:
+    """The day-long mark of a ``/forget`` that blocks an older analysis's write-back."""
+    pipe.set(keys.forgotten(*gone.identity), gone.at_ms, ex=FORGET_TOMBSTONE_SECONDS)
