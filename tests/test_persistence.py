@@ -349,3 +349,12 @@ async def test_the_copy_to_redis_carries_every_type_its_content_and_expiry(
     source = await open_redis("embedded://", data_dir=data / "state")
     assert await view(real_redis, f"{key_tag}:*") == await view(source, f"{key_tag}:*")
     assert 3500 < await real_redis.ttl(f"{key_tag}:s") <= 3600
+
+
+def test_the_copy_refuses_a_redis_cluster(capsys: pytest.CaptureFixture[str]) -> None:
+    """The cluster layout names some keys differently: a copy of names as they are would put
+    a user's memory where a clustered Chorus never looks, so it is refused, saying why."""
+    from bot.state import copy
+
+    assert copy.main(["redis+cluster://127.0.0.1:7000,127.0.0.1:7001"]) == 2
+    assert "Redis Cluster is not supported" in capsys.readouterr().err

@@ -7,7 +7,9 @@ the same name there. ``DUMP``/``RESTORE`` cannot carry them: the embedded store'
 fakeredis's encoding, not Redis's, so each type is read and written with its own commands.
 A stream's entries and consumer groups (each at its last delivered id) are copied; entries a
 consumer had read but not acknowledged are not pending on the server (the Redis Streams bus
-needs a server anyway, so the embedded store holds none of its streams).
+needs a server anyway, so the embedded store holds none of its streams). A Redis Cluster is
+refused: its layout tags some names (``bot.state.keys.use_cluster_layout``), which a copy of
+names as they are would miss.
 """
 
 from __future__ import annotations
@@ -82,6 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bot.state.copy", description=__doc__)
     parser.add_argument("target", help="the Redis server, e.g. redis://127.0.0.1:6379/0")
     args = parser.parse_args(argv)
+    if args.target.split("://", 1)[0].endswith("+cluster"):
+        print(
+            "chorus: copying into a Redis Cluster is not supported: the cluster layout names "
+            "some keys differently (docs/scaling.md, Redis Cluster); copy to a Redis server",
+            file=sys.stderr,
+        )
+        return 2
     try:
         return asyncio.run(_main(args.target))
     except ConfigError as exc:
