@@ -107,3 +107,18 @@ def test_a_cluster_url_names_its_nodes() -> None:
     ):
         with pytest.raises(ValueError, match=why):
             check_redis_url(bad)
+
+
+def test_a_sentinel_url_names_its_sentinels_and_service() -> None:
+    from bot.settings.state import cluster_nodes, sentinel_service
+
+    url = "redis+sentinel://:secret@10.0.0.1,10.0.0.2:26380/chorus/2"
+    check_redis_url(url)
+    assert sentinel_service(url) == ("chorus", 2)
+    assert cluster_nodes(url, default_port=26379, path_is_db=False) == [
+        ("10.0.0.1", 26379),
+        ("10.0.0.2", 26380),
+    ]
+    for bad in ("redis+sentinel://10.0.0.1:26379", "redis+sentinel://10.0.0.1:26379/chorus/x"):
+        with pytest.raises(ValueError, match="names the service"):
+            check_redis_url(bad)

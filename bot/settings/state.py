@@ -15,8 +15,17 @@ from pydantic import Field, SecretStr, field_validator
 
 from bot.settings.base import Section
 
-REDIS_SCHEMES = ("embedded", "memory", "redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+REDIS_SCHEMES = (
+    "embedded",
+    "memory",
+    "redis",
+    "rediss",
+    "unix",
+    *CLUSTER_SCHEMES,
+    *SENTINEL_SCHEMES,
+)
 EMBEDDED_SCHEMES = ("embedded", "memory")
 
 
@@ -29,7 +38,9 @@ class StateSettings(Section):
             "on disk in CHORUS_DATA_DIR/state), memory:// (inside the process, forgotten at "
             "exit: tests and experiments), a Redis server (redis://host:6379/0) or a Redis "
             "Cluster (redis+cluster://host:7000,host:7001: any of its nodes, comma-separated; "
-            "rediss+cluster:// for TLS)"
+            "rediss+cluster:// for TLS) or a primary watched by Redis Sentinel "
+            "(redis+sentinel://host:26379,host:26379/SERVICE[/DB]: the sentinels and the "
+            "monitored service's name; a password in the URL is the primary's)"
         ),
     )
     data_compact_minutes: float = Field(
@@ -150,21 +161,36 @@ class StateSettings(Section):
         return self.data_path() / Path(self.spool_dir).expanduser()
 
 
-def cluster_nodes(value: str) -> list[tuple[str, int]]:
-    """The ``(host, port)`` of each node a ``redis+cluster://`` URL names (port 6379 by default)."""
+def cluster_nodes(
+    value: str, *, default_port: int = 6379, path_is_db: bool = True
+) -> list[tuple[str, int]]:
+    """The ``(host, port)`` of each node a ``redis+cluster://`` URL names (port 6379 by
+    default), or each sentinel of a ``redis+sentinel://`` one (``default_port`` 26379)."""
     hostinfo = urlsplit(value).netloc.rpartition("@")[2]
     nodes: list[tuple[str, int]] = []
     for node in hostinfo.split(","):
-        host, _, port = node.strip().rpartition(":") if ":" in node else (node.strip(), "", "6379")
+        node = node.strip()
+        host, _, port = node.rpartition(":") if ":" in node else (node, "", str(default_port))
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(
                 f"a cluster node must be host:port, got {node!r} "
                 "(e.g. redis+cluster://10.0.0.1:7000,10.0.0.2:7000)"
             )
         nodes.append((host, int(port)))
-    if urlsplit(value).path.strip("/") not in ("", "0"):
+    if path_is_db and urlsplit(value).path.strip("/") not in ("", "0"):
         raise ValueError("a Redis Cluster has database 0 only")
     return nodes
+
+
+def sentinel_service(value: str) -> tuple[str, int]:
+    """The monitored service's name and the database of a ``redis+sentinel://`` URL."""
+    service, _, db = urlsplit(value).path.strip("/").partition("/")
+    if not service or not db.isdigit() and db:
+        raise ValueError(
+            "a Sentinel URL names the service and optionally the database after the "
+            "sentinels, e.g. redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster/0"
+        )
+    return service, int(db or 0)
 
 
 def check_redis_url(value: str) -> None:
@@ -181,6 +207,10 @@ def check_redis_url(value: str) -> None:
         )
     if parts.scheme in CLUSTER_SCHEMES:
         cluster_nodes(value)
+        return
+    if parts.scheme in SENTINEL_SCHEMES:
+        sentinel_service(value)
+        cluster_nodes(value, default_port=26379, path_is_db=False)
         return
     if parts.scheme in ("redis", "rediss") and not parts.hostname:
         raise ValueError("a redis:// URL needs a host, e.g. redis://127.0.0.1:6379/0")

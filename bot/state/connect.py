@@ -14,7 +14,10 @@ optional ``/N`` path selects database N, as for Redis.
 ``redis+cluster://host:port[,host:port...]`` (``rediss+cluster://`` with TLS) opens redis-py's
 ``RedisCluster`` from those startup nodes (it learns the rest of the cluster from them) and
 switches the key catalogue to its cluster layout (``bot.state.keys.use_cluster_layout``: hash
-tags where operations combine keys); docs/scaling.md "Redis Cluster" says what changes. Both kinds decode
+tags where operations combine keys); docs/scaling.md "Redis Cluster" says what changes.
+``redis+sentinel://sentinel:26379[,sentinel:26379...]/SERVICE[/DB]`` asks those Redis
+Sentinels for the primary of SERVICE (redis-py's ``Sentinel.master_for``) and follows it
+through a failover; the keys are the single-node ones. Both kinds decode
 responses to ``str``. ``connect`` pings once, so a wrong host fails at startup with a message
 naming CHORUS_REDIS_URL (password masked), not at the first message with a traceback.
 
@@ -35,11 +38,17 @@ from urllib.parse import urlsplit, urlunsplit
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisError
 
 from bot.settings import ConfigError, StateSettings, check_redis_url
-from bot.settings.state import CLUSTER_SCHEMES, cluster_nodes
+from bot.settings.state import (
+    CLUSTER_SCHEMES,
+    SENTINEL_SCHEMES,
+    cluster_nodes,
+    sentinel_service,
+)
 from bot.state import keys
 
 if TYPE_CHECKING:
@@ -111,6 +120,8 @@ async def open_redis(
     try:
         if parts.scheme in CLUSTER_SCHEMES:
             client = _cluster_client(url, connect_timeout)
+        elif parts.scheme in SENTINEL_SCHEMES:
+            client = _sentinel_client(url, connect_timeout)
         else:
             client = Redis.from_url(
                 url,
@@ -175,6 +186,31 @@ def _cluster_client(url: str, connect_timeout: float) -> Redis:
         retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), _RETRIES),
     )
     return cast("Redis", cluster)
+
+
+def _sentinel_client(url: str, connect_timeout: float) -> Redis:
+    """The primary of a ``redis+sentinel://`` URL's service: redis-py's Sentinel asks the
+    sentinels where it is before each new connection and drops the old primary's connections
+    after a failover, so the stores ride a failover like a restart (the retries below, then
+    ``bot.state.outages``' backoff)."""
+    parts = urlsplit(url)
+    service, db = sentinel_service(url)
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        cluster_nodes(url, default_port=26379, path_is_db=False),
+        socket_connect_timeout=connect_timeout,
+        socket_timeout=connect_timeout,
+    )
+    primary: Redis = sentinel.master_for(
+        service,
+        username=parts.username or None,
+        password=parts.password or None,
+        db=db,
+        ssl=parts.scheme == "rediss+sentinel",
+        decode_responses=True,
+        socket_connect_timeout=connect_timeout,
+        retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), _RETRIES),
+    )
+    return primary
 
 
 def _memory_client(name: str, path: str) -> Redis:
