@@ -34,7 +34,7 @@ async def test_the_store_follows_a_failover_to_the_promoted_replica(tmp_path: Pa
         history = HistoryStore(client, max_messages=10, ttl_seconds=3600)
         conv = ConversationKey(platform="discord", channel="sentinel")
         await history.append(conv, line(1))
-        assert await client.execute_command("WAIT", 1, 5000) == 1  # the replica has it
+        assert await client.wait(1, 5000) == 1  # the replica has it
         old = rig.primary
         rig.kill(old)
         deadline = time.monotonic() + 60
