@@ -183,6 +183,22 @@ async def cluster_client(redis_cluster_url: str) -> AsyncIterator[Redis]:
         keys.use_cluster_layout(False)
 
 
+@pytest.fixture(
+    params=[
+        pytest.param("single", id="single"),
+        pytest.param("cluster", id="cluster", marks=pytest.mark.e2e),
+    ]
+)
+def production_store(request: pytest.FixtureRequest) -> tuple[str, Redis]:
+    """The production store twice, for the scale-out tests: one Redis server (its URL and a
+    client; keys with the test's ``key_tag`` removed after), and a Redis Cluster of three
+    primaries (the keys in its cluster layout meanwhile)."""
+    if request.param == "cluster":
+        url: str = request.getfixturevalue("redis_cluster_url")
+        return url, request.getfixturevalue("cluster_client")
+    return request.getfixturevalue("real_redis_url"), request.getfixturevalue("real_redis")
+
+
 @pytest.fixture
 def key_tag() -> str:
     """A tag unique to this test; put it in the conversations and ids the test writes."""

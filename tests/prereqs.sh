@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What `make test` needs besides Python, checked (and provided) before a single test runs:
-#   - redis-server (each test session, each pytest-xdist worker, starts a private one), and a
+#   - redis-server (each test session, each pytest-xdist worker, starts a private one; its
+#     package brings redis-cli, which joins the Redis Cluster tests' nodes), and a
 #     Redis answering on 127.0.0.1:$REDIS_PORT (6379; the gate's database 13): started here
 #     when none answers;
 #   - valgrind (the instruction-count gate, bench/instructions.py);

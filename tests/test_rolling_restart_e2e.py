@@ -84,8 +84,9 @@ def _ms(entry_id: str) -> int:
 
 
 async def test_a_rolling_restart_under_load_loses_doubles_and_delays_nothing(
-    real_redis_url: str, real_redis: Redis, key_tag: str, tmp_path: Path
+    production_store: tuple[str, Redis], key_tag: str, tmp_path: Path
 ) -> None:
+    real_redis_url, real_redis = production_store  # one server, then a cluster
     tag = key_tag
     async with ThinkingAnthropic() as model:
         model.default_reply = lambda body: "noted"

@@ -54,8 +54,9 @@ async def replies(redis: Redis, tag: str) -> list[Reply]:
 
 
 async def test_a_users_quota_holds_across_three_workers(
-    real_redis_url: str, real_redis: Redis, key_tag: str, tmp_path: Path
+    production_store: tuple[str, Redis], key_tag: str, tmp_path: Path
 ) -> None:
+    real_redis_url, real_redis = production_store  # one server, then a cluster
     tag = key_tag
     async with AnthropicServer() as model:
         model.default_reply = lambda body: "answered"

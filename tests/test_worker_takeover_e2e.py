@@ -24,7 +24,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, cast
 
-import pytest
 from aiohttp import web
 from redis.asyncio import Redis
 
@@ -106,21 +105,10 @@ async def _replies(redis: Redis, tag: str) -> list[tuple[int, Reply]]:
     return found
 
 
-@pytest.fixture(params=["single", "cluster"])
-def store(request: pytest.FixtureRequest) -> tuple[str, Redis]:
-    """The production store twice: one Redis server, and a Redis Cluster of three primaries
-    (the workers' keys in its cluster layout, ``tests/redis_cluster.py``)."""
-    if request.param == "cluster":
-        return request.getfixturevalue("redis_cluster_url"), request.getfixturevalue(
-            "cluster_client"
-        )
-    return request.getfixturevalue("real_redis_url"), request.getfixturevalue("real_redis")
-
-
 async def test_a_killed_workers_messages_are_answered_by_the_others_within_15s(
-    store: tuple[str, Redis], key_tag: str, tmp_path: Path
+    production_store: tuple[str, Redis], key_tag: str, tmp_path: Path
 ) -> None:
-    (real_redis_url, redis_client), tag = store, key_tag
+    (real_redis_url, redis_client), tag = production_store, key_tag
     async with ThinkingAnthropic() as model:
         model.default_reply = lambda body: "noted"
         env = worker_env(tmp_path, real_redis_url, tag, model.base_url)
