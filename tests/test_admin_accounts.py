@@ -6,7 +6,7 @@ naming the account; an operator pauses but cannot edit the configuration; an adm
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,9 +23,17 @@ from bot.settings import load_settings
 from bot.state import connect
 from bot.state.admin_accounts import AccountRecords
 from bot.state.history import HistoryStore
+from tests.redis_cluster import WITH_CLUSTER, store_url
 from tests.test_admin import TOKEN, login_csrf
 from tests.test_admin_config import FILE, form_of, on_disk
 from tests.test_chat_e2e import base_env, run_chorus
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
+
 
 # It starts processes (tests/suite_rules.py): `make test-fast` leaves it out.
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hmac
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from urllib.parse import quote
 
 import pytest
@@ -29,7 +29,15 @@ from bot.safety.audit import Audit
 from bot.settings import Settings
 from bot.state import turnlog
 from bot.state.history import HistoryStore
+from tests.redis_cluster import WITH_CLUSTER, store_url
 from tests.test_admin import TOKEN, login, login_csrf, pin
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
+
 
 Client = TestClient[web.Request, web.Application]
 BEARER = {"Authorization": f"Bearer {TOKEN}"}

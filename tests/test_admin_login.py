@@ -5,7 +5,7 @@ limit, shared by every process serving the dashboard, with its 429 page and audi
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 
 import pytest
@@ -22,7 +22,15 @@ from bot.safety.audit import Audit, read_audit
 from bot.settings import Settings
 from bot.state import keys
 from bot.state.history import HistoryStore
+from tests.redis_cluster import WITH_CLUSTER, store_url
 from tests.test_admin import TOKEN, login_csrf
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
+
 
 Client = TestClient[web.Request, web.Application]
 ADDRESS = "127.0.0.1"  # where aiohttp's test client connects from

@@ -7,7 +7,7 @@ running the old token too; a restart with the same token logs nobody out."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import pytest
@@ -23,7 +23,15 @@ from bot.safety.audit import Audit
 from bot.settings import Settings
 from bot.state import keys
 from bot.state.history import HistoryStore
+from tests.redis_cluster import WITH_CLUSTER, store_url
 from tests.test_admin import TOKEN, login_csrf
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
+
 
 Client = TestClient[web.Request, web.Application]
 OTHER_TOKEN = "another-admin-token-9876543210"
@@ -80,7 +88,7 @@ async def test_logout_ends_a_copied_session_in_every_process(
                 "/settings/reload", data={"csrf": csrf}, cookies={COOKIE: cookie}
             )
             assert changed.status == 401
-        [revoked] = [k async for k in redis_client.scan_iter(f"*admin:revoked:{key_tag}:*")]
+        [revoked] = [k async for k in redis_client.scan_iter(keys.admin_revoked("*", key_tag))]
         ttl = await redis_client.ttl(revoked)
         assert SESSION_SECONDS - 60 <= ttl <= SESSION_SECONDS  # the session's remaining life
         again, _ = await log_in(first)  # a new login is a new session

@@ -9,7 +9,7 @@ processes is ``tests/test_cost_cap_e2e.py``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -25,9 +25,17 @@ from bot.router import texts as router_texts
 from bot.safety.moderator import ChatClassifier
 from bot.settings import QuotaSettings, SafetySettings
 from bot.state.cost import CostLedger, Spent, micro
+from tests.redis_cluster import WITH_CLUSTER, store_url
 from tests.safety_rig import safety_rig
 from tests.test_summaries_contract import T0
 from tests.test_summaries_contract import Rig as SummaryRig
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
+
 
 pytestmark = pytest.mark.redis
 PRICES = PriceTable({"gpt-test": Price(input=2.0, output=8.0, cache_read=2.0, cache_write=2.0),

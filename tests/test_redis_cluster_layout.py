@@ -46,6 +46,10 @@ def test_a_single_redis_keeps_every_name() -> None:
     assert keys.budget_user("discord", "u1", "20250101") == (
         "chorus:v1:budget:user:discord:u1:20250101"
     )
+    conv = ConversationKey(platform="discord", channel="c1")
+    assert keys.history(conv) == "chorus:v1:hist:discord:c1"
+    assert keys.summary("sum", conv) == "chorus:v1:summ:sum:discord:c1"
+    assert keys.admin_token() == "chorus:v1:admin:token:main"
     assert all(keys.slot_tag(key) is None for key in (keys.bus_stream("inbound", 0),))
 
 
@@ -94,7 +98,9 @@ def test_keys_combined_by_one_operation_share_a_slot() -> None:
     # a person's keys stay untagged: the alias scripts build them from ``person_prefix``
     assert keys.person_memory("abc") == keys.person_prefix() + "abc:memory"
     conv = ConversationKey(platform="discord", channel="c1")
-    assert keys.history(conv) == "chorus:v1:hist:discord:c1"  # used alone: no tag
+    together = [keys.history(conv)] + [keys.summary(kind, conv) for kind in keys.SUMMARY_KINDS]
+    assert len({slot_of(key) for key in together}) == 1  # the summariser's write
+    assert keys.history(conv) == "chorus:v1:hist:{discord:c1}"
 
 
 def test_a_cluster_url_names_its_nodes() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -27,7 +27,15 @@ from bot.state.redis_turn import RedisTurnStore
 from bot.state.summaries import SummaryStore
 from bot.state.turn import HistoryAppend, TurnChanges
 from insights.summariser import Summariser
+from tests.redis_cluster import WITH_CLUSTER, store_url
 from tests.turn_rig import read_summaries
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
+
 
 T0 = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
 _LINE = re.compile(r'<line(?: id="(L\d+)")? from="([^"]*)"[^>]*>([^<]*)</line>')

@@ -33,9 +33,23 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import cast
 
 from bot.state.client import Redis, WatchError, is_cluster
+
+# KEYS: the leases held; ARGV: the token, the lease in ms, then per key "1" release / "0" renew.
+# -> the (1-based) indexes of the keys that still held the token.
+RENEW = """
+local mine = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then
+    if ARGV[i + 2] == '1' then redis.call('DEL', key) else redis.call('PEXPIRE', key, ARGV[2]) end
+    mine[#mine + 1] = i
+  end
+end
+return mine
+"""
 
 log = logging.getLogger("chorus.bus")
 
@@ -151,30 +165,43 @@ class PartitionLeases:
             self.draining.difference_update(back)
             self.changed.set()
 
+    async def _renew_by_script(
+        self, held: list[int], names: list[str], release: set[int]
+    ) -> set[int]:
+        """On a cluster: the renewal and release as one script of the leases' slot (redis-py's
+        cluster pipeline runs a watching transaction's commands on a thread of its own, which
+        the bus keeps off its path); the partitions that were still ours."""
+        flags = ["1" if p in release else "0" for p in held]
+        run = self._redis.eval(RENEW, len(names), *names, self.token, self.lease_ms, *flags)
+        found = await cast("Awaitable[list[int]]", run)
+        return {held[int(i) - 1] for i in found}
+
     async def _renew_and_release(self, *, sent: float, force: bool = False) -> None:
         if not self.owned:
             return
         release = {p for p in self.draining if force or self._is_idle(p)}
         held = sorted(self.owned)
         names = [self._lease_key(p) for p in held]
-        try:
-            async with self._redis.pipeline(transaction=True) as pipe:
-                await pipe.watch(*names)
-                # watched first, then read (a cluster's pipeline has no MGET: read beside it)
-                values = await (self._redis if self._cluster else pipe).mget(names)
-                mine = {p for p, value in zip(held, values, strict=True) if value == self.token}
-                pipe.multi()  # type: ignore[no-untyped-call]
-                for p, name in zip(held, names, strict=True):
-                    if p not in mine:
-                        continue
-                    if p in release:
-                        pipe.delete(name)
-                    else:
-                        pipe.pexpire(name, self.lease_ms)
-                await pipe.execute()
-        except WatchError:  # a lease changed under us: the next tick sees who holds what
-            log.info("partition lease changed during renewal", extra={"token": self.token})
-            return
+        if self._cluster:
+            mine = await self._renew_by_script(held, names, release)
+        else:
+            try:
+                async with self._redis.pipeline(transaction=True) as pipe:
+                    await pipe.watch(*names)
+                    values = await pipe.mget(names)
+                    mine = {p for p, v in zip(held, values, strict=True) if v == self.token}
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    for p, name in zip(held, names, strict=True):
+                        if p not in mine:
+                            continue
+                        if p in release:
+                            pipe.delete(name)
+                        else:
+                            pipe.pexpire(name, self.lease_ms)
+                    await pipe.execute()
+            except WatchError:  # a lease changed under us: the next tick sees who holds what
+                log.info("partition lease changed during renewal", extra={"token": self.token})
+                return
         for p in mine - release:
             self._valid_until[p] = sent + self.lease_ms / 1000
         gone = (set(held) - mine) | (release & mine)

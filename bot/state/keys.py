@@ -62,8 +62,10 @@ def slot_tag(key: str) -> str | None:
 
 
 def history(conv: ConversationKey) -> str:
-    """The list of one conversation's history (a thread is its own conversation)."""
-    return f"{PREFIX}:hist:{conv}"
+    """The list of one conversation's history (a thread is its own conversation); in the
+    cluster layout it shares its conversation's slot with the summaries (the summariser's
+    write removes summarised lines and writes the summary in one transaction)."""
+    return f"{PREFIX}:hist:{_tag(str(conv))}"
 
 
 def user(platform: str, user_id: str, kind: str) -> str:
@@ -395,7 +397,7 @@ def summary(kind: str, conv: ConversationKey) -> str:
     """One part (``SUMMARY_KINDS``) of what a conversation keeps past its history."""
     if kind not in SUMMARY_KINDS:
         raise ValueError(f"kind must be one of {SUMMARY_KINDS}, got {kind!r}")
-    return f"{PREFIX}:summ:{kind}:{conv}"
+    return f"{PREFIX}:summ:{kind}:{_tag(str(conv))}"  # with its history: one slot
 
 
 def summary_queue(queue: str = "main") -> str:
@@ -477,11 +479,17 @@ def user_names() -> str:
     return f"{PREFIX}:admin:names"
 
 
+def _admin(namespace: str) -> str:
+    """A deployment's dashboard keys (accounts, sessions, the token, the login limit) are
+    read and written together: one slot per namespace in the cluster layout."""
+    return _tag(namespace)
+
+
 def admin_login_failures(address: str, namespace: str = "main") -> str:
     """A deployment's (its bus namespace's) recent failed dashboard logins from one client
     address: the login rate limit every process serving the dashboard shares."""
     _check_token("namespace", namespace)
-    return f"{PREFIX}:admin:login:{namespace}:{_escape_part(address)}"
+    return f"{PREFIX}:admin:login:{_admin(namespace)}:{_escape_part(address)}"
 
 
 def admin_revoked(session_id: str, namespace: str = "main") -> str:
@@ -489,14 +497,14 @@ def admin_revoked(session_id: str, namespace: str = "main") -> str:
     the rest of its life (the key's TTL)."""
     _check_token("namespace", namespace)
     _check_id("session_id", session_id)
-    return f"{PREFIX}:admin:revoked:{namespace}:{_escape_part(session_id)}"
+    return f"{PREFIX}:admin:revoked:{_admin(namespace)}:{_escape_part(session_id)}"
 
 
 def admin_token(namespace: str = "main") -> str:
     """Which dashboard token the deployment uses (a fingerprint) and since when: sessions
     issued before a change of token are refused by every process."""
     _check_token("namespace", namespace)
-    return f"{PREFIX}:admin:token:{namespace}"
+    return f"{PREFIX}:admin:token:{_admin(namespace)}"
 
 
 def timeline(bucket: str) -> str:
@@ -548,13 +556,13 @@ def admin_account(name: str, namespace: str = "main") -> str:
     """A named dashboard account of a deployment: its role and its password's hash."""
     _check_token("namespace", namespace)
     _check_id("name", name)
-    return f"{PREFIX}:admin:account:{namespace}:{name}"
+    return f"{PREFIX}:admin:account:{_admin(namespace)}:{name}"
 
 
 def admin_accounts(namespace: str = "main") -> str:
     """The names of a deployment's dashboard accounts (a set), to list them."""
     _check_token("namespace", namespace)
-    return f"{PREFIX}:admin:accounts:{namespace}"
+    return f"{PREFIX}:admin:accounts:{_admin(namespace)}"
 
 
 def log_lines(namespace: str = "main") -> str:

@@ -26,7 +26,7 @@ from typing import cast
 
 from bot.events import ConversationKey
 from bot.state import keys
-from bot.state.client import Pipeline, Redis, WatchError
+from bot.state.client import Pipeline, Redis, WatchError, is_cluster
 
 log = logging.getLogger("chorus.summaries")
 
@@ -118,6 +118,11 @@ class SummaryStore:
         sum_key, notes_key = keys.summary("sum", conv), keys.summary("notes", conv)
         tombs = [keys.forgotten(conv.platform, user) for user in authors]
         since_ms = int(started.timestamp() * 1000)
+        cluster = is_cluster(self.redis)
+        if cluster:  # the marks live in the authors' slots: read before, not watched
+            if any(int(at) >= since_ms for at in await self._marks(tombs) if at is not None):
+                return False
+            tombs = []
         async with self.redis.pipeline(transaction=True) as pipe:
             for _ in range(_WATCH_RETRIES):
                 try:
@@ -132,12 +137,23 @@ class SummaryStore:
                     )
                     write = compose(stored)
                     pipe.multi()  # type: ignore[no-untyped-call]
-                    _queue_write(pipe, conv, write)
+                    _queue_write(pipe, conv, write, cite=not cluster)
                     await pipe.execute()
+                    if cluster:  # the authors' indexes, in their own slots, after
+                        async with self.redis.pipeline(transaction=False) as cites:
+                            _queue_cites(cites, conv, write)
+                            await cites.execute()
                     return True
                 except WatchError:
                     continue
         raise RuntimeError(f"summaries of {conv} kept changing; gave up")
+
+    async def _marks(self, tombs: Sequence[str]) -> list[str | None]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for tomb in tombs:
+                pipe.get(tomb)
+            found: list[str | None] = await pipe.execute()
+        return found
 
     async def forget(
         self,
@@ -186,7 +202,9 @@ class SummaryStore:
         raise RuntimeError(f"summaries of {conv} kept changing; gave up")
 
 
-def _queue_write(pipe: Pipeline, conv: ConversationKey, write: SummaryWrite) -> None:
+def _queue_write(
+    pipe: Pipeline, conv: ConversationKey, write: SummaryWrite, *, cite: bool = True
+) -> None:
     sum_key, notes_key, ttl = (
         keys.summary("sum", conv),
         keys.summary("notes", conv),
@@ -204,10 +222,16 @@ def _queue_write(pipe: Pipeline, conv: ConversationKey, write: SummaryWrite) -> 
     job = keys.summary("job", conv)
     pipe.hset(job, "mark", write.mark)
     pipe.expire(job, write.job_ttl_seconds)
+    if cite:
+        _queue_cites(pipe, conv, write)
+
+
+def _queue_cites(pipe: Pipeline, conv: ConversationKey, write: SummaryWrite) -> None:
+    """Each cited author's index of the conversations whose summaries name them."""
     for user in write.cited:
         index = keys.user(conv.platform, user, "summ")
         pipe.zadd(index, {str(conv): int(write.at.timestamp())})
-        pipe.expire(index, ttl)
+        pipe.expire(index, write.ttl_seconds)
 
 
 def _queue_keep_ttl(pipe: Pipeline, key: str, value: str | None) -> None:
@@ -292,7 +316,8 @@ class SummaryQueue:
         member = str(job.conversation)
         lease = keys.summary("lease", job.conversation)
         holder = await self._redis.get(lease)
-        async with self._redis.pipeline(transaction=True) as pipe:
+        # the queue and the lease hash apart on a cluster: there, one command at a time
+        async with self._redis.pipeline(transaction=not is_cluster(self._redis)) as pipe:
             if next_due is not None:
                 pipe.zadd(self._due, {member: _ms(next_due)})
             else:
@@ -306,7 +331,7 @@ class SummaryQueue:
         member = str(job.conversation)
         lease = keys.summary("lease", job.conversation)
         holder = await self._redis.get(lease)
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with self._redis.pipeline(transaction=not is_cluster(self._redis)) as pipe:
             pipe.zadd(self._due, {member: _ms(when)})
             if holder == job.token:
                 pipe.delete(lease)
