@@ -46,22 +46,8 @@ def start_cluster(workdir: Path, *, timeout: float = 60.0) -> Cluster:
     cluster = Cluster(ports=[])
     try:
         for _ in range(NODES):
-            port = free_port()
-            node_dir = workdir / f"node-{port}"
-            node_dir.mkdir(parents=True)
-            cluster.procs.append(
-                start_redis(
-                    server,
-                    port,
-                    node_dir,
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    str(node_dir / "nodes.conf"),
-                    "--cluster-node-timeout",
-                    "5000",
-                )
-            )
+            port, proc = _start_node(server, workdir)
+            cluster.procs.append(proc)
             cluster.ports.append(port)
         nodes = [f"127.0.0.1:{port}" for port in cluster.ports]
         subprocess.run(
@@ -75,6 +61,35 @@ def start_cluster(workdir: Path, *, timeout: float = 60.0) -> Cluster:
         cluster.stop()
         raise
     return cluster
+
+
+def _start_node(server: str, workdir: Path) -> tuple[int, subprocess.Popen[bytes]]:
+    """One cluster-enabled node on free ports: its own and its cluster bus's (``cluster-port``,
+    drawn like the other: the default, port + 10000, may fall among the kernel's ephemeral
+    ports, which outgoing connections take). A port taken between the probe and the bind is
+    drawn again, a few times."""
+    for attempt in range(3):
+        port, bus = free_port(), free_port()
+        node_dir = workdir / f"node-{port}"
+        node_dir.mkdir(parents=True)
+        try:
+            return port, start_redis(
+                server,
+                port,
+                node_dir,
+                "--cluster-enabled",
+                "yes",
+                "--cluster-port",
+                str(bus),
+                "--cluster-config-file",
+                str(node_dir / "nodes.conf"),
+                "--cluster-node-timeout",
+                "5000",
+            )
+        except RuntimeError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _wait_ok(cli: str, ports: list[int], timeout: float) -> None:
