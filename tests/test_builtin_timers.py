@@ -34,9 +34,14 @@ async def tick(rig: Rig, at: float) -> list[tuple[ConversationKey, str]]:
     return rig.sent[before:]
 
 
-async def lines(rig: Rig, n: int, **place: str) -> None:
+async def lines(
+    rig: Rig, n: int, platform: str = "twitch", channel: str = "1971641", server: str = "streamer"
+) -> None:
     for i in range(n):
-        await rig.emit("message", rig.message(f"line {i}", str(i), **place))
+        message = rig.message(
+            f"line {i}", str(i), platform=platform, channel=channel, server=server
+        )
+        await rig.emit("message", message)
 
 
 async def test_it_posts_after_its_period_and_its_lines_rotating_once_per_period() -> None:
@@ -76,12 +81,13 @@ async def test_only_while_live_on_twitch_at_any_time_on_discord() -> None:
 
 async def test_youtube_is_live_unless_its_stream_ended() -> None:
     rig = load("timers", FILE)
-    place = {"platform": "youtube", "channel": "live-chat-1", "server": "UCx"}
-    await lines(rig, 3, **place)
+    await lines(rig, 3, "youtube", "live-chat-1", "UCx")
     assert await tick(rig, T0) == []
     assert [t for _, t in await tick(rig, T0 + 120)] == ["one"]
-    await rig.emit("stream_offline", rig.message("", **place))
-    await lines(rig, 3, **place)
+    await rig.emit(
+        "stream_offline", rig.message("", platform="youtube", channel="live-chat-1", server="UCx")
+    )
+    await lines(rig, 3, "youtube", "live-chat-1", "UCx")
     assert await tick(rig, T0 + 300) == []
 
 

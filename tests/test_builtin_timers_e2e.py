@@ -86,6 +86,7 @@ async def test_an_announcement_waits_for_its_lines_and_its_period_and_posts_once
             assert time.monotonic() - went_live >= PERIOD
             settle = time.monotonic()
             while time.monotonic() - settle < 15:  # three more ticks: nothing more
+                assert posted() == [ANNOUNCEMENT]
                 await asyncio.sleep(1)
         finally:
             for proc in (gateway, *workers):
