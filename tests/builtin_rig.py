@@ -13,7 +13,7 @@ from bot.plugins.events import EventKind
 from bot.plugins.loader import load_plugins
 from bot.plugins.reach import Reach
 from bot.settings import load_settings
-from bot.state.plugin_store import MemoryPluginStore
+from bot.state.plugin_store import MemoryPluginStore, PluginKV
 
 KEYS = {"ANTHROPIC_API_KEY": "sk-ant-test-key-0001"}
 
@@ -58,8 +58,9 @@ class Rig:
         return [t for _, t in self.sent[before:]]
 
 
-def load(name: str, toml: str) -> Rig:
-    """Built-in ``name`` with ``toml`` as the whole ``chorus.toml`` (in the test's directory)."""
+def load(name: str, toml: str, kv: PluginKV | None = None) -> Rig:
+    """Built-in ``name`` with ``toml`` as the whole ``chorus.toml`` (in the test's directory),
+    on ``kv`` (the in-memory store unless given)."""
     Path("chorus.toml").write_text(toml.lstrip("\n"), encoding="utf-8")
     settings = load_settings(environ=KEYS, warn=False)
     loaded = load_plugins(settings.plugins, file=settings.file, variables=settings.variable)
@@ -71,5 +72,5 @@ def load(name: str, toml: str) -> Rig:
     ) -> None:
         rig.sent.append((conversation, text))
 
-    loaded.bind(MemoryPluginStore(), Reach(send))
+    loaded.bind(kv or MemoryPluginStore(), Reach(send))
     return rig

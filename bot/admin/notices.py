@@ -30,6 +30,8 @@ NOTICES: dict[str, tuple[str, ...]] = {
     "resumed": ("channel",),
     "reloaded": (),
     "saved": (),
+    "command_saved": ("name",),
+    "command_deleted": ("name",),
 }
 NOTICE_SECONDS = 600  # a notice is for the page right after the change
 

@@ -24,7 +24,7 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
-from bot.admin import accounts, charts, config_pages, logs_page, masking, views
+from bot.admin import accounts, charts, commands_page, config_pages, logs_page, masking, views
 from bot.admin.auth import ACCOUNT_KEY, COOKIE, OPEN_PATHS, ROLE_KEY, SESSION_KEY, Auth, Middleware
 from bot.admin.login import LoginGuard
 from bot.admin.notices import Notices
@@ -46,6 +46,7 @@ log = logging.getLogger("chorus.admin")
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
 SRC = web.AppKey("sources", Sources)
 PAGES = ("overview", "conversations", "people", "live", "insights", "logs", "settings", "config")
+PAGES_MORE = ("commands",)  # pages of the built-in plugins
 
 
 def environment() -> jinja2.Environment:
@@ -137,6 +138,8 @@ class AdminServer:
                 get("/logs", self.logs),
                 get("/config", self.config),
                 post("/config", self.config_submit),
+                get("/commands", self.commands),
+                post("/commands", self.commands_submit),
             ]
         )
         return app
@@ -214,7 +217,7 @@ class AdminServer:
         values.setdefault("account", request.get(ACCOUNT_KEY, ""))
         body = self.env.get_template(f"{template}.html").render(
             csrf=self.auth.csrf_for(sid) if sid else "",
-            pages=PAGES,
+            pages=PAGES + PAGES_MORE,
             notice=self.notices.read(request.query.get("notice", "")),
             **values,
         )
@@ -383,7 +386,36 @@ class AdminServer:
         can_edit = accounts.allows(request.get(ROLE_KEY, ""), "admin")
         return await config_pages.page(self.sources, request, self.render, can_edit=can_edit)
 
+    async def commands(self, request: web.Request) -> web.Response:
+        return self.render(
+            request, "commands", **await commands_page.page(self.sources, request.query)
+        )
+
     # -- changes ----------------------------------------------------------------------------------
+    async def commands_submit(self, request: web.Request) -> web.StreamResponse:
+        """Save or delete a channel's custom command (operator; audited)."""
+        form = {k: str(v) for k, v in (await request.post()).items()}
+        try:
+            done, platform, channel, name = await commands_page.submit(self.sources, form)
+        except ValueError as exc:
+            notice = self.notices.issue("invalid", reason=str(exc))
+        else:
+            where = ConversationKey(platform=platform, channel=channel)
+            self.audit(
+                request,
+                "commands:edit",
+                done,
+                platform=platform,
+                conversation=str(where),
+                detail=f"!{name}",
+            )
+            await self.sources.audit.flush()
+            notice = self.notices.issue(f"command_{done}", name=name)
+        place = (
+            f"platform={quote(form.get('platform', ''))}&channel={quote(form.get('channel', ''))}"
+        )
+        raise web.HTTPSeeOther(f"/commands?{place}&{notice}")
+
     async def config_submit(self, request: web.Request) -> web.StreamResponse:
         saved = f"/config?{self.notices.issue('saved')}"
         return await config_pages.submit(

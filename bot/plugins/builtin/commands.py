@@ -45,6 +45,8 @@ from bot.plugins.builtin.expand import (
 )
 
 DEFINED = "defined"  # the channel's commands added in chat: name -> definition
+PLACES = "places"  # (shared) [platform, channel] of each channel with commands added in chat
+MAX_PLACES = 1000
 MANAGE = ("addcom", "editcom", "delcom", "commands")
 REFUSAL_SECONDS = 30.0  # a viewer's refused !addcom is told once per this many seconds
 
@@ -207,7 +209,9 @@ async def respond(ctx: EventContext, config: CommandSettings, name: str, args: s
         if not author.is_moderator:
             told = await place.claim(f"refused:{author.id}", REFUSAL_SECONDS)
             return text("not_allowed") if told else None
-        return await manage(place, config, name, args)
+        answer = await manage(place, config, name, args)
+        await _index(ctx.store.shared, ctx.message.platform, ctx.message.conversation.channel)
+        return answer
     defined = _defined(await place.get(DEFINED))
     if name == "commands":
         if not await cooled(place, name, author.id, config.default_cooldown, 0):
@@ -325,6 +329,14 @@ async def _store(
     defined[name] = current
     await _keep(place, defined)
     return text("added" if verb == "addcom" else "edited", prefix=prefix, name=name)
+
+
+async def _index(shared: Bucket, platform: str, channel: str) -> None:
+    """Record the channel among those with commands added in chat (the dashboard lists them)."""
+    places = await shared.get(PLACES)
+    known = [p for p in places if isinstance(p, list)] if isinstance(places, list) else []
+    if [platform, channel] not in known:
+        await shared.set(PLACES, [*known, [platform, channel]][-MAX_PLACES:])
 
 
 async def _keep(place: Bucket, defined: dict[str, dict[str, Any]]) -> None:
