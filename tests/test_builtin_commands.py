@@ -4,15 +4,18 @@ chat and what viewers may not, and the settings refused with their ``chorus.toml
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
+from redis.asyncio import Redis
 
 import prompts
 from bot.events import Role
 from bot.plugins.builtin import stream
 from bot.plugins.builtin.expand import BadOption, Variables, expand, parse_definition
 from bot.settings import ConfigError
+from bot.state.plugin_store import RedisPluginStore
 from tests.builtin_rig import load
 
 MOD = frozenset({Role.MODERATOR})
@@ -223,3 +226,27 @@ def test_bad_settings_are_refused_with_their_line(toml: str, line: int, expected
     message = str(info.value)
     assert f"chorus.toml:{line}:" in message, message
     assert expected in message, message
+
+
+async def test_cooldowns_and_counts_hold_across_workers_on_one_redis(
+    redis_client: Redis, key_tag: str
+) -> None:
+    toml = f"""
+[plugins.commands]
+[plugins.commands.commands.c{key_tag}]
+text = "n={{count}}"
+cooldown = 60
+"""
+    one = load("commands", toml, RedisPluginStore(redis_client))
+    two = load("commands", toml, RedisPluginStore(redis_client))  # another worker
+    tries = [
+        rig.emit("message", rig.message(f"!c{key_tag}", str(i)))
+        for i, rig in enumerate((one, two) * 2)
+    ]
+    await asyncio.gather(*tries)
+    assert [t for _, t in one.sent + two.sent] == ["n=1"]  # one answer in the cooldown
+    place = one.plugin.services.store().for_channel("twitch", "1971641")
+    await place.delete(f"cd:c{key_tag}")
+    assert await two.say(f"!c{key_tag}", user="9") == ["n=2"]  # the counter is the store's
+    await place.delete(f"cd:c{key_tag}")
+    await place.delete(f"count:c{key_tag}")
