@@ -91,6 +91,22 @@ async def test_youtube_is_live_unless_its_stream_ended() -> None:
     assert await tick(rig, T0 + 300) == []
 
 
+async def test_the_same_stream_announced_again_keeps_its_counts_and_period() -> None:
+    rig = load("timers", FILE)
+    chat = {"platform": "youtube", "channel": "live-chat-2", "server": "UCy"}
+    began = rig.message("", platform="youtube", channel="live-chat-2", server="UCy")
+    await rig.emit("stream_online", began)
+    await lines(rig, 3, *chat.values())
+    assert await tick(rig, T0) == []
+    await rig.emit("stream_online", began)  # an adapter restarted: the same chat, the same id
+    assert [t for _, t in await tick(rig, T0 + 120)] == ["one"]
+    again = rig.message("", platform="youtube", channel="live-chat-2", server="UCy")
+    await rig.emit("stream_online", again)  # a new broadcast: counts and period start again
+    await lines(rig, 3, *chat.values())
+    assert await tick(rig, T0 + 250) == []
+    assert [t for _, t in await tick(rig, T0 + 370)] == ["two"]
+
+
 async def test_announcements_per_scope_and_turned_off() -> None:
     toml = (
         FILE

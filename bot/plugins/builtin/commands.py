@@ -349,7 +349,7 @@ async def _keep(place: Bucket, defined: dict[str, dict[str, Any]]) -> None:
 @on_stream_online
 async def online(ctx: EventContext) -> None:
     """The stream went live: ``{uptime}`` counts from now."""
-    await stream.went_online(ctx.store.channel, ctx.message.sent_at)
+    await stream.went_online(ctx.store.channel, ctx.message.sent_at, ctx.message.id)
 
 
 @on_stream_offline

@@ -7,8 +7,12 @@ on its platform:
 
 * Twitch: live only between an online and an offline event (``TWITCH_STREAM_STATE=true``
   delivers them); with no event seen yet, not live.
-* YouTube: the bot reads a live chat only while a broadcast runs, so a channel it reads is live
-  unless an offline event (a broadcast's end, where the platform reports it) came last.
+* YouTube: the bot reads a live chat only while a broadcast runs, so a chat it reads is live
+  unless the offline event (the chat ended) came last; the online event (the bot began following
+  the chat) gives ``{uptime}`` its start.
+
+An online event seen again (the same message id: an adapter restarted during the stream
+announces it again) changes nothing, so the uptime and the timers' periods keep their start.
 * Every other platform (Discord, Slack, the console): no stream, always "live".
 """
 
@@ -22,8 +26,14 @@ STREAM = "stream"  # the channel's key
 LIVE_PLATFORMS = frozenset({"twitch", "youtube"})
 
 
-async def went_online(place: Bucket, at: datetime) -> None:
-    await place.set(STREAM, {"live": True, "since": at.timestamp()})
+async def went_online(place: Bucket, at: datetime, event: str) -> bool:
+    """Record going live; False when this very event (its message id) was recorded already (a
+    restarted adapter announcing the same broadcast again keeps its start)."""
+    state = await place.get(STREAM)
+    if isinstance(state, dict) and state.get("live") and state.get("event") == event:
+        return False
+    await place.set(STREAM, {"live": True, "since": at.timestamp(), "event": event})
+    return True
 
 
 async def went_offline(place: Bucket) -> None:

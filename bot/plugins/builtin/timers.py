@@ -123,7 +123,8 @@ async def count(ctx: EventContext) -> None:
 async def online(ctx: EventContext) -> None:
     """Live: the counts start again, the first post a full period from now."""
     place = ctx.store.channel
-    await stream.went_online(place, ctx.message.sent_at)
+    if not await stream.went_online(place, ctx.message.sent_at, ctx.message.id):
+        return  # the same stream announced again: its counts go on
     await place.delete(LINES)
     for announcement in ctx.settings(TimerSettings).announcements:
         await place.delete(f"mark:{announcement.name}")
