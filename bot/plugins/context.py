@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from bot.events import ChatMessage, ConversationKey
+from bot.events import ChatMessage, ConversationKey, ModerationRequest
 from bot.plugins.config import PluginConfig
 from bot.plugins.reach import Reach
 from bot.plugins.store import PluginStore
@@ -39,6 +39,10 @@ class PluginServices:
         self, conversation: ConversationKey, text: str, answering: ChatMessage | None = None
     ) -> None:
         await self.reaching().send(self.name, conversation, text, answering)
+
+    async def moderate(self, request: ModerationRequest) -> None:
+        """Hand ``request`` to its platform's gateway (performed once, audited)."""
+        await self.reaching().moderate(self.name, request)
 
     async def ask(
         self,

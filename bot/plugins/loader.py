@@ -12,6 +12,10 @@ A plugin is all or nothing: if importing it, its ``register``, or checking what 
 logged with the plugin's name and the plugin is skipped whole; the bot starts with the rest.
 Nothing a plugin does at load time can stop the start, short of killing the process.
 
+The plugins shipped with Chorus (``bot/plugins/builtin``: ``BUILTIN``) load the same way, when
+``chorus.toml`` has their ``[plugins.NAME]`` table (even an empty one): that table is the
+operator's decision to run them.
+
 A module named both in the settings and by an entry point is loaded once. An object found in
 two plugins (one plugin importing another's tool) belongs to the first.
 
@@ -48,6 +52,8 @@ from bot.tools.function import FunctionTool
 log = logging.getLogger("chorus.plugins")
 
 ENTRY_POINT_GROUP = "chorus.plugins"
+# First-party plugins: name -> module, loaded when chorus.toml has [plugins.NAME].
+BUILTIN = {"moderation": "bot.plugins.builtin.moderation"}
 
 
 @dataclass
@@ -116,6 +122,17 @@ def plugin_sources(
     return list(unique.values())
 
 
+def builtin_sources(file: FileSettings, named: list[Source] | None = None) -> list[Source]:
+    """The first-party plugins ``file`` turns on (a ``[plugins.NAME]`` table), unless loaded
+    already under that name or module."""
+    taken = {s.name for s in named or ()} | {s.target.replace(" ", "") for s in named or ()}
+    return [
+        Source(name, target, f"chorus.toml [plugins.{name}] (first-party)")
+        for name, target in BUILTIN.items()
+        if name in file.plugins and name not in taken and target not in taken
+    ]
+
+
 def _entry_source(point: metadata.EntryPoint, why: str) -> Source:
     dist = getattr(point.dist, "name", None) or "?"
     origin = f"entry point {point.name} ({dist})" + (f", {why}" if why else "")
@@ -141,7 +158,10 @@ def load_plugins(
     tool_names = set(reserved_tools)
     command_names = set(reserved_commands)
     seen: set[int] = set()  # ids of objects an earlier plugin already added
-    for source in plugin_sources(settings) if sources is None else sources:
+    if sources is None:
+        listed = plugin_sources(settings)
+        sources = [*listed, *builtin_sources(file or FileSettings(), listed)]
+    for source in sources:
         try:
             plugin = _load(source, seen)
             _check_names(plugin, tool_names, command_names)

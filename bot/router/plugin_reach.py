@@ -7,7 +7,8 @@ bus, where the platform adapter's one chokepoint sends it (rate limits, the ment
 ``addressed_user_ids`` is empty, so nobody is pinged; on YouTube the day's reply budget). A
 message that is not an answer is checked under the rules of its conversation's scope, through a
 stand-in message of that conversation written by the plugin. ``ask`` calls the deployment's
-model chain through the daily cost cap (``Spend.provider``) and counts its tokens.
+model chain through the daily cost cap (``Spend.provider``) and counts its tokens. ``moderate``
+publishes a ``ModerationRequest`` on ``moderation:<platform>`` for the platform's gateway.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from __future__ import annotations
 import uuid
 
 from bot.bus.base import EventBus
-from bot.bus.topics import outbound_topic
-from bot.events import Author, ChatMessage, ConversationKey, Reply
+from bot.bus.topics import moderation_topic, outbound_topic
+from bot.events import Author, ChatMessage, ConversationKey, ModerationRequest, Reply
 from bot.llm.base import Provider
 from bot.ops.metrics import Metrics, NullMetrics
 from bot.ops.model_calls import Spend
@@ -53,7 +54,15 @@ def plugin_reach(
         )
         await bus.publish(outbound_topic(conversation.platform), reply)
 
+    async def moderate(request: ModerationRequest) -> None:
+        await bus.publish(moderation_topic(request.conversation.platform), request)
+
     metered = spend.provider(provider, "plugin") if spend is not None else provider
     return Reach(
-        send, provider=metered, model=model, max_tokens=max_tokens, on_usage=metrics.tokens
+        send,
+        provider=metered,
+        model=model,
+        max_tokens=max_tokens,
+        on_usage=metrics.tokens,
+        moderate_function=moderate,
     )
