@@ -30,6 +30,7 @@ NOTICES: dict[str, tuple[str, ...]] = {
     "resumed": ("channel",),
     "reloaded": (),
     "saved": (),
+    "undone": ("action", "user"),
 }
 NOTICE_SECONDS = 600  # a notice is for the page right after the change
 
