@@ -50,6 +50,15 @@ ALL_FILTERS: tuple[FilterName, ...] = (
     "emotes",
     "zalgo",
 )
+RULE_TEXTS: dict[FilterName, str] = {  # what each filter's offence is called, to the user
+    "links": "plugins/moderation/rule_links",
+    "caps": "plugins/moderation/rule_caps",
+    "symbols": "plugins/moderation/rule_symbols",
+    "repeat": "plugins/moderation/rule_repeat",
+    "copypasta": "plugins/moderation/rule_copypasta",
+    "emotes": "plugins/moderation/rule_emotes",
+    "zalgo": "plugins/moderation/rule_zalgo",
+}
 LADDER: tuple[Step, ...] = ("warn", "delete", "timeout")
 MAX_TIMEOUT = 1_209_600  # two weeks: the longest Twitch and YouTube take
 
@@ -191,7 +200,7 @@ async def act(ctx: EventContext, conf: ModerationSettings, rule: FilterName, cou
     """Take the ladder's step for the author's ``count``-th offence of ``rule``."""
     message = ctx.message
     step = step_for(count, conf.steps())
-    described = prompts.render(f"plugins/moderation/rule_{rule}", prefix=conf.prefix)
+    described = prompts.render(RULE_TEXTS[rule], prefix=conf.prefix)
     reason = prompts.render("plugins/moderation/reason", count=count, rule=described)
     where, user, actor = message.conversation, message.author.id, f"rule:{rule}"
     services = ctx.services
