@@ -59,7 +59,7 @@ async def moderation_texts(redis: Redis) -> str:
         await say(text, str(number))
     for _ in range(3):
         await say(LINES["links"], "0")  # the ladder: delete, timeout, ban
-    for n in range(3):
+    for _ in range(3):
         await say("same words again", "9")
     for n in range(4):
         await say("a long copied line that everybody pastes", f"2{n}")
