@@ -57,17 +57,23 @@ class Thresholds:
 
 def caps(text: str, ratio: float, min_letters: int) -> bool:
     """At least ``min_letters`` letters, and capitals at least ``ratio`` of them."""
-    letters = upper = 0
-    for char in text:
-        if char.isalpha():
-            letters += 1
-            upper += char.isupper()
+    if len(text) < min_letters:
+        return False
+    upper = sum(map(str.isupper, text))
+    if upper < ratio * min_letters:  # most chat: too few capitals to be shouting at all
+        return False
+    letters = sum(map(str.isalpha, text))
     return letters >= min_letters and upper >= ratio * letters
 
 
 def symbols(text: str, ratio: float, min_chars: int) -> bool:
     """At least ``min_chars`` visible characters, and symbols (neither letters, digits nor
     emoji) at least ``ratio`` of them."""
+    if len(text) < min_chars:
+        return False
+    plain = sum(map(str.isalnum, text)) + sum(map(str.isspace, text))
+    if len(text) - plain < ratio * min_chars:  # too few candidates to be symbol spam
+        return False
     visible = odd = 0
     for char in text:
         if char.isspace():
@@ -81,8 +87,9 @@ def symbols(text: str, ratio: float, min_chars: int) -> bool:
 def emote_count(text: str, names: Iterable[str] | frozenset[str]) -> int:
     """Emoji, ``:shortcodes:`` and known emote words in ``text``."""
     known = names if isinstance(names, frozenset) else frozenset(names)
-    count = sum(1 for char in text if is_emoji(char))
-    count += len(_SHORTCODE.findall(text))
+    count = 0 if text.isascii() else sum(1 for char in text if is_emoji(char))
+    if ":" in text:
+        count += len(_SHORTCODE.findall(text))
     if known:
         count += sum(1 for word in text.split() if word in known)
     return count
@@ -91,6 +98,8 @@ def emote_count(text: str, names: Iterable[str] | frozenset[str]) -> int:
 def zalgo(text: str, marks: int) -> bool:
     """``marks`` or more combining marks stacked on one character (one or two are ordinary
     writing: accents, Vietnamese, Devanagari)."""
+    if text.isascii():
+        return False
     run = 0
     for char in text:
         if unicodedata.combining(char):
