@@ -32,7 +32,7 @@ May import: the foundation, ``bot.llm``, ``bot.tools``, ``bot.state`` (the store
 
 from __future__ import annotations
 
-from bot.events import ChatMessage, ConversationKey, Role
+from bot.events import ChatMessage, ConversationKey, ModerationRequest, Role
 from bot.plugins.api import (
     CommandContext,
     Hook,
@@ -72,6 +72,7 @@ __all__ = [
     "FunctionTool",
     "Hook",
     "Item",
+    "ModerationRequest",
     "Owner",
     "Permission",
     "Plugin",

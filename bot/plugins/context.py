@@ -111,6 +111,11 @@ class MessageContext:
         """Send ``text`` to this message's conversation, as an answer to it."""
         await self._services().send(self.message.conversation, text, self.message)
 
+    async def moderate(self, request: ModerationRequest) -> None:
+        """Ask the platform to delete, time out or ban (``request``): performed once by the
+        gateway through the platform's API, the bot's permission checked first, and audited."""
+        await self._services().moderate(request)
+
     async def ask(
         self, prompt: str, *, system: str | None = None, max_tokens: int | None = None
     ) -> str:

@@ -10,7 +10,7 @@ why), a deletion, a timeout of ``timeout_seconds``, and a ban when ``ban`` is on
 an atomic counter in the plugin store shared by every worker; it lapses after
 ``decay_seconds`` without an offence.
 
-Acting is the gateway's: each step is a ``ModerationRequest`` (``ctx`` services' ``moderate``)
+Acting is the gateway's: each step is a ``ModerationRequest`` (``ctx.moderate``)
 performed through the platform's own API once the bot's permission is checked, audited whatever
 came of it, a missing permission logged once per channel (``bot.platform.moderation``).
 ``!permit NAME`` (moderators) lets NAME post one link within ``permit_seconds``. Every text it
@@ -203,10 +203,7 @@ async def act(ctx: EventContext, conf: ModerationSettings, rule: FilterName, cou
     described = prompts.render(RULE_TEXTS[rule], prefix=conf.prefix)
     reason = prompts.render("plugins/moderation/reason", count=count, rule=described)
     where, user, actor = message.conversation, message.author.id, f"rule:{rule}"
-    services = ctx.services
-    if services is None:
-        raise RuntimeError("the moderation plugin runs inside the bot")
-    await services.moderate(
+    await ctx.moderate(
         ModerationRequest(
             conversation=where,
             action="delete",
@@ -217,7 +214,7 @@ async def act(ctx: EventContext, conf: ModerationSettings, rule: FilterName, cou
         )
     )
     if step in ("timeout", "ban"):
-        await services.moderate(
+        await ctx.moderate(
             ModerationRequest(
                 conversation=where,
                 action=step,
