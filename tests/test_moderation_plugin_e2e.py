@@ -7,7 +7,8 @@ A viewer posts a link without ``!permit`` three times: the first is deleted thro
 second deleted, the third deleted and the viewer timed out through ``POST /moderation/bans``.
 The Moderation page lists the actions, and its Undo lifts the timeout through ``DELETE
 /moderation/bans``. A second run, where the bot is no moderator of the channel, logs the
-missing permission once and asks Helix once, however many links follow.
+missing permission once and asks Helix once, however many links follow; there the safety
+screen denies links too, so the plugin sees them through ``on_screened``.
 """
 
 from __future__ import annotations
@@ -196,7 +197,12 @@ async def test_without_moderator_status_the_gap_is_logged_once_and_not_retried(
         ids = [f"{namespace}-link{n}" for n in range(1, 6)]
         twitch.chat_messages[channel_id] = set(ids)
         env = chorus_env(tmp_path, twitch, model, real_redis_url, login)
-        env |= {"CHORUS_BUS_NAMESPACE": namespace, "TWITCH_BOT_IS_MOD": "false"}
+        # links denied by the safety screen too: the lines reach the plugin through on_screened
+        env |= {
+            "CHORUS_BUS_NAMESPACE": namespace,
+            "TWITCH_BOT_IS_MOD": "false",
+            "CHORUS_MODERATION_LINKS": "deny",
+        }
         log_file = tmp_path / "chorus.log"
         env["CHORUS_LOG_FILE"] = str(log_file)
         proc = await spawn_chorus(["run"], env, tmp_path)
