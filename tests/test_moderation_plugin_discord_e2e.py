@@ -105,3 +105,71 @@ async def test_a_link_poster_is_deleted_warned_and_timed_out_on_discord(
         if failure is not None:
             raise AssertionError(err.decode(errors="replace")[-6000:]) from failure
         assert proc.returncode == 0, err.decode(errors="replace")[-3000:]
+
+
+async def test_without_manage_messages_the_gap_is_logged_once_and_discord_never_asked(
+    tmp_path: Path, real_redis_url: str, key_tag: str
+) -> None:
+    """The bot's role has neither Manage Messages nor Moderate Members: the permission is read
+    from Discord's view of the server before any call, so no moderation request reaches the
+    API, and each gap is logged once however many links follow."""
+    base = int(key_tag[1:], 16)
+    viewer = str(base + 1)
+    namespace = f"dgap{key_tag[1:]}"
+    (tmp_path / "chorus.toml").write_text("[plugins.moderation]\n")
+    async with AnthropicServer() as model, DiscordServer() as discord:
+        discord.guilds = [guild_with_bot(0)]
+        discord.bot_permissions = 0
+        discord.members[viewer] = member_payload(viewer, "linky")
+        env = base_env(tmp_path) | {
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "k",
+            "ANTHROPIC_BASE_URL": model.base_url,
+            "CHORUS_REDIS_URL": real_redis_url,
+            "CHORUS_BUS_NAMESPACE": namespace,
+            "CHORUS_INSIGHTS_ENABLED": "false",
+            "DISCORD_TOKEN": "loopback-token-not-secret",
+            "DISCORD_API_BASE_URL": discord.api_url,
+            "DISCORD_GATEWAY_URL": discord.ws_url,
+            "DISCORD_AMBIENT_CHANNELS": str(CHANNEL_ID),
+        }
+        proc = await spawn_chorus(["run"], env, tmp_path)
+        failure: Exception | None = None
+        try:
+            await discord.wait_for(lambda: len(discord.ops(2)) > 0, limit=LIMIT)
+            for n in range(5):
+                message = plain_message(
+                    base + 100 + n, f"spam{n}.gg", author=person(int(viewer), "linky")
+                )
+                discord.messages[str(base + 100 + n)] = message
+                await discord.dispatch("MESSAGE_CREATE", message)
+            store = await connect.open_redis(real_redis_url)
+            try:
+
+                async def audited() -> list[AuditEntry]:
+                    found = await read_audit(store, namespace=namespace)
+                    acts = [e for e in found if e.direction == "act"]
+                    return acts if len(acts) >= 8 else []  # five deletions, three timeouts
+
+                acts = await until(audited)
+            finally:
+                await store.aclose()
+            assert {e.action for e in acts} == {"missing_permission"}
+            deletes = [
+                r for r in discord.requests if r.method == "DELETE" and "/messages/" in r.path
+            ]
+            assert deletes == [] and discord.moderation_calls == []
+        except Exception as exc:
+            failure = exc
+        finally:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGINT)
+            _, err = await stopped(proc)
+        text = err.decode(errors="replace")
+        if failure is not None:
+            raise AssertionError(text[-6000:]) from failure
+        assert proc.returncode == 0, text[-3000:]
+        missing = [ln for ln in text.splitlines() if "moderation permission missing" in ln]
+        assert len(missing) == 2, missing  # Manage Messages once, Moderate Members once
+        assert any("Manage Messages" in ln for ln in missing)
+        assert any("Moderate Members" in ln for ln in missing)
