@@ -259,9 +259,9 @@ async def check(ctx: EventContext) -> Step | None:
     if exempt(message, conf):
         return None
     enabled = frozenset(conf.filters)
-    rule: FilterName | None = text_filter(text, enabled, conf.thresholds())  # type: ignore[assignment]
+    rule: FilterName | None = text_filter(text, enabled, conf.thresholds())
     if rule == "links" and await permitted(bucket, message):
-        rule = text_filter(text, enabled - {"links"}, conf.thresholds())  # type: ignore[assignment]
+        rule = text_filter(text, enabled - {"links"}, conf.thresholds())
     if rule is None:
         rule = await spam_filter(bucket, ctx, conf)
     if rule is None:

@@ -15,6 +15,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Literal
 
 # A link as people write one in chat: a scheme, www., or a bare domain with a common TLD.
 _TLDS = (
@@ -26,6 +27,7 @@ _URL = re.compile(
     rf"|(?<![\w@.-])(?:[a-z0-9](?:[a-z0-9-]{{0,61}}[a-z0-9])?\.)+(?:{_TLDS})(?![\w-])",
     re.IGNORECASE,
 )
+TextRule = Literal["links", "zalgo", "caps", "emotes", "symbols"]
 _SHORTCODE = re.compile(r":[A-Za-z0-9_+-]{2,32}:")  # :emote: on Discord, YouTube, Slack
 _SPACE = re.compile(r"\s+")
 # Twitch's best-known emotes: typed as words, shown as pictures.
@@ -124,7 +126,7 @@ def fingerprint(text: str) -> str:
     return hashlib.blake2b(normal.encode("utf-8"), digest_size=8).hexdigest()
 
 
-def text_filter(text: str, enabled: frozenset[str], limits: Thresholds) -> str | None:
+def text_filter(text: str, enabled: frozenset[str], limits: Thresholds) -> TextRule | None:
     """The first text-only filter of ``enabled`` that ``text`` trips (its name), or None."""
     if "links" in enabled and has_link(text):
         return "links"
