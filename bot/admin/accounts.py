@@ -42,6 +42,7 @@ NEEDS = (
     ("/config", "admin"),
     ("/settings/reload", "admin"),
     ("/live/", "operator"),
+    ("/moderation/", "operator"),
     ("/people/", "operator"),
     ("/commands", "operator"),
 )

@@ -32,6 +32,7 @@ NOTICES: dict[str, tuple[str, ...]] = {
     "saved": (),
     "command_saved": ("name",),
     "command_deleted": ("name",),
+    "undone": ("action", "user"),
 }
 NOTICE_SECONDS = 600  # a notice is for the page right after the change
 

@@ -24,7 +24,16 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
-from bot.admin import accounts, charts, commands_page, config_pages, logs_page, masking, views
+from bot.admin import (
+    accounts,
+    charts,
+    commands_page,
+    config_pages,
+    logs_page,
+    masking,
+    moderation_page,
+    views,
+)
 from bot.admin.auth import ACCOUNT_KEY, COOKIE, OPEN_PATHS, ROLE_KEY, SESSION_KEY, Auth, Middleware
 from bot.admin.login import LoginGuard
 from bot.admin.notices import Notices
@@ -45,7 +54,8 @@ log = logging.getLogger("chorus.admin")
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
 SRC = web.AppKey("sources", Sources)
-PAGES = ("overview", "conversations", "people", "live", "insights", "logs", "settings", "config")
+PAGES: tuple[str, ...] = ("overview", "conversations", "people", "live", "moderation")
+PAGES += ("insights", "logs", "settings", "config")
 PAGES_MORE = ("commands",)  # pages of the built-in plugins
 
 
@@ -136,6 +146,8 @@ class AdminServer:
                 get("/settings", self.settings),
                 post("/settings/reload", self.reload),
                 get("/logs", self.logs),
+                get("/moderation", self.moderation),
+                post("/moderation/undo", self.moderation_undo),
                 get("/config", self.config),
                 post("/config", self.config_submit),
                 get("/commands", self.commands),
@@ -381,6 +393,26 @@ class AdminServer:
 
     async def logs(self, request: web.Request) -> web.Response:
         return self.render(request, "logs", **await logs_page.logs(self.sources, request.query))
+
+    async def moderation(self, request: web.Request) -> web.Response:
+        return self.render(request, "moderation", **await moderation_page.moderation(self.sources))
+
+    async def moderation_undo(self, request: web.Request) -> web.StreamResponse:
+        """Untimeout or unban from the Moderation page, through the platform's gateway."""
+        form = {k: str(v) for k, v in (await request.post()).items() if k != "csrf"}
+        who = _who_did(request, "", request.get(SESSION_KEY, ""))
+        try:
+            done = await moderation_page.undo(self.sources, form, who)
+        except LookupError as exc:
+            raise web.HTTPConflict(text=str(exc)) from None
+        except ValueError as exc:
+            raise web.HTTPBadRequest(text=str(exc)) from None
+        user = done.user_id or ""
+        conv = str(done.conversation)
+        self.audit(request, "moderation:undo", done.action, conversation=conv, user_id=user)
+        await self.sources.audit.flush()
+        notice = self.notices.issue("undone", action=done.action, user=user)
+        raise web.HTTPSeeOther(f"/moderation?{notice}")
 
     async def config(self, request: web.Request) -> web.Response:
         can_edit = accounts.allows(request.get(ROLE_KEY, ""), "admin")
