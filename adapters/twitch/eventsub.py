@@ -91,13 +91,14 @@ class RecentIds:
 class HandoverWebsocket(Websocket):
     """twitchio's EventSub ``Websocket`` with a lossless ``session_reconnect`` and de-duplication."""
 
-    __slots__ = ("_handover", "_recent", "_read_during_handover")
+    __slots__ = ("_handover", "_recent", "_read_during_handover", "replaced_by")
 
     def __init__(self, *, recent: RecentIds, **options: Any) -> None:
         super().__init__(**options)
         self._recent = recent
         self._handover: str | None = None  # None | "running" | "done"
         self._read_during_handover = 0
+        self.replaced_by: HandoverWebsocket | None = None  # the socket a handover moved to
 
     async def _process_reconnect(self, data: ReconnectMessage) -> None:
         if self._handover is not None:
@@ -117,6 +118,7 @@ class HandoverWebsocket(Websocket):
             client=self._client,
             token_for=self._token_for,
             http=self._http,
+            shard_id=self._shard_id,  # a conduit shard: Twitch moves the shard with the session
         )
         new._subscriptions = self._subscriptions  # Twitch moves them; nothing is re-subscribed
         try:
@@ -131,6 +133,7 @@ class HandoverWebsocket(Websocket):
             await self.connect(reconnect=True)  # twitchio's own fallback
             return
         self._handover = "done"
+        self.replaced_by = new
         if self._client is not None and self._token_for is not None:
             self._client._websockets[self._token_for][new.session_id or ""] = new
         listen = self._listen_task

@@ -78,7 +78,9 @@ class TwitchSettings(Section):
     conduit_id: str | None = Field(default=None, validation_alias="TWITCH_CONDUIT_ID")
     """With conduits: the conduit to use; unset: the one Chorus created before (kept in the
     state store), else a new one."""
-    conduit_shards: int = Field(default=4, ge=1, le=20_000, validation_alias="TWITCH_CONDUIT_SHARDS")
+    conduit_shards: int = Field(
+        default=4, ge=1, le=20_000, validation_alias="TWITCH_CONDUIT_SHARDS"
+    )
     """With conduits: the shard count of a conduit Chorus creates (one WebSocket each, spread
     over the gateway processes)."""
     shard_lease_seconds: float = Field(

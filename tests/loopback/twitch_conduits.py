@@ -135,9 +135,7 @@ class HelixConduits:
     # -- state seen by tests -----------------------------------------------------------------
     def shard_sessions(self) -> dict[str, str]:
         """Every enabled shard of every conduit -> the session id carrying it."""
-        return {
-            f"{c.id}/{s.id}": s.session_id for c in self.conduits.values() for s in c.enabled()
-        }
+        return {f"{c.id}/{s.id}": s.session_id for c in self.conduits.values() for s in c.enabled()}
 
     def conduit_subscribed(self, broadcaster: str) -> set[str]:
         return {
