@@ -133,16 +133,18 @@ async def test_joined_and_left_channels_combine_with_the_configured_ones(
     store: ConduitStore, key_tag: str
 ) -> None:
     app = f"chan-{key_tag}"
-    assert await store.channel_changes(app) == (set(), set())
+    assert await store.channel_changes(app) == (set(), set(), 0)
     await store.join_channel(app, "newchan")
     await store.leave_channel(app, "oldchan")
-    joined, left = await store.channel_changes(app)
-    assert (joined, left) == ({"newchan"}, {"oldchan"})
+    joined, left, changes = await store.channel_changes(app)
+    assert (joined, left, changes) == ({"newchan"}, {"oldchan"}, 2)
     assert channels_now(("oldchan", "other"), joined, left) == ["other", "newchan"]
     await store.join_channel(app, "oldchan")  # joining again undoes the leave
     await store.leave_channel(app, "newchan")
-    joined, left = await store.channel_changes(app)
+    joined, left, changes = await store.channel_changes(app)
     assert channels_now(("oldchan", "other"), joined, left) == ["oldchan", "other"]
+    await store.join_channel(app, "oldchan")  # the same sets; the count tells it was asked
+    assert await store.channel_changes(app) == (joined, left, changes + 1)
 
 
 @pytest.mark.parametrize("name", ["#MyChannel", " mychannel ", "12345"])

@@ -65,6 +65,7 @@ async def test_two_gateways_share_a_conduit_join_a_channel_and_survive_a_kill(
             twitch.add_user(channel_id, login)
         twitch.grant(BOT_ID, "access-0", "refresh-0", scopes=SCOPES)
         twitch.channel_bot |= {first[0], joined[0]}  # the third broadcaster granted nothing
+        twitch.keepalive_every = 5.0  # Twitch sends session_keepalive while a socket is quiet
         env = base_env(tmp_path) | twitch_env(twitch)
         env |= {
             "TWITCH_CHANNELS": first[1],
@@ -173,6 +174,9 @@ async def test_two_gateways_share_a_conduit_join_a_channel_and_survive_a_kill(
                     proc.send_signal(signal.SIGINT)
             for proc in procs:
                 _, errs[proc.pid] = await stopped(proc)
+                log = errs[proc.pid].decode(errors="replace")
+                (tmp_path / f"chorus-{proc.pid}.log").write_text(log, encoding="utf-8")
+                print(f"--- chorus {proc.pid} ---\n{log[-6000:]}")  # shown when the test fails
             for name in await real_redis.keys(f"chorus:v1:*:twitch:{app}*"):
                 await real_redis.delete(name)
             conduit = await store.conduit(app)

@@ -20,8 +20,8 @@ in every gateway process and, on every tick (a third of ``TWITCH_SHARD_LEASE_SEC
    channels (``TWITCH_CHANNELS`` plus those joined, minus those left, at run time: ``chorus
    twitch join/leave``, the dashboard): it subscribes new ones with the app access token (409,
    already subscribed, counts as done) and deletes those of channels left. A refusal is logged
-   once per channel with what the broadcaster must grant (``grants.refusal``) and retried when
-   the channels change.
+   once per channel with what the broadcaster must grant (``grants.refusal``) and retried after
+   the next join or leave.
 
 Notifications reach the adapter's listeners through twitchio (the shard sockets dispatch on the
 client). A notification Twitch retries on another shard can reach another process: exactly-once
@@ -115,6 +115,7 @@ class ConduitShards:
         self.refused: set[str] = set()  # broadcaster ids refused since the channels changed
         self.claimed = 0  # shards this process claimed (at start, from a dead or leaving one)
         self._wanted: list[str] | None = None
+        self._changes = -1
         self._task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
 
@@ -146,7 +147,9 @@ class ConduitShards:
             return False
         for shard, sock in self.sockets.items():
             live = _live_socket(sock)
-            if live is None or not live.connected or live.session_id != self.sessions.get(shard):
+            if live is None or not live.connected or live.lost:
+                return False
+            if live.session_id != self.sessions.get(shard):
                 return False
         return True
 
@@ -222,10 +225,17 @@ class ConduitShards:
         await self._channels(holds_first=0 in self.sockets)
 
     async def _ensure_socket(self, shard: int) -> None:
-        live = _live_socket(self.sockets.get(shard))
-        if live is not None and live.connected and live.session_id == self.sessions.get(shard):
+        held = self.sockets.get(shard)
+        live = _live_socket(held)
+        if held is not None and live is not held and live is not None and live.session_id:
+            # a session_reconnect handover: Twitch moved the shard with the session
+            self.sockets[shard] = live
+            if self.sessions.get(shard) == held.session_id:
+                self.sessions[shard] = live.session_id
+        usable = live is not None and live.connected and not live.lost and bool(live.session_id)
+        if live is not None and usable and live.session_id == self.sessions.get(shard):
             return
-        if live is not None and live.connected and live.session_id:
+        if live is not None and usable:
             await self._patch(shard, live)  # reconnected afresh: point the shard at it
             return
         if live is not None:
@@ -266,12 +276,14 @@ class ConduitShards:
 
     # -- channels ----------------------------------------------------------------------------
     async def _channels(self, *, holds_first: bool) -> None:
-        joined, left = await self.store.channel_changes(self.app)
+        joined, left, changes = await self.store.channel_changes(self.app)
         wanted = channels_now(self.settings.channels, joined, left)
+        if changes != self._changes:
+            self.refused.clear()  # a join again retries a refused channel
+            self._changes = changes
         if wanted != self._wanted:
             self.channels = await self._resolve(wanted)
             self._wanted = wanted
-            self.refused.clear()
             self.on_channels(dict(self.channels))
         if not holds_first:
             self.subscribed = None  # another process keeps the subscriptions in step

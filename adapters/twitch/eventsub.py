@@ -64,6 +64,7 @@ OVERRIDDEN = (
     "_listen_task",
     "_subscriptions",
     "_original_attempts",
+    "_shard_id",
 )
 
 
@@ -91,7 +92,7 @@ class RecentIds:
 class HandoverWebsocket(Websocket):
     """twitchio's EventSub ``Websocket`` with a lossless ``session_reconnect`` and de-duplication."""
 
-    __slots__ = ("_handover", "_recent", "_read_during_handover", "replaced_by")
+    __slots__ = ("_closer", "_handover", "_recent", "_read_during_handover", "lost", "replaced_by")
 
     def __init__(self, *, recent: RecentIds, **options: Any) -> None:
         super().__init__(**options)
@@ -99,6 +100,8 @@ class HandoverWebsocket(Websocket):
         self._handover: str | None = None  # None | "running" | "done"
         self._read_during_handover = 0
         self.replaced_by: HandoverWebsocket | None = None  # the socket a handover moved to
+        self.lost = False  # a conduit shard's socket that dropped: its owner opens another
+        self._closer: asyncio.Task[None] | None = None
 
     async def _process_reconnect(self, data: ReconnectMessage) -> None:
         if self._handover is not None:
@@ -152,6 +155,15 @@ class HandoverWebsocket(Websocket):
     async def _create_connection_task(self) -> None:
         if self._handover is not None:
             return  # the handover owns what happens next; the old socket never reconnects
+        if self._shard_id is not None:
+            # A conduit shard's socket dropped (keepalive timeout, closed connection). twitchio
+            # closes it from the very task that noticed, and its close cancels that task (the
+            # keepalive or read loop) halfway, leaving the socket neither open nor closed; the
+            # close runs as its own task instead, and ``ConduitShards`` reopens the shard.
+            self.lost = True
+            if self._closer is None:
+                self._closer = asyncio.create_task(self.close(reassociate=False))
+            return
         await super()._create_connection_task()
 
     async def _process_notification(self, data: NotificationMessage) -> None:

@@ -15,7 +15,8 @@ one enabled shard. Several gateway processes share one conduit, so who holds a s
   (``ceil(shards / live members)``), so a process that joins gets shards handed over.
 - **Joined and left channels** (``keys.joined_channels``): two sets; the channels read are
   ``TWITCH_CHANNELS`` plus ``in`` minus ``out``, so ``chorus twitch join NAME`` and the
-  dashboard change them without a restart.
+  dashboard change them without a restart; a counter of joins and leaves tells the gateways
+  that something was asked even when the sets stay the same (a refused channel joined again).
 
 ``RedisConduitStore`` runs on Redis (or the embedded store, which runs ``GUARDED`` natively) and
 ``MemoryConduitStore`` is its in-memory twin; tests/test_conduit_store.py holds both to one
@@ -75,8 +76,9 @@ class ConduitStore(Protocol):
 
     async def leave_channel(self, app: str, channel: str) -> None: ...
 
-    async def channel_changes(self, app: str) -> tuple[set[str], set[str]]:
-        """The channels joined and the channels left at run time."""
+    async def channel_changes(self, app: str) -> tuple[set[str], set[str], int]:
+        """The channels joined and the channels left at run time, and how many joins and leaves
+        there were (a join of a channel already joined changes only that count)."""
         ...
 
 
@@ -165,20 +167,24 @@ class RedisConduitStore:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.sadd(keys.joined_channels(self.platform, app, "in"), channel)
             pipe.srem(keys.joined_channels(self.platform, app, "out"), channel)
+            pipe.incr(keys.joined_channels(self.platform, app, "gen"))
             await pipe.execute()
 
     async def leave_channel(self, app: str, channel: str) -> None:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.srem(keys.joined_channels(self.platform, app, "in"), channel)
             pipe.sadd(keys.joined_channels(self.platform, app, "out"), channel)
+            pipe.incr(keys.joined_channels(self.platform, app, "gen"))
             await pipe.execute()
 
-    async def channel_changes(self, app: str) -> tuple[set[str], set[str]]:
+    async def channel_changes(self, app: str) -> tuple[set[str], set[str], int]:
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.smembers(keys.joined_channels(self.platform, app, "in"))
             pipe.smembers(keys.joined_channels(self.platform, app, "out"))
-            joined, left = await pipe.execute()
-        return {_text(c) for c in joined}, {_text(c) for c in left}
+            pipe.get(keys.joined_channels(self.platform, app, "gen"))
+            joined, left, gen = await pipe.execute()
+        count = int(_text(gen)) if gen is not None else 0
+        return {_text(c) for c in joined}, {_text(c) for c in left}, count
 
 
 @dataclass
@@ -191,6 +197,7 @@ class MemoryConduitStore:
     members: dict[str, dict[str, float]] = field(default_factory=dict)
     joined: dict[str, set[str]] = field(default_factory=dict)
     left: dict[str, set[str]] = field(default_factory=dict)
+    changes: dict[str, int] = field(default_factory=dict)
 
     def _holder(self, conduit_id: str, shard: int) -> str | None:
         found = self.leases.get((conduit_id, shard))
@@ -251,10 +258,16 @@ class MemoryConduitStore:
     async def join_channel(self, app: str, channel: str) -> None:
         self.joined.setdefault(app, set()).add(channel)
         self.left.setdefault(app, set()).discard(channel)
+        self.changes[app] = self.changes.get(app, 0) + 1
 
     async def leave_channel(self, app: str, channel: str) -> None:
         self.joined.setdefault(app, set()).discard(channel)
         self.left.setdefault(app, set()).add(channel)
+        self.changes[app] = self.changes.get(app, 0) + 1
 
-    async def channel_changes(self, app: str) -> tuple[set[str], set[str]]:
-        return set(self.joined.get(app, set())), set(self.left.get(app, set()))
+    async def channel_changes(self, app: str) -> tuple[set[str], set[str], int]:
+        return (
+            set(self.joined.get(app, set())),
+            set(self.left.get(app, set())),
+            self.changes.get(app, 0),
+        )

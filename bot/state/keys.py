@@ -294,11 +294,12 @@ def conduit_members(platform: str, conduit_id: str) -> str:
 
 
 def joined_channels(platform: str, app_id: str, kind: str) -> str:
-    """The channels joined (``kind`` ``in``) or left (``out``) at run time, by login or id."""
+    """The channels joined (``kind`` ``in``) or left (``out``) at run time, by login or id, and
+    the count of joins and leaves (``gen``)."""
     _check_token("platform", platform)
     _check_id("app_id", app_id)
-    if kind not in ("in", "out"):
-        raise ValueError(f"kind must be 'in' or 'out', got {kind!r}")
+    if kind not in ("in", "out", "gen"):
+        raise ValueError(f"kind must be 'in', 'out' or 'gen', got {kind!r}")
     return f"{PREFIX}:channels:{platform}:{_escape_part(app_id)}:{kind}"
 
 

@@ -3,7 +3,8 @@
 Point twitchio 3 at it with ``TWITCH_API_BASE_URL=server.helix_url``,
 ``TWITCH_AUTH_BASE_URL=server.auth_url`` and ``TWITCH_EVENTSUB_WS_URL=server.ws_url``.
 
-- ``GET /ws`` -- EventSub websocket: a ``session_welcome`` on connect; ``notify`` delivers a
+- ``GET /ws`` -- EventSub websocket: a ``session_welcome`` on connect (then a ``session_keepalive``
+  every ``keepalive_every`` seconds when set); ``notify`` delivers a
   ``notification`` to whichever connection holds the matching subscription; ``keepalive`` sends
   ``session_keepalive``; ``reconnect`` sends ``session_reconnect`` whose ``reconnect_url`` is
   ``/ws?reconnect=<session>``. Connecting there moves the session's subscriptions to the new
@@ -125,6 +126,7 @@ class TwitchServer(HelixConduits, HelixModeration, LoopbackServer):
         self.sent: list[dict[str, Any]] = []  # bodies of accepted chat messages
         self.drops: deque[dict[str, str]] = deque()  # scripted drop_reason objects
         self.same_session_on_reconnect = False
+        self.keepalive_every: float | None = None  # seconds: send session_keepalive, as Twitch
         self.handover_gate: asyncio.Event | None = None  # set: a reconnect's welcome waits for it
         self.waiting: Connection | None = None  # a reconnecting connection not yet welcomed
         self.notifications: dict[str, dict[str, Any]] = {}  # message_id -> the notification
@@ -274,6 +276,18 @@ class TwitchServer(HelixConduits, HelixModeration, LoopbackServer):
         finally:
             self.handover_gate = None
 
+    async def _keepalives(self, conn: Connection) -> None:
+        assert self.keepalive_every is not None
+        while not conn.closed:
+            await asyncio.sleep(self.keepalive_every)
+            message = fixture("twitch_session_keepalive")
+            message["metadata"]["message_id"] = str(uuid.uuid4())
+            message["metadata"]["message_timestamp"] = _now()
+            try:
+                await self._send(conn, message)
+            except ConnectionError:
+                return
+
     async def keepalive(self) -> None:
         message = fixture("twitch_session_keepalive")
         message["metadata"]["message_id"] = str(uuid.uuid4())
@@ -347,10 +361,13 @@ class TwitchServer(HelixConduits, HelixModeration, LoopbackServer):
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
         await self._changed()
+        pinger = asyncio.create_task(self._keepalives(conn)) if self.keepalive_every else None
         try:
             async for _ in ws:  # Twitch closes the connection (4001) on client messages
                 await ws.close(code=4001)
         finally:
+            if pinger is not None:
+                pinger.cancel()
             conn.closed = True
             if self._live(conn.session_id) is None:  # a handover's new connection keeps them
                 self.shards_disconnected(conn.session_id)
