@@ -31,6 +31,12 @@ to three methods, which ``HandoverWebsocket`` overrides:
   all naming the same community gift) are N ids and all pass; only a redelivery is dropped.
   A chat notice's payload is completed for twitchio first (``notices.complete``).
 
+The same socket carries a conduit shard (``shard_id``; ``conduit.ConduitShards`` owns it): a
+handover passes the shard id on and names the new socket in ``replaced_by`` (Twitch moves the
+shard with the session), and a shard's socket that drops is marked ``lost`` and closed in a task
+of its own (twitchio closes it from the keepalive or read task, and its ``close`` cancels that
+very task halfway), so its owner opens another and points the shard at it.
+
 ``_cleanup`` is narrowed too: twitchio removes a closing socket's session id from the client's
 registry even when that id now names the new socket (Twitch keeps the session id across a
 reconnect). The overridden names are twitchio 3.3's private API, pinned in constraints.txt;
