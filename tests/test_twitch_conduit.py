@@ -187,3 +187,30 @@ async def test_channels_joined_and_left_at_run_time_follow_the_store(
     server.moderators[OTHER] = {BOT_ID}
     await store.join_channel(CLIENT_ID, OTHER_LOGIN)
     await eventually(lambda: "channel.chat.message" in server.conduit_subscribed(OTHER))
+
+
+@pytest.mark.parametrize(
+    ("env", "name", "says"),
+    [
+        ({"TWITCH_TRANSPORT": "websocket"}, "chan", "only with TWITCH_TRANSPORT=conduit"),
+        ({"CHORUS_REDIS_URL": "memory://"}, "chan", "CHORUS_REDIS_URL=redis://"),
+        ({}, "not a channel", "twitch.tv/<login>"),
+        ({"TWITCH_CLIENT_ID": ""}, "chan", "TWITCH_CLIENT_ID is not set"),
+    ],
+)
+def test_chorus_twitch_join_refuses_what_would_not_work(
+    env: dict[str, str], name: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bot.cli_config import twitch_command
+    from bot.settings import load_settings
+
+    environ = {
+        "TWITCH_CLIENT_ID": "app",
+        "TWITCH_TRANSPORT": "conduit",
+        "CHORUS_REDIS_URL": "redis://127.0.0.1:9/0",
+        **env,
+    }
+    settings = load_settings(environ=environ, env_file=None, config=False, warn=False)
+    assert twitch_command(settings, "join", name) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("chorus: twitch join: ") and says in err

@@ -3,7 +3,8 @@
 With ``TWITCH_TRANSPORT=conduit`` the subscriptions belong to a conduit, not to a socket: each
 of the conduit's shards is one process's WebSocket, and Twitch hands each notification to one
 enabled shard (retrying once on another if that shard does not take it). ``ConduitShards`` runs
-in every gateway process and, on every tick (a third of ``TWITCH_SHARD_LEASE_SECONDS``):
+in every gateway process and, every third of ``TWITCH_SHARD_LEASE_SECONDS`` (shards and channels
+in two loops of their own, so subscribing many channels never delays a lease's renewal):
 
 1. **Conduit.** Found once at start: ``TWITCH_CONDUIT_ID``, else the one recorded in the state
    store if Twitch still has it, else a new one of ``TWITCH_CONDUIT_SHARDS`` shards (recorded
@@ -42,7 +43,7 @@ import math
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from twitchio.eventsub import (
@@ -116,7 +117,7 @@ class ConduitShards:
         self.claimed = 0  # shards this process claimed (at start, from a dead or leaving one)
         self._wanted: list[str] | None = None
         self._changes = -1
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -124,15 +125,19 @@ class ConduitShards:
         """Find the conduit, take this process's share and subscribe; then keep at it."""
         grants.check_bot_scopes(self.scopes, self.bot.login)
         await self._find_conduit()
-        await self.tick()
-        self._task = asyncio.create_task(self._run(), name="twitch-conduit")
+        await self.tick_shards()
+        await self.tick_channels()
+        self._tasks = [
+            asyncio.create_task(self._every(self.tick_shards), name="twitch-conduit-shards"),
+            asyncio.create_task(self._every(self.tick_channels), name="twitch-conduit-channels"),
+        ]
 
     async def aclose(self) -> None:
         """Hand the shards back (release, close) so another process takes them at once."""
         self._stopped.set()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         for shard in sorted(self.sockets):
             await self._drop(shard, release=True)
         if self.conduit_id:
@@ -143,7 +148,7 @@ class ConduitShards:
 
     def ready(self) -> bool:
         """Running, and every shard this process holds is on an open, welcomed socket."""
-        if self._task is None or self._task.done() or self._stopped.is_set():
+        if not self._tasks or any(t.done() for t in self._tasks) or self._stopped.is_set():
             return False
         for shard, sock in self.sockets.items():
             live = _live_socket(sock)
@@ -153,7 +158,9 @@ class ConduitShards:
                 return False
         return True
 
-    async def _run(self) -> None:
+    async def _every(self, tick: Callable[[], Awaitable[None]]) -> None:
+        """``tick`` every third of a lease. Shards and channels tick apart: subscribing many
+        channels (Helix calls one by one) must never hold up the leases' renewal."""
         while not self._stopped.is_set():
             try:
                 await asyncio.wait_for(self._stopped.wait(), timeout=self.lease / 3)
@@ -161,7 +168,7 @@ class ConduitShards:
             except TimeoutError:
                 pass
             try:
-                await self.tick()
+                await tick()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -169,6 +176,9 @@ class ConduitShards:
 
     # -- the conduit -------------------------------------------------------------------------
     async def _find_conduit(self) -> None:
+        # what was recorded is read first: a conduit recorded later is not in a listing made
+        # before it, and must not be mistaken for one Twitch no longer has
+        recorded = await self.store.conduit(self.app)
         conduits = {c.id: c for c in await api(self.client.fetch_conduits())}
         wanted = (self.settings.conduit_id or "").strip()
         if wanted:
@@ -179,7 +189,6 @@ class ConduitShards:
                 )
             chosen = wanted
         else:
-            recorded = await self.store.conduit(self.app)
             if recorded in conduits:
                 chosen = recorded
             else:
@@ -198,7 +207,8 @@ class ConduitShards:
         self.shard_count = conduits[chosen].shard_count
 
     # -- one tick ----------------------------------------------------------------------------
-    async def tick(self) -> None:
+    async def tick_shards(self) -> None:
+        """Stay alive, keep or hand back shards, claim free ones, keep their sockets open."""
         conduit, store = self.conduit_id, self.store
         members = await store.heartbeat(conduit, self.owner, self.lease)
         for shard in sorted(self.sockets):
@@ -222,7 +232,6 @@ class ConduitShards:
             except Exception:
                 log.warning("twitch shard not connected; retrying", extra={"shard": shard})
                 await self._drop(shard, release=True)
-        await self._channels(holds_first=0 in self.sockets)
 
     async def _ensure_socket(self, shard: int) -> None:
         held = self.sockets.get(shard)
@@ -275,7 +284,9 @@ class ConduitShards:
         log.info("twitch shard handed back", extra={"shard": shard, "released": release})
 
     # -- channels ----------------------------------------------------------------------------
-    async def _channels(self, *, holds_first: bool) -> None:
+    async def tick_channels(self) -> None:
+        """Follow the joined and left channels; the holder of shard 0 subscribes them."""
+        holds_first = 0 in self.sessions
         joined, left, changes = await self.store.channel_changes(self.app)
         wanted = channels_now(self.settings.channels, joined, left)
         if changes != self._changes:
@@ -375,6 +386,10 @@ class ConduitShards:
             if sub.condition.get("broadcaster_user_id") == broadcaster
         ]
         for sub_id in doomed:
-            await api(self.client.delete_eventsub_subscription(sub_id))
+            try:
+                await api(self.client.delete_eventsub_subscription(sub_id))
+            except TwitchAPIError as exc:
+                if exc.status != 404:  # 404: already deleted (by the previous holder of shard 0)
+                    raise
         self.subscribed.discard(broadcaster)
         log.info("twitch channel left", extra={"channel": broadcaster})
