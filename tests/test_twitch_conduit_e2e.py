@@ -5,9 +5,10 @@ and a worker on a real Redis, the loopback Twitch speaking the conduit API.
   the shards split two and two (leases in Redis), each shard PATCHed to its process's socket.
 - Mentions in the configured channel are answered once each, and reach both processes (Twitch
   hands each notification to any enabled shard).
-- ``chorus twitch join`` adds a channel while everything runs: the gateway holding shard 0
-  subscribes it with the app token and its mentions are answered; a channel whose broadcaster
-  granted nothing is refused, and the log names what the broadcaster must do.
+- A channel joined from the dashboard (the worker serves it) while everything runs: the gateway
+  holding shard 0 subscribes it with the app token and its mentions are answered; a channel
+  joined with ``chorus twitch join`` whose broadcaster granted nothing is refused, and the log
+  names what the broadcaster must do.
 - SIGKILL of one gateway: its sockets close, Twitch disables its shards and hands the chat to
   the other's; its leases lapse and the survivor takes its shards over (PATCHes them to its own
   sessions). Every line sent before, during and after the failover is answered exactly once.
@@ -21,12 +22,14 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import aiohttp
 import pytest
 from redis.asyncio import Redis
 
 from bot.state.conduits import RedisConduitStore
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.twitch_server import TwitchServer
+from tests.redis_server import free_port
 from tests.test_chat_e2e import base_env, run_chorus, spawn_chorus, stopped
 from tests.test_live_pause_e2e import line
 from tests.test_twitch_e2e import BOT_ID, BOT_LOGIN, CHAT
@@ -37,6 +40,16 @@ pytestmark = pytest.mark.e2e
 LIMIT = 120.0  # generous: a loaded 2-core machine; every wait ends as soon as its event happens
 SHARDS = 4
 SCOPES = ("user:read:chat", "user:write:chat", "user:bot")
+ADMIN_TOKEN = "conduit-admin-token-0123456789"
+bearer = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+async def _up(http: aiohttp.ClientSession, url: str) -> bool:
+    try:
+        async with http.get(f"{url}/live", headers=bearer) as response:
+            return response.status == 200
+    except aiohttp.ClientError:
+        return False
 
 
 async def _poll(check: object, what: str, limit: float = LIMIT) -> None:
@@ -121,7 +134,9 @@ async def test_two_gateways_share_a_conduit_join_a_channel_and_survive_a_kill(
             await _poll(lambda: all_on({gw1.pid}), "the first gateway to hold every shard")
             assert len(twitch.conduits) == 1  # created once
             gw2 = await spawn_chorus(["run", "--role", "gateway"], env, tmp_path)
-            worker = await spawn_chorus(["run", "--role", "worker"], env, tmp_path)
+            admin_port = free_port()  # the worker serves the dashboard
+            dashboard = {"CHORUS_ADMIN_PORT": str(admin_port), "CHORUS_ADMIN_TOKEN": ADMIN_TOKEN}
+            worker = await spawn_chorus(["run", "--role", "worker"], env | dashboard, tmp_path)
             procs += [gw2, worker]
             await _poll(lambda: all_on({gw1.pid, gw2.pid}), "the shards to split over two gateways")
             split = Counter(pid_of(o) for o in (await owners()).values())
@@ -136,11 +151,17 @@ async def test_two_gateways_share_a_conduit_join_a_channel_and_survive_a_kill(
             takers = {pid_of(held[int(shard)]) for _, shard in twitch.deliveries}
             assert takers == {gw1.pid, gw2.pid}
 
-            # join two channels at run time: one granted channel:bot, one did not
-            for channel in (joined, refused):
-                code, out, err = await run_chorus(["twitch", "join", channel[1]], env, tmp_path)
-                assert code == 0, err
-                assert f"#{channel[1]} joined" in out
+            # join two channels at run time: one from the dashboard (its broadcaster granted
+            # channel:bot), one with `chorus twitch join` (its broadcaster granted nothing)
+            async with aiohttp.ClientSession() as http:
+                url = f"http://127.0.0.1:{admin_port}"
+                await _poll(lambda: _up(http, url), "the dashboard")
+                form = {"channel": joined[1], "action": "join"}
+                async with http.post(f"{url}/live/twitch/channels", data=form, headers=bearer) as r:
+                    assert f"Joined #{joined[1]}" in await r.text()
+            code, out, err = await run_chorus(["twitch", "join", refused[1]], env, tmp_path)
+            assert code == 0, err
+            assert f"#{refused[1]} joined" in out
             await twitch.wait_until(
                 lambda: "channel.chat.message" in twitch.conduit_subscribed(joined[0]), LIMIT
             )
