@@ -28,6 +28,8 @@ NOTICES: dict[str, tuple[str, ...]] = {
     "forgotten": ("summary",),
     "paused": ("channel",),
     "resumed": ("channel",),
+    "twitch_joined": ("channel",),
+    "twitch_left": ("channel",),
     "reloaded": (),
     "saved": (),
     "command_saved": ("name",),

@@ -47,6 +47,7 @@ from bot.safety.audit import AuditEntry
 from bot.settings import ConfigError
 from bot.settings.ops import LOOPBACK_HOSTS, AdminSettings
 from bot.state.admin_accounts import AccountRecords
+from bot.state.conduits import RedisConduitStore, normal_channel
 from bot.state.config_reloads import ConfigReloads
 from bot.state.engagement import Changes, RedisLiveStore
 
@@ -142,6 +143,7 @@ class AdminServer:
                 post("/people/{platform}/{user_id}/forget", self.forget),
                 get("/live", self.live),
                 post("/live/{conv}/pause", self.pause),
+                post("/live/twitch/channels", self.twitch_channel),
                 get("/insights", self.insights),
                 get("/settings", self.settings),
                 post("/settings/reload", self.reload),
@@ -365,7 +367,34 @@ class AdminServer:
         )
 
     async def live(self, request: web.Request) -> web.Response:
-        return self.render(request, "live", **await views.live(self.sources, time.time()))
+        twitch = self.sources.settings.twitch
+        joinable = twitch.configured and twitch.transport == "conduit"
+        found = await views.live(self.sources, time.time())
+        return self.render(request, "live", **found, twitch_joinable=joinable)
+
+    async def twitch_channel(self, request: web.Request) -> web.StreamResponse:
+        """Join or leave a Twitch channel (conduit transport): what ``chorus twitch join`` does;
+        the gateways follow within a third of a shard lease."""
+        form = await request.post()
+        action = "leave" if str(form.get("action", "")) == "leave" else "join"
+        twitch = self.sources.settings.twitch
+        try:
+            channel = normal_channel(str(form.get("channel", "")))
+            if not (twitch.configured and twitch.transport == "conduit"):
+                raise ValueError("channels change at run time only with TWITCH_TRANSPORT=conduit")
+        except ValueError as exc:
+            raise web.HTTPSeeOther(
+                f"/live?{self.notices.issue('invalid', reason=str(exc))}"
+            ) from None
+        store, app = RedisConduitStore(self.sources.redis), (twitch.client_id or "").strip()
+        if action == "join":
+            await store.join_channel(app, channel)
+        else:
+            await store.leave_channel(app, channel)
+        done = "twitch_joined" if action == "join" else "twitch_left"
+        self.audit(request, "live:twitch", done, platform="twitch", conversation=channel)
+        await self.sources.audit.flush()
+        raise web.HTTPSeeOther(f"/live?{self.notices.issue(done, channel=channel)}")
 
     async def insights(self, request: web.Request) -> web.Response:
         data = await views.insights(self.sources, datetime.now(UTC))
