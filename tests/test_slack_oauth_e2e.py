@@ -9,7 +9,8 @@ and saves the installation through Chorus's encrypted store. A mention in each w
 answered in that workspace with that workspace's own token (the loopback refuses a token of
 another workspace in the channel). Then workspace A uninstalls the app (``app_uninstalled``):
 its tokens are deleted at once, its history and its member's keys after the grace period;
-workspace B goes on answering, and a mention from A is not taken any more.
+workspace B goes on answering, and a mention from A is not taken any more. A ``[[scope]]``
+matching ``slack:TEAM`` applies to that workspace's messages only.
 """
 
 from __future__ import annotations
@@ -142,6 +143,11 @@ async def test_two_workspaces_install_answer_with_their_own_tokens_and_one_unins
             "CHORUS_INSIGHTS_ENABLED": "false",
             "PYTHONPATH": str(ROOT),
         }
+        (tmp_path / "chorus.toml").write_text(  # workspace B gets its own persona
+            f'[personas.pirate]\nprompt = "You are Captain {tag}."\n\n'
+            f'[[scope]]\nmatch = "slack:{team_b}"\npersona = "pirate"\n',
+            encoding="utf-8",
+        )
         proc = await spawn_chorus(["run"], env, tmp_path)
         try:
             await _until_listening(base, proc)
@@ -171,6 +177,14 @@ async def test_two_workspaces_install_answer_with_their_own_tokens_and_one_unins
             assert [p["thread_ts"] for p in slack.posts if p["channel"] == chan_a] == [
                 mention_a["event"]["ts"]
             ]
+            # [[scope]] match = "slack:TEAM": B's turn has B's persona, A's the default one
+            prompts = {
+                team: [json.dumps(b) for b in model.bodies if f"hello from {team}" in json.dumps(b)]
+                for team in (team_a, team_b)
+            }
+            assert prompts[team_a] and prompts[team_b]
+            assert all(f"Captain {tag}" in p for p in prompts[team_b])
+            assert not any(f"Captain {tag}" in p for p in prompts[team_a])
             # bolt authorised each request with that workspace's token (auth.test per token)
             tested = {c.headers["authorization"] for c in slack.calls("/api/auth.test")}
             assert {f"Bearer {token_a}", f"Bearer {token_b}"} <= tested
