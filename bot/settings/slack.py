@@ -25,9 +25,9 @@ from bot.settings.base import ConfigError, Section
 APPS_URL = "https://api.slack.com/apps"
 DEFAULT_API_BASE_URL = "https://slack.com/api/"
 DEFAULT_AUTHORIZE_URL = "https://slack.com/oauth/v2/authorize"
-DEFAULT_SCOPES = (
-    "app_mentions:read,channels:history,groups:history,im:history,mpim:history,"
-    "chat:write,users:read,files:read,commands"
+DEFAULT_SCOPES = (  # deploy/slack-app-manifest.yaml's bot scopes
+    "app_mentions:read,chat:write,im:history,im:read,channels:history,groups:history,"
+    "mpim:history,files:read,commands,users:read"
 )
 
 ChannelSet = frozenset[str]
