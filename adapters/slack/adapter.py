@@ -20,7 +20,7 @@ kept within a channel; a rate-limited channel does not hold up the others) throu
 whether the HTTP endpoint listens.
 
 Installed in many workspaces (``SLACK_CLIENT_ID``...), bolt runs its OAuth flow
-(``/slack/install``, ``/slack/oauth_redirect``) over ``installations``, authorises each request
+(``/slack/install``, ``/slack/oauth_redirect``) over ``workspaces``' store, authorises each request
 from the installation store instead of one ``auth.test``, and the bot's identity (its user id
 in that workspace) comes with each request; every outbound call takes the sender of the
 channel's workspace from ``workspaces``. ``app_uninstalled`` and ``tokens_revoked`` go through
@@ -44,8 +44,6 @@ from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.authorization.async_authorize import AsyncAuthorize
 from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.async_context import AsyncBoltContext
-from slack_bolt.listener.async_builtins import AsyncTokenRevocationListeners
-from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -62,7 +60,6 @@ from adapters.slack.convert import (
     thread_root,
 )
 from adapters.slack.drafts import NativeStreams, SlackLive
-from adapters.slack.installations import EncryptedInstallations, StoreStates, cipher
 from adapters.slack.intake import Before, Intake, after
 from adapters.slack.moderation import SlackModeration
 from adapters.slack.sender import SlackSender, SlackSendError, file_hosts, host_allowed
@@ -77,13 +74,11 @@ from bot.platform.streaming import AnswerStore, LiveAnswers
 from bot.settings import ConfigError, SlackSettings
 from bot.settings.slack import APPS_URL, SlackMode
 from bot.state.connect import Client
-from bot.state.slack_teams import SlackTeams
 
 log = logging.getLogger("chorus.slack")
 
 MAX_IN_FLIGHT_REPLIES = 256
 DRAFT_INTERVAL = 1.0  # seconds between the updates of a streamed answer, at least
-PURGE_INTERVAL = 60.0  # seconds between two looks for uninstalled workspaces' data to delete
 
 
 class _StaticAuthorize(AsyncAuthorize):
@@ -123,15 +118,11 @@ class SlackAdapter:
         self.settings = settings
         self.client = client or build_client(settings)
         self.sender = sender or SlackSender(self.client)
-        self.installations: EncryptedInstallations | None = None
         self.workspaces: Workspaces | None = None
         if settings.multi_workspace:
             if redis is None:
                 raise ValueError("many Slack workspaces need the state store")
-            teams = SlackTeams(redis)
-            self.installations = EncryptedInstallations(teams, cipher(settings.encryption_keys()))
-            self.workspaces = Workspaces(settings, teams, self.installations)
-            self._states = StoreStates(teams)
+            self.workspaces = Workspaces.from_settings(settings, redis)
         sender_for = self.workspaces.sender_for_channel if self.workspaces else None
         self.moderation = SlackModeration(self.sender, sender_for)  # the bot's own messages only
         self.channels = ChannelPolicy(
@@ -195,7 +186,7 @@ class SlackAdapter:
         self._capacity = asyncio.Semaphore(MAX_IN_FLIGHT_REPLIES)
         self._outbound = asyncio.create_task(self._send_loop(), name="slack-outbound")
         if self.workspaces is not None:
-            self._purger = asyncio.create_task(self._purge_loop(), name="slack-purge")
+            self._purger = asyncio.create_task(self.workspaces.purge_forever(), name="slack-purge")
 
     async def run(self) -> None:
         """Start, then send replies until the bus closes or ``aclose`` is called."""
@@ -276,7 +267,8 @@ class SlackAdapter:
         if result is not None:
             access: dict[str, Any] = {"authorize": _StaticAuthorize(result)}
         else:
-            access = {"oauth_settings": self._oauth_settings()}
+            assert self.workspaces is not None
+            access = {"oauth_settings": self.workspaces.oauth_settings()}
         app = AsyncApp(
             name="chorus",
             logger=logging.getLogger("chorus.slack.bolt"),
@@ -289,48 +281,12 @@ class SlackAdapter:
         )
         app.error(self.unhandled.on_error)
         app.middleware(self._dedupe)
-        if self.installations is not None:
-            revoked = AsyncTokenRevocationListeners(self.installations)
-            app.event("tokens_revoked")(revoked.handle_tokens_revoked_events)
-            app.event("app_uninstalled")(self._on_uninstalled)
+        if self.workspaces is not None:
+            self.workspaces.listen(app)  # app_uninstalled, tokens_revoked
         app.event("app_mention")(self._on_event)
         app.event("message")(self._on_event)
         app.command("/chorus")(self._on_command)
         return app
-
-    def _oauth_settings(self) -> AsyncOAuthSettings:
-        settings = self.settings
-        return AsyncOAuthSettings(
-            client_id=settings.client_id.strip(),
-            client_secret=settings.client_secret_value(),
-            scopes=settings.scope_list(),
-            redirect_uri=settings.redirect_uri or None,
-            authorization_url=settings.authorize_url,
-            installation_store=self.installations,
-            installation_store_bot_only=False,
-            token_rotation_expiration_minutes=settings.token_rotation_minutes,
-            state_store=self._states,
-            logger=logging.getLogger("chorus.slack.oauth"),
-        )
-
-    async def _on_uninstalled(self, context: AsyncBoltContext) -> None:
-        """bolt's listener deletes the tokens; the workspace's data waits for the grace period."""
-        assert self.installations is not None and self.workspaces is not None
-        await AsyncTokenRevocationListeners(self.installations).handle_app_uninstalled_events(
-            context
-        )
-        if context.team_id:
-            await self.workspaces.uninstalled(context.team_id)
-
-    async def _purge_loop(self) -> None:
-        assert self.workspaces is not None
-        interval = max(0.5, min(PURGE_INTERVAL, self.settings.uninstall_grace_seconds / 4))
-        while True:
-            try:
-                await self.workspaces.purge_due()
-            except Exception:
-                log.exception("could not delete an uninstalled slack workspace's data")
-            await asyncio.sleep(interval)
 
     # -- inbound -----------------------------------------------------------------------------
     async def _dedupe(

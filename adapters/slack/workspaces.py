@@ -1,6 +1,9 @@
-"""Slack in many workspaces: which workspace's token a call uses, and what an uninstall ends.
+"""Slack in many workspaces: bolt's OAuth wiring, which workspace's token a call uses, and what
+an uninstall ends.
 
-Inbound, bolt authorises each request itself (``AsyncInstallationStoreAuthorize`` over
+``oauth_settings`` hands bolt its OAuth flow (install page, redirect, state checks, the code
+exchange) over ``EncryptedInstallations`` and ``StoreStates``; ``listen`` adds bolt's own
+``tokens_revoked`` and ``app_uninstalled`` listeners. Inbound, bolt authorises each request itself (``AsyncInstallationStoreAuthorize`` over
 ``EncryptedInstallations``, refreshing a rotating token). Outbound, a reply names only its
 channel: ``Workspaces`` knows the channel's team (learnt from the events that came in, kept in
 the state store so a restart or another process knows it too) and keeps one ``SlackSender`` per
@@ -17,22 +20,30 @@ later; ``purge_due`` (called by the adapter's housekeeping loop) deletes what is
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
 
 from cachetools import LRUCache
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.listener.async_builtins import AsyncTokenRevocationListeners
+from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_sdk.errors import SlackTokenRotationError
 from slack_sdk.oauth.token_rotation.async_rotator import AsyncTokenRotator
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.installations import EncryptedInstallations
+from adapters.slack.installations import EncryptedInstallations, StoreStates, cipher
 from adapters.slack.sender import SlackSender
 from bot.events import ConversationKey
 from bot.settings import SlackSettings
+from bot.state.connect import Client
 from bot.state.slack_teams import SlackTeams
 
 log = logging.getLogger("chorus.slack.workspaces")
+
+PURGE_INTERVAL = 60.0  # seconds between two looks for uninstalled workspaces' data to delete
 
 
 class NotInstalled(LookupError):
@@ -61,9 +72,47 @@ class Workspaces:
             client_secret=settings.client_secret_value(),
             client=AsyncWebClient(base_url=settings.api_base_url, retry_handlers=[]),
         )
+        self.states = StoreStates(teams)
         self._senders: dict[str, SlackSender] = {}
         self._channels: LRUCache[str, str] = LRUCache(maxsize=100_000)
         self._seen: LRUCache[tuple[str, str, str], None] = LRUCache(maxsize=200_000)
+
+    @classmethod
+    def from_settings(cls, settings: SlackSettings, redis: Client) -> Workspaces:
+        """Over the state store; ``ConfigError`` naming SLACK_TOKEN_ENCRYPTION_KEY if bad."""
+        teams = SlackTeams(redis)
+        return cls(
+            settings, teams, EncryptedInstallations(teams, cipher(settings.encryption_keys()))
+        )
+
+    # -- bolt's side ----------------------------------------------------------------------------
+    def oauth_settings(self) -> AsyncOAuthSettings:
+        """bolt's OAuth flow over these stores (install page, redirect, authorisation)."""
+        settings = self.settings
+        return AsyncOAuthSettings(
+            client_id=settings.client_id.strip(),
+            client_secret=settings.client_secret_value(),
+            scopes=settings.scope_list(),
+            redirect_uri=settings.redirect_uri or None,
+            authorization_url=settings.authorize_url,
+            installation_store=self.installations,
+            token_rotation_expiration_minutes=settings.token_rotation_minutes,
+            state_store=self.states,
+            logger=logging.getLogger("chorus.slack.oauth"),
+        )
+
+    def listen(self, app: AsyncApp) -> None:
+        """``tokens_revoked``: bolt's own listener deletes the revoked tokens.
+        ``app_uninstalled``: bolt's deletes every token, then ``uninstalled`` runs."""
+        revoked = AsyncTokenRevocationListeners(self.installations)
+        app.event("tokens_revoked")(revoked.handle_tokens_revoked_events)
+
+        async def on_uninstalled(context: AsyncBoltContext) -> None:
+            await revoked.handle_app_uninstalled_events(context)
+            if context.team_id:
+                await self.uninstalled(context.team_id)
+
+        app.event("app_uninstalled")(on_uninstalled)
 
     # -- learning where things belong ---------------------------------------------------------
     async def learn(self, team_id: str, conv: ConversationKey, user_id: str | None) -> None:
@@ -154,6 +203,17 @@ class Workspaces:
             )
             done.append(team)
         return done
+
+    async def purge_forever(self) -> None:
+        """``purge_due`` every ``PURGE_INTERVAL`` (a quarter of a shorter grace period)."""
+        grace = self.settings.uninstall_grace_seconds
+        interval = max(0.5, min(PURGE_INTERVAL, grace / 4))
+        while True:
+            try:
+                await self.purge_due()
+            except Exception:
+                log.exception("could not delete an uninstalled slack workspace's data")
+            await asyncio.sleep(interval)
 
     async def aclose(self) -> None:
         for sender in self._senders.values():
