@@ -9,7 +9,9 @@ and saves the installation through Chorus's encrypted store. A mention in each w
 answered in that workspace with that workspace's own token (the loopback refuses a token of
 another workspace in the channel). Then workspace A uninstalls the app (``app_uninstalled``):
 its tokens are deleted at once, its history and its member's keys after the grace period;
-workspace B goes on answering, and a mention from A is not taken any more. A ``[[scope]]``
+workspace B goes on answering, and a mention from A is not taken any more. Workspace B's app
+rotates tokens: its first token is about to expire, so it is refreshed (``oauth.v2.access``
+with the refresh token) and the new one answers. A ``[[scope]]``
 matching ``slack:TEAM`` applies to that workspace's messages only.
 """
 
@@ -110,7 +112,7 @@ async def _keys_with(redis: Client, part: str) -> set[str]:
 async def test_two_workspaces_install_answer_with_their_own_tokens_and_one_uninstalls(
     tmp_path: Path, real_redis_url: str, key_tag: str
 ) -> None:
-    tag = key_tag  # in every id: the keys this run leaves are found and removed
+    tag = key_tag.upper()  # in every id: the keys this run leaves are found and removed
     team_a, team_b = f"TA{tag}", f"TB{tag}"
     chan_a, chan_b = f"CA{tag}", f"CB{tag}"
     user_a, user_b = f"UA{tag}", f"UB{tag}"
@@ -122,15 +124,17 @@ async def test_two_workspaces_install_answer_with_their_own_tokens_and_one_unins
         model.default_reply = lambda body: "an answer"
         space_a = slack.add_workspace(team_a, channels=(chan_a,))
         space_b = slack.add_workspace(team_b, channels=(chan_b,), rotating=True)
+        space_b.expires_in = 60  # B's app rotates tokens: its first token is refreshed at once
+        key = Fernet.generate_key().decode()
         env = base_env(tmp_path) | {
             "CHORUS_MODEL": "openai:gpt-test",
             "OPENAI_API_KEY": "k",
             "OPENAI_BASE_URL": model.base_url,
             "CHORUS_REDIS_URL": real_redis_url,
-            "CHORUS_BUS_NAMESPACE": tag,
+            "CHORUS_BUS_NAMESPACE": key_tag,
             "SLACK_CLIENT_ID": CLIENT_ID,
             "SLACK_CLIENT_SECRET": CLIENT_SECRET,
-            "SLACK_TOKEN_ENCRYPTION_KEY": Fernet.generate_key().decode(),
+            "SLACK_TOKEN_ENCRYPTION_KEY": key,
             "SLACK_SIGNING_SECRET": SECRET,
             "SLACK_API_BASE_URL": slack.api_url,
             "SLACK_AUTHORIZE_URL": slack.authorize_url,
@@ -156,11 +160,13 @@ async def test_two_workspaces_install_answer_with_their_own_tokens_and_one_unins
             for team in (team_a, team_b):
                 page = await _install(base, team)
                 assert "error" not in page.lower(), page[:500]
-            token_a, token_b = space_a.tokens[-1], space_b.tokens[-1]
-            for team, token in ((team_a, token_a), (team_b, token_b)):
+            (token_a,), (first_b,) = space_a.tokens, space_b.tokens
+            for team, token in ((team_a, token_a), (team_b, first_b)):
                 stored = await redis.hgetall(keys.slack_install(team))
                 assert set(stored) == {"bot", "installation"}
                 assert all(token not in value for value in stored.values())  # encrypted
+                bot = json.loads(Fernet(key.encode()).decrypt(str(stored["bot"]).encode()))
+                assert bot["bot_token"] == token  # ...under the key from the environment
             exchanges = slack.calls("/api/oauth.v2.access")
             assert [c.body.get("code") is not None for c in exchanges] == [True, True]
             assert all(c.body["redirect_uri"] == f"{base}/slack/oauth_redirect" for c in exchanges)
@@ -171,6 +177,16 @@ async def test_two_workspaces_install_answer_with_their_own_tokens_and_one_unins
             assert (await _post(events, mention_a))[0] == 200
             assert (await _post(events, mention_b))[0] == 200
             await slack.wait_for(lambda: len(_answers(slack)) >= 2, limit=LIMIT)
+            # B's token was about to expire: refreshed once (bolt, on the way in) and saved,
+            # so the answer went out with the new one.
+            (refresh,) = [
+                c for c in slack.calls("/api/oauth.v2.access") if c.body.get("grant_type")
+            ]
+            assert refresh.body["grant_type"] == "refresh_token"
+            first_b, token_b = space_b.tokens
+            stored_b = await redis.hget(keys.slack_install(team_b), "bot")
+            bot_b = json.loads(Fernet(key.encode()).decrypt(str(stored_b).encode()))
+            assert bot_b["bot_token"] == token_b and token_b not in str(stored_b)
             answered = _answers(slack)
             assert answered == {chan_a: [f"Bearer {token_a}"], chan_b: [f"Bearer {token_b}"]}
             assert {p["text"] for p in slack.posts} == {"an answer"}
@@ -241,10 +257,11 @@ async def test_two_workspaces_install_answer_with_their_own_tokens_and_one_unins
             proc.send_signal(signal.SIGTERM)
             _, err_bytes = await stopped(proc)
             await _clean(redis, tag, (chan_a, chan_b))
+            await _clean(redis, key_tag, ())
             await redis.aclose()
     err = err_bytes.decode()
     assert proc.returncode == 0, err[-3000:]
-    assert token_a not in err and token_b not in err  # never logged
+    assert token_a not in err and token_b not in err and first_b not in err  # never logged
 
 
 def _answers(slack: SlackServer) -> dict[str, list[str]]:
@@ -259,5 +276,6 @@ async def _clean(redis: Client, tag: str, channels: tuple[str, ...]) -> None:
     doomed = await _keys_with(redis, tag)
     if doomed:
         await redis.delete(*doomed)
-    await redis.hdel(keys.slack_channel_teams(), *channels)
+    if channels:
+        await redis.hdel(keys.slack_channel_teams(), *channels)
     await redis.zrem(keys.slack_uninstalled(), f"TA{tag}", f"TB{tag}")

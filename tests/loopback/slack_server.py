@@ -77,7 +77,8 @@ class Workspace:
     rotating: bool = False
     tokens: list[str] = field(default_factory=list)  # every bot token issued, oldest first
     refresh_tokens: set[str] = field(default_factory=set)  # still usable
-    expires_in: int = 43200
+    expires_in: int = 43200  # of the token an install issues
+    refreshed_expires_in: int = 43200  # of the tokens a refresh issues
 
 
 class SlackServer(LoopbackServer):
@@ -318,13 +319,13 @@ class SlackServer(LoopbackServer):
             if not found:
                 return web.json_response({"ok": False, "error": "invalid_refresh_token"})
             found[0].refresh_tokens.discard(refresh)
-            return web.json_response(self.issue(found[0]))
+            return web.json_response(self.issue(found[0], refreshed=True))
         team = self._codes.pop(str(body.get("code")), None)
         if team is None:
             return web.json_response({"ok": False, "error": "invalid_code"})
         return web.json_response(self.issue(self.workspaces[team]))
 
-    def issue(self, space: Workspace) -> dict[str, Any]:
+    def issue(self, space: Workspace, *, refreshed: bool = False) -> dict[str, Any]:
         token = f"xoxb-{space.team_id.lower()}-{len(space.tokens) + 1}-{uuid.uuid4().hex[:8]}"
         space.tokens.append(token)
         self._token_teams[token] = space.team_id
@@ -343,7 +344,8 @@ class SlackServer(LoopbackServer):
         if space.rotating:
             refresh = f"xoxe-1-{uuid.uuid4().hex}"
             space.refresh_tokens.add(refresh)
-            answer.update(refresh_token=refresh, expires_in=space.expires_in)
+            lifetime = space.refreshed_expires_in if refreshed else space.expires_in
+            answer.update(refresh_token=refresh, expires_in=lifetime)
         return answer
 
     def chatter_message(self, channel: str, user: str, text: str) -> str:
