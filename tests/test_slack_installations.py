@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 from cryptography.fernet import Fernet
+from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.listener.async_builtins import AsyncTokenRevocationListeners
 from slack_sdk.oauth.installation_store.models.installation import Installation
 
 from adapters.slack.installations import EncryptedInstallations, StoreStates, cipher
@@ -117,6 +119,32 @@ async def test_a_wrong_key_finds_nothing_and_says_so(
     assert bot is not None and bot.bot_token == "xoxb-secret"
 
 
+async def test_tokens_revoked_through_bolts_listener(
+    store: EncryptedInstallations, redis_client: Client, key_tag: str
+) -> None:
+    team = f"T{key_tag}"
+    listeners = AsyncTokenRevocationListeners(store)
+    context = AsyncBoltContext({"team_id": team})
+    await store.async_save(installation(team, "xoxb-secret"))
+    # Another user's token, then the installer's user token: only the user token goes.
+    for user in ("UOTHER", "UINSTALLER"):
+        event = {"type": "tokens_revoked", "tokens": {"oauth": [user], "bot": []}}
+        await listeners.handle_tokens_revoked_events(event, context)
+    found = await store.async_find_installation(enterprise_id=None, team_id=team)
+    assert found is not None and found.user_token is None and found.bot_token == "xoxb-secret"
+    bot = await store.async_find_bot(enterprise_id=None, team_id=team)
+    assert bot is not None and bot.bot_token == "xoxb-secret"
+    # The bot token: nothing that holds it is left.
+    event = {"type": "tokens_revoked", "tokens": {"oauth": [], "bot": ["UBOT1"]}}
+    await listeners.handle_tokens_revoked_events(event, context)
+    assert await store.async_find_bot(enterprise_id=None, team_id=team) is None
+    assert await store.async_find_installation(enterprise_id=None, team_id=team) is None
+    # app_uninstalled: everything.
+    await store.async_save(installation(team, "xoxb-secret"))
+    await listeners.handle_app_uninstalled_events(context)
+    assert await SlackTeams(redis_client).raw(team) == {}
+
+
 async def test_deleting_bot_installation_and_all(
     store: EncryptedInstallations, redis_client: Client, key_tag: str
 ) -> None:
@@ -124,9 +152,11 @@ async def test_deleting_bot_installation_and_all(
     await store.async_save(installation(team, "xoxb-secret"))
     await store.async_delete_installation(enterprise_id=None, team_id=team, user_id="UOTHER")
     assert await store.async_find_installation(enterprise_id=None, team_id=team) is not None
+    await store.async_delete_installation(enterprise_id=None, team_id=team)
+    assert await store.async_find_installation(enterprise_id=None, team_id=team) is None
+    assert await store.async_find_bot(enterprise_id=None, team_id=team) is not None
     await store.async_delete_bot(enterprise_id=None, team_id=team)
     assert await store.async_find_bot(enterprise_id=None, team_id=team) is None
-    assert await store.async_find_installation(enterprise_id=None, team_id=team) is not None
     await store.async_save(installation(team, "xoxb-secret"))
     await store.async_delete_all(enterprise_id=None, team_id=team)
     assert await store.async_find_bot(enterprise_id=None, team_id=team) is None

@@ -108,18 +108,27 @@ class EncryptedInstallations(AsyncInstallationStore):
 
     # -- deleting -----------------------------------------------------------------------------
     async def async_delete_bot(self, *, enterprise_id: str | None, team_id: str | None) -> None:
-        await self.teams.drop(_team(team_id, enterprise_id), BOT)
+        """The bot token is revoked: the installation (which holds a copy of it) goes too,
+        since Chorus acts only as the bot."""
+        await self.teams.drop(_team(team_id, enterprise_id), BOT, INSTALLATION)
 
     async def async_delete_installation(
         self, *, enterprise_id: str | None, team_id: str | None, user_id: str | None = None
     ) -> None:
-        if user_id is not None:
-            found = await self.async_find_installation(
-                enterprise_id=enterprise_id, team_id=team_id, user_id=user_id
-            )
-            if found is None:
-                return  # another user's token was revoked: not the one kept
-        await self.teams.drop(_team(team_id, enterprise_id), INSTALLATION)
+        """``user_id`` given (a user token revoked): only that installer's user token goes;
+        none: the installation record."""
+        team = _team(team_id, enterprise_id)
+        if user_id is None:
+            await self.teams.drop(team, INSTALLATION)
+            return
+        found = await self.async_find_installation(
+            enterprise_id=enterprise_id, team_id=team_id, user_id=user_id
+        )
+        if found is None:
+            return  # not the installer kept (or gone already)
+        kept = {**vars(found), "user_token": None, "user_refresh_token": None}
+        kept["user_token_expires_at"] = None
+        await self.teams.update(team, **{INSTALLATION: self._seal(kept)})
 
     async def async_delete_all(self, *, enterprise_id: str | None, team_id: str | None) -> None:
         await self.teams.drop(_team(team_id, enterprise_id))

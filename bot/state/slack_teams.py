@@ -61,6 +61,11 @@ class SlackTeams:
             pipe.zrem(keys.slack_uninstalled(), team_id)
             await pipe.execute()
 
+    async def update(self, team_id: str, **values: str) -> None:
+        """Replace values of an installation, leaving the uninstalled list alone."""
+        mapping: dict[EncodableT, EncodableT] = {k: v for k, v in values.items()}
+        await self.redis.hset(keys.slack_install(team_id), mapping=mapping)
+
     async def get(self, team_id: str, field: str) -> str | None:
         raw = await self.redis.hget(keys.slack_install(team_id), field)
         return cast("str | None", raw)
