@@ -22,6 +22,7 @@ import html
 import json
 import re
 import signal
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -253,6 +254,14 @@ async def test_two_workspaces_install_answer_with_their_own_tokens_and_one_unins
                 chan_a: [f"Bearer {token_a}"],
                 chan_b: [f"Bearer {token_b}"] * 2,
             }
+            # auth.test once per token: the install's check, then bolt's first authorisation
+            # with it (cached after); B's first token was refreshed before any event used it.
+            tests = Counter(c.headers["authorization"] for c in slack.calls("/api/auth.test"))
+            assert tests == {
+                f"Bearer {token_a}": 2,
+                f"Bearer {first_b}": 1,
+                f"Bearer {token_b}": 1,
+            }, tests
         finally:
             proc.send_signal(signal.SIGTERM)
             _, err_bytes = await stopped(proc)

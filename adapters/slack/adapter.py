@@ -268,11 +268,10 @@ class SlackAdapter:
             access: dict[str, Any] = {"authorize": _StaticAuthorize(result)}
         else:
             assert self.workspaces is not None
-            # The store given to the app too: then bolt's authorisation (and its token
-            # rotation) calls Slack through ``client``, at SLACK_API_BASE_URL, not slack.com.
             access = {
                 "oauth_settings": self.workspaces.oauth_settings(),
                 "installation_store": self.workspaces.installations,
+                "authorize": self.workspaces.authorize(client),
             }
         app = AsyncApp(
             name="chorus",

@@ -24,9 +24,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import cast
 
-from cachetools import LRUCache
+from cachetools import LRUCache, TTLCache
 from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.authorization.async_authorize import AsyncInstallationStoreAuthorize
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.listener.async_builtins import AsyncTokenRevocationListeners
 from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
@@ -44,6 +47,7 @@ from bot.state.slack_teams import SlackTeams
 log = logging.getLogger("chorus.slack.workspaces")
 
 PURGE_INTERVAL = 60.0  # seconds between two looks for uninstalled workspaces' data to delete
+AUTH_CACHE_SIZE = 10_000  # tokens whose auth.test bolt remembers (one or two per workspace)
 
 
 class NotInstalled(LookupError):
@@ -100,6 +104,24 @@ class Workspaces:
             state_store=self.states,
             logger=logging.getLogger("chorus.slack.oauth"),
         )
+
+    def authorize(self, client: AsyncWebClient) -> AsyncInstallationStoreAuthorize:
+        """bolt's authorisation from the installation store, with its token rotation calling
+        Slack through ``client`` (SLACK_API_BASE_URL), and its ``auth.test`` of a token cached
+        (bounded, an hour) instead of made for every event."""
+        settings = self.settings
+        authorize = AsyncInstallationStoreAuthorize(
+            logger=logging.getLogger("chorus.slack.oauth"),
+            installation_store=self.installations,
+            client_id=settings.client_id.strip(),
+            client_secret=settings.client_secret_value(),
+            token_rotation_expiration_minutes=settings.token_rotation_minutes,
+            cache_enabled=True,
+            client=client,
+        )
+        bounded: TTLCache[str, AuthorizeResult] = TTLCache(maxsize=AUTH_CACHE_SIZE, ttl=3600)
+        authorize.authorize_result_cache = cast("dict[str, AuthorizeResult]", bounded)
+        return authorize
 
     def listen(self, app: AsyncApp) -> None:
         """``tokens_revoked``: bolt's own listener deletes the revoked tokens.
