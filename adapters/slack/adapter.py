@@ -357,11 +357,10 @@ class SlackAdapter:
             conv = message.conversation
             if message.mentions_bot and not message.is_direct and conv.thread:
                 self._threads.add(f"{conv.channel}:{conv.thread}")
-            sender = await self._sender_of(bot)
             message = message.model_copy(
                 update={
-                    "author": await self._author(message.author.id, sender),
-                    "attachments": await self._download(message.attachments, sender),
+                    "author": await self._author(message.author.id, bot),
+                    "attachments": await self._download(message.attachments, bot),
                 }
             )
             if self.workspaces is not None and bot.team_id:
@@ -383,7 +382,7 @@ class SlackAdapter:
         self, command: Mapping[str, Any], before: Before, bot: BotIdentity
     ) -> None:
         try:
-            author = await self._author(str(command["user_id"]), await self._sender_of(bot))
+            author = await self._author(str(command["user_id"]), bot)
             message = command_message(command, author=author)
             if self.workspaces is not None and bot.team_id:
                 await self.workspaces.learn(bot.team_id, message.conversation, author.id)
@@ -396,11 +395,12 @@ class SlackAdapter:
                 "could not handle a slash command", extra={"trigger_id": command.get("trigger_id")}
             )
 
-    async def _author(self, user_id: str, sender: SlackSender) -> Author:
+    async def _author(self, user_id: str, bot: BotIdentity) -> Author:
         cached = self._users.get(user_id)  # user ids are unique across workspaces
         if cached is not None:
             return cached
         try:
+            sender = await self._sender_of(bot)  # only now: a store read in many workspaces
             author = author_from_user(user_id, await sender.user_info(user_id))
         except Exception:
             log.warning(
@@ -413,7 +413,7 @@ class SlackAdapter:
         return author
 
     async def _download(
-        self, attachments: tuple[Attachment, ...], sender: SlackSender
+        self, attachments: tuple[Attachment, ...], bot: BotIdentity
     ) -> tuple[Attachment, ...]:
         """Images' bytes for the model, with the bot token, only from Slack's own hosts."""
         cap = self.settings.max_file_bytes
@@ -427,6 +427,7 @@ class SlackAdapter:
             )
             if wanted and item.url is not None:
                 try:
+                    sender = await self._sender_of(bot)
                     token = str(sender.client.token or "")
                     data, ctype = await sender.download(item.url, token=token, cap=cap)
                 except Exception:

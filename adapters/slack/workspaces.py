@@ -100,6 +100,7 @@ class Workspaces:
             redirect_uri=settings.redirect_uri or None,
             authorization_url=settings.authorize_url,
             installation_store=self.installations,
+            installation_store_bot_only=True,
             token_rotation_expiration_minutes=settings.token_rotation_minutes,
             state_store=self.states,
             logger=logging.getLogger("chorus.slack.oauth"),
@@ -107,8 +108,9 @@ class Workspaces:
 
     def authorize(self, client: AsyncWebClient) -> AsyncInstallationStoreAuthorize:
         """bolt's authorisation from the installation store, with its token rotation calling
-        Slack through ``client`` (SLACK_API_BASE_URL), and its ``auth.test`` of a token cached
-        (bounded, an hour) instead of made for every event."""
+        Slack through ``client`` (SLACK_API_BASE_URL), reading only the bot (``find_bot``: one
+        store read per event), and its ``auth.test`` of a token cached (bounded, an hour)
+        instead of made for every event."""
         settings = self.settings
         authorize = AsyncInstallationStoreAuthorize(
             logger=logging.getLogger("chorus.slack.oauth"),
@@ -116,6 +118,7 @@ class Workspaces:
             client_id=settings.client_id.strip(),
             client_secret=settings.client_secret_value(),
             token_rotation_expiration_minutes=settings.token_rotation_minutes,
+            bot_only=True,  # Chorus acts as the bot only: one store read per event
             cache_enabled=True,
             client=client,
         )
