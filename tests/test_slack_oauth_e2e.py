@@ -245,7 +245,7 @@ async def test_two_workspaces_install_answer_with_their_own_tokens_and_one_unins
 
             # -- B goes on; A's next mention is not taken --------------------------------------
             status, text = await _post(events, _mention(team_a, chan_a, user_a, "UX", 2))
-            assert status in (200, 401) and "reinstall" in text.lower(), (status, text)
+            assert status == 200 and "reinstall" in text.lower(), (status, text)  # bolt's answer
             assert (await _post(events, _mention(team_b, chan_b, user_b, space_b.bot_user_id, 2)))[
                 0
             ] == 200
