@@ -31,6 +31,7 @@ import aiohttp
 import pytest
 from cryptography.fernet import Fernet
 
+from bot.cli import EXIT_CONFIG
 from bot.state import connect, keys
 from bot.state.connect import Client
 from tests.loopback.openai_server import OpenAIServer
@@ -288,3 +289,25 @@ async def _clean(redis: Client, tag: str, channels: tuple[str, ...]) -> None:
     if channels:
         await redis.hdel(keys.slack_channel_teams(), *channels)
     await redis.zrem(keys.slack_uninstalled(), f"TA{tag}", f"TB{tag}")
+
+
+@pytest.mark.parametrize("key", ["", "not-a-fernet-key"])
+async def test_a_missing_or_malformed_encryption_key_stops_the_start_naming_it(
+    tmp_path: Path, key: str
+) -> None:
+    env = base_env(tmp_path) | {
+        "CHORUS_MODEL": "openai:gpt-test",
+        "OPENAI_API_KEY": "k",
+        "SLACK_CLIENT_ID": CLIENT_ID,
+        "SLACK_CLIENT_SECRET": CLIENT_SECRET,
+        "SLACK_TOKEN_ENCRYPTION_KEY": key,
+        "SLACK_SIGNING_SECRET": SECRET,
+        "SLACK_HTTP_HOST": "127.0.0.1",
+        "SLACK_HTTP_PORT": str(free_port()),
+    }
+    proc = await spawn_chorus(["run"], env, tmp_path)
+    _, err = await stopped(proc, limit=LIMIT)
+    text = err.decode()
+    assert proc.returncode == EXIT_CONFIG, text[-2000:]
+    assert "SLACK_TOKEN_ENCRYPTION_KEY" in text and "Traceback" not in text, text[-2000:]
+    assert ("is not set" if not key else "is not a Fernet key") in text, text[-2000:]
