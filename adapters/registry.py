@@ -53,7 +53,7 @@ PLATFORMS = (
         "SlackAdapter",
         "SLACK_BOT_TOKEN",
         "slack",
-        False,
+        True,
         streams=True,
     ),
     Platform(

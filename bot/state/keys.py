@@ -529,3 +529,35 @@ def log_lines(namespace: str = "main") -> str:
     """The recent log lines of a deployment's processes (a capped stream), for the dashboard."""
     _check_token("namespace", namespace)
     return f"{PREFIX}:logs:{namespace}"
+
+
+# -- Slack installed in many workspaces (bot/state/slack_teams.py) ------------------------------
+def slack_install(team: str) -> str:
+    """A hash of one workspace's installation: ``bot`` and ``installation``, each encrypted.
+    ``team`` is the team id, or ``org-{enterprise id}`` for an org-wide installation."""
+    _check_id("team", team)
+    return f"{PREFIX}:slack:install:{_escape_part(team)}"
+
+
+def slack_oauth_state(state: str) -> str:
+    """A one-time OAuth ``state`` issued by ``/slack/install``, consumed by the redirect."""
+    _check_id("state", state)
+    return f"{PREFIX}:slack:oauthstate:{_escape_part(state)}"
+
+
+def slack_channel_teams() -> str:
+    """The hash channel id -> team id: whose token answers in a channel."""
+    return f"{PREFIX}:slack:channelteams"
+
+
+def slack_team_seen(team_id: str, kind: str) -> str:
+    """A set of what one workspace left in the store: ``convs`` (conversation keys) or
+    ``users`` (user ids), for the deletion after an uninstall."""
+    _check_id("team_id", team_id)
+    _check_token("kind", kind)
+    return f"{PREFIX}:slack:team:{_escape_part(team_id)}:{kind}"
+
+
+def slack_uninstalled() -> str:
+    """The zset of uninstalled workspaces (team id) -> when their data is deleted (epoch s)."""
+    return f"{PREFIX}:slack:uninstalled"
