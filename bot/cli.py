@@ -104,6 +104,10 @@ def _main(args: argparse.Namespace) -> int:
         from bot.admin import accounts  # the dashboard's accounts
 
         return accounts.command(settings, args.action, args.name, getattr(args, "role", ""))
+    if args.command == "overlay":
+        from bot.voice import keys_command
+
+        return keys_command.command(settings, args.channel, args.rotate)
     if args.command == "knowledge":
         from bot.knowledge.command import knowledge_command
 

@@ -24,7 +24,7 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
-from bot.admin import accounts, charts, config_pages, logs_page, masking, views
+from bot.admin import accounts, charts, config_pages, logs_page, masking, overlay, views
 from bot.admin.auth import ACCOUNT_KEY, COOKIE, OPEN_PATHS, ROLE_KEY, SESSION_KEY, Auth, Middleware
 from bot.admin.login import LoginGuard
 from bot.admin.notices import Notices
@@ -139,6 +139,7 @@ class AdminServer:
                 post("/config", self.config_submit),
             ]
         )
+        app.add_routes(overlay.Overlay(self.sources.redis, lambda: self.sources.settings).routes())
         return app
 
     async def start(self) -> None:

@@ -496,3 +496,24 @@ def log_lines(namespace: str = "main") -> str:
     """The recent log lines of a deployment's processes (a capped stream), for the dashboard."""
     _check_token("namespace", namespace)
     return f"{PREFIX}:logs:{namespace}"
+
+
+def voice_overlay_key(conv: ConversationKey) -> str:
+    """The secret of one channel's stream overlay (``?key=``), rotatable; no TTL."""
+    return f"{PREFIX}:voice:key:{conv}"
+
+
+def voice_queue(conv: ConversationKey) -> str:
+    """One channel's spoken items and controls (skip, pause, volume), a stream the overlay's
+    server reads from its last event id (capped by length)."""
+    return f"{PREFIX}:voice:queue:{conv}"
+
+
+def voice_control(conv: ConversationKey) -> str:
+    """One channel's speech controls (``paused``, ``volume``), a hash every worker reads."""
+    return f"{PREFIX}:voice:control:{conv}"
+
+
+def voice_watching(conv: ConversationKey) -> str:
+    """Set while an overlay of the channel is connected (TTL: a few seconds, refreshed)."""
+    return f"{PREFIX}:voice:watching:{conv}"

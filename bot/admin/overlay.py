@@ -1,0 +1,190 @@
+"""The stream overlay: ``/overlay/<channel>?key=…`` for an OBS browser source, its events, its
+audio, and the dashboard's page of each channel's speech queue with the moderators' controls.
+
+The overlay's routes are open to the network without the dashboard's login: each checks the
+channel's own key (``bot.state.voice.OverlayKeys``: random, rotatable, never the admin token)
+and answers 403 with an empty body when it is missing or old. Events reach the page over SSE:
+the server reads the channel's queue (a Redis stream every worker writes, ``VoiceQueue``) from
+the page's last event id (``Last-Event-ID``, sent by ``EventSource`` when it reconnects), so a
+page that reconnects resumes without replaying what it already spoke; a page that opens reads
+only what comes next. Before an item is sent, its audio is made here (``bot.voice.chain``:
+providers in order, espeak-ng last, cached by voice and text) and kept for the page to fetch.
+While a page is connected the channel is marked watched; with none connected workers queue
+nothing. Items read while speech is paused are dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from cachetools import LRUCache
+
+from bot.events import ConversationKey
+from bot.settings import Settings
+from bot.state.client import Redis
+from bot.state.voice import OverlayKeys, VoiceQueue, entry
+from bot.voice.chain import Link, SpeechChain, build_chain, parse_chain
+from bot.voice.providers import SpeechError, Spoken
+
+log = logging.getLogger("chorus.admin.overlay")
+
+PAGES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
+SPOKEN = frozenset({"answer", "cheer", "super_chat", "super_sticker", "redemption"})
+CONTROLS = frozenset({"skip", "pause", "resume", "volume"})
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; media-src 'self' blob:; "
+    "connect-src 'self'; img-src 'self' data:"
+)
+
+
+def _conv(request: web.Request) -> ConversationKey:
+    try:
+        return ConversationKey.parse(request.match_info["conv"])
+    except ValueError:
+        raise web.HTTPNotFound(text="") from None
+
+
+class Overlay:
+    """The overlay's routes over one Redis and the process's settings."""
+
+    def __init__(
+        self, redis: Redis, settings: Callable[[], Settings], chain: SpeechChain | None = None
+    ) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.keys = OverlayKeys(redis)
+        self.queue = VoiceQueue(redis)
+        self._chain = chain
+        self.audio: LRUCache[str, Spoken] = LRUCache(
+            maxsize=64 * 1024 * 1024, getsizeof=lambda spoken: len(spoken.audio) + 1
+        )
+        self.block_ms = 1000
+
+    @property
+    def chain(self) -> SpeechChain:
+        if self._chain is None:
+            settings = self.settings()
+            self._chain = build_chain(settings.voice, settings.llm)
+        return self._chain
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/overlay/static/overlay.js", self.script),
+            web.get("/overlay/static/overlay.css", self.style),
+            web.get("/overlay/{conv}", self.page),
+            web.get("/overlay/{conv}/events", self.events),
+            web.get("/overlay/{conv}/audio/{id}", self.audio_of),
+        ]
+
+    async def _allowed(self, request: web.Request) -> ConversationKey:
+        conv = _conv(request)
+        if not await self.keys.check(conv, request.query.get("key", "")):
+            raise web.HTTPForbidden(text="")
+        return conv
+
+    async def page(self, request: web.Request) -> web.StreamResponse:
+        await self._allowed(request)
+        return await _send(request, (PAGES / "overlay.html").read_bytes(), "text/html")
+
+    async def script(self, request: web.Request) -> web.StreamResponse:
+        return await _send(request, (PAGES / "overlay.js").read_bytes(), "text/javascript")
+
+    async def style(self, request: web.Request) -> web.StreamResponse:
+        return await _send(request, (PAGES / "overlay.css").read_bytes(), "text/css")
+
+    async def audio_of(self, request: web.Request) -> web.StreamResponse:
+        conv = await self._allowed(request)
+        entry_id = request.match_info["id"]
+        spoken = self.audio.get(f"{conv}|{entry_id}")
+        if spoken is None:  # another process read it first, or it left the cache
+            found = await entry(self.redis, conv, entry_id)
+            if found is None or found.get("kind") not in SPOKEN:
+                raise web.HTTPNotFound(text="")
+            spoken = await self.speak(conv, entry_id, found)
+        return await _send(request, spoken.audio, spoken.mime)
+
+    async def speak(self, conv: ConversationKey, entry_id: str, event: dict[str, Any]) -> Spoken:
+        links: list[Link] = parse_chain(event.get("tts") or self.settings().voice.tts)
+        spoken = await self.chain.speak(str(event["text"]), links)
+        self.audio[f"{conv}|{entry_id}"] = spoken
+        return spoken
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        conv = await self._allowed(request)
+        key = request.query["key"]
+        after = request.headers.get("Last-Event-ID") or await self.queue.last_id(conv)
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-store",
+                "Content-Security-Policy": CSP,
+                "X-Content-Type-Options": "nosniff",
+            }
+        )
+        await response.prepare(request)
+        await response.write(b"retry: 1000\n\n")
+        control = await self.queue.control(conv)
+        paused = control.paused
+        await _emit(response, None, "volume", {"kind": "volume", "volume": control.volume})
+        max_seconds = self.settings().voice.max_seconds
+        while True:
+            await self.queue.watched(conv)
+            found = await self.queue.read(conv, after, self.block_ms)
+            if not found:
+                await response.write(b": idle\n\n")
+                continue
+            for entry_id, event in found:
+                after = entry_id
+                kind = str(event.get("kind", ""))
+                if kind in ("pause", "resume"):
+                    paused = kind == "pause"
+                if kind in CONTROLS:
+                    await _emit(response, entry_id, kind, event)
+                    continue
+                if kind not in SPOKEN or paused:
+                    continue
+                try:
+                    spoken = await self.speak(conv, entry_id, event)
+                except SpeechError as exc:
+                    log.warning("nothing could speak an item", extra={"error": str(exc)[:300]})
+                    continue
+                shown = {
+                    key_: event.get(key_, "") for key_ in ("kind", "text", "name", "message")
+                } | {
+                    "answer_to": event.get("answer_to", ""),
+                    "audio": f"/overlay/{conv}/audio/{entry_id}?key={key}",
+                    "seconds": spoken.seconds,
+                    "max_seconds": max_seconds,
+                    "provider": spoken.provider,
+                }
+                await _emit(response, entry_id, "say", shown)
+
+
+async def _emit(
+    response: web.StreamResponse, entry_id: str | None, kind: str, data: dict[str, Any]
+) -> None:
+    head = f"id: {entry_id}\n" if entry_id else ""
+    await response.write(f"{head}event: {kind}\ndata: {json.dumps(data)}\n\n".encode())
+
+
+async def _send(request: web.Request, body: bytes, mime: str) -> web.StreamResponse:
+    """A whole body, as a stream response (the dashboard's masker reads text responses only)."""
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": mime,
+            "Cache-Control": "no-store",
+            "Content-Security-Policy": CSP,
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+        }
+    )
+    response.content_length = len(body)
+    await response.prepare(request)
+    await response.write(body)
+    await response.write_eof()
+    return response
