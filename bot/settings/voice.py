@@ -71,7 +71,7 @@ class VoiceSettings(Section):
     gemini_model: str = Field(
         default="gemini-2.5-flash-preview-tts", validation_alias="CHORUS_TTS_GEMINI_MODEL"
     )
-    """Gemini's speech model (the key and base URL are `GEMINI_API_KEY` / `GEMINI_BASE_URL`)."""
+    """Gemini's speech model (the key and base URL are `GEMINI_API_KEY` / `GOOGLE_GEMINI_BASE_URL`)."""
     elevenlabs_model: str = Field(
         default="eleven_multilingual_v2", validation_alias="CHORUS_TTS_ELEVENLABS_MODEL"
     )

@@ -117,6 +117,7 @@ class Speaker:
         )
         self.queued = 0  # items put on queues (for tests and the benchmark)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._epoch = 0  # changes with every pause or resume applied here
 
     def policy(self, message: ChatMessage) -> VoicePolicy | None:
         if message.conversation.platform not in LIVE_PLATFORMS:
@@ -127,8 +128,10 @@ class Speaker:
     async def control(self, conv: ConversationKey, fresh: bool = False) -> Control:
         found = None if fresh else self._controls.get(conv)
         if found is None:
+            epoch = self._epoch
             found = await self.queue.control(conv)
-            self._controls[conv] = found
+            if epoch == self._epoch:  # no command here changed the controls during the read
+                self._controls[conv] = found
         return found
 
     async def say(
@@ -216,6 +219,7 @@ class Speaker:
         if action in ("pause", "resume"):
             await self.queue.set_control(conv, paused="1" if action == "pause" else "0")
             await self.queue.push(conv, {"kind": action})
+            self._epoch += 1
             self._controls.pop(conv, None)
             return action
         if action == "volume" and len(words) > 2 and words[2].isdigit():
