@@ -10,14 +10,19 @@ page that reconnects resumes without replaying what it already spoke; a page tha
 only what comes next. Before an item is sent, its audio is made here (``bot.voice.chain``:
 providers in order, espeak-ng last, cached by voice and text) and kept for the page to fetch.
 While a page is connected the channel is marked watched; with none connected workers queue
-nothing. Items read while speech is paused are dropped.
+nothing. Items read while speech is paused are dropped. Each item spoken is counted: its
+estimated cost (``CHORUS_PRICES``, per million characters of the provider's speech model) goes
+into the day's spend the cost cap reads, a ``spoken`` record (provider, time, characters, cost)
+into the channel's turn log; once the day's cap is reached only espeak-ng (free) speaks.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +30,11 @@ from aiohttp import web
 from cachetools import LRUCache
 
 from bot.events import ConversationKey
+from bot.llm.pricing import PriceTable, load_prices, speech_cost
 from bot.settings import Settings
 from bot.state.client import Redis
+from bot.state.cost import CostLedger, micro
+from bot.state.turnlog import TurnRecord, queue_records
 from bot.state.voice import OverlayKeys, VoiceQueue, entry
 from bot.voice.chain import Link, SpeechChain, build_chain, parse_chain
 from bot.voice.providers import SpeechError, Spoken
@@ -35,7 +43,7 @@ log = logging.getLogger("chorus.admin.overlay")
 
 PAGES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
 SPOKEN = frozenset({"answer", "cheer", "super_chat", "super_sticker", "redemption"})
-CONTROLS = frozenset({"skip", "pause", "resume", "volume"})
+CONTROLS = frozenset({"skip", "pause", "resume", "volume", "notice"})
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; media-src 'self' blob:; "
     "connect-src 'self'; img-src 'self' data:"
@@ -64,6 +72,7 @@ class Overlay:
             maxsize=64 * 1024 * 1024, getsizeof=lambda spoken: len(spoken.audio) + 1
         )
         self.block_ms = 1000
+        self._prices: PriceTable | None = None
 
     @property
     def chain(self) -> SpeechChain:
@@ -109,10 +118,56 @@ class Overlay:
         return await _send(request, spoken.audio, spoken.mime)
 
     async def speak(self, conv: ConversationKey, entry_id: str, event: dict[str, Any]) -> Spoken:
-        links: list[Link] = parse_chain(event.get("tts") or self.settings().voice.tts)
-        spoken = await self.chain.speak(str(event["text"]), links)
+        """The item's audio (kept for the page to fetch), its cost counted in the day's cost
+        (the cap's ledger) and a ``spoken`` record in the channel's turn log. With the day's
+        cost cap reached, only the free local voice speaks."""
+        settings = self.settings()
+        links: list[Link] = parse_chain(event.get("tts") or settings.voice.tts)
+        ledger = CostLedger(self.redis, settings.state.bus_namespace)
+        cap = settings.quota.cost_usd_per_day
+        now = datetime.now(UTC)
+        if cap is not None and (await ledger.today(now)).spent >= micro(cap):
+            links = [link for link in links if link[0] == "espeak"] or [("espeak", "en")]
+        text = str(event["text"])
+        started = time.monotonic()
+        spoken = await self.chain.speak(text, links)
+        took = time.monotonic() - started
         self.audio[f"{conv}|{entry_id}"] = spoken
+        model = self.models(settings).get(spoken.provider, "")
+        cost = speech_cost(self.prices(settings), model, len(text)) if model else 0.0
+        if cost > 0:
+            await ledger.settle(ledger.reservation(f"speech:{entry_id}", 0, now), micro(cost))
+        record = TurnRecord(
+            at=now.timestamp(),
+            message_id=str(event.get("answer_to") or entry_id),
+            user_id=str(event.get("user_id", "")),
+            user_name=str(event.get("name", "")),
+            decision="spoken",
+            reason=str(event.get("kind", "")),
+            model=f"{spoken.provider}:{model}" if model else spoken.provider,
+            latency_ms=int(took * 1000),
+            cost_usd=cost,
+            speech_ms=int(spoken.seconds * 1000),
+            speech_chars=len(text),
+        )
+        async with self.redis.pipeline(transaction=False) as pipe:
+            queue_records(pipe, conv, [record], names=False)
+            await pipe.execute()
         return spoken
+
+    def prices(self, settings: Settings) -> PriceTable:
+        if self._prices is None:
+            self._prices = load_prices(settings.metrics.prices)
+        return self._prices
+
+    @staticmethod
+    def models(settings: Settings) -> dict[str, str]:
+        voice = settings.voice
+        return {
+            "openai": voice.openai_model,
+            "gemini": voice.gemini_model,
+            "elevenlabs": voice.elevenlabs_model,
+        }
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         conv = await self._allowed(request)

@@ -517,3 +517,14 @@ def voice_control(conv: ConversationKey) -> str:
 def voice_watching(conv: ConversationKey) -> str:
     """Set while an overlay of the channel is connected (TTL: a few seconds, refreshed)."""
     return f"{PREFIX}:voice:watching:{conv}"
+
+
+def voice_chars(conv: ConversationKey, who: str, hour: str) -> str:
+    """Characters spoken in one channel (``who`` empty) or for one viewer in it, in one UTC hour
+    (``hour``: ``YYYYMMDDHH``); TTL: the hour plus one."""
+    return f"{PREFIX}:voice:chars:{conv}:{_escape_part(who)}:{hour}"
+
+
+def voice_notice(conv: ConversationKey, who: str) -> str:
+    """Set when the speech-limit notice of a channel (or a viewer) was shown (TTL: an hour)."""
+    return f"{PREFIX}:voice:notice:{conv}:{_escape_part(who)}"

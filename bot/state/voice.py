@@ -126,3 +126,55 @@ def _event(fields: Any) -> dict[str, Any]:
     raw = fields.get(b"event", fields.get("event", "{}"))
     loaded: dict[str, Any] = json.loads(_text(raw))
     return loaded
+
+
+# KEYS: channel counter, viewer counter. ARGV: chars, channel limit, viewer limit, ttl (0: none)
+_TAKE = """
+local chars = tonumber(ARGV[1])
+local chan = tonumber(redis.call('GET', KEYS[1]) or '0')
+local user = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[2]) > 0 and chan + chars > tonumber(ARGV[2]) then return 1 end
+if tonumber(ARGV[3]) > 0 and user + chars > tonumber(ARGV[3]) then return 2 end
+redis.call('INCRBY', KEYS[1], chars)
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('INCRBY', KEYS[2], chars)
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+return 0
+"""
+
+
+class SpokenChars:
+    """Characters spoken per channel and per viewer per UTC hour: checked and counted in one
+    atomic step, so workers speaking in the same channel share one count."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    async def take(
+        self,
+        conv: ConversationKey,
+        user: str,
+        chars: int,
+        *,
+        channel_limit: int,
+        user_limit: int,
+        hour: str,
+        ttl: int,
+    ) -> str | None:
+        """Count ``chars``; None when counted, else which limit (``channel``/``user``) it
+        would pass (nothing counted)."""
+        found = await self.redis.eval(
+            _TAKE,
+            2,
+            keys.voice_chars(conv, "", hour),
+            keys.voice_chars(conv, user or "-", hour),
+            chars,
+            channel_limit,
+            user_limit,
+            ttl,
+        )
+        return {0: None, 1: "channel", 2: "user"}[int(found)]
+
+    async def first_notice(self, conv: ConversationKey, who: str, ttl: int) -> bool:
+        """Whether this is the first notice of ``who``'s limit in ``ttl`` seconds."""
+        return bool(await self.redis.set(keys.voice_notice(conv, who), "1", ex=ttl, nx=True))

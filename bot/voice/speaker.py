@@ -15,6 +15,9 @@ channel, and with no overlay watching (or speech paused) nothing is queued.
   read with the viewer's name (``prompts/voice/*``); the message passed the inbound rules before
   it got here (the router's screen) and the spoken text passes ``check`` too: a blocked word
   never reaches a speech provider, and the overlay shows exactly what it says.
+- **limits**: characters per hour per channel and per viewer (``SpokenChars``, counted before
+  an item is queued); over a limit nothing is queued and the overlay shows a notice, once an
+  hour per channel or viewer (``prompts/voice/limit_*``).
 - **commands** (moderators and the broadcaster): ``!skip``, ``!tts pause``, ``!tts resume``,
   ``!tts volume N``, applied off the consume loop and not answered in chat. Pause is a flag
   every worker reads (within ``control_ttl``), plus an event that stops the overlay at once.
@@ -28,6 +31,7 @@ import re
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from cachetools import TTLCache
@@ -36,7 +40,7 @@ import prompts
 from bot.events import ChatMessage, ConversationKey, StreamEventKind
 from bot.settings import Settings
 from bot.settings.scopes import LIVE_PLATFORMS, resolve
-from bot.state.voice import Control, VoiceQueue
+from bot.state.voice import Control, SpokenChars, VoiceQueue
 
 log = logging.getLogger("chorus.voice")
 
@@ -68,6 +72,8 @@ class VoicePolicy:
     reward: str
     tts: tuple[str, ...]
     max_chars: int
+    channel_chars_hour: int
+    user_chars_hour: int
 
 
 def policy_for(settings: Settings, message: ChatMessage) -> VoicePolicy:
@@ -86,6 +92,8 @@ def policy_for(settings: Settings, message: ChatMessage) -> VoicePolicy:
         reward=str(get("reward")),
         tts=tuple(get("tts")),
         max_chars=base.max_chars,
+        channel_chars_hour=int(get("channel_chars_hour")),
+        user_chars_hour=int(get("user_chars_hour")),
     )
 
 
@@ -95,6 +103,14 @@ def clip(text: str, limit: int) -> str:
         return text
     cut = text[:limit].rsplit(" ", 1)[0]
     return cut or text[:limit]
+
+
+def limit_notice(limit: str, name: str) -> str:
+    """What the overlay shows when the channel's (``channel``) or a viewer's (``user``) speech
+    characters for the hour are spent."""
+    if limit == "channel":
+        return prompts.render("voice/limit_channel")
+    return prompts.render("voice/limit_user", name=name)
 
 
 class Speaker:
@@ -118,6 +134,7 @@ class Speaker:
         self.queued = 0  # items put on queues (for tests and the benchmark)
         self._tasks: set[asyncio.Task[None]] = set()
         self._epoch = 0  # changes with every pause or resume applied here
+        self.chars = SpokenChars(queue.redis)
 
     def policy(self, message: ChatMessage) -> VoicePolicy | None:
         if message.conversation.platform not in LIVE_PLATFORMS:
@@ -145,10 +162,13 @@ class Speaker:
         text = clip(text.strip(), policy.max_chars)
         if not text or self.check(message, text) != text:
             return False
+        if not await self._within_limits(message, text, policy):
+            return False
         event = {
             "kind": kind,
             "text": text,
             "name": message.author.display_name or message.author.id,
+            "user_id": message.author.id,
             "message": clip(message.text, 300),
             "answer_to": message.id,
             "tts": list(policy.tts),
@@ -158,6 +178,29 @@ class Speaker:
         await self.queue.push(message.conversation, event)
         self.queued += 1
         return True
+
+    async def _within_limits(self, message: ChatMessage, text: str, policy: VoicePolicy) -> bool:
+        """Count ``text`` against the channel's and the viewer's characters this hour; over a
+        limit, the overlay shows the notice once an hour and nothing is spoken."""
+        now = datetime.now(UTC)
+        over = await self.chars.take(
+            message.conversation,
+            message.author.id,
+            len(text),
+            channel_limit=policy.channel_chars_hour,
+            user_limit=policy.user_chars_hour,
+            hour=now.strftime("%Y%m%d%H"),
+            ttl=2 * 3600,
+        )
+        if over is None:
+            return True
+        who = "" if over == "channel" else message.author.id
+        if await self.chars.first_notice(message.conversation, who, 3600):
+            name = message.author.display_name or message.author.id
+            notice = limit_notice(over, name)
+            await self.queue.push(message.conversation, {"kind": "notice", "text": notice})
+        log.info("speech limit reached", extra={"limit": over})
+        return False
 
     def open(self, message: ChatMessage) -> SpeechSink | None:
         """A sink that speaks the answer to ``message`` as it streams, or None."""

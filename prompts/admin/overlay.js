@@ -16,7 +16,7 @@
   let cut = null;
   let shownFor = null;
   // What the page did, for whoever drives it (tests read it through the page).
-  const state = { played: [], shown: [], skipped: [], events: 0, started: [] };
+  const state = { played: [], shown: [], skipped: [], events: 0, started: [], notices: [] };
   window.chorusOverlay = state;
 
   function show(item) {
@@ -77,6 +77,17 @@
     item.id = event.lastEventId;
     queue.push(item);
     next();
+  });
+  source.addEventListener("notice", (event) => {
+    const text = JSON.parse(event.data).text;
+    state.notices.push(text);
+    if (!current) {
+      who.textContent = "";
+      said.textContent = "";
+      answer.textContent = text;
+      card.hidden = false;
+      setTimeout(() => { if (!current) card.hidden = true; }, 6000);
+    }
   });
   source.addEventListener("skip", () => { if (current) stop(); });
   source.addEventListener("pause", () => { paused = true; queue.length = 0; if (current) stop(); card.hidden = true; });
