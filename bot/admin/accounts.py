@@ -42,6 +42,7 @@ NEEDS = (
     ("/config", "admin"),
     ("/settings/reload", "admin"),
     ("/live/", "operator"),
+    ("/voice/", "operator"),
     ("/people/", "operator"),
 )
 

@@ -1,5 +1,6 @@
 """The stream overlay: ``/overlay/<channel>?key=…`` for an OBS browser source, its events, its
-audio, and the dashboard's page of each channel's speech queue with the moderators' controls.
+audio, and the dashboard's page of each channel's speech queue with the moderators' controls
+(``/voice``: skip, pause, resume, volume, a new key; behind the login, operators only).
 
 The overlay's routes are open to the network without the dashboard's login: each checks the
 channel's own key (``bot.state.voice.OverlayKeys``: random, rotatable, never the admin token)
@@ -41,6 +42,9 @@ from bot.voice.providers import SpeechError, Spoken
 
 log = logging.getLogger("chorus.admin.overlay")
 
+Render = Callable[..., web.Response]  # AdminServer.render(request, template, **values)
+Audited = Callable[..., None]  # AdminServer.audit(request, rule, action, **where)
+
 PAGES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
 SPOKEN = frozenset({"answer", "cheer", "super_chat", "super_sticker", "redemption"})
 CONTROLS = frozenset({"skip", "pause", "resume", "volume", "notice"})
@@ -61,9 +65,17 @@ class Overlay:
     """The overlay's routes over one Redis and the process's settings."""
 
     def __init__(
-        self, redis: Redis, settings: Callable[[], Settings], chain: SpeechChain | None = None
+        self,
+        redis: Redis,
+        settings: Callable[[], Settings],
+        chain: SpeechChain | None = None,
+        *,
+        render: Render | None = None,
+        audit: Audited | None = None,
     ) -> None:
         self.redis = redis
+        self.render = render
+        self.audit = audit
         self.settings = settings
         self.keys = OverlayKeys(redis)
         self.queue = VoiceQueue(redis)
@@ -88,7 +100,58 @@ class Overlay:
             web.get("/overlay/{conv}", self.page),
             web.get("/overlay/{conv}/events", self.events),
             web.get("/overlay/{conv}/audio/{id}", self.audio_of),
+            web.get("/voice", self.dashboard),
+            web.post("/voice/{conv}/{action}", self.control),
         ]
+
+    # -- the dashboard's page (behind its login; a change needs the operator role) -------------
+    async def dashboard(self, request: web.Request) -> web.Response:
+        """Each channel with an overlay: its URL, pause and volume, and its recent queue."""
+        assert self.render is not None
+        channels = []
+        for conv in await self.keys.channels():
+            control = await self.queue.control(conv)
+            recent = await self.queue.recent(conv, 15)
+            channels.append(
+                {
+                    "conv": conv,
+                    "url": f"/overlay/{conv}?key={await self.keys.get(conv)}",
+                    "control": control,
+                    "recent": [
+                        {
+                            "id": e["id"],
+                            "kind": e.get("kind", ""),
+                            "name": e.get("name", ""),
+                            "text": str(e.get("text") or e.get("volume") or ""),
+                        }
+                        for e in recent
+                    ],
+                }
+            )
+        return self.render(request, "voice", channels=channels)
+
+    async def control(self, request: web.Request) -> web.StreamResponse:
+        """Skip, pause, resume, set the volume, or rotate the key: what ``!skip`` / ``!tts``
+        and ``chorus overlay key --rotate`` do."""
+        conv = _conv(request)
+        action = request.match_info["action"]
+        form = await request.post()
+        if action == "skip":
+            await self.queue.push(conv, {"kind": "skip"})
+        elif action in ("pause", "resume"):
+            await self.queue.set_control(conv, paused="1" if action == "pause" else "0")
+            await self.queue.push(conv, {"kind": action})
+        elif action == "volume":
+            volume = max(0, min(100, int(str(form.get("volume", "100")) or 100)))
+            await self.queue.set_control(conv, volume=str(volume))
+            await self.queue.push(conv, {"kind": "volume", "volume": volume})
+        elif action == "rotate":
+            await self.keys.rotate(conv)
+        else:
+            raise web.HTTPNotFound(text="no such action")
+        if self.audit is not None:
+            self.audit(request, f"voice:{action}", action, conversation=str(conv))
+        raise web.HTTPSeeOther("/voice")
 
     async def _allowed(self, request: web.Request) -> ConversationKey:
         conv = _conv(request)

@@ -45,7 +45,17 @@ log = logging.getLogger("chorus.admin")
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
 SRC = web.AppKey("sources", Sources)
-PAGES = ("overview", "conversations", "people", "live", "insights", "logs", "settings", "config")
+PAGES = (
+    "overview",
+    "conversations",
+    "people",
+    "live",
+    "voice",
+    "insights",
+    "logs",
+    "settings",
+    "config",
+)
 
 
 def environment() -> jinja2.Environment:
@@ -139,7 +149,10 @@ class AdminServer:
                 post("/config", self.config_submit),
             ]
         )
-        app.add_routes(overlay.Overlay(self.sources.redis, lambda: self.sources.settings).routes())
+        voice = overlay.Overlay(
+            self.sources.redis, lambda: self.sources.settings, render=self.render, audit=self.audit
+        )
+        app.add_routes(voice.routes())
         return app
 
     async def start(self) -> None:

@@ -528,3 +528,8 @@ def voice_chars(conv: ConversationKey, who: str, hour: str) -> str:
 def voice_notice(conv: ConversationKey, who: str) -> str:
     """Set when the speech-limit notice of a channel (or a viewer) was shown (TTL: an hour)."""
     return f"{PREFIX}:voice:notice:{conv}:{_escape_part(who)}"
+
+
+def voice_channels() -> str:
+    """The set of channels that have an overlay key (the dashboard's list); no TTL."""
+    return f"{PREFIX}:voice:channels"

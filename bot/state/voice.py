@@ -40,12 +40,24 @@ class OverlayKeys:
     async def get(self, conv: ConversationKey) -> str:
         """The channel's key, made (and kept) on first use."""
         key = keys.voice_overlay_key(conv)
-        await self.redis.set(key, secrets.token_urlsafe(24), nx=True)
-        return _text(await self.redis.get(key))
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(key, secrets.token_urlsafe(24), nx=True)
+            pipe.sadd(keys.voice_channels(), str(conv))
+            pipe.get(key)
+            found = await pipe.execute()
+        return _text(found[2])
+
+    async def channels(self) -> list[ConversationKey]:
+        """Every channel that has an overlay key (the dashboard lists them)."""
+        found = await self.redis.smembers(keys.voice_channels())
+        return [ConversationKey.parse(name) for name in sorted(_text(m) for m in found)]
 
     async def rotate(self, conv: ConversationKey) -> str:
         fresh = secrets.token_urlsafe(24)
-        await self.redis.set(keys.voice_overlay_key(conv), fresh)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(keys.voice_overlay_key(conv), fresh)
+            pipe.sadd(keys.voice_channels(), str(conv))
+            await pipe.execute()
         return fresh
 
     async def check(self, conv: ConversationKey, given: str) -> bool:

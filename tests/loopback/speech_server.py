@@ -118,9 +118,7 @@ class SpeechServer(LoopbackServer):
             }
         }
         answer = {
-            "candidates": [
-                {"content": {"role": "model", "parts": [part]}, "finishReason": "STOP"}
-            ],
+            "candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP"}],
             "modelVersion": "tts-loopback",
         }
         return web.json_response(answer)
