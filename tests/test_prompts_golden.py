@@ -63,8 +63,8 @@ from tests import (
 )
 from tests.golden_persona import system_persona
 from tests.golden_progress import progress_texts
-from tests.golden_voice import voice_texts
 from tests.golden_safety import SAFETY_CASES, shown
+from tests.golden_voice import voice_texts
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("CHORUS_UPDATE_GOLDEN") == "1"

@@ -38,7 +38,7 @@ from tests.loopback.anthropic_server import AnthropicServer, _pieces
 from tests.loopback.speech_server import SpeechServer
 from tests.loopback.twitch_server import TwitchServer
 from tests.redis_server import free_port
-from tests.test_chat_e2e import ROOT, base_env, spawn_chorus, stopped
+from tests.test_chat_e2e import base_env, spawn_chorus, stopped
 from tests.test_live_pause_e2e import channel, line, subscribed
 from tests.test_twitch_e2e import BOT_ID, BOT_LOGIN, CHAT, chat_event
 from tests.test_twitch_reconnect_e2e import twitch_env

@@ -35,8 +35,8 @@ from bot.llm.pricing import PriceTable, load_prices, speech_cost
 from bot.settings import Settings
 from bot.state.client import Redis
 from bot.state.cost import CostLedger, micro
-from bot.state.turnlog import TurnRecord, queue_records
-from bot.state.voice import OverlayKeys, VoiceQueue, entry
+from bot.state.turnlog import TurnRecord
+from bot.state.voice import OverlayKeys, VoiceQueue, entry, log_spoken
 from bot.voice.chain import Link, SpeechChain, build_chain, parse_chain
 from bot.voice.providers import SpeechError, Spoken
 
@@ -213,9 +213,7 @@ class Overlay:
             speech_ms=int(spoken.seconds * 1000),
             speech_chars=len(text),
         )
-        async with self.redis.pipeline(transaction=False) as pipe:
-            queue_records(pipe, conv, [record], names=False)
-            await pipe.execute()
+        await log_spoken(self.redis, conv, record)
         return spoken
 
     def prices(self, settings: Settings) -> PriceTable:

@@ -23,6 +23,7 @@ from typing import Any
 from bot.events import ConversationKey
 from bot.state import keys
 from bot.state.client import Redis
+from bot.state.turnlog import TurnRecord, queue_records
 
 WATCH_TTL_SECONDS = 10
 
@@ -190,3 +191,10 @@ class SpokenChars:
     async def first_notice(self, conv: ConversationKey, who: str, ttl: int) -> bool:
         """Whether this is the first notice of ``who``'s limit in ``ttl`` seconds."""
         return bool(await self.redis.set(keys.voice_notice(conv, who), "1", ex=ttl, nx=True))
+
+
+async def log_spoken(redis: Redis, conv: ConversationKey, record: TurnRecord) -> None:
+    """A ``spoken`` record in the channel's turn log (what the dashboard's conversation shows)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        queue_records(pipe, conv, [record], names=False)
+        await pipe.execute()
