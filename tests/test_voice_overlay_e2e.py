@@ -18,6 +18,7 @@ the page and its events answer 403 with an empty body.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import signal
 import time
@@ -32,13 +33,15 @@ from playwright.async_api import Page, async_playwright
 from redis.asyncio import Redis
 
 from bot.events import ConversationKey
-from bot.state import keys
+from bot.state import keys, turnlog
 from bot.state.voice import OverlayKeys
 from tests.loopback.anthropic_server import AnthropicServer, _pieces
 from tests.loopback.speech_server import SpeechServer
 from tests.loopback.twitch_server import TwitchServer
+from tests.loopback.youtube_grpc import YouTubeStreamServer
+from tests.loopback.youtube_server import LIVE_CHAT_ID, VIDEO_ID, YouTubeServer
 from tests.redis_server import free_port
-from tests.test_chat_e2e import base_env, spawn_chorus, stopped
+from tests.test_chat_e2e import ROOT, base_env, spawn_chorus, stopped
 from tests.test_live_pause_e2e import channel, line, subscribed
 from tests.test_twitch_e2e import BOT_ID, BOT_LOGIN, CHAT, chat_event
 from tests.test_twitch_reconnect_e2e import twitch_env
@@ -269,6 +272,15 @@ async def test_the_overlay_speaks_answers_cheers_and_obeys_moderators(
                 assert all(p["ended"] and p["duration"] > 0.3 for p in played[6:8])
                 await browser.close()
 
+            # The turn log has a spoken record per item: provider, times, characters, cost.
+            spoken = [r for r in await turnlog.read_log(real_redis, conv) if r.decision == "spoken"]
+            by_provider = {r.model.split(":")[0] for r in spoken}
+            assert by_provider == {"openai", "espeak"}
+            for record in spoken:
+                assert record.speech_ms > 0 and record.speech_chars > 0
+                paid = record.model.startswith("openai:")
+                assert (record.cost_usd > 0) == paid, record
+
             # 6. Rotation: the old key gets 403 at once, the new one works.
             rotated = await spawn_chorus(["overlay", "key", str(conv), "--rotate"], env, tmp_path)
             out, err = await stopped(rotated)
@@ -304,3 +316,95 @@ async def _paused(redis: Redis, conv: ConversationKey) -> bool:
 
 async def _unpaused(redis: Redis, conv: ConversationKey) -> bool:
     return await redis.hget(keys.voice_control(conv), "paused") in (b"0", "0")
+
+
+async def test_a_super_chat_on_youtube_is_read_aloud_with_the_viewers_name(
+    tmp_path: Path, real_redis_url: str, real_redis: Redis
+) -> None:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "install the distribution's chromium (tests/prereqs.sh does)"
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    conv = ConversationKey(platform="youtube", channel=LIVE_CHAT_ID)
+    await real_redis.delete(keys.voice_queue(conv), keys.voice_control(conv))
+    async with (
+        AnthropicServer() as model,
+        YouTubeServer() as youtube,
+        SpeechServer() as speech,
+    ):
+        stream = await YouTubeStreamServer(youtube).start()
+        env = base_env(tmp_path) | {
+            "CHORUS_REDIS_URL": real_redis_url,
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "k",
+            "ANTHROPIC_BASE_URL": model.base_url,
+            "YOUTUBE_CLIENT_ID": youtube.client_id,
+            "YOUTUBE_CLIENT_SECRET": youtube.client_secret,
+            "YOUTUBE_REFRESH_TOKEN": youtube.refresh_token,
+            "YOUTUBE_VIDEO_ID": VIDEO_ID,
+            "YOUTUBE_API_BASE_URL": youtube.api_base,
+            "GOOGLE_OAUTH_TOKEN_URL": youtube.token_url,
+            "YOUTUBE_GRPC_TARGET": stream.target,
+            "YOUTUBE_GRPC_INSECURE": "true",
+            "CHORUS_ADMIN_PORT": str(port),
+            "CHORUS_ADMIN_TOKEN": "admin-token-0123456789abcdef",
+            "CHORUS_VOICE": "true",
+            "CHORUS_TTS": "openai:alloy",
+            "OPENAI_API_KEY": "k",
+            "OPENAI_BASE_URL": f"{speech.url}/v1",
+        }
+        proc = await spawn_chorus(["run"], env, tmp_path)
+        try:
+            await stream.wait_for(
+                lambda: bool(stream.calls) and stream.calls[0].responses >= 1, LIMIT
+            )
+
+            async def dashboard_up() -> bool:
+                try:
+                    return (await status(f"{base}/login"))[0] == 200
+                except aiohttp.ClientError:
+                    return False
+
+            await until(dashboard_up)
+            key = await OverlayKeys(real_redis).get(conv)
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(
+                    executable_path=chromium,
+                    args=[
+                        "--no-sandbox",
+                        "--disable-gpu",
+                        "--autoplay-policy=no-user-gesture-required",
+                    ],
+                )
+                page = await browser.new_page()
+                await page.goto(f"{base}/overlay/{conv}?key={key}")
+                await until(lambda: real_redis.exists(keys.voice_watching(conv)))
+                items = [
+                    item
+                    for item in _youtube_items()
+                    if item["snippet"]["type"] in ("superChatEvent", "superStickerEvent")
+                ]
+                stream.push(*items)
+                played = await until(lambda: _played(page, 2))
+                await browser.close()
+            texts = [p["text"] for p in played]
+            assert texts[0] == "A sent a Super Chat of $5.00: love the stream", texts
+            assert texts[1].startswith("A sent a Super Sticker of "), texts
+            assert all(p["ended"] and p["provider"] == "openai" for p in played)
+            assert [text for _, text in speech.texts] == texts
+        finally:
+            await stream.close()
+            proc.send_signal(signal.SIGTERM)
+            _, err = await stopped(proc)
+            await real_redis.delete(
+                keys.voice_queue(conv), keys.voice_control(conv), keys.voice_overlay_key(conv)
+            )
+        assert proc.returncode == 0, err.decode()[-3000:]
+
+
+def _youtube_items() -> list[dict[str, Any]]:
+    path = (
+        ROOT / "tests" / "fixtures" / "youtube" / "youtube_livechatmessages_list_stream_events.json"
+    )
+    items: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))["items"]
+    return items

@@ -242,12 +242,29 @@ class Overlay:
                 "X-Content-Type-Options": "nosniff",
             }
         )
+        await self.queue.watched(conv)  # from now on, workers queue for this channel
         await response.prepare(request)
         await response.write(b"retry: 1000\n\n")
         control = await self.queue.control(conv)
         paused = control.paused
         await _emit(response, None, "volume", {"kind": "volume", "volume": control.volume})
         max_seconds = self.settings().voice.max_seconds
+        try:
+            await self._follow(response, conv, key, after, paused, max_seconds)
+        except ConnectionResetError:  # the page went away (OBS hid it, a reload)
+            pass
+        return response
+
+    async def _follow(
+        self,
+        response: web.StreamResponse,
+        conv: ConversationKey,
+        key: str,
+        after: str,
+        paused: bool,
+        max_seconds: float,
+    ) -> None:
+        """Send the channel's events after ``after`` as they come (until the page leaves)."""
         while True:
             await self.queue.watched(conv)
             found = await self.queue.read(conv, after, self.block_ms)
