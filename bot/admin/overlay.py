@@ -19,6 +19,7 @@ into the channel's turn log; once the day's cap is reached only espeak-ng (free)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -46,7 +47,7 @@ Render = Callable[..., web.Response]  # AdminServer.render(request, template, **
 Audited = Callable[..., None]  # AdminServer.audit(request, rule, action, **where)
 
 PAGES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
-SPOKEN = frozenset({"answer", "cheer", "super_chat", "super_sticker", "redemption"})
+SPOKEN = frozenset({"answer", "cheer", "super_chat", "super_sticker"})
 CONTROLS = frozenset({"skip", "pause", "resume", "volume", "notice"})
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; media-src 'self' blob:; "
@@ -249,10 +250,8 @@ class Overlay:
         paused = control.paused
         await _emit(response, None, "volume", {"kind": "volume", "volume": control.volume})
         max_seconds = self.settings().voice.max_seconds
-        try:
+        with contextlib.suppress(ConnectionResetError):  # the page left (OBS hid it, a reload)
             await self._follow(response, conv, key, after, paused, max_seconds)
-        except ConnectionResetError:  # the page went away (OBS hid it, a reload)
-            pass
         return response
 
     async def _follow(

@@ -49,9 +49,6 @@ class VoiceSettings(Section):
     """Twitch cheers of at least this many bits are read aloud with the viewer's name."""
     super_chats: bool = Field(default=True, validation_alias="CHORUS_TTS_SUPER_CHATS")
     """Whether YouTube Super Chats and Super Stickers are read aloud with the viewer's name."""
-    reward: str = Field(default="", max_length=200, validation_alias="CHORUS_TTS_REWARD")
-    """The title of the Twitch channel-point reward whose redemptions are read aloud; empty:
-    none."""
     queue_max: int = Field(default=20, ge=1, le=1000, validation_alias="CHORUS_TTS_QUEUE_MAX")
     """Items waiting to be spoken per channel, at most; more are dropped."""
     max_seconds: float = Field(
@@ -98,7 +95,6 @@ class ScopeVoice(BaseModel):
     answers: bool | None = None
     cheer_min_bits: int | None = Field(default=None, ge=1)
     super_chats: bool | None = None
-    reward: str | None = Field(default=None, max_length=200)
     channel_chars_hour: int | None = Field(default=None, ge=0)
     user_chars_hour: int | None = Field(default=None, ge=0)
 

@@ -69,7 +69,6 @@ class VoicePolicy:
     answers: bool
     cheer_min_bits: int
     super_chats: bool
-    reward: str
     tts: tuple[str, ...]
     max_chars: int
     channel_chars_hour: int
@@ -89,7 +88,6 @@ def policy_for(settings: Settings, message: ChatMessage) -> VoicePolicy:
         answers=bool(get("answers")),
         cheer_min_bits=int(get("cheer_min_bits")),
         super_chats=bool(get("super_chats")),
-        reward=str(get("reward")),
         tts=tuple(get("tts")),
         max_chars=base.max_chars,
         channel_chars_hour=int(get("channel_chars_hour")),
