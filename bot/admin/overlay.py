@@ -263,7 +263,14 @@ class Overlay:
         paused: bool,
         max_seconds: float,
     ) -> None:
-        """Send the channel's events after ``after`` as they come (until the page leaves)."""
+        """Send the channel's events after ``after`` as they come (until the page leaves).
+
+        The page plays items one after another; ``playing`` is when each item sent is due to end
+        (by its duration, cut at ``max_seconds``), so the items still waiting there are known
+        here, and an item beyond ``CHORUS_TTS_QUEUE_MAX`` waiting is dropped before any
+        provider is paid to speak it. A skip or a pause empties the page's queue as it does."""
+        playing: list[float] = []
+        queue_max = self.settings().voice.queue_max
         while True:
             await self.queue.watched(conv)
             found = await self.queue.read(conv, after, self.block_ms)
@@ -275,10 +282,19 @@ class Overlay:
                 kind = str(event.get("kind", ""))
                 if kind in ("pause", "resume"):
                     paused = kind == "pause"
+                if kind == "pause":
+                    playing.clear()
+                elif kind == "skip" and playing:
+                    playing = _skipped(playing, time.monotonic())
                 if kind in CONTROLS:
                     await _emit(response, entry_id, kind, event)
                     continue
                 if kind not in SPOKEN or paused:
+                    continue
+                now = time.monotonic()
+                playing = [end for end in playing if end > now]
+                if len(playing) > queue_max:  # one plays, queue_max wait: the page is full
+                    log.info("overlay queue full; an item is dropped", extra={"kind": kind})
                     continue
                 try:
                     spoken = await self.speak(conv, entry_id, event)
@@ -294,7 +310,15 @@ class Overlay:
                     "max_seconds": max_seconds,
                     "provider": spoken.provider,
                 }
+                start = playing[-1] if playing else time.monotonic()
+                playing.append(start + min(spoken.seconds, max_seconds))
                 await _emit(response, entry_id, "say", shown)
+
+
+def _skipped(playing: list[float], now: float) -> list[float]:
+    """The schedule once the item playing at ``now`` stopped: the next ones start now."""
+    cut = playing[0] - now
+    return [end - cut for end in playing[1:]]
 
 
 async def _emit(
