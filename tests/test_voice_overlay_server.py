@@ -2,7 +2,9 @@
 the page's queue holds at most ``CHORUS_TTS_QUEUE_MAX`` waiting items (the rest are dropped
 before any provider is paid), and speech is paid for like model tokens: each item's estimated
 cost lands in the day's spend the cost cap reads and in a ``spoken`` turn-log record, and once
-the day's cap is reached only espeak-ng (free) speaks. espeak-ng is a process: marked e2e."""
+the day's cap is reached only espeak-ng (free) speaks; a page that opens reads only what comes
+next, and one that reconnects (``Last-Event-ID``) resumes after the last event it got, replaying
+nothing. espeak-ng is a process: marked e2e."""
 
 from __future__ import annotations
 
@@ -49,10 +51,12 @@ async def read_until_mark(
     """Connect as the page, run ``push`` once connected, return the say events up to the mark."""
     said: list[dict[str, Any]] = []
     async with http.get(f"/overlay/{conv}/events?key={key}") as events:
-        event = ""
+        event, entry_id = "", ""
         async for raw in events.content:
             line = raw.decode().rstrip("\n")
-            if line.startswith("event: "):
+            if line.startswith("id: "):
+                entry_id = line[4:]
+            elif line.startswith("event: "):
                 event = line[7:]
             elif line.startswith("data: "):
                 data = json.loads(line[6:])
@@ -61,7 +65,7 @@ async def read_until_mark(
                 elif event == "volume" and data["volume"] == MARK:
                     return said
                 elif event == "say":
-                    said.append(data)
+                    said.append(data | {"id": entry_id})
     raise AssertionError("the events ended")
 
 
@@ -139,3 +143,40 @@ async def test_speech_is_paid_into_the_cost_cap_and_a_reached_cap_speaks_locally
     assert spent == micro(openai.cost_usd)
     assert openai.speech_chars == len(text) and openai.speech_ms > 0
     assert by_model["espeak"].cost_usd == 0
+
+
+async def test_a_page_that_reconnects_resumes_after_its_last_event(real_redis: Redis) -> None:
+    conv = conv_of()
+    key = await OverlayKeys(real_redis).get(conv)
+    twin = TwinVoice()
+    chain = SpeechChain({"twin": twin}, [("twin", "v")])
+    settings = settings_from({"CHORUS_VOICE": "true"})
+    queue = VoiceQueue(real_redis)
+    await queue.push(conv, {"kind": "cheer", "text": "before the page", "tts": ["twin:v"]})
+
+    async def items(*texts: str) -> None:
+        for text in texts:
+            await queue.push(conv, {"kind": "cheer", "text": text, "tts": ["twin:v"]})
+        await queue.push(conv, {"kind": "volume", "volume": MARK})
+
+    async with client_for(real_redis, settings, chain) as http:
+        first = await read_until_mark(http, conv, key, lambda: items("one", "two"))
+        seen: list[tuple[str, str]] = []
+        # The page's last event id: the mark's (every event the page got carries one).
+        headers = {"Last-Event-ID": await queue.last_id(conv)}
+        async with http.get(f"/overlay/{conv}/events?key={key}", headers=headers) as events:
+            await items("three")
+            event, last = "", ""
+            async for raw in events.content:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("id: "):
+                    last = line[4:]
+                elif line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: ") and event == "say":
+                    seen.append((last, json.loads(line[6:])["text"]))
+                elif line.startswith("data: ") and json.loads(line[6:]).get("volume") == MARK:
+                    break
+    assert [s["text"] for s in first] == ["one", "two"]  # a new page: only what comes next
+    assert [text for _, text in seen] == ["three"]  # resumed after "two": nothing replayed
+    assert seen[0][0] > first[-1]["id"]
