@@ -94,6 +94,12 @@ class Overlay:
             self._chain = build_chain(settings.voice, settings.llm)
         return self._chain
 
+    async def aclose(self, app: web.Application | None = None) -> None:
+        """Close the speech providers' clients (the dashboard's ``on_cleanup``)."""
+        if self._chain is not None:
+            await self._chain.aclose()
+            self._chain = None
+
     def routes(self) -> list[web.RouteDef]:
         return [
             web.get("/overlay/static/overlay.js", self.script),

@@ -153,6 +153,7 @@ class AdminServer:
             self.sources.redis, lambda: self.sources.settings, render=self.render, audit=self.audit
         )
         app.add_routes(voice.routes())
+        app.on_cleanup.append(voice.aclose)
         return app
 
     async def start(self) -> None:
