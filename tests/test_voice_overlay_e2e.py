@@ -384,8 +384,17 @@ async def test_a_super_chat_on_youtube_is_read_aloud_with_the_viewers_name(
                     for item in _youtube_items()
                     if item["snippet"]["type"] in ("superChatEvent", "superStickerEvent")
                 ]
+                # The live call answering now (a call's first answer is the history it found).
+                await stream.wait_for(
+                    lambda: bool(stream.calls) and stream.calls[-1].responses >= 1, LIMIT
+                )
                 stream.push(*items)
-                played = await until(lambda: _played(page, 2))
+                try:
+                    played = await until(lambda: _played(page, 2))
+                except AssertionError:
+                    print("overlay:", await state(page), "asked:", speech.texts)
+                    print("calls:", [(c.responses) for c in stream.calls])
+                    raise
                 await browser.close()
             texts = [p["text"] for p in played]
             assert texts[0] == "A sent a Super Chat of $5.00: love the stream", texts

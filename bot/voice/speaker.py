@@ -84,7 +84,7 @@ def policy_for(settings: Settings, message: ChatMessage) -> VoicePolicy:
         return values.get(f"voice.{name}", getattr(base, name))
 
     return VoicePolicy(
-        enabled=bool(get("enabled")) and conv.platform in LIVE_PLATFORMS | {"console"},
+        enabled=bool(get("enabled")) and conv.platform in LIVE_PLATFORMS,
         answers=bool(get("answers")),
         cheer_min_bits=int(get("cheer_min_bits")),
         super_chats=bool(get("super_chats")),
