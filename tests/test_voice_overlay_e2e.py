@@ -179,6 +179,11 @@ async def test_the_overlay_speaks_answers_cheers_and_obeys_moderators(
                 await until(lambda: _started(page))
                 chunks_when_speaking = len(model.chunk_times)
                 assert chunks_when_speaking < pieces, "speech started before the last chunk"
+                # The line being answered is on screen with the answer as it is spoken.
+                assert await page.is_visible("#card")
+                assert await page.inner_text("#who") == f"fan{tag}1"
+                assert "what is Kappa?" in await page.inner_text("#said")
+                assert (await page.inner_text("#answer")).startswith(SENTENCES[0])
                 done = await until(lambda: _played(page, 3))
                 assert [item["text"] for item in done[:3]] == SENTENCES
                 for item in done[:3]:
@@ -187,12 +192,9 @@ async def test_the_overlay_speaks_answers_cheers_and_obeys_moderators(
                     assert item["duration"] == pytest.approx(
                         speech.seconds_for(item["text"]), abs=0.05
                     )
-                shown = await page.inner_text("#card") if await page.is_visible("#card") else ""
                 seen = (await state(page))["shown"]
                 assert seen[:3] == SENTENCES, seen
-                print(
-                    f"first audio started after {chunks_when_speaking} of {pieces} chunks; {shown!r}"
-                )
+                print(f"first audio started after {chunks_when_speaking} of {pieces} chunks")
 
                 # 2. A 500-bit cheer read aloud with the viewer's name; a blocked one never sent.
                 cheer = viewer_line(
