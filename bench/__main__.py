@@ -30,6 +30,7 @@ async def _main() -> None:
         summaries,
         turn_ratio,
         vendor_call,
+        voice,
         walk,
     )
 
@@ -52,6 +53,7 @@ async def _main() -> None:
         await state_load.main(),
         await turn_ratio.main(),
         await walk.main(),
+        await voice.main(),
     ]
     print(
         f"# Chorus benchmarks\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "

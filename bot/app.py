@@ -58,9 +58,11 @@ from bot.state.connect import Client
 from bot.state.engagement import RedisLiveStore
 from bot.state.history import HistoryStore
 from bot.state.redis_turn import RedisTurnStore
+from bot.state.voice import VoiceQueue
 from bot.tools.builtin import builtin_tools
 from bot.tools.mcp_config import config_from_settings
 from bot.tools.toolbox import Toolbox
+from bot.voice.speaker import Speaker
 
 if TYPE_CHECKING:
     from bot.admin.server import AdminServer
@@ -212,6 +214,7 @@ class Chorus:
             safety=self.safety,
             recall=self.recall.recall if self.recall.active else None,
             drafts=Drafts(bus, settings.agent.streams, check=self.safety.guard),
+            speaker=self._speaker(settings, redis),
             limits=RouterLimits(
                 max_message_chars=settings.agent.max_message_chars,
                 reasoning=settings.agent.reasoning,
@@ -231,6 +234,17 @@ class Chorus:
         )
         self._owns = owns
         self._router_task: asyncio.Task[None] | None = None
+
+    def _speaker(self, settings: Settings, redis: Client) -> Speaker | None:
+        """The overlay's voice on this worker, when the deployment or a scope turns it on."""
+        scoped = any(s.voice is not None and s.voice.enabled for s in settings.file.scopes)
+        if not (settings.voice.enabled or scoped):
+            return None
+        return Speaker(
+            VoiceQueue(redis, max_len=settings.voice.queue_max * 10),
+            lambda: self.settings,
+            check=self.safety.guard,
+        )
 
     @classmethod
     async def from_settings(

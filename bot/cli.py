@@ -108,6 +108,11 @@ def _main(args: argparse.Namespace) -> int:
         from bot.cli_config import twitch_command
 
         return twitch_command(settings, args.action, args.name)
+
+    if args.command == "overlay":
+        from bot.voice import keys_command
+
+        return keys_command.command(settings, args.channel, args.rotate)
     if args.command == "knowledge":
         from bot.knowledge.command import knowledge_command
 

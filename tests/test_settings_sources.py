@@ -29,6 +29,7 @@ from tests.settings_samples_recall import ADMIN_SAMPLES, RECALL_SAMPLES
 from tests.settings_samples_safety import SAFETY_SAMPLES
 from tests.settings_samples_summaries import SUMMARY_SAMPLES
 from tests.settings_samples_twitch import TWITCH_CONDUIT_SAMPLES
+from tests.settings_samples_voice import VOICE_SAMPLES
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO_SERVER = ROOT / "tests" / "mcp_servers" / "echo_server.py"
@@ -303,6 +304,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
 SAMPLES.update(SAFETY_SAMPLES, **SUMMARY_SAMPLES, **RECALL_SAMPLES)
 SAMPLES.update(ADMIN_SAMPLES)
 SAMPLES.update(TWITCH_CONDUIT_SAMPLES)
+SAMPLES.update(VOICE_SAMPLES)
 
 
 def at(settings: Settings, path: str) -> Any:

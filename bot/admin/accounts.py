@@ -43,6 +43,7 @@ NEEDS = (
     ("/settings/reload", "admin"),
     ("/live/", "operator"),
     ("/moderation/", "operator"),
+    ("/voice/", "operator"),
     ("/people/", "operator"),
     ("/commands", "operator"),
 )

@@ -32,6 +32,7 @@ from bot.admin import (
     logs_page,
     masking,
     moderation_page,
+    overlay,
     views,
 )
 from bot.admin.auth import ACCOUNT_KEY, COOKIE, OPEN_PATHS, ROLE_KEY, SESSION_KEY, Auth, Middleware
@@ -55,7 +56,7 @@ log = logging.getLogger("chorus.admin")
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
 SRC = web.AppKey("sources", Sources)
-PAGES: tuple[str, ...] = ("overview", "conversations", "people", "live", "moderation")
+PAGES: tuple[str, ...] = ("overview", "conversations", "people", "live", "moderation", "voice")
 PAGES += ("insights", "logs", "settings", "config")
 PAGES_MORE = ("commands",)  # pages of the built-in plugins
 
@@ -156,6 +157,11 @@ class AdminServer:
                 post("/commands", self.commands_submit),
             ]
         )
+        voice = overlay.Overlay(
+            self.sources.redis, lambda: self.sources.settings, render=self.render, audit=self.audit
+        )
+        app.add_routes(voice.routes())
+        app.on_cleanup.append(voice.aclose)
         return app
 
     async def start(self) -> None:

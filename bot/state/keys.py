@@ -561,3 +561,40 @@ def slack_team_seen(team_id: str, kind: str) -> str:
 def slack_uninstalled() -> str:
     """The zset of uninstalled workspaces (team id) -> when their data is deleted (epoch s)."""
     return f"{PREFIX}:slack:uninstalled"
+
+
+def voice_overlay_key(conv: ConversationKey) -> str:
+    """The secret of one channel's stream overlay (``?key=``), rotatable; no TTL."""
+    return f"{PREFIX}:voice:key:{conv}"
+
+
+def voice_queue(conv: ConversationKey) -> str:
+    """One channel's spoken items and controls (skip, pause, volume), a stream the overlay's
+    server reads from its last event id (capped by length)."""
+    return f"{PREFIX}:voice:queue:{conv}"
+
+
+def voice_control(conv: ConversationKey) -> str:
+    """One channel's speech controls (``paused``, ``volume``), a hash every worker reads."""
+    return f"{PREFIX}:voice:control:{conv}"
+
+
+def voice_watching(conv: ConversationKey) -> str:
+    """Set while an overlay of the channel is connected (TTL: a few seconds, refreshed)."""
+    return f"{PREFIX}:voice:watching:{conv}"
+
+
+def voice_chars(conv: ConversationKey, who: str, hour: str) -> str:
+    """Characters spoken in one channel (``who`` empty) or for one viewer in it, in one UTC hour
+    (``hour``: ``YYYYMMDDHH``); TTL: the hour plus one."""
+    return f"{PREFIX}:voice:chars:{conv}:{_escape_part(who)}:{hour}"
+
+
+def voice_notice(conv: ConversationKey, who: str) -> str:
+    """Set when the speech-limit notice of a channel (or a viewer) was shown (TTL: an hour)."""
+    return f"{PREFIX}:voice:notice:{conv}:{_escape_part(who)}"
+
+
+def voice_channels() -> str:
+    """The set of channels that have an overlay key (the dashboard's list); no TTL."""
+    return f"{PREFIX}:voice:channels"

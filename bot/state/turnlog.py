@@ -36,7 +36,15 @@ PLATFORMS = ("console", "discord", "slack", "twitch", "youtube")  # the dashboar
 SEP = "\0"
 
 Decision = Literal[
-    "answered", "command", "batched", "quiet", "moderated", "over_quota", "error", "ignored"
+    "answered",
+    "command",
+    "batched",
+    "quiet",
+    "moderated",
+    "over_quota",
+    "error",
+    "ignored",
+    "spoken",
 ]
 
 
@@ -57,6 +65,8 @@ class TurnRecord:
     tools: int = 0
     latency_ms: int = 0
     cost_usd: float = 0.0
+    speech_ms: int = 0  # "spoken": how long the overlay's speech provider took
+    speech_chars: int = 0  # "spoken": the characters spoken (cost_usd is their estimated cost)
 
     def encode(self) -> str:
         # A dict built by hand: ``dataclasses.asdict`` (a deep copy) cost 5x the dump itself.
