@@ -3,8 +3,8 @@
 Seeds a real Redis database of its own (``CHORUS_BENCH_ADMIN_REDIS_URL``, default db 12 on
 127.0.0.1, flushed before and after) through pipelines: every conversation with a full turn log
 (20 records), a history and its place in the activity index; every person with a memory buffer
-(5 pins, 2 recommendations) and the names index; a 1,000-job insights queue, an hour of
-timeline and 10,000 audit entries. Then serves the real dashboard (aiohttp, Jinja2, Bearer
+(5 pins, 2 recommendations) and the names index; a 1,000-job insights queue, a day of
+timeline (a day of minutes, a week of hours) and 10,000 audit entries. Then serves the real dashboard (aiohttp, Jinja2, Bearer
 login) on a loopback port and times each page over HTTP: p50 and p95 of ``ROUNDS`` requests.
 The budget is 200 ms per page (issue 18); the section says whether each page keeps it.
 
@@ -28,7 +28,7 @@ from bot.events import ConversationKey
 from bot.memory.buffers import MemoryStore, Pin, Recommendation, UserBuffer, encode
 from bot.safety.audit import Audit, AuditEntry
 from bot.settings import load_settings
-from bot.state import connect, keys, turnlog
+from bot.state import connect, keys, rollups, turnlog
 from bot.state.history import HistoryEntry, HistoryStore
 from bot.state.turnlog import Timeline, TurnLog
 
@@ -122,12 +122,17 @@ async def seed(redis: Redis, now: datetime) -> float:
             pipe.xadd(keys.safety_audit(), entry.fields())  # type: ignore[arg-type]
         await pipe.execute()
     line = Timeline()
-    for minute in range(60):
+    for minute in range(0, 24 * 60, 1):  # a full day of minutes (and so of hours)
         line.count("in:twitch", 300)
         line.count("out:twitch", 20)
         line.count("replies", 20)
+        line.count(rollups.latency_field(900 + minute % 7 * 300), 20)
         line.count("tokens_in", 36_000)
         await line.flush(TurnLog(redis), now - timedelta(minutes=minute))
+    for hour in range(24, 7 * 24):  # and the rest of the week's hours
+        line.count("replies", 1200)
+        line.count(rollups.latency_field(1500), 1200)
+        await line.flush(TurnLog(redis), now - timedelta(hours=hour))
     await memory.redis.ping()
     return time.perf_counter() - started
 
@@ -142,6 +147,8 @@ EXPECT = {
     "insights": "P0",
     "config": "Captain Byte",
     "config: scope preview": "pirate",
+    "charts: 24 hours": "latency p95",
+    "charts: 7 days": "latency p95",
 }
 
 
@@ -158,6 +165,8 @@ async def measure(base: str) -> dict[str, list[float]]:
         "logs": "/logs?level=warning",
         "config": "/config",
         "config: scope preview": f"/config?scope=discord:{GUILD}/{CHANNEL}",
+        "charts: 24 hours": "/charts?span=24h",
+        "charts: 7 days": "/charts?span=7d",
     }
     timings: dict[str, list[float]] = {name: [] for name in pages}
     headers = {"Authorization": f"Bearer {TOKEN}"}

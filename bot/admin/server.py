@@ -24,7 +24,7 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
-from bot.admin import accounts, charts, config_pages, logs_page, masking, views
+from bot.admin import accounts, charts, charts_page, config_pages, logs_page, masking, views
 from bot.admin.auth import ACCOUNT_KEY, COOKIE, OPEN_PATHS, ROLE_KEY, SESSION_KEY, Auth, Middleware
 from bot.admin.login import LoginGuard
 from bot.admin.notices import Notices
@@ -45,7 +45,8 @@ log = logging.getLogger("chorus.admin")
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
 SRC = web.AppKey("sources", Sources)
-PAGES = ("overview", "conversations", "people", "live", "insights", "logs", "settings", "config")
+PAGES: tuple[str, ...] = ("overview", "conversations", "people", "live", "insights", "logs")
+PAGES += ("settings", "config", "charts")
 
 
 def environment() -> jinja2.Environment:
@@ -139,6 +140,7 @@ class AdminServer:
                 post("/config", self.config_submit),
             ]
         )
+        app.add_routes([get("/charts", self.charts)])
         return app
 
     async def start(self) -> None:
@@ -382,6 +384,11 @@ class AdminServer:
     async def config(self, request: web.Request) -> web.Response:
         can_edit = accounts.allows(request.get(ROLE_KEY, ""), "admin")
         return await config_pages.page(self.sources, request, self.render, can_edit=can_edit)
+
+    async def charts(self, request: web.Request) -> web.Response:
+        span = request.query.get("span", "24h")
+        data = await charts_page.charts(self.sources, span, datetime.now(UTC))
+        return self.render(request, "charts", **data)
 
     # -- changes ----------------------------------------------------------------------------------
     async def config_submit(self, request: web.Request) -> web.StreamResponse:

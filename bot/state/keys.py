@@ -435,9 +435,10 @@ def admin_token(namespace: str = "main") -> str:
 
 
 def timeline(bucket: str) -> str:
-    """Counters of one minute (``yyyymmddHHMM``) or day (``dyyyymmdd``)."""
-    if not re.fullmatch(r"[0-9]{12}|d[0-9]{8}", bucket):
-        raise ValueError(f"bucket must be yyyymmddHHMM or dyyyymmdd, got {bucket!r}")
+    """Counters of one minute (``yyyymmddHHMM``), hour (``hyyyymmddHH``) or day
+    (``dyyyymmdd``)."""
+    if not re.fullmatch(r"[0-9]{12}|h[0-9]{10}|d[0-9]{8}", bucket):
+        raise ValueError(f"bucket must be yyyymmddHHMM, hyyyymmddHH or dyyyymmdd, got {bucket!r}")
     return f"{PREFIX}:timeline:{bucket}"
 
 
