@@ -368,6 +368,7 @@ class Chorus:
             commands=self.commands,
             live=self.engagement,
             reload=lambda: self.reload_config() if self.reload_config else None,
+            plugins=self.plugins,
         )
 
     async def drain(self) -> None:

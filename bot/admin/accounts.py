@@ -40,6 +40,7 @@ SCRYPT_MAXMEM = 64 * 1024 * 1024
 # What each change needs (POST paths by prefix); every page (GET) needs only ``viewer``.
 NEEDS = (
     ("/config", "admin"),
+    ("/plugins", "admin"),
     ("/settings/reload", "admin"),
     ("/live/", "operator"),
     ("/people/", "operator"),

@@ -24,7 +24,16 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
-from bot.admin import accounts, charts, charts_page, config_pages, logs_page, masking, views
+from bot.admin import (
+    accounts,
+    charts,
+    charts_page,
+    config_pages,
+    logs_page,
+    masking,
+    plugins_page,
+    views,
+)
 from bot.admin.auth import ACCOUNT_KEY, COOKIE, OPEN_PATHS, ROLE_KEY, SESSION_KEY, Auth, Middleware
 from bot.admin.login import LoginGuard
 from bot.admin.notices import Notices
@@ -46,7 +55,7 @@ log = logging.getLogger("chorus.admin")
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
 SRC = web.AppKey("sources", Sources)
 PAGES: tuple[str, ...] = ("overview", "conversations", "people", "live", "insights", "logs")
-PAGES += ("settings", "config", "charts")
+PAGES += ("settings", "config", "charts", "plugins")
 
 
 def environment() -> jinja2.Environment:
@@ -141,6 +150,7 @@ class AdminServer:
             ]
         )
         app.add_routes([get("/charts", self.charts)])
+        app.add_routes([get("/plugins", self.plugins), post("/plugins", self.plugins_submit)])
         return app
 
     async def start(self) -> None:
@@ -390,7 +400,18 @@ class AdminServer:
         data = await charts_page.charts(self.sources, span, datetime.now(UTC))
         return self.render(request, "charts", **data)
 
+    async def plugins(self, request: web.Request) -> web.Response:
+        can_edit = accounts.allows(request.get(ROLE_KEY, ""), "admin")
+        return await plugins_page.page(self.sources, request, self.render, can_edit=can_edit)
+
     # -- changes ----------------------------------------------------------------------------------
+    async def plugins_submit(self, request: web.Request) -> web.StreamResponse:
+        saved = f"/plugins?{self.notices.issue('saved')}"
+        secrets = [*self.sources.settings.secret_values(), self._token]
+        return await plugins_page.submit(
+            self.sources, request, self.render, self.audit, self.masker(), saved, secrets
+        )
+
     async def config_submit(self, request: web.Request) -> web.StreamResponse:
         saved = f"/config?{self.notices.issue('saved')}"
         return await config_pages.submit(

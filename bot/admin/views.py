@@ -51,6 +51,7 @@ class Sources:
     commands: Commands | None = None  # the chat commands: /forget, the same path
     live: LiveChat | None = None  # this process's live channels (mentions waiting)
     reload: Callable[[], None] | None = None  # what SIGHUP (`chorus reload`) does
+    plugins: object | None = None  # the plugins this process runs (LoadedPlugins)
 
 
 async def overview(src: Sources, now: datetime) -> dict[str, Any]:

@@ -34,6 +34,7 @@ async def start_admin(
     commands: Commands | None = None,
     live: LiveChat | None = None,
     reload: Callable[[], None] | None = None,
+    plugins: object | None = None,
 ) -> AdminServer | None:
     """The dashboard, started, when ``CHORUS_ADMIN_PORT`` is set (None otherwise). What a
     process lacks is built from Redis (memory, history, the audit trail, ``/forget``)."""
@@ -71,6 +72,7 @@ async def start_admin(
         commands=commands,
         live=live,
         reload=reload,
+        plugins=plugins,
     )
     server = AdminServer.from_settings(settings.admin, sources)
     if server is not None:
