@@ -41,6 +41,7 @@ SCRYPT_MAXMEM = 64 * 1024 * 1024
 NEEDS = (
     ("/config", "admin"),
     ("/plugins", "admin"),
+    ("/knowledge", "admin"),
     ("/settings/reload", "admin"),
     ("/live/", "operator"),
     ("/people/", "operator"),

@@ -30,6 +30,7 @@ NOTICES: dict[str, tuple[str, ...]] = {
     "resumed": ("channel",),
     "reloaded": (),
     "saved": (),
+    "knowledge": ("text",),
 }
 NOTICE_SECONDS = 600  # a notice is for the page right after the change
 

@@ -34,6 +34,7 @@ from pydantic import SecretStr
 
 from bot.admin import config_file
 from bot.admin.config_pages import AuditFn, Render, config_path
+from bot.admin.loaded import current
 from bot.admin.views import Sources
 from bot.plugins.api import Plugin
 from bot.plugins.config import build_config, secret_variables
@@ -235,7 +236,7 @@ def _table(text: str, name: str) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def _rows(src: Sources, loaded: LoadedPlugins, text: str) -> list[dict[str, Any]]:
+def _rows(settings: Settings, loaded: LoadedPlugins, text: str) -> list[dict[str, Any]]:
     rows = []
     for plugin in loaded.plugins:
         origin, where = _origin(plugin)
@@ -251,7 +252,7 @@ def _rows(src: Sources, loaded: LoadedPlugins, text: str) -> list[dict[str, Any]
                 "hooks": [f"{h.kind}: {h.name}" for h in plugin.hooks],
                 "model": plugin.settings_model.__name__ if plugin.settings_model else "",
                 "fields": fields(plugin, _table(text, plugin.name)),
-                "scopes": _on_here(src.settings, plugin),
+                "scopes": _on_here(settings, plugin),
             }
         )
     return rows
@@ -274,7 +275,7 @@ async def page(
         request,
         "plugins",
         page="plugins",
-        plugins=_rows(src, loaded, text),
+        plugins=_rows(await current(src), loaded, text),
         failed=sorted(loaded.failed.items()),
         can_edit=can_edit and path.is_file(),
         missing="" if path.is_file() else str(path),

@@ -29,6 +29,7 @@ from bot.admin import (
     charts,
     charts_page,
     config_pages,
+    knowledge_page,
     logs_page,
     masking,
     plugins_page,
@@ -55,7 +56,7 @@ log = logging.getLogger("chorus.admin")
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
 SRC = web.AppKey("sources", Sources)
 PAGES: tuple[str, ...] = ("overview", "conversations", "people", "live", "insights", "logs")
-PAGES += ("settings", "config", "charts", "plugins")
+PAGES += ("settings", "config", "charts", "plugins", "knowledge")
 
 
 def environment() -> jinja2.Environment:
@@ -151,6 +152,14 @@ class AdminServer:
         )
         app.add_routes([get("/charts", self.charts)])
         app.add_routes([get("/plugins", self.plugins), post("/plugins", self.plugins_submit)])
+        app.add_routes(
+            [
+                get("/knowledge", self.knowledge),
+                post("/knowledge/upload", self.knowledge_upload),
+                post("/knowledge/reindex", self.knowledge_reindex),
+                post("/knowledge/url", self.knowledge_url),
+            ]
+        )
         return app
 
     async def start(self) -> None:
@@ -404,7 +413,28 @@ class AdminServer:
         can_edit = accounts.allows(request.get(ROLE_KEY, ""), "admin")
         return await plugins_page.page(self.sources, request, self.render, can_edit=can_edit)
 
+    async def knowledge(self, request: web.Request) -> web.Response:
+        can_edit = accounts.allows(request.get(ROLE_KEY, ""), "admin")
+        return await knowledge_page.page(self.sources, request, self.render, can_edit=can_edit)
+
     # -- changes ----------------------------------------------------------------------------------
+    def knowledge_notice(self, text: str) -> str:
+        return self.notices.issue("knowledge", text=text[:300])
+
+    async def knowledge_upload(self, request: web.Request) -> web.StreamResponse:
+        return await knowledge_page.upload(self.sources, request, self.audit, self.knowledge_notice)
+
+    async def knowledge_reindex(self, request: web.Request) -> web.StreamResponse:
+        return await knowledge_page.reindex(
+            self.sources, request, self.audit, self.knowledge_notice
+        )
+
+    async def knowledge_url(self, request: web.Request) -> web.StreamResponse:
+        secrets = [*self.sources.settings.secret_values(), self._token]
+        return await knowledge_page.add_url(
+            self.sources, request, self.audit, self.knowledge_notice, self.masker(), secrets
+        )
+
     async def plugins_submit(self, request: web.Request) -> web.StreamResponse:
         saved = f"/plugins?{self.notices.issue('saved')}"
         secrets = [*self.sources.settings.secret_values(), self._token]

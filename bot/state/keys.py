@@ -131,7 +131,8 @@ def user_vectors(platform: str, user_id: str) -> str:
 
 
 def knowledge(base: str, part: str) -> str:
-    """One part (``version``, ``chunks``, ``vec``, ``sources``) of knowledge base ``base``."""
+    """One part (``version``, ``chunks``, ``vec``, ``sources``, ``status``) of knowledge base
+    ``base``."""
     _check_token("base", base)
     _check_token("part", part)
     return f"{PREFIX}:kb:{base}:{part}"
