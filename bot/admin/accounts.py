@@ -42,6 +42,7 @@ NEEDS = (
     ("/config", "admin"),
     ("/plugins", "admin"),
     ("/knowledge", "admin"),
+    ("/chat", "operator"),
     ("/settings/reload", "admin"),
     ("/live/", "operator"),
     ("/people/", "operator"),

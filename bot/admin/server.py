@@ -28,6 +28,7 @@ from bot.admin import (
     accounts,
     charts,
     charts_page,
+    chat_page,
     config_pages,
     knowledge_page,
     logs_page,
@@ -56,7 +57,7 @@ log = logging.getLogger("chorus.admin")
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
 SRC = web.AppKey("sources", Sources)
 PAGES: tuple[str, ...] = ("overview", "conversations", "people", "live", "insights", "logs")
-PAGES += ("settings", "config", "charts", "plugins", "knowledge")
+PAGES += ("settings", "config", "charts", "plugins", "knowledge", "chat")
 
 
 def environment() -> jinja2.Environment:
@@ -160,6 +161,7 @@ class AdminServer:
                 post("/knowledge/url", self.knowledge_url),
             ]
         )
+        app.add_routes([get("/chat", self.chat), post("/chat", self.chat_send)])
         return app
 
     async def start(self) -> None:
@@ -417,7 +419,21 @@ class AdminServer:
         can_edit = accounts.allows(request.get(ROLE_KEY, ""), "admin")
         return await knowledge_page.page(self.sources, request, self.render, can_edit=can_edit)
 
+    async def chat(self, request: web.Request) -> web.Response:
+        available = isinstance(self.sources.chat, chat_page.ChatParts)
+        return await chat_page.page(request, self.render, available=available)
+
     # -- changes ----------------------------------------------------------------------------------
+    async def chat_send(self, request: web.Request) -> web.StreamResponse:
+        parts = self.sources.chat
+        if not isinstance(parts, chat_page.ChatParts):
+            raise web.HTTPConflict(text="this process runs no router; chat from a chat worker")
+        account = request.get(ACCOUNT_KEY, "") or "admin"
+        self.audit(request, "chat:test", "asked", conversation=str(request.path))
+        await self.sources.audit.flush()
+        history = self.sources.history
+        return await chat_page.send(parts, history, request, self.render, account, self.masker())
+
     def knowledge_notice(self, text: str) -> str:
         return self.notices.issue("knowledge", text=text[:300])
 

@@ -52,6 +52,7 @@ class Sources:
     live: LiveChat | None = None  # this process's live channels (mentions waiting)
     reload: Callable[[], None] | None = None  # what SIGHUP (`chorus reload`) does
     plugins: object | None = None  # the plugins this process runs (LoadedPlugins)
+    chat: object | None = None  # the router's parts the test chat uses (chat_page.ChatParts)
 
 
 async def overview(src: Sources, now: datetime) -> dict[str, Any]:

@@ -35,6 +35,7 @@ async def start_admin(
     live: LiveChat | None = None,
     reload: Callable[[], None] | None = None,
     plugins: object | None = None,
+    chat: object | None = None,
 ) -> AdminServer | None:
     """The dashboard, started, when ``CHORUS_ADMIN_PORT`` is set (None otherwise). What a
     process lacks is built from Redis (memory, history, the audit trail, ``/forget``)."""
@@ -73,6 +74,7 @@ async def start_admin(
         live=live,
         reload=reload,
         plugins=plugins,
+        chat=chat,
     )
     server = AdminServer.from_settings(settings.admin, sources)
     if server is not None:
