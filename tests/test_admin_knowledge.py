@@ -67,8 +67,10 @@ async def check_passes(
     await indexer.index(sources, force=True)
     [first] = await store.status_many([base])
     assert first is not None and first["outcome"] == "indexed" and first["documents"] == 1
+    assert first["chunks"] == 1 and first["vectors"] == 0 and first["version"] == 1
     assert len(first["problems"]) == 1 and first["problems"][0].startswith(f"{missing}: skipped")
     await indexer.index(sources, force=True)
     [second] = await store.status_many([base])
     assert second is not None and second["outcome"] == "unchanged"
+    assert second["chunks"] == 1 and second["version"] == 1  # kept from the build
     assert second["at"] >= first["at"]

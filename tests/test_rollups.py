@@ -60,24 +60,24 @@ def test_latency_fields_and_percentiles() -> None:
     assert rollups.percentile({}, 0.5) is None
 
 
-async def test_the_24_hour_rollup_sums_minutes_into_15_minute_points(
+async def test_the_24_hour_rollup_reads_the_hours_of_the_last_day(
     redis_client: Redis,
 ) -> None:
     await clear(redis_client)
     try:
         for _ in range(3):
-            await answer(redis_client, NOW, 250)  # this minute: the last point
-        await answer(redis_client, NOW - timedelta(minutes=14), 4000, errors=2)  # last point too
-        await answer(redis_client, NOW - timedelta(minutes=16), 900)  # the point before
-        await answer(redis_client, NOW - timedelta(hours=23, minutes=59), 90)  # the first point
-        await answer(redis_client, NOW - timedelta(hours=24, minutes=1), 90)  # too old
+            await answer(redis_client, NOW, 250)  # this hour: the last point
+        await answer(redis_client, NOW - timedelta(minutes=7), 4000, errors=2)  # 12:00: the same
+        await answer(redis_client, NOW - timedelta(minutes=8), 900)  # 11:59: the point before
+        await answer(redis_client, NOW - timedelta(hours=23), 90)  # the first point
+        await answer(redis_client, NOW - timedelta(hours=24), 90)  # too old
         day = await rollups.last_24_hours(redis_client, NOW)
-        assert len(day.points) == rollups.POINTS_24H
-        assert day.points[-1].at == datetime(2003, 5, 17, 11, 53, tzinfo=UTC)
-        assert day.points[0].at == NOW.replace(second=0) - timedelta(minutes=24 * 60 - 1)
+        assert len(day.points) == rollups.POINTS_24H == 24
+        assert day.points[-1].at == datetime(2003, 5, 17, 12, tzinfo=UTC)
+        assert day.points[0].at == datetime(2003, 5, 16, 13, tzinfo=UTC)
         answers = day.series("answers")
         assert answers[-1] == 4 and answers[-2] == 1 and answers[0] == 1
-        assert sum(answers) == 6  # the 24 h 1 min old answer is outside
+        assert sum(answers) == 6  # the answer 24 hours old is outside
         assert day.series("errors")[-1] == 2
         assert day.series("p50")[-1] == 300 and day.series("p99")[-1] == 4000
         assert day.series("p50")[-2] == 1000 and day.series("p50")[1] == 0
@@ -86,6 +86,8 @@ async def test_the_24_hour_rollup_sums_minutes_into_15_minute_points(
         assert day.series("cache_share")[-1] == pytest.approx(0.8)
         total = day.total
         assert total.answers == 6 and total.errors == 2 and total.latency(0.5) == 300
+        minute = await redis_client.hgetall(keys.timeline(turnlog.minute_bucket(NOW)))
+        assert int(minute["replies"]) == 3  # the minutes keep the same counts (the Overview's)
     finally:
         await clear(redis_client)
 

@@ -43,6 +43,7 @@ from bot.memory.vectors import unit
 from bot.ops.model_calls import CostCapReached
 from bot.settings import Settings
 from bot.state.config_reloads import ConfigReloads
+from bot.state.connect import Client
 from bot.state.knowledge import KnowledgeStore
 
 UPLOAD_MAX_BYTES = 1_000_000  # one uploaded file (the dashboard's request limit is 1 MiB)
@@ -100,18 +101,9 @@ async def page(
     statuses = await store.status_many([b.id for b in found])
     rows = []
     for base, status in zip(found, statuses, strict=True):
-        index = await load_index(store, base.id)
-        rows.append(
-            {
-                "base": base,
-                "status": status,
-                "version": index.version if index else 0,
-                "chunks": len(index.chunks) if index else 0,
-                "documents": len({c.source for c in index.chunks}) if index else 0,
-                "vectors": sum(1 for v in index.vectors if v) if index else 0,
-                "model": (index.model or "none: keyword search") if index else "",
-            }
-        )
+        if status is None or "chunks" not in status:  # never checked by this version: count
+            status = await _counted(store, base.id, status)
+        rows.append({"base": base, "status": status})
     question = request.query.get("q", "").strip()[:500]
     chosen = request.query.get("base", found[0].id if found else "")
     hits: list[Any] = []
@@ -144,23 +136,53 @@ async def page(
     )
 
 
+async def _counted(
+    store: KnowledgeStore, base: str, status: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    index = await load_index(store, base)
+    if index is None:
+        return status
+    return (status or {}) | {
+        "chunks": len(index.chunks),
+        "vectors": sum(1 for v in index.vectors if v),
+        "model": index.model,
+        "documents": len({c.source for c in index.chunks}),
+        "version": index.version,
+    }
+
+
 async def search(
     src: Sources, settings: Settings, base: Base, question: str
 ) -> tuple[list[Any], str]:
     """What a message asking ``question`` in a place using ``base`` would retrieve: the hits
-    with their scores, and the ``<knowledge>`` block they make."""
-    parts = RecallParts.build(settings, src.redis)
-    try:
-        recall = parts.recall
-        version = await KnowledgeStore(src.redis).version(base.id)
-        query = None
-        if recall.embedder is not None:
-            [vector] = await recall.embedder.embed([question])
-            query = unit(vector)
-        hits = await recall.search(base.id, version, question, query, limit=SEARCH_LIMIT)
-        return hits, recall.render_knowledge(hits)
-    finally:
+    with their scores, and the ``<knowledge>`` block they make. The parts are kept while the
+    configuration stays (their cache holds each base's index, built once per version)."""
+    recall = (await _searcher(settings, src.redis)).recall
+    version = await KnowledgeStore(src.redis).version(base.id)
+    query = None
+    if recall.embedder is not None:
+        [vector] = await recall.embedder.embed([question])
+        query = unit(vector)
+    hits = await recall.search(base.id, version, question, query, limit=SEARCH_LIMIT)
+    return hits, recall.render_knowledge(hits)
+
+
+_searchers: dict[tuple[int, int], tuple[Settings, RecallParts]] = {}
+
+
+async def _searcher(settings: Settings, redis: Client) -> RecallParts:
+    """The search's parts for this configuration and store (the previous ones closed)."""
+    key = (id(settings), id(redis))
+    found = _searchers.get(key)
+    if found is not None and found[0] is settings:
+        return found[1]
+    old = list(_searchers.values())
+    _searchers.clear()
+    for _, parts in old:
         await parts.aclose()
+    built = RecallParts.build(settings, redis)
+    _searchers[key] = (settings, built)
+    return built
 
 
 async def index_now(src: Sources, sources: tuple[str, ...]) -> str:

@@ -150,7 +150,8 @@ class KnowledgeIndexer:
         model = self.embedder.name if self.embedder is not None else ""
         version = await save_index(self.store, base, chunks, vectors, model)
         await self.store.set_sources(base, marks)
-        await self.store.set_status(base, "indexed", len(docs), problems)
+        built = {"chunks": len(chunks), "vectors": sum(1 for v in vectors if v), "model": model}
+        await self.store.set_status(base, "indexed", len(docs), problems, built)
         log.info(
             "knowledge base indexed",
             extra={"base": base, "chunks": len(chunks), "embedded": embedded, "version": version},

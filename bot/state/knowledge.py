@@ -81,24 +81,45 @@ class KnowledgeStore:
         await self.redis.set(keys.knowledge(base, "sources"), marks)
 
     async def set_status(
-        self, base: str, outcome: str, documents: int, problems: Sequence[str]
+        self,
+        base: str,
+        outcome: str,
+        documents: int,
+        problems: Sequence[str],
+        built: Mapping[str, Any] | None = None,
     ) -> None:
-        """The last check of the base: now, its outcome, its documents, what it skipped."""
+        """The last check of the base: now, its outcome, its documents, what it skipped, and
+        what the index holds (``built``: chunks, vectors, model; kept from the last build
+        when the check changed nothing)."""
+        key = keys.knowledge(base, "status")
+        if built is None:
+            raw = await self.redis.get(key)
+            old = json.loads(_text(raw)) if raw is not None else {}
+            built = {k: old[k] for k in ("chunks", "vectors", "model") if k in old}
         status = {
             "at": time.time(),
             "outcome": outcome,
             "documents": documents,
             "problems": list(problems)[:STATUS_PROBLEMS],
+            **built,
         }
-        await self.redis.set(keys.knowledge(base, "status"), json.dumps(status))
+        await self.redis.set(key, json.dumps(status))
 
     async def status_many(self, bases: Sequence[str]) -> list[dict[str, Any] | None]:
-        """Each base's last check (None: never checked) in one round trip: ``{"at",
-        "outcome", "documents", "problems"}``."""
+        """Each base's last check and version (None: neither) in one round trip: ``{"at",
+        "outcome", "documents", "problems", "chunks", "vectors", "model", "version"}``."""
         if not bases:
             return []
-        found = await self.redis.mget([keys.knowledge(base, "status") for base in bases])
-        return [json.loads(_text(raw)) if raw is not None else None for raw in found]
+        names = [keys.knowledge(base, part) for base in bases for part in ("status", "version")]
+        found = await self.redis.mget(names)
+        out: list[dict[str, Any] | None] = []
+        for raw, version in zip(found[::2], found[1::2], strict=True):
+            if raw is None and version is None:
+                out.append(None)
+                continue
+            status: dict[str, Any] = json.loads(_text(raw)) if raw is not None else {}
+            out.append(status | {"version": int(_text(version)) if version is not None else 0})
+        return out
 
 
 def _text(value: object) -> str:

@@ -1,10 +1,11 @@
 """The timeline's rollups over 24 hours and 7 days: what the dashboard's Charts page draws.
 
 Every process adds its counts to the minute, hour and day buckets of the timeline
-(bot/state/turnlog.py, one pipeline a second); this module reads them back as series. 24 hours
-come from the per-minute buckets (1,440 ``HGETALL`` in one pipeline, summed into ``POINTS_24H``
-points of 15 minutes), 7 days from the per-hour buckets (168 in one pipeline). Nothing is
-computed in the background: a rollup is a hash the writers already keep, with its TTL.
+(bot/state/turnlog.py, one pipeline a second); this module reads them back as series. Both
+spans read the per-hour buckets (24 or 168 ``HGETALL`` in one pipeline): summing the 1,440
+minute buckets of a day on every page view would cost the page its time budget, and the last
+hour's minutes are the Overview's charts already. Nothing is computed in the background: a
+rollup is a hash the writers already keep, with its TTL.
 
 Latency percentiles come from a histogram kept in the same hashes: each answer adds 1 to
 ``lat:<upper bound>`` (``LATENCY_BOUNDS_MS``), so buckets of different processes and minutes
@@ -28,8 +29,7 @@ LATENCY_BOUNDS_MS = (
     10_000, 15_000, 20_000, 30_000, 60_000, 120_000,
 )  # fmt: skip
 OVER = "lat:over"  # slower than the last bound
-POINTS_24H, MINUTES_PER_POINT = 96, 15
-POINTS_7D = 168
+POINTS_24H, POINTS_7D = 24, 168
 
 
 def latency_field(ms: float) -> str:
@@ -121,25 +121,18 @@ async def _buckets(redis: Redis, names: Sequence[str]) -> list[dict[str, int]]:
 
 
 async def last_24_hours(redis: Redis, now: datetime) -> Rollup:
-    """``POINTS_24H`` points of ``MINUTES_PER_POINT`` minutes each, from the minute buckets;
-    the last point ends with ``now``'s minute."""
-    minutes = POINTS_24H * MINUTES_PER_POINT
-    end = now.astimezone(UTC).replace(second=0, microsecond=0)
-    moments = [end - timedelta(minutes=minutes - 1 - i) for i in range(minutes)]
-    found = await _buckets(redis, [turnlog.minute_bucket(m) for m in moments])
-    points = []
-    for start in range(0, minutes, MINUTES_PER_POINT):
-        point = Point(moments[start])
-        for counts in found[start : start + MINUTES_PER_POINT]:
-            point.counts.update(counts)
-        points.append(point)
-    return Rollup("24h", timedelta(minutes=MINUTES_PER_POINT), points)
+    """``POINTS_24H`` hourly points from the hour buckets; the last is ``now``'s hour."""
+    return await _hours(redis, now, POINTS_24H, "24h")
 
 
 async def last_7_days(redis: Redis, now: datetime) -> Rollup:
-    """``POINTS_7D`` points of an hour each, from the hour buckets; the last is ``now``'s hour."""
+    """``POINTS_7D`` hourly points from the hour buckets; the last is ``now``'s hour."""
+    return await _hours(redis, now, POINTS_7D, "7d")
+
+
+async def _hours(redis: Redis, now: datetime, hours: int, span: str) -> Rollup:
     end = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    moments = [end - timedelta(hours=POINTS_7D - 1 - i) for i in range(POINTS_7D)]
+    moments = [end - timedelta(hours=hours - 1 - i) for i in range(hours)]
     found = await _buckets(redis, [turnlog.hour_bucket(m) for m in moments])
     points = [Point(m, Counter(c)) for m, c in zip(moments, found, strict=True)]
-    return Rollup("7d", timedelta(hours=1), points)
+    return Rollup(span, timedelta(hours=1), points)
