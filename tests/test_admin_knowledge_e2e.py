@@ -5,7 +5,7 @@ A Markdown file uploaded in the browser is written into the folder and indexed a
 page shows its chunks); the search box shows it retrieved for a question, with its score and
 source; and the next question on the console reaches the model with the excerpt and its
 source in the prompt. A file of a type the knowledge base does not read is refused and not
-written.
+written. The answer is then on the Charts page, in both spans (the timeline's hour rollups).
 """
 
 from __future__ import annotations
@@ -140,6 +140,29 @@ async def test_a_file_uploaded_in_the_browser_is_searched_and_reaches_the_model_
 
             body = await until(asked)
             assert "kb/guide.md # Ferry times" in body and "pier 9" in body
+
+            # The answer is counted in the timeline's rollups: the Charts page shows it.
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(
+                    executable_path=chromium, args=["--no-sandbox", "--disable-gpu"]
+                )
+                page = await browser.new_page(viewport={"width": 1280, "height": 900})
+                await page.goto(f"{base}/login")
+                await page.fill("#token", TOKEN)
+                await page.click("button[type=submit]")
+                await page.wait_for_selector("h1:has-text('Overview')")
+
+                async def charted(span: str) -> bool:
+                    await page.goto(f"{base}/charts?span={span}")
+                    return int(await page.locator("#total-answers").inner_text()) >= 1
+
+                await until(lambda: charted("24h"))
+                assert await page.locator("svg.chart").count() == 8
+                assert "latency p95" in await page.locator("#chart-p95").inner_html()
+                await shot(page, "charts")
+                await until(lambda: charted("7d"))
+                assert "Last 7 days" in await page.locator("#span-shown").inner_text()
+                await browser.close()
         finally:
             proc.send_signal(signal.SIGTERM)
             await asyncio.wait_for(proc.wait(), 60)
