@@ -3,18 +3,28 @@ and the last check each indexing pass records (its outcome and the sources it sk
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
 from bot.admin.knowledge_page import UPLOAD_MAX_BYTES, check_upload
+from bot.admin.server import AdminServer
+from bot.admin.views import Sources
 from bot.knowledge.indexer import KnowledgeIndexer
-from bot.memory.buffers import MemorySettings
+from bot.memory.buffers import MemorySettings, MemoryStore
 from bot.memory.knowledge import base_id
+from bot.safety.audit import Audit, read_audit
+from bot.settings import load_settings
 from bot.state import keys
+from bot.state.config_reloads import ConfigReloads
+from bot.state.history import HistoryStore
 from bot.state.knowledge import KnowledgeStore
 from bot.tools.builtin.fetch import Fetcher
+
+TOKEN = "admin-token-0123456789abcdef"
 
 
 @pytest.mark.parametrize(
@@ -74,3 +84,41 @@ async def check_passes(
     assert second is not None and second["outcome"] == "unchanged"
     assert second["chunks"] == 1 and second["version"] == 1  # kept from the build
     assert second["at"] >= first["at"]
+
+
+@pytest.mark.redis
+async def test_a_url_added_to_a_scope_is_written_checked_audited_and_reloaded(
+    redis_client: Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    text = '# the rules channel (this comment stays)\n[[scope]]\nmatch = "discord:1/2"\n'
+    toml = tmp_path / "chorus.toml"
+    toml.write_text(text, encoding="utf-8")
+    settings = load_settings(environ={}, warn=False)
+    reloaded: list[bool] = []
+    audit = Audit(redis_client, namespace=f"kb{uuid.uuid4().hex[:8]}")
+    sources = Sources(
+        settings=settings,
+        redis=redis_client,
+        memory=MemoryStore(redis_client),
+        history=HistoryStore(redis_client, max_messages=20, ttl_seconds=3600),
+        audit=audit,
+        reload=lambda: reloaded.append(True),
+    )
+    count = await ConfigReloads(redis_client).count()
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    async with TestClient(TestServer(AdminServer(sources, TOKEN).app())) as http:
+        bad = await http.post(
+            "/knowledge/url", data={"scope": "0", "url": "file:///etc/passwd"}, headers=bearer
+        )
+        assert "not added: an http(s) URL and a scope" in await bad.text()
+        assert toml.read_text(encoding="utf-8") == text
+        url = "https://example.org/faq"
+        done = await http.post("/knowledge/url", data={"scope": "0", "url": url}, headers=bearer)
+        assert "added to the scope" in await done.text()
+    assert toml.read_text(encoding="utf-8") == text + f'knowledge = ["{url}"]\n'
+    assert reloaded == [True] and await ConfigReloads(redis_client).count() == count + 1
+    edits = [e for e in await read_audit(redis_client, namespace=audit.namespace)]
+    assert (
+        edits[-1].rule == "config:edit" and edits[-1].detail == f"scope.0.knowledge: '' -> '{url}'"
+    )
