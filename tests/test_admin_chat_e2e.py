@@ -178,3 +178,53 @@ async def test_the_test_chat_streams_the_scopes_persona_with_its_turn_log(
             await store.aclose()
         assert proc.returncode == 0, "".join(err)[-3000:]
         assert TOKEN not in "".join(err)
+
+
+async def test_the_test_chat_counts_against_the_daily_cost_cap(
+    tmp_path: Path, real_redis_url: str
+) -> None:
+    """Its calls spend the deployment's daily cost cap: once one answer has spent it, the
+    chat calls no model and says why."""
+    tag = uuid.uuid4().hex[:8]
+    (tmp_path / "chorus.toml").write_text(CONFIG, encoding="utf-8")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    async with AnthropicServer() as model:
+        env = base_env(tmp_path) | {
+            "CHORUS_REDIS_URL": real_redis_url,
+            "CHORUS_BUS_NAMESPACE": f"cap{tag}",  # a ledger of its own
+            "CHORUS_MODEL": "anthropic:claude-sonnet-4-5",
+            "ANTHROPIC_API_KEY": "k",
+            "ANTHROPIC_BASE_URL": model.base_url,
+            "CHORUS_INSIGHTS_ENABLED": "false",
+            "CHORUS_QUOTA_COST_USD_DAY": "0.000001",
+            "CHORUS_ADMIN_PORT": str(port),
+            "CHORUS_ADMIN_TOKEN": TOKEN,
+        }
+        proc = await spawn_chorus(["run"], env, tmp_path, stdin=asyncio.subprocess.PIPE)
+
+        async def dashboard_up() -> bool:
+            try:
+                async with aiohttp.ClientSession() as http, http.get(f"{base}/login") as response:
+                    return response.status == 200
+            except aiohttp.ClientError:
+                return False
+
+        try:
+            await until(dashboard_up)
+            headers = {"Authorization": f"Bearer {TOKEN}"}
+            place = f"discord:{GUILD}/{CHANNEL}"
+            async with aiohttp.ClientSession(headers=headers) as http:
+                first = {"place": place, "text": f"first {tag}"}
+                async with http.post(f"{base}/chat", data=first) as sent:
+                    assert 'id="turn-outcome">answered<' in await sent.text()  # spends the cap
+                form = {"place": place, "text": f"capped? {tag}"}
+                async with http.post(f"{base}/chat", data=form) as sent:
+                    page = await sent.text()
+            assert "daily cost cap is reached" in page
+            assert 'id="turn-outcome">error: CostCapReached<' in page
+            assert not [b for b in model.bodies if f"capped? {tag}" in json.dumps(b)]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()[-3000:]

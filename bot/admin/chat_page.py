@@ -7,8 +7,9 @@ never be posted in that channel; so the page builds the place's message and runs
 turn runs, the ones this process's router uses: the scope's profile (``Scoping.profile``: the
 persona's system text, the scope's model chain and its agent, the scope's tool lists), the
 safety gate's inbound screen and outbound check for that place, and the agent's own streaming
-(``ReplySink``). What it does not do is what belongs to a real conversation: no memory of a
-person, no quotas, no turn log in Redis; the conversation with the dashboard is kept in the
+(``ReplySink``), each model call metered against the daily cost cap as ``chorus knowledge
+index``'s are (``Spend``: refused once the cap is reached). What it does not do is what belongs
+to a real conversation: no memory of a person, no per-user quotas, no turn log in Redis; the conversation with the dashboard is kept in the
 history under ``console:dashboard-ACCOUNT`` (the last ``HISTORY_TURNS`` lines), so a second
 question follows the first.
 
@@ -32,10 +33,13 @@ from urllib.parse import quote
 
 from aiohttp import web
 
+from bot.admin.views import Sources
+from bot.agent.loop import Agent
 from bot.agent.reasoning import decide
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.llm.errors import LLMError
 from bot.llm.pricing import PriceTable
+from bot.ops.model_calls import CostCapReached, Spend
 from bot.router.scoping import Scoping
 from bot.safety.gate import SafetyGate
 from bot.settings.scopes import parse_match
@@ -120,7 +124,7 @@ async def page(request: web.Request, render: Render, *, available: bool) -> web.
 
 async def send(
     parts: ChatParts,
-    history: HistoryStore,
+    src: Sources,
     request: web.Request,
     render: Render,
     account: str,
@@ -150,7 +154,8 @@ async def send(
     response.enable_chunked_encoding()
     await response.prepare(request)
     await response.write(mask(head).encode())
-    log = await _turn(parts, history, message, account, response, mask)
+    spend = Spend.for_settings(src.settings, src.redis, parts.prices)  # the daily cost cap
+    log = await _turn(parts, src.history, spend, message, account, response, mask)
     await response.write(mask(closing).encode())
     turn = render(request, "chat_turn", log=log).text or ""
     await response.write(mask(turn + end).encode())
@@ -161,6 +166,7 @@ async def send(
 async def _turn(
     parts: ChatParts,
     history: HistoryStore,
+    spend: Spend | None,
     message: ChatMessage,
     account: str,
     response: web.StreamResponse,
@@ -185,9 +191,13 @@ async def _turn(
         reasoning=decide(message.text, profile.reasoning, profile.reasoning_max),
     )
     sink = Sink(response, mask)
+    agent = profile.agent
+    if spend is not None:  # each model call reserved and settled against the cap
+        metered = spend.provider(agent.provider, "dashboard chat")
+        agent = Agent(metered, tools=agent.tools, limits=agent.limits, metrics=agent.metrics)
     try:
-        result = await profile.agent.run(request, ctx, sink)
-    except LLMError as exc:
+        result = await agent.run(request, ctx, sink)
+    except (LLMError, CostCapReached) as exc:
         await response.write(f'<span class="bad">{escape(mask(str(exc)))}</span>'.encode())
         return log | {"outcome": f"error: {type(exc).__name__}"}
     final = await parts.safety.answer(message, result.text)

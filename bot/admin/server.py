@@ -431,8 +431,8 @@ class AdminServer:
         account = request.get(ACCOUNT_KEY, "") or "admin"
         self.audit(request, "chat:test", "asked", conversation=str(request.path))
         await self.sources.audit.flush()
-        history = self.sources.history
-        return await chat_page.send(parts, history, request, self.render, account, self.masker())
+        mask = self.masker()
+        return await chat_page.send(parts, self.sources, request, self.render, account, mask)
 
     def knowledge_notice(self, text: str) -> str:
         return self.notices.issue("knowledge", text=text[:300])
