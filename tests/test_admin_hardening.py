@@ -178,13 +178,13 @@ async def test_every_form_carries_the_csrf_token_and_every_change_needs_it(
         UserBuffer(platform="slack", user_id=user, pins=(pin("a"),))
     )
     pages = ["/", "/live", "/settings", "/config", f"/people/slack/{user}"]
-    pages += ["/plugins", "/charts", "/knowledge", "/chat"]
+    pages += ["/commands?platform=twitch&channel=c1", "/plugins", "/charts", "/knowledge", "/chat"]
     for path in pages:
         page = await (await http.get(path)).text()
         for form in re.findall(r'<form method="post".*?</form>', page, re.DOTALL):
             assert f'name="csrf" value="{csrf}"' in form, (path, form[:80])
     posts = [r for r in server.app().router.routes() if r.method == "POST"]
-    assert len(posts) == 12
+    assert len(posts) == 13
     for route in posts:
         info = route.resource.get_info() if route.resource else {}
         path = info.get("path") or info.get("formatter", "")

@@ -46,6 +46,7 @@ NEEDS = (
     ("/settings/reload", "admin"),
     ("/live/", "operator"),
     ("/people/", "operator"),
+    ("/commands", "operator"),
 )
 
 

@@ -31,6 +31,8 @@ NOTICES: dict[str, tuple[str, ...]] = {
     "reloaded": (),
     "saved": (),
     "knowledge": ("text",),
+    "command_saved": ("name",),
+    "command_deleted": ("name",),
 }
 NOTICE_SECONDS = 600  # a notice is for the page right after the change
 

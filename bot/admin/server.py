@@ -29,6 +29,7 @@ from bot.admin import (
     charts,
     charts_page,
     chat_page,
+    commands_page,
     config_pages,
     knowledge_page,
     logs_page,
@@ -56,8 +57,9 @@ log = logging.getLogger("chorus.admin")
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
 SRC = web.AppKey("sources", Sources)
-PAGES: tuple[str, ...] = ("overview", "conversations", "people", "live", "insights", "logs")
-PAGES += ("settings", "config", "charts", "plugins", "knowledge", "chat")
+PAGES = ("overview", "conversations", "people", "live", "insights", "logs", "settings", "config")
+PAGES_MORE: tuple[str, ...] = ("commands",)  # pages of the built-in plugins
+PAGES_MORE += ("charts", "plugins", "knowledge", "chat")
 
 
 def environment() -> jinja2.Environment:
@@ -149,6 +151,8 @@ class AdminServer:
                 get("/logs", self.logs),
                 get("/config", self.config),
                 post("/config", self.config_submit),
+                get("/commands", self.commands),
+                post("/commands", self.commands_submit),
             ]
         )
         app.add_routes([get("/charts", self.charts)])
@@ -237,7 +241,7 @@ class AdminServer:
         values.setdefault("account", request.get(ACCOUNT_KEY, ""))
         body = self.env.get_template(f"{template}.html").render(
             csrf=self.auth.csrf_for(sid) if sid else "",
-            pages=PAGES,
+            pages=PAGES + PAGES_MORE,
             notice=self.notices.read(request.query.get("notice", "")),
             **values,
         )
@@ -457,6 +461,35 @@ class AdminServer:
         return await plugins_page.submit(
             self.sources, request, self.render, self.audit, self.masker(), saved, secrets
         )
+
+    async def commands(self, request: web.Request) -> web.Response:
+        return self.render(
+            request, "commands", **await commands_page.page(self.sources, request.query)
+        )
+
+    async def commands_submit(self, request: web.Request) -> web.StreamResponse:
+        """Save or delete a channel's custom command (operator; audited)."""
+        form = {k: str(v) for k, v in (await request.post()).items()}
+        try:
+            done, platform, channel, name = await commands_page.submit(self.sources, form)
+        except ValueError as exc:
+            notice = self.notices.issue("invalid", reason=str(exc))
+        else:
+            where = ConversationKey(platform=platform, channel=channel)
+            self.audit(
+                request,
+                "commands:edit",
+                done,
+                platform=platform,
+                conversation=str(where),
+                detail=f"!{name}",
+            )
+            await self.sources.audit.flush()
+            notice = self.notices.issue(f"command_{done}", name=name)
+        place = (
+            f"platform={quote(form.get('platform', ''))}&channel={quote(form.get('channel', ''))}"
+        )
+        raise web.HTTPSeeOther(f"/commands?{place}&{notice}")
 
     async def config_submit(self, request: web.Request) -> web.StreamResponse:
         saved = f"/config?{self.notices.issue('saved')}"

@@ -55,6 +55,7 @@ from bot.plugins.events import (
     on_stream_offline,
     on_stream_online,
 )
+from bot.plugins.reach import QuotaReached
 from bot.plugins.store import Bucket, Item, PluginStore
 from bot.plugins.timers import Timer, TimerContext, cron, every
 from bot.state.plugin_store import Owner
@@ -75,6 +76,7 @@ __all__ = [
     "Permission",
     "Plugin",
     "PluginCommand",
+    "QuotaReached",
     "PluginStore",
     "Role",
     "Tool",

@@ -55,6 +55,16 @@ class PluginServices:
     def settings(self, model: type[M], message: ChatMessage | None = None) -> M:
         """The plugin's settings as ``model`` (its ``@settings`` class), for ``message``'s
         place when given (its scopes' ``[scope.plugins.NAME]`` over ``[plugins.NAME]``)."""
+        if message is None:
+            return self.settings_at(model, None, None, None)
+        return self.settings_at(
+            model, message.platform, message.server, message.conversation.channel
+        )
+
+    def settings_at(
+        self, model: type[M], platform: str | None, server: str | None, channel: str | None
+    ) -> M:
+        """The settings for a place given by its ids (None: ``[plugins.NAME]`` alone)."""
         config = self.config
         if config is None or config.model is not model:
             declared = config.model.__name__ if config is not None else "none"
@@ -62,11 +72,7 @@ class PluginServices:
                 f"plugin {self.name}: {model.__name__} is not its @settings model "
                 f"(declared: {declared})"
             )
-        found = (
-            config.base
-            if message is None
-            else config.at(message.platform, message.server, message.conversation.channel)
-        )
+        found = config.base if platform is None else config.at(platform, server, channel or "")
         assert isinstance(found, model)
         return found
 

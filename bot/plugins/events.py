@@ -7,8 +7,10 @@
   Chat...: ``ctx.stream_event``), after the screen too.
 * ``on_reply``: each reply the bot sent (``ctx.reply_text``), for the message it answers.
 * ``on_member_join``, ``on_member_leave``, ``on_reaction`` (Discord), ``on_stream_online``,
-  ``on_stream_offline`` (Twitch): what a platform reports besides lines (``ChannelEvent``), riding the inbound topic as a message without text
-  that the router never answers (``ctx.channel_event``; ``ctx.user`` is who did it).
+  ``on_stream_offline`` (Twitch's stream state; YouTube's broadcast chat followed or over): what
+  a platform reports besides lines (``ChannelEvent``), riding the inbound topic as a message
+  without text that the router never answers (``ctx.channel_event``; ``ctx.user`` is who did
+  it).
 
 A handler is ``async def f(ctx: EventContext) -> None``. ``PluginEvents.emit`` only starts tasks
 and returns, so no handler ever delays a turn. Each call has a time limit (the handler's
