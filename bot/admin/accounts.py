@@ -45,6 +45,7 @@ NEEDS = (
     ("/chat", "operator"),
     ("/settings/reload", "admin"),
     ("/live/", "operator"),
+    ("/moderation/", "operator"),
     ("/people/", "operator"),
     ("/commands", "operator"),
 )

@@ -34,6 +34,7 @@ from bot.admin import (
     knowledge_page,
     logs_page,
     masking,
+    moderation_page,
     plugins_page,
     views,
 )
@@ -50,6 +51,7 @@ from bot.safety.audit import AuditEntry
 from bot.settings import ConfigError
 from bot.settings.ops import LOOPBACK_HOSTS, AdminSettings
 from bot.state.admin_accounts import AccountRecords
+from bot.state.conduits import RedisConduitStore, normal_channel
 from bot.state.config_reloads import ConfigReloads
 from bot.state.engagement import Changes, RedisLiveStore
 
@@ -57,7 +59,8 @@ log = logging.getLogger("chorus.admin")
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
 SRC = web.AppKey("sources", Sources)
-PAGES = ("overview", "conversations", "people", "live", "insights", "logs", "settings", "config")
+PAGES: tuple[str, ...] = ("overview", "conversations", "people", "live", "moderation")
+PAGES += ("insights", "logs", "settings", "config")
 PAGES_MORE: tuple[str, ...] = ("commands",)  # pages of the built-in plugins
 PAGES_MORE += ("charts", "plugins", "knowledge", "chat")
 
@@ -145,10 +148,13 @@ class AdminServer:
                 post("/people/{platform}/{user_id}/forget", self.forget),
                 get("/live", self.live),
                 post("/live/{conv}/pause", self.pause),
+                post("/live/twitch/channels", self.twitch_channel),
                 get("/insights", self.insights),
                 get("/settings", self.settings),
                 post("/settings/reload", self.reload),
                 get("/logs", self.logs),
+                get("/moderation", self.moderation),
+                post("/moderation/undo", self.moderation_undo),
                 get("/config", self.config),
                 post("/config", self.config_submit),
                 get("/commands", self.commands),
@@ -377,7 +383,34 @@ class AdminServer:
         )
 
     async def live(self, request: web.Request) -> web.Response:
-        return self.render(request, "live", **await views.live(self.sources, time.time()))
+        twitch = self.sources.settings.twitch
+        joinable = twitch.configured and twitch.transport == "conduit"
+        found = await views.live(self.sources, time.time())
+        return self.render(request, "live", **found, twitch_joinable=joinable)
+
+    async def twitch_channel(self, request: web.Request) -> web.StreamResponse:
+        """Join or leave a Twitch channel (conduit transport): what ``chorus twitch join`` does;
+        the gateways follow within a third of a shard lease."""
+        form = await request.post()
+        action = "leave" if str(form.get("action", "")) == "leave" else "join"
+        twitch = self.sources.settings.twitch
+        try:
+            channel = normal_channel(str(form.get("channel", "")))
+            if not (twitch.configured and twitch.transport == "conduit"):
+                raise ValueError("channels change at run time only with TWITCH_TRANSPORT=conduit")
+        except ValueError as exc:
+            raise web.HTTPSeeOther(
+                f"/live?{self.notices.issue('invalid', reason=str(exc))}"
+            ) from None
+        store, app = RedisConduitStore(self.sources.redis), (twitch.client_id or "").strip()
+        if action == "join":
+            await store.join_channel(app, channel)
+        else:
+            await store.leave_channel(app, channel)
+        done = "twitch_joined" if action == "join" else "twitch_left"
+        self.audit(request, "live:twitch", done, platform="twitch", conversation=channel)
+        await self.sources.audit.flush()
+        raise web.HTTPSeeOther(f"/live?{self.notices.issue(done, channel=channel)}")
 
     async def insights(self, request: web.Request) -> web.Response:
         data = await views.insights(self.sources, datetime.now(UTC))
@@ -405,6 +438,26 @@ class AdminServer:
 
     async def logs(self, request: web.Request) -> web.Response:
         return self.render(request, "logs", **await logs_page.logs(self.sources, request.query))
+
+    async def moderation(self, request: web.Request) -> web.Response:
+        return self.render(request, "moderation", **await moderation_page.moderation(self.sources))
+
+    async def moderation_undo(self, request: web.Request) -> web.StreamResponse:
+        """Untimeout or unban from the Moderation page, through the platform's gateway."""
+        form = {k: str(v) for k, v in (await request.post()).items() if k != "csrf"}
+        who = _who_did(request, "", request.get(SESSION_KEY, ""))
+        try:
+            done = await moderation_page.undo(self.sources, form, who)
+        except LookupError as exc:
+            raise web.HTTPConflict(text=str(exc)) from None
+        except ValueError as exc:
+            raise web.HTTPBadRequest(text=str(exc)) from None
+        user = done.user_id or ""
+        conv = str(done.conversation)
+        self.audit(request, "moderation:undo", done.action, conversation=conv, user_id=user)
+        await self.sources.audit.flush()
+        notice = self.notices.issue("undone", action=done.action, user=user)
+        raise web.HTTPSeeOther(f"/moderation?{notice}")
 
     async def config(self, request: web.Request) -> web.Response:
         can_edit = accounts.allows(request.get(ROLE_KEY, ""), "admin")

@@ -32,7 +32,7 @@ May import: the foundation, ``bot.llm``, ``bot.tools``, ``bot.state`` (the store
 
 from __future__ import annotations
 
-from bot.events import ChatMessage, ConversationKey, Role
+from bot.events import ChatMessage, ConversationKey, ModerationRequest, Role
 from bot.plugins.api import (
     CommandContext,
     Hook,
@@ -51,6 +51,7 @@ from bot.plugins.events import (
     on_message,
     on_reaction,
     on_reply,
+    on_screened,
     on_stream_event,
     on_stream_offline,
     on_stream_online,
@@ -72,6 +73,7 @@ __all__ = [
     "FunctionTool",
     "Hook",
     "Item",
+    "ModerationRequest",
     "Owner",
     "Permission",
     "Plugin",
@@ -94,6 +96,7 @@ __all__ = [
     "on_message",
     "on_reaction",
     "on_reply",
+    "on_screened",
     "on_stream_event",
     "on_stream_offline",
     "on_stream_online",

@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from bot.events import ChatMessage, ConversationKey
+from bot.events import ChatMessage, ConversationKey, ModerationRequest
 from bot.plugins.config import PluginConfig
 from bot.plugins.reach import Reach
 from bot.plugins.store import PluginStore
@@ -39,6 +39,10 @@ class PluginServices:
         self, conversation: ConversationKey, text: str, answering: ChatMessage | None = None
     ) -> None:
         await self.reaching().send(self.name, conversation, text, answering)
+
+    async def moderate(self, request: ModerationRequest) -> None:
+        """Hand ``request`` to its platform's gateway (performed once, audited)."""
+        await self.reaching().moderate(self.name, request)
 
     async def ask(
         self,
@@ -112,6 +116,11 @@ class MessageContext:
     async def reply(self, text: str) -> None:
         """Send ``text`` to this message's conversation, as an answer to it."""
         await self._services().send(self.message.conversation, text, self.message)
+
+    async def moderate(self, request: ModerationRequest) -> None:
+        """Ask the platform to delete, time out or ban (``request``): performed once by the
+        gateway through the platform's API, the bot's permission checked first, and audited."""
+        await self._services().moderate(request)
 
     async def ask(
         self, prompt: str, *, system: str | None = None, max_tokens: int | None = None

@@ -12,6 +12,10 @@ A plugin is all or nothing: if importing it, its ``register``, or checking what 
 logged with the plugin's name and the plugin is skipped whole; the bot starts with the rest.
 Nothing a plugin does at load time can stop the start, short of killing the process.
 
+The plugins shipped with Chorus (``bot/plugins/builtin``: ``BUILTIN``) load the same way, when
+``chorus.toml`` has their ``[plugins.NAME]`` table (even an empty one): that table is the
+operator's decision to run them.
+
 A module named both in the settings and by an entry point is loaded once. An object found in
 two plugins (one plugin importing another's tool) belongs to the first.
 

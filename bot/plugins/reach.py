@@ -13,7 +13,11 @@ record of that conversation's turn log (the dashboard's), with its tokens, laten
 A call about a message is also paid from its author's and channel's token quotas (the scope's
 ``quota``): refused with ``QuotaReached`` once one is spent, its tokens counted to both after.
 
-The composition root builds the two callables (``bot/app.py``); ``bot.plugins`` never imports
+``moderate`` hands a ``ModerationRequest`` (delete, timeout, ban...) to the platform's gateway on
+``moderation:<platform>``, which performs it through the platform's own API, once, and audits it
+whatever came of it (``bot.platform.moderation``); the first-party ``moderation`` plugin uses it.
+
+The composition root builds the callables (``bot/app.py``); ``bot.plugins`` never imports
 the bus or the safety gate.
 """
 
@@ -24,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from bot.events import ChatMessage, ConversationKey
+from bot.events import ChatMessage, ConversationKey, ModerationRequest
 from bot.llm.base import Provider
 from bot.llm.types import LLMRequest, Message, TextPart, Usage
 
@@ -32,6 +36,7 @@ log = logging.getLogger("chorus.plugins")
 
 # (plugin, conversation, text, the message it answers or None) -> None
 SendFunction = Callable[[str, ConversationKey, str, ChatMessage | None], Awaitable[None]]
+ModerateFunction = Callable[[ModerationRequest], Awaitable[None]]
 MAX_SEND_CHARS = 4000
 
 
@@ -62,6 +67,22 @@ class Reach:
     on_asked: Callable[[ChatMessage, str, str, Usage, float], None] | None = None
     admit_ask: AdmitAsk | None = None  # the per-user/per-channel token quotas
     count_ask: CountAsk | None = None
+    moderate_function: ModerateFunction | None = None  # publishes on moderation:<platform>
+
+    async def moderate(self, plugin: str, request: ModerationRequest) -> None:
+        """Ask the platform's gateway to perform ``request`` (it audits the outcome)."""
+        if self.moderate_function is None:
+            raise RuntimeError("moderate: no moderation actions here")
+        await self.moderate_function(request)
+        log.info(
+            "plugin asked for a moderation action",
+            extra={
+                "plugin": plugin,
+                "action": request.action,
+                "conversation": str(request.conversation),
+                "user_id": request.user_id,
+            },
+        )
 
     async def send(
         self,

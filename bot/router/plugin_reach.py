@@ -9,7 +9,8 @@ message that is not an answer is checked under the rules of its conversation's s
 stand-in message of that conversation written by the plugin. ``ask`` calls the deployment's
 model chain through the daily cost cap (``Spend.provider``) and counts its tokens; one about a
 message is first checked against, and then counted to, its author's and channel's token quotas
-(the scope's, as the safety gate holds them; exempt users are not counted).
+(the scope's, as the safety gate holds them; exempt users are not counted). ``moderate``
+publishes a ``ModerationRequest`` on ``moderation:<platform>`` for the platform's gateway.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import uuid
 from datetime import UTC, datetime
 
 from bot.bus.base import EventBus
-from bot.bus.topics import outbound_topic
-from bot.events import Author, ChatMessage, ConversationKey, Reply
+from bot.bus.topics import moderation_topic, outbound_topic
+from bot.events import Author, ChatMessage, ConversationKey, ModerationRequest, Reply
 from bot.llm.base import Provider
 from bot.llm.types import Usage
 from bot.ops.metrics import Metrics, NullMetrics
@@ -78,6 +79,9 @@ def plugin_reach(
             exempt=safety.exempt(message, policy),
         )
 
+    async def moderate(request: ModerationRequest) -> None:
+        await bus.publish(moderation_topic(request.conversation.platform), request)
+
     metered = spend.provider(provider, "plugin") if spend is not None else provider
     return Reach(
         send,
@@ -87,4 +91,5 @@ def plugin_reach(
         on_usage=metrics.tokens,
         admit_ask=admit_ask,
         count_ask=count_ask,
+        moderate_function=moderate,
     )
