@@ -371,7 +371,10 @@ class Chorus:
         self.health = HealthServer.from_settings(self.settings.health, self.metrics, checks)
         if self.health is not None:
             await self.health.start()
+        from bot.admin.chat_page import ChatParts
         from bot.admin.wiring import start_admin  # Jinja2 loads only when the dashboard is on
+
+        prices = self.metrics.prices if isinstance(self.metrics, Metrics) else None
 
         self.admin = await start_admin(
             self.settings,
@@ -385,6 +388,8 @@ class Chorus:
             live=self.engagement,
             reload=lambda: self.reload_config() if self.reload_config else None,
             moderate=self._moderate,  # the Moderation page's undo, to the platform's gateway
+            plugins=self.plugins,
+            chat=ChatParts(self.scoping, self.tools, self.safety, prices),
         )
 
     async def _moderate(self, request: ModerationRequest) -> None:

@@ -180,13 +180,15 @@ async def test_every_form_carries_the_csrf_token_and_every_change_needs_it(
     )
     await OverlayKeys(redis_client).get(ConversationKey(platform="twitch", channel=f"c{key_tag}"))
     commands = "/commands?platform=twitch&channel=c1"
-    pages = ["/", "/live", "/moderation", "/voice", "/settings", "/config"]
-    for path in [*pages, f"/people/slack/{user}", commands]:
+    pages = ["/", "/live", "/moderation", "/voice", "/settings", "/config", f"/people/slack/{user}"]
+    pages += ["/plugins", "/charts", "/knowledge", "/chat"]
+    for path in [*pages, commands]:
         page = await (await http.get(path)).text()
         for form in re.findall(r'<form method="post".*?</form>', page, re.DOTALL):
             assert f'name="csrf" value="{csrf}"' in form, (path, form[:80])
     posts = [r for r in server.app().router.routes() if r.method == "POST"]
-    assert len(posts) == 9  # /commands and /moderation/undo among them
+    # /commands, /moderation/undo, the Twitch join, /voice/*, /plugins, /knowledge/*, /chat
+    assert len(posts) == 16
     for route in posts:
         info = route.resource.get_info() if route.resource else {}
         path = info.get("path") or info.get("formatter", "")

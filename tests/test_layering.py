@@ -63,7 +63,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     # The dashboard: every core package (it shows and steers them).
     "bot.admin": BASE
     | {"bot.llm", "bot.state", "bot.ops", "bot.engagement", "bot.memory", "bot.quota", "bot.safety"}
-    | {"bot.router", "bot.voice"},
+    | {"bot.router", "bot.voice", "bot.agent", "bot.tools", "bot.plugins", "bot.knowledge"},
     "insights": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.memory"},
     "adapters": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.bus", "bot.platform", "bot.quota"},
 }

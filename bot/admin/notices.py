@@ -32,6 +32,7 @@ NOTICES: dict[str, tuple[str, ...]] = {
     "twitch_left": ("channel",),
     "reloaded": (),
     "saved": (),
+    "knowledge": ("text",),
     "command_saved": ("name",),
     "command_deleted": ("name",),
     "undone": ("action", "user"),

@@ -27,12 +27,16 @@ from aiohttp import web
 from bot.admin import (
     accounts,
     charts,
+    charts_page,
+    chat_page,
     commands_page,
     config_pages,
+    knowledge_page,
     logs_page,
     masking,
     moderation_page,
     overlay,
+    plugins_page,
     views,
 )
 from bot.admin.auth import ACCOUNT_KEY, COOKIE, OPEN_PATHS, ROLE_KEY, SESSION_KEY, Auth, Middleware
@@ -58,7 +62,8 @@ TEMPLATES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
 SRC = web.AppKey("sources", Sources)
 PAGES: tuple[str, ...] = ("overview", "conversations", "people", "live", "moderation", "voice")
 PAGES += ("insights", "logs", "settings", "config")
-PAGES_MORE = ("commands",)  # pages of the built-in plugins
+PAGES_MORE: tuple[str, ...] = ("commands",)  # pages of the built-in plugins
+PAGES_MORE += ("charts", "plugins", "knowledge", "chat")
 
 
 def environment() -> jinja2.Environment:
@@ -162,6 +167,17 @@ class AdminServer:
         )
         app.add_routes(voice.routes())
         app.on_cleanup.append(voice.aclose)
+        app.add_routes([get("/charts", self.charts)])
+        app.add_routes([get("/plugins", self.plugins), post("/plugins", self.plugins_submit)])
+        app.add_routes(
+            [
+                get("/knowledge", self.knowledge),
+                post("/knowledge/upload", self.knowledge_upload),
+                post("/knowledge/reindex", self.knowledge_reindex),
+                post("/knowledge/url", self.knowledge_url),
+            ]
+        )
+        app.add_routes([get("/chat", self.chat), post("/chat", self.chat_send)])
         return app
 
     async def start(self) -> None:
@@ -453,12 +469,63 @@ class AdminServer:
         can_edit = accounts.allows(request.get(ROLE_KEY, ""), "admin")
         return await config_pages.page(self.sources, request, self.render, can_edit=can_edit)
 
+    async def charts(self, request: web.Request) -> web.Response:
+        span = request.query.get("span", "24h")
+        data = await charts_page.charts(self.sources, span, datetime.now(UTC))
+        return self.render(request, "charts", **data)
+
+    async def plugins(self, request: web.Request) -> web.Response:
+        can_edit = accounts.allows(request.get(ROLE_KEY, ""), "admin")
+        return await plugins_page.page(self.sources, request, self.render, can_edit=can_edit)
+
+    async def knowledge(self, request: web.Request) -> web.Response:
+        can_edit = accounts.allows(request.get(ROLE_KEY, ""), "admin")
+        return await knowledge_page.page(self.sources, request, self.render, can_edit=can_edit)
+
+    async def chat(self, request: web.Request) -> web.Response:
+        available = isinstance(self.sources.chat, chat_page.ChatParts)
+        return await chat_page.page(request, self.render, available=available)
+
+    # -- changes ----------------------------------------------------------------------------------
+    async def chat_send(self, request: web.Request) -> web.StreamResponse:
+        parts = self.sources.chat
+        if not isinstance(parts, chat_page.ChatParts):
+            raise web.HTTPConflict(text="this process runs no router; chat from a chat worker")
+        account = request.get(ACCOUNT_KEY, "") or "admin"
+        self.audit(request, "chat:test", "asked", conversation=str(request.path))
+        await self.sources.audit.flush()
+        mask = self.masker()
+        return await chat_page.send(parts, self.sources, request, self.render, account, mask)
+
+    def knowledge_notice(self, text: str) -> str:
+        return self.notices.issue("knowledge", text=text[:300])
+
+    async def knowledge_upload(self, request: web.Request) -> web.StreamResponse:
+        return await knowledge_page.upload(self.sources, request, self.audit, self.knowledge_notice)
+
+    async def knowledge_reindex(self, request: web.Request) -> web.StreamResponse:
+        return await knowledge_page.reindex(
+            self.sources, request, self.audit, self.knowledge_notice
+        )
+
+    async def knowledge_url(self, request: web.Request) -> web.StreamResponse:
+        secrets = [*self.sources.settings.secret_values(), self._token]
+        return await knowledge_page.add_url(
+            self.sources, request, self.audit, self.knowledge_notice, self.masker(), secrets
+        )
+
+    async def plugins_submit(self, request: web.Request) -> web.StreamResponse:
+        saved = f"/plugins?{self.notices.issue('saved')}"
+        secrets = [*self.sources.settings.secret_values(), self._token]
+        return await plugins_page.submit(
+            self.sources, request, self.render, self.audit, self.masker(), saved, secrets
+        )
+
     async def commands(self, request: web.Request) -> web.Response:
         return self.render(
             request, "commands", **await commands_page.page(self.sources, request.query)
         )
 
-    # -- changes ----------------------------------------------------------------------------------
     async def commands_submit(self, request: web.Request) -> web.StreamResponse:
         """Save or delete a channel's custom command (operator; audited)."""
         form = {k: str(v) for k, v in (await request.post()).items()}

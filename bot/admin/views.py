@@ -53,6 +53,8 @@ class Sources:
     reload: Callable[[], None] | None = None  # what SIGHUP (`chorus reload`) does
     # hands a moderation request to its platform's gateway (the Moderation page's undo)
     moderate: Callable[[ModerationRequest], Awaitable[None]] | None = None
+    plugins: object | None = None  # the plugins this process runs (LoadedPlugins)
+    chat: object | None = None  # the router's parts the test chat uses (chat_page.ChatParts)
 
 
 async def overview(src: Sources, now: datetime) -> dict[str, Any]:

@@ -36,6 +36,8 @@ async def start_admin(
     live: LiveChat | None = None,
     reload: Callable[[], None] | None = None,
     moderate: Callable[[ModerationRequest], Awaitable[None]] | None = None,
+    plugins: object | None = None,
+    chat: object | None = None,
 ) -> AdminServer | None:
     """The dashboard, started, when ``CHORUS_ADMIN_PORT`` is set (None otherwise). What a
     process lacks is built from Redis (memory, history, the audit trail, ``/forget``)."""
@@ -74,6 +76,8 @@ async def start_admin(
         live=live,
         reload=reload,
         moderate=moderate,
+        plugins=plugins,
+        chat=chat,
     )
     server = AdminServer.from_settings(settings.admin, sources)
     if server is not None:

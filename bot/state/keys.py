@@ -131,7 +131,8 @@ def user_vectors(platform: str, user_id: str) -> str:
 
 
 def knowledge(base: str, part: str) -> str:
-    """One part (``version``, ``chunks``, ``vec``, ``sources``) of knowledge base ``base``."""
+    """One part (``version``, ``chunks``, ``vec``, ``sources``, ``status``) of knowledge base
+    ``base``."""
     _check_token("base", base)
     _check_token("part", part)
     return f"{PREFIX}:kb:{base}:{part}"
@@ -468,9 +469,10 @@ def admin_token(namespace: str = "main") -> str:
 
 
 def timeline(bucket: str) -> str:
-    """Counters of one minute (``yyyymmddHHMM``) or day (``dyyyymmdd``)."""
-    if not re.fullmatch(r"[0-9]{12}|d[0-9]{8}", bucket):
-        raise ValueError(f"bucket must be yyyymmddHHMM or dyyyymmdd, got {bucket!r}")
+    """Counters of one minute (``yyyymmddHHMM``), hour (``hyyyymmddHH``) or day
+    (``dyyyymmdd``)."""
+    if not re.fullmatch(r"[0-9]{12}|h[0-9]{10}|d[0-9]{8}", bucket):
+        raise ValueError(f"bucket must be yyyymmddHHMM, hyyyymmddHH or dyyyymmdd, got {bucket!r}")
     return f"{PREFIX}:timeline:{bucket}"
 
 
