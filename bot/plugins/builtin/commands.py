@@ -52,7 +52,8 @@ REFUSAL_SECONDS = 30.0  # a viewer's refused !addcom is told once per this many 
 
 
 def text(prompt: str, /, **values: str | int) -> str:
-    return prompts.render(f"plugins/commands/{prompt}", **values)
+    """The text of ``prompts/plugins/commands/NAME`` (``prompt`` its full name)."""
+    return prompts.render(prompt, **values)
 
 
 class CommandSpec(BaseModel):
@@ -208,7 +209,7 @@ async def respond(ctx: EventContext, config: CommandSettings, name: str, args: s
     if name in ("addcom", "editcom", "delcom"):
         if not author.is_moderator:
             told = await place.claim(f"refused:{author.id}", REFUSAL_SECONDS)
-            return text("not_allowed") if told else None
+            return text("plugins/commands/not_allowed") if told else None
         answer = await manage(place, config, name, args)
         await _index(ctx.store.shared, ctx.message.platform, ctx.message.conversation.channel)
         return answer
@@ -241,7 +242,7 @@ def _variables(ctx: EventContext, place: Bucket, name: str, args: str) -> Variab
     async def uptime() -> str:
         live, since = await stream.live_since(place, message.platform)
         if not live or since is None:
-            return text("offline")
+            return text("plugins/commands/offline")
         return stream.duration(time.time() - since)
 
     live = message.platform in stream.LIVE_PLATFORMS
@@ -252,46 +253,50 @@ def _variables(ctx: EventContext, place: Bucket, name: str, args: str) -> Variab
 def listing(config: CommandSettings, defined: dict[str, dict[str, Any]]) -> str:
     names = sorted({*config.commands, *defined})
     if not names:
-        return text("list_empty")
-    return text("list", commands=", ".join(config.prefix + n for n in names))
+        return text("plugins/commands/list_empty")
+    return text("plugins/commands/list", commands=", ".join(config.prefix + n for n in names))
 
 
 async def manage(place: Bucket, config: CommandSettings, verb: str, args: str) -> str:
     """``!addcom``, ``!editcom``, ``!delcom`` (a moderator's)."""
     prefix = config.prefix
-    usage = {"addcom": "usage_add", "editcom": "usage_edit", "delcom": "usage_delete"}[verb]
+    usage = {
+        "addcom": "plugins/commands/usage_add",
+        "editcom": "plugins/commands/usage_edit",
+        "delcom": "plugins/commands/usage_delete",
+    }[verb]
     try:
         definition = parse_definition(args, prefix)
     except BadOption as exc:
-        return text("bad_option", option=exc.option)
+        return text("plugins/commands/bad_option", option=exc.option)
     if definition is None:
         return text(usage, prefix=prefix)
     name = definition.name
     if not NAME.fullmatch(name):
-        return text("bad_name", prefix=prefix)
+        return text("plugins/commands/bad_name", prefix=prefix)
     if name in MANAGE:
-        return text("reserved", prefix=prefix, name=name)
+        return text("plugins/commands/reserved", prefix=prefix, name=name)
     defined = _defined(await place.get(DEFINED))
     found = find(config, defined, name)
     if found is not None and found[2]:
-        return text("from_file", prefix=prefix, name=found[0])
+        return text("plugins/commands/from_file", prefix=prefix, name=found[0])
     if verb == "delcom":
         if found is None:
-            return text("unknown", prefix=prefix, name=name)
+            return text("plugins/commands/unknown", prefix=prefix, name=name)
         del defined[found[0]]
         await _keep(place, defined)
-        return text("deleted", prefix=prefix, name=found[0])
+        return text("plugins/commands/deleted", prefix=prefix, name=found[0])
     if verb == "addcom":
         if found is not None:
-            return text("exists", prefix=prefix, name=name)
+            return text("plugins/commands/exists", prefix=prefix, name=name)
         if definition.text is None:
             return text(usage, prefix=prefix)
         if len(defined) >= config.max_commands:
-            return text("too_many", count=len(defined))
+            return text("plugins/commands/too_many", count=len(defined))
         current: dict[str, Any] = {}
     else:
         if found is None:
-            return text("unknown", prefix=prefix, name=name)
+            return text("plugins/commands/unknown", prefix=prefix, name=name)
         if definition.text is None and not definition.options:
             return text(usage, prefix=prefix)
         name = found[0]
@@ -311,13 +316,15 @@ async def _store(
     prefix = config.prefix
     if definition.text is not None:
         if len(definition.text) > config.max_length:
-            return text("too_long", length=len(definition.text), limit=config.max_length)
+            return text(
+                "plugins/commands/too_long", length=len(definition.text), limit=config.max_length
+            )
         current["text"] = definition.text
     if definition.aliases is not None:
         for alias in definition.aliases:
             owner = find(config, defined, alias)
             if alias in MANAGE or alias == name or (owner is not None and owner[0] != name):
-                return text("alias_taken", alias=prefix + alias)
+                return text("plugins/commands/alias_taken", alias=prefix + alias)
         current["aliases"] = definition.aliases
     for key, value in (
         ("cooldown", definition.cooldown),
@@ -328,7 +335,8 @@ async def _store(
             current[key] = value
     defined[name] = current
     await _keep(place, defined)
-    return text("added" if verb == "addcom" else "edited", prefix=prefix, name=name)
+    added = "plugins/commands/added" if verb == "addcom" else "plugins/commands/edited"
+    return text(added, prefix=prefix, name=name)
 
 
 async def _index(shared: Bucket, platform: str, channel: str) -> None:
