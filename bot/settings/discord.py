@@ -6,6 +6,12 @@ exist for loopback tests and proxies: discord.py exposes its endpoints only as c
 (``discord.http.Route.BASE``, ``discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY``), so the
 adapter sets them just before it connects, never at import. Problems surface as ``ConfigError``
 naming the variable and where to find its value.
+
+Sharding: ``DISCORD_SHARD_COUNT`` (default: the count Discord's ``GET /gateway/bot``
+recommends) and ``DISCORD_SHARD_IDS``, the range of shards this gateway process connects
+(``0-1``, ``3``, or a comma list of either; default all of them). The range is parsed here so a
+typo stops the start with the variable named; whether it fits a count Discord recommends is
+checked by the adapter once it knows that count.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from bot.settings.base import Section
 
@@ -63,6 +69,34 @@ class DiscordSettings(Section):
     )
     """Seconds a slash command's interaction may wait for its answer."""
 
+    shard_count: int | None = Field(default=None, ge=1, validation_alias="DISCORD_SHARD_COUNT")
+    """How many shards the bot's gateway connections are split into, across every gateway
+    process (each the same number); unset: the count Discord recommends (GET /gateway/bot).
+    Discord requires sharding from 2,500 servers on, about one shard per 1,000 servers."""
+    shard_ids: tuple[int, ...] | None = Field(default=None, validation_alias="DISCORD_SHARD_IDS")
+    """The shards this gateway process connects, as a range like `0-1` (or `3`, or a comma list
+    of either); unset: every shard, all in this one process. Give each gateway process its own
+    range; together they must cover every shard of `DISCORD_SHARD_COUNT`."""
+    identify_window: float = Field(
+        default=5.0, gt=0, le=60, validation_alias="DISCORD_IDENTIFY_WINDOW"
+    )
+    """Seconds one identify bucket waits between two IDENTIFYs (Discord's rule: at most
+    `max_concurrency` IDENTIFYs per 5 seconds, one per bucket); shared by every gateway process
+    through the state store. Lower it only for a loopback test."""
+
+    @field_validator("shard_ids", mode="before")
+    @classmethod
+    def _parse_shard_ids(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_shard_ids(value) or None
+        return value
+
+    @model_validator(mode="after")
+    def _shards_fit(self) -> DiscordSettings:
+        if self.shard_ids is not None and self.shard_count is not None:
+            check_shard_ids(self.shard_ids, self.shard_count, source="DISCORD_SHARD_COUNT")
+        return self
+
     @field_validator(
         "allowed_channels", "always_answer_channels", "ambient_channels", mode="before"
     )
@@ -104,3 +138,33 @@ class DiscordSettings(Section):
         """Values a log formatter must mask."""
         token = self.token_value()
         return [token] if token else []
+
+
+def parse_shard_ids(text: str) -> tuple[int, ...]:
+    """``"0-1"`` -> ``(0, 1)``; ``"3"`` -> ``(3,)``; ``"0-1,4"`` -> ``(0, 1, 4)``; ``""`` -> ``()``.
+    In order, without repeats. ``ValueError`` (its message says what is wrong) otherwise."""
+    ids: list[int] = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ValueError(
+                f"{part!r} is not a shard range: write FIRST-LAST (like 0-1) or one shard id"
+            )
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise ValueError(f"{part!r} ends before it starts: write FIRST-LAST with FIRST <= LAST")
+        ids += [i for i in range(first, last + 1) if i not in ids]
+    return tuple(ids)
+
+
+def check_shard_ids(ids: tuple[int, ...], count: int, *, source: str) -> None:
+    """``ValueError`` naming ``DISCORD_SHARD_IDS`` when a shard id is not below ``count``
+    (``source`` says where the count came from)."""
+    outside = [i for i in ids if i >= count]
+    if outside:
+        raise ValueError(
+            f"DISCORD_SHARD_IDS names shard {outside[0]}, but there are {count} shards "
+            f"({source}): shard ids run from 0 to {count - 1}"
+        )

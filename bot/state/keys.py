@@ -496,3 +496,15 @@ def log_lines(namespace: str = "main") -> str:
     """The recent log lines of a deployment's processes (a capped stream), for the dashboard."""
     _check_token("namespace", namespace)
     return f"{PREFIX}:logs:{namespace}"
+
+
+# -- Discord sharding (bot/state/identify.py) -----------------------------------------------------
+def identify_bucket(platform: str, app_id: str, bucket: int) -> str:
+    """The identify bucket ``bucket`` of one bot application: held for one identify window by
+    the gateway process whose shard IDENTIFYs now, so no two IDENTIFY in the same bucket at once
+    across every gateway process of the bot."""
+    _check_token("platform", platform)
+    _check_id("app_id", app_id)
+    if bucket < 0:
+        raise ValueError(f"bucket must be >= 0, got {bucket}")
+    return f"{PREFIX}:identify:{platform}:{_escape_part(app_id)}:{bucket}"
