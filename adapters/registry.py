@@ -113,6 +113,8 @@ def build_slots(
         if platform.streams:  # where a streamed answer's live message is, for a restart
             namespace = settings.state.bus_namespace
             options["live_store"] = LiveMessages(redis, platform.name, namespace=namespace)
+        if platform.name == "discord":  # identify buckets shared by the gateway processes
+            options["identify_store"] = redis
 
         def build(
             make: Any = from_section, args: tuple[Any, ...] = args, options: Any = options

@@ -20,6 +20,13 @@ discord.py reads its endpoints from class attributes only (``discord.http.Route.
 ``discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY``, a ``yarl.URL``); ``run`` sets them from
 ``DISCORD_API_BASE_URL`` / ``DISCORD_GATEWAY_URL`` just before connecting and ``aclose``
 restores them. After READY it reconnects to READY's ``resume_gateway_url``.
+
+The client is discord.py's ``AutoShardedClient``: after login ``GET /gateway/bot`` gives the
+recommended shard count and ``max_concurrency``, ``shards.plan`` picks this process's shards
+(``DISCORD_SHARD_IDS``, ``DISCORD_SHARD_COUNT``), and every IDENTIFY first takes its bucket
+through ``shards.IdentifyPacer`` (shared by the gateway processes through the state store).
+discord.py reconnects each shard on its own; each shard's session is in ``self.shards``
+(readiness, metrics) and ``restart_part`` reconnects one shard alone, for the supervisor.
 """
 
 from __future__ import annotations
@@ -41,6 +48,14 @@ import prompts
 from adapters.discord import convert, members
 from adapters.discord.drafts import DiscordLive, adopt
 from adapters.discord.moderation import DiscordModeration
+from adapters.discord.shards import (
+    IdentifyPacer,
+    LocalBuckets,
+    ShardStates,
+    part_name,
+    plan,
+    shard_of,
+)
 from adapters.discord.sender import DiscordSender, TypingIndicators
 from adapters.discord.slash import build_group, build_native
 from bot.bus.base import BusClosed, Delivery, EventBus
@@ -51,6 +66,8 @@ from bot.platform.streaming import AnswerStore, LiveAnswers
 from bot.resilience import Sleep
 from bot.settings import ConfigError, DiscordSettings
 from bot.settings.discord import PORTAL_URL
+from bot.state.client import Redis
+from bot.state.identify import IdentifyBuckets
 
 log = logging.getLogger("chorus.discord")
 
@@ -129,7 +146,7 @@ def _skipped(what: str, error: ValueError, ref: object) -> None:
     )
 
 
-class _ChorusClient(discord.Client):
+class _ChorusClient(discord.AutoShardedClient):
     """discord.py's client with its events routed to the adapter (no name-based magic)."""
 
     def __init__(self, adapter: DiscordAdapter, **options: Any) -> None:
@@ -141,14 +158,17 @@ class _ChorusClient(discord.Client):
     async def setup_hook(self) -> None:
         await self._adapter._setup()
 
-    async def on_connect(self) -> None:  # READY parsed (on_ready waits for the guild data)
-        self._adapter.session_live = True
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        await self._adapter.pacer.before_identify(shard_id)
 
-    async def on_resumed(self) -> None:
-        self._adapter.session_live = True
+    async def on_shard_connect(self, shard_id: int) -> None:  # READY parsed
+        self._adapter.shards.connected(shard_id)
 
-    async def on_disconnect(self) -> None:
-        self._adapter.session_live = False
+    async def on_shard_resumed(self, shard_id: int) -> None:
+        self._adapter.shards.resumed(shard_id)
+
+    async def on_shard_disconnect(self, shard_id: int) -> None:
+        self._adapter.shards.disconnected(shard_id)
 
     async def on_message(self, message: discord.Message) -> None:
         await self._adapter._on_message(message)
@@ -187,6 +207,7 @@ class DiscordAdapter:
         client_options: Mapping[str, Any] | None = None,
         commands: Sequence[NativeCommand] = (),
         live_store: AnswerStore | None = None,
+        identify_store: Redis | None = None,
     ) -> None:
         if not settings.token_value():
             raise ConfigError(f"DISCORD_TOKEN is not set; get it at {PORTAL_URL} -> Bot")
@@ -206,7 +227,9 @@ class DiscordAdapter:
         }
         options.update(client_options or {})
         self.parser_guard = ParserGuard()
-        self.session_live = False  # READY or RESUMED seen since the last disconnect
+        self.shards = ShardStates()  # each shard's session, as discord.py reports it
+        self._identify_store = identify_store
+        self.pacer = IdentifyPacer(LocalBuckets(sleep), settings.identify_window)
         self.client = _ChorusClient(self, **options)
         self.moderation = DiscordModeration(self.client, self.sender)  # delete, timeout, ban
         self.policy: convert.Policy | None = None
@@ -228,10 +251,14 @@ class DiscordAdapter:
         commands: Sequence[NativeCommand] = (),
         *,
         live_store: AnswerStore | None = None,
+        identify_store: Redis | None = None,
     ) -> DiscordAdapter:
         """The adapter of the settings root's Discord section (``DISCORD_TOKEN`` is set);
-        ``live_store``: where streamed answers' messages are kept for a restarted gateway."""
-        return cls(bus, settings, commands=commands, live_store=live_store)
+        ``live_store``: where streamed answers' messages are kept for a restarted gateway;
+        ``identify_store``: the state store the gateway processes share identify buckets in."""
+        return cls(
+            bus, settings, commands=commands, live_store=live_store, identify_store=identify_store
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -246,6 +273,11 @@ class DiscordAdapter:
         except BaseException:
             await self.aclose()
             raise
+        try:
+            await self._plan_shards()
+        except BaseException:
+            await self.aclose()
+            raise
         self._outbound = asyncio.create_task(self._consume_outbound(), name="discord-outbound")
         try:
             await self.client.connect(reconnect=True)
@@ -256,16 +288,66 @@ class DiscordAdapter:
             await self.client.close()
             await self._stop_tasks()
 
+    async def _plan_shards(self) -> None:
+        """The shard count and this process's shards, from ``GET /gateway/bot`` and the
+        settings; the identify buckets on the shared store once the bot's id is known."""
+        recommended, _url, limits = await self.client.http.get_bot_gateway()
+        chosen = plan(self.settings, recommended, dict(limits))
+        self.client.shard_count = chosen.count
+        self.client.shard_ids = list(chosen.ids)
+        self.pacer.plan = chosen
+        user = self.client.user
+        if self._identify_store is not None and user is not None:
+            self.pacer.buckets = IdentifyBuckets(self._identify_store, str(user.id))
+        log.info(
+            "discord shards planned",
+            extra={
+                "shard_count": chosen.count,
+                "shards": ",".join(map(str, chosen.ids)),
+                "max_concurrency": chosen.max_concurrency,
+            },
+        )
+
+    def shard_live(self, shard_id: int) -> bool:
+        """One shard's session is READY (or RESUMED since its last drop) and its websocket open."""
+        info = self.client.get_shard(shard_id)
+        return bool(self.shards.live.get(shard_id)) and info is not None and not info.is_closed()
+
     async def ready(self) -> bool:
-        """Connected: the gateway session is READY (or RESUMED since the last drop) and its
-        websocket is open, as discord.py itself knows it; no request is made. While discord.py
-        reconnects (Discord down, a drop, a missed heartbeat ACK) this is False, and it turns
-        True again by itself once the session is back."""
-        ws = self.client.ws
-        return self.session_live and not self.client.is_closed() and ws is not None and ws.open
+        """Connected: every shard of this process has its gateway session READY (or RESUMED
+        since its last drop) with its websocket open, as discord.py itself knows it; no request
+        is made. While discord.py reconnects a shard (Discord down, a drop, a missed heartbeat
+        ACK) this is False, and it turns True again by itself once the session is back."""
+        ids = self.client.shard_ids
+        if self.client.is_closed() or not ids:
+            return False
+        return all(self.shard_live(shard_id) for shard_id in ids)
+
+    # -- shards, for the supervisor and readiness ---------------------------------------------
+    def expected_parts(self) -> list[str]:
+        """The shards this process will connect, where the settings say so before connecting."""
+        settings = self.settings
+        ids = settings.shard_ids or (range(settings.shard_count) if settings.shard_count else ())
+        return [part_name(i) for i in ids]
+
+    def parts(self) -> dict[str, bool]:
+        """Each launched shard -> live."""
+        return {part_name(i): self.shard_live(i) for i in self.client.shards}
+
+    async def part_ready(self, name: str) -> bool:
+        shard_id = shard_of(name)
+        return shard_id is not None and self.shard_live(shard_id)
+
+    async def restart_part(self, name: str) -> None:
+        """Reconnect one shard (a new session; the other shards are not touched)."""
+        shard_id = shard_of(name)
+        info = self.client.get_shard(shard_id) if shard_id is not None else None
+        if info is not None:
+            self.shards.disconnected(info.id)
+            await info.reconnect()
 
     async def aclose(self) -> None:
-        self.session_live = False
+        self.shards.clear()
         await self.client.close()
         await self._stop_tasks()
         self._restore_endpoints()

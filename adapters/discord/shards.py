@@ -1,0 +1,146 @@
+"""Discord shards: which ones this process connects, when each may IDENTIFY, how each fares.
+
+Discord splits a bot's guilds over ``shard_count`` gateway sessions (a guild's shard is
+``(guild_id >> 22) % shard_count``) and refuses a bot in 2,500 or more guilds that does not
+shard. ``GET /gateway/bot`` recommends the count and says how many sessions may start at once
+(``max_concurrency``: one IDENTIFY per bucket ``shard_id % max_concurrency`` per 5 seconds).
+
+- ``plan`` picks the count (``DISCORD_SHARD_COUNT`` or the recommendation) and this process's
+  shards (``DISCORD_SHARD_IDS`` or all of them); a range beyond the count is a ``ConfigError``
+  naming the variable.
+- ``IdentifyPacer`` is what discord.py's ``before_identify_hook`` awaits: the shard's bucket is
+  taken in the state store (``bot.state.identify``), so gateway processes with different ranges
+  never IDENTIFY in one bucket within a window; without a store (one process, in tests) the
+  same rule is kept in memory. RESUMEs are not IDENTIFYs and do not wait.
+- ``ShardStates`` is each shard's session as discord.py reports it (``shard_connect``,
+  ``shard_resumed``, ``shard_disconnect``): readiness, metrics and the supervisor's decision
+  to reconnect one shard alone all read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from bot.settings import ConfigError, DiscordSettings
+from bot.settings.discord import check_shard_ids
+
+log = logging.getLogger("chorus.discord")
+
+# Seconds added to each identify window: an IDENTIFY leaves a moment after its bucket was taken,
+# so two processes' IDENTIFYs stay a full window apart as Discord measures them.
+IDENTIFY_MARGIN = 0.25
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    count: int
+    ids: tuple[int, ...]
+    max_concurrency: int
+
+    def bucket(self, shard_id: int) -> int:
+        return shard_id % max(1, self.max_concurrency)
+
+
+def plan(settings: DiscordSettings, recommended: int, limits: Mapping[str, Any]) -> ShardPlan:
+    """This process's shards from the settings and ``GET /gateway/bot``'s answer."""
+    count = settings.shard_count or max(1, int(recommended))
+    source = "DISCORD_SHARD_COUNT" if settings.shard_count else "the count Discord recommends"
+    ids = settings.shard_ids or tuple(range(count))
+    try:
+        check_shard_ids(ids, count, source=source)
+    except ValueError as exc:
+        raise ConfigError(f"{exc}; set DISCORD_SHARD_COUNT to pin the count") from None
+    concurrency = max(1, int(limits.get("max_concurrency", 1)))
+    if int(limits.get("remaining", 1)) <= len(ids):
+        log.warning(
+            "few Discord session starts left today",
+            extra={"remaining": limits.get("remaining"), "reset_after_ms": limits.get("reset_after")},
+        )
+    return ShardPlan(count=count, ids=tuple(ids), max_concurrency=concurrency)
+
+
+class Buckets(Protocol):
+    async def take(self, bucket: int, window: float) -> float: ...
+
+
+class LocalBuckets:
+    """The identify rule within one process, for an adapter without a shared store."""
+
+    def __init__(self, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self._free_at: dict[int, float] = {}
+        self._lock = asyncio.Lock()
+        self._sleep = sleep
+
+    async def take(self, bucket: int, window: float) -> float:
+        async with self._lock:
+            wait = max(0.0, self._free_at.get(bucket, 0.0) - time.monotonic())
+            if wait:
+                await self._sleep(wait)
+            self._free_at[bucket] = time.monotonic() + window
+            return wait
+
+
+class IdentifyPacer:
+    """Waits for a shard's identify bucket before discord.py sends its IDENTIFY."""
+
+    def __init__(self, buckets: Buckets, window: float) -> None:
+        self.buckets = buckets
+        self.window = window + IDENTIFY_MARGIN
+        self.plan: ShardPlan | None = None
+
+    async def before_identify(self, shard_id: int | None) -> None:
+        current = self.plan
+        bucket = current.bucket(shard_id or 0) if current is not None else 0
+        waited = await self.buckets.take(bucket, self.window)
+        log.info(
+            "discord shard identifying",
+            extra={"shard": shard_id, "bucket": bucket, "waited_s": round(waited, 3)},
+        )
+
+
+@dataclass
+class ShardStates:
+    """Each shard's session: live since READY or RESUMED, down since a disconnect."""
+
+    live: dict[int, bool] = field(default_factory=dict)
+    since: dict[int, float] = field(default_factory=dict)  # monotonic time of the last change
+    connects: dict[int, int] = field(default_factory=dict)  # READYs (IDENTIFYs answered)
+    resumes: dict[int, int] = field(default_factory=dict)
+    drops: dict[int, int] = field(default_factory=dict)
+
+    def connected(self, shard_id: int) -> None:
+        self._set(shard_id, True)
+        self.connects[shard_id] = self.connects.get(shard_id, 0) + 1
+
+    def resumed(self, shard_id: int) -> None:
+        self._set(shard_id, True)
+        self.resumes[shard_id] = self.resumes.get(shard_id, 0) + 1
+
+    def disconnected(self, shard_id: int) -> None:
+        if self.live.get(shard_id):
+            self.drops[shard_id] = self.drops.get(shard_id, 0) + 1
+        self._set(shard_id, False)
+
+    def clear(self) -> None:
+        for shard_id in list(self.live):
+            self._set(shard_id, False)
+
+    def _set(self, shard_id: int, live: bool) -> None:
+        if self.live.get(shard_id) != live or shard_id not in self.since:
+            self.since[shard_id] = time.monotonic()
+        self.live[shard_id] = live
+
+
+def part_name(shard_id: int) -> str:
+    """The supervisor's and readiness's name of a shard."""
+    return f"shard:{shard_id}"
+
+
+def shard_of(name: str) -> int | None:
+    prefix, _, number = name.partition(":")
+    return int(number) if prefix == "shard" and number.isdigit() else None
