@@ -362,8 +362,16 @@ MOD_ROLE_ID = 290926798999357260
 MANAGE_MESSAGES = 1 << 13
 
 
-def guild_create(*, owner_id: int = 1, threads: dict[int, int] | None = None) -> dict[str, Any]:
-    """A GUILD_CREATE ``d`` for the fixture guild: one text channel, threads, a moderator role."""
+def guild_create(
+    *,
+    owner_id: int = 1,
+    threads: dict[int, int] | None = None,
+    guild_id: int = GUILD_ID,
+    channel_id: int = CHANNEL_ID,
+) -> dict[str, Any]:
+    """A GUILD_CREATE ``d`` for the fixture guild (or ``guild_id`` with its channel
+    ``channel_id``): one text channel, threads, a moderator role."""
+    GUILD_ID, CHANNEL_ID = guild_id, channel_id  # noqa: N806 (the fixture's names, rebound)
     roles = [
         {"id": str(GUILD_ID), "name": "@everyone", "permissions": "0", "position": 0},
         {
@@ -440,8 +448,10 @@ def plain_message(
     roles: list[str] | None = None,
     mentions: list[dict[str, Any]] | None = None,
     guild: bool = True,
+    guild_id: int | None = None,
 ) -> dict[str, Any]:
-    """A default-type message with no reference and no attachment."""
+    """A default-type message with no reference and no attachment (in the fixture guild, or
+    ``guild_id``)."""
     changes: dict[str, Any] = {
         "id": str(message_id),
         "content": content,
@@ -457,6 +467,8 @@ def plain_message(
     if guild:
         member = load_fixture("discord_message_create_reply")["d"]["member"]
         changes["member"] = {**member, "roles": roles or []}
+        if guild_id is not None:
+            changes["guild_id"] = str(guild_id)
     else:
         changes.update(guild_id=None, member=None, channel_type=None)
     return message_create(**changes)
