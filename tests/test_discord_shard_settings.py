@@ -9,9 +9,7 @@ from bot.settings.discord import DiscordSettings, check_shard_ids, parse_shard_i
 
 
 def settings(**env: str) -> DiscordSettings:
-    return load_settings(
-        environ={"DISCORD_TOKEN": "t", **env}, env_file=None, config=False
-    ).discord
+    return load_settings(environ={"DISCORD_TOKEN": "t", **env}, env_file=None, config=False).discord
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,7 @@ import prompts
 from adapters.discord import convert, members
 from adapters.discord.drafts import DiscordLive, adopt
 from adapters.discord.moderation import DiscordModeration
+from adapters.discord.sender import DiscordSender, TypingIndicators
 from adapters.discord.shards import (
     IdentifyPacer,
     LocalBuckets,
@@ -56,7 +57,6 @@ from adapters.discord.shards import (
     plan,
     shard_of,
 )
-from adapters.discord.sender import DiscordSender, TypingIndicators
 from adapters.discord.slash import build_group, build_native
 from bot.bus.base import BusClosed, Delivery, EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic

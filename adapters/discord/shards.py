@@ -59,7 +59,10 @@ def plan(settings: DiscordSettings, recommended: int, limits: Mapping[str, Any])
     if int(limits.get("remaining", 1)) <= len(ids):
         log.warning(
             "few Discord session starts left today",
-            extra={"remaining": limits.get("remaining"), "reset_after_ms": limits.get("reset_after")},
+            extra={
+                "remaining": limits.get("remaining"),
+                "reset_after_ms": limits.get("reset_after"),
+            },
         )
     return ShardPlan(count=count, ids=tuple(ids), max_concurrency=concurrency)
 

@@ -159,9 +159,7 @@ class DiscordServer(GuildModeration, MessageStore, LoopbackServer):
         """The shard Discord routes a guild to."""
         return (int(guild_id) >> 22) % self.shard_count
 
-    async def dispatch(
-        self, event: str, data: dict[str, Any], *, shard: int | None = None
-    ) -> None:
+    async def dispatch(self, event: str, data: dict[str, Any], *, shard: int | None = None) -> None:
         """Send a DISPATCH (op 0) on the connection of ``shard``, else of the shard of the
         event's guild, else on the latest connection."""
         ws = self._ws
@@ -241,9 +239,7 @@ class DiscordServer(GuildModeration, MessageStore, LoopbackServer):
             tail = session.rpartition("-")[2] if "-" in session else ""
             shard = int(tail) if tail.isdigit() else 0
             self._shard_ws[shard] = ws
-            await ws.send_str(
-                json.dumps({"op": 0, "t": "RESUMED", "s": next(self._seq), "d": {}})
-            )
+            await ws.send_str(json.dumps({"op": 0, "t": "RESUMED", "s": next(self._seq), "d": {}}))
 
     def _identified(self, shard: int, count: int) -> None:
         """Record an IDENTIFY; one of the same bucket within the window is a violation."""
@@ -371,7 +367,7 @@ def guild_create(
 ) -> dict[str, Any]:
     """A GUILD_CREATE ``d`` for the fixture guild (or ``guild_id`` with its channel
     ``channel_id``): one text channel, threads, a moderator role."""
-    GUILD_ID, CHANNEL_ID = guild_id, channel_id  # noqa: N806 (the fixture's names, rebound)
+    GUILD_ID, CHANNEL_ID = guild_id, channel_id
     roles = [
         {"id": str(GUILD_ID), "name": "@everyone", "permissions": "0", "position": 0},
         {

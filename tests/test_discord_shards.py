@@ -1,0 +1,130 @@
+"""Discord shards in one process: the real discord.py ``AutoShardedClient`` against the
+loopback gateway (which recommends the shard count and routes each guild to its shard).
+
+A dropped shard resumes while the others go on answering; one shard restarted alone (what the
+supervisor does to a shard that stays down) gets a new session and the others keep theirs;
+readiness is per shard; the IDENTIFYs of one process keep the window too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from adapters.discord.adapter import DiscordAdapter
+from bot.bus.base import InProcessBus
+from bot.ops.health import adapter_checks
+from bot.platform.supervisor import Slot
+from bot.settings import ConfigError
+from tests.discord_rig import _settings, running
+from tests.loopback.discord_server import (
+    BOT_ID,
+    GUILD_ID,
+    DiscordServer,
+    bot_mention,
+    guild_create,
+    plain_message,
+)
+
+pytestmark = pytest.mark.e2e
+
+SHARDS = 2
+WINDOW = 0.3
+
+
+def guild_of(shard: int) -> int:
+    base = GUILD_ID - (((GUILD_ID >> 22) % SHARDS) << 22)
+    return base + (shard << 22)
+
+
+def channel_of(shard: int) -> int:
+    return guild_of(shard) + 1
+
+
+async def until(check: Callable[[], Awaitable[bool]], limit: float = 60) -> None:
+    async with asyncio.timeout(limit):
+        while not await check():  # noqa: ASYNC110 (an SDK's state: no event to await)
+            await asyncio.sleep(0.05)
+
+
+def sharded_server(discord: DiscordServer) -> None:
+    discord.recommended_shards, discord.max_concurrency = SHARDS, 1
+    discord.identify_window = WINDOW
+    discord.guilds = [
+        guild_create(guild_id=guild_of(s), channel_id=channel_of(s)) for s in range(SHARDS)
+    ]
+
+
+async def mention_in(discord: DiscordServer, shard: int, message_id: int) -> None:
+    await discord.dispatch(
+        "MESSAGE_CREATE",
+        plain_message(
+            message_id,
+            f"<@{BOT_ID}> hi {message_id}",
+            mentions=[bot_mention()],
+            channel_id=channel_of(shard),
+            guild_id=guild_of(shard),
+        ),
+    )
+
+
+async def test_a_dropped_shard_resumes_while_the_other_answers() -> None:
+    async with DiscordServer() as discord:
+        sharded_server(discord)
+        async with running(discord, DISCORD_IDENTIFY_WINDOW=str(WINDOW)) as rig:
+            await until(rig.adapter.ready)
+            assert sorted(s for _, s, _ in discord.identifies) == [0, 1]
+            assert discord.identify_violations == []
+            assert rig.adapter.client.shard_count == SHARDS  # the recommended count
+
+            await discord.drop(shard=1)  # shard 1's connection goes; shard 0's stays
+            await mention_in(discord, 0, 7001)
+            (body,) = await rig.posts(channel_of(0), 1)
+            assert body["content"] == "you said: hi 7001"
+            await until(rig.adapter.ready)  # shard 1 resumed by itself
+            assert len(discord.ops(6)) == 1 and len(discord.identifies) == 2
+            await mention_in(discord, 1, 7002)
+            (body,) = await rig.posts(channel_of(1), 1)
+            assert body["content"] == "you said: hi 7002"
+
+
+async def test_one_shard_restarted_alone_and_readiness_per_shard() -> None:
+    async with DiscordServer() as discord:
+        sharded_server(discord)
+        async with running(
+            discord, DISCORD_IDENTIFY_WINDOW=str(WINDOW), DISCORD_SHARD_COUNT=str(SHARDS)
+        ) as rig:
+            adapter = rig.adapter
+            made = Slot(adapter=adapter, build=lambda: adapter)
+            checks = adapter_checks([made])
+            assert {"adapter:discord:shard:0", "adapter:discord:shard:1"} <= set(checks)
+            await until(adapter.ready)
+            shard0 = discord._shard_ws[0]
+            before = len(discord.identifies)
+
+            await adapter.restart_part("shard:1")
+            await discord.wait_for(lambda: len(discord.identifies) == before + 1, limit=60)
+            assert discord.identifies[-1][1] == 1, "only shard 1 identified again"
+            assert discord._shard_ws[0] is shard0 and not shard0.closed, "shard 0 untouched"
+            await until(checks["adapter:discord:shard:1"])
+            assert await checks["adapter:discord:shard:0"]()
+            assert adapter.shards.connects == {0: 1, 1: 2}
+            assert adapter.parts() == {"shard:0": True, "shard:1": True}
+            await mention_in(discord, 1, 7003)
+            (body,) = await rig.posts(channel_of(1), 1)
+            assert body["content"] == "you said: hi 7003"
+        assert not await checks["adapter:discord:shard:0"]()  # closed
+        assert discord.identify_violations == []
+
+
+async def test_a_range_beyond_the_recommended_count_is_a_config_error() -> None:
+    async with DiscordServer() as discord:
+        discord.recommended_shards = SHARDS
+        adapter = DiscordAdapter(InProcessBus(), _settings(discord, DISCORD_SHARD_IDS="1-2"))
+        with pytest.raises(ConfigError) as error:
+            await adapter.run()
+    message = str(error.value)
+    assert "DISCORD_SHARD_IDS names shard 2" in message
+    assert "the count Discord recommends" in message and "DISCORD_SHARD_COUNT" in message
