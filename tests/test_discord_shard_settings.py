@@ -74,3 +74,46 @@ def test_a_range_and_a_count_that_fit() -> None:
 def test_the_recommended_count_is_checked_the_same_way() -> None:
     with pytest.raises(ValueError, match="recommended by Discord"):
         check_shard_ids((0, 1, 2), 2, source="recommended by Discord")
+
+
+@pytest.mark.parametrize(
+    ("index", "gateways", "count", "ids"),
+    [
+        ("0", "2", 4, (0, 1)),
+        ("chorus-discord-gateway-1", "2", 4, (2, 3)),
+        ("2", "3", 8, (6, 7)),  # blocks of 3: the last is shorter
+        ("0", "1", 3, (0, 1, 2)),
+    ],
+)
+def test_a_statefulset_pod_picks_its_block_of_shards(
+    index: str, gateways: str, count: int, ids: tuple[int, ...]
+) -> None:
+    section = settings(DISCORD_GATEWAY_INDEX=index, DISCORD_GATEWAY_COUNT=gateways)
+    assert section.shards_of(count) == ids
+
+
+def test_an_explicit_range_wins_over_the_gateway_index() -> None:
+    section = settings(DISCORD_SHARD_IDS="3", DISCORD_GATEWAY_INDEX="0", DISCORD_GATEWAY_COUNT="2")
+    assert section.shards_of(4) == (3,)
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"DISCORD_GATEWAY_INDEX": "2", "DISCORD_GATEWAY_COUNT": "2"}, "runs from 0 to 1"),
+        ({"DISCORD_GATEWAY_INDEX": "gateway", "DISCORD_GATEWAY_COUNT": "2"}, "-NUMBER"),
+    ],
+)
+def test_a_bad_gateway_index_is_refused_naming_the_variable(env: dict[str, str], says: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        settings(**env)
+    message = str(error.value)
+    assert "DISCORD_GATEWAY_" in message and says in message
+
+
+@pytest.mark.parametrize("env", [{"DISCORD_GATEWAY_INDEX": "1"}, {"DISCORD_GATEWAY_COUNT": "2"}])
+def test_the_gateway_index_and_count_go_together(env: dict[str, str]) -> None:
+    problem = settings(**env).gateway_pair_problem()
+    assert problem is not None and "go together" in problem
+    assert "DISCORD_GATEWAY_INDEX" in problem and "DISCORD_GATEWAY_COUNT" in problem
+    assert settings().gateway_pair_problem() is None

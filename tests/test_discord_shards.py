@@ -128,3 +128,22 @@ async def test_a_range_beyond_the_recommended_count_is_a_config_error() -> None:
     message = str(error.value)
     assert "DISCORD_SHARD_IDS names shard 2" in message
     assert "the count Discord recommends" in message and "DISCORD_SHARD_COUNT" in message
+
+
+async def test_a_statefulset_pod_connects_the_block_its_name_picks() -> None:
+    """``DISCORD_GATEWAY_INDEX`` from the pod's name (``metadata.name``) and the replicas in
+    ``DISCORD_GATEWAY_COUNT``: pod 1 of 2 connects shard 1 of 2, and only that one."""
+    async with DiscordServer() as discord:
+        sharded_server(discord)
+        async with running(
+            discord,
+            DISCORD_IDENTIFY_WINDOW=str(WINDOW),
+            DISCORD_SHARD_COUNT=str(SHARDS),
+            DISCORD_GATEWAY_INDEX="chorus-discord-gateway-1",
+            DISCORD_GATEWAY_COUNT="2",
+        ) as rig:
+            await until(rig.adapter.ready)
+            assert [s for _, s, _ in discord.identifies] == [1]
+            await mention_in(discord, 1, 7004)
+            (body,) = await rig.posts(channel_of(1), 1)
+            assert body["content"] == "you said: hi 7004"

@@ -50,7 +50,23 @@ def plan(settings: DiscordSettings, recommended: int, limits: Mapping[str, Any])
     """This process's shards from the settings and ``GET /gateway/bot``'s answer."""
     count = settings.shard_count or max(1, int(recommended))
     source = "DISCORD_SHARD_COUNT" if settings.shard_count else "the count Discord recommends"
-    ids = settings.shard_ids or tuple(range(count))
+    problem = settings.gateway_pair_problem()
+    if problem is not None:
+        raise ConfigError(problem)
+    ids = settings.shards_of(count)
+    if not ids:
+        raise ConfigError(
+            f"DISCORD_GATEWAY_INDEX {settings.gateway_index} of DISCORD_GATEWAY_COUNT "
+            f"{settings.gateway_count} has no shard: there are only {count}; lower "
+            "DISCORD_GATEWAY_COUNT (the gateway replicas) or raise DISCORD_SHARD_COUNT"
+        )
+    if settings.shard_count is None and (settings.shard_ids or settings.gateway_count):
+        log.warning(
+            "DISCORD_SHARD_COUNT is unset while this process connects a part of the shards: "
+            "every gateway process must use the same count, and Discord's recommendation can "
+            "change between their starts; pin DISCORD_SHARD_COUNT",
+            extra={"recommended": count},
+        )
     try:
         check_shard_ids(ids, count, source=source)
     except ValueError as exc:

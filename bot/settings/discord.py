@@ -9,7 +9,9 @@ naming the variable and where to find its value.
 
 Sharding: ``DISCORD_SHARD_COUNT`` (default: the count Discord's ``GET /gateway/bot``
 recommends) and ``DISCORD_SHARD_IDS``, the range of shards this gateway process connects
-(``0-1``, ``3``, or a comma list of either; default all of them). The range is parsed here so a
+(``0-1``, ``3``, or a comma list of either; default all of them), or, for a StatefulSet whose
+pods cannot each be given their own range, ``DISCORD_GATEWAY_INDEX`` (the pod's name or ordinal)
+of ``DISCORD_GATEWAY_COUNT`` (the replicas), which picks an equal block of shards. The range is parsed here so a
 typo stops the start with the variable named; whether it fits a count Discord recommends is
 checked by the adapter once it knows that count.
 """
@@ -77,6 +79,13 @@ class DiscordSettings(Section):
     """The shards this gateway process connects, as a range like `0-1` (or `3`, or a comma list
     of either); unset: every shard, all in this one process. Give each gateway process its own
     range; together they must cover every shard of `DISCORD_SHARD_COUNT`."""
+    gateway_index: int | None = Field(default=None, validation_alias="DISCORD_GATEWAY_INDEX")
+    """This gateway process's number among `DISCORD_GATEWAY_COUNT` (0 first), or a name ending
+    in it, like a StatefulSet pod's `chorus-discord-gateway-1`; with `DISCORD_GATEWAY_COUNT` it
+    picks this process's block of shards when `DISCORD_SHARD_IDS` is unset."""
+    gateway_count: int | None = Field(default=None, ge=1, validation_alias="DISCORD_GATEWAY_COUNT")
+    """How many gateway processes share the shards (a StatefulSet's replicas); process `i` of
+    `n` connects the `i`-th of `n` equal blocks of shards. Pin `DISCORD_SHARD_COUNT` with it."""
     identify_window: float = Field(
         default=5.0, gt=0, le=60, validation_alias="DISCORD_IDENTIFY_WINDOW"
     )
@@ -91,11 +100,51 @@ class DiscordSettings(Section):
             return parse_shard_ids(value) or None
         return value
 
+    @field_validator("gateway_index", mode="before")
+    @classmethod
+    def _index_of_name(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip().isdigit():
+            tail = value.strip().rpartition("-")[2]
+            if not tail.isdigit():
+                raise ValueError(
+                    f"{value!r} is neither a number nor a name ending in -NUMBER "
+                    "(like a StatefulSet pod's chorus-discord-gateway-1)"
+                )
+            return int(tail)
+        return value
+
     @model_validator(mode="after")
     def _shards_fit(self) -> DiscordSettings:
+        if self.gateway_index is not None and self.gateway_count is not None:
+            if self.gateway_index >= self.gateway_count:
+                raise ValueError(
+                    f"DISCORD_GATEWAY_INDEX is {self.gateway_index}, but DISCORD_GATEWAY_COUNT "
+                    f"is {self.gateway_count}: the index runs from 0 to {self.gateway_count - 1}"
+                )
         if self.shard_ids is not None and self.shard_count is not None:
             check_shard_ids(self.shard_ids, self.shard_count, source="DISCORD_SHARD_COUNT")
         return self
+
+    def gateway_pair_problem(self) -> str | None:
+        """What is wrong when only one of ``DISCORD_GATEWAY_INDEX``/``_COUNT`` is set."""
+        if (self.gateway_index is None) == (self.gateway_count is None):
+            return None
+        return (
+            "DISCORD_GATEWAY_INDEX and DISCORD_GATEWAY_COUNT go together: set both "
+            "(this process's number and how many gateway processes share the shards)"
+        )
+
+    def shards_of(self, count: int) -> tuple[int, ...]:
+        """This process's shards of ``count``: ``DISCORD_SHARD_IDS``, else its block by
+        ``DISCORD_GATEWAY_INDEX`` of ``DISCORD_GATEWAY_COUNT``, else every shard."""
+        if self.shard_ids:
+            return self.shard_ids
+        if self.gateway_index is not None and self.gateway_count:
+            per = -(-count // self.gateway_count)  # ceil: the last block may be shorter
+            return tuple(
+                range(self.gateway_index * per, min(count, (self.gateway_index + 1) * per))
+            )
+        return tuple(range(count))
 
     @field_validator(
         "allowed_channels", "always_answer_channels", "ambient_channels", mode="before"
