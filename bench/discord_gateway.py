@@ -61,12 +61,17 @@ async def bench_gateway(redis_url: str, messages: int = 3000) -> dict[str, float
         running = asyncio.create_task(adapter.run())
         seen = 0
         done = asyncio.Event()
+        room = asyncio.Event()  # set while fewer than IN_FLIGHT messages are on their way
+        room.set()
+        sent = 0
 
         async def consume() -> None:
-            nonlocal seen
+            nonlocal seen, sent
             async for delivery in bus.consume(INBOUND, ChatMessage, group="router"):
                 await delivery.ack()
                 seen += 1
+                if sent - seen < IN_FLIGHT:
+                    room.set()
                 if seen >= messages:
                     done.set()
 
@@ -87,9 +92,11 @@ async def bench_gateway(redis_url: str, messages: int = 3000) -> dict[str, float
                 )
                 frames.append((shard, discord.frame("MESSAGE_CREATE", payload)))
             cpu, wall = time.process_time(), time.perf_counter()
-            for sent, (shard, text) in enumerate(frames):
-                while sent - seen >= IN_FLIGHT:  # a steady stream, not one instant burst
-                    await asyncio.sleep(0.001)
+            for shard, text in frames:
+                await room.wait()  # a steady stream, not one instant burst
+                sent += 1
+                if sent - seen >= IN_FLIGHT:
+                    room.clear()
                 await discord.send_frame(shard, text)
             async with asyncio.timeout(300):
                 await done.wait()

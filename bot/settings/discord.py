@@ -115,12 +115,12 @@ class DiscordSettings(Section):
 
     @model_validator(mode="after")
     def _shards_fit(self) -> DiscordSettings:
-        if self.gateway_index is not None and self.gateway_count is not None:
-            if self.gateway_index >= self.gateway_count:
-                raise ValueError(
-                    f"DISCORD_GATEWAY_INDEX is {self.gateway_index}, but DISCORD_GATEWAY_COUNT "
-                    f"is {self.gateway_count}: the index runs from 0 to {self.gateway_count - 1}"
-                )
+        index, count = self.gateway_index, self.gateway_count
+        if index is not None and count is not None and index >= count:
+            raise ValueError(
+                f"DISCORD_GATEWAY_INDEX is {index}, but DISCORD_GATEWAY_COUNT is {count}: "
+                f"the index runs from 0 to {count - 1}"
+            )
         if self.shard_ids is not None and self.shard_count is not None:
             check_shard_ids(self.shard_ids, self.shard_count, source="DISCORD_SHARD_COUNT")
         return self
