@@ -14,7 +14,9 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from adapters.discord.adapter import DiscordAdapter
+from adapters.registry import adapter_gauges
 from bot.bus.base import InProcessBus
+from bot.cli import _parts
 from bot.ops.health import adapter_checks
 from bot.platform.supervisor import Slot
 from bot.settings import ConfigError
@@ -112,6 +114,11 @@ async def test_one_shard_restarted_alone_and_readiness_per_shard() -> None:
             assert await checks["adapter:discord:shard:0"]()
             assert adapter.shards.connects == {0: 1, 1: 2}
             assert adapter.parts() == {"shard:0": True, "shard:1": True}
+            assert _parts(made) == {"shard:0": True, "shard:1": True}  # chorus_adapter_part_up
+            gauges = {name: read for name, _, _, read, _ in adapter_gauges(made)}
+            sessions = gauges["chorus_discord_shard_sessions"]()
+            assert sessions[("0", "identified")] == 1 and sessions[("1", "identified")] == 2
+            assert set(gauges["chorus_discord_shard_latency_seconds"]()) <= {("0",), ("1",)}
             await mention_in(discord, 1, 7003)
             (body,) = await rig.posts(channel_of(1), 1)
             assert body["content"] == "you said: hi 7003"

@@ -18,9 +18,12 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
+import socket
 import sys
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
 from tests.loopback.anthropic_server import AnthropicServer
@@ -75,6 +78,30 @@ async def stop(proc: asyncio.subprocess.Process) -> None:
         except TimeoutError:
             proc.kill()
             await proc.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def probe(port: int) -> tuple[dict[str, Any], str]:
+    """``/readyz`` (once ready: polled) and ``/metrics`` of a gateway process."""
+    url = f"http://127.0.0.1:{port}"
+    async with aiohttp.ClientSession() as session, asyncio.timeout(60):
+        while True:
+            try:
+                async with session.get(f"{url}/readyz") as response:
+                    readiness: dict[str, Any] = await response.json()
+                    if response.status == 200:
+                        break
+            except aiohttp.ClientError:
+                pass  # not listening yet
+            await asyncio.sleep(0.2)
+        async with session.get(f"{url}/metrics") as response:
+            return readiness, await response.text()
 
 
 def identified_in(log: Path) -> set[int]:
@@ -132,10 +159,13 @@ async def test_two_gateway_processes_split_the_shards_and_pace_their_identifies(
             "DISCORD_SYNC_COMMANDS": "false",
         }
         logs = {name: tmp_path / f"{name}.log" for name in ("a", "b", "w1", "w2")}
+        health = free_port()
         procs = {
             name: await spawn(
                 ["run", "--role", "gateway"],
-                gateway_env | {"DISCORD_SHARD_IDS": shards},
+                gateway_env
+                | {"DISCORD_SHARD_IDS": shards}
+                | ({"CHORUS_HEALTH_PORT": str(health)} if name == "a" else {}),
                 logs[name],
             )
             for name, shards in RANGES.items()
@@ -148,6 +178,13 @@ async def test_two_gateway_processes_split_the_shards_and_pace_their_identifies(
             await discord.wait_for(
                 lambda: all(discord.shard_connected(s) for s in range(SHARDS)), limit=60
             )
+
+            readiness, metrics = await probe(health)
+            assert {k: v for k, v in readiness["checks"].items() if "shard" in k} == {
+                "adapter:discord:shard:0": "ok",
+                "adapter:discord:shard:1": "ok",
+            }, readiness
+            assert 'chorus_adapter_part_up{part="shard:1",platform="discord"} 1.0' in metrics
 
             await say(discord, 3, base + 1, "who answers shard 3?")
             await discord.wait_for(lambda: len(posts(discord, 3)) >= 1, limit=120)
