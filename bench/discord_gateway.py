@@ -50,12 +50,14 @@ async def bench_gateway(redis_url: str, messages: int = 3000) -> dict[str, float
         discord.guilds = [
             guild_create(guild_id=_guild(s), channel_id=_guild(s) + 1) for s in range(SHARDS)
         ]
-        settings = DiscordSettings(
-            DISCORD_TOKEN="bench-token",
-            DISCORD_API_BASE_URL=discord.api_url,
-            DISCORD_GATEWAY_URL=discord.ws_url,
-            DISCORD_SYNC_COMMANDS=False,
-            DISCORD_TYPING_TIMEOUT=0.01,
+        settings = DiscordSettings.model_validate(
+            {
+                "DISCORD_TOKEN": "bench-token",
+                "DISCORD_API_BASE_URL": discord.api_url,
+                "DISCORD_GATEWAY_URL": discord.ws_url,
+                "DISCORD_SYNC_COMMANDS": False,
+                "DISCORD_TYPING_TIMEOUT": 0.01,
+            }
         )
         adapter = DiscordAdapter(bus, settings, client_options={"guild_ready_timeout": 0.01})
         running = asyncio.create_task(adapter.run())
