@@ -237,7 +237,10 @@ class DiscordServer(GuildModeration, MessageStore, LoopbackServer):
             if shard:  # (shard 0 keeps the fixture's session id)
                 ready["d"]["session_id"] = f"{ready['d']['session_id']}-{shard}"
             ready["d"]["shard"] = [shard, count]
-            ready["d"]["guilds"] = [{"id": g["id"], "unavailable": True} for g in mine]
+            listed = {g["id"] for g in ready["d"]["guilds"]} | {g["id"] for g in mine}
+            ready["d"]["guilds"] = [  # the fixture's and the configured guilds of this shard
+                {"id": g, "unavailable": True} for g in sorted(listed) if self.shard_of(g) == shard
+            ]
             ready["s"] = next(self._seq)
             await ws.send_str(json.dumps(ready))
             for guild in mine:
