@@ -49,14 +49,7 @@ from adapters.discord import convert, members
 from adapters.discord.drafts import DiscordLive, adopt
 from adapters.discord.moderation import DiscordModeration
 from adapters.discord.sender import DiscordSender, TypingIndicators
-from adapters.discord.shards import (
-    IdentifyPacer,
-    LocalBuckets,
-    ShardStates,
-    part_name,
-    plan,
-    shard_of,
-)
+from adapters.discord.shards import IdentifyPacer, LocalBuckets, ShardedParts, ShardStates
 from adapters.discord.slash import build_group, build_native
 from bot.bus.base import BusClosed, Delivery, EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
@@ -67,7 +60,6 @@ from bot.resilience import Sleep
 from bot.settings import ConfigError, DiscordSettings
 from bot.settings.discord import PORTAL_URL
 from bot.state.client import Redis
-from bot.state.identify import IdentifyBuckets
 
 log = logging.getLogger("chorus.discord")
 
@@ -192,10 +184,11 @@ class _ChorusClient(discord.AutoShardedClient):
         await self._adapter._on_deleted(payload.channel_id, payload.guild_id, payload.message_ids)
 
 
-class DiscordAdapter:
+class DiscordAdapter(ShardedParts):
     """``PlatformAdapter`` for Discord. ``run`` until ``aclose``."""
 
     platform = PLATFORM
+    client: _ChorusClient
 
     def __init__(
         self,
@@ -287,64 +280,6 @@ class DiscordAdapter:
         finally:
             await self.client.close()
             await self._stop_tasks()
-
-    async def _plan_shards(self) -> None:
-        """The shard count and this process's shards, from ``GET /gateway/bot`` and the
-        settings; the identify buckets on the shared store once the bot's id is known."""
-        recommended, _url, limits = await self.client.http.get_bot_gateway()
-        chosen = plan(self.settings, recommended, dict(limits))
-        self.client.shard_count = chosen.count
-        self.client.shard_ids = list(chosen.ids)
-        self.pacer.plan = chosen
-        user = self.client.user
-        if self._identify_store is not None and user is not None:
-            self.pacer.buckets = IdentifyBuckets(self._identify_store, str(user.id))
-        log.info(
-            "discord shards planned",
-            extra={
-                "shard_count": chosen.count,
-                "shards": ",".join(map(str, chosen.ids)),
-                "max_concurrency": chosen.max_concurrency,
-            },
-        )
-
-    def shard_live(self, shard_id: int) -> bool:
-        """One shard's session is READY (or RESUMED since its last drop) and its websocket open."""
-        info = self.client.get_shard(shard_id)
-        return bool(self.shards.live.get(shard_id)) and info is not None and not info.is_closed()
-
-    async def ready(self) -> bool:
-        """Connected: every shard of this process has its gateway session READY (or RESUMED
-        since its last drop) with its websocket open, as discord.py itself knows it; no request
-        is made. While discord.py reconnects a shard (Discord down, a drop, a missed heartbeat
-        ACK) this is False, and it turns True again by itself once the session is back."""
-        ids = self.client.shard_ids
-        if self.client.is_closed() or not ids:
-            return False
-        return all(self.shard_live(shard_id) for shard_id in ids)
-
-    # -- shards, for the supervisor and readiness ---------------------------------------------
-    def expected_parts(self) -> list[str]:
-        """The shards this process will connect, where the settings say so before connecting."""
-        settings = self.settings
-        ids = settings.shard_ids or (range(settings.shard_count) if settings.shard_count else ())
-        return [part_name(i) for i in ids]
-
-    def parts(self) -> dict[str, bool]:
-        """Each launched shard -> live."""
-        return {part_name(i): self.shard_live(i) for i in self.client.shards}
-
-    async def part_ready(self, name: str) -> bool:
-        shard_id = shard_of(name)
-        return shard_id is not None and self.shard_live(shard_id)
-
-    async def restart_part(self, name: str) -> None:
-        """Reconnect one shard (a new session; the other shards are not touched)."""
-        shard_id = shard_of(name)
-        info = self.client.get_shard(shard_id) if shard_id is not None else None
-        if info is not None:
-            self.shards.disconnected(info.id)
-            await info.reconnect()
 
     async def aclose(self) -> None:
         self.shards.clear()
