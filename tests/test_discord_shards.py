@@ -13,16 +13,20 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from adapters.discord.adapter import DiscordAdapter
+from adapters.discord.adapter import DiscordAdapter, no_answer_in_time
 from adapters.registry import adapter_gauges
 from bot.bus.base import InProcessBus
+from bot.bus.topics import outbound_topic
 from bot.cli import _parts
+from bot.events import ChatMessage, Reply
 from bot.ops.health import adapter_checks
 from bot.platform.supervisor import Slot
 from bot.settings import ConfigError
-from tests.discord_rig import _settings, running
+from bot.state.client import Redis
+from tests.discord_rig import _settings, running, slash_interaction
 from tests.loopback.discord_server import (
     BOT_ID,
+    CHANNEL_ID,
     GUILD_ID,
     DiscordServer,
     bot_mention,
@@ -154,3 +158,49 @@ async def test_a_statefulset_pod_connects_the_block_its_name_picks() -> None:
             await mention_in(discord, 1, 7004)
             (body,) = await rig.posts(channel_of(1), 1)
             assert body["content"] == "you said: hi 7004"
+
+
+async def _no_answer(message: ChatMessage) -> str | None:
+    return None  # the answer comes on the other process's bus, published by the test
+
+
+async def test_a_slash_answer_read_by_another_gateway_is_never_posted_in_public(
+    redis_client: Redis,
+) -> None:
+    """Shard 0 in gateway A, shard 1 (the fixture guild's) in gateway B, one store. B receives
+    ``/chorus pins``; its private answer reaches A's outbound: A must not post it in the channel
+    (B, holding the interaction, says no answer came in time). An ordinary answer on A's
+    outbound is posted as usual."""
+    async with DiscordServer() as discord:
+        discord.recommended_shards, discord.identify_window = SHARDS, WINDOW
+        discord.guilds = [guild_create()]  # the fixture guild: shard 1 of 2
+        shared = {"DISCORD_IDENTIFY_WINDOW": str(WINDOW), "DISCORD_SHARD_COUNT": str(SHARDS)}
+        async with (
+            running(discord, _no_answer, store=redis_client, DISCORD_SHARD_IDS="0", **shared) as a,
+            running(
+                discord,
+                _no_answer,
+                store=redis_client,
+                DISCORD_SHARD_IDS="1",
+                DISCORD_COMMAND_TIMEOUT="3",
+                **shared,
+            ) as b,
+        ):
+            await until(a.adapter.ready)
+            await until(b.adapter.ready)
+            assert a.adapter.pending is not None and b.adapter.pending is not None
+            await discord.dispatch("INTERACTION_CREATE", slash_interaction("4001", "pins"))
+            (command,) = await b.wait_seen(1)
+            private = Reply(
+                conversation=command.conversation, text="your pins: secret", reply_to_id="4001"
+            )
+            await a.bus.publish(outbound_topic("discord"), private)
+            ordinary = Reply(conversation=command.conversation, text="hello all", reply_to_id="99")
+            await a.bus.publish(outbound_topic("discord"), ordinary)
+            (post,) = await a.posts(CHANNEL_ID, 1)  # in bus order: the private one came first
+            followups = await discord.wait_request(
+                "POST", f"/webhooks/{BOT_ID}/interaction-token-secret"
+            )
+    assert post["content"] == "hello all"
+    assert [r.body["content"] for r in followups] == [no_answer_in_time()]
+    assert "secret" not in str([r.body for r in discord.requests])

@@ -411,6 +411,7 @@ class DiscordAdapter(ShardedParts):
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._interactions[message.id] = future
         try:
+            await self._hold_interaction(message.id)
             await self._publish(INBOUND, message)
             async with asyncio.timeout(self.settings.command_timeout):
                 text = (await future).text
@@ -419,6 +420,7 @@ class DiscordAdapter(ShardedParts):
             text = no_answer_in_time()
         finally:
             self._interactions.pop(message.id, None)
+            await self._release_interaction(message.id)
         pieces = convert.followup_pieces(text) or [no_answer_in_time()]
         for piece in pieces:
             await self.sender.call(
@@ -442,7 +444,8 @@ class DiscordAdapter(ShardedParts):
         ):
             event = delivery.event.root
             if isinstance(event, ReplyDraft):  # in bus order, before the answer's Reply
-                self.live.draft(event)
+                if not await self._held_elsewhere(event.reply_to_id):
+                    self.live.draft(event)
                 await delivery.ack()
                 continue
             await self._send_slots.acquire()
@@ -469,6 +472,12 @@ class DiscordAdapter(ShardedParts):
             if pending is not None:
                 if not pending.done():
                     pending.set_result(reply)
+            elif await self._held_elsewhere(reply.reply_to_id):
+                log.warning(
+                    "a slash command's answer reached another gateway process; not posted in "
+                    "public (its own process answers that none came in time)",
+                    extra={"reply_to_id": reply.reply_to_id},
+                )
             else:
                 await self._send_reply(reply)
         except Exception:  # a send that failed for good; never stop the outbound loop

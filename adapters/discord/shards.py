@@ -35,6 +35,7 @@ from bot.settings import ConfigError, DiscordSettings
 from bot.settings.discord import check_shard_ids
 from bot.state.client import Redis
 from bot.state.identify import IdentifyBuckets
+from bot.state.interactions import PendingInteractions
 
 log = logging.getLogger("chorus.discord")
 
@@ -180,6 +181,9 @@ class ShardedParts:
     shards: ShardStates
     pacer: IdentifyPacer
     _identify_store: Redis | None
+    # Set when this process holds only some of the shards (another process may read the answer
+    # to an interaction of ours, or we one of theirs): see bot/state/interactions.py.
+    pending: PendingInteractions | None = None
 
     async def _plan_shards(self) -> None:
         """The shard count and this process's shards, from ``GET /gateway/bot`` and the
@@ -192,6 +196,8 @@ class ShardedParts:
         user = self.client.user
         if self._identify_store is not None and user is not None:
             self.pacer.buckets = IdentifyBuckets(self._identify_store, str(user.id))
+        if self._identify_store is not None and len(chosen.ids) < chosen.count:
+            self.pending = PendingInteractions(self._identify_store)
         log.info(
             "discord shards planned",
             extra={
@@ -238,3 +244,35 @@ class ShardedParts:
         if info is not None:
             self.shards.disconnected(info.id)
             await info.reconnect()
+
+    # -- slash commands across gateway processes ------------------------------------------
+    async def _hold_interaction(self, interaction_id: str) -> None:
+        if self.pending is not None:
+            ttl = self.settings.command_timeout + 60
+            try:
+                await self.pending.hold(interaction_id, ttl)
+            except Exception:  # its answer may then be posted by another process, never lost
+                log.warning("could not mark a slash command as held", exc_info=True)
+
+    async def _release_interaction(self, interaction_id: str) -> None:
+        if self.pending is not None:
+            try:
+                await self.pending.release(interaction_id)
+            except Exception:  # the mark lapses by itself
+                log.warning("could not release a slash command's mark", exc_info=True)
+
+    async def _held_elsewhere(self, reply_to_id: str | None) -> bool:
+        """The answer is to an interaction another gateway process holds: never post it here.
+        When the store cannot tell, the answer is held back too: a private answer must not be
+        posted in public."""
+        if self.pending is None or not reply_to_id:
+            return False
+        try:
+            return await self.pending.held(reply_to_id)
+        except Exception:
+            log.warning(
+                "could not tell whether an answer is private; not posted",
+                extra={"reply_to_id": reply_to_id},
+                exc_info=True,
+            )
+            return True

@@ -508,3 +508,10 @@ def identify_bucket(platform: str, app_id: str, bucket: int) -> str:
     if bucket < 0:
         raise ValueError(f"bucket must be >= 0, got {bucket}")
     return f"{PREFIX}:identify:{platform}:{_escape_part(app_id)}:{bucket}"
+
+
+def pending_interaction(platform: str, interaction_id: str) -> str:
+    """A slash-command interaction some gateway process holds while its answer is made."""
+    _check_token("platform", platform)
+    _check_id("interaction_id", interaction_id)
+    return f"{PREFIX}:interaction:{platform}:{_escape_part(interaction_id)}"
