@@ -174,16 +174,24 @@ async def test_a_slash_answer_read_by_another_gateway_is_never_posted_in_public(
     async with DiscordServer() as discord:
         discord.recommended_shards, discord.identify_window = SHARDS, WINDOW
         discord.guilds = [guild_create()]  # the fixture guild: shard 1 of 2
-        shared = {"DISCORD_IDENTIFY_WINDOW": str(WINDOW), "DISCORD_SHARD_COUNT": str(SHARDS)}
+        window, count = str(WINDOW), str(SHARDS)
         async with (
-            running(discord, _no_answer, store=redis_client, DISCORD_SHARD_IDS="0", **shared) as a,
+            running(
+                discord,
+                _no_answer,
+                store=redis_client,
+                DISCORD_SHARD_IDS="0",
+                DISCORD_IDENTIFY_WINDOW=window,
+                DISCORD_SHARD_COUNT=count,
+            ) as a,
             running(
                 discord,
                 _no_answer,
                 store=redis_client,
                 DISCORD_SHARD_IDS="1",
                 DISCORD_COMMAND_TIMEOUT="3",
-                **shared,
+                DISCORD_IDENTIFY_WINDOW=window,
+                DISCORD_SHARD_COUNT=count,
             ) as b,
         ):
             await until(a.adapter.ready)
