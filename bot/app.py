@@ -20,8 +20,10 @@ from bot.bus.erasure import StreamEraser
 from bot.bus.outbox import Outbox
 from bot.bus.retention import StreamRetention
 from bot.bus.spool_key import gateway_outbox
+from bot.bus.topics import moderation_topic
 from bot.engagement.thanks import ThanksConfig
 from bot.engagement.turns import LiveChat, platform_overrides, policy_config
+from bot.events import ModerationRequest
 from bot.knowledge.wiring import RecallParts
 from bot.llm.base import Provider
 from bot.llm.embeddings import embedder_for
@@ -368,7 +370,11 @@ class Chorus:
             commands=self.commands,
             live=self.engagement,
             reload=lambda: self.reload_config() if self.reload_config else None,
+            moderate=self._moderate,  # the Moderation page's undo, to the platform's gateway
         )
+
+    async def _moderate(self, request: ModerationRequest) -> None:
+        await self.bus.publish(moderation_topic(request.conversation.platform), request)
 
     async def drain(self) -> None:
         """The graceful stop of the router (once): intake stops, the turns in progress get

@@ -104,6 +104,10 @@ def _main(args: argparse.Namespace) -> int:
         from bot.admin import accounts  # the dashboard's accounts
 
         return accounts.command(settings, args.action, args.name, getattr(args, "role", ""))
+    if args.command == "twitch":
+        from bot.cli_config import twitch_command
+
+        return twitch_command(settings, args.action, args.name)
     if args.command == "knowledge":
         from bot.knowledge.command import knowledge_command
 

@@ -177,12 +177,14 @@ async def test_every_form_carries_the_csrf_token_and_every_change_needs_it(
     await MemoryStore(redis_client).save(
         UserBuffer(platform="slack", user_id=user, pins=(pin("a"),))
     )
-    for path in ["/", "/live", "/settings", "/config", f"/people/slack/{user}"]:
+    commands = "/commands?platform=twitch&channel=c1"
+    pages = ["/", "/live", "/moderation", "/settings", "/config", f"/people/slack/{user}"]
+    for path in [*pages, commands]:
         page = await (await http.get(path)).text()
         for form in re.findall(r'<form method="post".*?</form>', page, re.DOTALL):
             assert f'name="csrf" value="{csrf}"' in form, (path, form[:80])
     posts = [r for r in server.app().router.routes() if r.method == "POST"]
-    assert len(posts) == 7
+    assert len(posts) == 9  # /commands and /moderation/undo among them
     for route in posts:
         info = route.resource.get_info() if route.resource else {}
         path = info.get("path") or info.get("formatter", "")

@@ -111,6 +111,7 @@ async def test_version_and_every_subcommand_help_shows_an_example(tmp_path: Path
         "knowledge",
         "auth",
         "admin",
+        "twitch",
     }
     for name, sub in commands.items():
         text = sub.format_help()

@@ -28,6 +28,7 @@ from bot.settings import ConfigError, Settings, known_variables, load_settings
 from tests.settings_samples_recall import ADMIN_SAMPLES, RECALL_SAMPLES
 from tests.settings_samples_safety import SAFETY_SAMPLES
 from tests.settings_samples_summaries import SUMMARY_SAMPLES
+from tests.settings_samples_twitch import TWITCH_CONDUIT_SAMPLES
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO_SERVER = ROOT / "tests" / "mcp_servers" / "echo_server.py"
@@ -298,6 +299,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
 
 SAMPLES.update(SAFETY_SAMPLES, **SUMMARY_SAMPLES, **RECALL_SAMPLES)
 SAMPLES.update(ADMIN_SAMPLES)
+SAMPLES.update(TWITCH_CONDUIT_SAMPLES)
 
 
 def at(settings: Settings, path: str) -> Any:

@@ -42,7 +42,9 @@ NEEDS = (
     ("/config", "admin"),
     ("/settings/reload", "admin"),
     ("/live/", "operator"),
+    ("/moderation/", "operator"),
     ("/people/", "operator"),
+    ("/commands", "operator"),
 )
 
 

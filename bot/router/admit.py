@@ -3,7 +3,8 @@
 In the order that matters: a message delivered more often than ``max_deliveries`` is a dead
 letter (every worker so far died on it); it is counted and observed as arrived; the screen
 (``bot.router.screen``) may drop or refuse it; a line that passed is the plugins' ``on_message``
-(and ``on_stream_event``: ``bot.plugins.events``, started in the background, once per message);
+(and ``on_stream_event``: ``bot.plugins.events``, started in the background, once per message),
+a line it took out their ``on_screened``;
 its scope may ignore it (answered only when
 addressed); in a busy live chat the engagement policy (``bot.engagement``) sees it in arrival
 order and decides now whether it is answered now (with the lines it covers), acknowledged (a
@@ -59,6 +60,8 @@ class Admit:
         self.observer.arrived(message)
         screened = self.screen(item)
         if screened is not None:
+            if self.events and delivery.attempt == 1:  # the plugins' on_screened (moderation)
+                self.events.screened(message)
             return screened
         if self.events and delivery.attempt == 1:  # the plugins' on_message: off the reply path
             self.events.seen(message)

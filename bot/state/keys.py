@@ -270,6 +270,39 @@ def platform_tokens(platform: str, app_id: str) -> str:
     return f"{PREFIX}:tokens:{platform}:{_escape_part(app_id)}"
 
 
+def conduit(platform: str, app_id: str) -> str:
+    """The id of the EventSub conduit every gateway process of one application shares."""
+    _check_token("platform", platform)
+    _check_id("app_id", app_id)
+    return f"{PREFIX}:conduit:{platform}:{_escape_part(app_id)}"
+
+
+def conduit_shard(platform: str, conduit_id: str, shard: int) -> str:
+    """The lease of one conduit shard: the token of the gateway process holding it."""
+    _check_token("platform", platform)
+    _check_id("conduit_id", conduit_id)
+    if shard < 0:
+        raise ValueError(f"shard must be >= 0, got {shard}")
+    return f"{PREFIX}:conduit:{platform}:{_escape_part(conduit_id)}:shard:{shard}"
+
+
+def conduit_members(platform: str, conduit_id: str) -> str:
+    """The gateway processes sharing one conduit's shards, each scored by its lease's end."""
+    _check_token("platform", platform)
+    _check_id("conduit_id", conduit_id)
+    return f"{PREFIX}:conduit:{platform}:{_escape_part(conduit_id)}:members"
+
+
+def joined_channels(platform: str, app_id: str, kind: str) -> str:
+    """The channels joined (``kind`` ``in``) or left (``out``) at run time, by login or id, and
+    the count of joins and leaves (``gen``)."""
+    _check_token("platform", platform)
+    _check_id("app_id", app_id)
+    if kind not in ("in", "out", "gen"):
+        raise ValueError(f"kind must be 'in', 'out' or 'gen', got {kind!r}")
+    return f"{PREFIX}:channels:{platform}:{_escape_part(app_id)}:{kind}"
+
+
 def ratelimit(platform: str, bucket: str) -> str:
     """A send budget shared by every process (sliding window of granted sends)."""
     _check_token("platform", platform)
