@@ -213,6 +213,11 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "DISCORD_SYNC_COMMANDS": (("discord.sync_commands",), "false", False),
     "DISCORD_TYPING_TIMEOUT": (("discord.typing_timeout",), "30", 30.0),
     "DISCORD_COMMAND_TIMEOUT": (("discord.command_timeout",), "300", 300.0),
+    "DISCORD_SHARD_COUNT": (("discord.shard_count",), "4", 4),
+    "DISCORD_SHARD_IDS": (("discord.shard_ids",), "0-1", (0, 1)),
+    "DISCORD_IDENTIFY_WINDOW": (("discord.identify_window",), "2.5", 2.5),
+    "DISCORD_GATEWAY_INDEX": (("discord.gateway_index",), "gw-0", 0),
+    "DISCORD_GATEWAY_COUNT": (("discord.gateway_count",), "1", 1),
     "DISCORD_API_BASE_URL": (
         ("discord.api_base_url",),
         "http://127.0.0.1:9/api/v10",

@@ -600,3 +600,22 @@ def voice_notice(conv: ConversationKey, who: str) -> str:
 def voice_channels() -> str:
     """The set of channels that have an overlay key (the dashboard's list); no TTL."""
     return f"{PREFIX}:voice:channels"
+
+
+# -- Discord sharding (bot/state/identify.py) -----------------------------------------------------
+def identify_bucket(platform: str, app_id: str, bucket: int) -> str:
+    """The identify bucket ``bucket`` of one bot application: held for one identify window by
+    the gateway process whose shard IDENTIFYs now, so no two IDENTIFY in the same bucket at once
+    across every gateway process of the bot."""
+    _check_token("platform", platform)
+    _check_id("app_id", app_id)
+    if bucket < 0:
+        raise ValueError(f"bucket must be >= 0, got {bucket}")
+    return f"{PREFIX}:identify:{platform}:{_escape_part(app_id)}:{bucket}"
+
+
+def pending_interaction(platform: str, interaction_id: str) -> str:
+    """A slash-command interaction some gateway process holds while its answer is made."""
+    _check_token("platform", platform)
+    _check_id("interaction_id", interaction_id)
+    return f"{PREFIX}:interaction:{platform}:{_escape_part(interaction_id)}"
