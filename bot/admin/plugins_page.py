@@ -5,7 +5,9 @@ What it lists comes from the plugins this process runs (the ones ``chorus reload
 included), or, in a process that runs none (``chorus insights``), from loading them as
 ``chorus plugins list`` does (bot/plugins/report.py): nothing runs. "On here" is per scope of
 the file: the plugin's tools that the scope's tool lists (or the deployment's) allow, and
-whether the scope sets the plugin's settings (``[scope.plugins.NAME]``).
+whether the scope sets the plugin's settings (``[scope.plugins.NAME]``). A plugin whose
+settings have an ``enabled`` switch (the built-ins') can be turned on or off per scope there:
+the save writes ``enabled`` into that scope's ``[scope.plugins.NAME]``.
 
 A save is the Config page's (bot/admin/config_pages.py): the file's version checked, the edit
 made with tomlkit (comments and order kept), the file loaded as a start loads it and the
@@ -169,6 +171,35 @@ def edit(
     return tomlkit.dumps(doc), changes
 
 
+def switchable(plugin: Plugin) -> bool:
+    """Whether ``plugin``'s settings have a boolean ``enabled`` a scope can set."""
+    model = plugin.settings_model
+    info = model.model_fields.get("enabled") if model is not None else None
+    return info is not None and _kind(info.annotation)[0] == "bool"
+
+
+def edit_scope(text: str, name: str, index: int, enabled: bool) -> tuple[str, config_file.Change]:
+    """The file with ``enabled`` set in the ``index``-th ``[[scope]]``'s ``[scope.plugins.NAME]``
+    (made when missing), and the change. ``ValueError`` when there is no such scope."""
+    doc = tomlkit.parse(text)
+    scopes = doc.get("scope")
+    if not isinstance(scopes, list) or not 0 <= index < len(scopes):
+        raise ValueError(f"there is no [[scope]] number {index + 1} in the file")
+    scope = scopes[index]
+    plugins = scope.get("plugins")
+    if plugins is None:
+        plugins = tomlkit.table(is_super_table=True)
+        scope["plugins"] = plugins
+    table = plugins.get(name)
+    if table is None:
+        table = tomlkit.table()
+        plugins[name] = table
+    before = config_file.shown(table.get("enabled")) if "enabled" in table else ""
+    table["enabled"] = enabled
+    where = f"scope[{index}] ({scope.get('match', '?')}).plugins.{name}.enabled"
+    return tomlkit.dumps(doc), config_file.Change(where, before, config_file.shown(enabled))
+
+
 def check(
     path: Path, text: str, plugin: Plugin, settings: Settings
 ) -> tuple[Path | None, dict[str, str], list[str]]:
@@ -224,7 +255,13 @@ def _on_here(settings: Settings, plugin: Plugin) -> list[dict[str, Any]]:
         ) or frozenset()
         on = [t for t in tools if (enabled is None or t in enabled) and t not in disabled]
         own = (scope.plugins or {}).get(plugin.name)
-        rows.append({"match": scope.match, "tools": on, "own": sorted(own or {})})
+        on_here = None
+        if switchable(plugin) and plugin.services.config is not None:
+            base = getattr(plugin.services.config.base, "enabled", True)
+            on_here = bool((own or {}).get("enabled", base))
+        rows.append(
+            {"match": scope.match, "tools": on, "own": sorted(own or {}), "enabled": on_here}
+        )
     return rows
 
 
@@ -253,6 +290,7 @@ def _rows(settings: Settings, loaded: LoadedPlugins, text: str) -> list[dict[str
                 "model": plugin.settings_model.__name__ if plugin.settings_model else "",
                 "fields": fields(plugin, _table(text, plugin.name)),
                 "scopes": _on_here(settings, plugin),
+                "switchable": switchable(plugin),
             }
         )
     return rows
@@ -312,7 +350,14 @@ async def submit(
         return response
     typed = {k: v for k, v in form.items() if k.startswith(f"plugin.{name}.")}
     try:
-        new_text, changes = edit(text, name, fields(plugin, _table(text, name)), form, secrets)
+        if "scope" in form:  # a scope's on/off switch
+            if not switchable(plugin) or form.get("enabled") not in ("true", "false"):
+                raise web.HTTPBadRequest(text=f"plugin {name!r} has no on/off switch per scope")
+            index = int(form["scope"]) if form["scope"].isdigit() else -1
+            new_text, change = edit_scope(text, name, index, form["enabled"] == "true")
+            changes = [change]
+        else:
+            new_text, changes = edit(text, name, fields(plugin, _table(text, name)), form, secrets)
     except ValueError as exc:
         return await _refused(src, request, render, name, {}, [str(exc)], typed)
     if not changes:
