@@ -274,7 +274,9 @@ class SlackAdapter:
                 "authorize": self.workspaces.authorize(client),
             }
         app = AsyncApp(
-            name="chorus",
+            # bolt sets the logger named after its app from its base logger on every request:
+            # a name outside Chorus's logger tree ("chorus" reset Chorus's own level).
+            name="slack-bolt-app",
             logger=logging.getLogger("chorus.slack.bolt"),
             client=client,
             signing_secret=self.settings.signing_secret_value(),
