@@ -155,9 +155,13 @@ class DiscordServer(GuildModeration, MessageStore, LoopbackServer):
         return recorded
 
     # -- gateway ---------------------------------------------------------------------------------
-    def shard_of(self, guild_id: int | str) -> int:
-        """The shard Discord routes a guild to."""
-        return (int(guild_id) >> 22) % self.shard_count
+    def shard_of(self, guild_id: object) -> int:
+        """The shard Discord routes a guild to (a malformed id, as the fuzz tests send: the
+        first shard, as the one connection a payload with it would arrive on)."""
+        try:
+            return (int(str(guild_id)) >> 22) % self.shard_count
+        except ValueError:
+            return 0
 
     async def dispatch(self, event: str, data: dict[str, Any], *, shard: int | None = None) -> None:
         """Send a DISPATCH (op 0) on the connection of ``shard``, else of the shard of the
