@@ -53,7 +53,7 @@ PLATFORMS = (
         "SlackAdapter",
         "SLACK_BOT_TOKEN",
         "slack",
-        False,
+        True,
         streams=True,
     ),
     Platform(
@@ -113,6 +113,8 @@ def build_slots(
         if platform.streams:  # where a streamed answer's live message is, for a restart
             namespace = settings.state.bus_namespace
             options["live_store"] = LiveMessages(redis, platform.name, namespace=namespace)
+        if platform.name == "discord":  # identify buckets shared by the gateway processes
+            options["identify_store"] = redis
 
         def build(
             make: Any = from_section, args: tuple[Any, ...] = args, options: Any = options
@@ -172,6 +174,27 @@ def adapter_gauges(
                 "counter",
             ),
         ]
+    if slot.platform == "discord":
+        return [
+            (
+                "chorus_discord_shard_latency_seconds",
+                "Seconds between a Discord shard's heartbeat and its ACK",
+                ("shard",),
+                lambda: {
+                    (str(shard),): latency
+                    for shard, latency in slot.adapter.client.latencies
+                    if latency == latency and latency != float("inf")  # (nan before the first)
+                },
+                "gauge",
+            ),
+            (
+                "chorus_discord_shard_sessions",
+                "Discord gateway sessions per shard: identified (READY), resumed, dropped",
+                ("shard", "event"),
+                lambda: _shard_sessions(slot.adapter.shards),
+                "counter",
+            ),
+        ]
     if slot.platform == "youtube":
         return [
             (
@@ -183,3 +206,14 @@ def adapter_gauges(
             )
         ]
     return []
+
+
+def _shard_sessions(states: Any) -> dict[tuple[str, str], float]:
+    counts: dict[tuple[str, str], float] = {}
+    for event, table in (
+        ("identified", states.connects),
+        ("resumed", states.resumes),
+        ("dropped", states.drops),
+    ):
+        counts.update({(str(shard), event): float(n) for shard, n in table.items()})
+    return counts

@@ -16,6 +16,7 @@ async def _main() -> None:
         admin,
         backpressure,
         cache,
+        discord_gateway,
         gemini_call,
         identity,
         memory,
@@ -30,6 +31,7 @@ async def _main() -> None:
         summaries,
         turn_ratio,
         vendor_call,
+        voice,
         walk,
     )
 
@@ -43,6 +45,7 @@ async def _main() -> None:
         replay.main(),
         safety.main(),
         await scaling.main(memory.REAL),
+        await discord_gateway.main(memory.REAL),
         await vendor_call.main(),
         await gemini_call.main(),
         await backpressure.main(memory.REAL),
@@ -52,6 +55,7 @@ async def _main() -> None:
         await state_load.main(),
         await turn_ratio.main(),
         await walk.main(),
+        await voice.main(),
     ]
     print(
         f"# Chorus benchmarks\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "

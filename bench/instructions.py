@@ -18,6 +18,13 @@ timer periods a run under valgrind happens to last. Once per message is what a b
 messages are further apart than the timer's period; busier chat shares a write between
 messages and costs less.
 
+Every run reads Chorus's modules from bytecode compiled beforehand (``compiled``): a module
+without its ``.pyc`` is compiled from source at import, about 1.3 G instructions for all of
+them, and a run must not pay that while the next one does not (``make test`` runs pytest beside
+the gate, and its workers write the caches of a fresh clone in the middle of a measurement: the
+long run then compiled less than the short one and the figure per message came out halved).
+The children never write bytecode themselves (``PYTHONDONTWRITEBYTECODE``).
+
 Start-up is gated the same way: the instructions of a one-question piped ``chorus chat`` (the
 real ``openai`` SDK against a loopback server, start to exit) less those of a fresh interpreter
 that only imports that SDK (``bench.startup``). What is left is the start-up Chorus can change:
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import compileall
 import json
 import logging
 import os
@@ -62,6 +70,18 @@ _REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 class GateError(Exception):
     """The gate cannot measure (no valgrind, a run failed) or a figure grew too much."""
+
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ("bot", "adapters", "insights", "bench", "tests")  # what the measured runs import
+
+
+def compiled() -> None:
+    """Write the bytecode cache of every module a measured run imports, so no run compiles
+    one from source (``GateError`` when one does not compile)."""
+    for name in SOURCES:
+        if not compileall.compile_dir(ROOT / name, quiet=1, workers=1):
+            raise GateError(f"{ROOT / name}: a module does not compile")
 
 
 def _valgrind() -> str:
@@ -186,6 +206,7 @@ def judge(
 
 
 def _measure_all() -> dict[str, dict[str, int]]:
+    compiled()
     return {"per_message": measure(), "startup": measure_startup()}
 
 

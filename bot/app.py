@@ -20,8 +20,10 @@ from bot.bus.erasure import StreamEraser
 from bot.bus.outbox import Outbox
 from bot.bus.retention import StreamRetention
 from bot.bus.spool_key import gateway_outbox
+from bot.bus.topics import moderation_topic
 from bot.engagement.thanks import ThanksConfig
 from bot.engagement.turns import LiveChat, platform_overrides, policy_config
+from bot.events import ModerationRequest
 from bot.knowledge.wiring import RecallParts
 from bot.llm.base import Provider
 from bot.llm.embeddings import embedder_for
@@ -56,9 +58,11 @@ from bot.state.connect import Client
 from bot.state.engagement import RedisLiveStore
 from bot.state.history import HistoryStore
 from bot.state.redis_turn import RedisTurnStore
+from bot.state.voice import VoiceQueue
 from bot.tools.builtin import builtin_tools
 from bot.tools.mcp_config import config_from_settings
 from bot.tools.toolbox import Toolbox
+from bot.voice.speaker import Speaker
 
 if TYPE_CHECKING:
     from bot.admin.server import AdminServer
@@ -210,6 +214,7 @@ class Chorus:
             safety=self.safety,
             recall=self.recall.recall if self.recall.active else None,
             drafts=Drafts(bus, settings.agent.streams, check=self.safety.guard),
+            speaker=self._speaker(settings, redis),
             limits=RouterLimits(
                 max_message_chars=settings.agent.max_message_chars,
                 reasoning=settings.agent.reasoning,
@@ -229,6 +234,17 @@ class Chorus:
         )
         self._owns = owns
         self._router_task: asyncio.Task[None] | None = None
+
+    def _speaker(self, settings: Settings, redis: Client) -> Speaker | None:
+        """The overlay's voice on this worker, when the deployment or a scope turns it on."""
+        scoped = any(s.voice is not None and s.voice.enabled for s in settings.file.scopes)
+        if not (settings.voice.enabled or scoped):
+            return None
+        return Speaker(
+            VoiceQueue(redis, max_len=settings.voice.queue_max * 10),
+            lambda: self.settings,
+            check=self.safety.guard,
+        )
 
     @classmethod
     async def from_settings(
@@ -355,7 +371,10 @@ class Chorus:
         self.health = HealthServer.from_settings(self.settings.health, self.metrics, checks)
         if self.health is not None:
             await self.health.start()
+        from bot.admin.chat_page import ChatParts
         from bot.admin.wiring import start_admin  # Jinja2 loads only when the dashboard is on
+
+        prices = self.metrics.prices if isinstance(self.metrics, Metrics) else None
 
         self.admin = await start_admin(
             self.settings,
@@ -368,7 +387,13 @@ class Chorus:
             commands=self.commands,
             live=self.engagement,
             reload=lambda: self.reload_config() if self.reload_config else None,
+            moderate=self._moderate,  # the Moderation page's undo, to the platform's gateway
+            plugins=self.plugins,
+            chat=ChatParts(self.scoping, self.tools, self.safety, prices),
         )
+
+    async def _moderate(self, request: ModerationRequest) -> None:
+        await self.bus.publish(moderation_topic(request.conversation.platform), request)
 
     async def drain(self) -> None:
         """The graceful stop of the router (once): intake stops, the turns in progress get

@@ -104,6 +104,15 @@ def _main(args: argparse.Namespace) -> int:
         from bot.admin import accounts  # the dashboard's accounts
 
         return accounts.command(settings, args.action, args.name, getattr(args, "role", ""))
+    if args.command == "twitch":
+        from bot.cli_config import twitch_command
+
+        return twitch_command(settings, args.action, args.name)
+
+    if args.command == "overlay":
+        from bot.voice import keys_command
+
+        return keys_command.command(settings, args.channel, args.rotate)
     if args.command == "knowledge":
         from bot.knowledge.command import knowledge_command
 
@@ -198,9 +207,32 @@ def _watch(app: Chorus, slots: Sequence[Slot]) -> None:
             lambda: {(s.platform,): float(s.restarts) for s in slots},
             kind="counter",
         )
+        app.metrics.register_gauge_callback(
+            "chorus_adapter_part_up",
+            "1 while a part of an adapter (a Discord shard) is connected, 0 while it is down",
+            ("platform", "part"),
+            lambda: {
+                (s.platform, part): float(up and s.state is State.RUNNING)
+                for s in slots
+                for part, up in _parts(s).items()
+            },
+        )
+        app.metrics.register_gauge_callback(
+            "chorus_adapter_part_restarts",
+            "Times the supervisor restarted one part of an adapter (a Discord shard) alone",
+            ("platform", "part"),
+            lambda: {(s.platform, p): float(n) for s in slots for p, n in s.part_restarts.items()},
+            kind="counter",
+        )
     for slot in slots:
         for name, help_text, labels, read, kind in adapter_gauges(slot):
             app.metrics.register_gauge_callback(name, help_text, labels, read, kind=kind)
+
+
+def _parts(slot: Slot) -> dict[str, bool]:
+    """The parts of a slot's current adapter (Discord's shards) -> connected."""
+    parts = getattr(slot.adapter, "parts", None)
+    return dict(parts()) if parts is not None else {}
 
 
 async def _serve(supervisor: Supervisor, app: Chorus | None = None) -> int:

@@ -1,5 +1,7 @@
-"""``chorus config`` and ``chorus reload``: what is configured, where each value came from, and
-re-reading the configuration of a running bot.
+"""``chorus config``, ``chorus reload`` and ``chorus twitch join/leave``: what is configured, where
+each value came from, re-reading the configuration of a running bot, and the Twitch channels it
+reads changed without a restart (conduit transport: the joined and left channels in the state
+store, which the gateways follow; ``bot.state.conduits``).
 
 Apart from ``bot/cli.py`` (the composition root) because these are about showing and swapping
 the configuration, not about wiring the runtime; both are part of the composition root.
@@ -21,6 +23,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -271,3 +274,54 @@ async def follow_reloads(app: Chorus, reload: Callable[[], None]) -> None:
                 reload()
             seen = count
         await asyncio.sleep(RELOAD_POLL_SECONDS)
+
+
+def twitch_command(settings: Settings, action: str, name: str) -> int:
+    """``chorus twitch join NAME`` / ``chorus twitch leave NAME``: change the channels the running
+    gateways read (``TWITCH_TRANSPORT=conduit``; they follow within a third of a shard lease)."""
+    from bot.state.conduits import normal_channel
+
+    twitch = settings.twitch
+    problem = ""
+    if not twitch.configured:
+        problem = "Twitch is not configured (TWITCH_CLIENT_ID is not set)"
+    elif twitch.transport != "conduit":
+        problem = (
+            "channels change at run time only with TWITCH_TRANSPORT=conduit; with the websocket "
+            "transport edit TWITCH_CHANNELS and restart"
+        )
+    elif settings.state.redis_url.startswith("memory://"):
+        problem = (
+            "the joined channels are kept in Redis, which this deployment does not use "
+            "(CHORUS_REDIS_URL=memory://); set CHORUS_REDIS_URL=redis://... as the bot has it"
+        )
+    try:
+        channel = "" if problem else normal_channel(name)
+    except ValueError as exc:
+        problem = str(exc)
+    if problem:
+        print(f"chorus: twitch {action}: {problem}", file=sys.stderr)
+        return 2
+    asyncio.run(_twitch_channel(settings, action, channel))
+    done = "joined" if action == "join" else "left"
+    print(
+        f"#{channel} {done}: the gateways follow within "
+        f"{twitch.shard_lease_seconds / 3:.0f} s (no restart)"
+    )
+    return 0
+
+
+async def _twitch_channel(settings: Settings, action: str, channel: str) -> None:
+    from bot.state.conduits import RedisConduitStore
+    from bot.state.connect import open_redis
+
+    redis = await open_redis(settings.state.redis_url)
+    try:
+        store = RedisConduitStore(redis)
+        app = (settings.twitch.client_id or "").strip()
+        if action == "join":
+            await store.join_channel(app, channel)
+        else:
+            await store.leave_channel(app, channel)
+    finally:
+        await redis.aclose()

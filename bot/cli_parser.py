@@ -49,6 +49,12 @@ EXAMPLES = {
   chorus admin add-user ada --role admin      asks for ada's password, creates or replaces ada
   printf '%s\n' "$PASSWORD" | chorus admin add-user ops --role operator
   chorus admin remove-user ada                ada's sessions end at their next request""",
+    "twitch": """examples:
+  chorus twitch join streamer                 the gateways start reading #streamer (no restart)
+  chorus twitch leave streamer                they stop reading it (TWITCH_TRANSPORT=conduit)""",
+    "overlay": """examples:
+  chorus overlay key twitch:12345             the channel's overlay key (made on first use)
+  chorus overlay key twitch:12345 --rotate    a new key; the old overlay URL gets 403 at once""",
     "init": """examples:
   chorus init                                 answer the questions, get a .env
   chorus init --vendor anthropic --platforms discord --non-interactive""",
@@ -169,6 +175,13 @@ def parser() -> argparse.ArgumentParser:
     )
     remove = actions.add_parser("remove-user", help="remove an account (its sessions end)")
     remove.add_argument("name")
+    twitch = _command(sub, "twitch", "join or leave a Twitch channel without a restart (conduits)")
+    twitch.add_argument("action", choices=("join", "leave"))
+    twitch.add_argument("name", help="the channel's login (as in twitch.tv/<login>) or user id")
+    overlay = _command(sub, "overlay", "print or rotate a channel's stream overlay key")
+    overlay.add_argument("action", choices=("key",))
+    overlay.add_argument("channel", help="the channel as platform:channel (twitch:ID)")
+    overlay.add_argument("--rotate", action="store_true", help="replace the key")
     init = _command(sub, "init", "set up a model, platforms and a persona: writes .env")
     wizard.add_arguments(init)
     auth_command = _command(

@@ -144,8 +144,10 @@ class ChannelEventKind(StrEnum):
     MEMBER_LEAVE = "member_leave"  # Discord: left the server (needs DISCORD_MEMBERS_INTENT)
     REACTION_ADD = "reaction_add"  # Discord: added a reaction to a message
     REACTION_REMOVE = "reaction_remove"  # Discord: took a reaction back
-    STREAM_ONLINE = "stream_online"  # Twitch: the channel went live (TWITCH_STREAM_STATE)
-    STREAM_OFFLINE = "stream_offline"  # Twitch: the stream ended (TWITCH_STREAM_STATE)
+    # Twitch: the channel went live / its stream ended (TWITCH_STREAM_STATE);
+    # YouTube: the bot began following a broadcast's chat / that chat is over
+    STREAM_ONLINE = "stream_online"
+    STREAM_OFFLINE = "stream_offline"
 
 
 class ChannelEvent(_Frozen):

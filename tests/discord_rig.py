@@ -22,6 +22,7 @@ from bot.bus.base import InProcessBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import ChatMessage, MessageDeleted, Reply
 from bot.settings import DiscordSettings
+from bot.state.client import Redis
 from tests.loopback.discord_server import (
     BOT_ID,
     CHANNEL_ID,
@@ -115,11 +116,18 @@ async def running(
     server: DiscordServer,
     script: Script = _echo,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    store: Redis | None = None,
     **env: Any,
 ) -> AsyncIterator[Rig]:
+    """The adapter running against ``server`` (``store``: the state store its identify buckets
+    and interaction marks go to, as a gateway process's do; none: in memory)."""
     bus = InProcessBus()
     adapter = DiscordAdapter(
-        bus, _settings(server, **env), sleep=sleep, client_options={"guild_ready_timeout": 0.01}
+        bus,
+        _settings(server, **env),
+        sleep=sleep,
+        client_options={"guild_ready_timeout": 0.01},
+        identify_store=store,
     )
     rig = Rig(server, bus, adapter)
     tasks = [

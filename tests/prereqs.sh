@@ -7,7 +7,8 @@
 #   - valgrind (the instruction-count gate, bench/instructions.py);
 #   - chromium (the dashboard's browser test drives the distribution's build, nothing downloaded);
 #   - systemd-analyze (the systemd units are verified by it);
-#   - faketime (the accelerated-clock YouTube test runs `chorus run` under libfaketime).
+#   - faketime (the accelerated-clock YouTube test runs `chorus run` under libfaketime);
+#   - espeak-ng (the stream overlay's local voice, the speech chain's last link).
 # Missing tools are installed with apt-get when this may (root, or sudo without a password);
 # otherwise it stops at once, printing the exact command to run. `.ci/run` calls it too.
 set -euo pipefail
@@ -30,6 +31,7 @@ have valgrind || missing+=(valgrind)
 have chromium || have chromium-browser || missing+=(chromium)
 have systemd-analyze || missing+=(systemd)
 have faketime || missing+=(faketime)
+have espeak-ng || missing+=(espeak-ng)
 
 if ((${#missing[@]})); then
   apt=""
@@ -48,7 +50,7 @@ if ((${#missing[@]})); then
   say "installing ${missing[*]} ($apt)"
   $apt update -qq
   DEBIAN_FRONTEND=noninteractive $apt install -y -qq "${missing[@]}" >/dev/null
-  for tool in valgrind systemd-analyze faketime; do
+  for tool in valgrind systemd-analyze faketime espeak-ng; do
     have "$tool" || { say "$tool is still missing after apt-get install"; exit 1; }
   done
   have chromium || have chromium-browser || { say "chromium is still missing"; exit 1; }

@@ -29,6 +29,7 @@ from bot.safety.audit import Audit
 from bot.settings import Settings
 from bot.state import turnlog
 from bot.state.history import HistoryStore
+from bot.state.voice import OverlayKeys
 from tests.redis_cluster import WITH_CLUSTER, store_url
 from tests.test_admin import TOKEN, login, login_csrf, pin
 
@@ -185,16 +186,23 @@ async def test_every_form_carries_the_csrf_token_and_every_change_needs_it(
     await MemoryStore(redis_client).save(
         UserBuffer(platform="slack", user_id=user, pins=(pin("a"),))
     )
-    for path in ["/", "/live", "/settings", "/config", f"/people/slack/{user}"]:
+    await OverlayKeys(redis_client).get(ConversationKey(platform="twitch", channel=f"c{key_tag}"))
+    commands = "/commands?platform=twitch&channel=c1"
+    pages = ["/", "/live", "/moderation", "/voice", "/settings", "/config", f"/people/slack/{user}"]
+    pages += ["/plugins", "/charts", "/knowledge", "/chat"]
+    for path in [*pages, commands]:
         page = await (await http.get(path)).text()
         for form in re.findall(r'<form method="post".*?</form>', page, re.DOTALL):
             assert f'name="csrf" value="{csrf}"' in form, (path, form[:80])
     posts = [r for r in server.app().router.routes() if r.method == "POST"]
-    assert len(posts) == 7
+    # /commands, /moderation/undo, the Twitch join, /voice/*, /plugins, /knowledge/*, /chat
+    assert len(posts) == 16
     for route in posts:
         info = route.resource.get_info() if route.resource else {}
         path = info.get("path") or info.get("formatter", "")
-        path = path.format(platform="slack", user_id=user, conv=f"twitch:c{key_tag}")
+        path = path.format(
+            platform="slack", user_id=user, conv=f"twitch:c{key_tag}", action="pause"
+        )
         for form in ({}, {"csrf": "forged"}, {"csrf": "né☃"}):  # non-ASCII: refused, not a 500
             refused = await http.post(path, data=form, allow_redirects=False)
             assert refused.status == 403, (path, form)

@@ -111,6 +111,8 @@ async def test_version_and_every_subcommand_help_shows_an_example(tmp_path: Path
         "knowledge",
         "auth",
         "admin",
+        "twitch",
+        "overlay",
     }
     for name, sub in commands.items():
         text = sub.format_help()

@@ -107,6 +107,16 @@ def test_duplicates_other_bots_and_empty_lines_are_ignored() -> None:
     assert observe(state, msg("   "), 2.0).reason is Reason.EMPTY
 
 
+def test_a_chat_bot_command_is_never_batch_material_but_a_mention_still_is() -> None:
+    state = new_state(min_pending=1, min_gap_seconds=0)
+    for line in ("!socials", "  !so @friend", "!Discord please"):
+        assert observe(state, msg(line, "b"), 1.0) == Decision(Action.IGNORE, Reason.BOT_COMMAND)
+    assert not state.pending and due(state, 100.0) is None
+    for who, line in (("c", "! wow"), ("d", "!!!"), ("e", "!?")):  # exclamations, not commands
+        assert observe(state, msg(line, who), 2.0).action is Action.QUEUE
+    assert observe(state, msg("@bot !socials", mention=True), 3.0).action is Action.ANSWER_NOW
+
+
 @pytest.mark.parametrize("role", [Role.MODERATOR, Role.OWNER])
 def test_pause_and_resume_by_a_moderator_or_the_broadcaster(role: Role) -> None:
     state = new_state(min_pending=1, min_gap_seconds=0)

@@ -4,7 +4,12 @@ valgrind in ``make test`` after pytest; here, what it makes of the figures."""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
+import pytest
+
+from bench import instructions
 from bench.instructions import BASELINE, PATHS, STARTUP_VENDOR, TOLERANCE, judge
 
 BASE: dict[str, object] = {
@@ -52,3 +57,27 @@ def test_the_committed_baseline_covers_every_path_and_says_why() -> None:
     assert all(isinstance(v, int) and v > 0 for v in figures)
     assert data["reason"].strip() and data["interpreter"].startswith("CPython")
     assert TOLERANCE == 0.10
+
+
+def test_every_module_is_compiled_before_a_run_and_a_broken_one_stops_the_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run must never compile a module the next run finds compiled (a fresh clone, with
+    pytest's workers writing the caches beside the gate, halved the figure per message)."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "mod.py").write_text("VALUE = 1\n")
+    monkeypatch.setattr(instructions, "ROOT", tmp_path)
+    monkeypatch.setattr(instructions, "SOURCES", ("pkg",))
+    instructions.compiled()
+    assert [p.name for p in (package / "__pycache__").iterdir()] == [
+        f"mod.{sys.implementation.cache_tag}.pyc"
+    ]
+    (package / "broken.py").write_text("def f(:\n")
+    with pytest.raises(instructions.GateError, match="does not compile"):
+        instructions.compiled()
+
+
+def test_the_gate_compiles_what_its_runs_import() -> None:
+    assert set(instructions.SOURCES) >= {"bot", "adapters", "bench", "tests"}
+    assert all((instructions.ROOT / name).is_dir() for name in instructions.SOURCES)

@@ -52,17 +52,18 @@ MAY_IMPORT: dict[str, set[str]] = {
     "bot.safety": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.quota"},
     "bot.onboarding": BASE | {"bot.llm"},
     "bot.knowledge": BASE | {"bot.state", "bot.ops", "bot.llm", "bot.tools", "bot.memory"},
+    "bot.voice": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.quota"},
     "bot.router": BASE
     | {"bot.llm", "bot.tools", "bot.state", "bot.ops", "bot.bus", "bot.engagement", "bot.memory"}
-    | {"bot.agent", "bot.plugins", "bot.quota", "bot.safety"},
+    | {"bot.agent", "bot.plugins", "bot.quota", "bot.safety", "bot.voice"},
     "bot.app": BASE
     | {"bot.llm", "bot.tools", "bot.state", "bot.ops", "bot.bus", "bot.engagement", "bot.memory"}
     | {"bot.agent", "bot.router", "bot.platform", "bot.plugins", "bot.quota", "bot.safety"}
-    | {"bot.knowledge", "bot.admin"},
+    | {"bot.knowledge", "bot.admin", "bot.voice"},
     # The dashboard: every core package (it shows and steers them).
     "bot.admin": BASE
     | {"bot.llm", "bot.state", "bot.ops", "bot.engagement", "bot.memory", "bot.quota", "bot.safety"}
-    | {"bot.router"},
+    | {"bot.router", "bot.voice", "bot.agent", "bot.tools", "bot.plugins", "bot.knowledge"},
     "insights": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.memory"},
     "adapters": BASE | {"bot.llm", "bot.state", "bot.ops", "bot.bus", "bot.platform", "bot.quota"},
 }

@@ -140,6 +140,46 @@ async def test_a_plugin_asks_the_model_and_sends_through_the_outbound_check(
     assert not any("forbiddenword" in line for line in said), said  # withheld by the check
 
 
+async def test_a_plugins_model_calls_are_paid_from_the_users_token_quota(
+    tmp_path: Path, redis_url_real_only: str, key_tag: str
+) -> None:
+    """``ctx.ask`` about a message counts its tokens to the author's quota; once the quota is
+    spent the next call is refused (``QuotaReached``) without reaching the model."""
+    async with AnthropicServer() as model:
+        model.replies.extend(["four", "never asked"])
+        env = base_env(tmp_path) | {
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "k",
+            "ANTHROPIC_BASE_URL": model.base_url,
+            "CHORUS_PLUGINS": "tests.plugin_samples.listener",
+            "CHORUS_INSIGHTS_ENABLED": "false",
+            "CHORUS_QUOTA_USER_TOKENS_HOUR": "1",
+            "CHORUS_QUOTA_EXEMPT_MODERATORS": "false",  # the console's user owns the bot
+            "CHORUS_REDIS_URL": redis_url_real_only,  # to read the counters afterwards
+        }
+        lines = b"/askmodel what is 2+2?\n/askmodel and 3+3?\n"
+        code, out, err = await run_chorus(["chat", "--user", key_tag], env, tmp_path, lines)
+        asked = len(model.bodies)
+    assert code == 0, err[-3000:]
+    said = out.splitlines()
+    assert said[:2] == ["model says: four", "quota reached: quota:user_tokens_hour"], said
+    assert asked == 1  # the refused call never reached the model
+    redis = await connect.open_redis(redis_url_real_only)
+    try:
+        found = [
+            k
+            async for k in redis.scan_iter(match="*:usage:*:console:*")
+            if f":{key_tag}:" in (k.decode() if isinstance(k, bytes) else k)
+        ]
+        counted = [int(await redis.hget(k, "t") or 0) for k in found]
+        if found:
+            await redis.delete(*found)
+    finally:
+        await redis.aclose()
+    # the first call's tokens, counted to the user and the channel, per hour and per day
+    assert len(found) == 4 and len(set(counted)) == 1 and counted[0] > 1, (found, counted)
+
+
 async def test_discord_joins_leaves_and_reactions_reach_the_plugins(tmp_path: Path) -> None:
     log = tmp_path / "listener.log"
     newcomer: dict[str, Any] = {"id": "555000111222333444", "username": "newcomer"}

@@ -88,6 +88,23 @@ async def test_incr_is_atomic_across_concurrent_writers(kv: PluginKV, key_tag: s
     assert await store.shared.get("hits") == 40
 
 
+async def test_claim_sets_once_across_concurrent_callers_until_it_expires(
+    kv: PluginKV, key_tag: str
+) -> None:
+    store = PluginStore(kv, f"claim-{key_tag}")
+    won = await asyncio.gather(*(store.shared.claim("cooldown", 0.3, i) for i in range(20)))
+    assert won.count(True) == 1
+    assert await store.shared.get("cooldown") == won.index(True)
+    for _ in range(600):  # up to 60 s under load; usually a few rounds
+        if await store.shared.claim("cooldown", 30):
+            break
+        await asyncio.sleep(0.1)
+    assert await store.shared.get("cooldown") is True  # claimed again once expired
+    assert not await store.shared.claim("cooldown", 30)
+    with pytest.raises(ValueError, match="ttl"):
+        await store.shared.claim("bad", 0)
+
+
 async def test_lists_append_and_keep_the_newest(kv: PluginKV, key_tag: str) -> None:
     store = PluginStore(kv, f"list-{key_tag}", message(key_tag, "ada"))
     for n in range(5):

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.e2e
 
 SCRIPT = Path(__file__).resolve().parent / "prereqs.sh"
 BASH = shutil.which("bash") or "/bin/bash"
-TOOLS = ("redis-server", "valgrind", "chromium", "systemd-analyze", "faketime")
+TOOLS = ("redis-server", "valgrind", "chromium", "systemd-analyze", "faketime", "espeak-ng")
 
 # apt-get: records each call, and "installs" a package by dropping a stub of its binary.
 APT_GET = """#!/bin/sh
@@ -81,7 +81,7 @@ def test_missing_tools_without_apt_stop_at_once_with_the_exact_command(
     assert result.returncode == 1, result.stderr
     assert (
         "sudo apt-get update && sudo apt-get install -y redis-server valgrind chromium systemd "
-        "faketime" in result.stderr
+        "faketime espeak-ng" in result.stderr
     )
     assert not (tmp_path / "r").exists()  # nothing was started
 
@@ -98,9 +98,9 @@ def test_missing_tools_are_installed_with_apt_get_and_the_right_packages(
     assert result.returncode == 0, result.stderr
     assert log.read_text().splitlines() == [
         "update -qq",
-        "install -y -qq valgrind systemd faketime",
+        "install -y -qq valgrind systemd faketime espeak-ng",
     ]
-    assert "installing valgrind systemd faketime" in result.stderr
+    assert "installing valgrind systemd faketime espeak-ng" in result.stderr
 
 
 def test_a_machine_with_everything_installs_and_starts_nothing(

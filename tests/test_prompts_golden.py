@@ -54,8 +54,10 @@ from insights.analyse import (
     retry_request,
 )
 from tests import (
+    golden_builtin,
     golden_identity,
     golden_knowledge,
+    golden_moderation,
     golden_onboarding,
     golden_plugins,
     golden_summaries,
@@ -64,6 +66,7 @@ from tests import (
 from tests.golden_persona import system_persona
 from tests.golden_progress import progress_texts
 from tests.golden_safety import SAFETY_CASES, shown
+from tests.golden_voice import voice_texts
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("CHORUS_UPDATE_GOLDEN") == "1"
@@ -382,9 +385,15 @@ async def _discord(redis: Redis) -> str:
 
 
 CASES |= {"plugin_commands": golden_plugins.plugin_commands, **golden_identity.CASES}
-CASES |= {"progress": progress_texts, "system_persona": system_persona, **SAFETY_CASES}
+CASES |= {
+    "voice": voice_texts,
+    "progress": progress_texts,
+    "system_persona": system_persona,
+    **SAFETY_CASES,
+}
 CASES |= {"live_thanks": thanks_rig.live_thanks, "knowledge": golden_knowledge.knowledge_texts}
-CASES |= golden_summaries.CASES | golden_onboarding.CASES
+CASES |= golden_summaries.CASES | golden_onboarding.CASES | golden_builtin.CASES
+CASES |= {"plugin_moderation": golden_moderation.moderation_texts}
 
 
 # -- the tests ----------------------------------------------------------------------------------

@@ -100,6 +100,29 @@ async def test_tokens_are_added_by_the_commit_and_stop_the_next_message(
     assert await quotas.usage(message, NOW) == {"hour": (2, 1200), "day": (2, 1200)}
 
 
+async def test_tokens_spent_outside_a_turn_count_and_then_refuse_without_a_message(
+    redis_client: Redis, key_tag: str
+) -> None:
+    """A plugin's ``ctx.ask``: ``tokens_over`` reads the token counters (counting no message),
+    ``add_tokens`` adds to the author's and the channel's; exempt users are neither."""
+    quotas = Quotas(redis_client, namespace=key_tag)
+    limits = QuotaLimits(user_tokens_hour=100, channel_tokens_day=1000)
+    message = said(key_tag)
+    assert await quotas.tokens_over(limits, message, NOW, exempt=False) is None
+    await quotas.add_tokens(limits, message, NOW, tokens=60, exempt=False)
+    assert await quotas.tokens_over(limits, message, NOW, exempt=False) is None
+    await quotas.add_tokens(limits, message, NOW, tokens=40, exempt=False)
+    refused = await quotas.tokens_over(limits, message, NOW, exempt=False)
+    assert refused is not None and refused.rule == "quota:user_tokens_hour"
+    assert refused.resets_in == 45 * 60 and not refused.notice
+    assert await quotas.tokens_over(limits, message, NOW, exempt=True) is None
+    await quotas.add_tokens(limits, message, NOW, tokens=5000, exempt=True)  # not counted
+    rows = await quotas.store.read([c.key for c in counters(limits, message, NOW)])
+    assert rows == [(0, 100)] * 4  # tokens on all four counters, no message counted
+    for c in counters(limits, message, NOW):
+        assert 0 < await redis_client.ttl(c.key) <= c.ttl
+
+
 async def test_the_cost_cap_holds_for_everyone_exempt_or_not(
     redis_client: Redis, key_tag: str
 ) -> None:

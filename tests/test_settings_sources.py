@@ -28,6 +28,8 @@ from bot.settings import ConfigError, Settings, known_variables, load_settings
 from tests.settings_samples_recall import ADMIN_SAMPLES, RECALL_SAMPLES
 from tests.settings_samples_safety import SAFETY_SAMPLES
 from tests.settings_samples_summaries import SUMMARY_SAMPLES
+from tests.settings_samples_twitch import TWITCH_CONDUIT_SAMPLES
+from tests.settings_samples_voice import VOICE_SAMPLES
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO_SERVER = ROOT / "tests" / "mcp_servers" / "echo_server.py"
@@ -211,6 +213,11 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "DISCORD_SYNC_COMMANDS": (("discord.sync_commands",), "false", False),
     "DISCORD_TYPING_TIMEOUT": (("discord.typing_timeout",), "30", 30.0),
     "DISCORD_COMMAND_TIMEOUT": (("discord.command_timeout",), "300", 300.0),
+    "DISCORD_SHARD_COUNT": (("discord.shard_count",), "4", 4),
+    "DISCORD_SHARD_IDS": (("discord.shard_ids",), "0-1", (0, 1)),
+    "DISCORD_IDENTIFY_WINDOW": (("discord.identify_window",), "2.5", 2.5),
+    "DISCORD_GATEWAY_INDEX": (("discord.gateway_index",), "gw-0", 0),
+    "DISCORD_GATEWAY_COUNT": (("discord.gateway_count",), "1", 1),
     "DISCORD_API_BASE_URL": (
         ("discord.api_base_url",),
         "http://127.0.0.1:9/api/v10",
@@ -231,6 +238,14 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "SLACK_ALWAYS_ANSWER_CHANNELS": (("slack.always_answer_channels",), "C3", frozenset({"C3"})),
     "SLACK_MAX_FILE_BYTES": (("slack.max_file_bytes",), "1024", 1024),
     "SLACK_NATIVE_STREAMING": (("slack.native_streaming",), "false", False),
+    "SLACK_CLIENT_ID": (("slack.client_id",), "1111.2222", "1111.2222"),
+    "SLACK_CLIENT_SECRET": (("slack.client_secret",), "client-env-file", "client-env-file"),
+    "SLACK_TOKEN_ENCRYPTION_KEY": (("slack.token_encryption_key",), "key-env", "key-env"),
+    "SLACK_SCOPES": (("slack.scopes",), "chat:write", "chat:write"),
+    "SLACK_REDIRECT_URI": (("slack.redirect_uri",), "https://h/r", "https://h/r"),
+    "SLACK_AUTHORIZE_URL": (("slack.authorize_url",), "https://h/a", "https://h/a"),
+    "SLACK_TOKEN_ROTATION_MINUTES": (("slack.token_rotation_minutes",), "30", 30),
+    "SLACK_UNINSTALL_GRACE_SECONDS": (("slack.uninstall_grace_seconds",), "60", 60),
     "TWITCH_CLIENT_ID": (("twitch.client_id",), "client-env-file", "client-env-file"),
     "TWITCH_CLIENT_SECRET": (("twitch.client_secret",), "tsecret-env-file", "tsecret-env-file"),
     "TWITCH_ACCESS_TOKEN": (("twitch.access_token",), "access-env-file", "access-env-file"),
@@ -293,6 +308,8 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
 
 SAMPLES.update(SAFETY_SAMPLES, **SUMMARY_SAMPLES, **RECALL_SAMPLES)
 SAMPLES.update(ADMIN_SAMPLES)
+SAMPLES.update(TWITCH_CONDUIT_SAMPLES)
+SAMPLES.update(VOICE_SAMPLES)
 
 
 def at(settings: Settings, path: str) -> Any:

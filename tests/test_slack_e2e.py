@@ -44,6 +44,23 @@ async def ambient_rig(server: SlackServer) -> AsyncIterator[Rig]:
 
 
 # -- HTTP Events API ----------------------------------------------------------------------------
+async def test_a_request_leaves_chorus_logging_as_it_was(rig: Rig) -> None:
+    """bolt sets the logger named after the app from its base logger on every request
+    (``get_bolt_app_logger``): an app named "chorus" reset Chorus's own logger to NOTSET after
+    the first Slack event, and every INFO line from then on was dropped."""
+    ours = logging.getLogger("chorus")
+    before = (ours.level, list(ours.handlers), ours.disabled)
+    ours.setLevel(logging.INFO)
+    try:
+        status, _ = await rig.post(mention())
+        await rig.settle()
+        assert status == 200 and rig.seen
+        assert ours.level == logging.INFO and ours.handlers == before[1]
+        assert ours.isEnabledFor(logging.INFO) and not ours.disabled
+    finally:
+        ours.setLevel(before[0])
+
+
 async def test_bad_signature_is_rejected_and_nothing_published(rig: Rig) -> None:
     status, _ = await rig.post(mention(), secret="not-the-secret")
     assert status == 401

@@ -194,3 +194,90 @@ async def test_an_adapter_waiting_to_restart_when_the_process_stops_is_not_rebui
     release.set()
     await asyncio.wait_for(task, 5)  # returns by itself: nothing left running
     assert log == ["youtube:finish"] and youtube.restarts == 0
+
+
+class Sharded:
+    """An adapter of two parts (shards) whose ``parts()`` the test sets; it runs until closed."""
+
+    platform = "discord"
+
+    def __init__(self) -> None:
+        self.up = {"shard:0": True, "shard:1": True}
+        self.restarted: list[str] = []
+        self.runs = 0
+        self.closed = asyncio.Event()
+        self.restarted_one = asyncio.Event()
+
+    async def run(self) -> None:
+        self.runs += 1
+        await self.closed.wait()
+
+    async def aclose(self) -> None:
+        self.closed.set()
+
+    def expected_parts(self) -> list[str]:
+        return list(self.up)
+
+    def parts(self) -> dict[str, bool]:
+        return dict(self.up)
+
+    async def part_ready(self, name: str) -> bool:
+        return self.up[name]
+
+    async def restart_part(self, name: str) -> None:
+        self.restarted.append(name)
+        self.up[name] = True  # the part came back
+        self.restarted_one.set()
+
+
+async def test_a_part_down_past_its_grace_is_restarted_alone() -> None:
+    """Shard 1 stays down: after the grace, only shard 1 is restarted; the adapter keeps running
+    (its run is never restarted) and shard 0 is never touched."""
+    clock = Clock()
+    adapter = Sharded()
+    looks = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:
+        clock.now += seconds
+        looks.set()
+        await asyncio.sleep(0)
+
+    made = Slot(adapter=adapter, build=lambda: adapter)
+    sup = Supervisor([made], sleep=sleep, clock=clock, part_grace=30.0, part_every=10.0)
+    running = asyncio.create_task(sup.run())
+    await looks.wait()
+    adapter.up["shard:1"] = False
+    assert not await made.part_ready("shard:1") and await made.part_ready("shard:0")
+    async with asyncio.timeout(10):
+        await adapter.restarted_one.wait()
+    await sup.aclose()
+    await running
+    assert adapter.restarted == ["shard:1"]
+    assert made.part_restarts == {"shard:1": 1}
+    assert adapter.runs == 1 and made.restarts == 0, "the adapter itself was not restarted"
+    assert made.part_names() == ["shard:0", "shard:1"]
+
+
+async def test_a_part_that_comes_back_within_its_grace_is_left_alone() -> None:
+    clock = Clock()
+    adapter = Sharded()
+    looked = 0
+    enough = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:
+        nonlocal looked
+        clock.now += seconds
+        looked += 1
+        adapter.up["shard:1"] = looked % 2 == 0  # down, up, down, up...: never 30 s in a row
+        if looked >= 20:
+            enough.set()
+        await asyncio.sleep(0)
+
+    made = Slot(adapter=adapter, build=lambda: adapter)
+    sup = Supervisor([made], sleep=sleep, clock=clock, part_grace=30.0, part_every=10.0)
+    running = asyncio.create_task(sup.run())
+    async with asyncio.timeout(10):
+        await enough.wait()
+    await sup.aclose()
+    await running
+    assert adapter.restarted == [] and made.part_restarts == {}

@@ -71,6 +71,7 @@ class Rig:
         self.client_id = f"{tag}.apps.googleusercontent.com"
         server.client_id = self.client_id
         self.inbound: list[ChatMessage] = []
+        self.channel_events: list[ChatMessage] = []  # the chat began / ended being followed
         self.deletions: list[MessageDeleted] = []
         self.answer: Callable[[ChatMessage], str | None] = lambda m: "4" if m.mentions_bot else None
         self.adapter: YouTubeAdapter | None = None
@@ -116,6 +117,10 @@ class Rig:
         """Stands in for the router: answers mentions with a scripted reply."""
         async for delivery in self.bus.consume(INBOUND, ChatMessage, group="router"):
             message = delivery.event
+            if message.channel_event is not None:
+                self.channel_events.append(message)
+                await delivery.ack()
+                continue
             self.inbound.append(message)
             text = self.answer(message)
             if text is not None:
@@ -229,6 +234,9 @@ async def test_video_mode_reads_the_videos_chat_and_stops_when_it_ends(rig: Rig)
     assert video.query == {"part": "liveStreamingDetails", "id": VIDEO_ID}
     assert rig.server.calls["list"] == 3
     assert [m.id for m in rig.inbound] == ["LCC.1"] and len(rig.server.inserted) == 1
+    await rig.bus.drain(timeout=10)
+    kinds = [m.channel_event.kind.value for m in rig.channel_events if m.channel_event]
+    assert kinds == ["stream_online", "stream_offline"]  # the plugins heard it begin and end
 
 
 @pytest.mark.parametrize(
@@ -274,6 +282,12 @@ async def test_offline_stream_or_chat_end_event_stops_following(rig: Rig, how: s
     # the poll that saw the end is followed by the wait before looking for a broadcast again
     assert rig.time.sleeps[1] == 300.0
     assert rig.server.page_tokens[:3] == [None, "page-1", None]
+    # the plugins hear the broadcast begin, end, and the next one begin (the same chat here)
+    kinds = [m.channel_event.kind.value for m in rig.channel_events if m.channel_event]
+    assert kinds[:3] == ["stream_online", "stream_offline", "stream_online"]
+    first = rig.channel_events[0]
+    assert first.id == f"stream-stream_online-{LIVE_CHAT_ID}" and first.text == ""
+    assert first.conversation.channel == LIVE_CHAT_ID and first.platform == "youtube"
 
 
 async def test_deletions_and_bans_are_published(rig: Rig) -> None:

@@ -20,6 +20,13 @@ discord.py reads its endpoints from class attributes only (``discord.http.Route.
 ``discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY``, a ``yarl.URL``); ``run`` sets them from
 ``DISCORD_API_BASE_URL`` / ``DISCORD_GATEWAY_URL`` just before connecting and ``aclose``
 restores them. After READY it reconnects to READY's ``resume_gateway_url``.
+
+The client is discord.py's ``AutoShardedClient``: after login ``GET /gateway/bot`` gives the
+recommended shard count and ``max_concurrency``, ``shards.plan`` picks this process's shards
+(``DISCORD_SHARD_IDS``, ``DISCORD_SHARD_COUNT``), and every IDENTIFY first takes its bucket
+through ``shards.IdentifyPacer`` (shared by the gateway processes through the state store).
+discord.py reconnects each shard on its own; each shard's session is in ``self.shards``
+(readiness, metrics) and ``restart_part`` reconnects one shard alone, for the supervisor.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from adapters.discord import convert, members
 from adapters.discord.drafts import DiscordLive, adopt
 from adapters.discord.moderation import DiscordModeration
 from adapters.discord.sender import DiscordSender, TypingIndicators
+from adapters.discord.shards import IdentifyPacer, LocalBuckets, ShardedParts, ShardStates
 from adapters.discord.slash import build_group, build_native
 from bot.bus.base import BusClosed, Delivery, EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
@@ -51,6 +59,7 @@ from bot.platform.streaming import AnswerStore, LiveAnswers
 from bot.resilience import Sleep
 from bot.settings import ConfigError, DiscordSettings
 from bot.settings.discord import PORTAL_URL
+from bot.state.client import Redis
 
 log = logging.getLogger("chorus.discord")
 
@@ -129,7 +138,7 @@ def _skipped(what: str, error: ValueError, ref: object) -> None:
     )
 
 
-class _ChorusClient(discord.Client):
+class _ChorusClient(discord.AutoShardedClient):
     """discord.py's client with its events routed to the adapter (no name-based magic)."""
 
     def __init__(self, adapter: DiscordAdapter, **options: Any) -> None:
@@ -141,14 +150,17 @@ class _ChorusClient(discord.Client):
     async def setup_hook(self) -> None:
         await self._adapter._setup()
 
-    async def on_connect(self) -> None:  # READY parsed (on_ready waits for the guild data)
-        self._adapter.session_live = True
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        await self._adapter.pacer.before_identify(shard_id)
 
-    async def on_resumed(self) -> None:
-        self._adapter.session_live = True
+    async def on_shard_connect(self, shard_id: int) -> None:  # READY parsed
+        self._adapter.shards.connected(shard_id)
 
-    async def on_disconnect(self) -> None:
-        self._adapter.session_live = False
+    async def on_shard_resumed(self, shard_id: int) -> None:
+        self._adapter.shards.resumed(shard_id)
+
+    async def on_shard_disconnect(self, shard_id: int) -> None:
+        self._adapter.shards.disconnected(shard_id)
 
     async def on_message(self, message: discord.Message) -> None:
         await self._adapter._on_message(message)
@@ -172,10 +184,11 @@ class _ChorusClient(discord.Client):
         await self._adapter._on_deleted(payload.channel_id, payload.guild_id, payload.message_ids)
 
 
-class DiscordAdapter:
+class DiscordAdapter(ShardedParts):
     """``PlatformAdapter`` for Discord. ``run`` until ``aclose``."""
 
     platform = PLATFORM
+    client: _ChorusClient
 
     def __init__(
         self,
@@ -187,6 +200,7 @@ class DiscordAdapter:
         client_options: Mapping[str, Any] | None = None,
         commands: Sequence[NativeCommand] = (),
         live_store: AnswerStore | None = None,
+        identify_store: Redis | None = None,
     ) -> None:
         if not settings.token_value():
             raise ConfigError(f"DISCORD_TOKEN is not set; get it at {PORTAL_URL} -> Bot")
@@ -206,7 +220,9 @@ class DiscordAdapter:
         }
         options.update(client_options or {})
         self.parser_guard = ParserGuard()
-        self.session_live = False  # READY or RESUMED seen since the last disconnect
+        self.shards = ShardStates()  # each shard's session, as discord.py reports it
+        self._identify_store = identify_store
+        self.pacer = IdentifyPacer(LocalBuckets(sleep), settings.identify_window)
         self.client = _ChorusClient(self, **options)
         self.moderation = DiscordModeration(self.client, self.sender)  # delete, timeout, ban
         self.policy: convert.Policy | None = None
@@ -228,10 +244,14 @@ class DiscordAdapter:
         commands: Sequence[NativeCommand] = (),
         *,
         live_store: AnswerStore | None = None,
+        identify_store: Redis | None = None,
     ) -> DiscordAdapter:
         """The adapter of the settings root's Discord section (``DISCORD_TOKEN`` is set);
-        ``live_store``: where streamed answers' messages are kept for a restarted gateway."""
-        return cls(bus, settings, commands=commands, live_store=live_store)
+        ``live_store``: where streamed answers' messages are kept for a restarted gateway;
+        ``identify_store``: the state store the gateway processes share identify buckets in."""
+        return cls(
+            bus, settings, commands=commands, live_store=live_store, identify_store=identify_store
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -246,6 +266,11 @@ class DiscordAdapter:
         except BaseException:
             await self.aclose()
             raise
+        try:
+            await self._plan_shards()
+        except BaseException:
+            await self.aclose()
+            raise
         self._outbound = asyncio.create_task(self._consume_outbound(), name="discord-outbound")
         try:
             await self.client.connect(reconnect=True)
@@ -256,16 +281,8 @@ class DiscordAdapter:
             await self.client.close()
             await self._stop_tasks()
 
-    async def ready(self) -> bool:
-        """Connected: the gateway session is READY (or RESUMED since the last drop) and its
-        websocket is open, as discord.py itself knows it; no request is made. While discord.py
-        reconnects (Discord down, a drop, a missed heartbeat ACK) this is False, and it turns
-        True again by itself once the session is back."""
-        ws = self.client.ws
-        return self.session_live and not self.client.is_closed() and ws is not None and ws.open
-
     async def aclose(self) -> None:
-        self.session_live = False
+        self.shards.clear()
         await self.client.close()
         await self._stop_tasks()
         self._restore_endpoints()
@@ -394,6 +411,7 @@ class DiscordAdapter:
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._interactions[message.id] = future
         try:
+            await self._hold_interaction(message.id)
             await self._publish(INBOUND, message)
             async with asyncio.timeout(self.settings.command_timeout):
                 text = (await future).text
@@ -402,6 +420,7 @@ class DiscordAdapter:
             text = no_answer_in_time()
         finally:
             self._interactions.pop(message.id, None)
+            await self._release_interaction(message.id)
         pieces = convert.followup_pieces(text) or [no_answer_in_time()]
         for piece in pieces:
             await self.sender.call(
@@ -425,7 +444,8 @@ class DiscordAdapter:
         ):
             event = delivery.event.root
             if isinstance(event, ReplyDraft):  # in bus order, before the answer's Reply
-                self.live.draft(event)
+                if not await self._held_elsewhere(event.reply_to_id):
+                    self.live.draft(event)
                 await delivery.ack()
                 continue
             await self._send_slots.acquire()
@@ -452,6 +472,12 @@ class DiscordAdapter:
             if pending is not None:
                 if not pending.done():
                     pending.set_result(reply)
+            elif await self._held_elsewhere(reply.reply_to_id):
+                log.warning(
+                    "a slash command's answer reached another gateway process; not posted in "
+                    "public (its own process answers that none came in time)",
+                    extra={"reply_to_id": reply.reply_to_id},
+                )
             else:
                 await self._send_reply(reply)
         except Exception:  # a send that failed for good; never stop the outbound loop

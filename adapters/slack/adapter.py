@@ -18,6 +18,14 @@ kept within a channel; a rate-limited channel does not hold up the others) throu
 ``response_url`` as an ephemeral message; everything else is posted in the conversation's thread.
 ``ready()`` (``/readyz``'s ``adapter:slack``) is the socket's state as slack-sdk keeps it, or
 whether the HTTP endpoint listens.
+
+Installed in many workspaces (``SLACK_CLIENT_ID``...), bolt runs its OAuth flow
+(``/slack/install``, ``/slack/oauth_redirect``) over ``workspaces``' store, authorises each request
+from the installation store instead of one ``auth.test``, and the bot's identity (its user id
+in that workspace) comes with each request; every outbound call takes the sender of the
+channel's workspace from ``workspaces``. ``app_uninstalled`` and ``tokens_revoked`` go through
+bolt's own listeners (the tokens are deleted) and, for an uninstall, schedule the deletion of
+the workspace's data, which a housekeeping loop carries out when its grace period is over.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.authorization.async_authorize import AsyncAuthorize
 from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -57,12 +66,14 @@ from adapters.slack.sender import SlackSender, SlackSendError, file_hosts, host_
 from adapters.slack.state import SeenSet
 from adapters.slack.transport import AUTH_ERRORS, connect_socket, serve_http
 from adapters.slack.unhandled import Unhandled
+from adapters.slack.workspaces import Workspaces
 from bot.bus.base import Delivery, EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import Attachment, AttachmentKind, Author, Outbound, Reply, ReplyDraft
 from bot.platform.streaming import AnswerStore, LiveAnswers
 from bot.settings import ConfigError, SlackSettings
 from bot.settings.slack import APPS_URL, SlackMode
+from bot.state.connect import Client
 
 log = logging.getLogger("chorus.slack")
 
@@ -101,12 +112,19 @@ class SlackAdapter:
         sender: SlackSender | None = None,
         socket_ping_interval: float = 10.0,
         live_store: AnswerStore | None = None,
+        redis: Client | None = None,
     ) -> None:
         self.bus = bus
         self.settings = settings
         self.client = client or build_client(settings)
         self.sender = sender or SlackSender(self.client)
-        self.moderation = SlackModeration(self.sender)  # deletes the bot's own messages only
+        self.workspaces: Workspaces | None = None
+        if settings.multi_workspace:
+            if redis is None:
+                raise ValueError("many Slack workspaces need the state store")
+            self.workspaces = Workspaces.from_settings(settings, redis)
+        sender_for = self.workspaces.sender_for_channel if self.workspaces else None
+        self.moderation = SlackModeration(self.sender, sender_for)  # the bot's own messages only
         self.channels = ChannelPolicy(
             ambient=settings.ambient_channels, always_answer=settings.always_answer_channels
         )
@@ -128,22 +146,28 @@ class SlackAdapter:
         self._outbound: asyncio.Task[None] | None = None
         self._socket: AsyncSocketModeHandler | None = None
         self._runner: web.AppRunner | None = None
+        self._purger: asyncio.Task[None] | None = None
         self.app: AsyncApp | None = None
 
     @classmethod
     def from_section(
-        cls, settings: SlackSettings, bus: EventBus, *, live_store: AnswerStore | None = None
+        cls,
+        settings: SlackSettings,
+        bus: EventBus,
+        redis: Client,
+        *,
+        live_store: AnswerStore | None = None,
     ) -> SlackAdapter:
         """The adapter of the settings root's Slack section; ``ConfigError`` if incomplete."""
         settings.check()
-        return cls(bus, settings, live_store=live_store)
+        return cls(bus, settings, live_store=live_store, redis=redis)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         """Check the tokens, start listening (socket or HTTP) and sending; then return."""
         if self._outbound is not None:
             raise RuntimeError("the Slack adapter is already started")
-        result = await self._authenticate()
+        result = None if self.workspaces else await self._authenticate()
         self.app = self._build_app(result)
         if self.settings.mode is SlackMode.SOCKET:
             self._socket = await connect_socket(
@@ -161,6 +185,8 @@ class SlackAdapter:
             )
         self._capacity = asyncio.Semaphore(MAX_IN_FLIGHT_REPLIES)
         self._outbound = asyncio.create_task(self._send_loop(), name="slack-outbound")
+        if self.workspaces is not None:
+            self._purger = asyncio.create_task(self.workspaces.purge_forever(), name="slack-purge")
 
     async def run(self) -> None:
         """Start, then send replies until the bus closes or ``aclose`` is called."""
@@ -193,11 +219,15 @@ class SlackAdapter:
         tasks = list(self._lane_tasks.values())
         if self._outbound is not None:
             tasks.append(self._outbound)
+        if self._purger is not None:
+            tasks.append(self._purger)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.live.aclose()
         await self.sender.aclose()
+        if self.workspaces is not None:
+            await self.workspaces.aclose()
 
     async def _authenticate(self) -> AuthorizeResult:
         try:
@@ -229,21 +259,36 @@ class SlackAdapter:
             bot_token=self.settings.bot_token_value(),
         )
 
-    def _build_app(self, result: AuthorizeResult) -> AsyncApp:
+    def _build_app(self, result: AuthorizeResult | None) -> AsyncApp:
         http = self.settings.mode is SlackMode.HTTP
+        # bolt's per-request clients are never used to send; ours is the chokepoint. In many
+        # workspaces bolt's client makes the OAuth flow's oauth.v2.access call.
+        client = AsyncWebClient(base_url=self.settings.api_base_url, retry_handlers=[])
+        if result is not None:
+            access: dict[str, Any] = {"authorize": _StaticAuthorize(result)}
+        else:
+            assert self.workspaces is not None
+            access = {
+                "oauth_settings": self.workspaces.oauth_settings(),
+                "installation_store": self.workspaces.installations,
+                "authorize": self.workspaces.authorize(client),
+            }
         app = AsyncApp(
-            name="chorus",
+            # bolt sets the logger named after its app from its base logger on every request:
+            # a name outside Chorus's logger tree ("chorus" reset Chorus's own level).
+            name="slack-bolt-app",
             logger=logging.getLogger("chorus.slack.bolt"),
-            # bolt's per-request clients are never used to send; ours is the chokepoint.
-            client=AsyncWebClient(base_url=self.settings.api_base_url, retry_handlers=[]),
-            authorize=_StaticAuthorize(result),
+            client=client,
             signing_secret=self.settings.signing_secret_value(),
             request_verification_enabled=http,
             process_before_response=True,
             raise_error_for_unhandled_request=True,  # to ``unhandled``, not bolt's 404
+            **access,
         )
         app.error(self.unhandled.on_error)
         app.middleware(self._dedupe)
+        if self.workspaces is not None:
+            self.workspaces.listen(app)  # app_uninstalled, tokens_revoked
         app.event("app_mention")(self._on_event)
         app.event("message")(self._on_event)
         app.command("/chorus")(self._on_command)
@@ -260,24 +305,40 @@ class SlackAdapter:
             return BoltResponse(status=200, body="")
         return await next_()
 
-    async def _on_event(self, event: dict[str, Any]) -> None:
+    def _identity(self, context: AsyncBoltContext) -> BotIdentity:
+        """The bot in the request's workspace (one workspace: the one ``auth.test`` named)."""
+        if self.identity is not None and self.workspaces is None:
+            return self.identity
+        return BotIdentity(
+            user_id=str(context.bot_user_id), bot_id=context.bot_id, team_id=context.team_id
+        )
+
+    async def _sender_of(self, bot: BotIdentity) -> SlackSender:
+        if self.workspaces is None or bot.team_id is None:
+            return self.sender
+        return await self.workspaces.sender_for_team(bot.team_id)
+
+    async def _on_event(self, event: dict[str, Any], context: AsyncBoltContext) -> None:
         channel = str(event.get("channel"))
+        bot = self._identity(context)
         self._intake.spawn(
-            lambda before: self._ingest(event, before),
+            lambda before: self._ingest(event, before, bot),
             channel,
             f"slack-event-{str(event.get('ts'))[:40]}",
         )
 
-    async def _on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
+    async def _on_command(
+        self, ack: AsyncAck, command: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
         await ack()
+        bot = self._identity(context)
         self._intake.spawn(
-            lambda before: self._ingest_command(command, before),
+            lambda before: self._ingest_command(command, before, bot),
             str(command.get("channel_id")),
             f"slack-command-{command.get('trigger_id')}",
         )
 
-    async def _ingest(self, event: Mapping[str, Any], before: Before) -> None:
-        assert self.identity is not None
+    async def _ingest(self, event: Mapping[str, Any], before: Before, bot: BotIdentity) -> None:
         try:
             deletions = deletions_from_event(event, channels=self.channels)
             if deletions:
@@ -289,7 +350,7 @@ class SlackAdapter:
             channel, root = event.get("channel"), thread_root(event)
             message = message_from_event(
                 event,
-                bot=self.identity,
+                bot=bot,
                 channels=self.channels,
                 in_bot_thread=root is not None and f"{channel}:{root}" in self._threads,
             )
@@ -300,10 +361,12 @@ class SlackAdapter:
                 self._threads.add(f"{conv.channel}:{conv.thread}")
             message = message.model_copy(
                 update={
-                    "author": await self._author(message.author.id),
-                    "attachments": await self._download(message.attachments),
+                    "author": await self._author(message.author.id, bot),
+                    "attachments": await self._download(message.attachments, bot),
                 }
             )
+            if self.workspaces is not None and bot.team_id:
+                await self.workspaces.learn(bot.team_id, conv, message.author.id)
             await after(before)
             await self.bus.publish(INBOUND, message)
         except ValueError as exc:  # the event model refusing a value Slack does not send
@@ -317,10 +380,14 @@ class SlackAdapter:
                 extra={"channel": str(event.get("channel")), "ts": str(event.get("ts"))},
             )
 
-    async def _ingest_command(self, command: Mapping[str, Any], before: Before) -> None:
+    async def _ingest_command(
+        self, command: Mapping[str, Any], before: Before, bot: BotIdentity
+    ) -> None:
         try:
-            author = await self._author(str(command["user_id"]))
+            author = await self._author(str(command["user_id"]), bot)
             message = command_message(command, author=author)
+            if self.workspaces is not None and bot.team_id:
+                await self.workspaces.learn(bot.team_id, message.conversation, author.id)
             response_url = str(command["response_url"])
             self._commands[message.id] = (response_url, message.conversation.channel)
             await after(before)
@@ -330,12 +397,13 @@ class SlackAdapter:
                 "could not handle a slash command", extra={"trigger_id": command.get("trigger_id")}
             )
 
-    async def _author(self, user_id: str) -> Author:
-        cached = self._users.get(user_id)
+    async def _author(self, user_id: str, bot: BotIdentity) -> Author:
+        cached = self._users.get(user_id)  # user ids are unique across workspaces
         if cached is not None:
             return cached
         try:
-            author = author_from_user(user_id, await self.sender.user_info(user_id))
+            sender = await self._sender_of(bot)  # only now: a store read in many workspaces
+            author = author_from_user(user_id, await sender.user_info(user_id))
         except Exception:
             log.warning(
                 "users.info failed; using the bare user id (is users:read granted?)",
@@ -346,7 +414,9 @@ class SlackAdapter:
         self._users[user_id] = author
         return author
 
-    async def _download(self, attachments: tuple[Attachment, ...]) -> tuple[Attachment, ...]:
+    async def _download(
+        self, attachments: tuple[Attachment, ...], bot: BotIdentity
+    ) -> tuple[Attachment, ...]:
         """Images' bytes for the model, with the bot token, only from Slack's own hosts."""
         cap = self.settings.max_file_bytes
         out = []
@@ -359,9 +429,9 @@ class SlackAdapter:
             )
             if wanted and item.url is not None:
                 try:
-                    data, ctype = await self.sender.download(
-                        item.url, token=self.settings.bot_token_value(), cap=cap
-                    )
+                    sender = await self._sender_of(bot)
+                    token = str(sender.client.token or "")
+                    data, ctype = await sender.download(item.url, token=token, cap=cap)
                 except Exception:
                     log.warning(
                         "could not download a slack image",
@@ -407,8 +477,14 @@ class SlackAdapter:
         if self._commands.get(draft.reply_to_id) is not None:
             return None
         team, threads = (self.identity.team_id if self.identity else None), self._threads
+        sender = self.sender
+        if self.workspaces is not None:  # the workspace's sender, if this process holds it
+            known = self.workspaces.cached_sender(draft.conversation.channel)
+            if known is None:
+                return None  # the final answer is posted whole instead
+            sender, team = known
         on_posted = lambda channel, ts: threads.add(f"{channel}:{ts}")  # noqa: E731
-        return SlackLive(self.sender, draft, native=self._native, team_id=team, on_posted=on_posted)
+        return SlackLive(sender, draft, native=self._native, team_id=team, on_posted=on_posted)
 
     async def _deliver(self, delivery: Delivery[Outbound], reply: Reply) -> None:
         assert self._capacity is not None
@@ -440,7 +516,10 @@ class SlackAdapter:
         posts = reply_to_posts(reply)
         if not posts:
             log.warning("empty slack reply not sent", extra={"reply_to_id": reply.reply_to_id})
+        sender = self.sender
+        if self.workspaces is not None and posts:
+            sender = await self.workspaces.sender_for_channel(reply.conversation.channel)
         for post in posts:
-            await self.sender.post_message(post)
+            await sender.post_message(post)
             if post.thread_ts:
                 self._threads.add(f"{post.channel}:{post.thread_ts}")

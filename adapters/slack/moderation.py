@@ -12,6 +12,8 @@ like the deletes of a streamed answer.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from adapters.slack.sender import SlackSender, SlackSendError
 from bot.events import ConversationKey
 from bot.platform.moderation import (
@@ -43,8 +45,15 @@ class SlackModeration:
 
     platform = PLATFORM
 
-    def __init__(self, sender: SlackSender) -> None:
+    def __init__(
+        self,
+        sender: SlackSender,
+        sender_for: Callable[[str], Awaitable[SlackSender]] | None = None,
+    ) -> None:
+        """``sender_for(channel)``: the sender with the token of the channel's workspace (an app
+        installed in many workspaces); otherwise ``sender`` is used everywhere."""
         self.sender = sender
+        self.sender_for = sender_for
         self.gaps = PermissionGaps(PLATFORM)
 
     def capabilities(self) -> Capabilities:
@@ -63,7 +72,8 @@ class SlackModeration:
         if known is not None:
             return known
         try:
-            await self.sender.stream_call("chat.delete", channel=channel, ts=message_id)
+            sender = self.sender if self.sender_for is None else await self.sender_for(channel)
+            await sender.stream_call("chat.delete", channel=channel, ts=message_id)
         except SlackSendError as exc:
             if exc.error == "cant_delete_message":
                 return ActionResult(Action.DELETE, Outcome.NOT_ALLOWED, OWN_ONLY)
@@ -71,6 +81,8 @@ class SlackModeration:
                 return ActionResult(Action.DELETE, Outcome.NOT_FOUND, "message_not_found")
             if exc.error == "missing_scope":
                 return self.gaps.missing(channel, "chat:write", Action.DELETE, SCOPE_HELP)
+            return ActionResult(Action.DELETE, Outcome.FAILED, str(exc))
+        except LookupError as exc:  # the workspace is not installed (any more)
             return ActionResult(Action.DELETE, Outcome.FAILED, str(exc))
         return ActionResult(Action.DELETE, Outcome.DONE)
 

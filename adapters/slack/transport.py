@@ -2,7 +2,8 @@
 
 HTTP (``SLACK_SIGNING_SECRET``): an aiohttp server on ``SLACK_HTTP_PORT`` with bolt's own
 request/response conversion on ``POST /slack/events`` (events and slash commands) and a
-``GET /healthz`` for probes. Every request passes ``ingress.screen`` (signature, then shape)
+``GET /healthz`` for probes; installed in many workspaces, bolt's OAuth flow also answers
+``GET /slack/install`` and ``GET /slack/oauth_redirect`` (its own state and cookie checks). Every request passes ``ingress.screen`` (signature, then shape)
 before bolt parses it, and a body bolt cannot read (an id of another type than Slack sends)
 is refused too, so junk gets a 4xx and one log line, never a 500. Socket Mode (``SLACK_APP_TOKEN``): slack-sdk's aiohttp client. The
 app token is checked first with one ``apps.connections.open`` through the sender, because the
@@ -76,6 +77,22 @@ async def serve_http(
 
     web_app = web.Application(client_max_size=MAX_BODY_BYTES)
     web_app.add_routes([web.post(EVENTS_PATH, events), web.get("/healthz", health)])
+    flow = app.oauth_flow
+    if flow is not None:  # installed in many workspaces: bolt's install and redirect pages
+
+        async def install(request: web.Request) -> web.Response:
+            return await to_aiohttp_response(
+                await flow.handle_installation(await to_bolt_request(request))
+            )
+
+        async def redirect(request: web.Request) -> web.Response:
+            return await to_aiohttp_response(
+                await flow.handle_callback(await to_bolt_request(request))
+            )
+
+        web_app.add_routes(
+            [web.get(flow.install_path, install), web.get(flow.redirect_uri_path, redirect)]
+        )
     runner = web.AppRunner(web_app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()

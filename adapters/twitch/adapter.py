@@ -15,6 +15,11 @@ jittered backoff, and a message Twitch refuses (``is_sent: false``) is logged wi
 (every process) and the message is retried. ``ready()`` (``/readyz``'s ``adapter:twitch``)
 reads twitchio's state of the EventSub socket.
 
+With ``TWITCH_TRANSPORT=conduit`` the subscriptions live on an EventSub conduit instead, created
+with the app access token, and the gateway processes share its shards (``conduit.ConduitShards``:
+leases in the state store, a dead process's shards taken over, channels joined and left at run
+time). Sending is the same either way.
+
 Moderation actions (delete, timeout, ban through Helix) are ``moderation.TwitchModeration``, on
 ``self.moderation``. The waits and retries of ``send`` are ``bot.resilience``'s; twitchio's quirks (token files,
 global endpoints, lost sockets, secrets in error messages) are worked around in ``client``.
@@ -41,6 +46,7 @@ from twitchio.eventsub.websockets import Websocket
 
 from adapters.twitch import convert, guard, notices
 from adapters.twitch.client import ChorusTwitchClient, TwitchAPIError, api, configure_endpoints
+from adapters.twitch.conduit import ConduitShards
 from adapters.twitch.convert import BotIdentity, SendArgs
 from adapters.twitch.moderation import TwitchModeration
 from adapters.twitch.tokens import StoredTokens, TokenStore, choose, open_token_store
@@ -51,6 +57,7 @@ from bot.ops.logs import add_secrets
 from bot.resilience import Failure, RetryPolicy, retry
 from bot.settings import ConfigError, TwitchSettings
 from bot.settings.twitch import CONSOLE_URL, TOKEN_HELP
+from bot.state.conduits import ConduitStore, MemoryConduitStore, RedisConduitStore
 from bot.state.connect import Client
 from bot.state.platforms import LATENCY_MARGIN, PlatformTokens, SharedRateLimiter
 
@@ -107,6 +114,7 @@ class TwitchAdapter:
         tokens: TokenStore,
         limiter: SharedRateLimiter,
         retry: RetryPolicy | None = None,
+        conduits: ConduitStore | None = None,
     ) -> None:
         self.bus = bus
         self.settings = settings
@@ -130,6 +138,8 @@ class TwitchAdapter:
         self._outbound: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self.parse_guard = guard.install()  # twitchio's parse failures: one line, skipped
+        self.conduit_store: ConduitStore = conduits or MemoryConduitStore()
+        self.conduit: ConduitShards | None = None  # TWITCH_TRANSPORT=conduit
 
     @classmethod
     def from_section(cls, settings: TwitchSettings, bus: EventBus, redis: Client) -> TwitchAdapter:
@@ -145,7 +155,8 @@ class TwitchAdapter:
             settings.token_store, tokens=PlatformTokens(redis), client_id=client_id
         )
         limiter = SharedRateLimiter(redis, platform=PLATFORM, window=SEND_WINDOW + LATENCY_MARGIN)
-        return cls(bus, settings, client=client, tokens=store, limiter=limiter)
+        conduits = RedisConduitStore(redis)
+        return cls(bus, settings, client=client, tokens=store, limiter=limiter, conduits=conduits)
 
     @property
     def drops_total(self) -> int:
@@ -176,8 +187,20 @@ class TwitchAdapter:
                 f"your application at {CONSOLE_URL}"
             ) from None
         await self._add_bot_token()
-        await self._resolve_channels()
-        await self._subscribe()
+        if self.settings.transport == "conduit":
+            assert self.bot is not None
+            self.conduit = ConduitShards(
+                client=client,
+                settings=self.settings,
+                store=self.conduit_store,
+                bot=self.bot,
+                scopes=self.scopes,
+                on_channels=self._set_channels,
+            )
+            await self.conduit.start()
+        else:
+            await self._resolve_channels()
+            await self._subscribe()
         self._outbound = asyncio.create_task(self._consume(), name="twitch-outbound")
 
     async def ready(self) -> bool:
@@ -186,6 +209,8 @@ class TwitchAdapter:
         reconnects after a drop; True again once it is welcomed and re-subscribed."""
         if self.bot is None or self._outbound is None or self._stopped.is_set():
             return False
+        if self.conduit is not None:
+            return self.conduit.ready()
         sockets = self.client._websockets.get(self.bot.id) or {}
         return any(_live(socket) for socket in sockets.values())
 
@@ -195,6 +220,8 @@ class TwitchAdapter:
             self._outbound.cancel()
             await asyncio.gather(self._outbound, return_exceptions=True)
             self._outbound = None
+        if self.conduit is not None:
+            await self.conduit.aclose()  # hands the shards back at once
         await self.client.close(save_tokens=False)
         await self.client.close_all_sockets()
 
@@ -244,6 +271,16 @@ class TwitchAdapter:
         for channel in self.channels:
             is_mod = self.settings.bot_is_mod
             self._moderator[channel] = channel == self.bot.id if is_mod is None else is_mod
+
+    def _set_channels(self, channels: dict[str, str]) -> None:
+        """The channels read now (conduit transport: they change at run time)."""
+        assert self.bot is not None
+        self.channels = channels
+        for channel in channels:
+            if channel not in self._moderator:
+                is_mod = self.settings.bot_is_mod
+                self._moderator[channel] = channel == self.bot.id if is_mod is None else is_mod
+        log.info("twitch channels", extra={"channels": sorted(channels.values())})
 
     async def _subscribe(self) -> None:
         assert self.bot is not None

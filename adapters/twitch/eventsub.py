@@ -31,6 +31,12 @@ to three methods, which ``HandoverWebsocket`` overrides:
   all naming the same community gift) are N ids and all pass; only a redelivery is dropped.
   A chat notice's payload is completed for twitchio first (``notices.complete``).
 
+The same socket carries a conduit shard (``shard_id``; ``conduit.ConduitShards`` owns it): a
+handover passes the shard id on and names the new socket in ``replaced_by`` (Twitch moves the
+shard with the session), and a shard's socket that drops is marked ``lost`` and closed in a task
+of its own (twitchio closes it from the keepalive or read task, and its ``close`` cancels that
+very task halfway), so its owner opens another and points the shard at it.
+
 ``_cleanup`` is narrowed too: twitchio removes a closing socket's session id from the client's
 registry even when that id now names the new socket (Twitch keeps the session id across a
 reconnect). The overridden names are twitchio 3.3's private API, pinned in constraints.txt;
@@ -64,6 +70,7 @@ OVERRIDDEN = (
     "_listen_task",
     "_subscriptions",
     "_original_attempts",
+    "_shard_id",
 )
 
 
@@ -91,13 +98,16 @@ class RecentIds:
 class HandoverWebsocket(Websocket):
     """twitchio's EventSub ``Websocket`` with a lossless ``session_reconnect`` and de-duplication."""
 
-    __slots__ = ("_handover", "_recent", "_read_during_handover")
+    __slots__ = ("_closer", "_handover", "_recent", "_read_during_handover", "lost", "replaced_by")
 
     def __init__(self, *, recent: RecentIds, **options: Any) -> None:
         super().__init__(**options)
         self._recent = recent
         self._handover: str | None = None  # None | "running" | "done"
         self._read_during_handover = 0
+        self.replaced_by: HandoverWebsocket | None = None  # the socket a handover moved to
+        self.lost = False  # a conduit shard's socket that dropped: its owner opens another
+        self._closer: asyncio.Task[None] | None = None
 
     async def _process_reconnect(self, data: ReconnectMessage) -> None:
         if self._handover is not None:
@@ -117,6 +127,7 @@ class HandoverWebsocket(Websocket):
             client=self._client,
             token_for=self._token_for,
             http=self._http,
+            shard_id=self._shard_id,  # a conduit shard: Twitch moves the shard with the session
         )
         new._subscriptions = self._subscriptions  # Twitch moves them; nothing is re-subscribed
         try:
@@ -131,6 +142,7 @@ class HandoverWebsocket(Websocket):
             await self.connect(reconnect=True)  # twitchio's own fallback
             return
         self._handover = "done"
+        self.replaced_by = new
         if self._client is not None and self._token_for is not None:
             self._client._websockets[self._token_for][new.session_id or ""] = new
         listen = self._listen_task
@@ -149,6 +161,15 @@ class HandoverWebsocket(Websocket):
     async def _create_connection_task(self) -> None:
         if self._handover is not None:
             return  # the handover owns what happens next; the old socket never reconnects
+        if self._shard_id is not None:
+            # A conduit shard's socket dropped (keepalive timeout, closed connection). twitchio
+            # closes it from the very task that noticed, and its close cancels that task (the
+            # keepalive or read loop) halfway, leaving the socket neither open nor closed; the
+            # close runs as its own task instead, and ``ConduitShards`` reopens the shard.
+            self.lost = True
+            if self._closer is None:
+                self._closer = asyncio.create_task(self.close(reassociate=False))
+            return
         await super()._create_connection_task()
 
     async def _process_notification(self, data: NotificationMessage) -> None:

@@ -13,7 +13,8 @@ and inserts each reply. All REST calls go through ``YouTubeAPI`` (api.py), the o
 for OAuth, retries and quota; the stream takes its token and quota charge from it too.
 
 When the chat ends (``liveChatEnded``/``liveChatNotFound``/``liveChatDisabled``/``forbidden``, a
-``chatEndedEvent`` or ``offlineAt``) the poller stops following it. With ``YOUTUBE_VIDEO_ID`` the
+``chatEndedEvent`` or ``offlineAt``) the poller stops following it. Following a chat begins with
+a ``stream_online`` channel event and its end publishes ``stream_offline``, for the plugins. With ``YOUTUBE_VIDEO_ID`` the
 adapter is then done; for a channel it looks for the next broadcast every
 ``YOUTUBE_BROADCAST_CHECK_SECONDS``. ``quotaExceeded`` pauses everything until the quota day
 resets (midnight Pacific). The quota is shared with the workers' reply budget through
@@ -337,6 +338,7 @@ class YouTubeAdapter:
             return await self._publish(items, ctx, backlog=backlog)
 
         where: tuple[str | None, bool] | None = (None, True)  # page token, backlog
+        await self.bus.publish(INBOUND, convert.stream_state(ctx, online=True))
         try:
             while where is not None:
                 page_token, backlog = where
@@ -353,7 +355,7 @@ class YouTubeAdapter:
                         backlog=backlog,
                     )
                     if end.ended:
-                        return
+                        break
                     page_token, backlog = end.page_token, end.backlog
                     if end.retry_later:
                         stream_again = self._clock() + _STREAM_RETRY
@@ -368,6 +370,7 @@ class YouTubeAdapter:
                     backlog=backlog,
                     until=stream_again,
                 )
+            await self.bus.publish(INBOUND, convert.stream_state(ctx, online=False))
         finally:
             self._reading = None
 

@@ -20,6 +20,10 @@ Inbound, one ``liveChatMessage`` resource (an item of ``liveChatMessages.list``)
   bot's context too;
 - everything else (polls, gifts, mode changes) -> None.
 
+``stream_state`` makes the text-less ``ChatMessage`` carrying a ``ChannelEvent`` that tells the
+plugins a broadcast's chat began (``stream_online``) or ended (``stream_offline``); its id is
+the chat's, so a restarted adapter announcing the same broadcast again is recognisable.
+
 A streamed page (gRPC ``streamList``, stream_list.py) is turned into this same REST JSON first, so
 both readers' items convert alike.
 
@@ -47,6 +51,8 @@ from typing import Any, Literal
 
 from bot.events import (
     Author,
+    ChannelEvent,
+    ChannelEventKind,
     ChatMessage,
     ConversationKey,
     MessageDeleted,
@@ -129,6 +135,22 @@ class ChatContext:
     @property
     def conversation(self) -> ConversationKey:
         return ConversationKey(platform=PLATFORM, channel=self.live_chat_id)
+
+
+def stream_state(ctx: ChatContext, *, online: bool) -> ChatMessage:
+    """The bot began (``online``) or stopped following a broadcast's live chat, as a text-less
+    message carrying a ``ChannelEvent`` (its author the channel the bot reads as), for the
+    plugins' handlers; never answered."""
+    kind = ChannelEventKind.STREAM_ONLINE if online else ChannelEventKind.STREAM_OFFLINE
+    name = ctx.bot_names[0] if ctx.bot_names else ctx.bot_channel_id
+    return ChatMessage(
+        platform=PLATFORM,
+        id=f"stream-{kind.value}-{ctx.live_chat_id}"[:256],
+        conversation=ctx.conversation,
+        author=Author(id=ctx.bot_channel_id, display_name=name[:256]),
+        text="",
+        channel_event=ChannelEvent(kind=kind),
+    )
 
 
 def to_event(item: Mapping[str, Any], ctx: ChatContext) -> ChatMessage | MessageDeleted | None:

@@ -9,6 +9,7 @@ model chain's breakers) comes from that process. Every change goes through the p
 commands use (``/forget``, the live pause keys, the reload) and into the audit trail.
 
 May import: the foundation and the core packages (``bot.state``, ``bot.ops``, ``bot.llm``,
-``bot.memory``, ``bot.engagement``, ``bot.quota``, ``bot.safety``, ``bot.router``); never an adapter
-or the insights package.
+``bot.memory``, ``bot.engagement``, ``bot.quota``, ``bot.safety``, ``bot.router``, and for the
+test chat, the plugins and the knowledge pages ``bot.agent``, ``bot.tools``, ``bot.plugins``,
+``bot.knowledge``); never an adapter or the insights package.
 """

@@ -40,9 +40,15 @@ SCRYPT_MAXMEM = 64 * 1024 * 1024
 # What each change needs (POST paths by prefix); every page (GET) needs only ``viewer``.
 NEEDS = (
     ("/config", "admin"),
+    ("/plugins", "admin"),
+    ("/knowledge", "admin"),
+    ("/chat", "operator"),
     ("/settings/reload", "admin"),
     ("/live/", "operator"),
+    ("/moderation/", "operator"),
+    ("/voice/", "operator"),
     ("/people/", "operator"),
+    ("/commands", "operator"),
 )
 
 

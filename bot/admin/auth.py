@@ -33,6 +33,7 @@ COOKIE = "chorus_admin"
 TOKEN_ROLE = "admin"  # the admin token's sessions and Bearer requests may do everything
 SESSION_SECONDS = 12 * 3600
 OPEN_PATHS = frozenset({"/login", "/static/admin.css", "/static/admin.js"})
+OPEN_PREFIX = "/overlay/"  # the stream overlay checks its own per-channel key (overlay.py)
 SESSION_KEY = web.RequestKey("admin_session", str)
 ACCOUNT_KEY = web.RequestKey("admin_account", str)  # "" for the token's sessions and Bearer
 ROLE_KEY = web.RequestKey("admin_role", str)
@@ -132,7 +133,7 @@ class Auth:
         return guard
 
     async def _guarded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in OPEN_PATHS:
+        if request.path in OPEN_PATHS or request.path.startswith(OPEN_PREFIX):
             return await handler(request)
         bearer = request.headers.get("Authorization", "")
         if bearer.startswith("Bearer "):

@@ -28,8 +28,14 @@ NOTICES: dict[str, tuple[str, ...]] = {
     "forgotten": ("summary",),
     "paused": ("channel",),
     "resumed": ("channel",),
+    "twitch_joined": ("channel",),
+    "twitch_left": ("channel",),
     "reloaded": (),
     "saved": (),
+    "knowledge": ("text",),
+    "command_saved": ("name",),
+    "command_deleted": ("name",),
+    "undone": ("action", "user"),
 }
 NOTICE_SECONDS = 600  # a notice is for the page right after the change
 

@@ -24,7 +24,21 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
-from bot.admin import accounts, charts, config_pages, logs_page, masking, views
+from bot.admin import (
+    accounts,
+    charts,
+    charts_page,
+    chat_page,
+    commands_page,
+    config_pages,
+    knowledge_page,
+    logs_page,
+    masking,
+    moderation_page,
+    overlay,
+    plugins_page,
+    views,
+)
 from bot.admin.auth import ACCOUNT_KEY, COOKIE, OPEN_PATHS, ROLE_KEY, SESSION_KEY, Auth, Middleware
 from bot.admin.login import LoginGuard
 from bot.admin.notices import Notices
@@ -38,6 +52,7 @@ from bot.safety.audit import AuditEntry
 from bot.settings import ConfigError
 from bot.settings.ops import LOOPBACK_HOSTS, AdminSettings
 from bot.state.admin_accounts import AccountRecords
+from bot.state.conduits import RedisConduitStore, normal_channel
 from bot.state.config_reloads import ConfigReloads
 from bot.state.engagement import Changes, RedisLiveStore
 
@@ -45,7 +60,10 @@ log = logging.getLogger("chorus.admin")
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
 SRC = web.AppKey("sources", Sources)
-PAGES = ("overview", "conversations", "people", "live", "insights", "logs", "settings", "config")
+PAGES: tuple[str, ...] = ("overview", "conversations", "people", "live", "moderation", "voice")
+PAGES += ("insights", "logs", "settings", "config")
+PAGES_MORE: tuple[str, ...] = ("commands",)  # pages of the built-in plugins
+PAGES_MORE += ("charts", "plugins", "knowledge", "chat")
 
 
 def environment() -> jinja2.Environment:
@@ -131,14 +149,35 @@ class AdminServer:
                 post("/people/{platform}/{user_id}/forget", self.forget),
                 get("/live", self.live),
                 post("/live/{conv}/pause", self.pause),
+                post("/live/twitch/channels", self.twitch_channel),
                 get("/insights", self.insights),
                 get("/settings", self.settings),
                 post("/settings/reload", self.reload),
                 get("/logs", self.logs),
+                get("/moderation", self.moderation),
+                post("/moderation/undo", self.moderation_undo),
                 get("/config", self.config),
                 post("/config", self.config_submit),
+                get("/commands", self.commands),
+                post("/commands", self.commands_submit),
             ]
         )
+        voice = overlay.Overlay(
+            self.sources.redis, lambda: self.sources.settings, render=self.render, audit=self.audit
+        )
+        app.add_routes(voice.routes())
+        app.on_cleanup.append(voice.aclose)
+        app.add_routes([get("/charts", self.charts)])
+        app.add_routes([get("/plugins", self.plugins), post("/plugins", self.plugins_submit)])
+        app.add_routes(
+            [
+                get("/knowledge", self.knowledge),
+                post("/knowledge/upload", self.knowledge_upload),
+                post("/knowledge/reindex", self.knowledge_reindex),
+                post("/knowledge/url", self.knowledge_url),
+            ]
+        )
+        app.add_routes([get("/chat", self.chat), post("/chat", self.chat_send)])
         return app
 
     async def start(self) -> None:
@@ -214,7 +253,7 @@ class AdminServer:
         values.setdefault("account", request.get(ACCOUNT_KEY, ""))
         body = self.env.get_template(f"{template}.html").render(
             csrf=self.auth.csrf_for(sid) if sid else "",
-            pages=PAGES,
+            pages=PAGES + PAGES_MORE,
             notice=self.notices.read(request.query.get("notice", "")),
             **values,
         )
@@ -350,7 +389,34 @@ class AdminServer:
         )
 
     async def live(self, request: web.Request) -> web.Response:
-        return self.render(request, "live", **await views.live(self.sources, time.time()))
+        twitch = self.sources.settings.twitch
+        joinable = twitch.configured and twitch.transport == "conduit"
+        found = await views.live(self.sources, time.time())
+        return self.render(request, "live", **found, twitch_joinable=joinable)
+
+    async def twitch_channel(self, request: web.Request) -> web.StreamResponse:
+        """Join or leave a Twitch channel (conduit transport): what ``chorus twitch join`` does;
+        the gateways follow within a third of a shard lease."""
+        form = await request.post()
+        action = "leave" if str(form.get("action", "")) == "leave" else "join"
+        twitch = self.sources.settings.twitch
+        try:
+            channel = normal_channel(str(form.get("channel", "")))
+            if not (twitch.configured and twitch.transport == "conduit"):
+                raise ValueError("channels change at run time only with TWITCH_TRANSPORT=conduit")
+        except ValueError as exc:
+            raise web.HTTPSeeOther(
+                f"/live?{self.notices.issue('invalid', reason=str(exc))}"
+            ) from None
+        store, app = RedisConduitStore(self.sources.redis), (twitch.client_id or "").strip()
+        if action == "join":
+            await store.join_channel(app, channel)
+        else:
+            await store.leave_channel(app, channel)
+        done = "twitch_joined" if action == "join" else "twitch_left"
+        self.audit(request, "live:twitch", done, platform="twitch", conversation=channel)
+        await self.sources.audit.flush()
+        raise web.HTTPSeeOther(f"/live?{self.notices.issue(done, channel=channel)}")
 
     async def insights(self, request: web.Request) -> web.Response:
         data = await views.insights(self.sources, datetime.now(UTC))
@@ -379,11 +445,111 @@ class AdminServer:
     async def logs(self, request: web.Request) -> web.Response:
         return self.render(request, "logs", **await logs_page.logs(self.sources, request.query))
 
+    async def moderation(self, request: web.Request) -> web.Response:
+        return self.render(request, "moderation", **await moderation_page.moderation(self.sources))
+
+    async def moderation_undo(self, request: web.Request) -> web.StreamResponse:
+        """Untimeout or unban from the Moderation page, through the platform's gateway."""
+        form = {k: str(v) for k, v in (await request.post()).items() if k != "csrf"}
+        who = _who_did(request, "", request.get(SESSION_KEY, ""))
+        try:
+            done = await moderation_page.undo(self.sources, form, who)
+        except LookupError as exc:
+            raise web.HTTPConflict(text=str(exc)) from None
+        except ValueError as exc:
+            raise web.HTTPBadRequest(text=str(exc)) from None
+        user = done.user_id or ""
+        conv = str(done.conversation)
+        self.audit(request, "moderation:undo", done.action, conversation=conv, user_id=user)
+        await self.sources.audit.flush()
+        notice = self.notices.issue("undone", action=done.action, user=user)
+        raise web.HTTPSeeOther(f"/moderation?{notice}")
+
     async def config(self, request: web.Request) -> web.Response:
         can_edit = accounts.allows(request.get(ROLE_KEY, ""), "admin")
         return await config_pages.page(self.sources, request, self.render, can_edit=can_edit)
 
+    async def charts(self, request: web.Request) -> web.Response:
+        span = request.query.get("span", "24h")
+        data = await charts_page.charts(self.sources, span, datetime.now(UTC))
+        return self.render(request, "charts", **data)
+
+    async def plugins(self, request: web.Request) -> web.Response:
+        can_edit = accounts.allows(request.get(ROLE_KEY, ""), "admin")
+        return await plugins_page.page(self.sources, request, self.render, can_edit=can_edit)
+
+    async def knowledge(self, request: web.Request) -> web.Response:
+        can_edit = accounts.allows(request.get(ROLE_KEY, ""), "admin")
+        return await knowledge_page.page(self.sources, request, self.render, can_edit=can_edit)
+
+    async def chat(self, request: web.Request) -> web.Response:
+        available = isinstance(self.sources.chat, chat_page.ChatParts)
+        return await chat_page.page(request, self.render, available=available)
+
     # -- changes ----------------------------------------------------------------------------------
+    async def chat_send(self, request: web.Request) -> web.StreamResponse:
+        parts = self.sources.chat
+        if not isinstance(parts, chat_page.ChatParts):
+            raise web.HTTPConflict(text="this process runs no router; chat from a chat worker")
+        account = request.get(ACCOUNT_KEY, "") or "admin"
+        self.audit(request, "chat:test", "asked", conversation=str(request.path))
+        await self.sources.audit.flush()
+        mask = self.masker()
+        return await chat_page.send(parts, self.sources, request, self.render, account, mask)
+
+    def knowledge_notice(self, text: str) -> str:
+        return self.notices.issue("knowledge", text=text[:300])
+
+    async def knowledge_upload(self, request: web.Request) -> web.StreamResponse:
+        return await knowledge_page.upload(self.sources, request, self.audit, self.knowledge_notice)
+
+    async def knowledge_reindex(self, request: web.Request) -> web.StreamResponse:
+        return await knowledge_page.reindex(
+            self.sources, request, self.audit, self.knowledge_notice
+        )
+
+    async def knowledge_url(self, request: web.Request) -> web.StreamResponse:
+        secrets = [*self.sources.settings.secret_values(), self._token]
+        return await knowledge_page.add_url(
+            self.sources, request, self.audit, self.knowledge_notice, self.masker(), secrets
+        )
+
+    async def plugins_submit(self, request: web.Request) -> web.StreamResponse:
+        saved = f"/plugins?{self.notices.issue('saved')}"
+        secrets = [*self.sources.settings.secret_values(), self._token]
+        return await plugins_page.submit(
+            self.sources, request, self.render, self.audit, self.masker(), saved, secrets
+        )
+
+    async def commands(self, request: web.Request) -> web.Response:
+        return self.render(
+            request, "commands", **await commands_page.page(self.sources, request.query)
+        )
+
+    async def commands_submit(self, request: web.Request) -> web.StreamResponse:
+        """Save or delete a channel's custom command (operator; audited)."""
+        form = {k: str(v) for k, v in (await request.post()).items()}
+        try:
+            done, platform, channel, name = await commands_page.submit(self.sources, form)
+        except ValueError as exc:
+            notice = self.notices.issue("invalid", reason=str(exc))
+        else:
+            where = ConversationKey(platform=platform, channel=channel)
+            self.audit(
+                request,
+                "commands:edit",
+                done,
+                platform=platform,
+                conversation=str(where),
+                detail=f"!{name}",
+            )
+            await self.sources.audit.flush()
+            notice = self.notices.issue(f"command_{done}", name=name)
+        place = (
+            f"platform={quote(form.get('platform', ''))}&channel={quote(form.get('channel', ''))}"
+        )
+        raise web.HTTPSeeOther(f"/commands?{place}&{notice}")
+
     async def config_submit(self, request: web.Request) -> web.StreamResponse:
         saved = f"/config?{self.notices.issue('saved')}"
         return await config_pages.submit(

@@ -19,7 +19,7 @@ from typing import Any
 
 from bot.admin.masking import mask_urls
 from bot.engagement.turns import LiveChat
-from bot.events import ConversationKey
+from bot.events import ConversationKey, ModerationRequest
 from bot.memory.buffers import MemoryStore, UserBuffer, source_ref
 from bot.quota.ledger import QuotaLedger
 from bot.quota.plan import QuotaConfig
@@ -51,6 +51,10 @@ class Sources:
     commands: Commands | None = None  # the chat commands: /forget, the same path
     live: LiveChat | None = None  # this process's live channels (mentions waiting)
     reload: Callable[[], None] | None = None  # what SIGHUP (`chorus reload`) does
+    # hands a moderation request to its platform's gateway (the Moderation page's undo)
+    moderate: Callable[[ModerationRequest], Awaitable[None]] | None = None
+    plugins: object | None = None  # the plugins this process runs (LoadedPlugins)
+    chat: object | None = None  # the router's parts the test chat uses (chat_page.ChatParts)
 
 
 async def overview(src: Sources, now: datetime) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from bot.engagement.turns import LiveChat
+from bot.events import ModerationRequest
 from bot.memory.buffers import MemoryStore
 from bot.router.text_commands import Commands
 from bot.safety.audit import Audit
@@ -34,6 +35,9 @@ async def start_admin(
     commands: Commands | None = None,
     live: LiveChat | None = None,
     reload: Callable[[], None] | None = None,
+    moderate: Callable[[ModerationRequest], Awaitable[None]] | None = None,
+    plugins: object | None = None,
+    chat: object | None = None,
 ) -> AdminServer | None:
     """The dashboard, started, when ``CHORUS_ADMIN_PORT`` is set (None otherwise). What a
     process lacks is built from Redis (memory, history, the audit trail, ``/forget``)."""
@@ -71,6 +75,9 @@ async def start_admin(
         commands=commands,
         live=live,
         reload=reload,
+        moderate=moderate,
+        plugins=plugins,
+        chat=chat,
     )
     server = AdminServer.from_settings(settings.admin, sources)
     if server is not None:

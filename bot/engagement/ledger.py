@@ -99,6 +99,7 @@ class Reason(StrEnum):
     FLOOD = "flood"
     REPEAT = "repeat"
     BUDGET = "budget"  # addressed, but the reply budget's pace is closed: queued, answered together
+    BOT_COMMAND = "bot_command"  # "!socials": a chat-bot command (custom commands answer it)
 
 
 @dataclass(frozen=True, slots=True)

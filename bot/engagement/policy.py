@@ -32,7 +32,8 @@ applies (up to ``mention_burst`` answers at once, then one per ``user_cooldown_s
 mention over it is queued and answered as soon as the next answer is earned); ``!chorus pause``
 from the owner or a moderator silences the channel completely and empties its ledger until
 ``!chorus resume`` (from anyone else both are ignored); repeats, floods and walls of text are
-ignored with a reason, and a flooder's queued *ambient* lines are dropped.
+ignored with a reason, and a flooder's queued *ambient* lines are dropped; an ambient chat-bot
+command (``!socials``) is ignored too: the custom commands answer it, the model never.
 
 Mentions are never dropped by flood control: the flood, repeat and wall filters judge ambient
 lines only, a flood drops only the flooder's ambient lines, and in a chatter's slots of the
@@ -135,6 +136,12 @@ def is_wall(text: str, max_chars: int) -> bool:
     return len(words) >= 6 and len(set(words)) * 3 <= len(words)
 
 
+def is_bot_command(text: str) -> bool:
+    """``!socials``, ``!so @friend``: a line for a chat bot's command, never a batch's."""
+    head = text.lstrip()
+    return len(head) > 1 and head[0] == "!" and head[1].isalnum()
+
+
 def _normalised_hash(text: str) -> int:
     return hash(" ".join(text.casefold().translate(_PUNCT).split()))
 
@@ -206,6 +213,8 @@ def observe(
         return _DECISIONS[Reason.ADDRESSED]
     if not text.strip():
         return _DECISIONS[Reason.EMPTY]
+    if is_bot_command(text):  # for a command bot (Chorus's custom commands), not a chat line
+        return _DECISIONS[Reason.BOT_COMMAND]
     if is_wall(text, cfg.wall_max_chars):
         return _DECISIONS[Reason.WALL]
     if flooding:  # a flooder's queued ambient lines go too; a waiting mention stays

@@ -130,13 +130,16 @@ class KnowledgeIndexer:
         ttl_ms = max(1000, int(self.settings.knowledge_refresh * 900))
         if not force and not await self.store.lock(base, secrets.token_hex(8), ttl_ms):
             return Report(base, len(sources), 0, 0, changed=False)
-        listed = await self._list_all(base, sources)
+        problems: list[str] = []
+        listed = await self._list_all(base, sources, problems)
         stored = await self.store.sources(base)
         if _marks(listed) == stored:
+            await self.store.set_status(base, "unchanged", len(listed), problems)
             return Report(base, len(listed), 0, 0, changed=False)
-        docs = await self._read(listed)
+        docs = await self._read(listed, problems)
         marks = _marks(docs)
         if marks == stored:  # what changed is a document that still cannot be read
+            await self.store.set_status(base, "unchanged", len(docs), problems)
             return Report(base, len(docs), 0, 0, changed=False)
         chunks = [
             chunk
@@ -147,6 +150,8 @@ class KnowledgeIndexer:
         model = self.embedder.name if self.embedder is not None else ""
         version = await save_index(self.store, base, chunks, vectors, model)
         await self.store.set_sources(base, marks)
+        built = {"chunks": len(chunks), "vectors": sum(1 for v in vectors if v), "model": model}
+        await self.store.set_status(base, "indexed", len(docs), problems, built)
         log.info(
             "knowledge base indexed",
             extra={"base": base, "chunks": len(chunks), "embedded": embedded, "version": version},
@@ -171,7 +176,7 @@ class KnowledgeIndexer:
         return [known.get(i) for i in ids], len(missing)
 
     async def _list_all(
-        self, base: str, sources: Sequence[str]
+        self, base: str, sources: Sequence[str], problems: list[str]
     ) -> list[tuple[str, str, Listed | str]]:
         """``(name, mark, file or text)`` of every document of ``sources`` within the base's
         bounds: a URL fetched (its text), a file listed (read only if the marks changed)."""
@@ -192,10 +197,11 @@ class KnowledgeIndexer:
                 found.extend((item.name, item.mark, item) for item in files)
             except (OSError, ToolError) as exc:
                 log.warning("knowledge source skipped", extra={"source": source, "error": str(exc)})
+                problems.append(f"{source}: skipped: {exc}")
         return found
 
     async def _read(
-        self, listed: list[tuple[str, str, Listed | str]]
+        self, listed: list[tuple[str, str, Listed | str]], problems: list[str]
     ) -> list[tuple[str, str, str]]:
         """``(name, mark, text)`` of every listed document that can be read."""
         timeout = self.settings.knowledge_pdf_timeout
@@ -211,6 +217,7 @@ class KnowledgeIndexer:
                     "knowledge file unreadable; skipped",
                     extra={"document": name, "error": str(exc)},
                 )
+                problems.append(f"{name}: unreadable: {exc}")
                 continue
             docs.append((name, mark, text))
         return docs

@@ -137,6 +137,15 @@ DEFAULT_PRICES: dict[str, Price] = {
     "text-embedding-3-large": _p(0.13, 0, 0.13),
     "text-embedding-ada-002": _p(0.10, 0, 0.10),
     "gemini-embedding-001": _p(0.15, 0, 0.15),
+    # Speech models (the stream overlay, bot.voice): ``input`` is USD per million *characters*
+    # spoken, estimated from the vendors' per-minute or per-character list prices.
+    "gpt-4o-mini-tts": _p(15.00, 0, 15.00),
+    "tts-1": _p(15.00, 0, 15.00),
+    "tts-1-hd": _p(30.00, 0, 30.00),
+    "gemini-2.5-flash-preview-tts": _p(10.00, 0, 10.00),
+    "gemini-2.5-pro-preview-tts": _p(20.00, 0, 20.00),
+    "eleven_multilingual_v2": _p(120.00, 0, 120.00),
+    "eleven_flash_v2_5": _p(60.00, 0, 60.00),
 }
 
 _BOUNDARY = frozenset("-_@:.")
@@ -180,6 +189,13 @@ class PriceTable:
         if price is None:
             return None
         return sum(_tokens(len(text)) for text in texts) * price.input / _MILLION
+
+
+def speech_cost(table: PriceTable, model: str, chars: int) -> float:
+    """The estimated cost of speaking ``chars`` characters with speech model ``model`` (its
+    ``input`` price is per million characters); 0 for a model with no price (espeak-ng)."""
+    price = table.lookup(model)
+    return 0.0 if price is None else price.input * chars / _MILLION
 
 
 def load_prices(path: str | Path | None = None) -> PriceTable:

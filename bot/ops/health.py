@@ -70,13 +70,26 @@ def provider_check(provider: object) -> Check:
 
 
 def adapter_checks(adapters: Iterable[object]) -> dict[str, Check]:
-    """``adapter:<platform>`` checks for the adapters that have ``async ready()``."""
+    """``adapter:<platform>`` checks for the adapters that have ``async ready()``, and
+    ``adapter:<platform>:<part>`` for each part a supervised slot names (Discord's shards)."""
     checks: dict[str, Check] = {}
     for adapter in adapters:
         if isinstance(adapter, Readiness):
             platform = getattr(adapter, "platform", type(adapter).__name__)
             checks[f"adapter:{platform}"] = adapter.ready
+        part_names = getattr(adapter, "part_names", None)
+        part_ready = getattr(adapter, "part_ready", None)
+        if part_names is not None and part_ready is not None:
+            for part in part_names():  # each of a sharded adapter's shards on its own
+                checks[f"adapter:{platform}:{part}"] = _part_check(part_ready, part)
     return checks
+
+
+def _part_check(part_ready: Callable[[str], Awaitable[bool]], part: str) -> Check:
+    async def check() -> bool:
+        return await part_ready(part)
+
+    return check
 
 
 # -- the server -----------------------------------------------------------------------------------

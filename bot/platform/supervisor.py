@@ -18,6 +18,14 @@ The process ends on a signal, or when every adapter has failed: then ``run`` rai
 with its clear message. Each slot is a readiness check (``adapter:<platform>`` on ``/readyz``):
 ready while its adapter runs and is connected, as its ``ready()`` reads from its SDK (every
 platform adapter has one; the console has none and is ready while it runs).
+
+Parts: an adapter made of independent connections (Discord's shards) lists them in
+``parts()`` (name -> connected), with ``restart_part(name)``. While it runs, the supervisor
+looks at the parts every ``part_every`` seconds, and a part that stayed down ``part_grace``
+seconds is restarted alone: the adapter and its other parts are not touched. The SDK's own
+reconnect comes first (a part is only restarted once that has not brought it back), so this is
+the net under it, not a second reconnect loop. ``expected_parts()`` names the parts known before
+connecting; each becomes its own readiness check (``adapter:<platform>:<part>``).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from bot.platform.protocol import PlatformAdapter
 from bot.resilience import RetryPolicy
@@ -40,6 +49,8 @@ Sleep = Callable[[float], Awaitable[None]]
 
 RESTART_POLICY = RetryPolicy(base_delay=1.0, max_delay=120.0)
 HEALTHY_AFTER = 60.0  # seconds of running after which a restart counts as a first failure
+PART_GRACE = 60.0  # seconds a part (a shard) may stay down before it is restarted alone
+PART_EVERY = 5.0  # seconds between two looks at the parts
 
 
 class State(StrEnum):
@@ -56,6 +67,7 @@ class Slot:
     build: AdapterFactory
     state: State = State.RUNNING
     restarts: int = 0
+    part_restarts: dict[str, int] = field(default_factory=dict)
     error: str | None = None
     _closed: bool = field(default=False, repr=False)
 
@@ -69,6 +81,16 @@ class Slot:
             return False
         check = getattr(self.adapter, "ready", None)
         return bool(await check()) if check is not None else True
+
+    def part_names(self) -> list[str]:
+        """The parts the adapter names before connecting (Discord: its configured shards)."""
+        expected = getattr(self.adapter, "expected_parts", None)
+        return list(expected()) if expected is not None else []
+
+    async def part_ready(self, name: str) -> bool:
+        """Running, and that part of the current adapter connected."""
+        check = getattr(self.adapter, "part_ready", None)
+        return self.state is State.RUNNING and check is not None and bool(await check(name))
 
     async def close(self) -> None:
         """Close the current adapter, once however often it is asked."""
@@ -100,10 +122,14 @@ class Supervisor:
         healthy_after: float = HEALTHY_AFTER,
         sleep: Sleep = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
+        part_grace: float = PART_GRACE,
+        part_every: float = PART_EVERY,
     ) -> None:
         self.slots = list(slots)
         self.policy = policy
         self.healthy_after = healthy_after
+        self.part_grace = part_grace
+        self.part_every = part_every
         self._sleep = sleep
         self._clock = clock
         self._stopping = False
@@ -136,6 +162,7 @@ class Supervisor:
         failures = 0
         while True:
             started = self._clock()
+            watch = self._watch_parts(slot)
             try:
                 await slot.adapter.run()
                 reason = "finished"
@@ -152,6 +179,9 @@ class Supervisor:
                     return
                 reason = f"{type(exc).__name__}: {exc}"
                 log.exception("adapter crashed", extra={"platform": slot.platform})
+            finally:
+                if watch is not None:
+                    watch.cancel()
             if self._stopping:
                 return
             slot.state = State.RESTARTING
@@ -176,3 +206,36 @@ class Supervisor:
                 slot.fail(str(exc))
                 log.error("adapter cannot be rebuilt", extra={"platform": slot.platform})
                 return
+
+    def _watch_parts(self, slot: Slot) -> asyncio.Task[None] | None:
+        """While the adapter runs: restart alone each part down for ``part_grace`` seconds."""
+        if getattr(slot.adapter, "parts", None) is None:
+            return None
+        return asyncio.create_task(self._parts_loop(slot), name=f"parts:{slot.platform}")
+
+    async def _parts_loop(self, slot: Slot) -> None:
+        adapter: Any = slot.adapter
+        down_since: dict[str, float] = {}
+        while True:
+            await self._sleep(self.part_every)
+            now = self._clock()
+            for name, up in dict(adapter.parts()).items():
+                if up:
+                    down_since.pop(name, None)
+                    continue
+                since = down_since.setdefault(name, now)
+                if now - since < self.part_grace:
+                    continue
+                down_since.pop(name, None)
+                slot.part_restarts[name] = slot.part_restarts.get(name, 0) + 1
+                log.warning(
+                    "adapter part down; restarting it alone",
+                    extra={"platform": slot.platform, "part": name, "down_s": round(now - since)},
+                )
+                try:
+                    await adapter.restart_part(name)
+                except Exception:
+                    log.exception(
+                        "restarting an adapter part failed",
+                        extra={"platform": slot.platform, "part": name},
+                    )

@@ -32,7 +32,7 @@ May import: the foundation, ``bot.llm``, ``bot.tools``, ``bot.state`` (the store
 
 from __future__ import annotations
 
-from bot.events import ChatMessage, ConversationKey, Role
+from bot.events import ChatMessage, ConversationKey, ModerationRequest, Role
 from bot.plugins.api import (
     CommandContext,
     Hook,
@@ -51,10 +51,12 @@ from bot.plugins.events import (
     on_message,
     on_reaction,
     on_reply,
+    on_screened,
     on_stream_event,
     on_stream_offline,
     on_stream_online,
 )
+from bot.plugins.reach import QuotaReached
 from bot.plugins.store import Bucket, Item, PluginStore
 from bot.plugins.timers import Timer, TimerContext, cron, every
 from bot.state.plugin_store import Owner
@@ -71,10 +73,12 @@ __all__ = [
     "FunctionTool",
     "Hook",
     "Item",
+    "ModerationRequest",
     "Owner",
     "Permission",
     "Plugin",
     "PluginCommand",
+    "QuotaReached",
     "PluginStore",
     "Role",
     "Tool",
@@ -92,6 +96,7 @@ __all__ = [
     "on_message",
     "on_reaction",
     "on_reply",
+    "on_screened",
     "on_stream_event",
     "on_stream_offline",
     "on_stream_online",

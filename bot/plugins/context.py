@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from bot.events import ChatMessage, ConversationKey
+from bot.events import ChatMessage, ConversationKey, ModerationRequest
 from bot.plugins.config import PluginConfig
 from bot.plugins.reach import Reach
 from bot.plugins.store import PluginStore
@@ -40,6 +40,10 @@ class PluginServices:
     ) -> None:
         await self.reaching().send(self.name, conversation, text, answering)
 
+    async def moderate(self, request: ModerationRequest) -> None:
+        """Hand ``request`` to its platform's gateway (performed once, audited)."""
+        await self.reaching().moderate(self.name, request)
+
     async def ask(
         self,
         prompt: str,
@@ -55,6 +59,16 @@ class PluginServices:
     def settings(self, model: type[M], message: ChatMessage | None = None) -> M:
         """The plugin's settings as ``model`` (its ``@settings`` class), for ``message``'s
         place when given (its scopes' ``[scope.plugins.NAME]`` over ``[plugins.NAME]``)."""
+        if message is None:
+            return self.settings_at(model, None, None, None)
+        return self.settings_at(
+            model, message.platform, message.server, message.conversation.channel
+        )
+
+    def settings_at(
+        self, model: type[M], platform: str | None, server: str | None, channel: str | None
+    ) -> M:
+        """The settings for a place given by its ids (None: ``[plugins.NAME]`` alone)."""
         config = self.config
         if config is None or config.model is not model:
             declared = config.model.__name__ if config is not None else "none"
@@ -62,11 +76,7 @@ class PluginServices:
                 f"plugin {self.name}: {model.__name__} is not its @settings model "
                 f"(declared: {declared})"
             )
-        found = (
-            config.base
-            if message is None
-            else config.at(message.platform, message.server, message.conversation.channel)
-        )
+        found = config.base if platform is None else config.at(platform, server, channel or "")
         assert isinstance(found, model)
         return found
 
@@ -106,6 +116,11 @@ class MessageContext:
     async def reply(self, text: str) -> None:
         """Send ``text`` to this message's conversation, as an answer to it."""
         await self._services().send(self.message.conversation, text, self.message)
+
+    async def moderate(self, request: ModerationRequest) -> None:
+        """Ask the platform to delete, time out or ban (``request``): performed once by the
+        gateway through the platform's API, the bot's permission checked first, and audited."""
+        await self._services().moderate(request)
 
     async def ask(
         self, prompt: str, *, system: str | None = None, max_tokens: int | None = None

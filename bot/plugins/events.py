@@ -5,10 +5,15 @@
   seen twice).
 * ``on_stream_event``: a line that carries a ``StreamEvent`` (a raid, sub, gift, cheer, Super
   Chat...: ``ctx.stream_event``), after the screen too.
+* ``on_screened``: a line the safety screen took out (dropped or refused: a rule it broke, or
+  a user the bot ignores), which ``on_message`` never sees; for a moderation plugin that acts
+  on what the bot itself will not read.
 * ``on_reply``: each reply the bot sent (``ctx.reply_text``), for the message it answers.
 * ``on_member_join``, ``on_member_leave``, ``on_reaction`` (Discord), ``on_stream_online``,
-  ``on_stream_offline`` (Twitch): what a platform reports besides lines (``ChannelEvent``), riding the inbound topic as a message without text
-  that the router never answers (``ctx.channel_event``; ``ctx.user`` is who did it).
+  ``on_stream_offline`` (Twitch's stream state; YouTube's broadcast chat followed or over): what
+  a platform reports besides lines (``ChannelEvent``), riding the inbound topic as a message
+  without text that the router never answers (``ctx.channel_event``; ``ctx.user`` is who did
+  it).
 
 A handler is ``async def f(ctx: EventContext) -> None``. ``PluginEvents.emit`` only starts tasks
 and returns, so no handler ever delays a turn. Each call has a time limit (the handler's
@@ -37,6 +42,7 @@ log = logging.getLogger("chorus.plugins")
 
 EventKind = Literal[
     "message",
+    "screened",
     "stream_event",
     "reply",
     "member_join",
@@ -120,6 +126,19 @@ def on_stream_event(
     if func is not None:
         return EventHandler("stream_event", func, timeout)
     return lambda f: EventHandler("stream_event", f, timeout)
+
+
+@overload
+def on_screened(func: EventFunction, /) -> EventHandler: ...
+@overload
+def on_screened(*, timeout: float | None = None) -> Callable[[EventFunction], EventHandler]: ...
+def on_screened(
+    func: EventFunction | None = None, /, *, timeout: float | None = None
+) -> EventHandler | Callable[[EventFunction], EventHandler]:
+    """A line the safety screen took out (``on_message`` never sees it)."""
+    if func is not None:
+        return EventHandler("screened", func, timeout)
+    return lambda f: EventHandler("screened", f, timeout)
 
 
 @overload
@@ -250,6 +269,10 @@ class PluginEvents:
         self.emit("message", message)
         if message.stream_event is not None:
             self.emit("stream_event", message)
+
+    def screened(self, message: ChatMessage) -> None:
+        """A line the screen took out: ``on_screened`` only."""
+        self.emit("screened", message)
 
     def replied(self, message: ChatMessage, text: str) -> None:
         self.emit("reply", message, text)

@@ -12,6 +12,10 @@ A plugin is all or nothing: if importing it, its ``register``, or checking what 
 logged with the plugin's name and the plugin is skipped whole; the bot starts with the rest.
 Nothing a plugin does at load time can stop the start, short of killing the process.
 
+The plugins shipped with Chorus (``bot/plugins/builtin``: ``BUILTIN``) load the same way, when
+``chorus.toml`` has their ``[plugins.NAME]`` table (even an empty one): that table is the
+operator's decision to run them.
+
 A module named both in the settings and by an entry point is loaded once. An object found in
 two plugins (one plugin importing another's tool) belongs to the first.
 
@@ -36,6 +40,7 @@ from typing import Any
 from bot.ops.logs import add_secrets
 from bot.plugins.api import Hook, Plugin, PluginCommand
 from bot.plugins.api import Source as Source  # re-exported: where tests and callers find it
+from bot.plugins.builtin import BUILTIN
 from bot.plugins.config import Variables, build_config, is_settings_model
 from bot.plugins.events import EventHandler, Subscriber
 from bot.plugins.reach import Reach
@@ -85,9 +90,11 @@ class LoadedPlugins:
 def plugin_sources(
     settings: PluginSettings,
     entry_points: Callable[[], Iterable[metadata.EntryPoint]] | None = None,
+    tables: Iterable[str] = (),
 ) -> list[Source]:
     """The plugins to load, in order: the settings' names (an entry point's name stands for
-    its target), then every entry point when CHORUS_PLUGIN_ENTRY_POINTS is on."""
+    its target, a built-in's name for its module), then the built-ins whose ``[plugins.NAME]``
+    table is in ``tables``, then every entry point when CHORUS_PLUGIN_ENTRY_POINTS is on."""
     found = sorted(
         entry_points() if entry_points is not None else _group_entry_points(),
         key=lambda p: (p.name, p.value),
@@ -96,10 +103,15 @@ def plugin_sources(
     sources = []
     for name in settings.modules:
         point = points.get(name)
-        if point is None:
+        if name in BUILTIN:
+            sources.append(Source(name, BUILTIN[name], "built-in, named in CHORUS_PLUGINS"))
+        elif point is None:
             sources.append(Source(name, name, "CHORUS_PLUGINS"))
         else:
             sources.append(_entry_source(point, "named in CHORUS_PLUGINS"))
+    for name in tables:
+        if name in BUILTIN:
+            sources.append(Source(name, BUILTIN[name], f"built-in, [plugins.{name}]"))
     named = {source.name for source in sources}
     for point in found:
         if settings.entry_points:
@@ -141,7 +153,8 @@ def load_plugins(
     tool_names = set(reserved_tools)
     command_names = set(reserved_commands)
     seen: set[int] = set()  # ids of objects an earlier plugin already added
-    for source in plugin_sources(settings) if sources is None else sources:
+    tables = (file or FileSettings()).plugins
+    for source in plugin_sources(settings, tables=tables) if sources is None else sources:
         try:
             plugin = _load(source, seen)
             _check_names(plugin, tool_names, command_names)

@@ -10,8 +10,14 @@ a plugin's calls are paid from the same budget as everything else and refused wi
 ``CostCapReached`` past it; each call is logged with the plugin's name, its tokens counted in
 ``chorus_llm_tokens`` like any call of the model, and a call made while handling a message is a
 record of that conversation's turn log (the dashboard's), with its tokens, latency and cost.
+A call about a message is also paid from its author's and channel's token quotas (the scope's
+``quota``): refused with ``QuotaReached`` once one is spent, its tokens counted to both after.
 
-The composition root builds the two callables (``bot/app.py``); ``bot.plugins`` never imports
+``moderate`` hands a ``ModerationRequest`` (delete, timeout, ban...) to the platform's gateway on
+``moderation:<platform>``, which performs it through the platform's own API, once, and audits it
+whatever came of it (``bot.platform.moderation``); the first-party ``moderation`` plugin uses it.
+
+The composition root builds the callables (``bot/app.py``); ``bot.plugins`` never imports
 the bus or the safety gate.
 """
 
@@ -22,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from bot.events import ChatMessage, ConversationKey
+from bot.events import ChatMessage, ConversationKey, ModerationRequest
 from bot.llm.base import Provider
 from bot.llm.types import LLMRequest, Message, TextPart, Usage
 
@@ -30,7 +36,22 @@ log = logging.getLogger("chorus.plugins")
 
 # (plugin, conversation, text, the message it answers or None) -> None
 SendFunction = Callable[[str, ConversationKey, str, ChatMessage | None], Awaitable[None]]
+ModerateFunction = Callable[[ModerationRequest], Awaitable[None]]
 MAX_SEND_CHARS = 4000
+
+
+class QuotaReached(Exception):
+    """A token quota of the message's author or channel is spent: the model was not called."""
+
+    def __init__(self, rule: str, resets_in: int) -> None:
+        super().__init__(f"{rule} is reached; it resets in {resets_in} s")
+        self.rule = rule
+        self.resets_in = resets_in
+
+
+# the message a call is about -> the quota it would break (rule, seconds to reset) or None
+AdmitAsk = Callable[[ChatMessage], Awaitable[tuple[str, int] | None]]
+CountAsk = Callable[[ChatMessage, Usage], Awaitable[None]]  # the tokens it spent
 
 
 @dataclass
@@ -44,6 +65,24 @@ class Reach:
     on_usage: Callable[[str, Usage], None] | None = None  # the metrics' token counts
     # (message, plugin, model, usage, seconds): the turn log of the message's conversation
     on_asked: Callable[[ChatMessage, str, str, Usage, float], None] | None = None
+    admit_ask: AdmitAsk | None = None  # the per-user/per-channel token quotas
+    count_ask: CountAsk | None = None
+    moderate_function: ModerateFunction | None = None  # publishes on moderation:<platform>
+
+    async def moderate(self, plugin: str, request: ModerationRequest) -> None:
+        """Ask the platform's gateway to perform ``request`` (it audits the outcome)."""
+        if self.moderate_function is None:
+            raise RuntimeError("moderate: no moderation actions here")
+        await self.moderate_function(request)
+        log.info(
+            "plugin asked for a moderation action",
+            extra={
+                "plugin": plugin,
+                "action": request.action,
+                "conversation": str(request.conversation),
+                "user_id": request.user_id,
+            },
+        )
 
     async def send(
         self,
@@ -74,6 +113,14 @@ class Reach:
         """The model's answer to ``prompt`` (one call, no tools, no history)."""
         if self.provider is None:
             raise RuntimeError("ask: no model is configured")
+        if about is not None and self.admit_ask is not None:
+            refused = await self.admit_ask(about)
+            if refused is not None:
+                log.info(
+                    "plugin's model call refused by a quota",
+                    extra={"plugin": plugin, "rule": refused[0]},
+                )
+                raise QuotaReached(*refused)
         request = LLMRequest(
             model=self.model,
             system=(TextPart(text=system),) if system else (),
@@ -85,8 +132,11 @@ class Reach:
         seconds = time.monotonic() - started
         if self.on_usage is not None:
             self.on_usage(self.model, response.usage)
-        if self.on_asked is not None and about is not None:
-            self.on_asked(about, plugin, self.model, response.usage, seconds)
+        if about is not None:
+            if self.on_asked is not None:
+                self.on_asked(about, plugin, self.model, response.usage, seconds)
+            if self.count_ask is not None:
+                await self.count_ask(about, response.usage)
         log.info(
             "plugin asked the model",
             extra={

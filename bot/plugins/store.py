@@ -74,6 +74,14 @@ class Bucket:
         """Add ``by`` to the integer under ``name`` (0 when absent), atomically; the new value."""
         return await self._kv.incr(self._key(name), int(by), ttl=ttl, owner=self._whose(owner))
 
+    async def claim(self, name: str, ttl: float, value: JSON = True) -> bool:
+        """Set ``name`` to ``value`` for ``ttl`` seconds only if it has no value now, atomically
+        across every worker: True for the one call that set it (a cooldown, a once-only)."""
+        if not ttl > 0:
+            raise ValueError("claim: ttl must be positive")
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return await self._kv.claim(self._key(name), text, ttl=ttl)
+
     async def push(
         self,
         name: str,

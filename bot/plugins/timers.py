@@ -76,6 +76,13 @@ class TimerContext:
         """The plugin's ``@settings`` model with the deployment's values."""
         return self._services().settings(model)
 
+    def settings_for(
+        self, model: type[M], platform: str, channel: str, server: str | None = None
+    ) -> M:
+        """The ``@settings`` model with its values for one place (its scopes'
+        ``[scope.plugins.NAME]`` over ``[plugins.NAME]``), as a message there would get them."""
+        return self._services().settings_at(model, platform, server, channel)
+
     async def send(self, conversation: ConversationKey, text: str) -> None:
         """Send ``text`` to ``conversation``, through the outbound check and the platform's
         sending chokepoint."""

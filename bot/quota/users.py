@@ -215,6 +215,39 @@ class Quotas:
             for c in counters(limits, message, now, person=person)
         )
 
+    async def tokens_over(
+        self, limits: QuotaLimits, message: ChatMessage, now: datetime, *, exempt: bool
+    ) -> Refusal | None:
+        """The first token limit of ``message``'s author or channel already reached (not a
+        message count: a plugin's ``ctx.ask`` about a message is not another message), or None.
+        One round trip, none when no token limit is set."""
+        found = [] if exempt else [c for c in counters(limits, message, now) if c.tokens]
+        if not found:
+            return None
+        rows = await self.store.read([c.key for c in found])
+        for c, (_, tokens) in zip(found, rows, strict=True):
+            if c.tokens is not None and tokens >= c.tokens:
+                return Refusal(
+                    c.scope, "tokens", float(c.tokens), c.period, c.ttl - PERIOD_GRACE, False
+                )
+        return None
+
+    async def add_tokens(
+        self,
+        limits: QuotaLimits,
+        message: ChatMessage,
+        now: datetime,
+        *,
+        tokens: int,
+        exempt: bool,
+    ) -> None:
+        """Count ``tokens`` spent outside a turn (a plugin's ``ctx.ask``) to ``message``'s
+        author and channel, as a turn's tokens are counted (``usage_counters``)."""
+        if exempt or tokens <= 0 or not limits.enabled:
+            return
+        found = counters(limits, message, now)
+        await self.store.add_tokens([(c.key, c.ttl) for c in found], tokens)
+
     async def usage(self, message: ChatMessage, now: datetime) -> dict[str, tuple[int, int]]:
         """The author's (messages, tokens) this ``hour`` and ``day``: what ``/usage`` shows."""
         mine = [c for c in counters(QuotaLimits(), message, now) if c.scope == "user"]

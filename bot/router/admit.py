@@ -3,7 +3,10 @@
 In the order that matters: a message delivered more often than ``max_deliveries`` is a dead
 letter (every worker so far died on it); it is counted and observed as arrived; the screen
 (``bot.router.screen``) may drop or refuse it; a line that passed is the plugins' ``on_message``
-(and ``on_stream_event``: ``bot.plugins.events``, started in the background, once per message);
+(and ``on_stream_event``: ``bot.plugins.events``, started in the background, once per message),
+a line it took out their ``on_screened``; the overlay's voice (``bot.voice.speaker``) reads a
+stream event aloud and applies a moderator's ``!skip`` / ``!tts`` (dropped here, never
+answered), in the background too;
 its scope may ignore it (answered only when
 addressed); in a busy live chat the engagement policy (``bot.engagement``) sees it in arrival
 order and decides now whether it is answered now (with the lines it covers), acknowledged (a
@@ -23,6 +26,7 @@ from bot.router.items import Drop, Item, answer_item
 from bot.router.observe import TurnObserver
 from bot.router.scoping import Profile
 from bot.router.screen import Screen
+from bot.voice.speaker import Speaker
 
 
 class Admit:
@@ -37,8 +41,10 @@ class Admit:
         engagement: LiveChat | None = None,
         max_deliveries: int = 3,
         events: PluginEvents | None = None,
+        speaker: Speaker | None = None,
     ) -> None:
         self.events = events
+        self.speaker = speaker
         self.screen = screen
         self.observer = observer
         self.metrics = metrics
@@ -59,9 +65,18 @@ class Admit:
         self.observer.arrived(message)
         screened = self.screen(item)
         if screened is not None:
+            if self.events and delivery.attempt == 1:  # the plugins' on_screened (moderation)
+                self.events.screened(message)
             return screened
         if self.events and delivery.attempt == 1:  # the plugins' on_message: off the reply path
             self.events.seen(message)
+        speaker = self.speaker
+        if speaker is not None and delivery.attempt == 1:  # the overlay's voice, off the path
+            if speaker.is_command(message):  # a moderator's !skip / !tts: applied, not answered
+                speaker.start(speaker.command(message))
+                return Drop()
+            if message.stream_event is not None:  # a cheer, a Super Chat: read aloud
+                speaker.start(speaker.event(message))
         engagement = self.engagement
         route = profile.route(message, engagement is not None and engagement.applies(message))
         if route == "ignore":  # the scope answers only when addressed

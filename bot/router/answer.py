@@ -7,7 +7,8 @@ what the plugins' ``before_turn`` hooks add. ``prepare`` builds it without the h
 safety gate's look (``bot.router.decide``: a daily cost cap reserves what that request may
 cost); the hooks run only for a turn the model answers, and rebuild it when they add text. The agent (``bot.agent.loop``) runs the scope's model chain;
 where the conversation streams answers, its drafts go out as it writes (``bot.router.drafts``),
-each through the same outbound check. The final text passes the safety gate's outbound check
+each through the same outbound check; where the channel speaks on its stream overlay, the same
+stream is spoken sentence by sentence (``bot.voice.speaker``, ``tee``). The final text passes the safety gate's outbound check
 (block lists, the system prompt's canary, the moderation model): what it returns is what is
 sent, and the turn's usage waits for the commit (quotas).
 
@@ -18,10 +19,11 @@ again.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from bot.agent.loop import AgentResult
+from bot.agent.loop import AgentResult, ReplySink
 from bot.agent.reasoning import decide
 from bot.events import ChatMessage, utcnow
 from bot.llm.errors import LLMError
@@ -38,6 +40,7 @@ from bot.router.scoping import Profile
 from bot.safety.gate import SafetyGate
 from bot.tools.base import ToolContext
 from bot.tools.toolbox import Toolbox
+from bot.voice.speaker import Speaker, SpeechSink
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,10 @@ class Answer:
         hooks: TurnHooks | None = None,
         memory: MemoryStore | None = None,
         tools: Toolbox | None = None,
+        speaker: Speaker | None = None,
     ) -> None:
         self.drafts = drafts
+        self.speaker = speaker
         self.safety = safety
         self.observer = observer
         self.metrics = metrics
@@ -112,13 +117,16 @@ class Answer:
                 request = self._build(item, read, profile, hooked)
         ctx = ToolContext(message=message, tools=profile.tools)
         drafts = self.drafts.open(message, item.reply_to_id, item.addressed)  # None: not streamed
+        speech = self.speaker.open(message) if self.speaker is not None else None
         try:
-            result = await profile.agent.run(request, ctx, drafts)
+            result = await profile.agent.run(request, ctx, tee(drafts, speech))
         except LLMError as exc:
             self.observer.llm_failed(self.metrics, message, request.model, exc)
             await self.safety.release(message)
             return Failed(exc)
         text = await self.safety.answer(message, result.text)
+        if speech is not None:
+            await speech.finish(text)
         self.safety.hold_usage(message, result.usage, request.model, item.delivery is not None)
         self.observer.answered(item, result, request, item.received)
         return Answered(text, result, request)
@@ -135,3 +143,29 @@ def context_for(
         )
     knowledge = read.recall.knowledge if read.recall is not None else ""
     return f"{context}\n{knowledge}" if context and knowledge else context or knowledge
+
+
+class _Tee:
+    """Two sinks fed the same stream: the drafts a platform shows and the overlay's speech."""
+
+    def __init__(self, first: ReplySink, second: ReplySink) -> None:
+        self.sinks = (first, second)
+
+    async def text(self, delta: str) -> None:
+        for sink in self.sinks:
+            await sink.text(delta)
+
+    async def reset(self) -> None:
+        for sink in self.sinks:
+            await sink.reset()
+
+    async def working(self, tools: Sequence[str]) -> None:
+        for sink in self.sinks:
+            await sink.working(tools)
+
+
+def tee(drafts: ReplySink | None, speech: SpeechSink | None) -> ReplySink | None:
+    """The sink of a turn: the drafts, the speech, both, or None (not streamed)."""
+    if drafts is None or speech is None:
+        return drafts or speech
+    return _Tee(drafts, speech)

@@ -37,6 +37,7 @@ from bot.state.redis_turn import RedisTurnStore
 from bot.state.turn import TurnStore
 from bot.state.turnlog import TurnLog
 from bot.tools.toolbox import Toolbox
+from bot.voice.speaker import Speaker
 
 
 def build_router(
@@ -60,6 +61,7 @@ def build_router(
     recall: Recall | None = None,
     drafts: Drafts | None = None,
     observer: TurnObserver | None = None,
+    speaker: Speaker | None = None,
 ) -> Router:
     """A router over ``store`` (or a ``RedisTurnStore`` over ``redis`` and ``history``).
     ``scoping``: each message's profile from chorus.toml's scopes; without it every message
@@ -91,6 +93,7 @@ def build_router(
             engagement=engagement,
             max_deliveries=limits.max_deliveries,
             events=hooks.events if hooks is not None else None,
+            speaker=speaker,
         ),
         read=Read(store, claims, memory=memory, recall=recall),
         decide=Decide(
@@ -108,6 +111,7 @@ def build_router(
             hooks=hooks,
             memory=memory,
             tools=tools,
+            speaker=speaker,
         ),
         commit=Commit(
             bus=bus,

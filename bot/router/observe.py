@@ -34,6 +34,7 @@ from bot.llm.pricing import PriceTable
 from bot.llm.types import LLMRequest, Usage
 from bot.ops.metrics import MetricsSink
 from bot.router.items import Item
+from bot.state.rollups import latency_field
 from bot.state.turnlog import Decision, Timeline, TurnLog, TurnRecord
 
 log = logging.getLogger("chorus.router")
@@ -112,6 +113,7 @@ class TurnObserver:
         """The numbers of an answered turn; recorded once committed (``committed``)."""
         usage = result.usage
         cost = self.prices.cost(request.model, usage) or 0.0
+        latency_ms = round((time.perf_counter() - received) * 1000)
         item.progress.record = _record(
             item.message,
             "answered",
@@ -121,11 +123,12 @@ class TurnObserver:
             cache_share=round(usage.cache_read_share, 3),
             output_tokens=usage.output_tokens,
             tools=result.tool_calls,
-            latency_ms=round((time.perf_counter() - received) * 1000),
+            latency_ms=latency_ms,
             cost_usd=round(cost, 6),
         )
         timeline = self.timeline
         timeline.count("replies")
+        timeline.count(latency_field(latency_ms))
         timeline.count("tokens_in", usage.total_input_tokens)
         timeline.count("tokens_out", usage.output_tokens)
         timeline.count("cache_read", usage.cache_read_tokens)

@@ -7,17 +7,22 @@ bus, where the platform adapter's one chokepoint sends it (rate limits, the ment
 ``addressed_user_ids`` is empty, so nobody is pinged; on YouTube the day's reply budget). A
 message that is not an answer is checked under the rules of its conversation's scope, through a
 stand-in message of that conversation written by the plugin. ``ask`` calls the deployment's
-model chain through the daily cost cap (``Spend.provider``) and counts its tokens.
+model chain through the daily cost cap (``Spend.provider``) and counts its tokens; one about a
+message is first checked against, and then counted to, its author's and channel's token quotas
+(the scope's, as the safety gate holds them; exempt users are not counted). ``moderate``
+publishes a ``ModerationRequest`` on ``moderation:<platform>`` for the platform's gateway.
 """
 
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 from bot.bus.base import EventBus
-from bot.bus.topics import outbound_topic
-from bot.events import Author, ChatMessage, ConversationKey, Reply
+from bot.bus.topics import moderation_topic, outbound_topic
+from bot.events import Author, ChatMessage, ConversationKey, ModerationRequest, Reply
 from bot.llm.base import Provider
+from bot.llm.types import Usage
 from bot.ops.metrics import Metrics, NullMetrics
 from bot.ops.model_calls import Spend
 from bot.plugins.reach import Reach
@@ -53,7 +58,38 @@ def plugin_reach(
         )
         await bus.publish(outbound_topic(conversation.platform), reply)
 
+    async def admit_ask(message: ChatMessage) -> tuple[str, int] | None:
+        policy = safety.policy(message)
+        if safety.quotas is None or not policy.quota.enabled:
+            return None
+        refused = await safety.quotas.tokens_over(
+            policy.quota, message, datetime.now(UTC), exempt=safety.exempt(message, policy)
+        )
+        return None if refused is None else (refused.rule, refused.resets_in)
+
+    async def count_ask(message: ChatMessage, usage: Usage) -> None:
+        policy = safety.policy(message)
+        if safety.quotas is None or not policy.quota.enabled:
+            return
+        await safety.quotas.add_tokens(
+            policy.quota,
+            message,
+            datetime.now(UTC),
+            tokens=usage.total_input_tokens + usage.output_tokens,
+            exempt=safety.exempt(message, policy),
+        )
+
+    async def moderate(request: ModerationRequest) -> None:
+        await bus.publish(moderation_topic(request.conversation.platform), request)
+
     metered = spend.provider(provider, "plugin") if spend is not None else provider
     return Reach(
-        send, provider=metered, model=model, max_tokens=max_tokens, on_usage=metrics.tokens
+        send,
+        provider=metered,
+        model=model,
+        max_tokens=max_tokens,
+        on_usage=metrics.tokens,
+        admit_ask=admit_ask,
+        count_ask=count_ask,
+        moderate_function=moderate,
     )

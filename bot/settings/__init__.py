@@ -57,6 +57,7 @@ from bot.settings.state import StateSettings, check_redis_url
 from bot.settings.thanks import ThanksSettings
 from bot.settings.tools import ToolSettings
 from bot.settings.twitch import TwitchSettings
+from bot.settings.voice import VoiceSettings
 from bot.settings.youtube import YouTubeSettings
 
 __all__ = [
@@ -83,6 +84,7 @@ __all__ = [
     "SlackSettings",
     "StateSettings",
     "ThanksSettings",
+    "VoiceSettings",
     "ToolSettings",
     "TwitchSettings",
     "YouTubeSettings",
@@ -120,6 +122,7 @@ class Settings(BaseModel):
     youtube: YouTubeSettings = Field(default_factory=YouTubeSettings)
     safety: SafetySettings = Field(default_factory=SafetySettings)
     quota: QuotaSettings = Field(default_factory=QuotaSettings)
+    voice: VoiceSettings = Field(default_factory=VoiceSettings)
     file: FileSettings = Field(default_factory=FileSettings)
 
     _warnings: list[str] = PrivateAttr(default_factory=list)

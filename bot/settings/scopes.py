@@ -38,6 +38,7 @@ from bot.settings.llm import LLMSettings, parse_model_spec
 from bot.settings.memory import MemorySettings
 from bot.settings.safety import ScopeQuota, ScopeSafety
 from bot.settings.slack import SlackSettings
+from bot.settings.voice import ScopeVoice
 
 PLATFORMS = ("console", "discord", "slack", "twitch", "youtube")
 SERVER_PLATFORMS = frozenset({"discord", "slack"})  # server/channel; the others: one level
@@ -113,6 +114,7 @@ class Scope(_Table):
     safety: ScopeSafety | None = None
     quota: ScopeQuota | None = None
     knowledge: tuple[str, ...] | None = None
+    voice: ScopeVoice | None = None
     # ``[scope.plugins.NAME]``: a plugin's settings here, over its ``[plugins.NAME]``; checked
     # by the plugin's own model when it loads (bot/plugins/config.py), not by the file's loader.
     plugins: dict[str, dict[str, Any]] | None = None
@@ -149,6 +151,7 @@ DEPLOYMENT: dict[str, tuple[str, str] | None] = {
     "safety.moderation_model": ("safety", "model"),
     **{f"quota.{f}": ("quota", f) for f in ScopeQuota.model_fields},
     "knowledge": ("memory", "knowledge_paths"),
+    **{f"voice.{f}": ("voice", f) for f in ScopeVoice.model_fields},
 }
 
 

@@ -5,6 +5,12 @@ The variable names are Slack's own (``SLACK_BOT_TOKEN``, ``SLACK_APP_TOKEN``,
 follows from what is set: an app-level token selects Socket Mode (no public URL needed); a
 signing secret alone selects the HTTP Events API. Problems surface as ``ConfigError`` naming the
 variable and where in the Slack app settings to find its value.
+
+Two ways to run: one workspace (``SLACK_BOT_TOKEN``, the default) or many
+(``SLACK_CLIENT_ID`` + ``SLACK_CLIENT_SECRET`` + ``SLACK_TOKEN_ENCRYPTION_KEY``): the app is
+installed through the OAuth v2 flow (``/slack/install``) and each workspace's bot token is kept,
+encrypted, in the state store. Many workspaces need the HTTP endpoint (the install pages live
+there), so ``SLACK_SIGNING_SECRET``, not ``SLACK_APP_TOKEN``.
 """
 
 from __future__ import annotations
@@ -18,6 +24,11 @@ from bot.settings.base import ConfigError, Section
 
 APPS_URL = "https://api.slack.com/apps"
 DEFAULT_API_BASE_URL = "https://slack.com/api/"
+DEFAULT_AUTHORIZE_URL = "https://slack.com/oauth/v2/authorize"
+DEFAULT_SCOPES = (  # deploy/slack-app-manifest.yaml's bot scopes
+    "app_mentions:read,chat:write,im:history,im:read,channels:history,groups:history,"
+    "mpim:history,files:read,commands,users:read"
+)
 
 ChannelSet = frozenset[str]
 
@@ -63,6 +74,42 @@ class SlackSettings(Section):
     Apps feature); `false`, or when Slack refuses them: post the first part, then `chat.update` it.
     """
 
+    client_id: str = Field(default="", validation_alias="SLACK_CLIENT_ID")
+    """Many workspaces: the app's Client ID (Basic Information > App Credentials). With
+    `SLACK_CLIENT_SECRET` and `SLACK_TOKEN_ENCRYPTION_KEY` it turns on the OAuth install flow
+    (`/slack/install`, `/slack/oauth_redirect`) instead of the one `SLACK_BOT_TOKEN`."""
+    client_secret: SecretStr | None = Field(default=None, validation_alias="SLACK_CLIENT_SECRET")
+    """Many workspaces: the app's Client Secret (Basic Information > App Credentials)."""
+    token_encryption_key: SecretStr | None = Field(
+        default=None, validation_alias="SLACK_TOKEN_ENCRYPTION_KEY"
+    )
+    """Many workspaces: the key the workspaces' tokens are encrypted with in the state store (a
+    Fernet key: 44 characters of URL-safe base64; make one with
+    `python -c "from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())"`).
+    Several keys, comma-separated: the first encrypts, all decrypt (key rotation)."""
+    scopes: str = Field(default=DEFAULT_SCOPES, validation_alias="SLACK_SCOPES")
+    """Many workspaces: the bot scopes asked for at install, comma-separated (the same list
+    as OAuth & Permissions > Bot Token Scopes of the app)."""
+    redirect_uri: str = Field(default="", validation_alias="SLACK_REDIRECT_URI")
+    """Many workspaces: the Redirect URL registered under OAuth & Permissions, e.g.
+    `https://chorus.example.org/slack/oauth_redirect`; empty: the one registered (if only one)."""
+    authorize_url: str = Field(
+        default=DEFAULT_AUTHORIZE_URL, validation_alias="SLACK_AUTHORIZE_URL"
+    )
+    """Many workspaces: where `/slack/install` sends the browser (GovSlack:
+    `https://slack-gov.com/oauth/v2/authorize`; tests)."""
+    token_rotation_minutes: int = Field(
+        default=120, ge=1, validation_alias="SLACK_TOKEN_ROTATION_MINUTES"
+    )
+    """Many workspaces, apps with token rotation on: a bot token this close to expiring (in
+    minutes) is refreshed with its refresh token before it is used."""
+    uninstall_grace_seconds: int = Field(
+        default=7 * 24 * 3600, ge=0, validation_alias="SLACK_UNINSTALL_GRACE_SECONDS"
+    )
+    """Many workspaces: how long after a workspace uninstalls the app its data (conversation
+    history, its members' memory) is kept before it is deleted; a reinstall within it keeps
+    the data. The tokens are deleted at once."""
+
     @field_validator("ambient_channels", "always_answer_channels", mode="before")
     @classmethod
     def _split_channels(cls, value: Any) -> Any:
@@ -78,8 +125,24 @@ class SlackSettings(Section):
     # -- derived ---------------------------------------------------------------------------
     @property
     def configured(self) -> bool:
-        """``SLACK_BOT_TOKEN`` is set: the adapter runs (``check`` says whether it can)."""
-        return bool(self.bot_token_value())
+        """``SLACK_BOT_TOKEN`` or ``SLACK_CLIENT_ID`` is set: the adapter runs (``check`` says
+        whether it can)."""
+        return bool(self.bot_token_value()) or self.multi_workspace
+
+    @property
+    def multi_workspace(self) -> bool:
+        """``SLACK_CLIENT_ID`` is set: installed by OAuth in many workspaces."""
+        return bool(self.client_id.strip())
+
+    def client_secret_value(self) -> str:
+        return _secret(self.client_secret)
+
+    def encryption_keys(self) -> list[str]:
+        """``SLACK_TOKEN_ENCRYPTION_KEY``'s keys, the encrypting one first."""
+        return [k.strip() for k in _secret(self.token_encryption_key).split(",") if k.strip()]
+
+    def scope_list(self) -> list[str]:
+        return [s.strip() for s in self.scopes.split(",") if s.strip()]
 
     @property
     def mode(self) -> SlackMode:
@@ -96,11 +159,20 @@ class SlackSettings(Section):
 
     def secret_values(self) -> list[str]:
         """Every secret's value, for the log redactor."""
-        values = (self.bot_token_value(), self.app_token_value(), self.signing_secret_value())
+        values = (
+            self.bot_token_value(),
+            self.app_token_value(),
+            self.signing_secret_value(),
+            self.client_secret_value(),
+            *self.encryption_keys(),
+        )
         return [v for v in values if v]
 
     def check(self) -> None:
         """Raise ``ConfigError`` naming the variable when the configuration cannot work."""
+        if self.multi_workspace:
+            self._check_multi()
+            return
         bot = self.bot_token_value()
         if not bot.startswith("xoxb-"):
             raise ConfigError(
@@ -120,6 +192,31 @@ class SlackSettings(Section):
                 "(HTTP Events API on SLACK_HTTP_PORT; Basic Information > Signing Secret) "
                 f"of your app at {APPS_URL}"
             )
+
+    def _check_multi(self) -> None:
+        where = f"Basic Information > App Credentials of your app at {APPS_URL}"
+        if self.bot_token_value():
+            raise ConfigError(
+                "SLACK_BOT_TOKEN and SLACK_CLIENT_ID are both set: set SLACK_BOT_TOKEN for one "
+                "workspace, or SLACK_CLIENT_ID/SLACK_CLIENT_SECRET for many (installed through "
+                "/slack/install), not both"
+            )
+        if not self.client_secret_value():
+            raise ConfigError(f"SLACK_CLIENT_ID is set but SLACK_CLIENT_SECRET is not; see {where}")
+        if not self.encryption_keys():
+            raise ConfigError(
+                "SLACK_TOKEN_ENCRYPTION_KEY is not set: many workspaces keep each workspace's "
+                'token encrypted; make a key with: python -c "from cryptography.fernet import '
+                'Fernet; print(Fernet.generate_key().decode())"'
+            )
+        if self.app_token_value() or not self.signing_secret_value():
+            raise ConfigError(
+                "many workspaces need the HTTP endpoint (it serves /slack/install and "
+                "/slack/oauth_redirect): set SLACK_SIGNING_SECRET (Basic Information > Signing "
+                f"Secret of your app at {APPS_URL}) and unset SLACK_APP_TOKEN"
+            )
+        if not self.scope_list():
+            raise ConfigError("SLACK_SCOPES is empty: list the app's bot scopes, comma-separated")
 
 
 def normalise_base_url(value: str) -> str:

@@ -10,7 +10,7 @@ user's access and refresh tokens. The refreshed pair is stored where ``TWITCH_TO
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 
@@ -68,6 +68,26 @@ class TwitchSettings(Section):
     """Twitch's EventSub WebSocket URL (proxies and tests)."""
     max_pieces: int = Field(default=2, ge=1, le=5, validation_alias="TWITCH_MAX_PIECES")
     """Messages one answer may take at most (500 characters each)."""
+    transport: Literal["websocket", "conduit"] = Field(
+        default="websocket", validation_alias="TWITCH_TRANSPORT"
+    )
+    """`websocket`: one EventSub WebSocket per process, subscribed with the bot's user token.
+    `conduit`: an EventSub conduit whose shards the gateway processes share, subscribed with the
+    app access token (each channel's broadcaster grants `channel:bot`, or makes the bot a
+    moderator); channels join and leave without a restart (`chorus twitch join NAME`)."""
+    conduit_id: str | None = Field(default=None, validation_alias="TWITCH_CONDUIT_ID")
+    """With conduits: the conduit to use; unset: the one Chorus created before (kept in the
+    state store), else a new one."""
+    conduit_shards: int = Field(
+        default=4, ge=1, le=20_000, validation_alias="TWITCH_CONDUIT_SHARDS"
+    )
+    """With conduits: the shard count of a conduit Chorus creates (one WebSocket each, spread
+    over the gateway processes)."""
+    shard_lease_seconds: float = Field(
+        default=15.0, ge=3.0, le=600.0, validation_alias="TWITCH_SHARD_LEASE_SECONDS"
+    )
+    """With conduits: how long a gateway process's hold on its shards lasts unrenewed; a process
+    dead this long has its shards moved to the others."""
 
     @field_validator("channels", mode="before")
     @classmethod
@@ -123,7 +143,7 @@ class TwitchSettings(Section):
                 "TWITCH_ACCESS_TOKEN and TWITCH_REFRESH_TOKEN must both be set to the bot "
                 f"account's user tokens: {TOKEN_HELP}"
             )
-        if not self.channels:
+        if not self.channels and self.transport != "conduit":
             raise ConfigError(
                 "TWITCH_CHANNELS is empty; set it to the channels to join, as comma-separated "
                 "logins or user ids (e.g. TWITCH_CHANNELS=mychannel,otherchannel)"

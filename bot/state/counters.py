@@ -88,6 +88,15 @@ class CounterStore:
         over, first, unit = (int(v) for v in await run)
         return over, first, unit
 
+    async def add_tokens(self, counters: Sequence[tuple[str, int]], tokens: int) -> None:
+        """Add ``tokens`` to each (counter key, ttl) in one round trip: what a model call made
+        outside a turn (a plugin's ``ctx.ask``) spent."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for key, ttl in counters:
+                pipe.hincrby(key, "t", tokens)
+                pipe.expire(key, ttl)
+            await pipe.execute()
+
     async def read(self, counter_keys: Sequence[str]) -> list[tuple[int, int]]:
         """(messages, tokens) of each counter, in one round trip."""
         async with self._redis.pipeline(transaction=False) as pipe:

@@ -176,7 +176,8 @@ def user_vectors(platform: str, user_id: str) -> str:
 
 
 def knowledge(base: str, part: str) -> str:
-    """One part (``version``, ``chunks``, ``vec``, ``sources``) of knowledge base ``base``."""
+    """One part (``version``, ``chunks``, ``vec``, ``sources``, ``status``) of knowledge base
+    ``base``."""
     _check_token("base", base)
     _check_token("part", part)
     return f"{PREFIX}:kb:{base}:{part}"
@@ -329,6 +330,39 @@ def platform_tokens(platform: str, app_id: str) -> str:
     _check_token("platform", platform)
     _check_id("app_id", app_id)
     return f"{PREFIX}:tokens:{platform}:{_escape_part(app_id)}"
+
+
+def conduit(platform: str, app_id: str) -> str:
+    """The id of the EventSub conduit every gateway process of one application shares."""
+    _check_token("platform", platform)
+    _check_id("app_id", app_id)
+    return f"{PREFIX}:conduit:{platform}:{_escape_part(app_id)}"
+
+
+def conduit_shard(platform: str, conduit_id: str, shard: int) -> str:
+    """The lease of one conduit shard: the token of the gateway process holding it."""
+    _check_token("platform", platform)
+    _check_id("conduit_id", conduit_id)
+    if shard < 0:
+        raise ValueError(f"shard must be >= 0, got {shard}")
+    return f"{PREFIX}:conduit:{platform}:{_escape_part(conduit_id)}:shard:{shard}"
+
+
+def conduit_members(platform: str, conduit_id: str) -> str:
+    """The gateway processes sharing one conduit's shards, each scored by its lease's end."""
+    _check_token("platform", platform)
+    _check_id("conduit_id", conduit_id)
+    return f"{PREFIX}:conduit:{platform}:{_escape_part(conduit_id)}:members"
+
+
+def joined_channels(platform: str, app_id: str, kind: str) -> str:
+    """The channels joined (``kind`` ``in``) or left (``out``) at run time, by login or id, and
+    the count of joins and leaves (``gen``)."""
+    _check_token("platform", platform)
+    _check_id("app_id", app_id)
+    if kind not in ("in", "out", "gen"):
+        raise ValueError(f"kind must be 'in', 'out' or 'gen', got {kind!r}")
+    return f"{PREFIX}:channels:{platform}:{_escape_part(app_id)}:{kind}"
 
 
 def ratelimit(platform: str, bucket: str) -> str:
@@ -508,9 +542,10 @@ def admin_token(namespace: str = "main") -> str:
 
 
 def timeline(bucket: str) -> str:
-    """Counters of one minute (``yyyymmddHHMM``) or day (``dyyyymmdd``)."""
-    if not re.fullmatch(r"[0-9]{12}|d[0-9]{8}", bucket):
-        raise ValueError(f"bucket must be yyyymmddHHMM or dyyyymmdd, got {bucket!r}")
+    """Counters of one minute (``yyyymmddHHMM``), hour (``hyyyymmddHH``) or day
+    (``dyyyymmdd``)."""
+    if not re.fullmatch(r"[0-9]{12}|h[0-9]{10}|d[0-9]{8}", bucket):
+        raise ValueError(f"bucket must be yyyymmddHHMM, hyyyymmddHH or dyyyymmdd, got {bucket!r}")
     return f"{PREFIX}:timeline:{bucket}"
 
 
@@ -569,3 +604,91 @@ def log_lines(namespace: str = "main") -> str:
     """The recent log lines of a deployment's processes (a capped stream), for the dashboard."""
     _check_token("namespace", namespace)
     return f"{PREFIX}:logs:{namespace}"
+
+
+# -- Slack installed in many workspaces (bot/state/slack_teams.py) ------------------------------
+def slack_install(team: str) -> str:
+    """A hash of one workspace's installation: ``bot`` and ``installation``, each encrypted.
+    ``team`` is the team id, or ``org-{enterprise id}`` for an org-wide installation."""
+    _check_id("team", team)
+    return f"{PREFIX}:slack:install:{_escape_part(team)}"
+
+
+def slack_oauth_state(state: str) -> str:
+    """A one-time OAuth ``state`` issued by ``/slack/install``, consumed by the redirect."""
+    _check_id("state", state)
+    return f"{PREFIX}:slack:oauthstate:{_escape_part(state)}"
+
+
+def slack_channel_teams() -> str:
+    """The hash channel id -> team id: whose token answers in a channel."""
+    return f"{PREFIX}:slack:channelteams"
+
+
+def slack_team_seen(team_id: str, kind: str) -> str:
+    """A set of what one workspace left in the store: ``convs`` (conversation keys) or
+    ``users`` (user ids), for the deletion after an uninstall."""
+    _check_id("team_id", team_id)
+    _check_token("kind", kind)
+    return f"{PREFIX}:slack:team:{_escape_part(team_id)}:{kind}"
+
+
+def slack_uninstalled() -> str:
+    """The zset of uninstalled workspaces (team id) -> when their data is deleted (epoch s)."""
+    return f"{PREFIX}:slack:uninstalled"
+
+
+def voice_overlay_key(conv: ConversationKey) -> str:
+    """The secret of one channel's stream overlay (``?key=``), rotatable; no TTL."""
+    return f"{PREFIX}:voice:key:{conv}"
+
+
+def voice_queue(conv: ConversationKey) -> str:
+    """One channel's spoken items and controls (skip, pause, volume), a stream the overlay's
+    server reads from its last event id (capped by length)."""
+    return f"{PREFIX}:voice:queue:{conv}"
+
+
+def voice_control(conv: ConversationKey) -> str:
+    """One channel's speech controls (``paused``, ``volume``), a hash every worker reads."""
+    return f"{PREFIX}:voice:control:{conv}"
+
+
+def voice_watching(conv: ConversationKey) -> str:
+    """Set while an overlay of the channel is connected (TTL: a few seconds, refreshed)."""
+    return f"{PREFIX}:voice:watching:{conv}"
+
+
+def voice_chars(conv: ConversationKey, who: str, hour: str) -> str:
+    """Characters spoken in one channel (``who`` empty) or for one viewer in it, in one UTC hour
+    (``hour``: ``YYYYMMDDHH``); TTL: the hour plus one."""
+    return f"{PREFIX}:voice:chars:{conv}:{_escape_part(who)}:{hour}"
+
+
+def voice_notice(conv: ConversationKey, who: str) -> str:
+    """Set when the speech-limit notice of a channel (or a viewer) was shown (TTL: an hour)."""
+    return f"{PREFIX}:voice:notice:{conv}:{_escape_part(who)}"
+
+
+def voice_channels() -> str:
+    """The set of channels that have an overlay key (the dashboard's list); no TTL."""
+    return f"{PREFIX}:voice:channels"
+
+
+# -- Discord sharding (bot/state/identify.py) -----------------------------------------------------
+def identify_bucket(platform: str, app_id: str, bucket: int) -> str:
+    """The identify bucket ``bucket`` of one bot application: held for one identify window by
+    the gateway process whose shard IDENTIFYs now, so no two IDENTIFY in the same bucket at once
+    across every gateway process of the bot."""
+    _check_token("platform", platform)
+    _check_id("app_id", app_id)
+    if bucket < 0:
+        raise ValueError(f"bucket must be >= 0, got {bucket}")
+    return f"{PREFIX}:identify:{platform}:{_escape_part(app_id)}:{bucket}"
+
+
+def pending_interaction(platform: str, interaction_id: str) -> str:
+    """A slash-command interaction some gateway process holds while its answer is made."""
+    _check_token("platform", platform)
+    _check_id("interaction_id", interaction_id)
+    return f"{PREFIX}:interaction:{platform}:{_escape_part(interaction_id)}"

@@ -2,7 +2,8 @@
 from, and the lock that lets one process at a time rebuild it.
 
 Per base (``keys.knowledge``): ``chunks`` (one JSON value: the embedding model and the chunks),
-``vec`` (a hash, chunk number -> vector), ``version`` (a counter a rebuild increments: a turn's
+``vec`` (a hash, chunk number -> vector), ``status`` (the last check: when, its outcome, the
+documents it found and the sources it could not read, for the dashboard), ``version`` (a counter a rebuild increments: a turn's
 read carries it, ``bot.state.turn.TurnQuery.knowledge_base``, so a process reloads a base only
 when it moved), ``sources`` (the marks of the files and pages it was built from) and ``lock``.
 The chunks' shape is ``bot.memory.knowledge``'s; this module only stores it. A rebuild replaces
@@ -12,12 +13,16 @@ of one version with the vectors of another.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bot.state import keys
 from bot.state.client import Redis
+
+STATUS_PROBLEMS = 50  # problems kept per check
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,47 @@ class KnowledgeStore:
 
     async def set_sources(self, base: str, marks: str) -> None:
         await self.redis.set(keys.knowledge(base, "sources"), marks)
+
+    async def set_status(
+        self,
+        base: str,
+        outcome: str,
+        documents: int,
+        problems: Sequence[str],
+        built: Mapping[str, Any] | None = None,
+    ) -> None:
+        """The last check of the base: now, its outcome, its documents, what it skipped, and
+        what the index holds (``built``: chunks, vectors, model; kept from the last build
+        when the check changed nothing)."""
+        key = keys.knowledge(base, "status")
+        if built is None:
+            raw = await self.redis.get(key)
+            old = json.loads(_text(raw)) if raw is not None else {}
+            built = {k: old[k] for k in ("chunks", "vectors", "model") if k in old}
+        status = {
+            "at": time.time(),
+            "outcome": outcome,
+            "documents": documents,
+            "problems": list(problems)[:STATUS_PROBLEMS],
+            **built,
+        }
+        await self.redis.set(key, json.dumps(status))
+
+    async def status_many(self, bases: Sequence[str]) -> list[dict[str, Any] | None]:
+        """Each base's last check and version (None: neither) in one round trip: ``{"at",
+        "outcome", "documents", "problems", "chunks", "vectors", "model", "version"}``."""
+        if not bases:
+            return []
+        names = [keys.knowledge(base, part) for base in bases for part in ("status", "version")]
+        found = await self.redis.mget(names)
+        out: list[dict[str, Any] | None] = []
+        for raw, version in zip(found[::2], found[1::2], strict=True):
+            if raw is None and version is None:
+                out.append(None)
+                continue
+            status: dict[str, Any] = json.loads(_text(raw)) if raw is not None else {}
+            out.append(status | {"version": int(_text(version)) if version is not None else 0})
+        return out
 
 
 def _text(value: object) -> str:

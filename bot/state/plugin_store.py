@@ -73,6 +73,7 @@ class PluginKV(Protocol):
     ) -> None: ...
     async def delete(self, key: str) -> bool: ...
     async def incr(self, key: str, by: int, *, ttl: float | None, owner: Owner | None) -> int: ...
+    async def claim(self, key: str, value: str, *, ttl: float) -> bool: ...
     async def push(
         self, key: str, value: str, *, ttl: float | None, owner: Owner | None, max_len: int | None
     ) -> int: ...
@@ -109,6 +110,10 @@ class RedisPluginStore:
             self._own(pipe, owner, VALUE, key)
             result = await pipe.execute()
         return int(result[0])
+
+    async def claim(self, key: str, value: str, *, ttl: float) -> bool:
+        """Set ``key`` only when it has no value (``SET NX``): whether this call set it."""
+        return bool(await self.redis.set(key, value, nx=True, px=ttl_ms(ttl)))
 
     async def push(
         self, key: str, value: str, *, ttl: float | None, owner: Owner | None, max_len: int | None
@@ -224,6 +229,13 @@ class MemoryPluginStore:
         self.values[key] = (str(total), expires)
         self._own(owner, VALUE, key)
         return total
+
+    async def claim(self, key: str, value: str, *, ttl: float) -> bool:
+        self._live(key)
+        if key in self.values:
+            return False
+        self.values[key] = (value, self._expires(ttl))
+        return True
 
     async def push(
         self, key: str, value: str, *, ttl: float | None, owner: Owner | None, max_len: int | None

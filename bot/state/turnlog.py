@@ -1,6 +1,6 @@
 """What the admin dashboard reads, as the router writes it: the turn log (what was decided about
 each message of a conversation), two indexes (which conversations were active lately, and who
-is who) and the timeline (per-minute and per-day counters for its charts and totals).
+is who) and the timeline (per-minute, per-hour and per-day counters for its charts and totals).
 
 Why here, written by the router at decision time: the dashboard must answer "what did it do
 here, and why?" and "find Ada on Twitch" in well under 200 ms with 10,000 conversations and
@@ -36,7 +36,15 @@ PLATFORMS = ("console", "discord", "slack", "twitch", "youtube")  # the dashboar
 SEP = "\0"
 
 Decision = Literal[
-    "answered", "command", "batched", "quiet", "moderated", "over_quota", "error", "ignored"
+    "answered",
+    "command",
+    "batched",
+    "quiet",
+    "moderated",
+    "over_quota",
+    "error",
+    "ignored",
+    "spoken",
 ]
 
 
@@ -57,6 +65,8 @@ class TurnRecord:
     tools: int = 0
     latency_ms: int = 0
     cost_usd: float = 0.0
+    speech_ms: int = 0  # "spoken": how long the overlay's speech provider took
+    speech_chars: int = 0  # "spoken": the characters spoken (cost_usd is their estimated cost)
 
     def encode(self) -> str:
         # A dict built by hand: ``dataclasses.asdict`` (a deep copy) cost 5x the dump itself.
@@ -246,6 +256,7 @@ class TurnLog:
 
 # -- the timeline --------------------------------------------------------------------------
 MINUTE_SECONDS = 26 * 3600  # a minute bucket outlives the day it belongs to
+HOUR_SECONDS = 8 * 24 * 3600  # an hour bucket outlives the week the 7-day chart shows
 DAY_SECONDS = 8 * 24 * 3600
 COST_SCALE = 1_000_000  # cost is counted in micro-USD (HINCRBY takes integers)
 
@@ -254,13 +265,18 @@ def minute_bucket(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y%m%d%H%M")
 
 
+def hour_bucket(moment: datetime) -> str:
+    return "h" + moment.astimezone(UTC).strftime("%Y%m%d%H")
+
+
 def day_bucket(moment: datetime) -> str:
     return "d" + moment.astimezone(UTC).strftime("%Y%m%d")
 
 
 class Timeline:
     """Counts since the last flush: ``in:<platform>``, ``out:<platform>``, ``replies``,
-    ``tokens_in``, ``tokens_out``, ``cache_read``, ``cost_micro``, ``errors``."""
+    ``tokens_in``, ``tokens_out``, ``cache_read``, ``cost_micro``, ``errors``, and the
+    answers' latency histogram ``lat:<upper bound ms>`` (bot/state/rollups.py)."""
 
     def __init__(self) -> None:
         self.pending: Counter[str] = Counter()
@@ -329,6 +345,7 @@ def series(rows: Sequence[tuple[datetime, dict[str, int]]], prefix: str) -> list
 def _queue_counts(pipe: Pipeline, counts: Mapping[str, int], now: datetime) -> None:
     for key, ttl in (
         (keys.timeline(minute_bucket(now)), MINUTE_SECONDS),
+        (keys.timeline(hour_bucket(now)), HOUR_SECONDS),
         (keys.timeline(day_bucket(now)), DAY_SECONDS),
     ):
         for field, amount in counts.items():

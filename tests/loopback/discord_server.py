@@ -5,9 +5,15 @@ The real discord.py client talks to it unchanged once ``DISCORD_API_BASE_URL`` p
 protocol (https://discord.com/developers/docs/events/gateway):
 
 * gateway: HELLO on connect, HEARTBEAT_ACK for heartbeats, READY (+ GUILD_CREATE for the
-  configured guilds) for IDENTIFY, RESUMED for RESUME; ``dispatch`` pushes any event; ``drop``
+  configured guilds of the identifying shard) for IDENTIFY, RESUMED for RESUME; ``dispatch``
+  pushes any event, on the connection of the shard its ``guild_id`` belongs to
+  (``(guild_id >> 22) % shard_count``, as Discord routes guilds) or of ``shard=``; ``drop``
   closes the socket with 4000 so the client resumes on READY's ``resume_gateway_url`` (this
   server); ``identify_close_code`` closes at IDENTIFY instead (4014: disallowed intents);
+* sharding: ``GET /gateway/bot`` recommends ``recommended_shards`` with ``max_concurrency``;
+  each IDENTIFY is recorded in ``identifies`` (receive time, shard, count) and, when two of one
+  bucket (``shard % max_concurrency``) arrive less than ``identify_window`` seconds apart (5 s
+  on Discord, a setting here to keep tests short), in ``identify_violations``;
   ``go_down`` is an outage: the live connection is dropped and new ones are refused with 503
   (counted in ``refused``) until ``come_back``;
 * moderation (members, timeouts, bans): ``discord_moderation.py``;
@@ -69,6 +75,13 @@ class DiscordServer(GuildModeration, MessageStore, LoopbackServer):
         self.identify_close_code: int | None = None
         self.frames: list[GatewayFrame] = []
         self.connections = 0
+        self.recommended_shards = 1
+        self.max_concurrency = 1
+        self.identify_window = 5.0
+        self.identifies: list[tuple[float, int, int]] = []  # (monotonic, shard id, shard count)
+        self.identify_violations: list[tuple[int, int, float]] = []  # (shard, shard, seconds)
+        self.shard_count = 1  # as the latest IDENTIFY said
+        self._shard_ws: dict[int, web.WebSocketResponse] = {}
         self.down = False
         self.refused = 0
         self.created: list[dict[str, Any]] = []  # messages that were actually created
@@ -97,6 +110,7 @@ class DiscordServer(GuildModeration, MessageStore, LoopbackServer):
         api = "/api/v10"
         return [
             web.get("/gateway", self._gateway),
+            web.get(f"{api}/gateway/bot", self._gateway_bot),
             web.get(f"{api}/users/@me", self._me),
             web.get(f"{api}/oauth2/applications/@me", self._application),
             web.get(f"{api}/applications/@me", self._application),
@@ -141,15 +155,44 @@ class DiscordServer(GuildModeration, MessageStore, LoopbackServer):
         return recorded
 
     # -- gateway ---------------------------------------------------------------------------------
-    async def dispatch(self, event: str, data: dict[str, Any]) -> None:
-        """Send a DISPATCH (op 0) on the current connection."""
-        assert self._ws is not None, "no gateway connection"
-        await self._ws.send_str(json.dumps({"op": 0, "t": event, "s": next(self._seq), "d": data}))
+    def shard_of(self, guild_id: object) -> int:
+        """The shard Discord routes a guild to (a malformed id, as the fuzz tests send: the
+        first shard, as the one connection a payload with it would arrive on)."""
+        try:
+            return (int(str(guild_id)) >> 22) % self.shard_count
+        except ValueError:
+            return 0
 
-    async def drop(self, code: int = 4000) -> None:
-        """Close the current connection the way a gateway hiccup does (resumable code)."""
-        assert self._ws is not None, "no gateway connection"
-        ws, self._ws = self._ws, None
+    async def dispatch(self, event: str, data: dict[str, Any], *, shard: int | None = None) -> None:
+        """Send a DISPATCH (op 0) on the connection of ``shard``, else of the shard of the
+        event's guild, else on the latest connection."""
+        ws = self._ws
+        if shard is None and data.get("guild_id") is not None and self._shard_ws:
+            shard = self.shard_of(data["guild_id"])
+        if shard is not None:
+            ws = self._shard_ws.get(shard)
+        assert ws is not None, f"no gateway connection (shard {shard})"
+        await ws.send_str(json.dumps({"op": 0, "t": event, "s": next(self._seq), "d": data}))
+
+    def frame(self, event: str, data: dict[str, Any]) -> str:
+        """A DISPATCH frame, serialised ahead (for ``send_frame``: benchmarks time the client)."""
+        return json.dumps({"op": 0, "t": event, "s": next(self._seq), "d": data})
+
+    async def send_frame(self, shard: int, text: str) -> None:
+        ws = self._shard_ws[shard]
+        await ws.send_str(text)
+
+    def shard_connected(self, shard: int) -> bool:
+        ws = self._shard_ws.get(shard)
+        return ws is not None and not ws.closed
+
+    async def drop(self, code: int = 4000, *, shard: int | None = None) -> None:
+        """Close the current connection (or ``shard``'s) the way a gateway hiccup does
+        (resumable code)."""
+        ws = self._shard_ws.pop(shard, None) if shard is not None else self._ws
+        assert ws is not None, "no gateway connection"
+        if ws is self._ws:
+            self._ws = None
         await ws.close(code=code, message=b"loopback drop")
 
     async def go_down(self) -> None:
@@ -189,14 +232,54 @@ class DiscordServer(GuildModeration, MessageStore, LoopbackServer):
             if self.identify_close_code is not None:
                 await ws.close(code=self.identify_close_code, message=b"Disallowed intent(s).")
                 return
+            shard, count = (frame["d"] or {}).get("shard") or (0, 1)
+            self._identified(int(shard), int(count))
+            self._shard_ws[shard] = ws
+            mine = [g for g in self.guilds if self.shard_of(g["id"]) == shard]
             ready = copy.deepcopy(self.ready)
             ready["d"]["resume_gateway_url"] = self.ws_url
+            if shard:  # (shard 0 keeps the fixture's session id)
+                ready["d"]["session_id"] = f"{ready['d']['session_id']}-{shard}"
+            ready["d"]["shard"] = [shard, count]
+            listed = {g["id"] for g in ready["d"]["guilds"]} | {g["id"] for g in mine}
+            ready["d"]["guilds"] = [  # the fixture's and the configured guilds of this shard
+                {"id": g, "unavailable": True} for g in sorted(listed) if self.shard_of(g) == shard
+            ]
             ready["s"] = next(self._seq)
             await ws.send_str(json.dumps(ready))
-            for guild in self.guilds:
-                await self.dispatch("GUILD_CREATE", guild)
+            for guild in mine:
+                await self.dispatch("GUILD_CREATE", guild, shard=shard)
         elif op == 6:  # RESUME
-            await self.dispatch("RESUMED", {})
+            session = str((frame["d"] or {}).get("session_id", ""))
+            tail = session.rpartition("-")[2] if "-" in session else ""
+            shard = int(tail) if tail.isdigit() else 0
+            self._shard_ws[shard] = ws
+            await ws.send_str(json.dumps({"op": 0, "t": "RESUMED", "s": next(self._seq), "d": {}}))
+
+    def _identified(self, shard: int, count: int) -> None:
+        """Record an IDENTIFY; one of the same bucket within the window is a violation."""
+        now = asyncio.get_running_loop().time()
+        self.shard_count = count
+        bucket = shard % self.max_concurrency
+        for at, other, _ in self.identifies:
+            if other % self.max_concurrency == bucket and now - at < self.identify_window:
+                self.identify_violations.append((other, shard, now - at))
+        self.identifies.append((now, shard, count))
+
+    async def _gateway_bot(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        return json_response(
+            {
+                "url": self.ws_url,
+                "shards": self.recommended_shards,
+                "session_start_limit": {
+                    "total": 1000,
+                    "remaining": 999,
+                    "reset_after": 14_400_000,
+                    "max_concurrency": self.max_concurrency,
+                },
+            }
+        )
 
     # -- REST --------------------------------------------------------------------------------------
     async def _me(self, request: web.Request) -> web.Response:
@@ -290,8 +373,16 @@ MOD_ROLE_ID = 290926798999357260
 MANAGE_MESSAGES = 1 << 13
 
 
-def guild_create(*, owner_id: int = 1, threads: dict[int, int] | None = None) -> dict[str, Any]:
-    """A GUILD_CREATE ``d`` for the fixture guild: one text channel, threads, a moderator role."""
+def guild_create(
+    *,
+    owner_id: int = 1,
+    threads: dict[int, int] | None = None,
+    guild_id: int = GUILD_ID,
+    channel_id: int = CHANNEL_ID,
+) -> dict[str, Any]:
+    """A GUILD_CREATE ``d`` for the fixture guild (or ``guild_id`` with its channel
+    ``channel_id``): one text channel, threads, a moderator role."""
+    GUILD_ID, CHANNEL_ID = guild_id, channel_id
     roles = [
         {"id": str(GUILD_ID), "name": "@everyone", "permissions": "0", "position": 0},
         {
@@ -368,8 +459,10 @@ def plain_message(
     roles: list[str] | None = None,
     mentions: list[dict[str, Any]] | None = None,
     guild: bool = True,
+    guild_id: int | None = None,
 ) -> dict[str, Any]:
-    """A default-type message with no reference and no attachment."""
+    """A default-type message with no reference and no attachment (in the fixture guild, or
+    ``guild_id``)."""
     changes: dict[str, Any] = {
         "id": str(message_id),
         "content": content,
@@ -385,6 +478,8 @@ def plain_message(
     if guild:
         member = load_fixture("discord_message_create_reply")["d"]["member"]
         changes["member"] = {**member, "roles": roles or []}
+        if guild_id is not None:
+            changes["guild_id"] = str(guild_id)
     else:
         changes.update(guild_id=None, member=None, channel_type=None)
     return message_create(**changes)

@@ -26,19 +26,32 @@ error is HTTP 200 ``{"ok": false, "error": "invalid_auth"}``, and rate limiting 
   with ``send_envelope``; acks are recorded. ``drop_socket()`` closes it from the server side;
   while ``refuse_sockets`` is set new connections get 503 (counted in ``refused_sockets``).
 
+An app installed in many workspaces (``add_workspace``): ``GET /oauth/v2/authorize`` is the
+consent page a browser is sent to (it "approves" at once: 302 to ``redirect_uri`` with a
+one-time ``code`` and the ``state`` it was given; ``team=`` picks the workspace, as Slack's own
+parameter does); ``POST /api/oauth.v2.access`` checks the client id and secret (HTTP Basic, as
+slack-sdk sends them) and exchanges the code for a bot token of that workspace (with
+``refresh_token`` and ``expires_in`` where ``rotating``), or a refresh token for a new token pair
+(``grant_type=refresh_token``; the refresh token works once). Each token answers ``auth.test``
+with its own workspace's identity, and ``chat.postMessage`` into a channel of one workspace
+(``channel_teams``) with another workspace's token is ``channel_not_found``; a revoked token
+(``revoke_team``) is ``invalid_auth``.
+
 Tests await ``wait_for(predicate)`` (a condition notified on every request), never sleep.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import WSMsgType, web
 
@@ -48,6 +61,24 @@ BOT_USER_ID = "UBOT0001"
 BOT_ID = "BBOT0001"
 TEAM_ID = "T111"
 WAIT_LIMIT = 5.0
+CLIENT_ID = "1111.2222"
+CLIENT_SECRET = "loopback-client-secret"
+APP_ID = "A0CHORUS"
+
+
+@dataclass
+class Workspace:
+    """One workspace the app can be installed in, and what the loopback issued for it."""
+
+    team_id: str
+    name: str
+    bot_user_id: str
+    bot_id: str
+    rotating: bool = False
+    tokens: list[str] = field(default_factory=list)  # every bot token issued, oldest first
+    refresh_tokens: set[str] = field(default_factory=set)  # still usable
+    expires_in: int = 43200  # of the token an install issues
+    refreshed_expires_in: int = 43200  # of the tokens a refresh issues
 
 
 class SlackServer(LoopbackServer):
@@ -68,10 +99,16 @@ class SlackServer(LoopbackServer):
         self.streaming = True  # the app may use chat.startStream (else: unknown_method)
         self.messages: dict[str, dict[str, Any]] = {}  # ts -> the message as it is now
         self.method_calls: list[tuple[float, str]] = []  # (monotonic, method)
+        self.workspaces: dict[str, Workspace] = {}
+        self.channel_teams: dict[str, str] = {}  # channel -> team, for per-team token checks
+        self._codes: dict[str, str] = {}  # one-time OAuth code -> team
+        self._token_teams: dict[str, str] = {}  # issued bot token -> team
 
     def routes(self) -> list[web.RouteDef]:
         return [
             web.post("/api/auth.test", self._auth_test),
+            web.get("/oauth/v2/authorize", self._authorize),
+            web.post("/api/oauth.v2.access", self._oauth_access),
             web.post("/api/chat.postMessage", self._post_message),
             web.post(
                 "/api/{method:chat\\.[a-zA-Z]+Stream|chat\\.update|chat\\.delete}", self._stream
@@ -85,6 +122,29 @@ class SlackServer(LoopbackServer):
         ]
 
     # -- helpers for tests ------------------------------------------------------------------
+    def add_workspace(
+        self, team_id: str, *, channels: tuple[str, ...] = (), rotating: bool = False
+    ) -> Workspace:
+        """A workspace the app can be installed in, owning ``channels``."""
+        n = len(self.workspaces) + 1
+        space = Workspace(team_id, f"Team {n}", f"UBOT{n:04d}", f"BBOT{n:04d}", rotating)
+        self.workspaces[team_id] = space
+        self.channel_teams.update({channel: team_id for channel in channels})
+        return space
+
+    @property
+    def authorize_url(self) -> str:
+        return f"{self.url}/oauth/v2/authorize"
+
+    def revoke_team(self, team_id: str) -> None:
+        """Every token of the workspace stops working (the app was uninstalled there)."""
+        for token in self.workspaces[team_id].tokens:
+            self._token_teams.pop(token, None)
+        self.workspaces[team_id].refresh_tokens.clear()
+
+    def token_team(self, token: str) -> str | None:
+        return self._token_teams.get(token)
+
     @property
     def api_url(self) -> str:
         return f"{self.url}/api/"
@@ -166,6 +226,21 @@ class SlackServer(LoopbackServer):
     async def _auth_test(self, request: web.Request) -> web.Response:
         await self._record(request)
         await self._notify()
+        team = self._token_teams.get(self._token(request))
+        if team is not None:
+            space = self.workspaces[team]
+            return web.json_response(
+                {
+                    "ok": True,
+                    "url": f"https://{team.lower()}.slack.com/",
+                    "team": space.name,
+                    "user": "chorus",
+                    "team_id": team,
+                    "user_id": space.bot_user_id,
+                    "bot_id": space.bot_id,
+                    "is_enterprise_install": False,
+                }
+            )
         if self._token(request) not in self.bot_tokens:
             return web.json_response({"ok": False, "error": "invalid_auth"})
         return web.json_response(
@@ -191,9 +266,14 @@ class SlackServer(LoopbackServer):
             failure = self.next_failure()
             if failure is not None:
                 return failure
-            if self._token(request) not in self.bot_tokens:
-                return web.json_response({"ok": False, "error": "invalid_auth"})
+            token = self._token(request)
             body = rec.body or {}
+            team = self._token_teams.get(token)
+            if team is None and token not in self.bot_tokens:
+                return web.json_response({"ok": False, "error": "invalid_auth"})
+            owner = self.channel_teams.get(str(body.get("channel")))
+            if owner is not None and owner != team:  # not a channel of this token's workspace
+                return web.json_response({"ok": False, "error": "channel_not_found"})
             ts = f"1700000000.{next(self._ts):06d}"
             self.messages[ts] = {
                 "channel": body.get("channel"),
@@ -210,6 +290,63 @@ class SlackServer(LoopbackServer):
             )
         finally:
             await self._notify()
+
+    async def _authorize(self, request: web.Request) -> web.Response:
+        """Slack's consent page, approved at once: back to the app with a code and the state."""
+        await self._record(request)
+        await self._notify()
+        query = request.query
+        team = query.get("team") or next(iter(self.workspaces), "")
+        if query.get("client_id") != CLIENT_ID or team not in self.workspaces:
+            return web.Response(status=400, text="invalid_client_id or unknown team")
+        code = uuid.uuid4().hex
+        self._codes[code] = team
+        target = query.get("redirect_uri") or ""
+        params = urlencode({"code": code, "state": query.get("state", "")})
+        raise web.HTTPFound(f"{target}?{params}")
+
+    async def _oauth_access(self, request: web.Request) -> web.Response:
+        rec = await self._record(request)
+        await self._notify()
+        body = rec.body if isinstance(rec.body, dict) else {}
+        basic = request.headers.get("Authorization", "").removeprefix("Basic ")
+        expected = base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode()
+        if basic != expected:
+            return web.json_response({"ok": False, "error": "invalid_client_id"})
+        if body.get("grant_type") == "refresh_token":
+            refresh = str(body.get("refresh_token"))
+            found = [s for s in self.workspaces.values() if refresh in s.refresh_tokens]
+            if not found:
+                return web.json_response({"ok": False, "error": "invalid_refresh_token"})
+            found[0].refresh_tokens.discard(refresh)
+            return web.json_response(self.issue(found[0], refreshed=True))
+        team = self._codes.pop(str(body.get("code")), None)
+        if team is None:
+            return web.json_response({"ok": False, "error": "invalid_code"})
+        return web.json_response(self.issue(self.workspaces[team]))
+
+    def issue(self, space: Workspace, *, refreshed: bool = False) -> dict[str, Any]:
+        token = f"xoxb-{space.team_id.lower()}-{len(space.tokens) + 1}-{uuid.uuid4().hex[:8]}"
+        space.tokens.append(token)
+        self._token_teams[token] = space.team_id
+        answer: dict[str, Any] = {
+            "ok": True,
+            "access_token": token,
+            "token_type": "bot",
+            "scope": "app_mentions:read,chat:write,users:read",
+            "bot_user_id": space.bot_user_id,
+            "app_id": APP_ID,
+            "team": {"id": space.team_id, "name": space.name},
+            "enterprise": None,
+            "is_enterprise_install": False,
+            "authed_user": {"id": "UINSTALLER"},
+        }
+        if space.rotating:
+            refresh = f"xoxe-1-{uuid.uuid4().hex}"
+            space.refresh_tokens.add(refresh)
+            lifetime = space.refreshed_expires_in if refreshed else space.expires_in
+            answer.update(refresh_token=refresh, expires_in=lifetime)
+        return answer
 
     def chatter_message(self, channel: str, user: str, text: str) -> str:
         """A message someone else wrote in ``channel``: its ts."""
@@ -297,7 +434,8 @@ class SlackServer(LoopbackServer):
     async def _file(self, request: web.Request) -> web.Response:
         await self._record(request)
         await self._notify()
-        if self._token(request) not in self.bot_tokens:
+        token = self._token(request)
+        if token not in self.bot_tokens and token not in self._token_teams:
             return web.Response(status=403, text="forbidden")
         found = self.files.get(request.match_info["name"])
         if found is None:

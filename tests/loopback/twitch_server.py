@@ -3,7 +3,8 @@
 Point twitchio 3 at it with ``TWITCH_API_BASE_URL=server.helix_url``,
 ``TWITCH_AUTH_BASE_URL=server.auth_url`` and ``TWITCH_EVENTSUB_WS_URL=server.ws_url``.
 
-- ``GET /ws`` -- EventSub websocket: a ``session_welcome`` on connect; ``notify`` delivers a
+- ``GET /ws`` -- EventSub websocket: a ``session_welcome`` on connect (then a ``session_keepalive``
+  every ``keepalive_every`` seconds when set); ``notify`` delivers a
   ``notification`` to whichever connection holds the matching subscription; ``keepalive`` sends
   ``session_keepalive``; ``reconnect`` sends ``session_reconnect`` whose ``reconnect_url`` is
   ``/ws?reconnect=<session>``. Connecting there moves the session's subscriptions to the new
@@ -19,6 +20,8 @@ Point twitchio 3 at it with ``TWITCH_API_BASE_URL=server.helix_url``,
   ``drops`` entry (``is_sent: false`` with its ``drop_reason``); a reply threaded to a chat
   notice (``channel.chat.notification``) is refused with 400, as Twitch refuses it.
 - ``/helix/moderation/chat`` and ``/helix/moderation/bans``: ``twitch_moderation.py``.
+- EventSub conduits (``/helix/eventsub/conduits``, ``.../shards``, subscriptions with transport
+  ``conduit``, delivery to one enabled shard): ``twitch_conduits.py``.
 - ``GET /oauth2/validate`` and ``POST /oauth2/token`` (``client_credentials``, ``refresh_token``)
   under ``/id/``. ``revoke(token)`` makes Helix answer 401 "Invalid OAuth token" for it, as
   Twitch does for an expired token.
@@ -46,6 +49,7 @@ from typing import Any
 from aiohttp import WSCloseCode, web
 
 from tests.loopback.base import LoopbackServer, Recorded
+from tests.loopback.twitch_conduits import HelixConduits
 from tests.loopback.twitch_moderation import HelixModeration
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "twitch"
@@ -81,15 +85,21 @@ class Subscription:
     condition: dict[str, str]
     session_id: str
     token: str
+    conduit_id: str = ""  # transport conduit: delivered to one of its enabled shards
 
     def wire(self) -> dict[str, Any]:
+        transport = (
+            {"method": "conduit", "conduit_id": self.conduit_id}
+            if self.conduit_id
+            else {"method": "websocket", "session_id": self.session_id}
+        )
         return {
             "id": self.id,
             "status": "enabled",
             "type": self.type,
             "version": self.version,
             "condition": self.condition,
-            "transport": {"method": "websocket", "session_id": self.session_id},
+            "transport": transport,
             "created_at": _now(),
             "cost": 0,
         }
@@ -103,7 +113,7 @@ class UserToken:
     expires_in: int = 14_400
 
 
-class TwitchServer(HelixModeration, LoopbackServer):
+class TwitchServer(HelixConduits, HelixModeration, LoopbackServer):
     def __init__(self) -> None:
         super().__init__()
         self.users: dict[str, dict[str, Any]] = {}  # id -> Helix user object
@@ -116,6 +126,7 @@ class TwitchServer(HelixModeration, LoopbackServer):
         self.sent: list[dict[str, Any]] = []  # bodies of accepted chat messages
         self.drops: deque[dict[str, str]] = deque()  # scripted drop_reason objects
         self.same_session_on_reconnect = False
+        self.keepalive_every: float | None = None  # seconds: send session_keepalive, as Twitch
         self.handover_gate: asyncio.Event | None = None  # set: a reconnect's welcome waits for it
         self.waiting: Connection | None = None  # a reconnecting connection not yet welcomed
         self.notifications: dict[str, dict[str, Any]] = {}  # message_id -> the notification
@@ -127,6 +138,7 @@ class TwitchServer(HelixModeration, LoopbackServer):
         self.moderation_calls: list[Recorded] = []
         self._ids = itertools.count(1)
         self._closing: set[asyncio.Task[bool]] = set()
+        self.conduit_setup()
 
     # -- setup helpers ---------------------------------------------------------------------
     def add_user(self, user_id: str, login: str) -> dict[str, Any]:
@@ -191,6 +203,7 @@ class TwitchServer(HelixModeration, LoopbackServer):
             web.get("/id/oauth2/validate", self._validate),
             web.post("/id/oauth2/token", self._token),
             *self.moderation_routes(),
+            *self.conduit_routes(),
         ]
 
     # -- driving the websocket from a test -------------------------------------------------
@@ -210,8 +223,8 @@ class TwitchServer(HelixModeration, LoopbackServer):
                 continue
             if sub.condition.get("broadcaster_user_id") != event.get("broadcaster_user_id"):
                 continue
-            conn = self._live(sub.session_id)
-            if conn is None:
+            conn = None if sub.conduit_id else self._live(sub.session_id)
+            if conn is None and not sub.conduit_id:
                 continue
             message_id = str(uuid.uuid4())
             message: dict[str, Any] = {
@@ -227,7 +240,10 @@ class TwitchServer(HelixModeration, LoopbackServer):
             self.notifications[message_id] = message
             if sub.type == "channel.chat.notification":
                 self.notice_ids.add(str(event.get("message_id")))
-            await self._send(conn, message)
+            if conn is not None:
+                await self._send(conn, message)
+            elif not await self.deliver(sub.conduit_id, message):
+                continue  # no enabled shard took it
             delivered.append(message_id)
         return delivered
 
@@ -259,6 +275,18 @@ class TwitchServer(HelixModeration, LoopbackServer):
             return sent
         finally:
             self.handover_gate = None
+
+    async def _keepalives(self, conn: Connection) -> None:
+        assert self.keepalive_every is not None
+        while not conn.closed:
+            await asyncio.sleep(self.keepalive_every)
+            message = fixture("twitch_session_keepalive")
+            message["metadata"]["message_id"] = str(uuid.uuid4())
+            message["metadata"]["message_timestamp"] = _now()
+            try:
+                await self._send(conn, message)
+            except ConnectionError:
+                return
 
     async def keepalive(self) -> None:
         message = fixture("twitch_session_keepalive")
@@ -320,6 +348,7 @@ class TwitchServer(HelixModeration, LoopbackServer):
             for sub in self.subscriptions.values():
                 if sub.session_id == old.session_id:
                     sub.session_id = conn.session_id
+            self.shards_moved(old.session_id, conn.session_id)
         welcome = fixture("twitch_session_welcome")
         welcome["metadata"]["message_id"] = str(uuid.uuid4())
         welcome["metadata"]["message_timestamp"] = _now()
@@ -332,11 +361,16 @@ class TwitchServer(HelixModeration, LoopbackServer):
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
         await self._changed()
+        pinger = asyncio.create_task(self._keepalives(conn)) if self.keepalive_every else None
         try:
             async for _ in ws:  # Twitch closes the connection (4001) on client messages
                 await ws.close(code=4001)
         finally:
+            if pinger is not None:
+                pinger.cancel()
             conn.closed = True
+            if self._live(conn.session_id) is None:  # a handover's new connection keeps them
+                self.shards_disconnected(conn.session_id)
             await self._changed()
         return ws
 
@@ -350,9 +384,11 @@ class TwitchServer(HelixModeration, LoopbackServer):
     async def _subscribe(self, request: web.Request) -> web.Response:
         rec = await self.record(request)
         token = self._bearer(request)
+        body = rec.body
+        if body["transport"].get("method") == "conduit":
+            return await self._subscribe_conduit(token, body)
         if token not in self.tokens:
             return self._unauthorized()
-        body = rec.body
         session_id = body["transport"]["session_id"]
         if self._live(session_id) is None:
             message = "websocket transport session does not exist or has already disconnected"
@@ -370,6 +406,26 @@ class TwitchServer(HelixModeration, LoopbackServer):
         self.subscriptions[sub.id] = sub
         await self._changed()
         answer = {"data": [sub.wire()], "total": 1, "total_cost": 0, "max_total_cost": 10}
+        return web.json_response(answer, status=202)
+
+    async def _subscribe_conduit(self, token: str, body: dict[str, Any]) -> web.Response:
+        if token not in self.app_tokens:  # conduit subscriptions take an app access token
+            return self._unauthorized()
+        refused = self.conduit_refusal(body)
+        if refused is not None:
+            return refused
+        sub = Subscription(
+            id=str(uuid.uuid4()),
+            type=body["type"],
+            version=body["version"],
+            condition=dict(body["condition"]),
+            session_id="",
+            token=token,
+            conduit_id=str(body["transport"]["conduit_id"]),
+        )
+        self.subscriptions[sub.id] = sub
+        await self._changed()
+        answer = {"data": [sub.wire()], "total": 1, "total_cost": 0, "max_total_cost": 10_000}
         return web.json_response(answer, status=202)
 
     async def _users(self, request: web.Request) -> web.Response:

@@ -16,6 +16,7 @@ from pathlib import Path
 from bot.plugins import (
     CommandContext,
     EventContext,
+    QuotaReached,
     command,
     on_member_join,
     on_member_leave,
@@ -74,7 +75,11 @@ async def exits(ctx: EventContext) -> None:
 @command
 async def askmodel(ctx: CommandContext) -> str:
     """Ask the model directly: /askmodel QUESTION"""
-    return "model says: " + await ctx.ask(ctx.args, system="Answer in one word.", max_tokens=50)
+    try:
+        answer = await ctx.ask(ctx.args, system="Answer in one word.", max_tokens=50)
+    except QuotaReached as exc:
+        return f"quota reached: {exc.rule}"
+    return "model says: " + answer
 
 
 @command
