@@ -22,7 +22,7 @@ from typing import Any
 
 from bot.events import ConversationKey
 from bot.state import keys
-from bot.state.client import Redis
+from bot.state.client import Redis, is_cluster
 from bot.state.turnlog import TurnRecord, queue_records
 
 WATCH_TTL_SECONDS = 10
@@ -41,7 +41,9 @@ class OverlayKeys:
     async def get(self, conv: ConversationKey) -> str:
         """The channel's key, made (and kept) on first use."""
         key = keys.voice_overlay_key(conv)
-        async with self.redis.pipeline(transaction=True) as pipe:
+        # the channel's key and the index of channels hash apart on a Redis Cluster: there the
+        # commands go one at a time (the key's own SET NX and GET keep their order)
+        async with self.redis.pipeline(transaction=not is_cluster(self.redis)) as pipe:
             pipe.set(key, secrets.token_urlsafe(24), nx=True)
             pipe.sadd(keys.voice_channels(), str(conv))
             pipe.get(key)
@@ -55,7 +57,7 @@ class OverlayKeys:
 
     async def rotate(self, conv: ConversationKey) -> str:
         fresh = secrets.token_urlsafe(24)
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with self.redis.pipeline(transaction=not is_cluster(self.redis)) as pipe:
             pipe.set(keys.voice_overlay_key(conv), fresh)
             pipe.sadd(keys.voice_channels(), str(conv))
             await pipe.execute()
