@@ -58,16 +58,15 @@ from bot.state.connect import Client
 from bot.state.engagement import RedisLiveStore
 from bot.state.history import HistoryStore
 from bot.state.redis_turn import RedisTurnStore
-from bot.state.voice import VoiceQueue
 from bot.tools.builtin import builtin_tools
 from bot.tools.mcp_config import config_from_settings
 from bot.tools.toolbox import Toolbox
-from bot.voice.speaker import Speaker
 
 if TYPE_CHECKING:
     from bot.admin.server import AdminServer
     from bot.ops.health import HealthServer
     from bot.tools.mcp import MCPManager
+    from bot.voice.speaker import Speaker
 
 log = logging.getLogger("chorus.app")
 
@@ -240,6 +239,9 @@ class Chorus:
         scoped = any(s.voice is not None and s.voice.enabled for s in settings.file.scopes)
         if not (settings.voice.enabled or scoped):
             return None
+        from bot.state.voice import VoiceQueue  # imported only where the voice is on
+        from bot.voice.speaker import Speaker
+
         return Speaker(
             VoiceQueue(redis, max_len=settings.voice.queue_max * 10),
             lambda: self.settings,

@@ -16,6 +16,8 @@ conversation; anything else is a ``Drop`` the router acks at once.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bot.bus.base import Delivery
 from bot.engagement.ledger import Action
 from bot.engagement.turns import LiveChat, ack
@@ -26,7 +28,9 @@ from bot.router.items import Drop, Item, answer_item
 from bot.router.observe import TurnObserver
 from bot.router.scoping import Profile
 from bot.router.screen import Screen
-from bot.voice.speaker import Speaker
+
+if TYPE_CHECKING:  # the overlay's voice is imported only where it is on (bot.app)
+    from bot.voice.speaker import Speaker
 
 
 class Admit:

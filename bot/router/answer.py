@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from bot.agent.loop import AgentResult, ReplySink
 from bot.agent.reasoning import decide
@@ -40,7 +41,9 @@ from bot.router.scoping import Profile
 from bot.safety.gate import SafetyGate
 from bot.tools.base import ToolContext
 from bot.tools.toolbox import Toolbox
-from bot.voice.speaker import Speaker, SpeechSink
+
+if TYPE_CHECKING:  # the overlay's voice is imported only where it is on (bot.app)
+    from bot.voice.speaker import Speaker, SpeechSink
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ gate and the claims.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bot.agent.loop import Agent
 from bot.agent.prompting import PromptAssembler
 from bot.bus.base import EventBus
@@ -37,7 +39,9 @@ from bot.state.redis_turn import RedisTurnStore
 from bot.state.turn import TurnStore
 from bot.state.turnlog import TurnLog
 from bot.tools.toolbox import Toolbox
-from bot.voice.speaker import Speaker
+
+if TYPE_CHECKING:  # the overlay's voice is imported only where it is on (bot.app)
+    from bot.voice.speaker import Speaker
 
 
 def build_router(
