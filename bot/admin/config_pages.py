@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +168,22 @@ async def submit(
         response = render(request, "config_conflict", **common)
         response.set_status(409)
         return response
+    await write_and_reload(src, request, audit, masked, checked, path, changes)
+    log.info("configuration file saved from the dashboard", extra={"changes": len(changes)})
+    raise web.HTTPSeeOther(saved)
+
+
+async def write_and_reload(
+    src: Sources,
+    request: web.Request,
+    audit: AuditFn,
+    masked: Callable[[str], str],
+    checked: Path,
+    path: Path,
+    changes: Sequence[config_file.Change],
+) -> None:
+    """Every page's save of a checked file: renamed over ``path``, each change audited (secrets
+    masked) and flushed, every process asked to reload, this one reloaded at once."""
     config_file.replace(checked, path)
     for change in changes:
         detail = f"{change.name}: {masked(change.before)!r} -> {masked(change.after)!r}"
@@ -176,8 +192,6 @@ async def submit(
     await ConfigReloads(src.redis).ask()
     if src.reload is not None:
         src.reload()
-    log.info("configuration file saved from the dashboard", extra={"changes": len(changes)})
-    raise web.HTTPSeeOther(saved)
 
 
 def _refused(

@@ -34,7 +34,7 @@ from typing import Any
 from aiohttp import web
 
 from bot.admin import config_file, loaded
-from bot.admin.config_pages import AuditFn, Render, config_path
+from bot.admin.config_pages import AuditFn, Render, config_path, write_and_reload
 from bot.admin.views import Sources
 from bot.knowledge.files import TEXT_SUFFIXES
 from bot.knowledge.wiring import RecallParts
@@ -42,7 +42,6 @@ from bot.memory.knowledge import base_id, load_index
 from bot.memory.vectors import unit
 from bot.ops.model_calls import CostCapReached
 from bot.settings import Settings
-from bot.state.config_reloads import ConfigReloads
 from bot.state.connect import Client
 from bot.state.knowledge import KnowledgeStore
 
@@ -312,14 +311,7 @@ async def add_url(
     if checked is None:
         why = "; ".join([*errors.values(), *rest])
         raise web.HTTPSeeOther(f"/knowledge?{issue(f'not added: {why}')}")
-    config_file.replace(checked, path)
-    for change in changes:
-        detail = f"{change.name}: {masked(change.before)!r} -> {masked(change.after)!r}"
-        audit(request, "config:edit", "saved", conversation=change.name[:200], detail=detail)
-    await src.audit.flush()
-    await ConfigReloads(src.redis).ask()
-    if src.reload is not None:
-        src.reload()
+    await write_and_reload(src, request, audit, masked, checked, path, changes)
     raise web.HTTPSeeOther(
         f"/knowledge?{issue(f'{url} added to the scope; every process reloads it')}"
     )

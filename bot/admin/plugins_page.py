@@ -35,14 +35,13 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from bot.admin import config_file
-from bot.admin.config_pages import AuditFn, Render, config_path
+from bot.admin.config_pages import AuditFn, Render, config_path, write_and_reload
 from bot.admin.loaded import current
 from bot.admin.views import Sources
 from bot.plugins.api import Plugin
 from bot.plugins.config import build_config, secret_variables
 from bot.plugins.loader import LoadedPlugins, load_plugins
 from bot.settings import ConfigError, Settings, load_settings
-from bot.state.config_reloads import ConfigReloads
 
 Kind = Literal["text", "list", "bool", "choice", "number"]
 
@@ -370,14 +369,7 @@ async def submit(
         response = render(request, "config_conflict", page="plugins")
         response.set_status(409)
         return response
-    config_file.replace(checked, path)
-    for change in changes:
-        detail = f"{change.name}: {masked(change.before)!r} -> {masked(change.after)!r}"
-        audit(request, "config:edit", "saved", conversation=change.name[:200], detail=detail)
-    await src.audit.flush()
-    await ConfigReloads(src.redis).ask()
-    if src.reload is not None:
-        src.reload()
+    await write_and_reload(src, request, audit, masked, checked, path, changes)
     raise web.HTTPSeeOther(saved)
 
 
