@@ -27,6 +27,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from bot.bus.streams_ops import unacked
+from bot.bus.topics import INBOUND, outbound_topic
+from bot.state import keys
+from bot.state.client import Redis
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.slack_server import SlackServer
 from tests.redis_server import free_port
@@ -201,3 +205,18 @@ def sample(text: str, name: str, labels: str = "") -> float:
         if (series == name or series.startswith(f"{name}{{")) and labels in series:
             total += float(value)
     return total
+
+
+async def until_drained(redis: Redis, namespace: str, platform: str, partitions: int = 16) -> None:
+    """Until every inbound entry is acked by the workers and every reply to ``platform`` by a
+    gateway (so no late second answer or post is on its way); ``partitions`` per topic, the
+    Redis Streams bus's default."""
+    streams = {
+        keys.bus_stream(topic, p, namespace): topic
+        for topic in (INBOUND, outbound_topic(platform))
+        for p in range(partitions)
+    }
+    while True:
+        if not await unacked(redis, streams):
+            return
+        await asyncio.sleep(0.2)  # other processes' acks

@@ -32,9 +32,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from bot.bus.streams_ops import unacked
-from bot.bus.topics import INBOUND, outbound_topic
-from bot.state import connect, keys
+from bot.state import connect
 from tests import outage_rig
 from tests.loopback.base import Recorded
 from tests.loopback.slack_server import BOT_USER_ID, SlackServer
@@ -177,16 +175,8 @@ class Deployment:
         """Every inbound entry acked by the workers and every reply by the gateway (so no late
         second answer or post is on its way)."""
         client = await connect.open_redis(self.url)
-        streams = {
-            keys.bus_stream(topic, p, self.tag): topic
-            for topic in (INBOUND, outbound_topic("slack"))
-            for p in range(PARTITIONS)
-        }
         try:
-            while True:
-                if not await unacked(client, streams):
-                    return
-                await asyncio.sleep(0.2)  # other processes' acks
+            await outage_rig.until_drained(client, self.tag, "slack", PARTITIONS)
         finally:
             await client.aclose()
 

@@ -26,12 +26,10 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from bot.bus.streams_ops import unacked
-from bot.bus.topics import INBOUND, outbound_topic
-from bot.state import keys
 from bot.state.conduits import RedisConduitStore
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.twitch_server import TwitchServer
+from tests.outage_rig import until_drained
 from tests.redis_server import free_port
 from tests.test_chat_e2e import base_env, run_chorus, spawn_chorus, stopped
 from tests.test_live_pause_e2e import line
@@ -41,7 +39,6 @@ from tests.test_twitch_reconnect_e2e import answered, twitch_env
 pytestmark = pytest.mark.e2e
 
 LIMIT = 120.0  # generous: a loaded 2-core machine; every wait ends as soon as its event happens
-PARTITIONS = 16  # the Redis Streams bus's partitions per topic (its default)
 SHARDS = 4
 SCOPES = ("user:read:chat", "user:write:chat", "user:bot")
 ADMIN_TOKEN = "conduit-admin-token-0123456789"
@@ -64,19 +61,6 @@ async def _poll(check: object, what: str, limit: float = LIMIT) -> None:
                 await asyncio.sleep(0.1)
     except TimeoutError:
         raise AssertionError(f"timed out waiting for {what}") from None
-
-
-async def drained(redis: Redis, namespace: str) -> None:
-    """Until every inbound entry is acked by the worker and every reply by a gateway."""
-    streams = {
-        keys.bus_stream(topic, p, namespace): topic
-        for topic in (INBOUND, outbound_topic("twitch"))
-        for p in range(PARTITIONS)
-    }
-    while True:
-        if not await unacked(redis, streams):
-            return
-        await asyncio.sleep(0.2)  # other processes' acks
 
 
 async def test_two_gateways_share_a_conduit_join_a_channel_and_survive_a_kill(
@@ -189,7 +173,7 @@ async def test_two_gateways_share_a_conduit_join_a_channel_and_survive_a_kill(
             # Every reply posted is acked first, as the outbox test does: a reply the killed
             # gateway posted but had not acked yet would be posted again by the survivor
             # (at-least-once to Twitch; not what this tests).
-            await asyncio.wait_for(drained(real_redis, key_tag), LIMIT)
+            await asyncio.wait_for(until_drained(real_redis, key_tag, "twitch"), LIMIT)
 
             # SIGKILL the gateway holding shard 0; chat goes on during the failover
             victim = gw1 if pid_of((await owners())[0]) == gw1.pid else gw2
