@@ -104,6 +104,15 @@ async def store(own_db: str) -> AsyncIterator[Redis]:
         await client.aclose()
 
 
+async def dashboard_up(base: str) -> bool:
+    """Whether the dashboard at ``base`` serves its login page (another process: polled)."""
+    try:
+        async with aiohttp.ClientSession() as http, http.get(f"{base}/login") as response:
+            return response.status == 200
+    except aiohttp.ClientError:
+        return False
+
+
 async def until(check: Any, limit: float = LIMIT) -> Any:
     """Poll ``check`` (async, returns a truthy value when done) until it holds."""
     async with asyncio.timeout(limit):
@@ -184,20 +193,10 @@ async def test_the_dashboard_in_a_browser_deletes_a_pin_and_pauses_a_channel(
             assert await twitch.notify(CHAT, event)
             return msg_id
 
-        async def dashboard_up() -> bool:
-            try:
-                async with (
-                    aiohttp.ClientSession() as http,
-                    http.get(f"{base}/login") as response,
-                ):
-                    return response.status == 200
-            except aiohttp.ClientError:
-                return False
-
         proc = await spawn_chorus(["run"], env, tmp_path)
         try:
             await twitch.wait_until(lambda: subscribed(twitch) == 4, LIMIT)
-            await until(dashboard_up)
+            await until(lambda: dashboard_up(base))
             model.replies.extend(["Noted!", "Hi!", "Sure.", "never sent"])
             first = await ask("q1", QUESTIONS["q1"])
             await twitch.wait_until(lambda: bool(replies_to(twitch, first)), LIMIT)

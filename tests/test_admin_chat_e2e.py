@@ -26,7 +26,7 @@ from bot.state import connect
 from bot.state.admin_accounts import AccountRecords
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.redis_server import free_port
-from tests.test_admin_browser_e2e import TOKEN, shot, until
+from tests.test_admin_browser_e2e import TOKEN, dashboard_up, shot, until
 from tests.test_chat_e2e import base_env, run_chorus, spawn_chorus
 
 pytestmark = pytest.mark.e2e
@@ -92,15 +92,8 @@ async def test_the_test_chat_streams_the_scopes_persona_with_its_turn_log(
 
         following = asyncio.create_task(follow())
 
-        async def dashboard_up() -> bool:
-            try:
-                async with aiohttp.ClientSession() as http, http.get(f"{base}/login") as response:
-                    return response.status == 200
-            except aiohttp.ClientError:
-                return False
-
         try:
-            await until(dashboard_up)
+            await until(lambda: dashboard_up(base))
             # A script's POST: the answer arrives in pieces, then the turn log ends the page.
             model.replies.append({"text": ANSWER, "chunk_delay": 0.15})
             pieces: list[tuple[float, bytes]] = []
@@ -203,15 +196,8 @@ async def test_the_test_chat_counts_against_the_daily_cost_cap(
         }
         proc = await spawn_chorus(["run"], env, tmp_path, stdin=asyncio.subprocess.PIPE)
 
-        async def dashboard_up() -> bool:
-            try:
-                async with aiohttp.ClientSession() as http, http.get(f"{base}/login") as response:
-                    return response.status == 200
-            except aiohttp.ClientError:
-                return False
-
         try:
-            await until(dashboard_up)
+            await until(lambda: dashboard_up(base))
             headers = {"Authorization": f"Bearer {TOKEN}"}
             place = f"discord:{GUILD}/{CHANNEL}"
             async with aiohttp.ClientSession(headers=headers) as http:

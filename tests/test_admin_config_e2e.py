@@ -19,7 +19,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 from playwright.async_api import async_playwright
 from redis.asyncio import Redis
 
@@ -29,7 +28,7 @@ from bot.state.admin_accounts import AccountRecords
 from bot.state.config_reloads import ConfigReloads
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.redis_server import free_port
-from tests.test_admin_browser_e2e import TOKEN, shot, until
+from tests.test_admin_browser_e2e import TOKEN, dashboard_up, shot, until
 from tests.test_chat_e2e import base_env, run_chorus, spawn_chorus
 
 PIRATE, QUILL = "You are Captain Byte, of the good ship Chorus.", "You are Ms. Quill, librarian."
@@ -114,13 +113,6 @@ async def test_a_persona_changed_in_the_browser_reaches_another_process_and_keep
 
             return await until(sent)
 
-        async def dashboard_up() -> bool:
-            try:
-                async with aiohttp.ClientSession() as http, http.get(f"{base}/login") as response:
-                    return response.status == 200
-            except aiohttp.ClientError:
-                return False
-
         password = f"pw-{tag}-long enough"
         made = await run_chorus(
             ["admin", "add-user", f"ada{tag}", "--role", "admin"],
@@ -130,7 +122,7 @@ async def test_a_persona_changed_in_the_browser_reaches_another_process_and_keep
         )
         assert made[0] == 0, made[2]
         try:
-            await until(dashboard_up)
+            await until(lambda: dashboard_up(base))
             first = await ask(proc_b, f"ahoy {tag} one")
             assert PIRATE in prefix(first) and QUILL not in prefix(first)
             bob_before = prefix(await ask(proc_a, f"hello {tag} one"))

@@ -17,7 +17,6 @@ import signal
 import uuid
 from pathlib import Path
 
-import aiohttp
 import pytest
 from playwright.async_api import async_playwright
 from redis.asyncio import Redis
@@ -26,7 +25,7 @@ from bot.safety.audit import read_audit
 from bot.state import connect
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.redis_server import free_port
-from tests.test_admin_browser_e2e import TOKEN, shot, until
+from tests.test_admin_browser_e2e import TOKEN, dashboard_up, shot, until
 from tests.test_chat_e2e import base_env, spawn_chorus
 
 pytestmark = pytest.mark.e2e
@@ -80,15 +79,8 @@ async def test_a_file_uploaded_in_the_browser_is_searched_and_reaches_the_model_
 
         following = asyncio.create_task(follow())
 
-        async def dashboard_up() -> bool:
-            try:
-                async with aiohttp.ClientSession() as http, http.get(f"{base}/login") as response:
-                    return response.status == 200
-            except aiohttp.ClientError:
-                return False
-
         try:
-            await until(dashboard_up)
+            await until(lambda: dashboard_up(base))
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(
                     executable_path=chromium, args=["--no-sandbox", "--disable-gpu"]

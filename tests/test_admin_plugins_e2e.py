@@ -15,7 +15,6 @@ import shutil
 import signal
 from pathlib import Path
 
-import aiohttp
 import pytest
 from playwright.async_api import async_playwright
 from redis.asyncio import Redis
@@ -24,7 +23,7 @@ from bot.safety.audit import read_audit
 from bot.state import connect
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.redis_server import free_port
-from tests.test_admin_browser_e2e import TOKEN, shot, until
+from tests.test_admin_browser_e2e import TOKEN, dashboard_up, shot, until
 from tests.test_chat_e2e import ROOT, base_env, spawn_chorus
 from tests.test_plugin_quotes_e2e import quotes_site as quotes_site  # the offline install
 
@@ -91,15 +90,8 @@ async def test_the_plugins_page_lists_the_quote_book_and_its_form_saves_to_the_f
 
             return str(await until(answered))
 
-        async def dashboard_up() -> bool:
-            try:
-                async with aiohttp.ClientSession() as http, http.get(f"{base}/login") as response:
-                    return response.status == 200
-            except aiohttp.ClientError:
-                return False
-
         try:
-            await until(dashboard_up)
+            await until(lambda: dashboard_up(base))
             long_quote = "/quote add twenty-five characters here"
             assert "Added quote" in await say(long_quote)  # 40 allows it
             async with async_playwright() as pw:

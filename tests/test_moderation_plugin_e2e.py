@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 import redis
 from playwright.async_api import async_playwright
@@ -30,7 +29,7 @@ from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.twitch_server import TwitchServer
 from tests.moderation_rigs import TWITCH_SCOPES
 from tests.redis_server import free_port
-from tests.test_admin_browser_e2e import TOKEN, until
+from tests.test_admin_browser_e2e import TOKEN, dashboard_up, until
 from tests.test_chat_e2e import base_env, spawn_chorus, stopped
 from tests.test_live_pause_e2e import line, subscribed
 from tests.test_twitch_e2e import BOT_ID, BOT_LOGIN, CHAT
@@ -115,18 +114,11 @@ async def test_links_are_deleted_warned_then_timed_out_and_the_dashboard_undoes_
             text = "free followers at cheap-viewers.shop"
             assert await twitch.notify(CHAT, viewer_line((channel_id, login), msg_id, text, viewer))
 
-        async def dashboard_up() -> bool:
-            try:
-                async with aiohttp.ClientSession() as http, http.get(f"{base}/login") as r:
-                    return r.status == 200
-            except aiohttp.ClientError:
-                return False
-
         proc = await spawn_chorus(["run"], env, tmp_path)
         failure: Exception | None = None
         try:
             await twitch.wait_until(lambda: subscribed(twitch) == 4, LIMIT)
-            await until(dashboard_up)
+            await until(lambda: dashboard_up(base))
             await link(ids[0])
             await twitch.wait_until(lambda: any("please stop" in s for s in said(twitch)), LIMIT)
             await twitch.wait_until(lambda: ids[0] not in twitch.chat_messages[channel_id], LIMIT)

@@ -41,6 +41,7 @@ from tests.loopback.twitch_server import TwitchServer
 from tests.loopback.youtube_grpc import YouTubeStreamServer
 from tests.loopback.youtube_server import LIVE_CHAT_ID, VIDEO_ID, YouTubeServer
 from tests.redis_server import free_port
+from tests.test_admin_browser_e2e import dashboard_up
 from tests.test_chat_e2e import ROOT, base_env, spawn_chorus, stopped
 from tests.test_live_pause_e2e import channel, line, subscribed
 from tests.test_twitch_e2e import BOT_ID, BOT_LOGIN, CHAT, chat_event
@@ -140,13 +141,7 @@ async def test_the_overlay_speaks_answers_cheers_and_obeys_moderators(
         try:
             await twitch.wait_until(lambda: subscribed(twitch) >= 1, LIMIT)
 
-            async def dashboard_up() -> bool:
-                try:
-                    return (await status(f"{base}/login"))[0] == 200
-                except aiohttp.ClientError:
-                    return False
-
-            await until(dashboard_up)
+            await until(lambda: dashboard_up(base))
             key = await OverlayKeys(real_redis).get(conv)
             page_url = f"{base}/overlay/{conv}"
 
@@ -361,13 +356,7 @@ async def test_a_super_chat_on_youtube_is_read_aloud_with_the_viewers_name(
                 lambda: bool(stream.calls) and stream.calls[0].responses >= 1, LIMIT
             )
 
-            async def dashboard_up() -> bool:
-                try:
-                    return (await status(f"{base}/login"))[0] == 200
-                except aiohttp.ClientError:
-                    return False
-
-            await until(dashboard_up)
+            await until(lambda: dashboard_up(base))
             key = await OverlayKeys(real_redis).get(conv)
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(
