@@ -3,8 +3,19 @@ the embedded store and a real Redis: another gateway process sees the mark, and 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
+
 from bot.state.client import Redis
 from bot.state.interactions import PendingInteractions
+from tests.redis_cluster import WITH_CLUSTER, store_url
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
 
 
 async def test_a_held_interaction_is_seen_by_another_process(

@@ -180,7 +180,7 @@ def knowledge(base: str, part: str) -> str:
     ``base``."""
     _check_token("base", base)
     _check_token("part", part)
-    return f"{PREFIX}:kb:{base}:{part}"
+    return f"{PREFIX}:kb:{_tag(base)}:{part}"  # a rebuild's transaction: one slot (cluster)
 
 
 def user_conversations(platform: str, user_id: str) -> str:
@@ -345,14 +345,14 @@ def conduit_shard(platform: str, conduit_id: str, shard: int) -> str:
     _check_id("conduit_id", conduit_id)
     if shard < 0:
         raise ValueError(f"shard must be >= 0, got {shard}")
-    return f"{PREFIX}:conduit:{platform}:{_escape_part(conduit_id)}:shard:{shard}"
+    return f"{PREFIX}:conduit:{_tag(f'{platform}:{_escape_part(conduit_id)}')}:shard:{shard}"
 
 
 def conduit_members(platform: str, conduit_id: str) -> str:
     """The gateway processes sharing one conduit's shards, each scored by its lease's end."""
     _check_token("platform", platform)
     _check_id("conduit_id", conduit_id)
-    return f"{PREFIX}:conduit:{platform}:{_escape_part(conduit_id)}:members"
+    return f"{PREFIX}:conduit:{_tag(f'{platform}:{_escape_part(conduit_id)}')}:members"
 
 
 def joined_channels(platform: str, app_id: str, kind: str) -> str:
@@ -362,14 +362,14 @@ def joined_channels(platform: str, app_id: str, kind: str) -> str:
     _check_id("app_id", app_id)
     if kind not in ("in", "out", "gen"):
         raise ValueError(f"kind must be 'in', 'out' or 'gen', got {kind!r}")
-    return f"{PREFIX}:channels:{platform}:{_escape_part(app_id)}:{kind}"
+    return f"{PREFIX}:channels:{_tag(f'{platform}:{_escape_part(app_id)}')}:{kind}"
 
 
 def ratelimit(platform: str, bucket: str) -> str:
     """A send budget shared by every process (sliding window of granted sends)."""
     _check_token("platform", platform)
     _check_id("bucket", bucket)
-    return f"{PREFIX}:ratelimit:{platform}:{_escape_part(bucket)}"
+    return f"{PREFIX}:ratelimit:{_tag(f'{platform}:{_escape_part(bucket)}')}"  # and its :pause
 
 
 def quota(platform: str, project: str, day: str) -> str:
@@ -662,7 +662,7 @@ def voice_watching(conv: ConversationKey) -> str:
 def voice_chars(conv: ConversationKey, who: str, hour: str) -> str:
     """Characters spoken in one channel (``who`` empty) or for one viewer in it, in one UTC hour
     (``hour``: ``YYYYMMDDHH``); TTL: the hour plus one."""
-    return f"{PREFIX}:voice:chars:{conv}:{_escape_part(who)}:{hour}"
+    return f"{PREFIX}:voice:chars:{_tag(str(conv))}:{_escape_part(who)}:{hour}"
 
 
 def voice_notice(conv: ConversationKey, who: str) -> str:
