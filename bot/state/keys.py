@@ -75,9 +75,9 @@ def user(platform: str, user_id: str, kind: str) -> str:
     _check_id("user_id", user_id)
     ident = f"{platform}:{_escape_part(user_id)}"
     # the cluster layout keeps an identity's keys in one slot (its memory is read and written
-    # together with its /link alias and /forget mark); a linked person's are not tagged: the
-    # alias scripts name them by concatenation (``person_prefix``)
-    return f"{PREFIX}:user:{ident if platform == PERSON else _tag(ident)}:{kind}"
+    # together with its /link alias and /forget mark), and a linked person's in another
+    # (``{person:ID}``: its buffer, members and /forget all vote; bot/state/people_cluster.py)
+    return f"{PREFIX}:user:{_tag(ident)}:{kind}"
 
 
 def dedupe(platform: str, message_id: str, near: str | None = None) -> str:
@@ -119,7 +119,7 @@ def person_of(platform: str, user_id: str) -> str:
 
 def person_prefix() -> str:
     """What every key of a person starts with; the person id and ``:{kind}`` follow (for the Lua
-    scripts that follow an alias: they build ``person_prefix() + person_id + ":memory"``)."""
+    scripts that follow an alias on one Redis: ``person_prefix() + person_id + ":memory"``)."""
     return f"{PREFIX}:user:{PERSON}:"
 
 
