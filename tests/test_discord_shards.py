@@ -267,7 +267,7 @@ async def test_an_answer_for_a_gateway_that_is_gone_is_dropped_not_posted(
     async with DiscordServer() as discord, two_gateways(discord, redis_client) as (a, b):
         assert b.adapter.pending is not None
         await b.adapter.pending.hold(given_up, 60)
-        await b.adapter.pending.release(given_up)
+        await b.adapter.pending.release(given_up, 60)
         for held, text in ((dead, "orphan secret"), (given_up, "late secret")):
             await a.bus.publish(
                 outbound, Reply(conversation=conversation, text=text, reply_to_id=held)

@@ -29,12 +29,14 @@ from pydantic import ValidationError
 
 from bot.events import Reply
 from bot.settings import DiscordSettings
-from bot.state.interactions import ALIVE_SECONDS, ANSWERED, PendingInteractions
+from bot.state.interactions import ANSWERED, PendingInteractions
 
 log = logging.getLogger("chorus.discord")
 
-INBOX_WAIT = ALIVE_SECONDS / 3  # each inbox round renews the liveness mark
-RETRY_AFTER = 1.0  # seconds before reading the inbox again after a store error
+# Seconds one inbox read blocks; each round renews the liveness mark (its TTL: 15 s). Well
+# under the store client's read timeout (redis-py's defaults to the 5 s connect timeout).
+INBOX_WAIT = 2.0
+RETRY_AFTER = (0.5, 5.0)  # seconds before reading the inbox again after a store error: doubling
 
 
 class RoutedAnswers:
@@ -58,7 +60,7 @@ class RoutedAnswers:
     async def _release_interaction(self, interaction_id: str) -> None:
         if self.pending is not None:
             try:
-                await self.pending.release(interaction_id)
+                await self.pending.release(interaction_id, self._hold_ttl())
             except Exception:  # the mark still names this process, which drops late answers
                 log.warning("could not mark a slash command answered", exc_info=True)
 
@@ -115,14 +117,18 @@ class RoutedAnswers:
         pending = self.pending
         if pending is None:
             return
+        pause = 0.0  # after a store error: the wait before the next read (0: none failed)
         try:
             while True:
                 try:
                     payload = await pending.receive(INBOX_WAIT)
                 except Exception:
-                    log.warning("could not read forwarded slash command answers", exc_info=True)
-                    await asyncio.sleep(RETRY_AFTER)
+                    if not pause:  # once per outage; the store's outage is logged elsewhere too
+                        log.warning("could not read forwarded slash command answers", exc_info=True)
+                    pause = min(RETRY_AFTER[1], max(RETRY_AFTER[0], pause * 2))
+                    await asyncio.sleep(pause)
                     continue
+                pause = 0.0
                 if payload is not None:
                     self._resolve(payload)
         finally:

@@ -15,9 +15,9 @@ How (the answer is *routed to the holder*, not sent by whoever reads it):
   between read and forward loses nothing: the bus hands the unacked entry out again.
 - The holder reads its inbox (``receive``: ``BLPOP`` with a timeout, renewing its liveness mark
   on each round), resolves the waiting command and sends the follow-up itself.
-- Once the command is answered (or given up), ``release`` keeps the mark for the rest of its
-  TTL with no holder (``ANSWERED``): an answer handed out again by the bus, or one that comes too
-  late, is still known to be private and is dropped, never posted.
+- Once the command is answered (or given up), ``release`` keeps the mark with no holder
+  (``ANSWERED``) for as long again: an answer handed out again by the bus, or one that comes
+  too late, is still known to be private and is dropped, never posted.
 - A holder that died stops renewing its liveness mark (``ALIVE_SECONDS``); an answer forwarded
   after that is reported as not delivered (the reader logs the drop) and lapses with the inbox.
 
@@ -63,9 +63,10 @@ class PendingInteractions:
         """This process waits for the answer to ``interaction_id`` (for ``ttl`` seconds at most)."""
         await self._redis.set(self._mark(interaction_id), self.holder, px=_ms(ttl))
 
-    async def release(self, interaction_id: str) -> None:
-        """Answered or given up: the mark stays, with no holder, until it lapses."""
-        await self._redis.set(self._mark(interaction_id), ANSWERED, xx=True, keepttl=True)
+    async def release(self, interaction_id: str, ttl: float) -> None:
+        """Answered or given up: the mark stays, with no holder, ``ttl`` seconds more (an
+        answer later than that would be taken for an ordinary one)."""
+        await self._redis.set(self._mark(interaction_id), ANSWERED, xx=True, px=_ms(ttl))
 
     async def holder_of(self, reply_to_id: str) -> str | None:
         """The process holding the interaction ``reply_to_id`` (``ANSWERED`` once it is done);
@@ -90,8 +91,9 @@ class PendingInteractions:
         return bool(found[0])
 
     async def receive(self, wait: float) -> str | None:
-        """Renew this process's liveness mark, then wait up to ``wait`` seconds (less than
-        ``ALIVE_SECONDS``) for an answer another process forwarded here."""
+        """Renew this process's liveness mark, then wait up to ``wait`` seconds for an answer
+        another process forwarded here (``wait``: well under ``ALIVE_SECONDS`` and under the
+        client's read timeout, which ``BLPOP`` must not outlast)."""
         await self._redis.set(self._alive, "1", px=_ms(ALIVE_SECONDS))
         found = await self._redis.blpop([self._inbox], timeout=wait)
         return None if found is None else str(found[1])
