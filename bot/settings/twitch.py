@@ -81,8 +81,10 @@ class TwitchSettings(Section):
     conduit_shards: int = Field(
         default=4, ge=1, le=20_000, validation_alias="TWITCH_CONDUIT_SHARDS"
     )
-    """With conduits: the shard count of a conduit Chorus creates (one WebSocket each, spread
-    over the gateway processes)."""
+    """With conduits: the shard count of Chorus's conduit (one WebSocket each, spread over the
+    gateway processes): a new conduit is created with it, and Chorus's existing one is resized
+    to it (Update Conduits) by a gateway starting with another value. Set the same on every
+    gateway; a conduit named by TWITCH_CONDUIT_ID keeps its own size."""
     shard_lease_seconds: float = Field(
         default=15.0, ge=3.0, le=600.0, validation_alias="TWITCH_SHARD_LEASE_SECONDS"
     )

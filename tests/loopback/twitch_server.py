@@ -114,8 +114,9 @@ class UserToken:
 
 
 class TwitchServer(HelixConduits, HelixModeration, LoopbackServer):
-    def __init__(self) -> None:
+    def __init__(self, *, client_id: str = CLIENT_ID) -> None:
         super().__init__()
+        self.client_id = client_id  # the application's (tests sharing a Redis differ by it)
         self.users: dict[str, dict[str, Any]] = {}  # id -> Helix user object
         self.tokens: dict[str, UserToken] = {}  # valid user access tokens
         self.app_tokens: set[str] = set()
@@ -465,13 +466,15 @@ class TwitchServer(HelixConduits, HelixModeration, LoopbackServer):
         header = request.headers.get("Authorization", "")
         token = header.removeprefix("OAuth ").removeprefix("Bearer ").strip()
         if token in self.app_tokens:
-            return web.json_response({"client_id": CLIENT_ID, "scopes": [], "expires_in": 5000})
+            return web.json_response(
+                {"client_id": self.client_id, "scopes": [], "expires_in": 5000}
+            )
         user = self.tokens.get(token)
         if user is None:
             return web.json_response({"status": 401, "message": "invalid access token"}, status=401)
         return web.json_response(
             {
-                "client_id": CLIENT_ID,
+                "client_id": self.client_id,
                 "login": user.login,
                 "scopes": list(user.scopes),
                 "user_id": user.user_id,
@@ -482,7 +485,7 @@ class TwitchServer(HelixConduits, HelixModeration, LoopbackServer):
     async def _token(self, request: web.Request) -> web.Response:
         await self.record(request)
         query = request.query
-        if query.get("client_id") != CLIENT_ID or query.get("client_secret") != CLIENT_SECRET:
+        if query.get("client_id") != self.client_id or query.get("client_secret") != CLIENT_SECRET:
             return web.json_response(
                 {"status": 403, "message": "invalid client secret"}, status=403
             )
