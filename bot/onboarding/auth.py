@@ -180,6 +180,8 @@ async def _twitch_broadcaster(
     save_broadcaster: SaveBroadcaster | None,
 ) -> int:
     """The broadcaster's device flow; the pair goes to the adapter's token store."""
+    if save_broadcaster is None:
+        raise ConfigError("this command cannot store a broadcaster's token")
     twitch = settings.twitch
     granted = await twitch_auth.device_flow(
         twitch.auth_base_url,
@@ -189,8 +191,6 @@ async def _twitch_broadcaster(
         say=_say,
         flow=twitch_auth.BROADCASTER,
     )
-    if save_broadcaster is None:
-        raise ConfigError("this command cannot store a broadcaster's token")
     if not granted.user_id.isdigit():
         raise AuthFailed("Twitch validated the token without a user id; nothing was stored")
     where = await save_broadcaster(
