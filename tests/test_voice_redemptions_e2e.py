@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -164,8 +165,11 @@ async def test_a_broadcaster_signs_in_and_the_chosen_rewards_redemptions_are_spo
 
                 # 3. The configured reward: read aloud with the viewer's name and text.
                 event = redeemed(channel, f"{tag}-r1", f"{tag}1", "Hydrate", "drink some water")
+                sent_ms = time.time() * 1000
                 assert await twitch.notify(REDEMPTION, event) == 1
                 played = await until(lambda: _played(page, 1))
+                started_ms = (await state(page))["started"][0]["at"]
+                print(f"redemption sent -> overlay audio started: {started_ms - sent_ms:.0f} ms")
                 first = f"Fan{tag}1 redeemed Hydrate: drink some water"
                 assert played[0]["text"] == first and played[0]["ended"] is True
                 assert played[0]["provider"] == "openai"
