@@ -5,7 +5,9 @@ with the broadcaster's own token carrying ``channel:read:redemptions`` on a sess
 Without a stored broadcaster token the adapter says once which channels lack it and which
 command to run, and chat goes on; with one it subscribes on the broadcaster's own EventSub socket
 (the token refreshed on the way and written back to the store), and a redemption arrives on the
-inbound topic as a line carrying a ``REDEMPTION`` stream event."""
+inbound topic as a line carrying a ``REDEMPTION`` stream event. A broadcaster token that expires
+while the adapter runs is refreshed by twitchio and the new pair written back, the bot's own pair
+untouched."""
 
 from __future__ import annotations
 
@@ -188,6 +190,40 @@ async def test_a_stored_broadcaster_token_reads_redemptions_on_its_own_socket(
         await server.wait_until(lambda: len(server.sent) >= 1, WAIT)
         assert server.sent[-1].get("reply_parent_message_id") is None
         assert await rig.adapter.ready()
+    finally:
+        await _stop(rig, runner)
+
+
+async def test_a_broadcaster_token_refreshed_while_running_is_written_back(
+    server: TwitchServer,  # noqa: F811 (the fixture imported above)
+    twitch_env: Any,  # noqa: F811
+    key_tag: str,
+) -> None:
+    server.grant(CHANNEL, "bc-access-2", "bc-refresh-2", scopes=SCOPE)
+    twitch_env(server)
+    rig = await _rig(server, key_tag)
+    store = StateBroadcasterStore(PlatformTokens(rig.redis), CLIENT_ID, CHANNEL)
+    await store.save(StoredTokens(access_token="bc-access-2", refresh_token="bc-refresh-2"))
+    runner = await _start(rig)
+    try:
+        await server.wait_until(lambda: len(server.subscriptions) == 5, WAIT)
+        server.revoke("bc-access-2")  # it expired: Helix answers 401 "Invalid OAuth token"
+        users = await rig.adapter.client.fetch_users(ids=[CHANNEL], token_for=CHANNEL)
+        assert [u.id for u in users] == [CHANNEL]  # twitchio refreshed the pair and retried
+        ((old, new_access),) = server.refreshed
+        assert old == "bc-refresh-2"
+
+        async def written_back() -> StoredTokens:
+            while True:
+                stored = await store.load()
+                if stored is not None and stored.access_token == new_access:
+                    return stored
+                await asyncio.sleep(0.02)
+
+        stored = await asyncio.wait_for(written_back(), WAIT)
+        assert stored.refresh_token != "bc-refresh-2" and stored.user_id == CHANNEL
+        bot_pair = rig.adapter.client.tokens.get(BOT_ID)
+        assert bot_pair is not None and bot_pair["token"] == "access-0"  # the bot's untouched
     finally:
         await _stop(rig, runner)
 
