@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import stat
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +23,7 @@ from twitchio.models.eventsub_ import create_event_instance
 
 from adapters.twitch import convert
 from adapters.twitch.convert import BotIdentity
-from adapters.twitch.tokens import StateBroadcasterStore, StoredTokens
+from adapters.twitch.tokens import StateBroadcasterStore, StoredTokens, broadcaster_store
 from bot.events import Role, StreamEventKind
 from bot.state.platforms import PlatformTokens
 from tests.loopback.twitch_server import CLIENT_ID, REDEMPTION, TwitchServer, fixture
@@ -88,6 +90,18 @@ def test_a_redemption_that_mentions_the_bot_is_addressed_and_the_broadcasters_is
         ambient=True,
     )
     assert own.author.roles == frozenset({Role.OWNER}) and own.text == ""
+
+
+async def test_beside_a_token_file_each_broadcaster_has_a_file_of_its_own(tmp_path: Path) -> None:
+    spec = f"file:{tmp_path}/tokens.json"
+    store = broadcaster_store(spec, tokens=None, client_id=CLIENT_ID, broadcaster_id=CHANNEL)
+    pair = StoredTokens(access_token="a", refresh_token="r", user_id=CHANNEL)
+    await store.save(pair)
+    path = tmp_path / f"tokens.broadcaster-{CHANNEL}.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert await store.load() == pair
+    with pytest.raises(ValueError, match="not a Twitch user id"):  # never a path of its own
+        broadcaster_store(spec, tokens=None, client_id=CLIENT_ID, broadcaster_id="../x")
 
 
 async def _start(rig: Rig) -> asyncio.Task[None]:
