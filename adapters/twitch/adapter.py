@@ -227,6 +227,11 @@ class TwitchAdapter:
                 on_channels=self._set_channels,
             )
             await self.conduit.start()
+            if self.settings.redemptions:
+                log.info(
+                    "twitch channel-point redemptions are read over TWITCH_TRANSPORT=websocket "
+                    "only; this conduit reads none (TWITCH_REDEMPTIONS=false silences this line)"
+                )
         else:
             await self._resolve_channels()
             await self._subscribe()
