@@ -51,6 +51,9 @@ class TwitchSettings(Section):
     stream_state: bool = Field(default=False, validation_alias="TWITCH_STREAM_STATE")
     """Subscribe to `stream.online` / `stream.offline` for plugins' stream events (two more
     EventSub subscriptions per channel, so only when asked for)."""
+    redemptions: bool = Field(default=True, validation_alias="TWITCH_REDEMPTIONS")
+    """Read channel-point redemptions in each channel whose broadcaster signed in with `chorus
+    auth twitch --broadcaster` (websocket transport); `false`: never, and no notice about it."""
     bot_is_mod: bool | None = Field(default=None, validation_alias="TWITCH_BOT_IS_MOD")
     """Whether the bot is a moderator (100 messages per 30 s instead of 20); unset: detected from
     its own chat badges."""
