@@ -59,7 +59,11 @@ def _main(args: argparse.Namespace) -> int:
     if args.command == "auth":  # reads .env itself: no bot settings are needed
         from bot.onboarding import auth
 
-        return auth.run(args)
+        if not args.broadcaster:
+            return auth.run(args)
+        from adapters.twitch.tokens import save_broadcaster  # the adapter's store
+
+        return auth.run(args, save_broadcaster)
     from bot.cli_config import describe_config, reload_command
     from bot.router.scope_text import describe_scope
     from bot.router.scoping import personas, prompt_overrides

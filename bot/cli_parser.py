@@ -60,6 +60,7 @@ EXAMPLES = {
   chorus init --vendor anthropic --platforms discord --non-interactive""",
     "auth": """examples:
   chorus auth twitch                          device code sign-in of the bot account
+  chorus auth twitch --broadcaster            a broadcaster's sign-in (channel-point redemptions)
   chorus auth youtube                         Google sign-in of the bot's channel""",
 }
 

@@ -135,6 +135,7 @@ class StreamEventKind(StrEnum):
     SUPER_CHAT = "super_chat"  # YouTube: a paid message (``amount``)
     SUPER_STICKER = "super_sticker"  # YouTube: a paid sticker (``amount``)
     ANNOUNCEMENT = "announcement"  # Twitch: a moderator's or the broadcaster's announcement
+    REDEMPTION = "redemption"  # Twitch: a channel-point reward (``reward``, ``cost``) redeemed
 
 
 class ChannelEventKind(StrEnum):
@@ -200,6 +201,19 @@ class StreamEvent(_Frozen):
     gift_id: str | None = Field(default=None, min_length=1, max_length=256)
     recipient_id: str | None = Field(default=None, min_length=1, max_length=256)
     recipient_name: str = Field(default="", max_length=256)
+    reward: str = Field(default="", max_length=256, description="a redeemed reward's title")
+    reward_id: str | None = Field(default=None, min_length=1, max_length=256)
+    cost: int | None = Field(default=None, ge=0, description="a reward's price in channel points")
+
+    @model_serializer(mode="wrap")
+    def _without_absent_reward(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No reward keys on an event that is no redemption: it reads exactly as before they
+        existed, so a process of the previous release still takes it during a rolling deploy."""
+        data: dict[str, Any] = handler(self)
+        if self.kind is not StreamEventKind.REDEMPTION:
+            for name in ("reward", "reward_id", "cost"):
+                data.pop(name, None)
+        return data
 
 
 class ChatMessage(_Frozen):

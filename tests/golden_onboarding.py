@@ -84,6 +84,26 @@ def _onboarding() -> str:
             ),
         ),
         (
+            "auth twitch --broadcaster: the code",
+            prompts.render(
+                "onboarding/twitch_device_broadcaster",
+                url="https://www.twitch.tv/activate",
+                code="ABCD-EFGH",
+                minutes=30,
+            ),
+        ),
+        (
+            "auth twitch --broadcaster: done",
+            prompts.render(
+                "onboarding/twitch_broadcaster_done",
+                login="adastreams",
+                user_id="5678",
+                scopes="channel:read:redemptions",
+                store="the state store (redis://localhost:6379/0)",
+                command="chorus",
+            ),
+        ),
+        (
             "auth youtube: the link",
             prompts.render(
                 "onboarding/youtube_open",

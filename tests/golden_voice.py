@@ -1,5 +1,6 @@
 """The golden case of what the stream overlay says and shows (``prompts/voice/*``): a cheer, a
-Super Chat and a Super Sticker read aloud through the speaker (queued as production queues them),
+Super Chat, a Super Sticker and Twitch channel-point redemptions (with and without the viewer's
+text) read aloud through the speaker (queued as production queues them),
 and the notices of a spent hour of speech. Registered by ``tests/test_prompts_golden.py``."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ def _said(message: ChatMessage, text: str) -> str:
 
 
 async def voice_texts(redis: Redis) -> str:
-    settings = settings_from({"CHORUS_VOICE": "true"})
+    settings = settings_from({"CHORUS_VOICE": "true", "CHORUS_TTS_REWARDS": "Hydrate, Say hi"})
     queue = VoiceQueue(redis)
     speaker = Speaker(queue, lambda: settings, check=_said)
     events = [
@@ -34,6 +35,18 @@ async def voice_texts(redis: Redis) -> str:
         (
             "youtube",
             StreamEvent(kind=StreamEventKind.SUPER_STICKER, user_name="Cy", amount="€2"),
+            "",
+        ),
+        (
+            "twitch",
+            StreamEvent(
+                kind=StreamEventKind.REDEMPTION, user_name="Di", reward="Hydrate", cost=500
+            ),
+            "drink some water",
+        ),
+        (
+            "twitch",
+            StreamEvent(kind=StreamEventKind.REDEMPTION, user_name="Ed", reward="Say hi", cost=50),
             "",
         ),
     ]

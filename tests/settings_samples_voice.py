@@ -11,6 +11,7 @@ VOICE_SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "CHORUS_TTS_ANSWERS": (("voice.answers",), "false", False),
     "CHORUS_TTS_CHEER_MIN_BITS": (("voice.cheer_min_bits",), "500", 500),
     "CHORUS_TTS_SUPER_CHATS": (("voice.super_chats",), "false", False),
+    "CHORUS_TTS_REWARDS": (("voice.rewards",), "Hydrate, Say hi", ("Hydrate", "Say hi")),
     "CHORUS_TTS_QUEUE_MAX": (("voice.queue_max",), "5", 5),
     "CHORUS_TTS_MAX_SECONDS": (("voice.max_seconds",), "12.5", 12.5),
     "CHORUS_TTS_MAX_CHARS": (("voice.max_chars",), "200", 200),

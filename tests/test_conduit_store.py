@@ -3,7 +3,8 @@
 
 One conduit id wins when processes race to record theirs; a shard has one holder at a time, only
 the holder renews or releases it, and a lapsed lease frees it for another process; the members
-are the processes whose heartbeat has not lapsed; channels joined and left at run time combine
+are the processes whose heartbeat has not lapsed; the size a resize records is what every
+process reads; channels joined and left at run time combine
 with ``TWITCH_CHANNELS`` as documented.
 """
 
@@ -131,6 +132,18 @@ async def test_members_are_the_processes_whose_heartbeat_has_not_lapsed(
     assert await store.heartbeat(conduit, "p3", 10) == ["p2", "p3"]
     await store.leave_members(conduit, "p3")
     assert await store.heartbeat(conduit, "p2", 10) == ["p2"]
+
+
+async def test_the_size_is_recorded_per_conduit_and_replaced_by_a_resize(
+    store: ConduitStore, key_tag: str
+) -> None:
+    conduit, other = f"c-{key_tag}", f"d-{key_tag}"
+    assert await store.size(conduit) is None
+    await store.set_size(conduit, 4)
+    await store.set_size(other, 2)
+    assert await store.size(conduit) == 4
+    await store.set_size(conduit, 7)  # a gateway resized the conduit
+    assert (await store.size(conduit), await store.size(other)) == (7, 2)
 
 
 async def test_joined_and_left_channels_combine_with_the_configured_ones(

@@ -9,21 +9,24 @@ readiness is per shard; the IDENTIFYs of one process keep the window too.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import pytest
 
-from adapters.discord.adapter import DiscordAdapter, no_answer_in_time
+from adapters.discord.adapter import DiscordAdapter
 from adapters.registry import adapter_gauges
 from bot.bus.base import InProcessBus
 from bot.bus.topics import outbound_topic
 from bot.cli import _parts
-from bot.events import ChatMessage, Reply
+from bot.events import ChatMessage, ConversationKey, Reply, ReplyDraft
 from bot.ops.health import adapter_checks
 from bot.platform.supervisor import Slot
 from bot.settings import ConfigError
 from bot.state.client import Redis
-from tests.discord_rig import _settings, running, slash_interaction
+from bot.state.interactions import PendingInteractions
+from tests.discord_rig import Rig, _settings, running, slash_interaction
 from tests.loopback.discord_server import (
     BOT_ID,
     CHANNEL_ID,
@@ -164,51 +167,115 @@ async def _no_answer(message: ChatMessage) -> str | None:
     return None  # the answer comes on the other process's bus, published by the test
 
 
-async def test_a_slash_answer_read_by_another_gateway_is_never_posted_in_public(
-    redis_client: Redis,
+def snowflake(key_tag: str, n: int) -> str:
+    """An interaction id unique to this test (its mark outlives the test by the hold's TTL)."""
+    return str(int(key_tag[1:], 16) % 10**15 * 1000 + n)
+
+
+@asynccontextmanager
+async def two_gateways(discord: DiscordServer, store: Redis) -> AsyncIterator[tuple[Rig, Rig]]:
+    """Gateway A with shard 0, gateway B with shard 1 (the fixture guild's), one store."""
+    discord.recommended_shards, discord.identify_window = SHARDS, WINDOW
+    discord.guilds = [guild_create()]  # the fixture guild: shard 1 of 2
+    window, count = str(WINDOW), str(SHARDS)
+    async with (
+        running(
+            discord,
+            _no_answer,
+            store=store,
+            DISCORD_SHARD_IDS="0",
+            DISCORD_IDENTIFY_WINDOW=window,
+            DISCORD_SHARD_COUNT=count,
+        ) as a,
+        running(
+            discord,
+            _no_answer,
+            store=store,
+            DISCORD_SHARD_IDS="1",
+            DISCORD_COMMAND_TIMEOUT="60",
+            DISCORD_IDENTIFY_WINDOW=window,
+            DISCORD_SHARD_COUNT=count,
+        ) as b,
+    ):
+        await until(a.adapter.ready)
+        await until(b.adapter.ready)
+        assert a.adapter.pending is not None and b.adapter.pending is not None
+        assert a.adapter.pending.holder != b.adapter.pending.holder
+        yield a, b
+
+
+def logged(caplog: pytest.LogCaptureFixture, text: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return any(text in r.getMessage() for r in caplog.records)
+
+    return check
+
+
+async def test_a_slash_answer_read_by_another_gateway_is_forwarded_to_its_holder(
+    redis_client: Redis, key_tag: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Shard 0 in gateway A, shard 1 (the fixture guild's) in gateway B, one store. B receives
-    ``/chorus pins``; its private answer reaches A's outbound: A must not post it in the channel
-    (B, holding the interaction, says no answer came in time). An ordinary answer on A's
-    outbound is posted as usual."""
-    async with DiscordServer() as discord:
-        discord.recommended_shards, discord.identify_window = SHARDS, WINDOW
-        discord.guilds = [guild_create()]  # the fixture guild: shard 1 of 2
-        window, count = str(WINDOW), str(SHARDS)
-        async with (
-            running(
-                discord,
-                _no_answer,
-                store=redis_client,
-                DISCORD_SHARD_IDS="0",
-                DISCORD_IDENTIFY_WINDOW=window,
-                DISCORD_SHARD_COUNT=count,
-            ) as a,
-            running(
-                discord,
-                _no_answer,
-                store=redis_client,
-                DISCORD_SHARD_IDS="1",
-                DISCORD_COMMAND_TIMEOUT="3",
-                DISCORD_IDENTIFY_WINDOW=window,
-                DISCORD_SHARD_COUNT=count,
-            ) as b,
-        ):
-            await until(a.adapter.ready)
-            await until(b.adapter.ready)
-            assert a.adapter.pending is not None and b.adapter.pending is not None
-            await discord.dispatch("INTERACTION_CREATE", slash_interaction("4001", "pins"))
-            (command,) = await b.wait_seen(1)
-            private = Reply(
-                conversation=command.conversation, text="your pins: secret", reply_to_id="4001"
-            )
-            await a.bus.publish(outbound_topic("discord"), private)
-            ordinary = Reply(conversation=command.conversation, text="hello all", reply_to_id="99")
-            await a.bus.publish(outbound_topic("discord"), ordinary)
-            (post,) = await a.posts(CHANNEL_ID, 1)  # in bus order: the private one came first
-            followups = await discord.wait_request(
-                "POST", f"/webhooks/{BOT_ID}/interaction-token-secret"
-            )
+    """B receives ``/chorus pins``; its answer (after a streamed draft) reaches A's outbound. A
+    forwards it to B, which sends it as the private follow-up, once: the draft and the answer
+    never show in the channel, and the same answer handed out again (a redelivery) is dropped.
+    An ordinary answer on A's outbound is posted as usual."""
+    interaction, token = snowflake(key_tag, 1), f"token-{key_tag}"
+    caplog.set_level(logging.INFO, logger="chorus.discord")
+    async with DiscordServer() as discord, two_gateways(discord, redis_client) as (a, b):
+        await discord.dispatch(
+            "INTERACTION_CREATE", slash_interaction(interaction, "pins", token=token)
+        )
+        (command,) = await b.wait_seen(1)
+        outbound = outbound_topic("discord")
+        draft = ReplyDraft(
+            conversation=command.conversation, reply_to_id=interaction, text="your pi", seq=1
+        )
+        private = Reply(
+            conversation=command.conversation, text="your pins: secret", reply_to_id=interaction
+        )
+        await a.bus.publish(outbound, draft)
+        await a.bus.publish(outbound, private)
+        followups = await discord.wait_request("POST", f"/webhooks/{BOT_ID}/{token}")
+        assert await logged(caplog, "answer forwarded to its gateway process")()
+        await a.bus.publish(outbound, private)  # handed out again: already answered
+        await until(logged(caplog, "came after its follow-up; dropped"))
+        ordinary = Reply(conversation=command.conversation, text="hello all", reply_to_id="99")
+        await a.bus.publish(outbound, ordinary)
+        (post,) = await a.posts(CHANNEL_ID, 1)
     assert post["content"] == "hello all"
-    assert [r.body["content"] for r in followups] == [no_answer_in_time()]
+    assert [(r.body["content"], r.body["flags"] & 64) for r in followups] == [
+        ("your pins: secret", 64)
+    ]
+    assert len(discord.requests_to("POST", f"/webhooks/{BOT_ID}/{token}")) == 1
+    public = [r for r in discord.requests if "/webhooks/" not in r.path]
+    assert "secret" not in str([r.body for r in public])
+    assert "your pi" not in str([r.body for r in public]), "no draft shown in the channel"
+
+
+async def test_an_answer_for_a_gateway_that_is_gone_is_dropped_not_posted(
+    redis_client: Redis, key_tag: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The process holding a slash command died (its mark stays, its liveness mark lapsed):
+    the answer read by A is dropped with a log line, never posted in the channel; and an
+    answer for a command B gave up on (no answer in time) is dropped too."""
+    gone = PendingInteractions(redis_client, holder=f"gone{key_tag[1:]}")
+    dead = snowflake(key_tag, 2)
+    await gone.hold(dead, 60)  # and never reads its inbox: not alive
+    given_up = snowflake(key_tag, 3)
+    caplog.set_level(logging.INFO, logger="chorus.discord")
+    conversation = ConversationKey(platform="discord", channel=str(CHANNEL_ID))
+    outbound = outbound_topic("discord")
+    async with DiscordServer() as discord, two_gateways(discord, redis_client) as (a, b):
+        assert b.adapter.pending is not None
+        await b.adapter.pending.hold(given_up, 60)
+        await b.adapter.pending.release(given_up, 60)
+        for held, text in ((dead, "orphan secret"), (given_up, "late secret")):
+            await a.bus.publish(
+                outbound, Reply(conversation=conversation, text=text, reply_to_id=held)
+            )
+        await until(logged(caplog, "is gone; its answer is dropped, not posted"))
+        await until(logged(caplog, "came after its follow-up; dropped"))
+        ordinary = Reply(conversation=conversation, text="hello all", reply_to_id="99")
+        await a.bus.publish(outbound, ordinary)
+        (post,) = await a.posts(CHANNEL_ID, 1)
+    assert post["content"] == "hello all"
     assert "secret" not in str([r.body for r in discord.requests])

@@ -64,6 +64,20 @@ async def test_every_kind_reaches_its_handlers_with_the_plugin_store(
     assert events.counts["listener", "reply", "ok"] == 1
 
 
+async def test_a_channel_point_redemption_reaches_on_stream_event_with_its_reward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = listening(tmp_path / "log", monkeypatch)
+    redeemed = StreamEvent(
+        kind=StreamEventKind.REDEMPTION, user_id="7", reward="Hydrate", reward_id="r-1", cost=300
+    )
+    events.seen(line("drink water", redeemed))
+    await settled(events)
+    seen = set((tmp_path / "log").read_text().splitlines())
+    assert seen == {"seen 1: drink water", "stream event: redemption Hydrate (300)"}
+    assert events.counts["listener", "stream_event", "ok"] == 1
+
+
 async def test_raising_hanging_and_exiting_handlers_are_contained_and_counted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from bot.events import ConversationKey
 from bot.settings import check_redis_url
-from bot.state import keys
+from bot.state import keys, keys_interactions
 from bot.state.client import slot_of
 
 
@@ -34,6 +34,9 @@ def test_a_single_redis_keeps_every_name() -> None:
         "chorus:v1:dedupe:discord:m1"
     )
     assert keys.memory("discord", "u:1") == "chorus:v1:user:discord:u%3A1:memory"
+    assert keys_interactions.interaction_inbox("discord", "a1") == (
+        "chorus:v1:gateway:discord:a1:answers"
+    )
     assert keys.usage("user", "discord", "u1", "d20250101") == (
         "chorus:v1:usage:user:discord:u1:d20250101"
     )
@@ -91,6 +94,10 @@ def test_keys_combined_by_one_operation_share_a_slot() -> None:
             keys.person_of("discord", "u1"),
             keys.forgotten("discord", "u1"),
             keys.user_conversations("discord", "u1"),
+        ],
+        [  # a slash command's answer forwarded to its gateway process, and that one's liveness
+            keys_interactions.interaction_inbox("discord", "a1"),
+            keys_interactions.gateway_alive("discord", "a1"),
         ],
     ]
     for group in groups:

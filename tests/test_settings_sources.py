@@ -254,6 +254,7 @@ SAMPLES: dict[str, tuple[tuple[str, ...], str, Any]] = {
     "TWITCH_BOT_ID": (("twitch.bot_id",), "12345", "12345"),
     "TWITCH_AMBIENT": (("twitch.ambient",), "false", False),
     "TWITCH_STREAM_STATE": (("twitch.stream_state",), "true", True),
+    "TWITCH_REDEMPTIONS": (("twitch.redemptions",), "false", False),
     "TWITCH_BOT_IS_MOD": (("twitch.bot_is_mod",), "true", True),
     "TWITCH_TOKEN_STORE": (
         ("twitch.token_store",),

@@ -16,7 +16,13 @@ from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.listener.async_builtins import AsyncTokenRevocationListeners
 from slack_sdk.oauth.installation_store.models.installation import Installation
 
-from adapters.slack.installations import EncryptedInstallations, StoreStates, cipher
+from adapters.slack.installations import (
+    EncryptedInstallations,
+    StoreStates,
+    cipher,
+    install_key,
+    lookup,
+)
 from adapters.slack.workspaces import NotInstalled, Workspaces
 from bot.events import ConversationKey
 from bot.settings import ConfigError, SlackSettings
@@ -124,6 +130,40 @@ async def test_a_wrong_key_finds_nothing_and_says_so(
     )
     bot = await rotated.async_find_bot(enterprise_id=None, team_id=team)
     assert bot is not None and bot.bot_token == "xoxb-secret"
+
+
+async def test_an_org_wide_installation_is_found_for_every_workspace_of_the_org_and_revoked(
+    store: EncryptedInstallations, redis_client: Client, key_tag: str
+) -> None:
+    """Enterprise Grid: one record for the org, found as bolt's authorisation asks for it (the
+    enterprise id with the event's workspace and ``is_enterprise_install``) for any workspace of
+    the org, and by ``lookup`` of its store name (replies); not as a workspace install; bolt's
+    ``tokens_revoked`` listener with the org's context (no team) deletes it."""
+    org = f"E{key_tag}"
+    org_wide = installation(
+        None,  # type: ignore[arg-type]
+        "xoxb-org-secret",
+        enterprise_id=org,
+        enterprise_name="Org",
+        is_enterprise_install=True,
+    )
+    await store.async_save(org_wide)
+    assert set(await SlackTeams(redis_client).raw(f"org-{org}")) == {"bot", "installation"}
+    assert install_key(None, org, True) == install_key("T1", org, True) == f"org-{org}"
+    for team in ("T1", "T2"):
+        bot = await store.async_find_bot(
+            enterprise_id=org, team_id=team, is_enterprise_install=True
+        )
+        assert bot is not None and bot.bot_token == "xoxb-org-secret"
+        assert await store.async_find_bot(enterprise_id=org, team_id=team) is None
+    found = await store.async_find_bot(**lookup(f"org-{org}"))
+    assert found is not None and found.bot_token == "xoxb-org-secret"
+    assert lookup("T1") == {"enterprise_id": None, "team_id": "T1", "is_enterprise_install": False}
+    context = AsyncBoltContext({"enterprise_id": org, "is_enterprise_install": True})
+    event = {"type": "tokens_revoked", "tokens": {"oauth": [], "bot": ["UBOT1"]}}
+    await AsyncTokenRevocationListeners(store).handle_tokens_revoked_events(event, context)
+    assert await store.async_find_bot(**lookup(f"org-{org}")) is None
+    assert await SlackTeams(redis_client).raw(f"org-{org}") == {}
 
 
 async def test_tokens_revoked_through_bolts_listener(

@@ -107,6 +107,39 @@ async def _post(events: str, body: dict[str, Any]) -> tuple[int, str]:
     return await post_signed(events, json.dumps(body).encode())
 
 
+def _env(
+    tmp_path: Path,
+    model: OpenAIServer,
+    slack: SlackServer,
+    redis_url: str,
+    key_tag: str,
+    key: str,
+    port: int,
+) -> dict[str, str]:
+    """``chorus run`` in many-workspace mode against the loopbacks, listening on ``port``."""
+    return base_env(tmp_path) | {
+        "CHORUS_MODEL": "openai:gpt-test",
+        "OPENAI_API_KEY": "k",
+        "OPENAI_BASE_URL": model.base_url,
+        "CHORUS_REDIS_URL": redis_url,
+        "CHORUS_BUS_NAMESPACE": key_tag,
+        "SLACK_CLIENT_ID": CLIENT_ID,
+        "SLACK_CLIENT_SECRET": CLIENT_SECRET,
+        "SLACK_TOKEN_ENCRYPTION_KEY": key,
+        "SLACK_SIGNING_SECRET": SECRET,
+        "SLACK_API_BASE_URL": slack.api_url,
+        "SLACK_AUTHORIZE_URL": slack.authorize_url,
+        "SLACK_REDIRECT_URI": f"http://127.0.0.1:{port}/slack/oauth_redirect",
+        "SLACK_HTTP_HOST": "127.0.0.1",
+        "SLACK_HTTP_PORT": str(port),
+        "SLACK_UNINSTALL_GRACE_SECONDS": "3",
+        "CHORUS_HEALTH_PORT": str(free_port()),
+        "CHORUS_HEALTH_HOST": "127.0.0.1",
+        "CHORUS_INSIGHTS_ENABLED": "false",
+        "PYTHONPATH": str(ROOT),
+    }
+
+
 async def _keys_with(redis: Client, part: str) -> set[str]:
     return {str(k) async for k in redis.scan_iter(match=f"*{part}*")}
 
@@ -118,7 +151,7 @@ async def test_two_workspaces_install_answer_with_their_own_tokens_and_one_unins
     team_a, team_b = f"TA{tag}", f"TB{tag}"
     chan_a, chan_b = f"CA{tag}", f"CB{tag}"
     user_a, user_b = f"UA{tag}", f"UB{tag}"
-    port, health_port = free_port(), free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     events = f"{base}/slack/events"
     redis = await connect.open_redis(real_redis_url)
@@ -128,27 +161,7 @@ async def test_two_workspaces_install_answer_with_their_own_tokens_and_one_unins
         space_b = slack.add_workspace(team_b, channels=(chan_b,), rotating=True)
         space_b.expires_in = 60  # B's app rotates tokens: its first token is refreshed at once
         key = Fernet.generate_key().decode()
-        env = base_env(tmp_path) | {
-            "CHORUS_MODEL": "openai:gpt-test",
-            "OPENAI_API_KEY": "k",
-            "OPENAI_BASE_URL": model.base_url,
-            "CHORUS_REDIS_URL": real_redis_url,
-            "CHORUS_BUS_NAMESPACE": key_tag,
-            "SLACK_CLIENT_ID": CLIENT_ID,
-            "SLACK_CLIENT_SECRET": CLIENT_SECRET,
-            "SLACK_TOKEN_ENCRYPTION_KEY": key,
-            "SLACK_SIGNING_SECRET": SECRET,
-            "SLACK_API_BASE_URL": slack.api_url,
-            "SLACK_AUTHORIZE_URL": slack.authorize_url,
-            "SLACK_REDIRECT_URI": f"{base}/slack/oauth_redirect",
-            "SLACK_HTTP_HOST": "127.0.0.1",
-            "SLACK_HTTP_PORT": str(port),
-            "SLACK_UNINSTALL_GRACE_SECONDS": "3",
-            "CHORUS_HEALTH_PORT": str(health_port),
-            "CHORUS_HEALTH_HOST": "127.0.0.1",
-            "CHORUS_INSIGHTS_ENABLED": "false",
-            "PYTHONPATH": str(ROOT),
-        }
+        env = _env(tmp_path, model, slack, real_redis_url, key_tag, key, port)
         (tmp_path / "chorus.toml").write_text(  # workspace B gets its own persona
             f'[personas.pirate]\nprompt = "You are Captain {tag}."\n\n'
             f'[[scope]]\nmatch = "slack:{team_b}"\npersona = "pirate"\n',
@@ -272,6 +285,124 @@ async def test_two_workspaces_install_answer_with_their_own_tokens_and_one_unins
     err = err_bytes.decode()
     assert proc.returncode == 0, err[-3000:]
     assert token_a not in err and token_b not in err and first_b not in err  # never logged
+
+
+def _org_wide(body: dict[str, Any], enterprise: str, bot_user: str) -> dict[str, Any]:
+    """An event of a workspace of an org where the app is installed org-wide, as Slack sends
+    it: the workspace's ``team_id``, the org's ``enterprise_id``, and an authorisation of the
+    org (``is_enterprise_install``, no team)."""
+    authorization = {
+        "enterprise_id": enterprise,
+        "team_id": None,
+        "user_id": bot_user,
+        "is_bot": True,
+        "is_enterprise_install": True,
+    }
+    return body | {
+        "enterprise_id": enterprise,
+        "is_enterprise_install": True,
+        "authorizations": [authorization],
+    }
+
+
+async def test_an_org_wide_install_answers_every_workspace_of_the_org_with_the_org_token(
+    tmp_path: Path, real_redis_url: str, key_tag: str
+) -> None:
+    """Enterprise Grid: the app installed once for the org (``oauth.v2.access`` with
+    ``is_enterprise_install``, an enterprise and no team) answers mentions from two workspaces
+    of the org, each reply with the org's token (the loopback refuses a token of no workspace of
+    the channel's org); a ``[[scope]]`` of one workspace applies to it only; ``app_uninstalled``
+    of the org deletes the org's tokens and, after the grace period, what its workspaces left."""
+    tag = key_tag.upper()
+    org, team_1, team_2 = f"EO{tag}", f"T1{tag}", f"T2{tag}"
+    chan_1, chan_2 = f"C1{tag}", f"C2{tag}"
+    user_1, user_2 = f"U1{tag}", f"U2{tag}"
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    events = f"{base}/slack/events"
+    redis = await connect.open_redis(real_redis_url)
+    async with OpenAIServer() as model, SlackServer() as slack:
+        model.default_reply = lambda body: "an org answer"
+        grid = slack.add_org(org, {team_1: (chan_1,), team_2: (chan_2,)})
+        key = Fernet.generate_key().decode()
+        (tmp_path / "chorus.toml").write_text(  # workspace 2 of the org gets its own persona
+            f'[personas.pirate]\nprompt = "You are Captain {tag}."\n\n'
+            f'[[scope]]\nmatch = "slack:{team_2}"\npersona = "pirate"\n',
+            encoding="utf-8",
+        )
+        env = _env(tmp_path, model, slack, real_redis_url, key_tag, key, port)
+        proc = await spawn_chorus(["run"], env, tmp_path)
+        try:
+            await _until_listening(base, proc)
+            page = await _install(base, org)  # an org admin installs it org-wide
+            assert "error" not in page.lower(), page[:500]
+            (token,) = grid.tokens
+            assert not await redis.exists(keys.slack_install(team_1))
+            stored = await redis.hgetall(keys.slack_install(f"org-{org}"))
+            assert set(stored) == {"bot", "installation"}
+            bot = json.loads(Fernet(key.encode()).decrypt(str(stored["bot"]).encode()))
+            assert bot["bot_token"] == token and bot["is_enterprise_install"] is True
+            assert bot["enterprise_id"] == org and bot["team_id"] is None
+
+            # -- a mention from each of two workspaces of the org ---------------------------
+            for team, chan, user in ((team_1, chan_1, user_1), (team_2, chan_2, user_2)):
+                body = _org_wide(_mention(team, chan, user, grid.bot_user_id, 1), org, "UB")
+                assert (await _post(events, body))[0] == 200
+            await slack.wait_for(lambda: len(_answers(slack)) >= 2, limit=LIMIT)
+            assert _answers(slack) == {chan_1: [f"Bearer {token}"], chan_2: [f"Bearer {token}"]}
+            assert {p["text"] for p in slack.posts} == {"an org answer"}
+            prompts = {
+                team: [json.dumps(b) for b in model.bodies if f"hello from {team}" in json.dumps(b)]
+                for team in (team_1, team_2)
+            }
+            assert prompts[team_1] and prompts[team_2]
+            assert all(f"Captain {tag}" in p for p in prompts[team_2])
+            assert not any(f"Captain {tag}" in p for p in prompts[team_1])
+            assert await _keys_with(redis, f"hist:slack:{chan_1}")
+
+            # -- the org uninstalls the app -----------------------------------------------------
+            slack.revoke_team(org)
+            uninstall = {
+                "token": "verification_token",
+                "team_id": team_1,
+                "api_app_id": "A0CHORUS",
+                "event": {"type": "app_uninstalled", "event_ts": "1700002000.000001"},
+                "type": "event_callback",
+                "event_id": f"EvUninstall{tag}",
+                "event_time": 1700002000,
+            }
+            assert (await _post(events, _org_wide(uninstall, org, "UB")))[0] == 200
+
+            async def tokens_gone() -> bool:
+                return not await redis.exists(keys.slack_install(f"org-{org}"))
+
+            await _until(tokens_gone, "the org's tokens are deleted")
+            left: set[str] = set()
+
+            async def data_gone() -> bool:
+                left.clear()
+                for part in (chan_1, chan_2, user_1, user_2, f"team:org-{org}"):
+                    left.update(await _keys_with(redis, part))
+                left.difference_update(
+                    {k for k in left if k.startswith("chorus:v1:dedupe:") or k.endswith(":forgot")}
+                )
+                return not left
+
+            await _until(data_gone, lambda: f"the org's workspaces' data is deleted; left: {left}")
+            again = _org_wide(_mention(team_1, chan_1, user_1, "UX", 2), org, "UB")
+            status, text = await _post(events, again)
+            assert status == 200 and "reinstall" in text.lower(), (status, text)
+            assert len(slack.posts) == 2
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err_bytes = await stopped(proc)
+            await _clean(redis, tag, (chan_1, chan_2))
+            await _clean(redis, key_tag, ())
+            await redis.zrem(keys.slack_uninstalled(), f"org-{org}")
+            await redis.aclose()
+    err = err_bytes.decode()
+    assert proc.returncode == 0, err[-3000:]
+    assert token not in err
 
 
 def _answers(slack: SlackServer) -> dict[str, list[str]]:

@@ -1,7 +1,8 @@
 """Twitch conduits in one process: the grant checks, the fair share, and ``ConduitShards``
 (real twitchio 3 against the loopback Twitch's conduit API) through the events the e2e test
 cannot steer: a shard's connection dropped, a ``session_reconnect`` of a shard, two processes'
-shares, a clean stop handing the shards over, a channel left, a channel refused.
+shares, a clean stop handing the shards over, a channel left, a channel refused, a gateway started with
+another shard count resizing the conduit, a gateway beyond the shard count standing by.
 """
 
 from __future__ import annotations
@@ -214,3 +215,77 @@ def test_chorus_twitch_join_refuses_what_would_not_work(
     assert twitch_command(settings, "join", name) == 2
     err = capsys.readouterr().err
     assert err.startswith("chorus: twitch join: ") and says in err
+
+
+async def test_a_gateway_started_with_another_shard_count_resizes_the_conduit(
+    server: TwitchServer, twitch_env: Any, key_tag: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Update Conduits: a gateway started with more shards grows the conduit (the new shards
+    get a transport, the running gateway takes its share of them); one started with fewer
+    shrinks it (every shard that stays keeps a transport, none of the dropped ones is held);
+    a gateway beyond the shard count holds none and says so."""
+    server.grant(BOT_ID, "access-0", "refresh-0")
+    server.channel_bot.add(CHANNEL)
+    server.keepalive_every = 2.0
+    caplog.set_level(logging.INFO, logger="chorus.twitch.conduit")
+    adapters: list[tuple[TwitchAdapter, Any]] = []
+
+    async def gateway(shards: int) -> TwitchAdapter:
+        twitch_env(
+            server,
+            TWITCH_TRANSPORT="conduit",
+            TWITCH_CONDUIT_SHARDS=str(shards),
+            TWITCH_SHARD_LEASE_SECONDS="3",
+            TWITCH_TOKEN_STORE="redis",
+        )
+        adapters.append(await _adapter(server, key_tag))
+        await adapters[-1][0].start()
+        return adapters[-1][0]
+
+    def held(*running: TwitchAdapter) -> list[list[int]]:
+        return [sorted(a.conduit.sessions) for a in running if a.conduit is not None]
+
+    def resizes() -> list[dict[str, Any]]:
+        return [
+            r.body if isinstance(r.body, dict) else dict(r.query)
+            for r in server.requests
+            if r.method == "PATCH" and r.path == "/helix/eventsub/conduits"
+        ]
+
+    try:
+        first = await gateway(4)
+        assert first.conduit is not None
+        conduit = server.conduits[first.conduit.conduit_id]
+        assert len(server.shard_sessions()) == 4 and resizes() == []
+
+        second = await gateway(6)  # grows it: 6 shards, each on a socket, split 3 and 3
+        assert len(conduit.shards) == 6
+        assert resizes() == [{"id": conduit.id, "shard_count": "6"}]
+        await eventually(
+            lambda: (
+                len(server.shard_sessions()) == 6 and held(first, second) == [[0, 1, 2], [3, 4, 5]]
+            )
+        )
+        assert first.conduit.shard_count == 6  # learnt from the store, not restarted
+
+        third = await gateway(3)  # shrinks it: shards 3..5 dropped, 0..2 kept on a socket
+        assert len(conduit.shards) == 3 and resizes()[-1]["shard_count"] == "3"
+        await eventually(
+            lambda: (
+                len(server.shard_sessions()) == 3
+                and sorted(sum(held(first, second, third), [])) == [0, 1, 2]
+            )
+        )
+        assert {len(s) for s in held(first, second, third)} == {1}
+        assert len(server.conduits) == 1
+        assert not any("holds no twitch conduit shard" in r.getMessage() for r in caplog.records)
+
+        fourth = await gateway(3)  # a fourth gateway for three shards stands by, and says so
+        assert fourth.conduit is not None and fourth.conduit.sessions == {}
+        idle = [r for r in caplog.records if "holds no twitch conduit shard" in r.getMessage()]
+        assert len(idle) == 1 and "TWITCH_CONDUIT_SHARDS" in idle[0].getMessage()
+        assert len(resizes()) == 2  # the same count: nothing to resize
+    finally:
+        for adapter, redis in adapters:
+            await adapter.aclose()
+            await redis.aclose()

@@ -12,6 +12,9 @@ and a worker on a real Redis, the loopback Twitch speaking the conduit API.
 - SIGKILL of one gateway: its sockets close, Twitch disables its shards and hands the chat to
   the other's; its leases lapse and the survivor takes its shards over (PATCHes them to its own
   sessions). Every line sent before, during and after the failover is answered exactly once.
+- Resizing (its own application, so its conduit record is its own): a gateway restarted with
+  more shards grows the conduit and every shard gets a transport across both gateways; restarted
+  with fewer it shrinks it; chat sent throughout is answered exactly once.
 """
 
 from __future__ import annotations
@@ -214,3 +217,136 @@ async def test_two_gateways_share_a_conduit_join_a_channel_and_survive_a_kill(
         logs = b"".join(errs.values()).decode(errors="replace")
         assert "has not granted this app" in logs and "/mod mybot" in logs, logs[-3000:]
         assert survivor.returncode == 0, errs[survivor.pid].decode(errors="replace")[-3000:]
+
+
+async def test_a_gateway_restarted_with_another_shard_count_resizes_the_conduit_losing_no_line(
+    tmp_path: Path, real_redis_url: str, real_redis: Redis, key_tag: str
+) -> None:
+    """Two gateways and a worker on a conduit of 2 shards. One gateway is restarted with
+    ``TWITCH_CONDUIT_SHARDS=4``: it grows the conduit (Update Conduits), and every one of the 4
+    shards gets a transport, spread over both gateways (the one left running learns the new
+    count from the store). Then it is restarted with 3: the conduit shrinks and the 3 shards that
+    stay are each on a socket. Chat is sent all along, through both restarts: every line is taken
+    by an enabled shard and answered exactly once."""
+    base = 8_100_000_000 + int(key_tag[1:], 16) % 10**8 * 10
+    channel = (str(base + 1), "resized")
+    tag = uuid.uuid4().hex[:6]
+    # an application of its own: the conduit's record is per application, in a shared Redis
+    async with AnthropicServer() as model, TwitchServer(client_id=f"app-{key_tag}") as twitch:
+        twitch.add_user(BOT_ID, BOT_LOGIN)
+        twitch.add_user(*channel)
+        twitch.grant(BOT_ID, "access-0", "refresh-0", scopes=SCOPES)
+        twitch.channel_bot.add(channel[0])
+        twitch.keepalive_every = 5.0
+        env = base_env(tmp_path) | twitch_env(twitch)
+        env |= {
+            "TWITCH_CLIENT_ID": twitch.client_id,
+            "TWITCH_CHANNELS": channel[1],
+            "TWITCH_TRANSPORT": "conduit",
+            "TWITCH_CONDUIT_SHARDS": "2",
+            "TWITCH_SHARD_LEASE_SECONDS": "3",
+            "TWITCH_TOKEN_STORE": f"file:{tmp_path / 'tokens.json'}",
+            "CHORUS_BUS": "redis",
+            "CHORUS_REDIS_URL": real_redis_url,
+            "CHORUS_BUS_NAMESPACE": key_tag,
+            "CHORUS_INSIGHTS_ENABLED": "false",
+            "CHORUS_MODEL": "anthropic:claude-test",
+            "ANTHROPIC_API_KEY": "k",
+            "ANTHROPIC_BASE_URL": model.base_url,
+        }
+        store = RedisConduitStore(real_redis)
+        app = env["TWITCH_CLIENT_ID"]
+        sent: list[str] = []
+
+        async def say(name: str) -> None:
+            msg_id = f"{tag}-{name}"
+            event = line(
+                channel, msg_id, f"question {name}?", str(7_100_000 + len(sent)), mention=True
+            )
+            assert await twitch.notify(CHAT, event) == 1, f"no enabled shard took {msg_id}"
+            sent.append(msg_id)
+
+        async def spread(shards: int, pids: set[int]) -> bool:
+            """The conduit has ``shards`` shards, each enabled on its own socket, and each held
+            by one of ``pids`` (all of them holding some)."""
+            conduit = await store.conduit(app)
+            if conduit is None or [len(c.shards) for c in twitch.conduits.values()] != [shards]:
+                return False
+            held = await store.owners(conduit, shards)
+            enabled = twitch.shard_sessions()
+            return (
+                len(held) == shards
+                and {int(o.split(":")[1]) for o in held.values()} == pids
+                and len(enabled) == shards == len(set(enabled.values()))
+            )
+
+        async def chat_until(done: object, what: str, name: str) -> int:
+            """Send a line every 0.3 s until ``done()``; how many were sent."""
+            assert callable(done)
+            count = 0
+            async with asyncio.timeout(LIMIT):
+                while not await done():
+                    await say(f"{name}-{count}")
+                    count += 1
+                    await asyncio.sleep(0.3)
+            return count
+
+        procs: list[asyncio.subprocess.Process] = []
+        errs: dict[int, bytes] = {}
+        gateway = ["run", "--role", "gateway"]
+        try:
+            gw1 = await spawn_chorus(gateway, env, tmp_path)
+            procs.append(gw1)
+            await _poll(lambda: spread(2, {gw1.pid}), "the first gateway on both shards")
+            gw2 = await spawn_chorus(gateway, env, tmp_path)
+            procs += [gw2, await spawn_chorus(["run", "--role", "worker"], env, tmp_path)]
+            await _poll(lambda: spread(2, {gw1.pid, gw2.pid}), "a shard for each gateway")
+            for n in range(4):
+                await say(f"before-{n}")
+            await twitch.wait_until(lambda: set(answered(twitch)) >= set(sent), LIMIT)
+
+            # gw1 restarted with 4 shards: the conduit grows, both gateways take new shards
+            gw1.send_signal(signal.SIGINT)
+            _, errs[gw1.pid] = await stopped(gw1)
+            gw3 = await spawn_chorus(gateway, env | {"TWITCH_CONDUIT_SHARDS": "4"}, tmp_path)
+            procs.append(gw3)
+            grown = await chat_until(lambda: spread(4, {gw2.pid, gw3.pid}), "grown", "grow")
+            assert grown >= 1
+            grows = [
+                r for r in twitch.requests if r.method == "PATCH" and r.path.endswith("/conduits")
+            ]
+            assert [r.query.get("shard_count") for r in grows] == ["4"]
+
+            # gw3 restarted with 3 shards: the conduit shrinks; the 3 that stay each on a socket
+            gw3.send_signal(signal.SIGINT)
+            _, errs[gw3.pid] = await stopped(gw3)
+            gw4 = await spawn_chorus(gateway, env | {"TWITCH_CONDUIT_SHARDS": "3"}, tmp_path)
+            procs.append(gw4)
+            shrunk = await chat_until(lambda: spread(3, {gw2.pid, gw4.pid}), "shrunk", "shrink")
+            assert shrunk >= 1
+            for n in range(4):
+                await say(f"after-{n}")
+            await twitch.wait_until(lambda: set(answered(twitch)) >= set(sent), LIMIT)
+            await asyncio.wait_for(until_drained(real_redis, key_tag, "twitch"), LIMIT)
+            assert answered(twitch) == Counter(sent)  # every line once, none lost or doubled
+            assert len(twitch.conduits) == 1
+            assert await store.size(str(await store.conduit(app))) == 3
+        finally:
+            for proc in procs:
+                if proc.returncode is None:
+                    proc.send_signal(signal.SIGINT)
+            for proc in procs:
+                if proc.pid not in errs:
+                    _, errs[proc.pid] = await stopped(proc)
+                log = errs[proc.pid].decode(errors="replace")
+                print(f"--- chorus {proc.pid} ---\n{log[-6000:]}")  # shown when the test fails
+            for name in await real_redis.keys(f"chorus:v1:*:twitch:{app}*"):
+                await real_redis.delete(name)
+            conduit = await store.conduit(app)
+            if conduit is not None:
+                await real_redis.delete(
+                    *await real_redis.keys(f"chorus:v1:conduit:twitch:{conduit}*")
+                )
+        logs = b"".join(errs.values()).decode(errors="replace")
+        assert "twitch conduit resized" in logs and "twitch conduit size changed" in logs
+        assert all(p.returncode == 0 for p in procs), logs[-3000:]

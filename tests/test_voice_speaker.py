@@ -177,6 +177,35 @@ async def test_cheers_and_super_chats_are_read_with_the_viewers_name(real_redis:
     ]
 
 
+def redemption(conv: ConversationKey, reward: str, text: str, **event: Any) -> ChatMessage:
+    found = StreamEvent(
+        kind=StreamEventKind.REDEMPTION, user_id="di", user_name="Di", reward=reward, **event
+    )
+    return chat(conv, text, user="di", stream_event=found)
+
+
+async def test_redemptions_of_the_chosen_rewards_are_read_and_no_others(real_redis: Redis) -> None:
+    conv, scoped = conv_of(), conv_of()
+    for each in (conv, scoped):
+        await watch(real_redis, each)
+    settings = voice_settings(CHORUS_TTS_REWARDS="hydrate, reward-id-7")
+    scope = Scope(match=f"twitch:{scoped.channel}", voice=ScopeVoice(rewards=("*",)))
+    settings.file = FileSettings(scopes=(scope,))
+    speaker = speaker_on(real_redis, settings)
+    assert await speaker.event(redemption(conv, "Hydrate", "drink water")) is True  # any case
+    assert await speaker.event(redemption(conv, "Sound alert", "boo")) is False
+    assert await speaker.event(redemption(conv, "Renamed", "", reward_id="reward-id-7")) is True
+    assert await speaker.event(redemption(conv, "Hydrate", f"a {BLOCKED} here")) is False
+    assert await speaker.event(redemption(scoped, "Sound alert", "boo")) is True  # "*" there
+    assert [(e["kind"], e["text"]) for e in await queued(real_redis, conv)] == [
+        ("redemption", "Di redeemed Hydrate: drink water"),
+        ("redemption", "Di redeemed Renamed."),
+    ]
+    assert [e["text"] for e in await queued(real_redis, scoped)] == ["Di redeemed Sound alert: boo"]
+    off = speaker_on(real_redis, voice_settings())  # no rewards chosen: none is read
+    assert await off.event(redemption(conv, "Hydrate", "drink water")) is False
+
+
 async def test_a_pause_on_one_worker_stops_the_other(real_redis: Redis) -> None:
     conv = conv_of()
     await watch(real_redis, conv)

@@ -27,6 +27,8 @@ recommended shard count and ``max_concurrency``, ``shards.plan`` picks this proc
 through ``shards.IdentifyPacer`` (shared by the gateway processes through the state store).
 discord.py reconnects each shard on its own; each shard's session is in ``self.shards``
 (readiness, metrics) and ``restart_part`` reconnects one shard alone, for the supervisor.
+When another gateway process reads the answer to a slash command received here, it forwards
+it to this process, which answers the interaction (``routed.py``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import prompts
 from adapters.discord import convert, members
 from adapters.discord.drafts import DiscordLive, adopt
 from adapters.discord.moderation import DiscordModeration
+from adapters.discord.routed import RoutedAnswers
 from adapters.discord.sender import DiscordSender, TypingIndicators
 from adapters.discord.shards import IdentifyPacer, LocalBuckets, ShardedParts, ShardStates
 from adapters.discord.slash import build_group, build_native
@@ -184,7 +187,7 @@ class _ChorusClient(discord.AutoShardedClient):
         await self._adapter._on_deleted(payload.channel_id, payload.guild_id, payload.message_ids)
 
 
-class DiscordAdapter(ShardedParts):
+class DiscordAdapter(ShardedParts, RoutedAnswers):
     """``PlatformAdapter`` for Discord. ``run`` until ``aclose``."""
 
     platform = PLATFORM
@@ -232,6 +235,7 @@ class DiscordAdapter(ShardedParts):
         self._interactions: dict[str, asyncio.Future[Reply]] = {}
         self.live = LiveAnswers(self._live_view, interval=DRAFT_INTERVAL, store=live_store)
         self._outbound: asyncio.Task[None] | None = None
+        self._forwarded: asyncio.Task[None] | None = None  # routed.py, when sharded over processes
         self._sends: set[asyncio.Task[None]] = set()
         self._send_slots = asyncio.Semaphore(MAX_CONCURRENT_SENDS)
         self._saved_endpoints: tuple[str, yarl.URL] | None = None
@@ -272,6 +276,8 @@ class DiscordAdapter(ShardedParts):
             await self.aclose()
             raise
         self._outbound = asyncio.create_task(self._consume_outbound(), name="discord-outbound")
+        if self.pending is not None:
+            self._forwarded = asyncio.create_task(self._read_forwarded(), name="discord-routed")
         try:
             await self.client.connect(reconnect=True)
         except discord.PrivilegedIntentsRequired:
@@ -301,8 +307,8 @@ class DiscordAdapter(ShardedParts):
             self._saved_endpoints = None
 
     async def _stop_tasks(self) -> None:
-        tasks = [t for t in (self._outbound, *self._sends) if t is not None]
-        self._outbound = None
+        tasks = [t for t in (self._outbound, self._forwarded, *self._sends) if t is not None]
+        self._outbound = self._forwarded = None
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -444,7 +450,7 @@ class DiscordAdapter(ShardedParts):
         ):
             event = delivery.event.root
             if isinstance(event, ReplyDraft):  # in bus order, before the answer's Reply
-                if not await self._held_elsewhere(event.reply_to_id):
+                if not await self._held(event.reply_to_id):  # a slash command's: never shown
                     self.live.draft(event)
                 await delivery.ack()
                 continue
@@ -472,13 +478,7 @@ class DiscordAdapter(ShardedParts):
             if pending is not None:
                 if not pending.done():
                     pending.set_result(reply)
-            elif await self._held_elsewhere(reply.reply_to_id):
-                log.warning(
-                    "a slash command's answer reached another gateway process; not posted in "
-                    "public (its own process answers that none came in time)",
-                    extra={"reply_to_id": reply.reply_to_id},
-                )
-            else:
+            elif not await self._answered_elsewhere(reply):  # forwarded to its holder, or not
                 await self._send_reply(reply)
         except Exception:  # a send that failed for good; never stop the outbound loop
             log.exception(

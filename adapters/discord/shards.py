@@ -17,7 +17,8 @@ shard. ``GET /gateway/bot`` recommends the count and says how many sessions may 
   to reconnect one shard alone all read it.
 - ``ShardedParts`` is the adapter's shard side: the plan applied to discord.py's
   ``AutoShardedClient`` after login, readiness (every shard, and each one), and the parts the
-  supervisor watches and restarts one at a time.
+  supervisor watches and restarts one at a time. When the plan leaves some shards to other
+  processes, slash-command answers are routed between them (``routed.py``).
 """
 
 from __future__ import annotations
@@ -182,8 +183,8 @@ class ShardedParts:
     pacer: IdentifyPacer
     _identify_store: Redis | None
     # Set when this process holds only some of the shards (another process may read the answer
-    # to an interaction of ours, or we one of theirs): see bot/state/interactions.py.
-    pending: PendingInteractions | None = None
+    # to an interaction of ours, or we one of theirs): see adapters/discord/routed.py.
+    pending: PendingInteractions | None
 
     async def _plan_shards(self) -> None:
         """The shard count and this process's shards, from ``GET /gateway/bot`` and the
@@ -244,35 +245,3 @@ class ShardedParts:
         if info is not None:
             self.shards.disconnected(info.id)
             await info.reconnect()
-
-    # -- slash commands across gateway processes ------------------------------------------
-    async def _hold_interaction(self, interaction_id: str) -> None:
-        if self.pending is not None:
-            ttl = self.settings.command_timeout + 60
-            try:
-                await self.pending.hold(interaction_id, ttl)
-            except Exception:  # its answer may then be posted by another process, never lost
-                log.warning("could not mark a slash command as held", exc_info=True)
-
-    async def _release_interaction(self, interaction_id: str) -> None:
-        if self.pending is not None:
-            try:
-                await self.pending.release(interaction_id)
-            except Exception:  # the mark lapses by itself
-                log.warning("could not release a slash command's mark", exc_info=True)
-
-    async def _held_elsewhere(self, reply_to_id: str | None) -> bool:
-        """The answer is to an interaction another gateway process holds: never post it here.
-        When the store cannot tell, the answer is held back too: a private answer must not be
-        posted in public."""
-        if self.pending is None or not reply_to_id:
-            return False
-        try:
-            return await self.pending.held(reply_to_id)
-        except Exception:
-            log.warning(
-                "could not tell whether an answer is private; not posted",
-                extra={"reply_to_id": reply_to_id},
-                exc_info=True,
-            )
-            return True

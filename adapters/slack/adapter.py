@@ -60,6 +60,7 @@ from adapters.slack.convert import (
     thread_root,
 )
 from adapters.slack.drafts import NativeStreams, SlackLive
+from adapters.slack.installations import install_key
 from adapters.slack.intake import Before, Intake, after
 from adapters.slack.moderation import SlackModeration
 from adapters.slack.sender import SlackSender, SlackSendError, file_hosts, host_allowed
@@ -309,14 +310,23 @@ class SlackAdapter:
         """The bot in the request's workspace (one workspace: the one ``auth.test`` named)."""
         if self.identity is not None and self.workspaces is None:
             return self.identity
+        try:  # the installation bolt authorised the request with (org-wide: the org's)
+            install: str | None = install_key(
+                context.team_id, context.enterprise_id, context.is_enterprise_install
+            )
+        except ValueError:
+            install = None
         return BotIdentity(
-            user_id=str(context.bot_user_id), bot_id=context.bot_id, team_id=context.team_id
+            user_id=str(context.bot_user_id),
+            bot_id=context.bot_id,
+            team_id=context.team_id,
+            install=install,
         )
 
     async def _sender_of(self, bot: BotIdentity) -> SlackSender:
-        if self.workspaces is None or bot.team_id is None:
+        if self.workspaces is None or bot.install is None:
             return self.sender
-        return await self.workspaces.sender_for_team(bot.team_id)
+        return await self.workspaces.sender_for_team(bot.install)
 
     async def _on_event(self, event: dict[str, Any], context: AsyncBoltContext) -> None:
         channel = str(event.get("channel"))
@@ -365,8 +375,9 @@ class SlackAdapter:
                     "attachments": await self._download(message.attachments, bot),
                 }
             )
-            if self.workspaces is not None and bot.team_id:
-                await self.workspaces.learn(bot.team_id, conv, message.author.id)
+            if self.workspaces is not None and bot.install:
+                team = message.server or bot.team_id
+                await self.workspaces.learn(bot.install, conv, message.author.id, team=team)
             await after(before)
             await self.bus.publish(INBOUND, message)
         except ValueError as exc:  # the event model refusing a value Slack does not send
@@ -386,8 +397,9 @@ class SlackAdapter:
         try:
             author = await self._author(str(command["user_id"]), bot)
             message = command_message(command, author=author)
-            if self.workspaces is not None and bot.team_id:
-                await self.workspaces.learn(bot.team_id, message.conversation, author.id)
+            if self.workspaces is not None and bot.install:
+                team = str(command.get("team_id") or "") or bot.team_id
+                await self.workspaces.learn(bot.install, message.conversation, author.id, team=team)
             response_url = str(command["response_url"])
             self._commands[message.id] = (response_url, message.conversation.channel)
             await after(before)

@@ -54,11 +54,14 @@ _LINK_REF = re.compile(r"<((?:https?|mailto):[^|>]+)(?:\|([^>]*))?>")
 
 @dataclass(frozen=True)
 class BotIdentity:
-    """Who the bot is in this workspace, from ``auth.test``."""
+    """Who the bot is in this workspace, from ``auth.test``; in many workspaces also which
+    installation answered (its store name: the team id, or ``org-{enterprise id}`` for an
+    org-wide one), whose token the replies use."""
 
     user_id: str
     bot_id: str | None = None
     team_id: str | None = None
+    install: str | None = None
 
 
 @dataclass(frozen=True)

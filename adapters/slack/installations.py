@@ -10,6 +10,11 @@ first encrypts, each decrypts (``MultiFernet``), so a key is rotated by putting 
 first. A missing or malformed key is a ``ConfigError`` naming the variable; a value that no key
 decrypts is logged (without the value) and treated as no installation.
 
+An org-wide (Enterprise Grid) installation is one record, ``org-{enterprise id}``
+(``install_key``): bolt finds it for an event of any workspace of the org (its lookup is by the
+enterprise id with no team when ``is_enterprise_install``), and its uninstall or revocation
+(no team id in the event's authorisation) deletes it.
+
 Only the latest installation of a workspace is kept (Chorus uses bot tokens; a user token of
 the installer is kept with it but never used). ``StoreStates`` is the ``AsyncOAuthStateStore``:
 a random state per ``/slack/install`` visit, valid for one redirect within its expiry.
@@ -34,6 +39,7 @@ from bot.state.slack_teams import BOT, INSTALLATION, SlackTeams
 log = logging.getLogger("chorus.slack.installations")
 
 KEY_VARIABLE = "SLACK_TOKEN_ENCRYPTION_KEY"
+ORG_PREFIX = "org-"  # the store name of an org-wide installation: org-{enterprise id}
 
 
 def cipher(keys: list[str]) -> MultiFernet:
@@ -67,7 +73,7 @@ class EncryptedInstallations(AsyncInstallationStore):
 
     # -- saving -------------------------------------------------------------------------------
     async def async_save(self, installation: Installation) -> None:
-        team = _team(
+        team = install_key(
             installation.team_id, installation.enterprise_id, installation.is_enterprise_install
         )
         values = {INSTALLATION: self._seal(vars(installation))}
@@ -76,7 +82,7 @@ class EncryptedInstallations(AsyncInstallationStore):
         await self.teams.put(team, **values)
 
     async def async_save_bot(self, bot: Bot) -> None:
-        team = _team(bot.team_id, bot.enterprise_id, bot.is_enterprise_install)
+        team = install_key(bot.team_id, bot.enterprise_id, bot.is_enterprise_install)
         await self.teams.put(team, **{BOT: self._seal(vars(bot))})
 
     # -- finding ------------------------------------------------------------------------------
@@ -110,14 +116,14 @@ class EncryptedInstallations(AsyncInstallationStore):
     async def async_delete_bot(self, *, enterprise_id: str | None, team_id: str | None) -> None:
         """The bot token is revoked: the installation (which holds a copy of it) goes too,
         since Chorus acts only as the bot."""
-        await self.teams.drop(_team(team_id, enterprise_id), BOT, INSTALLATION)
+        await self.teams.drop(install_key(team_id, enterprise_id), BOT, INSTALLATION)
 
     async def async_delete_installation(
         self, *, enterprise_id: str | None, team_id: str | None, user_id: str | None = None
     ) -> None:
         """``user_id`` given (a user token revoked): only that installer's user token goes;
         none: the installation record."""
-        team = _team(team_id, enterprise_id)
+        team = install_key(team_id, enterprise_id)
         if user_id is None:
             await self.teams.drop(team, INSTALLATION)
             return
@@ -131,7 +137,7 @@ class EncryptedInstallations(AsyncInstallationStore):
         await self.teams.update(team, **{INSTALLATION: self._seal(kept)})
 
     async def async_delete_all(self, *, enterprise_id: str | None, team_id: str | None) -> None:
-        await self.teams.drop(_team(team_id, enterprise_id))
+        await self.teams.drop(install_key(team_id, enterprise_id))
 
     # -- encryption ---------------------------------------------------------------------------
     def _seal(self, values: dict[str, Any]) -> str:
@@ -145,7 +151,7 @@ class EncryptedInstallations(AsyncInstallationStore):
         field: str,
     ) -> dict[str, Any] | None:
         try:
-            team = _team(team_id, enterprise_id, is_enterprise_install)
+            team = install_key(team_id, enterprise_id, is_enterprise_install)
         except ValueError:
             return None
         sealed = await self.teams.get(team, field)
@@ -163,14 +169,27 @@ class EncryptedInstallations(AsyncInstallationStore):
         return data
 
 
-def _team(team_id: str | None, enterprise_id: str | None, org_wide: bool | None = False) -> str:
-    """The store's name of a workspace: its team id, or ``org-{enterprise id}`` for an
-    org-wide (Enterprise Grid) installation, which answers for every team of the org."""
+def install_key(
+    team_id: str | None, enterprise_id: str | None, org_wide: bool | None = False
+) -> str:
+    """The store's name of an installation: its team id, or ``org-{enterprise id}`` for an
+    org-wide (Enterprise Grid) installation, which answers for every workspace of the org.
+    slack-sdk's semantics: an org-wide lookup (``is_enterprise_install``) or one without a team
+    is by the enterprise id alone; a workspace-level one by the team id."""
     if enterprise_id and (org_wide or not team_id):
-        return f"org-{enterprise_id}"
+        return f"{ORG_PREFIX}{enterprise_id}"
     if team_id:
         return team_id
     raise ValueError("an installation without a team or enterprise id")
+
+
+def lookup(install: str) -> dict[str, Any]:
+    """The ``find_bot`` arguments of an installation's store name (``install_key``'s inverse):
+    an org-wide one by its enterprise id with no team, as bolt's authorisation asks for it."""
+    if install.startswith(ORG_PREFIX):
+        enterprise = install.removeprefix(ORG_PREFIX)
+        return {"enterprise_id": enterprise, "team_id": None, "is_enterprise_install": True}
+    return {"enterprise_id": None, "team_id": install, "is_enterprise_install": False}
 
 
 class StoreStates(AsyncOAuthStateStore):

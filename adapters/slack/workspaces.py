@@ -5,15 +5,20 @@ an uninstall ends.
 exchange) over ``EncryptedInstallations`` and ``StoreStates``; ``listen`` adds bolt's own
 ``tokens_revoked`` and ``app_uninstalled`` listeners. Inbound, bolt authorises each request itself (``AsyncInstallationStoreAuthorize`` over
 ``EncryptedInstallations``, refreshing a rotating token). Outbound, a reply names only its
-channel: ``Workspaces`` knows the channel's team (learnt from the events that came in, kept in
-the state store so a restart or another process knows it too) and keeps one ``SlackSender`` per
-team (Slack's rate limits are per workspace), whose client carries that team's bot token. Before
+channel: ``Workspaces`` knows the channel's installation (learnt from the events that came in,
+kept in the state store so a restart or another process knows it too) and keeps one
+``SlackSender`` per installation (Slack's rate limits are per workspace), whose client carries
+that installation's bot token. An installation is a workspace's (its team id) or, for an
+Enterprise Grid org-wide install, the org's (``org-{enterprise id}``, see ``install_key``): every
+workspace of the org is answered with the org's token, found as bolt finds it (``find_bot`` by
+the enterprise id, no team, ``is_enterprise_install``). Before
 each use the bot is read from the installation store and, when the app has token rotation on and
 the token is within ``SLACK_TOKEN_ROTATION_MINUTES`` of expiring, refreshed with slack-sdk's
 ``AsyncTokenRotator`` and saved (the same calls bolt makes inbound).
 
-``uninstalled`` runs on ``app_uninstalled`` (after bolt's own listener deleted the tokens): the
-team's sender goes and its data is scheduled for deletion ``SLACK_UNINSTALL_GRACE_SECONDS``
+``uninstalled`` runs on ``app_uninstalled`` (after bolt's own listener deleted the tokens; an
+org-wide one's event has no team in its authorisation, so bolt deletes the org's): the
+installation's sender goes and its data is scheduled for deletion ``SLACK_UNINSTALL_GRACE_SECONDS``
 later; ``purge_due`` (called by the adapter's housekeeping loop) deletes what is due through
 ``SlackTeams.purge``.
 """
@@ -37,7 +42,14 @@ from slack_sdk.errors import SlackTokenRotationError
 from slack_sdk.oauth.token_rotation.async_rotator import AsyncTokenRotator
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.installations import EncryptedInstallations, StoreStates, cipher
+from adapters.slack.installations import (
+    ORG_PREFIX,
+    EncryptedInstallations,
+    StoreStates,
+    cipher,
+    install_key,
+    lookup,
+)
 from adapters.slack.sender import SlackSender
 from bot.events import ConversationKey
 from bot.settings import SlackSettings
@@ -55,7 +67,8 @@ class NotInstalled(LookupError):
 
 
 class Workspaces:
-    """Per-team senders and the channel -> team map of an app installed in many workspaces."""
+    """Per-installation senders and the channel -> installation map of an app installed in many
+    workspaces (an installation: a team id, or ``org-{enterprise id}`` for an org-wide one)."""
 
     def __init__(
         self,
@@ -78,7 +91,8 @@ class Workspaces:
         )
         self.states = StoreStates(teams)
         self._senders: dict[str, SlackSender] = {}
-        self._channels: LRUCache[str, str] = LRUCache(maxsize=100_000)
+        self._channels: LRUCache[str, str] = LRUCache(maxsize=100_000)  # -> installation
+        self._workspace: LRUCache[str, str] = LRUCache(maxsize=100_000)  # -> its team id
         self._seen: LRUCache[tuple[str, str, str], None] = LRUCache(maxsize=200_000)
 
     @classmethod
@@ -134,20 +148,30 @@ class Workspaces:
 
         async def on_uninstalled(context: AsyncBoltContext) -> None:
             await revoked.handle_app_uninstalled_events(context)
-            if context.team_id:
-                await self.uninstalled(context.team_id)
+            try:
+                install = install_key(
+                    context.team_id, context.enterprise_id, context.is_enterprise_install
+                )
+            except ValueError:
+                return
+            await self.uninstalled(install)
 
         app.event("app_uninstalled")(on_uninstalled)
 
     # -- learning where things belong ---------------------------------------------------------
-    async def learn(self, team_id: str, conv: ConversationKey, user_id: str | None) -> None:
-        """Note that ``conv`` and ``user_id`` are ``team_id``'s (a store write the first time
-        this process sees the pair)."""
-        self._channels[conv.channel] = team_id
-        seen = (team_id, str(conv), user_id or "")
+    async def learn(
+        self, install: str, conv: ConversationKey, user_id: str | None, *, team: str | None = None
+    ) -> None:
+        """Note that ``conv`` and ``user_id`` are the installation ``install``'s (a store write
+        the first time this process sees the pair); ``team`` is the workspace the channel is in
+        (of the org, for an org-wide installation), named to Slack when an answer streams."""
+        self._channels[conv.channel] = install
+        if team:
+            self._workspace[conv.channel] = team
+        seen = (install, str(conv), user_id or "")
         if seen in self._seen:
             return
-        await self.teams.seen(team_id, conv, user_id)
+        await self.teams.seen(install, conv, user_id)
         self._seen[seen] = None
 
     async def team_of(self, channel: str) -> str | None:
@@ -165,15 +189,20 @@ class Workspaces:
             raise NotInstalled(f"no workspace is known for channel {channel}")
         return await self.sender_for_team(team)
 
-    def cached_sender(self, channel: str) -> tuple[SlackSender, str] | None:
-        """The sender and team of ``channel`` if this process already holds them (no I/O)."""
-        team = self._channels.get(channel)
-        sender = self._senders.get(team) if team is not None else None
-        return (sender, team) if sender is not None and team is not None else None
+    def cached_sender(self, channel: str) -> tuple[SlackSender, str | None] | None:
+        """The sender and workspace team of ``channel`` if this process already holds them (no
+        I/O); the team is None when not known (an org-wide installation's channel)."""
+        install = self._channels.get(channel)
+        sender = self._senders.get(install) if install is not None else None
+        if sender is None or install is None:
+            return None
+        team = self._workspace.get(channel) or (None if install.startswith(ORG_PREFIX) else install)
+        return sender, team
 
     async def token(self, team_id: str) -> str:
-        """The team's bot token, refreshed first when it rotates and is about to expire."""
-        bot = await self.installations.async_find_bot(enterprise_id=None, team_id=team_id)
+        """The installation's bot token (``team_id``: a team id or ``org-{enterprise id}``),
+        refreshed first when it rotates and is about to expire."""
+        bot = await self.installations.async_find_bot(**lookup(team_id))
         if bot is None or not bot.bot_token:
             raise NotInstalled(f"slack workspace {team_id} has no bot token (not installed)")
         try:
@@ -220,6 +249,7 @@ class Workspaces:
             convs, users = await self.teams.purge(team)
             for channel in [c for c, t in self._channels.items() if t == team]:
                 del self._channels[channel]
+                self._workspace.pop(channel, None)
             for seen in [k for k in self._seen if k[0] == team]:
                 del self._seen[seen]
             log.info(

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import twitchio
@@ -49,7 +50,14 @@ from adapters.twitch.client import ChorusTwitchClient, TwitchAPIError, api, conf
 from adapters.twitch.conduit import ConduitShards
 from adapters.twitch.convert import BotIdentity, SendArgs
 from adapters.twitch.moderation import TwitchModeration
-from adapters.twitch.tokens import StoredTokens, TokenStore, choose, open_token_store
+from adapters.twitch.redemptions import Redemptions
+from adapters.twitch.tokens import (
+    StoredTokens,
+    TokenStore,
+    broadcaster_store,
+    choose,
+    open_token_store,
+)
 from bot.bus.base import EventBus
 from bot.bus.topics import DELETIONS, INBOUND, outbound_topic
 from bot.events import Reply
@@ -115,6 +123,7 @@ class TwitchAdapter:
         limiter: SharedRateLimiter,
         retry: RetryPolicy | None = None,
         conduits: ConduitStore | None = None,
+        broadcasters: Callable[[str], TokenStore] | None = None,
     ) -> None:
         self.bus = bus
         self.settings = settings
@@ -140,6 +149,8 @@ class TwitchAdapter:
         self.parse_guard = guard.install()  # twitchio's parse failures: one line, skipped
         self.conduit_store: ConduitStore = conduits or MemoryConduitStore()
         self.conduit: ConduitShards | None = None  # TWITCH_TRANSPORT=conduit
+        self.broadcasters = broadcasters  # broadcaster id -> where its token pair is kept
+        self.redemptions: Redemptions | None = None  # channel-point redemptions (websocket)
 
     @classmethod
     def from_section(cls, settings: TwitchSettings, bus: EventBus, redis: Client) -> TwitchAdapter:
@@ -156,7 +167,24 @@ class TwitchAdapter:
         )
         limiter = SharedRateLimiter(redis, platform=PLATFORM, window=SEND_WINDOW + LATENCY_MARGIN)
         conduits = RedisConduitStore(redis)
-        return cls(bus, settings, client=client, tokens=store, limiter=limiter, conduits=conduits)
+
+        def broadcasters(broadcaster_id: str) -> TokenStore:
+            return broadcaster_store(
+                settings.token_store,
+                tokens=PlatformTokens(redis),
+                client_id=client_id,
+                broadcaster_id=broadcaster_id,
+            )
+
+        return cls(
+            bus,
+            settings,
+            client=client,
+            tokens=store,
+            limiter=limiter,
+            conduits=conduits,
+            broadcasters=broadcasters,
+        )
 
     @property
     def drops_total(self) -> int:
@@ -177,6 +205,7 @@ class TwitchAdapter:
         client.add_listener(self._on_offline, event="event_stream_offline")
         client.add_listener(self._on_clear_user, event="event_chat_clear_user")
         client.add_listener(self._on_token_refreshed, event="event_token_refreshed")
+        client.add_listener(self._on_redemption, event="event_custom_redemption_add")
         try:  # an app token (client credentials) for the calls that need no user
             await api(client.login(load_tokens=False, save_tokens=False))
         except TwitchAPIError as exc:
@@ -198,9 +227,15 @@ class TwitchAdapter:
                 on_channels=self._set_channels,
             )
             await self.conduit.start()
+            if self.settings.redemptions:
+                log.info(
+                    "twitch channel-point redemptions are read over TWITCH_TRANSPORT=websocket "
+                    "only; this conduit reads none (TWITCH_REDEMPTIONS=false silences this line)"
+                )
         else:
             await self._resolve_channels()
             await self._subscribe()
+            await self._subscribe_redemptions()
         self._outbound = asyncio.create_task(self._consume(), name="twitch-outbound")
 
     async def ready(self) -> bool:
@@ -319,6 +354,16 @@ class TwitchAdapter:
             extra={"bot": self.bot.login, "channels": sorted(self.channels.values())},
         )
 
+    async def _subscribe_redemptions(self) -> None:
+        """Channel-point redemptions where the broadcaster authorised them (``redemptions``)."""
+        if not self.settings.redemptions or self.broadcasters is None:
+            return
+        assert self.bot is not None
+        self.redemptions = Redemptions(
+            self.client, self.broadcasters, bot_id=self.bot.id, bot_scopes=self.scopes
+        )
+        await self.redemptions.start(self.channels)
+
     # -- inbound -----------------------------------------------------------------------------
     async def _on_message(self, event: twitchio.ChatMessage) -> None:
         bot = self.bot
@@ -350,6 +395,20 @@ class TwitchAdapter:
             _skipped("notice", exc)
         except Exception:
             log.exception("twitch notice dropped", extra={"message_id": str(event.id)})
+
+    async def _on_redemption(self, event: twitchio.ChannelPointsRedemptionAdd) -> None:
+        """A viewer redeemed a channel-point reward: a line carrying a ``REDEMPTION`` event."""
+        if self.bot is None:
+            return
+        try:
+            self._remember_login(event.user.id, event.user.name)
+            message = convert.redemption(event, bot=self.bot, ambient=self.settings.ambient)
+            self._notices.add(message.id)  # not a chat message: an answer cannot thread to it
+            await self.bus.publish(INBOUND, message)
+        except ValueError as exc:
+            _skipped("redemption", exc)
+        except Exception:
+            log.exception("twitch redemption dropped", extra={"redemption_id": str(event.id)})
 
     async def _on_online(self, event: twitchio.StreamOnline) -> None:
         await self._on_stream_state(event, online=True)
@@ -384,6 +443,8 @@ class TwitchAdapter:
 
     async def _on_token_refreshed(self, payload: Any) -> None:
         await self.persist_tokens()
+        if self.redemptions is not None:
+            await self.redemptions.persist(payload)
 
     def _learn_moderation(self, event: twitchio.ChatMessage) -> None:
         if self.settings.bot_is_mod is not None:

@@ -9,10 +9,18 @@ in two loops of their own, so subscribing many channels never delays a lease's r
 1. **Conduit.** Found once at start: ``TWITCH_CONDUIT_ID``, else the one recorded in the state
    store if Twitch still has it, else a new one of ``TWITCH_CONDUIT_SHARDS`` shards (recorded
    with ``SET NX``: when two processes race, one conduit wins and the loser deletes its own).
+   **Resized** (Update Conduits) to ``TWITCH_CONDUIT_SHARDS`` if Chorus's own (not
+   ``TWITCH_CONDUIT_ID``'s); the count is recorded in the store, read by every process each
+   tick. Growing adds shards without a transport, which the processes claim. Shrinking drops
+   the shards from the new count up: this process connects its share of those that stay
+   before it shrinks the conduit, and a process closes a dropped shard only after its share of
+   those that stay is up, so some shard is enabled throughout.
 2. **Share.** The process marks itself alive (``heartbeat``), renews the leases of its shards,
    and computes the fair share ``ceil(shards / live processes)``. Above it, it hands its
    highest shards back (releases the lease, closes the socket); below it, it claims free
-   shards: a shard whose holder died is free once that lease lapses.
+   shards: a shard whose holder died is free once that lease lapses. More live processes than
+   shards leave some holding none: each such process logs it (once, until that changes); they
+   take over when a holder dies.
 3. **Sockets.** For a claimed shard it opens a WebSocket (twitchio's, with Chorus's lossless
    ``session_reconnect``: ``eventsub.HandoverWebsocket``), waits for its welcome and PATCHes the
    shard to that session (Update Conduit Shards). A socket that closed, or whose session is not
@@ -117,6 +125,7 @@ class ConduitShards:
         self.claimed = 0  # shards this process claimed (at start, from a dead or leaving one)
         self._wanted: list[str] | None = None
         self._changes = -1
+        self._idle = False  # holding no shard because there are more processes than shards
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
 
@@ -125,7 +134,10 @@ class ConduitShards:
         """Find the conduit, take this process's share and subscribe; then keep at it."""
         grants.check_bot_scopes(self.scopes, self.bot.login)
         await self._find_conduit()
+        shrink = await self._resize()
         await self.tick_shards()
+        if shrink:  # this process's share of the shards that stay is up: now drop the rest
+            await self._update_conduit(self.shard_count)
         await self.tick_channels()
         self._tasks = [
             asyncio.create_task(self._every(self.tick_shards), name="twitch-conduit-shards"),
@@ -206,11 +218,55 @@ class ConduitShards:
         self.conduit_id = chosen
         self.shard_count = conduits[chosen].shard_count
 
+    async def _resize(self) -> bool:
+        """Bring Chorus's conduit to ``TWITCH_CONDUIT_SHARDS`` and record the count every
+        process uses; True when the conduit is to shrink once this process holds its share."""
+        wanted, now = self.settings.conduit_shards, self.shard_count
+        named = bool((self.settings.conduit_id or "").strip())
+        if named and wanted != now:
+            log.info(
+                "TWITCH_CONDUIT_ID names a conduit of another size than TWITCH_CONDUIT_SHARDS; "
+                "using the conduit's (resize it with Update Conduits, or unset "
+                "TWITCH_CONDUIT_ID to let Chorus manage its own)",
+                extra={"conduit": self.conduit_id, "shards": now, "configured": wanted},
+            )
+        if named or wanted == now:
+            await self.store.set_size(self.conduit_id, now)
+            return False
+        if wanted > now and not await self._update_conduit(wanted):
+            await self.store.set_size(self.conduit_id, now)  # Twitch refused: stay as it is
+            return False
+        self.shard_count = wanted  # growing: Twitch has added the shards (no transport yet)
+        await self.store.set_size(self.conduit_id, wanted)
+        log.info(
+            "twitch conduit resized",
+            extra={"conduit": self.conduit_id, "from": now, "to": wanted},
+        )
+        return wanted < now
+
+    async def _update_conduit(self, count: int) -> bool:
+        """Update Conduits to ``count`` shards; False (logged) if Twitch refused."""
+        try:
+            answer = await api(self.client.http.update_conduits(self.conduit_id, shard_count=count))
+        except TwitchAPIError as exc:
+            log.error(
+                "twitch refused to resize the conduit; it keeps its shard count",
+                extra={"conduit": self.conduit_id, "to": count, "status": exc.status},
+            )
+            return False
+        return int(answer["data"][0]["shard_count"]) == count
+
     # -- one tick ----------------------------------------------------------------------------
     async def tick_shards(self) -> None:
         """Stay alive, keep or hand back shards, claim free ones, keep their sockets open."""
         conduit, store = self.conduit_id, self.store
         members = await store.heartbeat(conduit, self.owner, self.lease)
+        recorded = await store.size(conduit)
+        if recorded is not None and recorded != self.shard_count:  # another process resized it
+            log.info(
+                "twitch conduit size changed", extra={"from": self.shard_count, "to": recorded}
+            )
+            self.shard_count = recorded
         for shard in sorted(self.sockets):
             if not await store.renew(conduit, shard, self.owner, self.lease):
                 log.warning("twitch shard lease lost", extra={"shard": shard})
@@ -232,6 +288,22 @@ class ConduitShards:
             except Exception:
                 log.warning("twitch shard not connected; retrying", extra={"shard": shard})
                 await self._drop(shard, release=True)
+        for shard in [n for n in sorted(self.sockets) if n >= self.shard_count]:
+            await self._drop(shard, release=True)  # the conduit shrank: the shards that stay are up
+        self._note_idle(len(members), bool(mine))
+
+    def _note_idle(self, members: int, holding: bool) -> None:
+        """Log once (until it changes) that this process holds no shard: more gateways than
+        shards. It takes shards over when a holder dies or the conduit grows."""
+        idle = not holding and members > self.shard_count
+        if idle and not self._idle:
+            log.warning(
+                "this gateway holds no twitch conduit shard: more gateway processes than shards; "
+                "raise TWITCH_CONDUIT_SHARDS to at least the number of gateways (it stands by "
+                "and takes over the shards of a gateway that stops)",
+                extra={"gateways": members, "shards": self.shard_count},
+            )
+        self._idle = idle
 
     async def _ensure_socket(self, shard: int) -> None:
         held = self.sockets.get(shard)

@@ -1,8 +1,8 @@
 """Twitch EventSub events <-> Chorus events. Pure functions: no I/O, no clock but the event's.
 
 Inbound, the input is the twitchio 3 model twitchio builds from the EventSub ``notification``
-(``twitchio.ChatMessage``, ``ChatMessageDelete``, ``ChannelChatClearUserMessages``; chat notices
-such as subs and raids are ``notices.py``'s): the tests
+(``twitchio.ChatMessage``, ``ChatMessageDelete``, ``ChannelChatClearUserMessages``,
+``ChannelPointsRedemptionAdd``; chat notices such as subs and raids are ``notices.py``'s): the tests
 build the same objects from the recorded payloads with ``create_event_instance``, as twitchio's
 websocket does. Outbound, a ``Reply`` becomes the bodies of Send Chat Message calls.
 
@@ -31,6 +31,7 @@ from typing import Any
 
 from twitchio import (
     ChannelChatClearUserMessages,
+    ChannelPointsRedemptionAdd,
     ChatMessageBadge,
     ChatMessageDelete,
     StreamOffline,
@@ -321,4 +322,41 @@ def stream_state(event: StreamOnline | StreamOffline, *, online: bool) -> ChatMe
         text="",
         server=_login(broadcaster),
         channel_event=ChannelEvent(kind=kind),
+    )
+
+
+def redemption(
+    event: ChannelPointsRedemptionAdd, *, bot: BotIdentity, ambient: bool
+) -> ChatMessage:
+    """A channel-point reward redeemed: a line from the viewer (their text, if the reward asks
+    for one: user data, screened like any line) carrying a ``REDEMPTION`` stream event."""
+    viewer = _text(event.user.id, "user_id")
+    name = event.user.display_name or event.user.name or viewer
+    reward = event.reward
+    text = event.user_input if isinstance(event.user_input, str) else ""
+    mentions_bot = _mentions_login(text, bot.login)
+    cost = reward.cost if isinstance(reward.cost, int) and reward.cost >= 0 else None
+    is_owner = viewer == event.broadcaster.id
+    return ChatMessage(
+        platform=PLATFORM,
+        id=f"redemption-{_text(event.id, 'id')}",
+        conversation=ConversationKey(platform=PLATFORM, channel=event.broadcaster.id),
+        author=Author(
+            id=viewer,
+            display_name=str(name)[:256],
+            roles=frozenset({Role.OWNER}) if is_owner else frozenset(),
+        ),
+        text=text,
+        mentions_bot=mentions_bot,
+        sent_at=event.redeemed_at or utcnow(),
+        ambient=not mentions_bot and ambient,
+        stream_event=StreamEvent(
+            kind=StreamEventKind.REDEMPTION,
+            user_id=viewer,
+            user_name=str(name)[:256],
+            reward=str(reward.title or "")[:256],
+            reward_id=reward.id or None,
+            cost=cost,
+        ),
+        server=_login(event.broadcaster),
     )

@@ -9,6 +9,12 @@ stores the pair where the operator says instead:
   app's state store, so every process of a deployment shares the newest pair;
 - ``TWITCH_TOKEN_STORE=file:/path/tokens.json``: a file written atomically with mode 0600.
 
+A broadcaster's pair (``chorus auth twitch --broadcaster``, for the channel-point redemptions
+only the broadcaster's token may read) lives beside the bot's, one per (application,
+broadcaster): ``broadcaster_store`` opens it in the same store (``...:broadcaster:<id>`` in the
+state store, ``<name>.broadcaster-<id>.json`` beside the file), and it is refreshed and written
+back the same way. The command writes it there directly: the environment has no seed for it.
+
 The stored pair remembers a fingerprint of the ``TWITCH_REFRESH_TOKEN`` it descends from. When
 the operator puts a *new* pair in the environment (e.g. re-authorised with more scopes) the
 stored one is stale and the environment wins; otherwise the stored (newer) pair wins.
@@ -27,7 +33,9 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from adapters.twitch.convert import PLATFORM
+from bot.settings import Settings
 from bot.state import keys
+from bot.state.connect import mask_url, open_state
 from bot.state.platforms import PlatformTokens
 
 log = logging.getLogger("chorus.twitch.tokens")
@@ -98,6 +106,24 @@ class StateTokenStore:
         await self.tokens.save(PLATFORM, self.client_id, tokens.model_dump_json())
 
 
+class StateBroadcasterStore:
+    """A broadcaster's pair in the deployment's state store, beside the bot's."""
+
+    def __init__(self, tokens: PlatformTokens, client_id: str, broadcaster_id: str) -> None:
+        self.tokens = tokens
+        self.client_id = client_id
+        self.broadcaster_id = broadcaster_id
+
+    async def load(self) -> StoredTokens | None:
+        raw = await self.tokens.load_broadcaster(self.client_id, self.broadcaster_id)
+        return _parse(raw, f"the state store's {PLATFORM} broadcaster tokens")
+
+    async def save(self, tokens: StoredTokens) -> None:
+        await self.tokens.save_broadcaster(
+            self.client_id, self.broadcaster_id, tokens.model_dump_json()
+        )
+
+
 class FileTokenStore:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -131,3 +157,40 @@ def open_token_store(spec: str, *, tokens: PlatformTokens, client_id: str) -> To
     if spec.startswith("file:"):
         return FileTokenStore(Path(spec.removeprefix("file:")).expanduser())
     return StateTokenStore(tokens, client_id)
+
+
+def broadcaster_store(
+    spec: str, *, tokens: PlatformTokens | None, client_id: str, broadcaster_id: str
+) -> TokenStore:
+    """Where ``TWITCH_TOKEN_STORE`` keeps ``broadcaster_id``'s pair: beside the bot's."""
+    if not broadcaster_id.isdigit():  # a Twitch user id; never a path of its own
+        raise ValueError(f"not a Twitch user id: {broadcaster_id!r}")
+    if spec.startswith("file:"):
+        path = Path(spec.removeprefix("file:")).expanduser()
+        name = f"{path.stem}.broadcaster-{broadcaster_id}{path.suffix or '.json'}"
+        return FileTokenStore(path.with_name(name))
+    assert tokens is not None, "the state store's tokens are needed without file:"
+    return StateBroadcasterStore(tokens, client_id, broadcaster_id)
+
+
+async def save_broadcaster(
+    settings: Settings, client_id: str, *, access: str, refresh: str, user_id: str
+) -> str:
+    """Store a broadcaster's new pair (``chorus auth twitch --broadcaster``) where the adapter
+    reads it; where it went, for the operator."""
+    spec = settings.twitch.token_store
+    pair = StoredTokens(access_token=access, refresh_token=refresh, user_id=user_id)
+    if spec.startswith("file:"):
+        store = broadcaster_store(spec, tokens=None, client_id=client_id, broadcaster_id=user_id)
+        await store.save(pair)
+        assert isinstance(store, FileTokenStore)
+        return str(store.path)
+    redis = await open_state(settings.state)
+    try:
+        tokens = PlatformTokens(redis)
+        await broadcaster_store(
+            spec, tokens=tokens, client_id=client_id, broadcaster_id=user_id
+        ).save(pair)
+    finally:
+        await redis.aclose()
+    return f"the state store ({mask_url(settings.state.redis_url)})"

@@ -47,7 +47,7 @@ Render = Callable[..., web.Response]  # AdminServer.render(request, template, **
 Audited = Callable[..., None]  # AdminServer.audit(request, rule, action, **where)
 
 PAGES = Path(__file__).resolve().parent.parent.parent / "prompts" / "admin"
-SPOKEN = frozenset({"answer", "cheer", "super_chat", "super_sticker"})
+SPOKEN = frozenset({"answer", "cheer", "super_chat", "super_sticker", "redemption"})
 CONTROLS = frozenset({"skip", "pause", "resume", "volume", "notice"})
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; media-src 'self' blob:; "

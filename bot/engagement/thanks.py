@@ -44,7 +44,7 @@ from bot.events import ChatMessage, ConversationKey, StreamEvent, StreamEventKin
 from bot.settings import ThanksSettings
 
 Kind = StreamEventKind
-ALL_KINDS = frozenset(Kind)
+ALL_KINDS = frozenset(Kind) - {Kind.REDEMPTION}  # a redemption is never thanked
 SEEN_CAP = 2048  # message ids remembered per channel against redelivery
 DONE_GIFTS = 256  # thanked gift bursts remembered per channel, so late parts are absorbed
 MAX_MESSAGES = 2  # what one person wrote, at most this many lines in the turn

@@ -10,6 +10,12 @@ store remembers the refresh token it descends from, and a new ``TWITCH_REFRESH_T
 over it. A variable also set in the process environment would shadow ``.env``: the command says
 so.
 
+``chorus auth twitch --broadcaster`` is the broadcaster's sign-in, for what only the
+broadcaster's own token may read (channel-point redemptions: ``channel:read:redemptions``). Its
+pair is not the bot's, so it does not go into ``.env``: it is stored where the adapter keeps the
+bot's refreshed pair (``TWITCH_TOKEN_STORE``: the state store, or beside the token file), per
+broadcaster, and the adapter refreshes it there (``adapters/twitch/tokens.broadcaster_store``).
+
 Exit codes: 0 stored, 1 the flow ended without tokens (denied, expired, timed out, refused),
 2 a configuration problem (no client id, a broken ``.env``).
 """
@@ -20,6 +26,7 @@ import argparse
 import asyncio
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import prompts
@@ -28,6 +35,9 @@ from bot.onboarding.checks import AuthFailed
 from bot.settings import ConfigError, Settings, load_settings
 from bot.settings.twitch import CONSOLE_URL
 from bot.settings.youtube import CREDENTIALS_URL
+
+# Stores a broadcaster's pair (settings, client id, access, refresh, user id); where it went.
+SaveBroadcaster = Callable[..., Awaitable[str]]
 
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
@@ -61,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "one; fix it to forward it over ssh -L from the machine with the browser)",
     )
     parser.add_argument(
+        "--broadcaster",
+        action="store_true",
+        help="Twitch: sign a broadcaster in (not the bot) so the bot may read the channel's "
+        "channel-point redemptions; the token goes to the state store (TWITCH_TOKEN_STORE)",
+    )
+    parser.add_argument(
         "--redirect-uri",
         default=TWITCH_REDIRECT,
         help="Twitch: a redirect URL registered for the application, used in the "
@@ -80,7 +96,9 @@ def _say(text: str) -> None:
     print(text, flush=True)  # the operator acts on it while the command waits
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, save_broadcaster: SaveBroadcaster | None = None) -> int:
+    """Run ``chorus auth``; ``save_broadcaster`` stores a broadcaster's pair (the composition
+    root passes the Twitch adapter's, ``adapters.twitch.tokens.save_broadcaster``)."""
     env_file = Path(args.env_file)
     try:
         settings = load_settings(env_file=env_file, warn=False)
@@ -89,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     try:
         if args.platform == "twitch":
-            return asyncio.run(_twitch(args, settings, env_file))
+            return asyncio.run(_twitch(args, settings, env_file, save_broadcaster))
         return asyncio.run(_youtube(args, settings, env_file))
     except ConfigError as exc:
         print(f"chorus auth {args.platform}: {exc}", file=sys.stderr)
@@ -113,7 +131,12 @@ def _store(env_file: Path, values: dict[str, str]) -> None:
         )
 
 
-async def _twitch(args: argparse.Namespace, settings: Settings, env_file: Path) -> int:
+async def _twitch(
+    args: argparse.Namespace,
+    settings: Settings,
+    env_file: Path,
+    save_broadcaster: SaveBroadcaster | None,
+) -> int:
     client_id = (args.client_id or settings.twitch.client_id or "").strip()
     if not client_id:
         raise ConfigError(
@@ -122,6 +145,8 @@ async def _twitch(args: argparse.Namespace, settings: Settings, env_file: Path) 
         )
     base = settings.twitch.auth_base_url
     secret = settings.twitch.secret("client_secret")
+    if getattr(args, "broadcaster", False):
+        return await _twitch_broadcaster(args, settings, client_id, save_broadcaster)
     granted = await twitch_auth.device_flow(
         base, client_id, secret, patience=args.timeout, say=_say
     )
@@ -143,6 +168,46 @@ async def _twitch(args: argparse.Namespace, settings: Settings, env_file: Path) 
             url=twitch_auth.broadcaster_url(base, client_id, args.redirect_uri),
             redirect=args.redirect_uri,
             console=CONSOLE_URL,
+        )
+    )
+    return 0
+
+
+async def _twitch_broadcaster(
+    args: argparse.Namespace,
+    settings: Settings,
+    client_id: str,
+    save_broadcaster: SaveBroadcaster | None,
+) -> int:
+    """The broadcaster's device flow; the pair goes to the adapter's token store."""
+    if save_broadcaster is None:
+        raise ConfigError("this command cannot store a broadcaster's token")
+    twitch = settings.twitch
+    granted = await twitch_auth.device_flow(
+        twitch.auth_base_url,
+        client_id,
+        twitch.secret("client_secret"),
+        patience=args.timeout,
+        say=_say,
+        flow=twitch_auth.BROADCASTER,
+    )
+    if not granted.user_id.isdigit():
+        raise AuthFailed("Twitch validated the token without a user id; nothing was stored")
+    where = await save_broadcaster(
+        settings,
+        client_id,
+        access=granted.access_token,
+        refresh=granted.refresh_token,
+        user_id=granted.user_id,
+    )
+    print(
+        prompts.render(
+            "onboarding/twitch_broadcaster_done",
+            login=granted.login,
+            user_id=granted.user_id,
+            scopes=" ".join(twitch_auth.REDEMPTION_SCOPES),
+            store=where,
+            command=finish.command(Path.cwd()),
         )
     )
     return 0

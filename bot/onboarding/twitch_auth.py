@@ -34,10 +34,31 @@ SCOPES = ("user:read:chat", "user:write:chat", "user:bot")
 # act only where the bot is a moderator, and a bot without them still chats.
 MODERATION_SCOPES = ("moderator:manage:chat_messages", "moderator:manage:banned_users")
 BROADCASTER_SCOPE = "channel:bot"
+# ``chorus auth twitch --broadcaster``: the broadcaster's own token, for what only it may read.
+REDEMPTION_SCOPES = ("channel:read:redemptions",)
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 SLOW_DOWN_STEP = 5.0
 MAX_OUTAGES = 3  # polls in a row without an answer (or with a 5xx) before giving up
 CONSOLE_URL = "https://dev.twitch.tv/console/apps"
+
+
+@dataclass(frozen=True)
+class Flow:
+    """What one run of the device flow asks for: the bot's sign-in, or a broadcaster's."""
+
+    scopes: tuple[str, ...] = SCOPES + MODERATION_SCOPES  # asked for
+    required: tuple[str, ...] = SCOPES  # the token must carry every one
+    command: str = "chorus auth twitch"  # what the operator runs again
+    prompt: str = "onboarding/twitch_device"  # who logs in where
+
+
+BOT = Flow()
+BROADCASTER = Flow(
+    scopes=REDEMPTION_SCOPES,
+    required=REDEMPTION_SCOPES,
+    command="chorus auth twitch --broadcaster",
+    prompt="onboarding/twitch_device_broadcaster",
+)
 
 
 @dataclass(frozen=True)
@@ -66,10 +87,11 @@ async def device_flow(
     patience: float | None = None,
     say: Callable[[str], None] = print,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    flow: Flow = BOT,
 ) -> Granted:
     """Run the flow against ``base`` (``TWITCH_AUTH_BASE_URL``), waiting at most ``patience``
     seconds (default: the code's lifetime); raises ``AuthFailed``."""
-    scopes = " ".join(SCOPES + MODERATION_SCOPES)
+    scopes = " ".join(flow.scopes)
     status, body = await call(
         "POST", f"{base}oauth2/device", data={"client_id": client_id, "scopes": scopes}
     )
@@ -83,7 +105,7 @@ async def device_flow(
     interval = max(float(body.get("interval") or 5), 1.0)
     say(
         prompts.render(
-            "onboarding/twitch_device",
+            flow.prompt,
             url=str(body.get("verification_uri", "https://www.twitch.tv/activate")),
             code=str(body.get("user_code", "")),
             minutes=max(1, round(expires / 60)),
@@ -103,7 +125,7 @@ async def device_flow(
     while True:
         if time.monotonic() + interval > deadline:
             raise AuthFailed(
-                f"nobody entered the code within {limit:g} s; run `chorus auth twitch` again"
+                f"nobody entered the code within {limit:g} s; run `{flow.command}` again"
             )
         await sleep(interval)
         try:
@@ -120,7 +142,7 @@ async def device_flow(
             continue
         outages = 0
         if status == 200 and isinstance(answer, dict) and answer.get("access_token"):
-            return await _validated(base, client_id, answer)
+            return await _validated(base, client_id, answer, flow)
         reason = _reason(answer)
         if reason == "authorization_pending":
             continue
@@ -130,17 +152,17 @@ async def device_flow(
         if reason == "access_denied":
             raise AuthFailed(
                 "the authorisation was denied at Twitch; nothing was stored. Run "
-                "`chorus auth twitch` again and choose Authorize"
+                f"`{flow.command}` again and choose Authorize"
             )
         if reason in ("expired_token", "invalid device code"):
             raise AuthFailed(
                 "the code expired before it was authorised; nothing was stored. Run "
-                "`chorus auth twitch` again"
+                f"`{flow.command}` again"
             )
         raise AuthFailed(f"Twitch refused the token request ({status} {reason})")
 
 
-async def _validated(base: str, client_id: str, answer: dict[str, Any]) -> Granted:
+async def _validated(base: str, client_id: str, answer: dict[str, Any], flow: Flow) -> Granted:
     access, refresh = str(answer["access_token"]), str(answer.get("refresh_token") or "")
     if not refresh:
         raise AuthFailed("Twitch issued no refresh token; nothing was stored")
@@ -151,11 +173,11 @@ async def _validated(base: str, client_id: str, answer: dict[str, Any]) -> Grant
     if body.get("client_id") not in (None, client_id):
         raise AuthFailed("the new token belongs to another application than TWITCH_CLIENT_ID")
     granted = set(body.get("scopes") or ())
-    missing = [scope for scope in SCOPES if scope not in granted]
+    missing = [scope for scope in flow.required if scope not in granted]
     if missing:
         raise AuthFailed(
             f"the token lacks the scope{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
-            "nothing was stored. Run `chorus auth twitch` again and accept every permission"
+            f"nothing was stored. Run `{flow.command}` again and accept every permission"
         )
     return Granted(access, refresh, str(body.get("login", "")), str(body.get("user_id", "")))
 

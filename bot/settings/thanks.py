@@ -16,7 +16,10 @@ from pydantic import Field, field_validator, model_validator
 from bot.events import StreamEventKind
 from bot.settings.base import Section, comma_set
 
-KIND_NAMES = tuple(kind.value for kind in StreamEventKind)
+# A channel-point redemption is not thanked: the reward is the streamer's answer to it (it can
+# be read aloud instead, ``CHORUS_TTS_REWARDS``).
+THANKED = tuple(kind for kind in StreamEventKind if kind is not StreamEventKind.REDEMPTION)
+KIND_NAMES = tuple(kind.value for kind in THANKED)
 
 
 class ThanksSettings(Section):
@@ -45,7 +48,7 @@ class ThanksSettings(Section):
         if not isinstance(names, frozenset):
             return value
         if names & {"all", "*"}:
-            return frozenset(StreamEventKind)
+            return frozenset(THANKED)
         if names & {"none", "off"}:
             return frozenset()
         unknown = sorted(str(name) for name in names if name not in KIND_NAMES)

@@ -51,6 +51,9 @@ class TwitchSettings(Section):
     stream_state: bool = Field(default=False, validation_alias="TWITCH_STREAM_STATE")
     """Subscribe to `stream.online` / `stream.offline` for plugins' stream events (two more
     EventSub subscriptions per channel, so only when asked for)."""
+    redemptions: bool = Field(default=True, validation_alias="TWITCH_REDEMPTIONS")
+    """Read channel-point redemptions in each channel whose broadcaster signed in with `chorus
+    auth twitch --broadcaster` (websocket transport); `false`: never, and no notice about it."""
     bot_is_mod: bool | None = Field(default=None, validation_alias="TWITCH_BOT_IS_MOD")
     """Whether the bot is a moderator (100 messages per 30 s instead of 20); unset: detected from
     its own chat badges."""
@@ -81,8 +84,10 @@ class TwitchSettings(Section):
     conduit_shards: int = Field(
         default=4, ge=1, le=20_000, validation_alias="TWITCH_CONDUIT_SHARDS"
     )
-    """With conduits: the shard count of a conduit Chorus creates (one WebSocket each, spread
-    over the gateway processes)."""
+    """With conduits: the shard count of Chorus's conduit (one WebSocket each, spread over the
+    gateway processes): a new conduit is created with it, and Chorus's existing one is resized
+    to it (Update Conduits) by a gateway starting with another value. Set the same on every
+    gateway; a conduit named by TWITCH_CONDUIT_ID keeps its own size."""
     shard_lease_seconds: float = Field(
         default=15.0, ge=3.0, le=600.0, validation_alias="TWITCH_SHARD_LEASE_SECONDS"
     )

@@ -49,6 +49,10 @@ class VoiceSettings(Section):
     """Twitch cheers of at least this many bits are read aloud with the viewer's name."""
     super_chats: bool = Field(default=True, validation_alias="CHORUS_TTS_SUPER_CHATS")
     """Whether YouTube Super Chats and Super Stickers are read aloud with the viewer's name."""
+    rewards: tuple[str, ...] = Field(default=(), validation_alias="CHORUS_TTS_REWARDS")
+    """Twitch channel-point rewards read aloud with the viewer's name and text when redeemed: a
+    comma list of reward titles (any case) or reward ids, or `*` for every reward; empty: none.
+    Needs the broadcaster's token (`chorus auth twitch --broadcaster`)."""
     queue_max: int = Field(default=20, ge=1, le=1000, validation_alias="CHORUS_TTS_QUEUE_MAX")
     """Items waiting to be spoken per channel, at most; more are dropped."""
     max_seconds: float = Field(
@@ -83,6 +87,7 @@ class VoiceSettings(Section):
     """Seconds one provider may take for one item before the next in the chain is tried."""
 
     _chain = field_validator("tts", mode="before")(classmethod(lambda cls, v: check_chain(v)))
+    _rewards = field_validator("rewards", mode="before")(classmethod(lambda cls, v: comma_tuple(v)))
 
 
 class ScopeVoice(BaseModel):
@@ -95,6 +100,7 @@ class ScopeVoice(BaseModel):
     answers: bool | None = None
     cheer_min_bits: int | None = Field(default=None, ge=1)
     super_chats: bool | None = None
+    rewards: tuple[str, ...] | None = None
     channel_chars_hour: int | None = Field(default=None, ge=0)
     user_chars_hour: int | None = Field(default=None, ge=0)
 
@@ -102,3 +108,8 @@ class ScopeVoice(BaseModel):
     @classmethod
     def _tts(cls, value: Any) -> Any:
         return check_chain(value)
+
+    @field_validator("rewards", mode="before")
+    @classmethod
+    def _rewards(cls, value: Any) -> Any:
+        return comma_tuple(value)

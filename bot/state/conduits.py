@@ -13,6 +13,10 @@ one enabled shard. Several gateway processes share one conduit, so who holds a s
 - **The members** (``keys.conduit_members``): a sorted set of the live processes' tokens scored
   by the end of their lease (epoch ms); ``live`` drops lapsed ones. It gives the fair share
   (``ceil(shards / live members)``), so a process that joins gets shards handed over.
+- **The size** (``keys_conduits.conduit_size``): the conduit's shard count as the gateways use
+  it, written by the process that found, created or resized the conduit at its start, read by
+  every process each tick, so a resize (``TWITCH_CONDUIT_SHARDS`` changed, one gateway
+  restarted) reaches the processes already running; no TTL.
 - **Joined and left channels** (``keys.joined_channels``): two sets; the channels read are
   ``TWITCH_CHANNELS`` plus ``in`` minus ``out``, so ``chorus twitch join NAME`` and the
   dashboard change them without a restart; a counter of joins and leaves tells the gateways
@@ -30,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
-from bot.state import keys
+from bot.state import keys, keys_conduits
 from bot.state.connect import Client
 from bot.state.guarded import GUARDED
 
@@ -69,6 +73,12 @@ class ConduitStore(Protocol):
     async def heartbeat(self, conduit_id: str, owner: str, lease: float) -> list[str]:
         """Mark ``owner`` alive for ``lease``; every live member (``owner`` among them)."""
         ...
+
+    async def size(self, conduit_id: str) -> int | None:
+        """The conduit's shard count as the gateways use it (None: not recorded)."""
+        ...
+
+    async def set_size(self, conduit_id: str, count: int) -> None: ...
 
     async def leave_members(self, conduit_id: str, owner: str) -> None: ...
 
@@ -163,6 +173,13 @@ class RedisConduitStore:
     async def leave_members(self, conduit_id: str, owner: str) -> None:
         await self.redis.zrem(keys.conduit_members(self.platform, conduit_id), owner)
 
+    async def size(self, conduit_id: str) -> int | None:
+        raw = await self.redis.get(keys_conduits.conduit_size(self.platform, conduit_id))
+        return None if raw is None else int(_text(raw))
+
+    async def set_size(self, conduit_id: str, count: int) -> None:
+        await self.redis.set(keys_conduits.conduit_size(self.platform, conduit_id), str(count))
+
     async def join_channel(self, app: str, channel: str) -> None:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.sadd(keys.joined_channels(self.platform, app, "in"), channel)
@@ -198,6 +215,7 @@ class MemoryConduitStore:
     joined: dict[str, set[str]] = field(default_factory=dict)
     left: dict[str, set[str]] = field(default_factory=dict)
     changes: dict[str, int] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
 
     def _holder(self, conduit_id: str, shard: int) -> str | None:
         found = self.leases.get((conduit_id, shard))
@@ -254,6 +272,12 @@ class MemoryConduitStore:
 
     async def leave_members(self, conduit_id: str, owner: str) -> None:
         self.members.get(conduit_id, {}).pop(owner, None)
+
+    async def size(self, conduit_id: str) -> int | None:
+        return self.sizes.get(conduit_id)
+
+    async def set_size(self, conduit_id: str, count: int) -> None:
+        self.sizes[conduit_id] = count
 
     async def join_channel(self, app: str, channel: str) -> None:
         self.joined.setdefault(app, set()).add(channel)

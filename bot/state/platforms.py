@@ -26,6 +26,8 @@ tests run without real waiting.
 
 **Tokens.** ``PlatformTokens`` keeps one JSON value per (platform, app): the newest token pair a
 process refreshed, so every process of a deployment starts from it (the adapter owns its shape).
+A Twitch broadcaster's pair (``chorus auth twitch --broadcaster``) is kept the same way beside it,
+one value per (app, broadcaster): ``load_broadcaster`` / ``save_broadcaster``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
-from bot.state import keys
+from bot.state import keys, keys_twitch
 from bot.state.client import Redis
 
 Clock = Callable[[], float]
@@ -150,3 +152,13 @@ class PlatformTokens:
 
     async def save(self, platform: str, app: str, value: str) -> None:
         await self.redis.set(keys.platform_tokens(platform, app), value)
+
+    async def load_broadcaster(self, app: str, broadcaster: str) -> str | None:
+        """A Twitch broadcaster's stored pair for the application ``app`` (None: none stored)."""
+        raw: str | bytes | None = await self.redis.get(
+            keys_twitch.broadcaster_tokens(app, broadcaster)
+        )
+        return raw.decode() if isinstance(raw, bytes) else raw
+
+    async def save_broadcaster(self, app: str, broadcaster: str, value: str) -> None:
+        await self.redis.set(keys_twitch.broadcaster_tokens(app, broadcaster), value)

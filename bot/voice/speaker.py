@@ -11,10 +11,11 @@ channel, and with no overlay watching (or speech paused) nothing is queued.
   sentence passes ``check`` (the outbound safety guard every reply gets) and is queued at once,
   so the overlay speaks before the answer is finished; ``finish`` queues what the final answer
   adds after the streamed sentences. A sentence the guard changes ends the turn's speech.
-- **stream events**: a cheer of at least ``cheer_min_bits``, a Super Chat or Super Sticker is
-  read with the viewer's name (``prompts/voice/*``); the message passed the inbound rules before
-  it got here (the router's screen) and the spoken text passes ``check`` too: a blocked word
-  never reaches a speech provider, and the overlay shows exactly what it says.
+- **stream events**: a cheer of at least ``cheer_min_bits``, a Super Chat or Super Sticker, a
+  Twitch channel-point redemption of a reward in ``rewards`` is read with the viewer's name
+  (``prompts/voice/*``); the message passed the inbound rules before it got here (the
+  router's screen) and the spoken text passes ``check`` too: a blocked word never reaches a
+  speech provider, and the overlay shows exactly what it says.
 - **limits**: characters per hour per channel and per viewer (``SpokenChars``, counted before
   an item is queued); over a limit nothing is queued and the overlay shows a notice, once an
   hour per channel or viewer (``prompts/voice/limit_*``).
@@ -37,7 +38,7 @@ from typing import Any
 from cachetools import TTLCache
 
 import prompts
-from bot.events import ChatMessage, ConversationKey, StreamEventKind
+from bot.events import ChatMessage, ConversationKey, StreamEvent, StreamEventKind
 from bot.settings import Settings
 from bot.settings.scopes import LIVE_PLATFORMS, resolve
 from bot.state.voice import Control, SpokenChars, VoiceQueue
@@ -69,6 +70,7 @@ class VoicePolicy:
     answers: bool
     cheer_min_bits: int
     super_chats: bool
+    rewards: frozenset[str]  # reward titles (casefolded) and ids read aloud; "*": every one
     tts: tuple[str, ...]
     max_chars: int
     channel_chars_hour: int
@@ -88,11 +90,18 @@ def policy_for(settings: Settings, message: ChatMessage) -> VoicePolicy:
         answers=bool(get("answers")),
         cheer_min_bits=int(get("cheer_min_bits")),
         super_chats=bool(get("super_chats")),
+        rewards=frozenset(str(reward).casefold() for reward in get("rewards")),
         tts=tuple(get("tts")),
         max_chars=base.max_chars,
         channel_chars_hour=int(get("channel_chars_hour")),
         user_chars_hour=int(get("user_chars_hour")),
     )
+
+
+def read_aloud(event: StreamEvent, rewards: frozenset[str]) -> bool:
+    """Whether a redeemed reward is one the channel reads aloud (by title, any case, or id)."""
+    ids = {event.reward.casefold(), (event.reward_id or "").casefold()} - {""}
+    return "*" in rewards or bool(ids & rewards)
 
 
 def clip(text: str, limit: int) -> str:
@@ -223,6 +232,13 @@ class Speaker:
             )
         elif found.kind is StreamEventKind.SUPER_STICKER and policy.super_chats:
             said = prompts.render("voice/super_sticker", name=name, amount=found.amount or "")
+        elif found.kind is StreamEventKind.REDEMPTION and read_aloud(found, policy.rewards):
+            said = prompts.render(
+                "voice/redemption" if text else "voice/redemption_plain",
+                name=name,
+                reward=found.reward,
+                text=text,
+            )
         else:
             return False
         return await self.say(message, said, kind=found.kind.value, policy=policy)

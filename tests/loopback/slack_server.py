@@ -35,7 +35,10 @@ slack-sdk sends them) and exchanges the code for a bot token of that workspace (
 (``grant_type=refresh_token``; the refresh token works once). Each token answers ``auth.test``
 with its own workspace's identity, and ``chat.postMessage`` into a channel of one workspace
 (``channel_teams``) with another workspace's token is ``channel_not_found``; a revoked token
-(``revoke_team``) is ``invalid_auth``.
+(``revoke_team``) is ``invalid_auth``. An Enterprise Grid org (``add_org``) installs org-wide
+(``team=`` its enterprise id): ``oauth.v2.access`` answers ``is_enterprise_install: true``, the
+``enterprise`` and no ``team``, and the org's token posts into the channels of every workspace
+of the org (``team_orgs``), of no other.
 
 Tests await ``wait_for(predicate)`` (a condition notified on every request), never sleep.
 """
@@ -79,6 +82,7 @@ class Workspace:
     refresh_tokens: set[str] = field(default_factory=set)  # still usable
     expires_in: int = 43200  # of the token an install issues
     refreshed_expires_in: int = 43200  # of the tokens a refresh issues
+    org: bool = False  # an Enterprise Grid org installed org-wide (team_id: its enterprise id)
 
 
 class SlackServer(LoopbackServer):
@@ -101,6 +105,7 @@ class SlackServer(LoopbackServer):
         self.method_calls: list[tuple[float, str]] = []  # (monotonic, method)
         self.workspaces: dict[str, Workspace] = {}
         self.channel_teams: dict[str, str] = {}  # channel -> team, for per-team token checks
+        self.team_orgs: dict[str, str] = {}  # team -> the enterprise (org) it belongs to
         self._codes: dict[str, str] = {}  # one-time OAuth code -> team
         self._token_teams: dict[str, str] = {}  # issued bot token -> team
 
@@ -131,6 +136,15 @@ class SlackServer(LoopbackServer):
         self.workspaces[team_id] = space
         self.channel_teams.update({channel: team_id for channel in channels})
         return space
+
+    def add_org(self, enterprise_id: str, teams: dict[str, tuple[str, ...]]) -> Workspace:
+        """An Enterprise Grid org of ``teams`` (team -> its channels), installed org-wide."""
+        org = self.add_workspace(enterprise_id)
+        org.org = True
+        for team, channels in teams.items():
+            self.team_orgs[team] = enterprise_id
+            self.channel_teams.update({channel: team for channel in channels})
+        return org
 
     @property
     def authorize_url(self) -> str:
@@ -229,18 +243,19 @@ class SlackServer(LoopbackServer):
         team = self._token_teams.get(self._token(request))
         if team is not None:
             space = self.workspaces[team]
-            return web.json_response(
-                {
-                    "ok": True,
-                    "url": f"https://{team.lower()}.slack.com/",
-                    "team": space.name,
-                    "user": "chorus",
-                    "team_id": team,
-                    "user_id": space.bot_user_id,
-                    "bot_id": space.bot_id,
-                    "is_enterprise_install": False,
-                }
-            )
+            answer = {
+                "ok": True,
+                "url": f"https://{team.lower()}.slack.com/",
+                "team": space.name,
+                "user": "chorus",
+                "team_id": team,
+                "user_id": space.bot_user_id,
+                "bot_id": space.bot_id,
+                "is_enterprise_install": space.org,
+            }
+            if space.org:  # an org-wide token: the org for team and enterprise
+                answer["enterprise_id"] = team
+            return web.json_response(answer)
         if self._token(request) not in self.bot_tokens:
             return web.json_response({"ok": False, "error": "invalid_auth"})
         return web.json_response(
@@ -272,7 +287,8 @@ class SlackServer(LoopbackServer):
             if team is None and token not in self.bot_tokens:
                 return web.json_response({"ok": False, "error": "invalid_auth"})
             owner = self.channel_teams.get(str(body.get("channel")))
-            if owner is not None and owner != team:  # not a channel of this token's workspace
+            if owner is not None and team not in (owner, self.team_orgs.get(owner)):
+                # not a channel of this token's workspace (or of its org)
                 return web.json_response({"ok": False, "error": "channel_not_found"})
             ts = f"1700000000.{next(self._ts):06d}"
             self.messages[ts] = {
@@ -341,6 +357,9 @@ class SlackServer(LoopbackServer):
             "is_enterprise_install": False,
             "authed_user": {"id": "UINSTALLER"},
         }
+        if space.org:  # org-wide: the enterprise, no team
+            answer.update(team=None, enterprise={"id": space.team_id, "name": space.name})
+            answer["is_enterprise_install"] = True
         if space.rotating:
             refresh = f"xoxe-1-{uuid.uuid4().hex}"
             space.refresh_tokens.add(refresh)

@@ -7,6 +7,9 @@ every call, 401 otherwise):
 - ``POST /helix/eventsub/conduits`` (``shard_count`` in the body or the query) -- the new
   conduit, its shards ``0..n-1`` without transport (status ``websocket_disconnected``);
 - ``GET /helix/eventsub/conduits`` -- the client's conduits;
+- ``PATCH /helix/eventsub/conduits`` (``id`` and ``shard_count`` in the body or the query) --
+  Update Conduits: growing adds shards without a transport (``websocket_disconnected``),
+  shrinking drops the shards from the new count up (their notifications stop at once);
 - ``GET /helix/eventsub/conduits/shards?conduit_id`` -- each shard, its status and transport;
 - ``PATCH /helix/eventsub/conduits/shards`` (``conduit_id`` in the body or the query, ``shards``
   ``[{id, transport: {method: websocket, session_id}}]``) -- 202 with ``data`` (the shards
@@ -126,6 +129,7 @@ class HelixConduits:
         return [
             web.post("/helix/eventsub/conduits", self._create_conduit),
             web.get("/helix/eventsub/conduits", self._get_conduits),
+            web.patch("/helix/eventsub/conduits", self._update_conduit),
             web.get("/helix/eventsub/conduits/shards", self._get_shards),
             web.patch("/helix/eventsub/conduits/shards", self._update_shards),
             web.get("/helix/eventsub/subscriptions", self._list_subscriptions),
@@ -207,6 +211,22 @@ class HelixConduits:
         if not self._app(request):
             return self._unauthorized()
         return web.json_response({"data": [c.wire() for c in self.conduits.values()]})
+
+    async def _update_conduit(self, request: web.Request) -> web.Response:
+        rec = await self.record(request)
+        if not self._app(request):
+            return self._unauthorized()
+        body = {**request.query, **(rec.body if isinstance(rec.body, dict) else {})}
+        conduit = self.conduits.get(str(body.get("id", "")))
+        if conduit is None:
+            return _error(404, "conduit not found")
+        count = int(body.get("shard_count") or 0)
+        if not 1 <= count <= 20_000:
+            return _error(400, "shard_count must be between 1 and 20000")
+        del conduit.shards[count:]
+        conduit.shards += [Shard(id=str(n)) for n in range(len(conduit.shards), count)]
+        await self._changed()
+        return web.json_response({"data": [conduit.wire()]})
 
     async def _get_shards(self, request: web.Request) -> web.Response:
         await self.record(request)

@@ -14,7 +14,10 @@ Point twitchio 3 at it with ``TWITCH_API_BASE_URL=server.helix_url``,
   connection waits for its welcome (held by ``handover_gate``) events still go to the old one,
   which is closed only after the welcome; ``redeliver`` sends a notification again with the same
   ``message_id`` (Twitch delivers at least once), on whichever connection now holds it.
-- ``POST /helix/eventsub/subscriptions`` -- needs a valid user token and a live session id.
+- ``POST /helix/eventsub/subscriptions`` -- needs a valid user token and a live session id; a
+  session holds one user's subscriptions only (another user's token there is refused with 400),
+  and ``channel.channel_points_custom_reward_redemption.add`` needs the broadcaster's own token
+  with ``channel:read:redemptions`` or ``channel:manage:redemptions`` (else 403), as Twitch.
 - ``GET /helix/users`` -- ``login``/``id`` lookups in ``users``.
 - ``POST /helix/chat/messages`` -- records the body; answers ``is_sent: true``, or a queued
   ``drops`` entry (``is_sent: false`` with its ``drop_reason``); a reply threaded to a chat
@@ -55,6 +58,8 @@ from tests.loopback.twitch_moderation import HelixModeration
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "twitch"
 CLIENT_ID = "loopback-client-id"
 CLIENT_SECRET = "loopback-client-secret"
+REDEMPTION = "channel.channel_points_custom_reward_redemption.add"
+REDEMPTION_SCOPES = frozenset({"channel:read:redemptions", "channel:manage:redemptions"})
 
 
 def fixture(name: str) -> dict[str, Any]:
@@ -86,6 +91,7 @@ class Subscription:
     session_id: str
     token: str
     conduit_id: str = ""  # transport conduit: delivered to one of its enabled shards
+    user_id: str = ""  # whose user token made it (websocket transport)
 
     def wire(self) -> dict[str, Any]:
         transport = (
@@ -114,8 +120,9 @@ class UserToken:
 
 
 class TwitchServer(HelixConduits, HelixModeration, LoopbackServer):
-    def __init__(self) -> None:
+    def __init__(self, *, client_id: str = CLIENT_ID) -> None:
         super().__init__()
+        self.client_id = client_id  # the application's (tests sharing a Redis differ by it)
         self.users: dict[str, dict[str, Any]] = {}  # id -> Helix user object
         self.tokens: dict[str, UserToken] = {}  # valid user access tokens
         self.app_tokens: set[str] = set()
@@ -222,6 +229,9 @@ class TwitchServer(HelixConduits, HelixModeration, LoopbackServer):
             if sub.type != sub_type:
                 continue
             if sub.condition.get("broadcaster_user_id") != event.get("broadcaster_user_id"):
+                continue
+            reward = sub.condition.get("reward_id")  # optional: one reward's redemptions only
+            if reward and reward != (event.get("reward") or {}).get("id"):
                 continue
             conn = None if sub.conduit_id else self._live(sub.session_id)
             if conn is None and not sub.conduit_id:
@@ -395,6 +405,21 @@ class TwitchServer(HelixConduits, HelixModeration, LoopbackServer):
             return web.json_response(
                 {"error": "Bad Request", "status": 400, "message": message}, status=400
             )
+        user = self.tokens[token]
+        owners = {s.user_id for s in self.subscriptions.values() if s.session_id == session_id}
+        if owners - {user.user_id}:
+            message = "websocket session belongs to another user's subscriptions"
+            return web.json_response(
+                {"error": "Bad Request", "status": 400, "message": message}, status=400
+            )
+        if body["type"] == REDEMPTION and (
+            body["condition"].get("broadcaster_user_id") != user.user_id
+            or not set(user.scopes) & REDEMPTION_SCOPES
+        ):
+            message = "subscription missing proper authorization"
+            return web.json_response(
+                {"error": "Forbidden", "status": 403, "message": message}, status=403
+            )
         sub = Subscription(
             id=str(uuid.uuid4()),
             type=body["type"],
@@ -402,6 +427,7 @@ class TwitchServer(HelixConduits, HelixModeration, LoopbackServer):
             condition=dict(body["condition"]),
             session_id=session_id,
             token=token,
+            user_id=user.user_id,
         )
         self.subscriptions[sub.id] = sub
         await self._changed()
@@ -465,13 +491,15 @@ class TwitchServer(HelixConduits, HelixModeration, LoopbackServer):
         header = request.headers.get("Authorization", "")
         token = header.removeprefix("OAuth ").removeprefix("Bearer ").strip()
         if token in self.app_tokens:
-            return web.json_response({"client_id": CLIENT_ID, "scopes": [], "expires_in": 5000})
+            return web.json_response(
+                {"client_id": self.client_id, "scopes": [], "expires_in": 5000}
+            )
         user = self.tokens.get(token)
         if user is None:
             return web.json_response({"status": 401, "message": "invalid access token"}, status=401)
         return web.json_response(
             {
-                "client_id": CLIENT_ID,
+                "client_id": self.client_id,
                 "login": user.login,
                 "scopes": list(user.scopes),
                 "user_id": user.user_id,
@@ -482,7 +510,7 @@ class TwitchServer(HelixConduits, HelixModeration, LoopbackServer):
     async def _token(self, request: web.Request) -> web.Response:
         await self.record(request)
         query = request.query
-        if query.get("client_id") != CLIENT_ID or query.get("client_secret") != CLIENT_SECRET:
+        if query.get("client_id") != self.client_id or query.get("client_secret") != CLIENT_SECRET:
             return web.json_response(
                 {"status": 403, "message": "invalid client secret"}, status=403
             )
@@ -517,4 +545,4 @@ class TwitchServer(HelixConduits, HelixModeration, LoopbackServer):
         return web.json_response({"status": 400, "message": "unsupported grant_type"}, status=400)
 
 
-__all__ = ["CLIENT_ID", "CLIENT_SECRET", "Connection", "TwitchServer", "fixture"]
+__all__ = ["CLIENT_ID", "CLIENT_SECRET", "REDEMPTION", "Connection", "TwitchServer", "fixture"]

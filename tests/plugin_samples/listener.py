@@ -46,7 +46,8 @@ async def count_lines(ctx: EventContext) -> None:
 async def thank(ctx: EventContext) -> None:
     event = ctx.stream_event
     assert event is not None
-    _write(f"stream event: {event.kind}")
+    reward = f" {event.reward} ({event.cost})" if event.kind == "redemption" else ""
+    _write(f"stream event: {event.kind}{reward}")
 
 
 @on_reply
