@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from bot.state import connect
+from bot.state import connect, keys
 from bot.state.conduits import (
     ConduitStore,
     MemoryConduitStore,
@@ -32,6 +32,7 @@ LEASE = 0.3  # seconds: long enough for a step, short enough that a lapse is qui
         pytest.param("twin", id="twin"),
         pytest.param("memory", id="memory", marks=pytest.mark.redis),
         pytest.param("real", id="real", marks=pytest.mark.redis),
+        pytest.param("cluster", id="cluster", marks=[pytest.mark.redis, pytest.mark.e2e]),
     ]
 )
 async def store(request: pytest.FixtureRequest, key_tag: str) -> AsyncIterator[ConduitStore]:
@@ -41,11 +42,14 @@ async def store(request: pytest.FixtureRequest, key_tag: str) -> AsyncIterator[C
     url = f"memory://test-{key_tag}"
     if request.param == "real":
         url = request.getfixturevalue("redis_url_real_only")
+    if request.param == "cluster":  # three primaries (tests/redis_cluster.py), cluster layout
+        url = request.getfixturevalue("redis_cluster_url")
     client = await connect.open_redis(url)
     try:
         yield RedisConduitStore(client)
     finally:
         await client.aclose()
+        keys.use_cluster_layout(False)
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], limit: float = 30.0) -> None:

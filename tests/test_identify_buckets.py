@@ -7,12 +7,22 @@ Contract-tested on the embedded store and a real Redis (the ``redis_client`` fix
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+
+import pytest
 
 from bot.state import keys
 from bot.state.client import Redis
 from bot.state.identify import IdentifyBuckets
+from tests.redis_cluster import WITH_CLUSTER, store_url
 
 WINDOW = 0.4  # seconds; really waited by the test that waits
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
 
 
 async def test_a_bucket_is_taken_once_per_window(redis_client: Redis, key_tag: str) -> None:

@@ -21,8 +21,11 @@ import asyncio
 import json
 import re
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
+
+import pytest
 
 from bot.events import ConversationKey
 from bot.memory.buffers import decode
@@ -138,9 +141,23 @@ async def _stored_pins(url: str, platform: str, user_id: str) -> list[str]:
         await redis.aclose()
 
 
+@pytest.fixture(params=["single", pytest.param("cluster", id="cluster")])
+def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The real Redis server, and a Redis Cluster of three primaries (``tests/redis_cluster.py``:
+    there an identity's keys and its person's hash to different slots). The test process reads
+    the cluster's keys in its layout meanwhile."""
+    if request.param == "cluster":
+        yield request.getfixturevalue("redis_cluster_url")
+        keys.use_cluster_layout(False)
+        return
+    yield request.getfixturevalue("real_redis_url")
+
+
 async def _clean(url: str, base: int) -> None:
     """Remove every key of this run: its ids all contain ``base``; a person's id is found from
-    its aliases."""
+    its aliases. (The cluster is the session's own: it goes with its keys at the end.)"""
+    if "+cluster://" in url:
+        return
     redis = await connect.open_redis(url)
     try:
         found = {k async for k in redis.scan_iter(match=f"*{base}*")}
@@ -155,8 +172,9 @@ async def _clean(url: str, base: int) -> None:
 
 
 async def test_a_linked_users_pin_reaches_the_other_platform_and_forget_2_deletes_one(
-    tmp_path: Path, real_redis_url: str, key_tag: str
+    tmp_path: Path, store_url: str, key_tag: str
 ) -> None:
+    real_redis_url = store_url  # one server, then a cluster
     base = int(key_tag[1:], 16) % 10**12
     bees = f"I keep bees {key_tag}"
     slack_port = free_port()

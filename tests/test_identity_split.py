@@ -14,9 +14,9 @@ from bot.memory.edit import add_pin
 from bot.safety.audit import AuditEntry, read_audit
 from bot.state import keys
 from bot.state.history import HistoryEntry
-from tests.test_identity import NOW, Rig, _audit, rig
+from tests.test_identity import NOW, Rig, _audit, redis_url, rig
 
-__all__ = ["rig"]  # the fixture
+__all__ = ["redis_url", "rig"]  # the fixtures (with the Redis Cluster among the stores)
 
 
 def _learn(text: str) -> Callable[[UserBuffer], UserBuffer]:

@@ -6,10 +6,20 @@ reaches the holder's inbox, with the holder's liveness told apart from its death
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+
+import pytest
 
 from bot.state import keys_interactions
 from bot.state.client import Redis
 from bot.state.interactions import ANSWERED, PendingInteractions
+from tests.redis_cluster import WITH_CLUSTER, store_url
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
 
 
 async def test_a_held_interaction_names_its_holder_to_another_process(

@@ -4,7 +4,7 @@ the reply path's excerpts with their sources, and the ``search_knowledge`` tool.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from bot.tools.builtin.fetch import Fetcher
 from bot.tools.netguard import NetGuard
 from tests.loopback.base import LoopbackServer
 from tests.loopback.embedding_model import LoopbackEmbedder
+from tests.redis_cluster import WITH_CLUSTER, store_url
 from tests.turn_rig import read_recall
 
 SETTINGS = MemorySettings()
@@ -42,6 +43,12 @@ Push-to-talk is required in the voice channels after 10 pm. Music bots only in #
 
 The book club meets every Sunday at 18:00 UTC in the reading room.
 """
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
 
 
 KB_PARTS = ("version", "chunks", "vec", "sources", "lock")

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -61,8 +62,21 @@ def quotes_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return site
 
 
+@pytest.fixture(params=["single", pytest.param("cluster", id="cluster")])
+def store_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The real Redis server, and a Redis Cluster of three primaries (``tests/redis_cluster.py``:
+    there a quote and its author's set of what they own hash to different slots). The test
+    process builds the cluster's keys in its layout meanwhile."""
+    if request.param == "cluster":
+        yield request.getfixturevalue("redis_cluster_url")
+        keys.use_cluster_layout(False)
+        return
+    yield request.getfixturevalue("real_redis_url")
+
+
 async def remove_keys(url: str, users: list[int], first_message: int, count: int) -> None:
-    """What the runs left in the shared test database."""
+    """What the runs left in the shared test database (on a cluster: every primary scanned,
+    the keys deleted slot by slot, as redis-py's cluster client does)."""
     redis = await connect.open_redis(url)
     try:
         doomed = [k async for k in redis.scan_iter(match="chorus:v1:plugin:quotes:chan:discord:*")]
@@ -76,8 +90,9 @@ async def remove_keys(url: str, users: list[int], first_message: int, count: int
 
 
 async def test_a_quote_one_user_adds_another_reads_across_a_restart_until_forget(
-    tmp_path: Path, quotes_site: Path, real_redis_url: str, key_tag: str
+    tmp_path: Path, quotes_site: Path, store_url: str, key_tag: str
 ) -> None:
+    real_redis_url = store_url  # one server, then a cluster
     base = int(key_tag[1:], 16)  # ids unique to this run
     ada, bob = base + 1, base + 2
     (tmp_path / "chorus.toml").write_text(CONFIG)

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
         pytest.param("twin", id="twin"),
         pytest.param("memory", id="memory", marks=pytest.mark.redis),
         pytest.param("real", id="real", marks=pytest.mark.redis),
+        pytest.param("cluster", id="cluster", marks=[pytest.mark.redis, pytest.mark.e2e]),
     ]
 )
 async def kv(request: pytest.FixtureRequest, key_tag: str) -> AsyncIterator[PluginKV]:
@@ -39,11 +40,14 @@ async def kv(request: pytest.FixtureRequest, key_tag: str) -> AsyncIterator[Plug
     url = f"memory://test-{key_tag}"
     if request.param == "real":
         url = request.getfixturevalue("redis_url_real_only")
+    if request.param == "cluster":  # three primaries (tests/redis_cluster.py), cluster layout
+        url = request.getfixturevalue("redis_cluster_url")
     client = await connect.open_redis(url)
     try:
         yield RedisPluginStore(client)
     finally:
         await client.aclose()
+        keys.use_cluster_layout(False)
 
 
 def message(tag: str, user: str, channel: str = "chan", server: str = "guild") -> ChatMessage:

@@ -81,8 +81,11 @@ async def poll(condition: Any, limit: float = 60.0) -> None:
 
 
 async def test_a_paraphrase_finds_the_pin_and_knowledge_carries_its_source(
-    tmp_path: Path, real_redis: Redis, real_redis_url: str, key_tag: str
+    tmp_path: Path, production_store: tuple[str, Redis], key_tag: str
 ) -> None:
+    # one Redis server, then a Redis Cluster of three primaries (a knowledge base's parts share
+    # a slot there: its rebuild is one transaction; the user's vectors are in the user's slot)
+    real_redis_url, real_redis = production_store
     rules = tmp_path / "rules.md"
     rules.write_text(RULES)
     user = f"ada{key_tag}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from cryptography.fernet import Fernet
@@ -30,10 +30,17 @@ from bot.state import keys
 from bot.state.connect import Client
 from bot.state.slack_teams import SlackTeams
 from tests.loopback.slack_server import CLIENT_ID, CLIENT_SECRET, SlackServer
+from tests.redis_cluster import WITH_CLUSTER, store_url
 
 pytestmark = pytest.mark.redis
 
 KEY = Fernet.generate_key().decode()
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
 
 
 def installation(team: str, token: str, **more: object) -> Installation:

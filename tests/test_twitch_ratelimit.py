@@ -10,13 +10,20 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from redis.asyncio import Redis
 
 from bot.state import connect
 from bot.state.platforms import SharedRateLimiter, bucket_key
+from tests.redis_cluster import WITH_CLUSTER, store_url
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def redis_url(request: pytest.FixtureRequest, key_tag: str) -> Iterator[str]:
+    """The stores, and a Redis Cluster of three primaries (``tests/redis_cluster.py``)."""
+    yield from store_url(request, key_tag)
 
 
 class FakeTime:

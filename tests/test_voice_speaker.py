@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
 from bot.events import Author, ChatMessage, ConversationKey, Role, StreamEvent, StreamEventKind
@@ -26,7 +27,24 @@ from bot.state import keys
 from bot.state.voice import VoiceQueue
 from bot.voice.speaker import Speaker, sentences
 
-pytestmark = __import__("pytest").mark.redis
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("single", id="single"),
+        pytest.param("cluster", id="cluster", marks=pytest.mark.e2e),
+    ]
+)
+def real_redis(request: pytest.FixtureRequest, real_redis: Redis) -> Redis:
+    """One Redis server (conftest's ``real_redis``), and a Redis Cluster of three primaries
+    (``cluster_client``, keys in its cluster layout): the per-hour character counts of a
+    channel and a viewer are checked and counted in one script, so they must share a slot."""
+    if request.param == "cluster":
+        client: Redis = request.getfixturevalue("cluster_client")
+        return client
+    return real_redis
+
 
 BLOCKED = "zorblax"
 

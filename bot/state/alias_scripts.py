@@ -24,8 +24,11 @@ choices were:
 
 The script won: it costs its body on the wire (about 200 bytes) and a few microseconds of Lua
 in Redis (``bench/identity.py`` measures it against the plain ``GET``: see BENCHMARKS.md).
-The scripts name the person's key from the alias's value, which a Redis Cluster would refuse;
-Chorus runs on one Redis (a primary, with replicas if wanted), like the quota scripts.
+The scripts name the person's key from the alias's value, which a Redis Cluster refuses (a
+script stays within the slot of its keys, and a person's keys hash elsewhere than an
+identity's): there the turn's read sends the alias and the own buffer and follows a set alias
+in a second round trip (``bot.state.redis_turn``), and a write goes through ``SAVE_OWN`` below
+and, for a linked identity, the person's slot (``bot.state.people_cluster``).
 
 Activity keeps a link alive in the same script: the reply path's read of a linked identity
 refreshes its alias, the person's memory and its member set (``EXPIRE``, which never creates a
@@ -67,4 +70,16 @@ if p then key = ARGV[1] .. p .. ':memory' end
 if ARGV[2] == '' then return redis.call('DEL', key) end
 redis.call('SET', key, ARGV[2], 'EX', tonumber(ARGV[3]))
 return 1
+"""
+
+# KEYS: the alias, the identity's own memory (one slot). ARGV: the buffer JSON ("" to delete),
+# the TTL in seconds. -> the person id ("": not linked, the own buffer written). ``SAVE`` on a
+# Redis Cluster: a linked identity's write goes on to the person's slot.
+SAVE_OWN = """
+local p = redis.call('GET', KEYS[1])
+if p then return p end
+if ARGV[1] == '' then redis.call('DEL', KEYS[2]) else
+  redis.call('SET', KEYS[2], ARGV[1], 'EX', tonumber(ARGV[2]))
+end
+return ''
 """

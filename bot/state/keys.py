@@ -75,9 +75,9 @@ def user(platform: str, user_id: str, kind: str) -> str:
     _check_id("user_id", user_id)
     ident = f"{platform}:{_escape_part(user_id)}"
     # the cluster layout keeps an identity's keys in one slot (its memory is read and written
-    # together with its /link alias and /forget mark); a linked person's are not tagged: the
-    # alias scripts name them by concatenation (``person_prefix``)
-    return f"{PREFIX}:user:{ident if platform == PERSON else _tag(ident)}:{kind}"
+    # together with its /link alias and /forget mark), and a linked person's in another
+    # (``{person:ID}``: its buffer, members and /forget all vote; bot/state/people_cluster.py)
+    return f"{PREFIX}:user:{_tag(ident)}:{kind}"
 
 
 def dedupe(platform: str, message_id: str, near: str | None = None) -> str:
@@ -119,7 +119,7 @@ def person_of(platform: str, user_id: str) -> str:
 
 def person_prefix() -> str:
     """What every key of a person starts with; the person id and ``:{kind}`` follow (for the Lua
-    scripts that follow an alias: they build ``person_prefix() + person_id + ":memory"``)."""
+    scripts that follow an alias on one Redis: ``person_prefix() + person_id + ":memory"``)."""
     return f"{PREFIX}:user:{PERSON}:"
 
 
@@ -180,7 +180,7 @@ def knowledge(base: str, part: str) -> str:
     ``base``."""
     _check_token("base", base)
     _check_token("part", part)
-    return f"{PREFIX}:kb:{base}:{part}"
+    return f"{PREFIX}:kb:{_tag(base)}:{part}"  # a rebuild's transaction: one slot (cluster)
 
 
 def user_conversations(platform: str, user_id: str) -> str:
@@ -345,14 +345,14 @@ def conduit_shard(platform: str, conduit_id: str, shard: int) -> str:
     _check_id("conduit_id", conduit_id)
     if shard < 0:
         raise ValueError(f"shard must be >= 0, got {shard}")
-    return f"{PREFIX}:conduit:{platform}:{_escape_part(conduit_id)}:shard:{shard}"
+    return f"{PREFIX}:conduit:{_tag(f'{platform}:{_escape_part(conduit_id)}')}:shard:{shard}"
 
 
 def conduit_members(platform: str, conduit_id: str) -> str:
     """The gateway processes sharing one conduit's shards, each scored by its lease's end."""
     _check_token("platform", platform)
     _check_id("conduit_id", conduit_id)
-    return f"{PREFIX}:conduit:{platform}:{_escape_part(conduit_id)}:members"
+    return f"{PREFIX}:conduit:{_tag(f'{platform}:{_escape_part(conduit_id)}')}:members"
 
 
 def joined_channels(platform: str, app_id: str, kind: str) -> str:
@@ -362,14 +362,14 @@ def joined_channels(platform: str, app_id: str, kind: str) -> str:
     _check_id("app_id", app_id)
     if kind not in ("in", "out", "gen"):
         raise ValueError(f"kind must be 'in', 'out' or 'gen', got {kind!r}")
-    return f"{PREFIX}:channels:{platform}:{_escape_part(app_id)}:{kind}"
+    return f"{PREFIX}:channels:{_tag(f'{platform}:{_escape_part(app_id)}')}:{kind}"
 
 
 def ratelimit(platform: str, bucket: str) -> str:
     """A send budget shared by every process (sliding window of granted sends)."""
     _check_token("platform", platform)
     _check_id("bucket", bucket)
-    return f"{PREFIX}:ratelimit:{platform}:{_escape_part(bucket)}"
+    return f"{PREFIX}:ratelimit:{_tag(f'{platform}:{_escape_part(bucket)}')}"  # and its :pause
 
 
 def quota(platform: str, project: str, day: str) -> str:
@@ -662,7 +662,7 @@ def voice_watching(conv: ConversationKey) -> str:
 def voice_chars(conv: ConversationKey, who: str, hour: str) -> str:
     """Characters spoken in one channel (``who`` empty) or for one viewer in it, in one UTC hour
     (``hour``: ``YYYYMMDDHH``); TTL: the hour plus one."""
-    return f"{PREFIX}:voice:chars:{conv}:{_escape_part(who)}:{hour}"
+    return f"{PREFIX}:voice:chars:{_tag(str(conv))}:{_escape_part(who)}:{hour}"
 
 
 def voice_notice(conv: ConversationKey, who: str) -> str:

@@ -8,7 +8,8 @@ read carries it, ``bot.state.turn.TurnQuery.knowledge_base``, so a process reloa
 when it moved), ``sources`` (the marks of the files and pages it was built from) and ``lock``.
 The chunks' shape is ``bot.memory.knowledge``'s; this module only stores it. A rebuild replaces
 chunks and vectors and moves the version in one transaction, so a reader never sees the chunks
-of one version with the vectors of another.
+of one version with the vectors of another. On a Redis Cluster a base's keys share one slot (the
+base is their hash tag in the cluster layout), so those transactions run there unchanged.
 """
 
 from __future__ import annotations
@@ -110,8 +111,13 @@ class KnowledgeStore:
         "outcome", "documents", "problems", "chunks", "vectors", "model", "version"}``."""
         if not bases:
             return []
-        names = [keys.knowledge(base, part) for base in bases for part in ("status", "version")]
-        found = await self.redis.mget(names)
+        # a pipeline of GETs, not one MGET: on a Redis Cluster the bases hash to several slots
+        # (redis-py sends each node its GETs at once); one round trip on a single Redis either way
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for base in bases:
+                pipe.get(keys.knowledge(base, "status"))
+                pipe.get(keys.knowledge(base, "version"))
+            found = await pipe.execute()
         out: list[dict[str, Any] | None] = []
         for raw, version in zip(found[::2], found[1::2], strict=True):
             if raw is None and version is None:

@@ -15,7 +15,9 @@ it again) and must not write anywhere itself.
 Every multi-key change is one ``WATCH``/``MULTI`` transaction over what it read, retried on a
 race up to ``RETRIES`` times, so a concurrent ``/link``, ``/unlink``, ``/forget`` or insights
 write is never lost or half applied. Why the reply path follows an alias with a script rather
-than a second read: ``bot.state.alias_scripts``.
+than a second read: ``bot.state.alias_scripts``. On a Redis Cluster an identity's keys and its
+person's hash to different slots: the changes that span both go in per-slot steps there
+(``bot.state.people_cluster``, which says what that gives up).
 """
 
 from __future__ import annotations
@@ -25,14 +27,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
 
-from bot.state import insight_jobs, keys, turnlog
+from bot.state import insight_jobs, keys, people_cluster, turnlog
 from bot.state.alias_scripts import LOAD, SAVE
 from bot.state.client import Pipeline, WatchError, is_cluster
 from bot.state.connect import Client
+from bot.state.people_cluster import Parting
 from bot.state.redis_turn import parse_alias_read
 
 Identity = tuple[str, str]
 RETRIES = 8
+__all__ = ["Forgotten", "Identity", "Parting", "PeopleStore", "Side", "forgotten", "memory_key"]
 FORGET_TOMBSTONE_SECONDS = 24 * 3600
 
 
@@ -49,15 +53,6 @@ class Side:
     raw: str | None
     identity: Identity
     linked: bool
-
-
-@dataclass(frozen=True)
-class Parting:
-    """What a split writes: each leaving identity's own buffer (``""`` or absent: none) and
-    what the person keeps (``""``: nothing)."""
-
-    own: dict[Identity, str]
-    rest: str
 
 
 @dataclass(frozen=True)
@@ -85,7 +80,10 @@ class PeopleStore:
     # -- memory buffers -----------------------------------------------------------------------
     async def load(self, platform: str, user_id: str) -> tuple[str | None, str | None]:
         """``(person id or None, the stored buffer's JSON or None)`` for one identity, in one
-        round trip (the ``LOAD`` script the turn's read also sends)."""
+        round trip (the ``LOAD`` script the turn's read also sends; two on a cluster for a
+        linked identity)."""
+        if is_cluster(self.redis):
+            return await people_cluster.load(self.redis, platform, user_id)
         result = await self.redis.eval(
             LOAD,
             2,
@@ -98,7 +96,10 @@ class PeopleStore:
 
     async def save(self, platform: str, user_id: str, value: str, ttl_seconds: int) -> None:
         """Store ``value`` (``""``: delete) where the identity's memory lives, in one round
-        trip."""
+        trip (a linked identity's, on a cluster: two and more, ``people_cluster.save``)."""
+        if is_cluster(self.redis):
+            await people_cluster.save(self.redis, platform, user_id, value, ttl_seconds)
+            return
         await self.redis.eval(
             SAVE,
             2,
@@ -127,6 +128,15 @@ class PeopleStore:
         stored (and the person id when linked) and returns the new JSON, ``""`` to delete, or
         None to leave it. False, with nothing called, when the user said ``/forget`` at or
         after ``unless_forgotten_since_ms``."""
+        if is_cluster(self.redis):
+            return await people_cluster.update(
+                self.redis,
+                platform,
+                user_id,
+                edit,
+                ttl_seconds=ttl_seconds,
+                unless_forgotten_since_ms=unless_forgotten_since_ms,
+            )
         alias, tomb = keys.person_of(platform, user_id), keys.forgotten(platform, user_id)
         key = keys.memory(platform, user_id)
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -174,7 +184,8 @@ class PeopleStore:
         code."""
         mine = keys.user(platform, user_id, "linkcode")
         previous = cast("str | None", await self.redis.get(mine))
-        async with self.redis.pipeline(transaction=True) as pipe:
+        # the codes hash apart from the identity's keys on a cluster: one write per node there
+        async with self.redis.pipeline(transaction=not is_cluster(self.redis)) as pipe:
             if previous:
                 pipe.delete(keys.link_code(previous))
             pipe.set(keys.link_code(code), issuer, ex=seconds)
@@ -232,12 +243,11 @@ class PeopleStore:
 
     async def persons(self, *identities: Identity) -> list[str | None]:
         """Each identity's person id (None: not linked), in one round trip."""
-        found = await self.redis.mget([keys.person_of(*i) for i in identities])
-        return cast("list[str | None]", found)
+        return await people_cluster.gets(self.redis, [keys.person_of(*i) for i in identities])
 
     async def members(self, person: str) -> list[Identity]:
         """The identities whose alias still names ``person`` (sorted, for stable order)."""
-        return await _members(self.redis, person)
+        return await _members(self.redis, person, self.redis)
 
     async def link(
         self,
@@ -250,6 +260,15 @@ class PeopleStore:
     ) -> bool:
         """Make ``first`` and ``second`` (and whoever each is linked with) one person whose
         buffer is ``merge`` of the two sides; False: they already were one."""
+        if is_cluster(self.redis):
+            return await people_cluster.link(
+                self.redis,
+                first,
+                second,
+                lambda one, other: merge(Side(*one), Side(*other)),
+                new_person,
+                ttl_seconds=ttl_seconds,
+            )
         async with self.redis.pipeline(transaction=True) as pipe:
             for _ in range(RETRIES):
                 try:
@@ -268,6 +287,8 @@ class PeopleStore:
         """Take ``me`` out of its person: ``cut(raw, others, dissolve)`` says what each side
         keeps (``dissolve``: the person is left with one identity, so it ends and both get
         their own back). Returns the others (None: ``me`` was not linked)."""
+        if is_cluster(self.redis):
+            return await people_cluster.split(self.redis, me, cut, ttl_seconds=ttl_seconds)
         async with self.redis.pipeline(transaction=True) as pipe:
             for _ in range(RETRIES):
                 try:
@@ -338,7 +359,8 @@ class PeopleStore:
                 insight_jobs.queue_cancel(pipe, platform, who, queue=queue)
                 pipe.delete(keys.user(platform, who, "pinsview"))
             if person is not None:
-                pipe.delete(keys.person_memory(person), keys.person_members(person))
+                pipe.delete(keys.person_memory(person))
+                pipe.delete(keys.person_members(person))
                 for gone in everyone:
                     pipe.delete(keys.person_of(*gone.identity))
             await pipe.execute()
@@ -368,7 +390,7 @@ class PeopleStore:
                 try:
                     await pipe.watch(key, keys.person_members(person))
                     answers = cast("dict[str, str]", await pipe.hgetall(key))
-                    members = await _members(pipe, person)
+                    members = await _members(pipe, person, self.redis)
                     if mine not in answers:
                         await pipe.unwatch()  # type: ignore[no-untyped-call]
                         return None
@@ -423,7 +445,14 @@ async def _link(
     return True
 
 
-async def _members(client: Client | Pipeline, person: str) -> list[Identity]:
+async def _members(
+    client: Client | Pipeline, person: str, store: Client | None = None
+) -> list[Identity]:
+    """The identities in ``person``'s set whose alias names it, read on ``client`` (a watching
+    pipeline too); on a cluster (``store`` given, a cluster client) the aliases, which hash to
+    other slots, are read by the store client."""
+    if store is not None and is_cluster(store):
+        return await people_cluster.live_members(store, person)
     raw = await client.smembers(keys.person_members(person))
     listed = sorted(keys.parse_identity_member(str(m)) for m in raw)
     if not listed:

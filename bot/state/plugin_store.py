@@ -13,6 +13,12 @@ set ``keys.plugin_owned``, whose TTL is the longest any value can have; ``forget
 owned values and removes the owned entries from their lists (``LREM`` of the exact entries, so
 an entry another user pushed meanwhile is never lost). A list entry carries its owner in front
 of the value, ``platform:user\\x1f`` (empty when nobody owns it), so it is found without JSON.
+
+On a Redis Cluster a value and its owner's set hash to different slots (the set is in the
+user's slot, ``keys.user``; a list holds entries of many users), so a write with an owner is
+two steps there: the owner's set first, then the value's own transaction (one key). A writer
+killed between the two leaves a set naming a value that is not there, which ``forget`` skips;
+never a value ``forget`` cannot find. One more round trip on a cluster, none on one Redis.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import NamedTuple, Protocol
 
 from bot.events import escape_key_part
 from bot.state import keys
-from bot.state.client import Pipeline
+from bot.state.client import Pipeline, is_cluster
 from bot.state.connect import Client
 
 DEFAULT_TTL_SECONDS = 365 * 24 * 3600
@@ -94,6 +100,7 @@ class RedisPluginStore:
 
     async def put(self, key: str, value: str, *, ttl: float | None, owner: Owner | None) -> None:
         ms = ttl_ms(ttl)
+        owner = await self._own_first(owner, VALUE, key)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.set(key, value, px=ms)
             self._own(pipe, owner, VALUE, key)
@@ -104,6 +111,7 @@ class RedisPluginStore:
 
     async def incr(self, key: str, by: int, *, ttl: float | None, owner: Owner | None) -> int:
         ms = ttl_ms(ttl)
+        owner = await self._own_first(owner, VALUE, key)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.incrby(key, by)
             pipe.pexpire(key, ms)
@@ -121,8 +129,10 @@ class RedisPluginStore:
         ms = ttl_ms(ttl)
         if max_len is not None and max_len < 1:
             raise ValueError(f"max_len must be at least 1, got {max_len}")
+        tag = owner.tag if owner else ""
+        owner = await self._own_first(owner, LIST, key)
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.rpush(key, f"{owner.tag if owner else ''}{SEP}{value}")
+            pipe.rpush(key, f"{tag}{SEP}{value}")
             if max_len is not None:
                 pipe.ltrim(key, -max_len, -1)
             pipe.pexpire(key, ms)
@@ -155,6 +165,16 @@ class RedisPluginStore:
                     removed += int(await self.redis.lrem(key, 0, text))
         await self.redis.delete(index)
         return removed
+
+    async def _own_first(self, owner: Owner | None, kind: str, key: str) -> Owner | None:
+        """On a cluster: record ``owner``'s set on its own (another slot than ``key``'s) and
+        return None (nothing left to record in the value's transaction); else ``owner``."""
+        if owner is None or not is_cluster(self.redis):
+            return owner
+        async with self.redis.pipeline(transaction=True) as pipe:
+            self._own(pipe, owner, kind, key)
+            await pipe.execute()
+        return None
 
     @staticmethod
     def _own(pipe: Pipeline, owner: Owner | None, kind: str, key: str) -> None:

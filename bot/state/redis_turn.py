@@ -162,12 +162,11 @@ class RedisTurnStore:
         if person is None:
             return None, _text_or_none(own)
         async with self.redis.pipeline(transaction=False) as pipe:
-            prefix = keys.person_prefix() + person
             if refresh > 0:
                 pipe.expire(alias_key, refresh)
-                pipe.expire(prefix + ":members", refresh)
-                pipe.expire(prefix + ":memory", refresh)
-            pipe.get(prefix + ":memory")
+                pipe.expire(keys.person_members(person), refresh)
+                pipe.expire(keys.person_memory(person), refresh)
+            pipe.get(keys.person_memory(person))
             results: list[object] = await pipe.execute()
         return person, _text_or_none(results[-1])
 

@@ -17,6 +17,13 @@
   Left to expire by themselves: the router's de-duplication markers (message ids, no text; 3
   days) and the tombstones. A linked person's shared buffer (``/link``) is not a workspace's:
   it stays until its own ``/forget`` or TTL.
+
+On a Redis Cluster these keys hash to many slots, so what is one transaction on one Redis goes
+in steps there: ``put`` takes the workspace off the uninstalled list first and then stores the
+installation (a purge that starts after the first step leaves it alone), and ``purge`` deletes
+the conversations' and channels' keys (each node its own, at once) before it takes the
+workspace off the list, so a purge cut short is done again by the next one. One more round trip
+each on a cluster; none on one Redis.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import cast
 
 from bot.events import ConversationKey
 from bot.state import keys
-from bot.state.client import EncodableT
+from bot.state.client import EncodableT, is_cluster
 from bot.state.connect import Client
 from bot.state.people import PeopleStore, forgotten
 
@@ -55,8 +62,12 @@ class SlackTeams:
     async def put(self, team_id: str, **values: str) -> None:
         """Store ``bot`` and/or ``installation`` (already encrypted) of one workspace, and take
         it off the uninstalled list (a reinstall within the grace period keeps its data)."""
+        mapping: dict[EncodableT, EncodableT] = {k: v for k, v in values.items()}
+        if is_cluster(self.redis):  # two slots: off the list first (see the module docstring)
+            await self.redis.zrem(keys.slack_uninstalled(), team_id)
+            await self.redis.hset(keys.slack_install(team_id), mapping=mapping)
+            return
         async with self.redis.pipeline(transaction=True) as pipe:
-            mapping: dict[EncodableT, EncodableT] = {k: v for k, v in values.items()}
             pipe.hset(keys.slack_install(team_id), mapping=mapping)
             pipe.zrem(keys.slack_uninstalled(), team_id)
             await pipe.execute()
@@ -136,14 +147,19 @@ class SlackTeams:
             (forgotten((PLATFORM, user), now) for user in users), person=None
         )
         channels = sorted({ConversationKey.parse(conv).channel for conv in convs})
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for conv in convs:
-                pipe.delete(*conversation_keys(ConversationKey.parse(conv)))
+        doomed = [key for conv in convs for key in conversation_keys(ConversationKey.parse(conv))]
+        doomed += [keys.safety_users(PLATFORM, channel) for channel in channels]
+        doomed += [convs_key, users_key]
+        cluster = is_cluster(self.redis)
+        async with self.redis.pipeline(transaction=not cluster) as pipe:
+            for key in doomed:  # one key a DEL: a cluster's pipeline sends each to its node
+                pipe.delete(key)
             if channels:
                 pipe.zrem(keys.recent_conversations(PLATFORM), *convs)
-                pipe.delete(*(keys.safety_users(PLATFORM, channel) for channel in channels))
                 pipe.hdel(keys.slack_channel_teams(), *channels)
-            pipe.delete(convs_key, users_key)
-            pipe.zrem(keys.slack_uninstalled(), team_id)
+            if not cluster:
+                pipe.zrem(keys.slack_uninstalled(), team_id)
             await pipe.execute()
+        if cluster:  # last, once everything else went (see the module docstring)
+            await self.redis.zrem(keys.slack_uninstalled(), team_id)
         return len(convs), len(users)
