@@ -45,7 +45,7 @@ from typing import Any
 import fakeredis
 
 from bot.state import statefile
-from bot.state.client import Redis
+from bot.state.client import Redis, ResponseError
 from bot.state.statefile import DELETED, Record, StateRefused
 
 log = logging.getLogger("chorus.store")
@@ -108,6 +108,29 @@ class PersistentStore:
             found = self._clients[db] = fakeredis.FakeRedis(server=self.server, db=db)
         return found
 
+    def _send(self, db: int, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Each command's reply, an error reply as its ``ResponseError``: packed by redis-py
+        and written on one connection of ``db``, then read back (redis-py's connection API,
+        without a pipeline's bookkeeping per command, which the load and each batch to disk
+        spend most of their client-side time on; fakeredis's side is the same)."""
+        pool = self._sync(db).connection_pool
+        conn = pool.get_connection()
+        try:
+            packed = conn.pack_commands(commands)  # type: ignore[no-untyped-call]
+            conn.send_packed_command(packed, check_health=False)  # type: ignore[no-untyped-call]
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+        except BaseException:
+            conn.disconnect()  # type: ignore[no-untyped-call]
+            raise
+        finally:
+            pool.release(conn)
+        return replies
+
     def _restore(self, loaded: statefile.Loaded) -> int:
         now = int(time.time() * 1000)
         by_db: dict[int, list[Record]] = {}
@@ -119,12 +142,11 @@ class PersistentStore:
         for db, records in by_db.items():
             for at in range(0, len(records), _CHUNK):
                 chunk = records[at : at + _CHUNK]
-                pipe = self._sync(db).pipeline(transaction=False)
-                for r in chunk:
-                    ttl = r.expires - now if r.expires else 0
-                    restore = ("RESTORE", r.key, max(ttl, 1) if ttl else 0, r.payload)
-                    pipe.execute_command(*restore)  # type: ignore[no-untyped-call]
-                for r, answer in zip(chunk, pipe.execute(raise_on_error=False), strict=True):
+                restores = [
+                    ("RESTORE", r.key, max(r.expires - now, 1) if r.expires else 0, r.payload)
+                    for r in chunk
+                ]
+                for r, answer in zip(chunk, self._send(db, restores), strict=True):
                     if isinstance(answer, Exception):
                         failed.append((r.key, str(answer)))
                     else:
@@ -151,21 +173,24 @@ class PersistentStore:
     def _drain(self) -> set[tuple[int, bytes]]:
         """The (database, key) pairs written since the last call."""
         dirty: set[tuple[int, bytes]] = set()
-        get = self._pubsub.get_message
-        while (message := get(ignore_subscribe_messages=True, timeout=0)) is not None:
-            head, _, key = message["channel"].partition(b"__:")
-            dirty.add((int(head.removeprefix(b"__keyspace@")), key))
+        conn = self._pubsub.connection  # read as it comes, without PubSub's dict per message
+        while conn is not None and conn.can_read(timeout=0):
+            message = conn.read_response()
+            if message[0] == b"pmessage":  # [kind, pattern, channel, event]
+                head, _, key = message[2].partition(b"__:")
+                dirty.add((int(head.removeprefix(b"__keyspace@")), key))
         return dirty
 
     def _dump(self, db: int, keys: list[bytes]) -> Iterator[Record]:
         """Each key's record as the store holds it now (one ``MULTI`` per chunk)."""
         for at in range(0, len(keys), _CHUNK):
             chunk = keys[at : at + _CHUNK]
-            pipe = self._sync(db).pipeline(transaction=True)
+            commands: list[tuple[Any, ...]] = [("MULTI",)]
             for key in chunk:
-                pipe.dump(key)
-                pipe.pexpiretime(key)  # type: ignore[arg-type]  # bytes keys, as redis-py sends
-            answers: list[Any] = pipe.execute()
+                commands += (("DUMP", key), ("PEXPIRETIME", key))
+            answers = self._send(db, [*commands, ("EXEC",)])[-1]
+            if isinstance(answers, Exception):
+                raise answers
             for i, key in enumerate(chunk):
                 payload, expires = answers[2 * i], answers[2 * i + 1]
                 if payload is None:
