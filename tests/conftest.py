@@ -52,8 +52,9 @@ hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # The provider contract's fixtures (vendor, server, sleep, provider), for every provider test,
 # and the turn stores' (turn_store: the twin, the embedded store, a real Redis).
-# The suite's own rules (tests/suite_rules.py): the e2e marker and its guard, strict runs.
-pytest_plugins = ("tests.suite_rules", "tests.provider_rig", "tests.turn_rig")
+# The suite's own rules (tests/suite_rules.py): the e2e marker and its guard, strict runs; and
+# the order the tests start in, longest first across the workers (tests/suite_order.py).
+pytest_plugins = ("tests.suite_rules", "tests.suite_order", "tests.provider_rig", "tests.turn_rig")
 
 _KEEP = {
     "CHORUS_BLOCK_REAL_LLM",

@@ -1,11 +1,13 @@
 """A timer announcement on a real deployment: a ``chorus run --role gateway`` with the Twitch
 adapter (real twitchio 3 against the loopback Twitch, ``TWITCH_STREAM_STATE=true``) and three
 ``chorus run --role worker`` on Redis Streams over a real Redis, the ``timers`` built-in enabled
-by ``[plugins.timers]`` in the shared ``chorus.toml``: every 2 minutes, if 3 lines were seen.
+by ``[plugins.timers]`` in the shared ``chorus.toml``: every 30 seconds (six of the plugin's
+5-second ticks), if 3 lines were seen.
 
 The stream goes live (EventSub ``stream.online``); two chat lines, then a real wait past the
-2 minutes: nothing is posted. A third line: the announcement is posted (through Helix), no
-sooner than 2 minutes after the stream went live, by one worker of the three, once."""
+period and three ticks more: nothing is posted. A third line: the announcement is posted
+(through Helix), no sooner than the period after the stream went live, by one worker of the
+three, once."""
 
 from __future__ import annotations
 
@@ -28,14 +30,14 @@ from tests.test_worker_takeover_e2e import worker_env
 pytestmark = pytest.mark.e2e
 __all__ = ["channel"]  # the fixture: a Twitch channel of this test alone, cleaned up after
 
-PERIOD = 120.0
+PERIOD = 30.0
 ANNOUNCEMENT = "Follow the socials, and drink water!"
 CONFIG = f"""
 [plugins.timers]
 
 [[plugins.timers.announcements]]
 name = "socials"
-every = "2m"
+every = "30s"
 min_lines = 3
 messages = ["{ANNOUNCEMENT}"]
 """

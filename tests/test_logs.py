@@ -6,7 +6,17 @@ import io
 import json
 import logging
 
+import pytest
+
+from bot.ops import logs
 from bot.ops.logs import Redactor, setup_logging
+
+
+@pytest.fixture(autouse=True)
+def _fresh_redactor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process's one redactor, new for each test here: secrets an earlier test of the same
+    worker added (a token such as ``"secret"`` masks part of ``client_secret=``) stay out."""
+    monkeypatch.setattr(logs, "_redactor", Redactor())
 
 
 def _capture(fmt: str, secrets: list[str]) -> tuple[io.StringIO, logging.Logger]:

@@ -47,6 +47,8 @@ from tests.loopback.discord_messages import MessageStore, json_response
 from tests.loopback.discord_moderation import MODERATOR_PERMISSIONS, GuildModeration
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "discord"
+LIMIT = 90.0  # a test's waits, by default: generous (a loaded 2-core machine, more workers than
+# cores); each returns as soon as what it waits for happens
 
 
 def load_fixture(name: str) -> dict[str, Any]:
@@ -125,8 +127,9 @@ class DiscordServer(GuildModeration, MessageStore, LoopbackServer):
         ]
 
     # -- waiting ---------------------------------------------------------------------------------
-    async def wait_for(self, predicate: Callable[[], bool], limit: float = 10.0) -> None:
-        """Return once ``predicate()`` holds (checked after each request and gateway frame)."""
+    async def wait_for(self, predicate: Callable[[], bool], limit: float = LIMIT) -> None:
+        """Return once ``predicate()`` holds (checked after each request and gateway frame); a
+        generous ``LIMIT`` by default, as it returns as soon as the predicate holds."""
         async with asyncio.timeout(limit), self._changed:
             await self._changed.wait_for(predicate)
 

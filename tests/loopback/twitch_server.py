@@ -56,6 +56,8 @@ from tests.loopback.twitch_conduits import HelixConduits
 from tests.loopback.twitch_moderation import HelixModeration
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "twitch"
+LIMIT = 90.0  # a test's waits, by default: generous (a loaded 2-core machine, more workers than
+# cores); each returns as soon as what it waits for happens
 CLIENT_ID = "loopback-client-id"
 CLIENT_SECRET = "loopback-client-secret"
 REDEMPTION = "channel.channel_points_custom_reward_redemption.add"
@@ -214,7 +216,9 @@ class TwitchServer(HelixConduits, HelixModeration, LoopbackServer):
         ]
 
     # -- driving the websocket from a test -------------------------------------------------
-    async def wait_until(self, predicate: Callable[[], bool], limit: float = 10.0) -> None:
+    async def wait_until(self, predicate: Callable[[], bool], limit: float = LIMIT) -> None:
+        """Return once ``predicate()`` holds; a generous ``LIMIT`` by default, as it returns as
+        soon as the predicate holds."""
         async with asyncio.timeout(limit), self.changed:
             await self.changed.wait_for(predicate)
 
