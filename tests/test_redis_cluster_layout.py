@@ -102,8 +102,14 @@ def test_keys_combined_by_one_operation_share_a_slot() -> None:
     ]
     for group in groups:
         assert len({slot_of(key) for key in group}) == 1, group
-    # a person's keys stay untagged: the alias scripts build them from ``person_prefix``
+    # a linked person's keys share one slot of their own (bot/state/people_cluster.py); on one
+    # Redis they stay untagged, as the alias scripts build them from ``person_prefix``
+    person = [keys.person_memory("abc"), keys.person_members("abc"), keys.person_forget("abc")]
+    assert len({slot_of(key) for key in person}) == 1
+    assert keys.person_memory("abc") == "chorus:v1:user:{person:abc}:memory"
+    keys.use_cluster_layout(False)
     assert keys.person_memory("abc") == keys.person_prefix() + "abc:memory"
+    keys.use_cluster_layout(True)
     conv = ConversationKey(platform="discord", channel="c1")
     together = [keys.history(conv)] + [keys.summary(kind, conv) for kind in keys.SUMMARY_KINDS]
     assert len({slot_of(key) for key in together}) == 1  # the summariser's write
