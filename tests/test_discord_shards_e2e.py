@@ -128,36 +128,53 @@ async def say(discord: DiscordServer, shard: int, message_id: int, text: str) ->
     )
 
 
+def sharded_rig(
+    tmp_path: Path,
+    model: AnthropicServer,
+    discord: DiscordServer,
+    redis_url: str,
+    key_tag: str,
+    *,
+    lease_ms: int,
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The loopbacks set for ``SHARDS`` shards (one guild each, ``max_concurrency`` 1) and the
+    environments of the processes: every role's, and a gateway's on top of it."""
+    model.default_reply = lambda body: "answered"
+    discord.recommended_shards, discord.max_concurrency = SHARDS, 1
+    discord.identify_window = WINDOW
+    discord.guilds = [
+        guild_create(guild_id=guild_of_shard(s), channel_id=channel_of_shard(s))
+        for s in range(SHARDS)
+    ]
+    common = base_env(tmp_path) | {
+        "CHORUS_MODEL": "anthropic:claude-test",
+        "ANTHROPIC_API_KEY": "k",
+        "ANTHROPIC_BASE_URL": model.base_url,
+        "PYTHONPATH": str(ROOT),
+        "CHORUS_INSIGHTS_ENABLED": "false",
+        "CHORUS_LOG_FORMAT": "json",
+        "CHORUS_REDIS_URL": redis_url,
+        "CHORUS_BUS": "redis",
+        "CHORUS_BUS_NAMESPACE": key_tag,
+        "CHORUS_PARTITION_LEASE_MS": str(lease_ms),
+    }
+    gateway_env = common | {
+        "DISCORD_TOKEN": "loopback-token-not-secret",
+        "DISCORD_API_BASE_URL": discord.api_url,
+        "DISCORD_GATEWAY_URL": discord.ws_url,
+        "DISCORD_IDENTIFY_WINDOW": str(WINDOW),
+        "DISCORD_SYNC_COMMANDS": "false",
+    }
+    return common, gateway_env
+
+
 async def test_two_gateway_processes_split_the_shards_and_pace_their_identifies(
     tmp_path: Path, real_redis_url: str, key_tag: str
 ) -> None:
     async with AnthropicServer() as model, DiscordServer() as discord:
-        model.default_reply = lambda body: "answered"
-        discord.recommended_shards, discord.max_concurrency = SHARDS, 1
-        discord.identify_window = WINDOW
-        discord.guilds = [
-            guild_create(guild_id=guild_of_shard(s), channel_id=channel_of_shard(s))
-            for s in range(SHARDS)
-        ]
-        common = base_env(tmp_path) | {
-            "CHORUS_MODEL": "anthropic:claude-test",
-            "ANTHROPIC_API_KEY": "k",
-            "ANTHROPIC_BASE_URL": model.base_url,
-            "PYTHONPATH": str(ROOT),
-            "CHORUS_INSIGHTS_ENABLED": "false",
-            "CHORUS_LOG_FORMAT": "json",
-            "CHORUS_REDIS_URL": real_redis_url,
-            "CHORUS_BUS": "redis",
-            "CHORUS_BUS_NAMESPACE": key_tag,
-            "CHORUS_PARTITION_LEASE_MS": "2000",
-        }
-        gateway_env = common | {
-            "DISCORD_TOKEN": "loopback-token-not-secret",
-            "DISCORD_API_BASE_URL": discord.api_url,
-            "DISCORD_GATEWAY_URL": discord.ws_url,
-            "DISCORD_IDENTIFY_WINDOW": str(WINDOW),
-            "DISCORD_SYNC_COMMANDS": "false",
-        }
+        common, gateway_env = sharded_rig(
+            tmp_path, model, discord, real_redis_url, key_tag, lease_ms=2000
+        )
         logs = {name: tmp_path / f"{name}.log" for name in ("a", "b", "w1", "w2")}
         health = free_port()
         procs = {

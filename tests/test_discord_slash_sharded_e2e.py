@@ -27,14 +27,12 @@ from bot.state import keys
 from bot.state.client import Redis
 from tests.discord_rig import slash_interaction
 from tests.loopback.anthropic_server import AnthropicServer
-from tests.loopback.discord_server import BOT_ID, DiscordServer, guild_create
-from tests.test_chat_e2e import ROOT, base_env
+from tests.loopback.discord_server import BOT_ID, DiscordServer
 from tests.test_discord_shards_e2e import (
     RANGES,
     SHARDS,
-    WINDOW,
-    channel_of_shard,
     guild_of_shard,
+    sharded_rig,
     spawn,
     stop,
 )
@@ -88,33 +86,10 @@ async def test_each_slash_command_is_answered_privately_once_whichever_gateway_r
     tmp_path: Path, real_redis_url: str, real_redis: Redis, key_tag: str
 ) -> None:
     async with AnthropicServer() as model, DiscordServer() as discord:
-        model.default_reply = lambda body: "answered"
-        discord.recommended_shards, discord.max_concurrency = SHARDS, 1
-        discord.identify_window = WINDOW
-        discord.guilds = [
-            guild_create(guild_id=guild_of_shard(s), channel_id=channel_of_shard(s))
-            for s in range(SHARDS)
-        ]
-        common = base_env(tmp_path) | {
-            "CHORUS_MODEL": "anthropic:claude-test",
-            "ANTHROPIC_API_KEY": "k",
-            "ANTHROPIC_BASE_URL": model.base_url,
-            "PYTHONPATH": str(ROOT),
-            "CHORUS_INSIGHTS_ENABLED": "false",
-            "CHORUS_LOG_FORMAT": "json",
-            "CHORUS_REDIS_URL": real_redis_url,
-            "CHORUS_BUS": "redis",
-            "CHORUS_BUS_NAMESPACE": key_tag,
-            "CHORUS_PARTITION_LEASE_MS": "10000",  # no lease lapses on a loaded machine
-        }
-        gateway_env = common | {
-            "DISCORD_TOKEN": "loopback-token-not-secret",
-            "DISCORD_API_BASE_URL": discord.api_url,
-            "DISCORD_GATEWAY_URL": discord.ws_url,
-            "DISCORD_IDENTIFY_WINDOW": str(WINDOW),
-            "DISCORD_SHARD_COUNT": str(SHARDS),
-            "DISCORD_SYNC_COMMANDS": "false",
-        }
+        common, gateway_env = sharded_rig(  # lease 10 s: no lease lapses on a loaded machine
+            tmp_path, model, discord, real_redis_url, key_tag, lease_ms=10_000
+        )
+        gateway_env |= {"DISCORD_SHARD_COUNT": str(SHARDS)}
         logs = {name: tmp_path / f"{name}.log" for name in ("a", "b", "w")}
         procs = {
             name: await spawn(
