@@ -10,14 +10,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-# pytest-xdist workers, one per CPU (`make test WORKERS=4` to choose; BENCHMARKS.md, "The suite").
-# The suite waits more than it computes (load about 1 on 2 cores), but more workers than CPUs is
-# not the default yet: at -n 4 on a loaded 2-core machine 13 tests failed, most on latency bounds
-# a starved CPU breaks (a worker takeover within 15 s, a rolling restart's slowest answer) or
-# round trips counted while background writers ran (BENCHMARKS.md, "The suite", issue 33 item 7).
-# tests/suite_order.py starts the long e2e modules first, spread over the workers.
-WORKERS ?= auto
-PYTEST  := CHORUS_TEST_STRICT=1 $(BIN)/python -m pytest -n $(WORKERS) --dist worksteal
+# pytest-xdist workers: two per CPU (`make test WORKERS=3` to choose; BENCHMARKS.md, "The suite").
+# The suite waits on real processes and timers more than it computes, so two workers per core
+# overlap those waits; tests/suite_order.py starts the long e2e modules first, spread over them.
+# Python may write bytecode here even where the environment says not to
+# (PYTHONDONTWRITEBYTECODE): pytest then keeps each test module's assertion rewrite in
+# __pycache__ instead of every worker redoing it for every run (about 6 s of CPU per worker).
+WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) * 2 )))
+PYTEST  := CHORUS_TEST_STRICT=1 PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(WORKERS) --dist worksteal
 
 .PHONY: run test suite test-fast prereqs check lint typecheck bench gate proto docs clean
 
