@@ -17,9 +17,12 @@ from unittest import mock
 
 from redis.asyncio.connection import AbstractConnection
 
+from bot.state import keys
+
 _inside: ContextVar[bool] = ContextVar("roundtrips_inside", default=False)
 
 _HANDSHAKE = (b"HELLO", b"CLIENT", b"SELECT", b"AUTH")
+_LOG_LINES = f"{keys.PREFIX}:logs:".encode()  # keys.log_lines: the dashboard's log stream
 
 
 def _command(packed: bytes) -> bytes:
@@ -40,6 +43,40 @@ class RoundTrips:
     @property
     def count(self) -> int:
         return len(self.writes)
+
+    @property
+    def turn(self) -> list[bytes]:
+        """The writes less the log stream's: a warning logged while a turn runs is shipped to
+        the dashboard's stream (``XADD``) in a write of its own, whenever the log throttle
+        lets it through, which on a starved CPU can be inside a counted turn."""
+        return [w for w in self.writes if not _log_line(w)]
+
+
+def _log_line(packed: bytes) -> bool:
+    """Whether a write is one command, an ``XADD`` to a deployment's log stream."""
+    commands = _commands(packed)
+    return (
+        len(commands) == 1
+        and commands[0][0].upper() == b"XADD"
+        and commands[0][1].startswith(_LOG_LINES)
+    )
+
+
+def _commands(packed: bytes) -> list[list[bytes]]:
+    """The commands of a RESP-encoded write, each as its fields (an array of bulk strings)."""
+    commands: list[list[bytes]] = []
+    at = 0
+    while at < len(packed):
+        end = packed.index(b"\r\n", at)
+        count, at = int(packed[at + 1 : end]), end + 2  # "*<fields>"
+        fields = []
+        for _ in range(count):
+            end = packed.index(b"\r\n", at)
+            size, at = int(packed[at + 1 : end]), end + 2  # "$<bytes>"
+            fields.append(packed[at : at + size])
+            at += size + 2
+        commands.append(fields)
+    return commands
 
 
 @contextmanager

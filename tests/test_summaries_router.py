@@ -62,7 +62,7 @@ async def test_summaries_reach_the_volatile_tail_in_the_one_read(
         await seed(console, conv, ada)
         with counting_round_trips() as trips:
             await console.say("ada", "Where is the meetup on Friday?")
-        assert trips.count == 2, [w[:80] for w in trips.writes]  # no extra round trip
+        assert len(trips.turn) == 2, [w[:80] for w in trips.turn]  # no extra round trip
         prompt = last_chat_prompt(server)
         assert "Blue Lagoon cafe on Friday" in prompt
         assert "&lt;b&gt;meetup&lt;/b&gt;" in prompt and "<b>" not in prompt
