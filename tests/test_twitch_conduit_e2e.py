@@ -56,6 +56,14 @@ async def _up(http: aiohttp.ClientSession, url: str) -> bool:
         return False
 
 
+def _tried(twitch: TwitchServer, broadcaster: str) -> bool:
+    """Whether a conduit subscription for ``broadcaster``'s chat was asked for and refused."""
+    return any(
+        (body.get("condition") or {}).get("broadcaster_user_id") == broadcaster
+        for body in twitch.conduit_refused
+    )
+
+
 async def _poll(check: object, what: str, limit: float = LIMIT) -> None:
     assert callable(check)
     try:
@@ -171,6 +179,9 @@ async def test_two_gateways_share_a_conduit_join_a_channel_and_survive_a_kill(
             )
             late = await say(joined, "joined-0")
             await twitch.wait_until(lambda: late in answered(twitch), LIMIT)
+            # the refused channel's subscription was tried and refused before the kill below
+            # (else the gateway that would log why might be the one killed before it tried)
+            await twitch.wait_until(lambda: _tried(twitch, refused[0]), LIMIT)
             assert twitch.conduit_subscribed(refused[0]) == set()
 
             # Every reply posted is acked first, as the outbox test does: a reply the killed

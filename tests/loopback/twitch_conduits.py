@@ -122,6 +122,7 @@ class HelixConduits:
         self.conduits: dict[str, Conduit] = {}
         self.channel_bot: set[str] = set()  # broadcasters who granted the app channel:bot
         self.deliveries: list[tuple[str, str]] = []  # (message id, shard id) per delivery
+        self.conduit_refused: list[dict[str, Any]] = []  # the bodies of refused subscriptions
         self.rng = random.Random(41)
         self._conduit_ids = itertools.count(1)
 

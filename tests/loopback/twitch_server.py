@@ -443,6 +443,7 @@ class TwitchServer(HelixConduits, HelixModeration, LoopbackServer):
             return self._unauthorized()
         refused = self.conduit_refusal(body)
         if refused is not None:
+            self.conduit_refused.append(body)
             return refused
         sub = Subscription(
             id=str(uuid.uuid4()),
