@@ -444,6 +444,7 @@ class TwitchServer(HelixConduits, HelixModeration, LoopbackServer):
         refused = self.conduit_refusal(body)
         if refused is not None:
             self.conduit_refused.append(body)
+            await self._changed()  # wakes a wait_until on the refusal
             return refused
         sub = Subscription(
             id=str(uuid.uuid4()),
