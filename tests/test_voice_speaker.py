@@ -12,6 +12,7 @@ speech off for one channel.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -276,3 +277,30 @@ async def test_a_scope_turns_speech_off_for_one_channel(real_redis: Redis) -> No
     assert not speaker.is_command(chat(quiet, "!skip", user="m", mod=True))
     assert await speaker.event(cheer(loud, "Cheer500 hi", 500))
     assert not await speaker.event(cheer(quiet, "Cheer500 hi", 500))
+
+
+async def test_a_channels_events_are_queued_in_the_order_they_arrived(real_redis: Redis) -> None:
+    """Each event's speech runs off the consume loop and reads the store on its way: a Super
+    Chat whose character count takes longer must still be queued before the one after it."""
+    conv = ConversationKey(platform="youtube", channel=f"order-{uuid.uuid4().hex[:8]}")
+    await watch(real_redis, conv)
+    speaker = speaker_on(real_redis)
+    counted = speaker.chars.take
+
+    async def slow_first(*args: Any, **kwargs: Any) -> Any:
+        if args[2] == len("Ann sent a Super Chat of $5.00: first"):
+            await asyncio.sleep(0.2)  # the first event's count is the slow one
+        return await counted(*args, **kwargs)
+
+    speaker.chars.take = slow_first  # type: ignore[method-assign]
+    for user, amount, text in (("ann", "$5.00", "first"), ("bo", "$2", "second")):
+        event = StreamEvent(
+            kind=StreamEventKind.SUPER_CHAT, user_id=user, user_name=user.title(), amount=amount
+        )
+        speaker.start_event(chat(conv, text, user=user, stream_event=event))
+    await speaker.aclose()
+    assert [e["text"] for e in await queued(real_redis, conv)] == [
+        "Ann sent a Super Chat of $5.00: first",
+        "Bo sent a Super Chat of $2: second",
+    ]
+    assert speaker._last_event == {}  # the channel's place in line is let go once done

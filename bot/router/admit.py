@@ -80,7 +80,7 @@ class Admit:
                 speaker.start(speaker.command(message))
                 return Drop()
             if message.stream_event is not None:  # a cheer, a Super Chat: read aloud
-                speaker.start(speaker.event(message))
+                speaker.start_event(message)  # queued after the channel's earlier events
         engagement = self.engagement
         route = profile.route(message, engagement is not None and engagement.applies(message))
         if route == "ignore":  # the scope answers only when addressed

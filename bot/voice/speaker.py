@@ -13,7 +13,7 @@ channel, and with no overlay watching (or speech paused) nothing is queued.
   adds after the streamed sentences. A sentence the guard changes ends the turn's speech.
 - **stream events**: a cheer of at least ``cheer_min_bits``, a Super Chat or Super Sticker, a
   Twitch channel-point redemption of a reward in ``rewards`` is read with the viewer's name
-  (``prompts/voice/*``); the message passed the inbound rules before it got here (the
+  (``prompts/voice/*``), each channel's in the order they arrived (``start_event``); the message passed the inbound rules before it got here (the
   router's screen) and the spoken text passes ``check`` too: a blocked word never reaches a
   speech provider, and the overlay shows exactly what it says.
 - **limits**: characters per hour per channel and per viewer (``SpokenChars``, counted before
@@ -140,6 +140,7 @@ class Speaker:
         )
         self.queued = 0  # items put on queues (for tests and the benchmark)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._last_event: dict[ConversationKey, asyncio.Task[None]] = {}  # each channel's newest
         self._epoch = 0  # changes with every pause or resume applied here
         self.chars = SpokenChars(queue.redis)
 
@@ -259,6 +260,22 @@ class Speaker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def start_event(self, message: ChatMessage) -> None:
+        """Read ``message``'s stream event aloud off the consume loop (``event``), once the
+        channel's events before it are queued: each step reads the store, so two events started
+        side by side could otherwise reach the queue in either order."""
+        conv = message.conversation
+        before = self._last_event.get(conv)
+        task = asyncio.create_task(self._quiet(_after(before, self.event(message))))
+        self._last_event[conv] = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda done: self._forget_event(conv, done))
+
+    def _forget_event(self, conv: ConversationKey, done: asyncio.Task[None]) -> None:
+        if self._last_event.get(conv) is done:
+            del self._last_event[conv]
+
     async def _quiet(self, work: Coroutine[Any, Any, Any]) -> None:
         try:
             await work
@@ -289,6 +306,17 @@ class Speaker:
     async def aclose(self) -> None:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def _after(before: asyncio.Task[None] | None, work: Coroutine[Any, Any, Any]) -> Any:
+    """``work``, run once ``before`` has ended (``before`` never raises: ``Speaker._quiet``)."""
+    try:
+        if before is not None:
+            await asyncio.wait([before])
+    except BaseException:
+        work.close()  # cancelled while waiting: never started
+        raise
+    return await work
 
 
 class SpeechSink:
