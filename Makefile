@@ -12,9 +12,10 @@ PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
 # pytest-xdist workers, one per CPU (`make test WORKERS=4` to choose; BENCHMARKS.md, "The suite").
 # The suite waits more than it computes: at two workers per CPU `make test` takes about 9
-# minutes on a quiet 2-core machine instead of 16, but three fresh-clone runs there each failed
-# one test on contention (two fixed since; a voice overlay played two Super Chat events out of
-# order once), so more workers than CPUs is not the default yet.
+# minutes on a quiet 2-core machine instead of 16. Four fresh-clone runs that way each failed
+# one e2e test on contention (all three causes fixed since: a counted round trip, a test's
+# wait, voice events read out of order), and the two runs after the fixes passed; more
+# workers than CPUs becomes the default once more runs confirm it.
 # Python may write bytecode here even where the environment says not to
 # (PYTHONDONTWRITEBYTECODE): pytest then keeps each test module's assertion rewrite in
 # __pycache__ instead of every worker redoing it for every run (about 6 s of CPU per worker).
