@@ -196,7 +196,7 @@ async def test_summary_vectors_ride_in_the_one_read_of_an_answered_turn(
             )
             with counting_round_trips() as trips:
                 await console.say("ada", PARAPHRASE)
-            assert trips.count == 2, [w[:80] for w in trips.writes]  # no extra round trip
+            assert len(trips.turn) == 2, [w[:80] for w in trips.turn]  # no extra round trip
             assert "allergic to peanuts" in last_chat_prompt(server)
         finally:
             await stop(console, listener)
