@@ -13,8 +13,8 @@ channel, and with no overlay watching (or speech paused) nothing is queued.
   adds after the streamed sentences. A sentence the guard changes ends the turn's speech.
 - **stream events**: a cheer of at least ``cheer_min_bits``, a Super Chat or Super Sticker, a
   Twitch channel-point redemption of a reward in ``rewards`` is read with the viewer's name
-  (``prompts/voice/*``), each channel's in the order they arrived (``start_event``); the message passed the inbound rules before it got here (the
-  router's screen) and the spoken text passes ``check`` too: a blocked word never reaches a
+  (``prompts/voice/*``), each channel's in the order they arrived (``start_event``); the
+  message passed the inbound rules before it got here (the router's screen) and the spoken text passes ``check`` too: a blocked word never reaches a
   speech provider, and the overlay shows exactly what it says.
 - **limits**: characters per hour per channel and per viewer (``SpokenChars``, counted before
   an item is queued); over a limit nothing is queued and the overlay shows a notice, once an
@@ -254,11 +254,12 @@ class Speaker:
             and self.policy(message) is not None
         )
 
-    def start(self, work: Coroutine[Any, Any, Any]) -> None:
+    def start(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[None]:
         """Run ``work`` off the consume loop (a command, a read-aloud event); never fails it."""
         task = asyncio.create_task(self._quiet(work))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     def start_event(self, message: ChatMessage) -> None:
         """Read ``message``'s stream event aloud off the consume loop (``event``), once the
@@ -266,10 +267,8 @@ class Speaker:
         side by side could otherwise reach the queue in either order."""
         conv = message.conversation
         before = self._last_event.get(conv)
-        task = asyncio.create_task(self._quiet(_after(before, self.event(message))))
+        task = self.start(_after(before, self.event(message)))
         self._last_event[conv] = task
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
         task.add_done_callback(lambda done: self._forget_event(conv, done))
 
     def _forget_event(self, conv: ConversationKey, done: asyncio.Task[None]) -> None:
