@@ -10,16 +10,15 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-# pytest-xdist workers, one per CPU (`make test WORKERS=4` to choose; BENCHMARKS.md, "The suite").
-# The suite waits more than it computes: at two workers per CPU `make test` takes about 9
-# minutes on a quiet 2-core machine instead of 16. Four fresh-clone runs that way each failed
-# one e2e test on contention (all three causes fixed since: a counted round trip, a test's
-# wait, voice events read out of order), and the two runs after the fixes passed; more
-# workers than CPUs becomes the default once more runs confirm it.
+# pytest-xdist workers: two per CPU, at most 16 (`make test WORKERS=2` to choose). The suite
+# waits on processes and timers more than it computes: at two workers per CPU `make test` takes
+# about 9 minutes on a quiet 2-core machine, at one per CPU 16 (BENCHMARKS.md, "Issue 33 item
+# 7"). Tests that wait do so on conditions, so the contention of more workers than CPUs does
+# not fail them.
 # Python may write bytecode here even where the environment says not to
 # (PYTHONDONTWRITEBYTECODE): pytest then keeps each test module's assertion rewrite in
 # __pycache__ instead of every worker redoing it for every run (about 6 s of CPU per worker).
-WORKERS ?= auto
+WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); w=$$((n * 2)); echo $$((w > 16 ? 16 : w)))
 PYTEST  := CHORUS_TEST_STRICT=1 PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(WORKERS) --dist worksteal
 
 .PHONY: run test suite test-fast prereqs check lint typecheck bench gate proto docs clean
