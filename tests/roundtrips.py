@@ -26,9 +26,9 @@ _LOG_LINES = f"{keys.PREFIX}:logs:".encode()  # keys.log_lines: the dashboard's 
 
 
 def _command(packed: bytes) -> bytes:
-    """The name of the first command in a RESP-encoded write (its third CRLF-separated field)."""
-    parts = packed.split(b"\r\n", 3)
-    return parts[2].upper() if len(parts) > 2 else b""
+    """The name of the first command in a RESP-encoded write."""
+    commands = _commands(packed)
+    return commands[0][0].upper() if commands and commands[0] else b""
 
 
 def _wire(chunk: Any) -> bytes:
