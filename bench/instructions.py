@@ -33,7 +33,12 @@ is pinned by ``constraints.txt``, so it is taken out rather than judged. Run to 
 about 0.1%.
 
 The gate (``python -m bench.instructions --check``, part of ``make test``) compares each figure
-with ``bench/instructions.json`` and fails, naming the figure, when one grew more than 10%. The
+with ``bench/instructions.json`` and fails, naming the figure, when one grew more than 10%. A
+figure over the limit is measured once more and the lower of the two is judged
+(``settle_over_limit``): a run on a starved machine lasts longer, and what the process does by
+the clock rather than per message (the router's one-second tick, the bus's lease renewals) then
+adds to each message's share; ``make test`` runs pytest's workers beside the gate, and one such
+run counted a quarter more than the next. A regression is over the limit both times. The
 baseline changes only on purpose, in its own commit, with the reason:
 ``python -m bench.instructions --record "why the cost changed"``. A baseline recorded on another
 Python version is not comparable (the interpreter's own instruction counts differ): the figures
@@ -54,6 +59,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -208,6 +214,41 @@ def judge(
     return failures
 
 
+Measure = Callable[[str, str], int]  # (section, figure's name) -> the figure, measured anew
+
+
+def _measure_one(section: str, name: str) -> int:
+    return per_message(name) if section == "per_message" else startup_above_sdk(name)
+
+
+def settle_over_limit(
+    measured: dict[str, dict[str, int]],
+    baseline: dict[str, object],
+    measure_again: Measure = _measure_one,
+) -> list[str]:
+    """Measure each figure over its limit once more and keep the lower value (in
+    ``measured``); a line for each figure measured again."""
+    said = []
+    for section, figures in measured.items():
+        for name, value in figures.items():
+            if not judge({name: value}, baseline, section) or not _has_baseline(
+                baseline, section, name
+            ):
+                continue
+            again = measure_again(section, name)
+            figures[name] = min(value, again)
+            said.append(
+                f"{FIGURES[section]} ({name}): {value:,} is over the limit; measured again: "
+                f"{again:,}"
+            )
+    return said
+
+
+def _has_baseline(baseline: dict[str, object], section: str, name: str) -> bool:
+    recorded = baseline.get(section, {})
+    return isinstance(recorded, dict) and isinstance(recorded.get(name), int)
+
+
 def _measure_all() -> dict[str, dict[str, int]]:
     compiled()
     return {"per_message": measure(), "startup": measure_startup()}
@@ -228,6 +269,8 @@ def _check() -> int:
             "figures not comparable, not judged"
         )
         return 0
+    for line in settle_over_limit(measured, baseline):
+        print(f"instruction gate: {line}")
     failures = [f for section, figs in measured.items() for f in judge(figs, baseline, section)]
     for failure in failures:
         print(f"instruction gate: {failure}", file=sys.stderr)
@@ -251,6 +294,7 @@ def _record(reason: str) -> int:
 
 def _child(url: str, bus: str, messages: int) -> None:
     from bench.overhead import _chorus, _ok
+    from bot.bus import streams_publish
     from bot.llm.guard import block_real_calls
     from bot.llm.scripted import ScriptedProvider
     from bot.state import embedded
@@ -259,6 +303,10 @@ def _child(url: str, bus: str, messages: int) -> None:
     block_real_calls()
     logging.disable(logging.WARNING)
     embedded.FLUSH_SECONDS = 24 * 3600  # no timer: one write per message, below
+    # Every ack here is this process's own and wakes the drain at once; its timed re-read of
+    # the groups (for other processes' acks) would add one query per 50 ms a turn's tail lasts,
+    # so more on a slower or busier machine.
+    streams_publish.DRAIN_RECHECK = 24 * 3600
 
     async def run() -> None:
         async with AnthropicServer() as server:

@@ -122,11 +122,12 @@ async def test_a_plugin_asks_the_model_and_sends_through_the_outbound_check(
         await redis.delete(keys.turn_log(conversation), keys.history(conversation))
     finally:
         await redis.aclose()
-    records = [r for r in (TurnRecord.decode(item) for item in raw) if r is not None]
-    (asked,) = [r for r in records if r.reason.startswith("plugin ")]
-    assert asked.reason == "plugin tests.plugin_samples.listener asked the model"
-    assert asked.model == "claude-test" and asked.output_tokens > 0  # in the turn log
     assert code == 0, err[-3000:]
+    records = [r for r in (TurnRecord.decode(item) for item in raw) if r is not None]
+    asked = [r for r in records if r.reason.startswith("plugin ")]
+    assert len(asked) == 1, (records, out, err[-3000:])
+    assert asked[0].reason == "plugin tests.plugin_samples.listener asked the model"
+    assert asked[0].model == "claude-test" and asked[0].output_tokens > 0  # in the turn log
     said = out.splitlines()
     assert said[0] == "model says: four"
     (body,) = model.bodies

@@ -9,11 +9,18 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
+from bot.agent.loop import Agent
+from bot.agent.prompting import PromptAssembler
+from bot.bus.base import InProcessBus
 from bot.events import Author, ChatMessage, ConversationKey
 from bot.llm.errors import ProviderUnavailable
+from bot.llm.scripted import ScriptedProvider
 from bot.router import observe as observer_module
+from bot.router.build import build_router
 from bot.router.observe import TurnObserver
-from bot.state import keys, turnlog
+from bot.router.text_commands import Commands
+from bot.state import connect, keys, turnlog
+from bot.state.history import HistoryStore
 from tests.test_router import Rig, rig
 
 __all__ = ["rig"]
@@ -95,3 +102,48 @@ async def test_upkeep_names_and_the_timeline_are_throttled_and_the_stop_sends_al
     async with redis_client.pipeline() as pipe:
         turnlog.forget_names(pipe, "slack", f"u-{key_tag}", [f"Bo{key_tag}"])
         await pipe.execute()
+
+
+async def test_the_stop_does_not_cut_off_a_tick_writing_the_turn_log(
+    redis_url_real_only: str, key_tag: str
+) -> None:
+    """The router stops while its tick is writing the held records (Redis holds the write:
+    ``CLIENT PAUSE ... WRITE``): the tick finishes that write instead of being cancelled in
+    it, which lost every record the write had taken."""
+    redis = await connect.open_redis(redis_url_real_only)
+    admin = await connect.open_redis(redis_url_real_only)
+    bus = InProcessBus()
+    history = HistoryStore(redis, max_messages=20, ttl_seconds=3600)
+    router = build_router(
+        bus=bus,
+        redis=redis,
+        history=history,
+        assembler=PromptAssembler(model="m", system_prompt="SYSTEM"),
+        agent=Agent(ScriptedProvider()),
+        commands=Commands(history),
+    )
+    running = asyncio.create_task(router.run())
+    conv = ConversationKey(platform="console", channel=f"c-{key_tag}")
+    author = Author(id=f"u-{key_tag}", display_name="Ada")
+    message = ChatMessage(platform="console", id="held", conversation=conv, author=author, text="")
+    try:
+        await admin.client_pause(60_000, all=False)  # writes only
+        router.observer.note(message, "quiet", "held while Redis paused")
+        async with asyncio.timeout(30):
+            while router.observer.pending:  # the tick took it: its write waits on the pause
+                await asyncio.sleep(0.01)
+        stopping = asyncio.create_task(router.shutdown(10))
+        await asyncio.sleep(0.1)  # the stop has begun (the ticker is stopped at its start)
+        await admin.client_unpause()
+        await stopping
+        records = await turnlog.read_log(redis, conv)
+        assert [(r.message_id, r.reason) for r in records] == [("held", "held while Redis paused")]
+    finally:
+        await admin.client_unpause()
+        await bus.close()
+        await asyncio.gather(running, return_exceptions=True)
+        await router.close()
+        await redis.delete(keys.turn_log(conv))
+        await redis.zrem(keys.recent_conversations("console"), str(conv))
+        await redis.aclose()
+        await admin.aclose()

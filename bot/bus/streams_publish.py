@@ -38,7 +38,7 @@ log = logging.getLogger("chorus.bus")
 T = TypeVar("T")
 
 FIELD = "e"  # the one field of an entry: the event's JSON
-_DRAIN_RECHECK = 0.05  # acks from other processes are seen by re-reading the groups this often
+DRAIN_RECHECK = 0.05  # acks from other processes are seen by re-reading the groups this often
 
 
 def conversation_of(event: BaseModel) -> str | None:
@@ -157,7 +157,7 @@ class StreamsPublisher:
                     busy = await self._retrying("drain", self._unacked)
                     if not busy:
                         return
-                    await wait_event(self._progress, _DRAIN_RECHECK)
+                    await wait_event(self._progress, DRAIN_RECHECK)
         except TimeoutError:
             listed = ", ".join(f"{topic}={count}" for topic, count in sorted(busy.items()))
             raise TimeoutError(

@@ -99,6 +99,8 @@ class Router:
         self.admission = Admission(self.limits.max_in_flight)
         self._loops: set[asyncio.Task[None]] = set()  # the consume loops
         self._ticker: asyncio.Task[None] | None = None
+        self._ticking = False  # the ticker is inside a tick (not asleep between two)
+        self._ticks_end = False
         self._running = 0
         self._hurry = asyncio.Event()
         self._shutdown: Shutdown | None = None
@@ -112,8 +114,7 @@ class Router:
             self._ticker = group.create_task(self._tick_forever())
             self._loops.update(consumers)
             await asyncio.wait(consumers)
-            if self._ticker is not None:
-                self._ticker.cancel()
+            self._stop_ticker()
         await self.join()
 
     @property
@@ -137,11 +138,11 @@ class Router:
         stop = self._shutdown = Shutdown(grace, hurry=self._hurry)
         stop.begin(self._running, self.admission.held - self._running)
         self.admission.close()
-        if self._ticker is not None:
-            self._ticker.cancel()  # no more live-chat turns
+        self._stop_ticker()  # no more live-chat turns
         for topic in (INBOUND, DELETIONS) if self.history is not None else (INBOUND,):
             await self.bus.stop_consuming(topic, "agent")
-        left = await stop.wait({*self._workers.values(), *self._acks, *self._loops})
+        ticker = {self._ticker} if self._ticker is not None else set()
+        left = await stop.wait({*self._workers.values(), *self._acks, *self._loops, *ticker})
         await stop.abandon(left)
         await self.observer.flush_quietly(force=True)
         stop.end()
@@ -160,13 +161,25 @@ class Router:
 
     # -- the tick ---------------------------------------------------------------------------
     async def _tick_forever(self) -> None:
-        """Check once a second whether a live-chat batch or idle line came due."""
-        while True:
+        """Once a second: write the held turn records, keep the durable live state, and
+        queue the live-chat batches or idle lines that came due."""
+        while not self._ticks_end:
             await asyncio.sleep(1.0)
-            await self.observer.flush_quietly()
-            if self.engagement is not None:
-                await self.engagement.maintain()  # durable live state: save, refresh, evict
-            self.live_tick()
+            self._ticking = True
+            try:
+                await self.observer.flush_quietly()
+                if self.engagement is not None:
+                    await self.engagement.maintain()  # durable live state: save, refresh, evict
+                self.live_tick()
+            finally:
+                self._ticking = False
+
+    def _stop_ticker(self) -> None:
+        """End the tick: at once while it sleeps; inside a tick, once that tick is done, so
+        its writes are never cut off half way (the records a flush took would be lost)."""
+        self._ticks_end = True
+        if self._ticker is not None and not self._ticking:
+            self._ticker.cancel()
 
     def live_tick(self) -> int:
         """Queue the live-chat turns that came due (tests call this instead of waiting)."""
