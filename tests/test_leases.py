@@ -3,10 +3,14 @@ its own. The clock is injected; Redis (embedded and real) holds the leases."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from typing import Any
+from unittest import mock
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
 
 from bot.bus.leases import PartitionLeases
 from tests.redis_cluster import WITH_CLUSTER, store_url
@@ -79,3 +83,34 @@ async def test_after_every_lease_lapsed_only_the_new_holder_reads(
     await redis_client.delete(
         f"lease:{{{key_tag}}}:0", f"lease:{{{key_tag}}}:1", f"members:{key_tag}"
     )
+
+
+@pytest.mark.redis
+async def test_leases_taken_by_a_cancelled_tick_are_given_back_by_the_release(
+    redis_client: Redis, key_tag: str
+) -> None:
+    """A consumer cancelled while its leases' ``SET NX`` was on its way (on a busy machine,
+    its first tick often is) held the partitions for a whole lease: the release knew only
+    what Redis had answered. It now gives back whatever holds its token."""
+    mine = leases(redis_client, key_tag, "a", Clock())
+    sent = asyncio.Event()
+    original = AbstractConnection.send_packed_command
+
+    async def sending(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
+        await original(self, command, check_health)
+        chunks = [command] if isinstance(command, bytes | str) else list(command)
+        packed = b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in chunks)
+        if b"\r\nNX\r\n" in packed.upper():
+            sent.set()  # the SETs are written; their answer is read after this returns
+
+    names = [f"lease:{{{key_tag}}}:{p}" for p in (0, 1)]
+    with mock.patch.object(AbstractConnection, "send_packed_command", sending):
+        tick = asyncio.create_task(mine.tick())
+        await sent.wait()
+        tick.cancel()
+        await asyncio.gather(tick, return_exceptions=True)
+    assert tick.cancelled() and mine.owned == set()  # the answer never came back
+    assert await redis_client.mget(names) == ["a", "a"]  # but Redis took the SETs
+    await mine.release_all()
+    assert await redis_client.mget(names) == [None, None]
+    await redis_client.delete(f"members:{key_tag}")

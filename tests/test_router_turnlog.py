@@ -130,7 +130,9 @@ async def test_the_stop_does_not_cut_off_a_tick_writing_the_turn_log(
         await admin.client_pause(60_000, all=False)  # writes only
         router.observer.note(message, "quiet", "held while Redis paused")
         async with asyncio.timeout(30):
-            while router.observer.pending:  # the tick took it: its write waits on the pause
+            while True:
+                if not router.observer.pending:  # the tick took it: its write waits on the pause
+                    break
                 await asyncio.sleep(0.01)
         stopping = asyncio.create_task(router.shutdown(10))
         await asyncio.sleep(0.1)  # the stop has begun (the ticker is stopped at its start)

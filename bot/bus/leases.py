@@ -83,6 +83,7 @@ class PartitionLeases:
         self.draining: set[int] = set()  # held, no longer read, released once idle
         self.changed = asyncio.Event()  # set whenever ``readable`` may have changed
         self._acquired: list[int] = []  # taken over since the last ``take_acquired``
+        self._unsure: set[int] = set()  # asked for when a cancel cut the answer off
         self._valid_until: dict[int, float] = {}  # partition -> lease surely ours until (clock)
         self.frozen = False  # ``freeze``: keep what is held, take and shed nothing
 
@@ -134,6 +135,8 @@ class PartitionLeases:
 
     async def release_all(self) -> None:
         """Give every lease back (clean shutdown), so others need not wait for them to lapse."""
+        self.owned |= self._unsure  # each is given back only if its lease holds our token
+        self._unsure.clear()
         self.draining = set(self.owned)
         await self._renew_and_release(force=True, sent=self._clock())
         await self._redis.zrem(self._members_key, self.token)
@@ -220,10 +223,16 @@ class PartitionLeases:
         candidates = sorted(free, key=self._preference)[:need]
         if not candidates:
             return
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for p in candidates:
-                pipe.set(self._lease_key(p), self.token, nx=True, px=self.lease_ms)
-            results = await pipe.execute()
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for p in candidates:
+                    pipe.set(self._lease_key(p), self.token, nx=True, px=self.lease_ms)
+                results = await pipe.execute()
+        except asyncio.CancelledError:
+            # The consumer is stopping, and the SETs may have been applied: ``release_all``
+            # gives back whichever of them holds our token, instead of leaving it to lapse.
+            self._unsure.update(candidates)
+            raise
         won = [p for p, ok in zip(candidates, results, strict=True) if ok]
         if won:
             for p in won:
