@@ -27,12 +27,14 @@ _LOG_LINES = f"{keys.PREFIX}:logs:".encode()  # keys.log_lines: the dashboard's 
 
 def _command(packed: bytes) -> bytes:
     """The name of the first command in a RESP-encoded write."""
-    commands = _commands(packed)
+    commands = wire_commands(packed)
     return commands[0][0].upper() if commands and commands[0] else b""
 
 
-def _wire(chunk: Any) -> bytes:
-    return chunk.encode() if isinstance(chunk, str) else bytes(chunk)
+def packed(command: Any) -> bytes:
+    """The bytes ``send_packed_command`` writes for ``command`` (one chunk or a list of them)."""
+    chunks = [command] if isinstance(command, bytes | str) else list(command)
+    return b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in chunks)
 
 
 class RoundTrips:
@@ -54,7 +56,7 @@ class RoundTrips:
 
 def _log_line(packed: bytes) -> bool:
     """Whether a write is one command, an ``XADD`` to a deployment's log stream."""
-    commands = _commands(packed)
+    commands = wire_commands(packed)
     return (
         len(commands) == 1
         and commands[0][0].upper() == b"XADD"
@@ -62,7 +64,7 @@ def _log_line(packed: bytes) -> bool:
     )
 
 
-def _commands(packed: bytes) -> list[list[bytes]]:
+def wire_commands(packed: bytes) -> list[list[bytes]]:
     """The commands of a RESP-encoded write, each as its fields (an array of bulk strings)."""
     commands: list[list[bytes]] = []
     at = 0
@@ -97,8 +99,7 @@ def counting_round_trips() -> Iterator[RoundTrips]:
             if _inside.get():  # a write made inside a counted one: the same round trip
                 await original(self, command, check_health)
                 return
-            chunks = [command] if isinstance(command, bytes | str) else list(command)
-            count(b"".join(_wire(c) for c in chunks))
+            count(packed(command))
             reset = _inside.set(True)
             try:
                 await original(self, command, check_health)

@@ -14,6 +14,7 @@ from redis.asyncio.connection import AbstractConnection
 
 from bot.bus.leases import PartitionLeases
 from tests.redis_cluster import WITH_CLUSTER, store_url
+from tests.roundtrips import packed, wire_commands
 
 
 @pytest.fixture(params=WITH_CLUSTER)
@@ -98,9 +99,7 @@ async def test_leases_taken_by_a_cancelled_tick_are_given_back_by_the_release(
 
     async def sending(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
         await original(self, command, check_health)
-        chunks = [command] if isinstance(command, bytes | str) else list(command)
-        packed = b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in chunks)
-        if b"\r\nNX\r\n" in packed.upper():
+        if any(c[0].upper() == b"SET" for c in wire_commands(packed(command))):
             sent.set()  # the SETs are written; their answer is read after this returns
 
     names = [f"lease:{{{key_tag}}}:{p}" for p in (0, 1)]
