@@ -253,3 +253,54 @@ async def test_deleted_messages_and_purged_users_leave_the_history(rig: Rig) -> 
     await rig.bus.drain(timeout=10)
     texts = [e.text for e in await rig.history.load(rig.conv) if e.role == "user"]
     assert texts == ["keep me"]
+
+
+async def test_the_reply_reaches_its_sender_before_the_turn_is_recorded(key_tag: str) -> None:
+    """On the in-process bus the reply's consumer (a platform's sender) takes the reply before
+    the turn's records are written: the embedded store runs a commit without giving the event
+    loop back, so a reply published just before it would otherwise wait for all of it. The
+    next message of the conversation still sees the first exchange."""
+    redis = await connect.open_redis(f"memory://first-{key_tag}")
+    bus = InProcessBus()
+    history = HistoryStore(redis, max_messages=20, ttl_seconds=3600)
+    provider = ScriptedProvider()
+    router = build_router(
+        bus=bus,
+        redis=redis,
+        history=history,
+        assembler=PromptAssembler(model="m", system_prompt="SYSTEM"),
+        agent=Agent(provider),
+        commands=Commands(history),
+    )
+    conv = ConversationKey(platform="console", channel=f"first-{key_tag}")
+    seen: list[tuple[str, int]] = []  # (reply, history lines stored when it arrived)
+
+    async def send() -> None:
+        async for delivery in bus.consume(outbound_topic("console"), Reply):
+            seen.append((delivery.event.text, len(await history.load(conv))))
+            await delivery.ack()
+
+    tasks = [asyncio.create_task(router.run()), asyncio.create_task(send())]
+    try:
+        for n in (1, 2):
+            await bus.publish(
+                INBOUND,
+                ChatMessage(
+                    platform="console",
+                    id=f"m{n}-{key_tag}",
+                    conversation=conv,
+                    author=Author(id="ada", display_name="Ada"),
+                    text=f"line {n}",
+                    is_direct=True,
+                ),
+            )
+            await bus.drain(timeout=10)
+        stored = await history.load(conv)
+    finally:
+        await bus.close()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await router.close()
+        await redis.aclose()
+    assert [lines for _, lines in seen] == [0, 2]  # each reply before its own turn's two lines
+    assert "line 1" in provider.requests[1].messages[0].text  # the second turn read the first
+    assert [e.text for e in stored][::2] == ["line 1", "line 2"] and len(stored) == 4

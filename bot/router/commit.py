@@ -9,7 +9,9 @@ the safety gate the turn's tokens (quotas) and its cost reservation settled at t
 (the daily cost cap). The claim writes them all with its
 "done" marker in one atomic step (``bot.state.claims``), shielded so that a cancellation (the
 shutdown grace running out) waits for it instead of cutting it. On the in-process bus the reply
-is published just before.
+is published just before, and its consumer (the platform's sender) takes it before the records
+are written: the user's reply does not wait for the turn's bookkeeping. The conversation's next
+message still waits for them (its worker runs one turn at a time).
 
 A user's activity needs no finer grain than a minute per conversation (their memory's TTL is
 days), so ``TouchThrottle`` records it at most that often: a busy chat's commit stays small.
@@ -17,6 +19,7 @@ days), so ``TouchThrottle`` records it at most that often: a busy chat's commit 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Callable
@@ -101,6 +104,10 @@ class Commit:
         async def write() -> None:
             if transactional is None:
                 await self.bus.publish(topic, reply)
+                # The reply's consumer (the platform's sender) was woken by the publish: it
+                # takes the reply now, before the records below, which on the embedded store
+                # run without giving the event loop back.
+                await asyncio.sleep(0)
             await self.claims.record(claim, changes)
             item.progress.committed = True
             if claim.recorded and delivery is not None:
