@@ -34,15 +34,9 @@ from tests.test_twitch_e2e import (
 )
 from tests.test_youtube_e2e import FakeTime as YouTubeTime
 from tests.test_youtube_e2e import Rig as YouTubeRig
+from tests.waiting import until
 
 Check = Callable[[], Awaitable[bool]]
-
-
-async def until(check: Check, want: bool = True, limit: float = 60.0) -> None:
-    """Wait until ``check()`` answers ``want`` (bounded; SDK reconnects back off at random)."""
-    async with asyncio.timeout(limit):
-        while await check() is not want:  # noqa: ASYNC110 (an SDK's state: no event to await)
-            await asyncio.sleep(0.02)
 
 
 # -- Discord ---------------------------------------------------------------------------------------
@@ -51,12 +45,12 @@ async def test_discord_is_ready_while_its_gateway_session_is_up() -> None:
         discord.guilds = [guild_create()]
         assert not await DiscordAdapter(InProcessBus(), _settings(discord)).ready()  # not run
         async with running(discord) as rig:
-            await until(rig.adapter.ready)
+            await until(rig.adapter.ready, limit=60)
             await discord.go_down()  # Discord's gateway is down: dropped, then refused
             await discord.wait_for(lambda: discord.refused >= 1, limit=30)
             assert not await rig.adapter.ready()
             discord.come_back()
-            await until(rig.adapter.ready)  # discord.py reconnected the shard by itself
+            await until(rig.adapter.ready, limit=60)  # discord.py reconnected the shard by itself
             # a new session on a new connection: resumed, or (discord.py's sharded client, once
             # a resume was refused) identified again
             assert discord.ops(6) or len(discord.ops(2)) >= 2, "no new session"
@@ -78,13 +72,13 @@ async def test_slack_socket_mode_is_ready_while_the_socket_is_connected(
     slack: SlackServer,
 ) -> None:
     async for rig in running_rig(slack, app_token="xapp-test", signing_secret=None):
-        await until(rig.adapter.ready)
+        await until(rig.adapter.ready, limit=60)
         slack.refuse_sockets = True
         await slack.drop_socket()  # the socket is gone and Slack refuses a new one
         await slack.wait_for(lambda: slack.refused_sockets >= 1, limit=30)
         assert not await rig.adapter.ready()
         slack.refuse_sockets = False
-        await until(rig.adapter.ready)  # slack-sdk reconnected by itself
+        await until(rig.adapter.ready, limit=60)  # slack-sdk reconnected by itself
         envelope = await slack.send_envelope("events_api", slack_mention(text="back?"))
         await slack.wait_acked(envelope)
         await rig.settle()
@@ -135,13 +129,15 @@ async def test_twitch_is_ready_while_the_eventsub_socket_is_welcomed_and_subscri
             return gate.refused > 0
 
         try:
-            await until(rig.adapter.ready)
+            await until(rig.adapter.ready, limit=60)
             assert len(twitch.subscriptions) == 4  # chat, deletions, clears, notices
             await gate.go_down()  # Twitch drops the socket, then refuses new ones
             await until(refused, limit=30)
             assert not await rig.adapter.ready()
             gate.come_back()
-            await until(rig.adapter.ready)  # twitchio reconnected, was welcomed, re-subscribed
+            await until(
+                rig.adapter.ready, limit=60
+            )  # twitchio reconnected, was welcomed, re-subscribed
             assert (await rig.say("m-ready-1")).text == "@mybot what is Kappa ?"
         finally:
             keepalives.cancel()

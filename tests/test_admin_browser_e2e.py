@@ -22,7 +22,6 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -40,6 +39,7 @@ from tests.test_chat_e2e import base_env, spawn_chorus
 from tests.test_live_pause_e2e import line, replies_to, subscribed
 from tests.test_twitch_e2e import BOT_ID, BOT_LOGIN, CHAT
 from tests.test_twitch_reconnect_e2e import twitch_env
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parent.parent
 # The docs' screenshots are rewritten only on purpose (CHORUS_UPDATE_SCREENSHOTS=1 pytest ...), so
@@ -111,16 +111,6 @@ async def dashboard_up(base: str) -> bool:
             return response.status == 200
     except aiohttp.ClientError:
         return False
-
-
-async def until(check: Any, limit: float = LIMIT) -> Any:
-    """Poll ``check`` (async, returns a truthy value when done) until it holds."""
-    async with asyncio.timeout(limit):
-        while True:
-            found = await check()
-            if found:
-                return found
-            await asyncio.sleep(0.1)
 
 
 def sent_with(model: AnthropicServer, msg_id: str) -> str:
@@ -196,7 +186,7 @@ async def test_the_dashboard_in_a_browser_deletes_a_pin_and_pauses_a_channel(
         proc = await spawn_chorus(["run"], env, tmp_path)
         try:
             await twitch.wait_until(lambda: subscribed(twitch) == 4, LIMIT)
-            await until(lambda: dashboard_up(base))
+            await until(lambda: dashboard_up(base), limit=LIMIT)
             model.replies.extend(["Noted!", "Hi!", "Sure.", "never sent"])
             first = await ask("q1", QUESTIONS["q1"])
             await twitch.wait_until(lambda: bool(replies_to(twitch, first)), LIMIT)
@@ -255,7 +245,7 @@ async def test_the_dashboard_in_a_browser_deletes_a_pin_and_pauses_a_channel(
                     log = await turnlog.read_log(store, conv)
                     return [r for r in log if r.message_id == quiet]
 
-                [record] = await until(decided)
+                [record] = await until(decided, limit=LIMIT)
                 assert (record.decision, record.reason) == ("quiet", "paused")
                 assert replies_to(twitch, quiet) == [] and len(model.requests) == 3
 

@@ -26,8 +26,9 @@ from bot.state import connect
 from bot.state.admin_accounts import AccountRecords
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.redis_server import free_port
-from tests.test_admin_browser_e2e import TOKEN, dashboard_up, shot, until
+from tests.test_admin_browser_e2e import TOKEN, dashboard_up, shot
 from tests.test_chat_e2e import base_env, run_chorus, spawn_chorus
+from tests.waiting import until
 
 pytestmark = pytest.mark.e2e
 
@@ -93,7 +94,7 @@ async def test_the_test_chat_streams_the_scopes_persona_with_its_turn_log(
         following = asyncio.create_task(follow())
 
         try:
-            await until(lambda: dashboard_up(base))
+            await until(lambda: dashboard_up(base), limit=90)
             # A script's POST: the answer arrives in pieces, then the turn log ends the page.
             model.replies.append({"text": ANSWER, "chunk_delay": 0.15})
             pieces: list[tuple[float, bytes]] = []
@@ -197,7 +198,7 @@ async def test_the_test_chat_counts_against_the_daily_cost_cap(
         proc = await spawn_chorus(["run"], env, tmp_path, stdin=asyncio.subprocess.PIPE)
 
         try:
-            await until(lambda: dashboard_up(base))
+            await until(lambda: dashboard_up(base), limit=90)
             headers = {"Authorization": f"Bearer {TOKEN}"}
             place = f"discord:{GUILD}/{CHANNEL}"
             async with aiohttp.ClientSession(headers=headers) as http:

@@ -28,8 +28,9 @@ from bot.state.admin_accounts import AccountRecords
 from bot.state.config_reloads import ConfigReloads
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.redis_server import free_port
-from tests.test_admin_browser_e2e import TOKEN, dashboard_up, shot, until
+from tests.test_admin_browser_e2e import TOKEN, dashboard_up, shot
 from tests.test_chat_e2e import base_env, run_chorus, spawn_chorus
+from tests.waiting import until
 
 PIRATE, QUILL = "You are Captain Byte, of the good ship Chorus.", "You are Ms. Quill, librarian."
 
@@ -111,7 +112,7 @@ async def test_a_persona_changed_in_the_browser_reaches_another_process_and_keep
                 found = [b for b in model.bodies if text in json.dumps(b)]
                 return found[-1] if found else None
 
-            return await until(sent)
+            return await until(sent, limit=90)
 
         password = f"pw-{tag}-long enough"
         made = await run_chorus(
@@ -122,7 +123,7 @@ async def test_a_persona_changed_in_the_browser_reaches_another_process_and_keep
         )
         assert made[0] == 0, made[2]
         try:
-            await until(lambda: dashboard_up(base))
+            await until(lambda: dashboard_up(base), limit=90)
             first = await ask(proc_b, f"ahoy {tag} one")
             assert PIRATE in prefix(first) and QUILL not in prefix(first)
             bob_before = prefix(await ask(proc_a, f"hello {tag} one"))
@@ -166,7 +167,7 @@ async def test_a_persona_changed_in_the_browser_reaches_another_process_and_keep
                 async def reloaded() -> bool:
                     return any("configuration reloaded" in line for line in logs_b)
 
-                await until(reloaded)  # B learnt it from Redis alone
+                await until(reloaded, limit=90)  # B learnt it from Redis alone
                 second = await ask(proc_b, f"ahoy {tag} two")
                 third = await ask(proc_b, f"ahoy {tag} three")
                 assert QUILL in prefix(second) and PIRATE not in prefix(second)

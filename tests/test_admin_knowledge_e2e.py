@@ -25,8 +25,9 @@ from bot.safety.audit import read_audit
 from bot.state import connect
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.redis_server import free_port
-from tests.test_admin_browser_e2e import TOKEN, dashboard_up, shot, until
+from tests.test_admin_browser_e2e import TOKEN, dashboard_up, shot
 from tests.test_chat_e2e import base_env, spawn_chorus
+from tests.waiting import until
 
 pytestmark = pytest.mark.e2e
 
@@ -80,7 +81,7 @@ async def test_a_file_uploaded_in_the_browser_is_searched_and_reaches_the_model_
         following = asyncio.create_task(follow())
 
         try:
-            await until(lambda: dashboard_up(base))
+            await until(lambda: dashboard_up(base), limit=90)
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(
                     executable_path=chromium, args=["--no-sandbox", "--disable-gpu"]
@@ -130,7 +131,7 @@ async def test_a_file_uploaded_in_the_browser_is_searched_and_reaches_the_model_
                 found = [json.dumps(b) for b in model.bodies if tag in json.dumps(b)]
                 return found[-1] if found else None
 
-            body = await until(asked)
+            body = await until(asked, limit=90)
             assert "kb/guide.md # Ferry times" in body and "pier 9" in body
 
             # The answer is counted in the timeline's rollups: the Charts page shows it.
@@ -148,11 +149,11 @@ async def test_a_file_uploaded_in_the_browser_is_searched_and_reaches_the_model_
                     await page.goto(f"{base}/charts?span={span}")
                     return int(await page.locator("#total-answers").inner_text()) >= 1
 
-                await until(lambda: charted("24h"))
+                await until(lambda: charted("24h"), limit=90)
                 assert await page.locator("svg.chart").count() == 8
                 assert "latency p95" in await page.locator("#chart-p95").inner_html()
                 await shot(page, "charts")
-                await until(lambda: charted("7d"))
+                await until(lambda: charted("7d"), limit=90)
                 assert "Last 7 days" in await page.locator("#span-shown").inner_text()
                 await browser.close()
         finally:

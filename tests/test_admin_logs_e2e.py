@@ -22,8 +22,9 @@ from bot.state import connect, keys
 from bot.state.log_lines import LogLines
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.redis_server import free_port
-from tests.test_admin_browser_e2e import TOKEN, until
+from tests.test_admin_browser_e2e import TOKEN
 from tests.test_chat_e2e import base_env, spawn_chorus
+from tests.waiting import until
 
 KEY_B = "sk-ant-api03-bee-secret-0123456789abcdef"
 
@@ -69,7 +70,7 @@ async def test_the_logs_page_shows_another_process_warning_with_its_secret_maske
                 assert proc_b.stdin is not None
                 proc_b.stdin.write(b"hello there\n")
                 await proc_b.stdin.drain()
-                shown = await until(page)
+                shown = await until(page, limit=90)
             assert "overloaded for key ***" in shown and KEY_B not in shown
             assert "no answer from the model" not in shown  # chorus.router: filtered out
             assert worker in shown

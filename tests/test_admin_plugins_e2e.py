@@ -23,9 +23,10 @@ from bot.safety.audit import read_audit
 from bot.state import connect
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.redis_server import free_port
-from tests.test_admin_browser_e2e import TOKEN, dashboard_up, shot, until
+from tests.test_admin_browser_e2e import TOKEN, dashboard_up, shot
 from tests.test_chat_e2e import ROOT, base_env, spawn_chorus
 from tests.test_plugin_quotes_e2e import quotes_site as quotes_site  # the offline install
+from tests.waiting import until
 
 pytestmark = pytest.mark.e2e
 
@@ -88,10 +89,10 @@ async def test_the_plugins_page_lists_the_quote_book_and_its_form_saves_to_the_f
             async def answered() -> str | None:
                 return out[before] if len(out) > before else None
 
-            return str(await until(answered))
+            return str(await until(answered, limit=90))
 
         try:
-            await until(lambda: dashboard_up(base))
+            await until(lambda: dashboard_up(base), limit=90)
             long_quote = "/quote add twenty-five characters here"
             assert "Added quote" in await say(long_quote)  # 40 allows it
             async with async_playwright() as pw:
@@ -138,7 +139,7 @@ async def test_the_plugins_page_lists_the_quote_book_and_its_form_saves_to_the_f
             async def reloaded() -> bool:
                 return any("configuration reloaded" in line for line in err)
 
-            await until(reloaded)
+            await until(reloaded, limit=90)
             refused = await say(long_quote)
             assert "at most 12" in refused, refused  # the plugin got the new setting
         finally:

@@ -11,7 +11,7 @@ with ``TWITCH_CHANNELS`` as documented.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -23,6 +23,7 @@ from bot.state.conduits import (
     channels_now,
     normal_channel,
 )
+from tests.waiting import until
 
 LEASE = 0.3  # seconds: long enough for a step, short enough that a lapse is quick to wait for
 
@@ -50,12 +51,6 @@ async def store(request: pytest.FixtureRequest, key_tag: str) -> AsyncIterator[C
     finally:
         await client.aclose()
         keys.use_cluster_layout(False)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], limit: float = 30.0) -> None:
-    async with asyncio.timeout(limit):
-        while not await check():  # noqa: ASYNC110 (a lease lapsing in Redis: no event to await)
-            await asyncio.sleep(0.05)
 
 
 async def test_the_first_conduit_recorded_wins(store: ConduitStore, key_tag: str) -> None:
@@ -110,7 +105,7 @@ async def test_a_lapsed_lease_frees_the_shard_and_cannot_be_renewed(
     async def free() -> bool:
         return await store.owners(conduit, 1) == {}
 
-    await eventually(free)
+    await until(free, limit=30)
     assert not await store.renew(conduit, 0, "dead", 30)
     assert await store.claim(conduit, 0, "alive", 30)
     assert await store.owners(conduit, 1) == {0: "alive"}

@@ -8,7 +8,6 @@ readiness is per shard; the IDENTIFYs of one process keep the window too.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -36,6 +35,7 @@ from tests.loopback.discord_server import (
     guild_create,
     plain_message,
 )
+from tests.waiting import until
 
 pytestmark = pytest.mark.e2e
 
@@ -50,12 +50,6 @@ def guild_of(shard: int) -> int:
 
 def channel_of(shard: int) -> int:
     return guild_of(shard) + 1
-
-
-async def until(check: Callable[[], Awaitable[bool]], limit: float = 60) -> None:
-    async with asyncio.timeout(limit):
-        while not await check():  # noqa: ASYNC110 (an SDK's state: no event to await)
-            await asyncio.sleep(0.05)
 
 
 def sharded_server(discord: DiscordServer) -> None:
@@ -83,7 +77,7 @@ async def test_a_dropped_shard_resumes_while_the_other_answers() -> None:
     async with DiscordServer() as discord:
         sharded_server(discord)
         async with running(discord, DISCORD_IDENTIFY_WINDOW=str(WINDOW)) as rig:
-            await until(rig.adapter.ready)
+            await until(rig.adapter.ready, limit=60)
             assert sorted(s for _, s, _ in discord.identifies) == [0, 1]
             assert discord.identify_violations == []
             assert rig.adapter.client.shard_count == SHARDS  # the recommended count
@@ -92,7 +86,7 @@ async def test_a_dropped_shard_resumes_while_the_other_answers() -> None:
             await mention_in(discord, 0, 7001)
             (body,) = await rig.posts(channel_of(0), 1)
             assert body["content"] == "you said: hi 7001"
-            await until(rig.adapter.ready)  # shard 1 resumed by itself
+            await until(rig.adapter.ready, limit=60)  # shard 1 resumed by itself
             assert len(discord.ops(6)) == 1 and len(discord.identifies) == 2
             await mention_in(discord, 1, 7002)
             (body,) = await rig.posts(channel_of(1), 1)
@@ -109,7 +103,7 @@ async def test_one_shard_restarted_alone_and_readiness_per_shard() -> None:
             made = Slot(adapter=adapter, build=lambda: adapter)
             checks = adapter_checks([made])
             assert {"adapter:discord:shard:0", "adapter:discord:shard:1"} <= set(checks)
-            await until(adapter.ready)
+            await until(adapter.ready, limit=60)
             shard0 = discord._shard_ws[0]
             before = len(discord.identifies)
 
@@ -117,7 +111,7 @@ async def test_one_shard_restarted_alone_and_readiness_per_shard() -> None:
             await discord.wait_for(lambda: len(discord.identifies) == before + 1, limit=60)
             assert discord.identifies[-1][1] == 1, "only shard 1 identified again"
             assert discord._shard_ws[0] is shard0 and not shard0.closed, "shard 0 untouched"
-            await until(checks["adapter:discord:shard:1"])
+            await until(checks["adapter:discord:shard:1"], limit=60)
             assert await checks["adapter:discord:shard:0"]()
             assert adapter.shards.connects == {0: 1, 1: 2}
             assert adapter.parts() == {"shard:0": True, "shard:1": True}
@@ -156,7 +150,7 @@ async def test_a_statefulset_pod_connects_the_block_its_name_picks() -> None:
             DISCORD_GATEWAY_INDEX="chorus-discord-gateway-1",
             DISCORD_GATEWAY_COUNT="2",
         ) as rig:
-            await until(rig.adapter.ready)
+            await until(rig.adapter.ready, limit=60)
             assert [s for _, s, _ in discord.identifies] == [1]
             await mention_in(discord, 1, 7004)
             (body,) = await rig.posts(channel_of(1), 1)
@@ -197,8 +191,8 @@ async def two_gateways(discord: DiscordServer, store: Redis) -> AsyncIterator[tu
             DISCORD_SHARD_COUNT=count,
         ) as b,
     ):
-        await until(a.adapter.ready)
-        await until(b.adapter.ready)
+        await until(a.adapter.ready, limit=60)
+        await until(b.adapter.ready, limit=60)
         assert a.adapter.pending is not None and b.adapter.pending is not None
         assert a.adapter.pending.holder != b.adapter.pending.holder
         yield a, b
@@ -237,7 +231,7 @@ async def test_a_slash_answer_read_by_another_gateway_is_forwarded_to_its_holder
         followups = await discord.wait_request("POST", f"/webhooks/{BOT_ID}/{token}")
         assert await logged(caplog, "answer forwarded to its gateway process")()
         await a.bus.publish(outbound, private)  # handed out again: already answered
-        await until(logged(caplog, "came after its follow-up; dropped"))
+        await until(logged(caplog, "came after its follow-up; dropped"), limit=60)
         ordinary = Reply(conversation=command.conversation, text="hello all", reply_to_id="99")
         await a.bus.publish(outbound, ordinary)
         (post,) = await a.posts(CHANNEL_ID, 1)
@@ -272,8 +266,8 @@ async def test_an_answer_for_a_gateway_that_is_gone_is_dropped_not_posted(
             await a.bus.publish(
                 outbound, Reply(conversation=conversation, text=text, reply_to_id=held)
             )
-        await until(logged(caplog, "is gone; its answer is dropped, not posted"))
-        await until(logged(caplog, "came after its follow-up; dropped"))
+        await until(logged(caplog, "is gone; its answer is dropped, not posted"), limit=60)
+        await until(logged(caplog, "came after its follow-up; dropped"), limit=60)
         ordinary = Reply(conversation=conversation, text="hello all", reply_to_id="99")
         await a.bus.publish(outbound, ordinary)
         (post,) = await a.posts(CHANNEL_ID, 1)

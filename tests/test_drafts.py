@@ -7,7 +7,7 @@ bus is the real in-process one."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from bot.bus.base import InProcessBus
@@ -15,6 +15,7 @@ from bot.bus.topics import outbound_topic
 from bot.events import Author, ChatMessage, ConversationKey, Outbound, Reply, ReplyDraft
 from bot.platform.streaming import LiveAnswers
 from bot.router.drafts import DraftPolicy, Drafts
+from tests.waiting import until
 
 CONV = ConversationKey(platform="discord", channel="c1")
 
@@ -171,15 +172,6 @@ def reply(text: str, reply_to: str = "m1") -> Reply:
     return Reply(conversation=CONV, text=text, reply_to_id=reply_to)
 
 
-async def until(predicate: Callable[[], bool]) -> None:
-    """Until ``predicate`` holds (the view's task runs between the checks)."""
-    async with asyncio.timeout(5):
-        while True:
-            if predicate():
-                return
-            await asyncio.sleep(0.005)
-
-
 async def test_the_latest_draft_wins_while_a_view_waits_and_the_final_replaces_them() -> None:
     views: list[View] = []
 
@@ -192,7 +184,7 @@ async def test_the_latest_draft_wins_while_a_view_waits_and_the_final_replaces_t
         live.draft(draft(f"text {n}", n))
     (view,) = views
     view.gate.set()
-    await until(lambda: bool(view.shown))
+    await until(lambda: bool(view.shown), every=0.005)
     assert view.shown == ["text 5"]
     assert await live.finish(reply("final"))
     assert view.finished == ["final"] and live.active == 0

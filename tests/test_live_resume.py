@@ -20,7 +20,8 @@ from bot.state import connect
 from bot.state.draft_messages import LiveMessages
 from tests.loopback.slack_server import SlackServer
 from tests.slack_rig import BOT_TOKEN, slack_settings
-from tests.test_drafts import CONV, View, draft, reply, until
+from tests.test_drafts import CONV, View, draft, reply
+from tests.waiting import until
 
 
 class Clock:
@@ -56,7 +57,7 @@ async def test_a_restarted_gateway_puts_the_final_into_the_message_it_left(
         first: list[View] = []
         crashed = process(store, first)
         crashed.draft(draft("the first words", 1, "r1"))
-        await until(lambda: bool(first and first[0].shown))
+        await until(lambda: bool(first and first[0].shown), every=0.005)
         await until_saved(redis, store, "r1")
         assert await saved(redis, store, "r1") == '{"id":"msg-1"}'
         assert 0 < await redis.ttl(store.key(answer_key(CONV, "r1"))) <= 900  # kept 15 minutes
@@ -83,7 +84,7 @@ async def test_drafts_after_a_restart_resume_the_message_too(redis_url: str, key
         second: list[View] = []
         restarted = process(store, second)
         restarted.draft(draft("early and later", 2, "r2"))
-        await until(lambda: bool(second and second[0].shown))
+        await until(lambda: bool(second and second[0].shown), every=0.005)
         assert second[0].resumed == {"id": "msg-1"}  # the old message, not a new one
         assert await restarted.finish(reply("final", "r2"))
         assert second[0].finished == ["final"] and len(second) == 1
@@ -130,7 +131,7 @@ async def test_no_lookup_for_answers_that_were_never_streamed_or_after_the_ttl(
         assert not await live.finish(reply("final", "r4")) and views == []
         await store.save(answer_key(CONV, "r7"), {"id": "old too"})
         live.draft(draft("a new answer's first words", 1, "r7"))
-        await until(lambda: bool(views and views[0].shown))
+        await until(lambda: bool(views and views[0].shown), every=0.005)
         assert views[0].resumed is None  # no lookup for drafts either
         await live.aclose()
     finally:
@@ -143,7 +144,7 @@ async def test_redis_away_costs_the_resume_never_the_answer() -> None:
     views: list[View] = []
     live = process(store, views)
     live.draft(draft("shown anyway", 1, "r6"))
-    await until(lambda: bool(views and views[0].shown))
+    await until(lambda: bool(views and views[0].shown), every=0.005)
     assert await live.finish(reply("final", "r6"))
     assert views[0].finished == ["final"] and store.failures >= 1
     await dead.aclose()

@@ -20,9 +20,9 @@ from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.discord_moderation import MODERATOR_PERMISSIONS, member_payload
 from tests.loopback.discord_server import CHANNEL_ID, DiscordServer, plain_message
 from tests.moderation_rigs import guild_with_bot
-from tests.test_admin_browser_e2e import until
 from tests.test_chat_e2e import base_env, spawn_chorus, stopped
 from tests.test_forget_streams_e2e import person
+from tests.waiting import until
 
 pytestmark = pytest.mark.e2e
 
@@ -87,7 +87,7 @@ async def test_a_link_poster_is_deleted_warned_and_timed_out_on_discord(
                     acts = [e for e in found if e.direction == "act"]
                     return acts if len(acts) >= 4 else []
 
-                acts = await until(audited)
+                acts = await until(audited, limit=LIMIT)
             finally:
                 await store.aclose()
             assert [(e.rule, e.action) for e in acts] == [
@@ -151,7 +151,7 @@ async def test_without_manage_messages_the_gap_is_logged_once_and_discord_never_
                     acts = [e for e in found if e.direction == "act"]
                     return acts if len(acts) >= 8 else []  # five deletions, three timeouts
 
-                acts = await until(audited)
+                acts = await until(audited, limit=LIMIT)
             finally:
                 await store.aclose()
             assert {e.action for e in acts} == {"missing_permission"}

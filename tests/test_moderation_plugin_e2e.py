@@ -29,11 +29,12 @@ from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.twitch_server import TwitchServer
 from tests.moderation_rigs import TWITCH_SCOPES
 from tests.redis_server import free_port
-from tests.test_admin_browser_e2e import TOKEN, dashboard_up, until
+from tests.test_admin_browser_e2e import TOKEN, dashboard_up
 from tests.test_chat_e2e import base_env, spawn_chorus, stopped
 from tests.test_live_pause_e2e import line, subscribed
 from tests.test_twitch_e2e import BOT_ID, BOT_LOGIN, CHAT
 from tests.test_twitch_reconnect_e2e import twitch_env
+from tests.waiting import until
 
 pytestmark = pytest.mark.e2e
 
@@ -118,7 +119,7 @@ async def test_links_are_deleted_warned_then_timed_out_and_the_dashboard_undoes_
         failure: Exception | None = None
         try:
             await twitch.wait_until(lambda: subscribed(twitch) == 4, LIMIT)
-            await until(lambda: dashboard_up(base))
+            await until(lambda: dashboard_up(base), limit=LIMIT)
             await link(ids[0])
             await twitch.wait_until(lambda: any("please stop" in s for s in said(twitch)), LIMIT)
             await twitch.wait_until(lambda: ids[0] not in twitch.chat_messages[channel_id], LIMIT)
@@ -150,7 +151,7 @@ async def test_links_are_deleted_warned_then_timed_out_and_the_dashboard_undoes_
                     await page.goto(f"{base}/moderation")
                     return await page.locator(f"button[data-undo='{viewer}']").count() == 1
 
-                await until(listed)
+                await until(listed, limit=LIMIT)
                 rows = page.locator("#actions tr.act")
                 assert await rows.count() == 4  # three deletions and the timeout
                 assert "rule:links" in await page.content()
@@ -163,7 +164,7 @@ async def test_links_are_deleted_warned_then_timed_out_and_the_dashboard_undoes_
                     await page.goto(f"{base}/moderation")
                     return "lifted" in await page.locator("#actions").inner_text()
 
-                await until(undone)
+                await until(undone, limit=LIMIT)
                 assert await page.locator("button[data-undo]").count() == 0
                 await browser.close()
         except Exception as exc:
@@ -215,7 +216,7 @@ async def test_without_moderator_status_the_gap_is_logged_once_and_not_retried(
                     acts = [e for e in found if e.direction == "act"]
                     return acts if len(acts) >= 8 else []
 
-                acts = await until(answered)
+                acts = await until(answered, limit=LIMIT)
             finally:
                 await store.aclose()
             assert {(e.rule, e.action) for e in acts} == {

@@ -17,10 +17,9 @@ connection (the socket never reconnected). Deterministic and bounded (``derandom
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -39,6 +38,7 @@ from tests.slack_rig import mention as slack_mention
 from tests.test_payload_fuzz_http import SLACK, slack_junk
 from tests.test_twitch_e2e import CHANNEL, CHAT, chat_event, rig, server, twitch_env  # noqa: F401  (fixtures)
 from tests.test_twitch_e2e import Rig as TwitchRig
+from tests.waiting import until
 
 FUZZ = settings(
     derandomize=True,
@@ -47,12 +47,6 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 _numbers = itertools.count(1)
-
-
-async def _until(predicate: Callable[[], bool], limit: float = 10.0) -> None:
-    async with asyncio.timeout(limit):
-        while not predicate():  # noqa: ASYNC110 (published by a consumer task: no event here)
-            await asyncio.sleep(0.005)
 
 
 # -- Discord ---------------------------------------------------------------------------------------
@@ -104,7 +98,7 @@ async def test_discord_gateway_survives_mutated_dispatches(
     with escapes() as caught:
         await bot.server.dispatch(event, junk)
         await bot.server.dispatch("MESSAGE_CREATE", mention(900_000_000_000_000_000 + n, sentinel))
-        await _until(lambda: any(m.text.endswith(sentinel) for m in bot.seen))
+        await until(lambda: any(m.text.endswith(sentinel) for m in bot.seen), every=0.005)
     assert caught.take() == [], (event, junk)
     assert bot.server.connections == 1, "the gateway connection stayed up"
 
@@ -154,7 +148,7 @@ async def test_twitch_eventsub_survives_mutated_notifications(
     with escapes() as caught:
         await bot.server.notify(kind, junk)
         assert await bot.server.notify(CHAT, chat_event(f"sentinel-{n}", sentinel)) == 1
-        await _until(lambda: any(m.text == sentinel for m in bot.seen))
+        await until(lambda: any(m.text == sentinel for m in bot.seen), every=0.005)
     assert caught.take() == [], (kind, junk)
     assert len(bot.server.connections) == connections, "the EventSub socket stayed up"
 
@@ -173,7 +167,7 @@ async def test_twitchio_parse_failures_are_one_warning_a_minute_and_counted(
         for n in range(3):
             await bot.server.notify(CHAT, dict(broken, message_id=f"broken-{n}"))
         assert await bot.server.notify(CHAT, chat_event("after-broken", "still here")) == 1
-        await _until(lambda: any(m.text == "still here" for m in bot.seen))
+        await until(lambda: any(m.text == "still here" for m in bot.seen), every=0.005)
     assert guard.skipped - before == 3
     skipped = [r for r in caplog.records if "twitch notification skipped" in r.getMessage()]
     assert len(skipped) == 1 and skipped[0].levelno == logging.WARNING

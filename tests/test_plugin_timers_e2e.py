@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 from bot.state import connect, keys
 from tests.loopback.anthropic_server import AnthropicServer
 from tests.test_chat_e2e import spawn_chorus
 from tests.test_worker_takeover_e2e import worker_env
+from tests.waiting import until
 
 PERIOD_MS = 2000
 PLUGIN = "tests.plugin_samples.ticker"
@@ -26,15 +26,6 @@ def firings(log: Path) -> list[tuple[int, int]]:
         return []
     rows = [line.split() for line in log.read_text().splitlines() if line.strip()]
     return [(int(row[0]), int(row[1])) for row in rows]
-
-
-async def until(check: Callable[[], bool], limit: float = 90) -> None:
-    """Poll ``check`` (a file another process writes) for up to ``limit`` seconds."""
-    for _ in range(round(limit * 10)):
-        if check():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"not within {limit} s")
 
 
 async def test_a_timer_fires_once_per_period_across_workers_and_survives_a_kill(
@@ -50,14 +41,14 @@ async def test_a_timer_fires_once_per_period_across_workers_and_survives_a_kill(
         }
         workers = [await spawn_chorus(["run", "--role", "worker"], env, tmp_path) for _ in range(3)]
         try:
-            await until(lambda: len(firings(log)) >= 6)
+            await until(lambda: len(firings(log)) >= 6, limit=90)
             before = firings(log)
             victim_pid = before[-1][1]
             victim = next(w for w in workers if w.pid == victim_pid)
             victim.send_signal(signal.SIGKILL)
             await victim.wait()
             killed_at = len(firings(log))
-            await until(lambda: len(firings(log)) >= killed_at + 4)
+            await until(lambda: len(firings(log)) >= killed_at + 4, limit=90)
         finally:
             for worker in workers:
                 if worker.returncode is None:

@@ -26,7 +26,8 @@ from bot.router.text_commands import Commands
 from bot.settings import settings_from
 from bot.state import connect
 from bot.state.history import HistoryStore
-from tests.test_router_shutdown import GatedModel, until
+from tests.test_router_shutdown import GatedModel
+from tests.waiting import until
 
 LIMIT, TOPIC_SIZE, CONCURRENCY = 8, 4, 2
 CONVERSATIONS, TOTAL = 5, 100
@@ -81,7 +82,9 @@ async def test_a_burst_blocks_publish_and_the_router_never_holds_more_than_its_l
     try:
         # Blocked model: the router fills up to its limit, then the topic fills, then publish
         # waits. Nothing the router holds is ever more than the limit.
-        await until(lambda: router.in_flight == LIMIT and len(published) == LIMIT + TOPIC_SIZE)
+        await until(
+            lambda: router.in_flight == LIMIT and len(published) == LIMIT + TOPIC_SIZE, every=0
+        )
         assert len(model.requests) <= CONCURRENCY  # (a request is recorded once answered)
         assert router.queued == LIMIT - CONCURRENCY
         assert bus.backlog()[(INBOUND, "agent")][0] == TOPIC_SIZE  # the topic is full
@@ -116,7 +119,7 @@ async def test_the_turns_in_flight_gauge_counts_running_and_queued_messages(key_
     async with app:
         for n in range(3):  # one conversation: one runs, two wait behind it
             await app.bus.publish(INBOUND, _message(key_tag, n, "c"))
-        await until(lambda: app.router.in_flight == 3)
+        await until(lambda: app.router.in_flight == 3, every=0)
         assert isinstance(app.metrics, Metrics)
         rendered = (await app.metrics.render())[0].decode()
         model.gate.set()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable
 from typing import cast
 
 import pytest
@@ -34,6 +33,7 @@ from bot.router.core import Router, RouterLimits
 from bot.router.text_commands import Commands
 from bot.state import keys
 from bot.state.history import HistoryStore
+from tests.waiting import until
 
 CLAIM_LEASE_MS = 60_000  # long: a takeover that waited for it would blow every limit below
 
@@ -117,13 +117,6 @@ async def _pending(redis: Redis, tag: str, consumer: str) -> dict[str, int]:
     }
 
 
-async def until(predicate: Callable[[], bool]) -> None:
-    """Let the in-process tasks run (each step yields once) until ``predicate`` holds."""
-    async with asyncio.timeout(10):
-        for _ in iter(predicate, True):
-            await asyncio.sleep(0)
-
-
 async def _next_worker(redis: Redis, tag: str, publisher: RedisStreamsBus) -> list[Reply]:
     """A second worker ("w2", a model that answers at once) until both messages are answered
     and every inbound entry is acked; the two replies."""
@@ -158,7 +151,7 @@ async def test_a_turn_in_progress_finishes_within_the_grace_and_nothing_new_is_t
     await asyncio.wait_for(model.started.wait(), 20)
 
     stopping = asyncio.create_task(first.shutdown(grace=60))
-    await until(lambda: first.admission.closed)
+    await until(lambda: first.admission.closed, every=0)
     await publisher.publish(INBOUND, _message(key_tag, 2))  # for whoever reads next
     model.gate.set()
     await asyncio.wait_for(stopping, 20)
@@ -226,10 +219,12 @@ async def test_a_commit_in_progress_is_not_cut_by_the_shutdown(redis: Redis, key
     router = _router(redis, bus, GatedModel("solo", open_gate=True))
     running = asyncio.create_task(router.run())
     await bus.publish(INBOUND, _message(key_tag, 1))
-    await until(lambda: bus.backlog().get((outbound, "")) == (1, 1))  # 1 queued, 1 publishing
+    await until(
+        lambda: bus.backlog().get((outbound, "")) == (1, 1), every=0
+    )  # 1 queued, 1 publishing
 
     stopping = asyncio.create_task(router.shutdown(grace=0))
-    await until(lambda: router.admission.closed)
+    await until(lambda: router.admission.closed, every=0)
     await asyncio.sleep(0.3)  # the turn is cancelled over and over meanwhile (every 0.1 s)
     assert not stopping.done(), "the stop waits for the commit in flight"
     replies = bus.consume(outbound, Reply, group="console")

@@ -23,7 +23,6 @@ import json
 import re
 import signal
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,22 +38,11 @@ from tests.loopback.slack_server import CLIENT_ID, CLIENT_SECRET, SlackServer
 from tests.redis_server import free_port
 from tests.slack_rig import SECRET, fixture, post_signed
 from tests.test_chat_e2e import ROOT, base_env, spawn_chorus, stopped
+from tests.waiting import until
 
 pytestmark = pytest.mark.e2e
 
 LIMIT = 90.0  # generous: a loaded 2-core machine; every wait ends as soon as its event happens
-
-
-async def _until(check: Callable[[], Awaitable[bool]], what: str | Callable[[], str]) -> None:
-    """Poll ``check`` until it holds; fail naming ``what`` after ``LIMIT`` seconds."""
-    try:
-        async with asyncio.timeout(LIMIT):
-            while True:
-                if await check():
-                    return
-                await asyncio.sleep(0.1)
-    except TimeoutError:
-        pytest.fail(f"not within {LIMIT} s: {what if isinstance(what, str) else what()}")
 
 
 async def _until_listening(base: str, proc: asyncio.subprocess.Process) -> None:
@@ -66,7 +54,7 @@ async def _until_listening(base: str, proc: asyncio.subprocess.Process) -> None:
         except aiohttp.ClientConnectionError:
             return False
 
-    await _until(up, "the Slack endpoint listens")
+    await until(up, what="the Slack endpoint listens", limit=LIMIT)
 
 
 async def _install(base: str, team: str) -> str:
@@ -238,7 +226,7 @@ async def test_two_workspaces_install_answer_with_their_own_tokens_and_one_unins
             async def tokens_gone() -> bool:
                 return not await redis.exists(keys.slack_install(team_a))
 
-            await _until(tokens_gone, "workspace A's tokens are deleted")
+            await until(tokens_gone, what="workspace A's tokens are deleted", limit=LIMIT)
             assert await redis.exists(keys.slack_install(team_b))
 
             left: set[str] = set()
@@ -254,7 +242,9 @@ async def test_two_workspaces_install_answer_with_their_own_tokens_and_one_unins
                 )
                 return not left
 
-            await _until(data_gone, lambda: f"workspace A's data is deleted; left: {left}")
+            await until(
+                data_gone, what=lambda: f"workspace A's data is deleted; left: {left}", limit=LIMIT
+            )
             assert await _keys_with(redis, f"hist:slack:{chan_b}"), "B's history is kept"
 
             # -- B goes on; A's next mention is not taken --------------------------------------
@@ -376,7 +366,7 @@ async def test_an_org_wide_install_answers_every_workspace_of_the_org_with_the_o
             async def tokens_gone() -> bool:
                 return not await redis.exists(keys.slack_install(f"org-{org}"))
 
-            await _until(tokens_gone, "the org's tokens are deleted")
+            await until(tokens_gone, what="the org's tokens are deleted", limit=LIMIT)
             left: set[str] = set()
 
             async def data_gone() -> bool:
@@ -388,7 +378,11 @@ async def test_an_org_wide_install_answers_every_workspace_of_the_org_with_the_o
                 )
                 return not left
 
-            await _until(data_gone, lambda: f"the org's workspaces' data is deleted; left: {left}")
+            await until(
+                data_gone,
+                what=lambda: f"the org's workspaces' data is deleted; left: {left}",
+                limit=LIMIT,
+            )
             again = _org_wide(_mention(team_1, chan_1, user_1, "UX", 2), org, "UB")
             status, text = await _post(events, again)
             assert status == 200 and "reinstall" in text.lower(), (status, text)

@@ -5,7 +5,6 @@ sleep and the clock are injected, so no test waits."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
@@ -13,6 +12,7 @@ from bot.platform.protocol import PlatformAdapter
 from bot.platform.supervisor import Slot, State, Supervisor
 from bot.resilience import RetryPolicy
 from bot.settings import ConfigError
+from tests.waiting import until
 
 POLICY = RetryPolicy(base_delay=1.0, max_delay=8.0, jitter=0.0)  # exact delays: 1, 2, 4, 8, 8
 
@@ -80,13 +80,6 @@ def supervisor(slots: list[Slot], sleeps: list[float], clock: Clock | None = Non
     )
 
 
-async def until(predicate: Callable[[], bool]) -> None:
-    """Let the supervisor's tasks run (each step yields once) until ``predicate`` holds."""
-    async with asyncio.timeout(5):
-        for _ in iter(predicate, True):
-            await asyncio.sleep(0)
-
-
 async def test_a_crashing_adapter_is_rebuilt_with_growing_backoff_and_the_other_keeps_running() -> (
     None
 ):
@@ -97,7 +90,7 @@ async def test_a_crashing_adapter_is_rebuilt_with_growing_backoff_and_the_other_
     first = youtube.adapter
     sup = supervisor([youtube, discord], sleeps)
     task = asyncio.create_task(sup.run())
-    await until(lambda: youtube.restarts == 3 and youtube.state is State.RUNNING)
+    await until(lambda: youtube.restarts == 3 and youtube.state is State.RUNNING, every=0)
     assert sleeps == [1.0, 2.0, 4.0]
     assert youtube.adapter is not first and isinstance(first, Scripted) and first.closed.is_set()
     assert log.count("discord:run") == 1 and discord.state is State.RUNNING
@@ -113,7 +106,7 @@ async def test_a_finished_adapter_is_restarted_so_it_finds_the_next_broadcast() 
     youtube = slot("youtube", ["finish", "run"], log)
     sup = supervisor([youtube], sleeps)
     task = asyncio.create_task(sup.run())
-    await until(lambda: log == ["youtube:finish", "youtube:run"])
+    await until(lambda: log == ["youtube:finish", "youtube:run"], every=0)
     assert youtube.restarts == 1 and sleeps == [1.0]
     await sup.aclose()
     task.cancel()
@@ -127,7 +120,7 @@ async def test_the_backoff_starts_over_after_a_healthy_run() -> None:
     twitch = slot("twitch", ["crash", "crash", "crash-late", "crash", "run"], log, clock)
     sup = supervisor([twitch], sleeps, clock)
     task = asyncio.create_task(sup.run())
-    await until(lambda: twitch.restarts == 4)
+    await until(lambda: twitch.restarts == 4, every=0)
     assert sleeps == [1.0, 2.0, 1.0, 2.0]  # the third crash came after a healthy minute
     await sup.aclose()
     await asyncio.wait_for(task, 5)
@@ -140,7 +133,7 @@ async def test_a_misconfigured_adapter_fails_alone_and_says_why_on_readiness() -
     slack = slot("slack", ["run"], log)
     sup = supervisor([discord, slack], sleeps)
     task = asyncio.create_task(sup.run())
-    await until(lambda: discord.state is State.FAILED)
+    await until(lambda: discord.state is State.FAILED, every=0)
     await asyncio.sleep(0)
     assert log.count("discord:config") == 1 and sleeps == []  # never retried
     assert discord.error is not None and "DISCORD_TOKEN" in discord.error

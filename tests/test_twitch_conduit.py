@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -25,6 +25,7 @@ from bot.state.conduits import RedisConduitStore
 from tests.loopback.twitch_server import CLIENT_ID, TwitchServer
 from tests.platform_env import adapter_from_env
 from tests.test_twitch_e2e import BOT_ID, CHANNEL, CHANNEL_LOGIN, server, twitch_env
+from tests.waiting import until
 
 __all__ = ["server", "twitch_env"]  # fixtures used here
 WAIT = 30.0
@@ -98,13 +99,6 @@ async def gateways(
         await redis2.aclose()
 
 
-async def eventually(check: Callable[[], bool], limit: float = WAIT) -> None:
-    """Poll ``check``: it reads the adapters' state, which no server event announces."""
-    async with asyncio.timeout(limit):
-        while not check():  # noqa: ASYNC110 (another task's state: no event to await)
-            await asyncio.sleep(0.05)
-
-
 def _patches(server: TwitchServer) -> int:
     return len([r for r in server.requests if r.method == "PATCH"])
 
@@ -132,7 +126,7 @@ async def test_shards_split_survive_drops_and_handovers_and_move_on_a_clean_stop
         assert a is not None and b is not None
         return len(a.sessions) == 2 and len(b.sessions) == 2 and len(server.shard_sessions()) == 4
 
-    await eventually(split)
+    await until(split, limit=WAIT)
     assert sorted(first.conduit.sessions) == [0, 1] and sorted(second.conduit.sessions) == [2, 3]
 
     conduit = first.conduit.conduit_id
@@ -141,14 +135,14 @@ async def test_shards_split_survive_drops_and_handovers_and_move_on_a_clean_stop
     conn = server._live(old)
     assert conn is not None
     await conn.ws.close(code=WSCloseCode.GOING_AWAY)
-    await eventually(lambda: server.shard_sessions().get(f"{conduit}/3", old) != old)
-    await eventually(lambda: len(server.shard_sessions()) == 4)
+    await until(lambda: server.shard_sessions().get(f"{conduit}/3", old) != old, limit=WAIT)
+    await until(lambda: len(server.shard_sessions()) == 4, limit=WAIT)
 
     # Twitch moves shard 0 with a session_reconnect: the shard follows, nothing is re-PATCHed
     patches = _patches(server)
     session0 = first.conduit.sessions[0]
     await server.reconnect(session0)
-    await eventually(lambda: session0 not in server.live_sessions())
+    await until(lambda: session0 not in server.live_sessions(), limit=WAIT)
     key0 = f"{conduit}/0"
     assert server.shard_sessions()[key0] != session0
     await asyncio.sleep(2 * first.settings.shard_lease_seconds / 3)  # two ticks go by
@@ -162,7 +156,7 @@ async def test_shards_split_survive_drops_and_handovers_and_move_on_a_clean_stop
         assert second.conduit is not None
         return len(second.conduit.sessions) == 4 and len(server.shard_sessions()) == 4
 
-    await eventually(moved)
+    await until(moved, limit=WAIT)
     assert await second.ready()
 
 
@@ -179,7 +173,9 @@ async def test_channels_joined_and_left_at_run_time_follow_the_store(
     caplog.set_level(logging.ERROR, logger="chorus.twitch.conduit")
     await store.join_channel(CLIENT_ID, OTHER_LOGIN)
     await store.leave_channel(CLIENT_ID, CHANNEL_LOGIN)
-    await eventually(lambda: server.conduit_subscribed(CHANNEL) == set() and bool(caplog.records))
+    await until(
+        lambda: server.conduit_subscribed(CHANNEL) == set() and bool(caplog.records), limit=WAIT
+    )
     assert first.channels == {OTHER: OTHER_LOGIN}
     assert server.conduit_subscribed(OTHER) == set()  # refused: no channel:bot, not a mod
     refused = [r.getMessage() for r in caplog.records if "has not granted" in r.getMessage()]
@@ -187,7 +183,7 @@ async def test_channels_joined_and_left_at_run_time_follow_the_store(
     # the broadcaster makes the bot a moderator; joining again subscribes it
     server.moderators[OTHER] = {BOT_ID}
     await store.join_channel(CLIENT_ID, OTHER_LOGIN)
-    await eventually(lambda: "channel.chat.message" in server.conduit_subscribed(OTHER))
+    await until(lambda: "channel.chat.message" in server.conduit_subscribed(OTHER), limit=WAIT)
 
 
 @pytest.mark.parametrize(
@@ -261,20 +257,22 @@ async def test_a_gateway_started_with_another_shard_count_resizes_the_conduit(
         second = await gateway(6)  # grows it: 6 shards, each on a socket, split 3 and 3
         assert len(conduit.shards) == 6
         assert resizes() == [{"id": conduit.id, "shard_count": "6"}]
-        await eventually(
+        await until(
             lambda: (
                 len(server.shard_sessions()) == 6 and held(first, second) == [[0, 1, 2], [3, 4, 5]]
-            )
+            ),
+            limit=WAIT,
         )
         assert first.conduit.shard_count == 6  # learnt from the store, not restarted
 
         third = await gateway(3)  # shrinks it: shards 3..5 dropped, 0..2 kept on a socket
         assert len(conduit.shards) == 3 and resizes()[-1]["shard_count"] == "3"
-        await eventually(
+        await until(
             lambda: (
                 len(server.shard_sessions()) == 3
                 and sorted(sum(held(first, second, third), [])) == [0, 1, 2]
-            )
+            ),
+            limit=WAIT,
         )
         assert {len(s) for s in held(first, second, third)} == {1}
         assert len(server.conduits) == 1

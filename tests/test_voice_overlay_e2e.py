@@ -17,13 +17,11 @@ the page and its events answer 403 with an empty body.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import signal
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +44,7 @@ from tests.test_chat_e2e import ROOT, base_env, spawn_chorus, stopped
 from tests.test_live_pause_e2e import channel, line, subscribed
 from tests.test_twitch_e2e import BOT_ID, BOT_LOGIN, CHAT, chat_event
 from tests.test_twitch_reconnect_e2e import twitch_env
+from tests.waiting import until
 
 pytestmark = pytest.mark.e2e
 
@@ -65,16 +64,6 @@ SENTENCES = [
     "It was made from a photo of a Justin.tv employee long ago and is still everywhere today "
     "in every channel you visit on the site.",
 ]
-
-
-async def until(check: Callable[[], Awaitable[Any]], limit: float = LIMIT) -> Any:
-    deadline = time.monotonic() + limit
-    while True:
-        found = await check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
 
 
 async def state(page: Page) -> dict[str, Any]:
@@ -141,7 +130,7 @@ async def test_the_overlay_speaks_answers_cheers_and_obeys_moderators(
         try:
             await twitch.wait_until(lambda: subscribed(twitch) >= 1, LIMIT)
 
-            await until(lambda: dashboard_up(base))
+            await until(lambda: dashboard_up(base), limit=LIMIT)
             key = await OverlayKeys(real_redis).get(conv)
             page_url = f"{base}/overlay/{conv}"
 
@@ -164,14 +153,14 @@ async def test_the_overlay_speaks_answers_cheers_and_obeys_moderators(
                     "() => [getComputedStyle(document.body).backgroundColor, "
                     "getComputedStyle(document.body).overflow]"
                 ) == ["rgba(0, 0, 0, 0)", "hidden"]
-                await until(lambda: real_redis.exists(keys.voice_watching(conv)))
+                await until(lambda: real_redis.exists(keys.voice_watching(conv)), limit=LIMIT)
 
                 # 1. A mention, answered as it streams: spoken sentence by sentence.
                 model.replies.append({"text": ANSWER, "chunk_delay": 0.4})
                 pieces = len(_pieces(ANSWER))
                 event = line(channel, f"{tag}-m1", "what is Kappa?", f"{tag}1", mention=True)
                 assert await twitch.notify(CHAT, event)
-                await until(lambda: _started(page))
+                await until(lambda: _started(page), limit=LIMIT)
                 chunks_when_speaking = len(model.chunk_times)
                 assert chunks_when_speaking < pieces, "speech started before the last chunk"
                 # The line being answered is on screen with the answer as it is spoken.
@@ -179,7 +168,7 @@ async def test_the_overlay_speaks_answers_cheers_and_obeys_moderators(
                 assert await page.inner_text("#who") == f"fan{tag}1"
                 assert "what is Kappa?" in await page.inner_text("#said")
                 assert (await page.inner_text("#answer")).startswith(SENTENCES[0])
-                done = await until(lambda: _played(page, 3))
+                done = await until(lambda: _played(page, 3), limit=LIMIT)
                 assert [item["text"] for item in done[:3]] == SENTENCES
                 for item in done[:3]:
                     assert item["ended"] is True
@@ -196,7 +185,7 @@ async def test_the_overlay_speaks_answers_cheers_and_obeys_moderators(
                     channel, f"{tag}-c1", "Cheer500 love the stream", f"{tag}2", cheer={"bits": 500}
                 )
                 assert await twitch.notify(CHAT, cheer)
-                played = await until(lambda: _played(page, 4))
+                played = await until(lambda: _played(page, 4), limit=LIMIT)
                 assert played[3]["text"].startswith(f"Fan{tag}2 cheered 500 bits")
                 assert played[3]["ended"] is True
                 bad = viewer_line(
@@ -211,7 +200,7 @@ async def test_the_overlay_speaks_answers_cheers_and_obeys_moderators(
                     cheer={"bits": 600},
                 )
                 assert await twitch.notify(CHAT, after)
-                played = await until(lambda: _played(page, 5))
+                played = await until(lambda: _played(page, 5), limit=LIMIT)
                 assert played[4]["text"].startswith(f"Fan{tag}4 cheered 600 bits")
                 assert not any(BLOCKED in text for _, text in speech.texts)
 
@@ -225,11 +214,11 @@ async def test_the_overlay_speaks_answers_cheers_and_obeys_moderators(
                     cheer={"bits": 700},
                 )
                 assert await twitch.notify(CHAT, long_cheer)
-                await until(lambda: _started(page, 6))
+                await until(lambda: _started(page, 6), limit=LIMIT)
                 skip_sent = time.monotonic()
                 moderator = line(channel, f"{tag}-s1", "!skip", f"{tag}6")  # moderator badge
                 assert await twitch.notify(CHAT, moderator)
-                skipped = await until(lambda: _skipped(page, 1))
+                skipped = await until(lambda: _skipped(page, 1), limit=LIMIT)
                 print(
                     f"!skip stopped the item {time.monotonic() - skip_sent:.2f}s after it was sent"
                 )
@@ -240,7 +229,7 @@ async def test_the_overlay_speaks_answers_cheers_and_obeys_moderators(
                 assert await twitch.notify(
                     CHAT, line(channel, f"{tag}-p1", "!tts pause", f"{tag}6")
                 )
-                await until(lambda: _paused(real_redis, conv))
+                await until(lambda: _paused(real_redis, conv), limit=LIMIT)
                 asked_before = len(speech.texts)
                 paused_cheer = viewer_line(
                     channel, f"{tag}-c5", "Cheer800 while paused", f"{tag}7", cheer={"bits": 800}
@@ -249,12 +238,12 @@ async def test_the_overlay_speaks_answers_cheers_and_obeys_moderators(
                 assert await twitch.notify(
                     CHAT, line(channel, f"{tag}-p2", "!tts resume", f"{tag}6")
                 )
-                await until(lambda: _unpaused(real_redis, conv))
+                await until(lambda: _unpaused(real_redis, conv), limit=LIMIT)
                 resumed = viewer_line(
                     channel, f"{tag}-c6", "Cheer900 after resume", f"{tag}8", cheer={"bits": 900}
                 )
                 assert await twitch.notify(CHAT, resumed)
-                played = await until(lambda: _played(page, 6))
+                played = await until(lambda: _played(page, 6), limit=LIMIT)
                 assert played[5]["text"].startswith(f"Fan{tag}8 cheered 900 bits")
                 assert all("while paused" not in text for _, text in speech.texts[asked_before:])
 
@@ -263,7 +252,7 @@ async def test_the_overlay_speaks_answers_cheers_and_obeys_moderators(
                 model.replies.append("Still here. Speaking locally now.")
                 event = line(channel, f"{tag}-m2", "are you there?", f"{tag}1", mention=True)
                 assert await twitch.notify(CHAT, event)
-                played = await until(lambda: _played(page, 8))
+                played = await until(lambda: _played(page, 8), limit=LIMIT)
                 assert [p["provider"] for p in played[6:8]] == ["espeak", "espeak"]
                 assert [p["text"] for p in played[6:8]] == ["Still here.", "Speaking locally now."]
                 assert all(p["ended"] and p["duration"] > 0.3 for p in played[6:8])
@@ -356,7 +345,7 @@ async def test_a_super_chat_on_youtube_is_read_aloud_with_the_viewers_name(
                 lambda: bool(stream.calls) and stream.calls[0].responses >= 1, LIMIT
             )
 
-            await until(lambda: dashboard_up(base))
+            await until(lambda: dashboard_up(base), limit=LIMIT)
             key = await OverlayKeys(real_redis).get(conv)
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(
@@ -369,7 +358,7 @@ async def test_a_super_chat_on_youtube_is_read_aloud_with_the_viewers_name(
                 )
                 page = await browser.new_page()
                 await page.goto(f"{base}/overlay/{conv}?key={key}")
-                await until(lambda: real_redis.exists(keys.voice_watching(conv)))
+                await until(lambda: real_redis.exists(keys.voice_watching(conv)), limit=LIMIT)
                 items = [
                     item
                     for item in _youtube_items()
@@ -381,7 +370,7 @@ async def test_a_super_chat_on_youtube_is_read_aloud_with_the_viewers_name(
                 )
                 stream.push(*items)
                 try:
-                    played = await until(lambda: _played(page, 2))
+                    played = await until(lambda: _played(page, 2), limit=LIMIT)
                 except AssertionError:
                     print("overlay:", await state(page), "asked:", speech.texts)
                     print("calls:", [(c.responses) for c in stream.calls])

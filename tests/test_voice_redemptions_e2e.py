@@ -43,7 +43,8 @@ from tests.test_live_pause_e2e import channel, subscribed
 from tests.test_twitch_e2e import BOT_ID, BOT_LOGIN
 from tests.test_twitch_reconnect_e2e import twitch_env
 from tests.test_twitch_redemptions import redemption_event
-from tests.test_voice_overlay_e2e import LIMIT, _played, state, until
+from tests.test_voice_overlay_e2e import LIMIT, _played, state
+from tests.waiting import until
 
 pytestmark = pytest.mark.e2e
 
@@ -148,7 +149,7 @@ async def test_a_broadcaster_signs_in_and_the_chosen_rewards_redemptions_are_spo
             await twitch.wait_until(lambda: subscribed(twitch) >= 5, LIMIT)
             (sub,) = [s for s in twitch.subscriptions.values() if s.type == REDEMPTION]
             assert sub.user_id == channel_id and sub.condition["broadcaster_user_id"] == channel_id
-            await until(lambda: dashboard_up(base))
+            await until(lambda: dashboard_up(base), limit=LIMIT)
             key = await OverlayKeys(real_redis).get(conv)
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(
@@ -161,13 +162,13 @@ async def test_a_broadcaster_signs_in_and_the_chosen_rewards_redemptions_are_spo
                 )
                 page = await browser.new_page(viewport={"width": 1280, "height": 300})
                 await page.goto(f"{base}/overlay/{conv}?key={key}")
-                await until(lambda: real_redis.exists(keys.voice_watching(conv)))
+                await until(lambda: real_redis.exists(keys.voice_watching(conv)), limit=LIMIT)
 
                 # 3. The configured reward: read aloud with the viewer's name and text.
                 event = redeemed(channel, f"{tag}-r1", f"{tag}1", "Hydrate", "drink some water")
                 sent_ms = time.time() * 1000
                 assert await twitch.notify(REDEMPTION, event) == 1
-                played = await until(lambda: _played(page, 1))
+                played = await until(lambda: _played(page, 1), limit=LIMIT)
                 started_ms = (await state(page))["started"][0]["at"]
                 print(f"redemption sent -> overlay audio started: {started_ms - sent_ms:.0f} ms")
                 first = f"Fan{tag}1 redeemed Hydrate: drink some water"
@@ -183,7 +184,7 @@ async def test_a_broadcaster_signs_in_and_the_chosen_rewards_redemptions_are_spo
                 assert await twitch.notify(REDEMPTION, bad) == 1
                 after = redeemed(channel, f"{tag}-r4", f"{tag}4", "Hydrate", "after the others")
                 assert await twitch.notify(REDEMPTION, after) == 1
-                played = await until(lambda: _played(page, 2))
+                played = await until(lambda: _played(page, 2), limit=LIMIT)
                 last = f"Fan{tag}4 redeemed Hydrate: after the others"
                 assert played[1]["text"] == last, played
                 await browser.close()

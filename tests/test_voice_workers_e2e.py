@@ -28,17 +28,9 @@ from tests.loopback.anthropic_server import AnthropicServer
 from tests.test_admin_pause_workers_e2e import decided, holders
 from tests.test_chat_e2e import ROOT, spawn_chorus, stopped
 from tests.test_worker_takeover_e2e import PARTITIONS, worker_env
+from tests.waiting import until
 
 LIMIT = 90.0  # generous: a loaded 2-core machine; each wait ends as soon as its event happens
-
-
-async def until(check: Callable[[], Awaitable[Any]]) -> Any:
-    async with asyncio.timeout(LIMIT):
-        while True:
-            found = await check()
-            if found:
-                return found
-            await asyncio.sleep(0.1)  # other processes' state: a modest poll
 
 
 async def test_a_pause_holds_on_the_worker_that_takes_the_channel_over(
@@ -97,11 +89,11 @@ async def test_a_pause_holds_on_the_worker_that_takes_the_channel_over(
             await asyncio.wait_for(wait_balanced(real_redis, tag, PARTITIONS, 2), LIMIT)
             first = await answered(message("@bot hello?", mentions_bot=True))
             assert first.decision == "answered"
-            await until(lambda: _has(kinds, ("answer", "Sure thing.")))
+            await until(lambda: _has(kinds, ("answer", "Sure thing.")), limit=LIMIT)
             held = await holders(real_redis, tag)
             owner = held[publisher.partition_of(message("x"))]
             await publisher.publish(INBOUND, message("!tts pause", mod=True))
-            await until(lambda: control_is(True))
+            await until(lambda: control_is(True), limit=LIMIT)
 
             # The worker holding the channel stops; the other takes the channel over.
             stopping = [w for w in workers if owner.endswith(f"-{w.pid}")]
@@ -118,9 +110,11 @@ async def test_a_pause_holds_on_the_worker_that_takes_the_channel_over(
             assert await kinds() == before, "nothing spoken while paused"
 
             await publisher.publish(INBOUND, message("!tts resume", mod=True))
-            await until(lambda: control_is(False))
+            await until(lambda: control_is(False), limit=LIMIT)
             await publisher.publish(INBOUND, cheer("Cheer500 after resume"))
-            await until(lambda: _has(kinds, ("cheer", "Ada cheered 500 bits: Cheer500 after")))
+            await until(
+                lambda: _has(kinds, ("cheer", "Ada cheered 500 bits: Cheer500 after")), limit=LIMIT
+            )
         finally:
             watch.cancel()
             await asyncio.gather(watch, return_exceptions=True)

@@ -21,7 +21,7 @@ import asyncio
 import json
 import signal
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from tests.loopback.anthropic_server import AnthropicServer
 from tests.loopback.youtube_server import VIDEO_ID, YouTubeServer, text_item
 from tests.redis_server import free_port
 from tests.test_chat_e2e import ROOT, base_env, spawn_chorus
+from tests.waiting import until
 
 LIMIT = 90.0
 CONFIG = QuotaConfig(
@@ -75,13 +76,6 @@ async def metrics(port: int) -> dict[tuple[str, str], float]:
             elif sample.name.startswith("chorus_youtube_"):
                 found[sample.name, labels.get("kind") or labels.get("part", "")] = sample.value
     return found
-
-
-async def until(check: Callable[[], Awaitable[bool]]) -> None:
-    """Wait (at most ``LIMIT`` s) until ``check()`` is True, asking every 0.2 s."""
-    async with asyncio.timeout(LIMIT):
-        while not await check():  # noqa: ASYNC110 (another process's /metrics: no event here)
-            await asyncio.sleep(0.2)
 
 
 async def test_mentions_first_then_declined_for_quota_while_reading_goes_on(
@@ -146,17 +140,19 @@ async def test_mentions_first_then_declined_for_quota_while_reading_goes_on(
                     ("chorus_engagement_decisions_total", "held_budget"), 0
                 ) >= 1
 
-            await until(held)  # the room batch was due with the mention
+            await until(held, limit=LIMIT, every=0.2)  # the room batch was due with the mention
             youtube.pages.append([line(5, "Eve", "@Chorus and the second phase?")])
 
             async def declined(n: float) -> bool:
                 seen = await metrics(port)
                 return seen.get(("chorus_engagement_decisions_total", "declined_quota"), 0) >= n
 
-            await until(lambda: declined(1))  # the second mention
+            await until(lambda: declined(1), limit=LIMIT, every=0.2)  # the second mention
             polls = youtube.calls["list"]
             youtube.pages.append([line(6, "Fay", "@Chorus still there?")])
-            await until(lambda: declined(2))  # the third: read, and declined too
+            await until(
+                lambda: declined(2), limit=LIMIT, every=0.2
+            )  # the third: read, and declined too
             assert youtube.calls["list"] > polls  # reading went on without the reply budget
             seen = await metrics(port)
             assert seen["chorus_youtube_quota_units", "reply"] == 50
