@@ -4,7 +4,8 @@ dedupe, commands, limits and failures. Tests await ``bus.drain()``, never sleep.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -59,9 +60,13 @@ class Rig:
         )
 
 
-@pytest.fixture
-async def rig(redis_url: str, key_tag: str) -> AsyncIterator[Rig]:
-    redis = await connect.open_redis(redis_url)
+@asynccontextmanager
+async def running(
+    url: str, tag: str, on_reply: Callable[[Reply], Awaitable[None]] | None = None
+) -> AsyncIterator[Rig]:
+    """A router over ``url``'s store and an in-process bus, with a sender that collects each
+    reply (after ``on_reply``, when given, has seen it)."""
+    redis = await connect.open_redis(url)
     bus = InProcessBus()
     history = HistoryStore(redis, max_messages=20, ttl_seconds=3600)
     provider = ScriptedProvider()
@@ -79,18 +84,26 @@ async def rig(redis_url: str, key_tag: str) -> AsyncIterator[Rig]:
 
     async def collect() -> None:
         async for delivery in bus.consume(outbound_topic("console"), Reply):
+            if on_reply is not None:
+                await on_reply(delivery.event)
             replies.append(delivery.event)
             arrivals.put_nowait(delivery.event)
             await delivery.ack()
 
     tasks = [asyncio.create_task(router.run()), asyncio.create_task(collect())]
     try:
-        yield Rig(bus, redis, history, provider, replies, arrivals, key_tag)
+        yield Rig(bus, redis, history, provider, replies, arrivals, tag)
     finally:
         await bus.close()
         await asyncio.gather(*tasks, return_exceptions=True)
         await router.close()
         await redis.aclose()  # the redis_url fixture removes every key carrying key_tag
+
+
+@pytest.fixture
+async def rig(redis_url: str, key_tag: str) -> AsyncIterator[Rig]:
+    async with running(redis_url, key_tag) as ready:
+        yield ready
 
 
 @pytest.mark.redis
@@ -260,47 +273,24 @@ async def test_the_reply_reaches_its_sender_before_the_turn_is_recorded(key_tag:
     the turn's records are written: the embedded store runs a commit without giving the event
     loop back, so a reply published just before it would otherwise wait for all of it. The
     next message of the conversation still sees the first exchange."""
-    redis = await connect.open_redis(f"memory://first-{key_tag}")
-    bus = InProcessBus()
-    history = HistoryStore(redis, max_messages=20, ttl_seconds=3600)
-    provider = ScriptedProvider()
-    router = build_router(
-        bus=bus,
-        redis=redis,
-        history=history,
-        assembler=PromptAssembler(model="m", system_prompt="SYSTEM"),
-        agent=Agent(provider),
-        commands=Commands(history),
-    )
-    conv = ConversationKey(platform="console", channel=f"first-{key_tag}")
-    seen: list[tuple[str, int]] = []  # (reply, history lines stored when it arrived)
+    url = f"memory://first-{key_tag}"
+    conv = ConversationKey(platform="console", channel=f"ada-{key_tag}")
+    lines_then: list[int] = []  # history lines stored when each reply arrived
+    store = await connect.open_redis(url)  # the same embedded store, by its name
+    await store.ping()  # connected now: the count's read at a reply's arrival never waits
+    history = HistoryStore(store, max_messages=20, ttl_seconds=3600)
 
-    async def send() -> None:
-        async for delivery in bus.consume(outbound_topic("console"), Reply):
-            seen.append((delivery.event.text, len(await history.load(conv))))
-            await delivery.ack()
+    async def count(reply: Reply) -> None:
+        lines_then.append(len(await history.load(conv)))
 
-    tasks = [asyncio.create_task(router.run()), asyncio.create_task(send())]
     try:
-        for n in (1, 2):
-            await bus.publish(
-                INBOUND,
-                ChatMessage(
-                    platform="console",
-                    id=f"m{n}-{key_tag}",
-                    conversation=conv,
-                    author=Author(id="ada", display_name="Ada"),
-                    text=f"line {n}",
-                    is_direct=True,
-                ),
-            )
-            await bus.drain(timeout=10)
-        stored = await history.load(conv)
+        async with running(url, key_tag, on_reply=count) as first:
+            for n in (1, 2):
+                await first.say(f"line {n}", f"m{n}")
+                await first.bus.drain(timeout=10)
+            stored = await history.load(conv)
     finally:
-        await bus.close()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await router.close()
-        await redis.aclose()
-    assert [lines for _, lines in seen] == [0, 2]  # each reply before its own turn's two lines
-    assert "line 1" in provider.requests[1].messages[0].text  # the second turn read the first
+        await store.aclose()
+    assert lines_then == [0, 2]  # each reply before its own turn's two lines
+    assert "line 1" in first.provider.requests[1].messages[0].text  # the second turn read it
     assert [e.text for e in stored][::2] == ["line 1", "line 2"] and len(stored) == 4
