@@ -12,7 +12,8 @@ transaction or script over several slots (they split it by slot there).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.client import Pipeline
@@ -34,10 +35,18 @@ __all__ = [
     "StoreError",
     "StoreTimeoutError",
     "WatchError",
+    "WATCH_TRIES",
     "is_cluster",
     "read_on_slot",
     "slot_of",
+    "unraced",
+    "watched",
 ]
+
+T = TypeVar("T")
+# How often an optimistic transaction is tried while the keys it watched keep changing: enough
+# for a few writers racing on one key; past it something writes that key in a loop.
+WATCH_TRIES = 8
 
 
 def is_cluster(client: object) -> bool:
@@ -62,3 +71,22 @@ async def read_on_slot(
     pieces: list[EncodableT] = ["XREADGROUP", "GROUP", group, consumer, "COUNT", count]
     pieces += ["BLOCK", block, "STREAMS", *streams.keys(), *streams.values()]
     return await client.execute_command(*pieces, target_nodes=node)
+
+
+async def unraced(attempt: Callable[[], Awaitable[T]], what: str) -> T:
+    """``attempt()`` again while a key it watched changed before its ``EXEC`` (``WatchError``:
+    it read a value that is gone, so it reads again), at most ``WATCH_TRIES`` times; past that
+    a ``RuntimeError`` saying that ``what`` kept changing."""
+    for _ in range(WATCH_TRIES):
+        try:
+            return await attempt()
+        except WatchError:
+            continue
+    raise RuntimeError(f"{what} kept changing; gave up after {WATCH_TRIES} tries")
+
+
+async def watched(client: Redis, step: Callable[[Pipeline], Awaitable[T]], what: str) -> T:
+    """``step`` on one transaction pipeline of ``client`` (``WATCH``, reads, ``MULTI``, the
+    writes, ``EXEC``), tried as ``unraced`` tries it."""
+    async with client.pipeline(transaction=True) as pipe:
+        return await unraced(lambda: step(pipe), what)

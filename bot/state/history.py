@@ -35,11 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bot.events import AwareDatetime, ChatMessage, ConversationKey, utcnow
 from bot.state import keys
-from bot.state.client import Pipeline, Redis, WatchError
+from bot.state.client import Pipeline, Redis, watched
 
 log = logging.getLogger("chorus.history")
 
-_WATCH_RETRIES = 8
 PARSED_CACHE = 4096  # stored values whose parsed entry is kept (about 1 MB at 250 bytes each)
 
 
@@ -173,23 +172,21 @@ class HistoryStore:
 
     async def _remove(self, conv: ConversationKey, match: Callable[[HistoryEntry], bool]) -> int:
         key = keys.history(conv)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            for _ in range(_WATCH_RETRIES):
-                try:
-                    await pipe.watch(key)
-                    raw = cast("list[str]", await pipe.lrange(key, 0, -1))  # decoded by connect
-                    doomed = {value for value in raw if (entry := _parse(value)) and match(entry)}
-                    if not doomed:
-                        await pipe.unwatch()  # type: ignore[no-untyped-call]
-                        return 0
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    for value in doomed:
-                        pipe.lrem(key, 0, value)
-                    removed: list[int] = await pipe.execute()
-                    return sum(removed)
-                except WatchError:
-                    continue  # the list changed between LRANGE and EXEC: read it again
-        raise RuntimeError(f"history {key} kept changing; gave up after {_WATCH_RETRIES} tries")
+
+        async def remove(pipe: Pipeline) -> int:
+            await pipe.watch(key)
+            raw = cast("list[str]", await pipe.lrange(key, 0, -1))  # decoded by connect
+            doomed = {value for value in raw if (entry := _parse(value)) and match(entry)}
+            if not doomed:
+                await pipe.unwatch()  # type: ignore[no-untyped-call]
+                return 0
+            pipe.multi()  # type: ignore[no-untyped-call]
+            for value in doomed:
+                pipe.lrem(key, 0, value)
+            removed: list[int] = await pipe.execute()
+            return sum(removed)
+
+        return await watched(self._redis, remove, f"history {key}")
 
 
 def _parse(value: str) -> HistoryEntry | None:

@@ -31,6 +31,7 @@ of spending less.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import uuid
@@ -43,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bot.events import AwareDatetime, ConversationKey
 from bot.state import keys
-from bot.state.client import Pipeline, Redis, WatchError
+from bot.state.client import Pipeline, Redis, watched
 
 log = logging.getLogger("chorus.insights.jobs")
 
@@ -53,7 +54,6 @@ CONVERSATION_FIELD = "c:"
 OUTCOMES_MAX = 200
 OUTCOMES_SECONDS = 7 * 24 * 3600
 MAX_CONVERSATIONS = 3
-_WATCH_RETRIES = 8
 _GRACE = timedelta(hours=1)
 
 
@@ -165,31 +165,29 @@ class JobQueue:
         analysis, so it stays pending for them (with a deadline from now)."""
         key = keys.insights_job(job.platform, job.user_id, self.queue)
         lease = keys.insights_lease(job.platform, job.user_id, self.queue)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            for _ in range(_WATCH_RETRIES):
-                try:
-                    await pipe.watch(key, lease)
-                    rev = await pipe.hget(key, "rev")
-                    holder = await pipe.get(lease)
-                    removed = rev is None or int(rev) == job.rev
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    if removed:
-                        pipe.delete(key)
-                        pipe.zrem(self._due, job.member)
-                        pipe.zrem(self._deadline, job.member)
-                    else:
-                        pipe.hset(key, "attempts", 0)
-                        pipe.zadd(
-                            self._deadline,
-                            {job.member: _ms(now) + self._max_delay_ms},
-                        )
-                    if holder == job.token:
-                        pipe.delete(lease)
-                    await pipe.execute()
-                    return removed
-                except WatchError:
-                    continue
-        raise RuntimeError(f"insights job {key} kept changing; gave up")
+
+        async def finish(pipe: Pipeline) -> bool:
+            await pipe.watch(key, lease)
+            rev = await pipe.hget(key, "rev")
+            holder = await pipe.get(lease)
+            removed = rev is None or int(rev) == job.rev
+            pipe.multi()  # type: ignore[no-untyped-call]
+            if removed:
+                pipe.delete(key)
+                pipe.zrem(self._due, job.member)
+                pipe.zrem(self._deadline, job.member)
+            else:
+                pipe.hset(key, "attempts", 0)
+                pipe.zadd(
+                    self._deadline,
+                    {job.member: _ms(now) + self._max_delay_ms},
+                )
+            if holder == job.token:
+                pipe.delete(lease)
+            await pipe.execute()
+            return removed
+
+        return await watched(self._redis, finish, f"insights job {key}")
 
     async def retry_later(
         self, job: ClaimedJob, now: datetime, delay: float, *, attempt: bool = True
@@ -199,30 +197,27 @@ class JobQueue:
         key = keys.insights_job(job.platform, job.user_id, self.queue)
         lease = keys.insights_lease(job.platform, job.user_id, self.queue)
         retry_ms = _ms(now) + round(delay * 1000)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            for _ in range(_WATCH_RETRIES):
-                try:
-                    await pipe.watch(key, lease)
-                    # HLEN, not EXISTS: redis-py's cluster pipeline sends no multi-key command
-                    # (EXISTS) at once while watching; for a hash the two agree
-                    exists = await pipe.hlen(key)
-                    holder = await pipe.get(lease)
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    if exists:
-                        pipe.hset(key, "attempts", job.attempts + int(attempt))
-                        pipe.expire(key, JOB_TTL_SECONDS)
-                        pipe.zadd(self._due, {job.member: retry_ms}, gt=True)
-                        pipe.zadd(self._deadline, {job.member: retry_ms})
-                    else:  # the user said /forget meanwhile: nothing to retry
-                        pipe.zrem(self._due, job.member)
-                        pipe.zrem(self._deadline, job.member)
-                    if holder == job.token:
-                        pipe.delete(lease)
-                    await pipe.execute()
-                    return
-                except WatchError:
-                    continue
-        raise RuntimeError(f"insights job {key} kept changing; gave up")
+
+        async def put_off(pipe: Pipeline) -> None:
+            await pipe.watch(key, lease)
+            # HLEN, not EXISTS: redis-py's cluster pipeline sends no multi-key command
+            # (EXISTS) at once while watching; for a hash the two agree
+            exists = await pipe.hlen(key)
+            holder = await pipe.get(lease)
+            pipe.multi()  # type: ignore[no-untyped-call]
+            if exists:
+                pipe.hset(key, "attempts", job.attempts + int(attempt))
+                pipe.expire(key, JOB_TTL_SECONDS)
+                pipe.zadd(self._due, {job.member: retry_ms}, gt=True)
+                pipe.zadd(self._deadline, {job.member: retry_ms})
+            else:  # the user said /forget meanwhile: nothing to retry
+                pipe.zrem(self._due, job.member)
+                pipe.zrem(self._deadline, job.member)
+            if holder == job.token:
+                pipe.delete(lease)
+            await pipe.execute()
+
+        await watched(self._redis, put_off, f"insights job {key}")
 
     async def peek(self, now: datetime, limit: int = 25) -> tuple[int, list[PendingJob]]:
         """How many jobs are pending, and the ``limit`` due first, as the dashboard shows them
@@ -269,19 +264,19 @@ class JobQueue:
         return datetime.fromtimestamp(min(scores) / 1000, UTC)
 
     async def _release(self, lease: str, token: str) -> None:
-        async with self._redis.pipeline(transaction=True) as pipe:
-            for _ in range(_WATCH_RETRIES):
-                try:
-                    await pipe.watch(lease)
-                    if await pipe.get(lease) != token:
-                        await pipe.unwatch()  # type: ignore[no-untyped-call]
-                        return
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    pipe.delete(lease)
-                    await pipe.execute()
-                    return
-                except WatchError:
-                    continue
+        async def release(pipe: Pipeline) -> None:
+            await pipe.watch(lease)
+            if await pipe.get(lease) != token:
+                await pipe.unwatch()  # type: ignore[no-untyped-call]
+                return
+            pipe.multi()  # type: ignore[no-untyped-call]
+            pipe.delete(lease)
+            await pipe.execute()
+
+        with contextlib.suppress(
+            RuntimeError
+        ):  # a lease that keeps changing is another worker's now
+            await watched(self._redis, release, f"insights lease {lease}")
 
     async def _forget_member(self, member: str) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:

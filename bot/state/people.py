@@ -13,7 +13,7 @@ A function handed in may be called more than once (each retry after a race re-re
 it again) and must not write anywhere itself.
 
 Every multi-key change is one ``WATCH``/``MULTI`` transaction over what it read, retried on a
-race up to ``RETRIES`` times, so a concurrent ``/link``, ``/unlink``, ``/forget`` or insights
+race up to ``bot.state.client.WATCH_TRIES`` times, so a concurrent ``/link``, ``/unlink``, ``/forget`` or insights
 write is never lost or half applied. Why the reply path follows an alias with a script rather
 than a second read: ``bot.state.alias_scripts``. On a Redis Cluster an identity's keys and its
 person's hash to different slots: the changes that span both go in per-slot steps there
@@ -29,13 +29,12 @@ from typing import cast
 
 from bot.state import insight_jobs, keys, people_cluster, turnlog
 from bot.state.alias_scripts import LOAD, SAVE
-from bot.state.client import Pipeline, WatchError, is_cluster
+from bot.state.client import Pipeline, is_cluster, watched
 from bot.state.connect import Client
 from bot.state.people_cluster import Parting
 from bot.state.redis_turn import parse_alias_read
 
 Identity = tuple[str, str]
-RETRIES = 8
 __all__ = ["Forgotten", "Identity", "Parting", "PeopleStore", "Side", "forgotten", "memory_key"]
 FORGET_TOMBSTONE_SECONDS = 24 * 3600
 
@@ -138,30 +137,28 @@ class PeopleStore:
                 unless_forgotten_since_ms=unless_forgotten_since_ms,
             )
         alias, tomb = keys.person_of(platform, user_id), keys.forgotten(platform, user_id)
-        key = keys.memory(platform, user_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for _ in range(RETRIES):
-                try:  # the alias is watched too: a /link or /unlink meanwhile retries
-                    await pipe.watch(alias, tomb)
-                    person, forgot = await _read_two(self.redis, pipe, alias, tomb)
-                    key = memory_key(platform, user_id, person)
-                    await pipe.watch(key)
-                    raw = cast("str | None", await pipe.get(key))
-                    since = unless_forgotten_since_ms
-                    if since is not None and forgot is not None and int(forgot) >= since:
-                        await pipe.unwatch()  # type: ignore[no-untyped-call]
-                        return False
-                    value = edit(raw, person)
-                    if value is None:
-                        await pipe.unwatch()  # type: ignore[no-untyped-call]
-                        return True
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    _put(pipe, key, value, ttl_seconds)
-                    await pipe.execute()
-                    return True
-                except WatchError:
-                    continue
-        raise RuntimeError(f"memory {key} kept changing; gave up after {RETRIES} tries")
+
+        async def save(pipe: Pipeline) -> bool:
+            # the alias is watched too: a /link or /unlink meanwhile retries
+            await pipe.watch(alias, tomb)
+            person, forgot = await _read_two(self.redis, pipe, alias, tomb)
+            key = memory_key(platform, user_id, person)
+            await pipe.watch(key)
+            raw = cast("str | None", await pipe.get(key))
+            since = unless_forgotten_since_ms
+            if since is not None and forgot is not None and int(forgot) >= since:
+                await pipe.unwatch()  # type: ignore[no-untyped-call]
+                return False
+            value = edit(raw, person)
+            if value is None:
+                await pipe.unwatch()  # type: ignore[no-untyped-call]
+                return True
+            pipe.multi()  # type: ignore[no-untyped-call]
+            _put(pipe, key, value, ttl_seconds)
+            await pipe.execute()
+            return True
+
+        return await watched(self.redis, save, f"the memory of {platform}:{user_id}")
 
     # -- the /pins view -----------------------------------------------------------------------
     async def pins_view(self, platform: str, user_id: str) -> str | None:
@@ -269,13 +266,12 @@ class PeopleStore:
                 new_person,
                 ttl_seconds=ttl_seconds,
             )
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for _ in range(RETRIES):
-                try:
-                    return await _link(pipe, first, second, merge, new_person, ttl_seconds)
-                except WatchError:
-                    continue
-        raise RuntimeError(f"linking kept racing; gave up after {RETRIES} tries")
+
+        return await watched(
+            self.redis,
+            lambda pipe: _link(pipe, first, second, merge, new_person, ttl_seconds),
+            f"the persons of {first} and {second}",
+        )
 
     async def split(
         self,
@@ -289,41 +285,37 @@ class PeopleStore:
         their own back). Returns the others (None: ``me`` was not linked)."""
         if is_cluster(self.redis):
             return await people_cluster.split(self.redis, me, cut, ttl_seconds=ttl_seconds)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for _ in range(RETRIES):
-                try:
-                    await pipe.watch(keys.person_of(*me))
-                    person = cast("str | None", await pipe.get(keys.person_of(*me)))
-                    if person is None:
-                        await pipe.unwatch()  # type: ignore[no-untyped-call]
-                        return None
-                    members_key, buffer_key = (
-                        keys.person_members(person),
-                        keys.person_memory(person),
-                    )
-                    await pipe.watch(members_key, buffer_key)
-                    others = [m for m in await _members(pipe, person) if m != me]
-                    raw = cast("str | None", await pipe.get(buffer_key))
-                    dissolve = len(others) <= 1  # a person of one is no person
-                    parting = cut(raw, others, dissolve)
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    for identity in [me, *others] if dissolve else [me]:
-                        pipe.delete(keys.person_of(*identity))
-                        _put(
-                            pipe, keys.memory(*identity), parting.own.get(identity, ""), ttl_seconds
-                        )
-                    for identity in [me, *others]:  # they held vectors of entries now elsewhere
-                        pipe.delete(keys.user_vectors(*identity))
-                    if dissolve:
-                        pipe.delete(members_key, buffer_key, keys.person_forget(person))
-                    else:
-                        pipe.srem(members_key, keys.identity_member(*me))
-                        _put(pipe, buffer_key, parting.rest, ttl_seconds)
-                    await pipe.execute()
-                    return others
-                except WatchError:
-                    continue
-        raise RuntimeError(f"unlinking kept racing; gave up after {RETRIES} tries")
+
+        async def unlink(pipe: Pipeline) -> list[Identity] | None:
+            await pipe.watch(keys.person_of(*me))
+            person = cast("str | None", await pipe.get(keys.person_of(*me)))
+            if person is None:
+                await pipe.unwatch()  # type: ignore[no-untyped-call]
+                return None
+            members_key, buffer_key = (
+                keys.person_members(person),
+                keys.person_memory(person),
+            )
+            await pipe.watch(members_key, buffer_key)
+            others = [m for m in await _members(pipe, person) if m != me]
+            raw = cast("str | None", await pipe.get(buffer_key))
+            dissolve = len(others) <= 1  # a person of one is no person
+            parting = cut(raw, others, dissolve)
+            pipe.multi()  # type: ignore[no-untyped-call]
+            for identity in [me, *others] if dissolve else [me]:
+                pipe.delete(keys.person_of(*identity))
+                _put(pipe, keys.memory(*identity), parting.own.get(identity, ""), ttl_seconds)
+            for identity in [me, *others]:  # they held vectors of entries now elsewhere
+                pipe.delete(keys.user_vectors(*identity))
+            if dissolve:
+                pipe.delete(members_key, buffer_key, keys.person_forget(person))
+            else:
+                pipe.srem(members_key, keys.identity_member(*me))
+                _put(pipe, buffer_key, parting.rest, ttl_seconds)
+            await pipe.execute()
+            return others
+
+        return await watched(self.redis, unlink, f"the person of {me}")
 
     # -- /forget ------------------------------------------------------------------------------
     async def names_of(self, platform: str, user_id: str) -> set[str]:
@@ -385,26 +377,24 @@ class PeopleStore:
         person's members then; the request is deleted by the last yes. None: ``me`` was not
         asked (nothing changed)."""
         key, mine = keys.person_forget(person), keys.identity_member(*me)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for _ in range(RETRIES):
-                try:
-                    await pipe.watch(key, keys.person_members(person))
-                    answers = cast("dict[str, str]", await pipe.hgetall(key))
-                    members = await _members(pipe, person, self.redis)
-                    if mine not in answers:
-                        await pipe.unwatch()  # type: ignore[no-untyped-call]
-                        return None
-                    waiting = [m for m, yes in answers.items() if yes != "yes" and m != mine]
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    if waiting:
-                        pipe.hset(key, mine, "yes")
-                    else:
-                        pipe.delete(key)
-                    await pipe.execute()
-                    return answers, members
-                except WatchError:
-                    continue
-        raise RuntimeError(f"/forget confirm kept racing; gave up after {RETRIES} tries")
+
+        async def vote(pipe: Pipeline) -> tuple[dict[str, str], list[Identity]] | None:
+            await pipe.watch(key, keys.person_members(person))
+            answers = cast("dict[str, str]", await pipe.hgetall(key))
+            members = await _members(pipe, person, self.redis)
+            if mine not in answers:
+                await pipe.unwatch()  # type: ignore[no-untyped-call]
+                return None
+            waiting = [m for m, yes in answers.items() if yes != "yes" and m != mine]
+            pipe.multi()  # type: ignore[no-untyped-call]
+            if waiting:
+                pipe.hset(key, mine, "yes")
+            else:
+                pipe.delete(key)
+            await pipe.execute()
+            return answers, members
+
+        return await watched(self.redis, vote, f"/forget all of {person}")
 
 
 async def _link(

@@ -39,7 +39,7 @@ from typing import cast
 
 from bot.state import keys
 from bot.state.alias_scripts import SAVE_OWN
-from bot.state.client import Pipeline, WatchError
+from bot.state.client import Pipeline, WatchError, unraced
 from bot.state.connect import Client
 
 Identity = tuple[str, str]
@@ -55,9 +55,6 @@ class Parting:
 
     own: dict[Identity, str]
     rest: str
-
-
-RETRIES = 8
 
 
 async def gets(redis: Client, names: list[str]) -> list[str | None]:
@@ -111,29 +108,29 @@ async def update(
     person's slot, while its member set holds the identity."""
     alias, tomb = keys.person_of(platform, user_id), keys.forgotten(platform, user_id)
     own, me = keys.memory(platform, user_id), keys.identity_member(platform, user_id)
-    for _ in range(RETRIES):
-        try:
-            async with redis.pipeline(transaction=True) as pipe:
-                await pipe.watch(alias, tomb, own)
-                person = cast("str | None", await pipe.get(alias))
-                forgot = cast("str | None", await pipe.get(tomb))
-                since = unless_forgotten_since_ms
-                if since is not None and forgot is not None and int(forgot) >= since:
-                    await pipe.unwatch()  # type: ignore[no-untyped-call]
-                    return False
-                if person is None:
-                    return await _write(pipe, own, edit, None, ttl_seconds)
+
+    async def attempt() -> bool:
+        async with redis.pipeline(transaction=True) as pipe:
+            await pipe.watch(alias, tomb, own)
+            person = cast("str | None", await pipe.get(alias))
+            forgot = cast("str | None", await pipe.get(tomb))
+            since = unless_forgotten_since_ms
+            if since is not None and forgot is not None and int(forgot) >= since:
                 await pipe.unwatch()  # type: ignore[no-untyped-call]
-            async with redis.pipeline(transaction=True) as pipe:
-                members, buffer = keys.person_members(person), keys.person_memory(person)
-                await pipe.watch(members, buffer)
-                if await pipe.sismember(members, me):
-                    return await _write(pipe, buffer, edit, person, ttl_seconds)
-                await pipe.unwatch()  # type: ignore[no-untyped-call]
-            await drop_stale_alias(redis, alias, person)
-        except WatchError:
-            continue
-    raise RuntimeError(f"memory of {me} kept changing; gave up after {RETRIES} tries")
+                return False
+            if person is None:
+                return await _write(pipe, own, edit, None, ttl_seconds)
+            await pipe.unwatch()  # type: ignore[no-untyped-call]
+        async with redis.pipeline(transaction=True) as pipe:
+            members, buffer = keys.person_members(person), keys.person_memory(person)
+            await pipe.watch(members, buffer)
+            if await pipe.sismember(members, me):
+                return await _write(pipe, buffer, edit, person, ttl_seconds)
+            await pipe.unwatch()  # type: ignore[no-untyped-call]
+        await drop_stale_alias(redis, alias, person)
+        raise WatchError("the alias named a person who no longer holds the identity")
+
+    return await unraced(attempt, f"memory of {me}")
 
 
 async def _write(pipe: Pipeline, key: str, edit: Edit, person: str | None, ttl: int) -> bool:
@@ -170,12 +167,10 @@ async def link(
     ttl_seconds: int,
 ) -> bool:
     """``PeopleStore.link`` on a cluster (its contract), in the steps of the module docstring."""
-    for _ in range(RETRIES):
-        try:
-            return await _link(redis, first, second, merge, new_person, ttl_seconds)
-        except WatchError:
-            continue
-    raise RuntimeError(f"linking kept racing; gave up after {RETRIES} tries")
+    return await unraced(
+        lambda: _link(redis, first, second, merge, new_person, ttl_seconds),
+        f"the persons of {first} and {second}",
+    )
 
 
 async def _link(
@@ -226,12 +221,7 @@ async def split(
     ttl_seconds: int,
 ) -> list[Identity] | None:
     """``PeopleStore.split`` on a cluster (its contract), in the steps of the module docstring."""
-    for _ in range(RETRIES):
-        try:
-            return await _split(redis, me, cut, ttl_seconds)
-        except WatchError:
-            continue
-    raise RuntimeError(f"unlinking kept racing; gave up after {RETRIES} tries")
+    return await unraced(lambda: _split(redis, me, cut, ttl_seconds), f"the person of {me}")
 
 
 async def _split(

@@ -26,12 +26,11 @@ from typing import cast
 
 from bot.events import ConversationKey
 from bot.state import keys
-from bot.state.client import Pipeline, Redis, WatchError, is_cluster
+from bot.state.client import Pipeline, Redis, is_cluster, watched
 
 log = logging.getLogger("chorus.summaries")
 
 DEFAULT_QUEUE = "main"
-_WATCH_RETRIES = 8
 
 
 @dataclass(frozen=True)
@@ -123,30 +122,26 @@ class SummaryStore:
             if any(int(at) >= since_ms for at in await self._marks(tombs) if at is not None):
                 return False
             tombs = []
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for _ in range(_WATCH_RETRIES):
-                try:
-                    await pipe.watch(sum_key, notes_key, *tombs)
-                    for tomb in tombs:
-                        forgot = await pipe.get(tomb)
-                        if forgot is not None and int(forgot) >= since_ms:
-                            await pipe.unwatch()  # type: ignore[no-untyped-call]
-                            return False
-                    stored = Stored(
-                        _text(await pipe.get(sum_key)), _text(await pipe.get(notes_key))
-                    )
-                    write = compose(stored)
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    _queue_write(pipe, conv, write, cite=not cluster)
-                    await pipe.execute()
-                    if cluster:  # the authors' indexes, in their own slots, after
-                        async with self.redis.pipeline(transaction=False) as cites:
-                            _queue_cites(cites, conv, write)
-                            await cites.execute()
-                    return True
-                except WatchError:
-                    continue
-        raise RuntimeError(f"summaries of {conv} kept changing; gave up")
+
+        async def write_them(pipe: Pipeline) -> bool:
+            await pipe.watch(sum_key, notes_key, *tombs)
+            for tomb in tombs:
+                forgot = await pipe.get(tomb)
+                if forgot is not None and int(forgot) >= since_ms:
+                    await pipe.unwatch()  # type: ignore[no-untyped-call]
+                    return False
+            stored = Stored(_text(await pipe.get(sum_key)), _text(await pipe.get(notes_key)))
+            write = compose(stored)
+            pipe.multi()  # type: ignore[no-untyped-call]
+            _queue_write(pipe, conv, write, cite=not cluster)
+            await pipe.execute()
+            if cluster:  # the authors' indexes, in their own slots, after
+                async with self.redis.pipeline(transaction=False) as cites:
+                    _queue_cites(cites, conv, write)
+                    await cites.execute()
+            return True
+
+        return await watched(self.redis, write_them, f"summaries of {conv}")
 
     async def _marks(self, tombs: Sequence[str]) -> list[str | None]:
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -180,26 +175,22 @@ class SummaryStore:
 
     async def _drop(self, conv: ConversationKey, drop: Callable[[Stored], Dropped]) -> Dropped:
         sum_key, notes_key = keys.summary("sum", conv), keys.summary("notes", conv)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for _ in range(_WATCH_RETRIES):
-                try:
-                    await pipe.watch(sum_key, notes_key)
-                    stored = Stored(
-                        _text(await pipe.get(sum_key)), _text(await pipe.get(notes_key))
-                    )
-                    dropped = drop(stored)
-                    if not dropped.changed:
-                        await pipe.unwatch()  # type: ignore[no-untyped-call]
-                        return dropped
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    _queue_keep_ttl(pipe, sum_key, dropped.summaries)
-                    _queue_keep_ttl(pipe, notes_key, dropped.notes)
-                    pipe.delete(keys.summary("vec", conv))
-                    await pipe.execute()
-                    return dropped
-                except WatchError:
-                    continue
-        raise RuntimeError(f"summaries of {conv} kept changing; gave up")
+
+        async def drop_them(pipe: Pipeline) -> Dropped:
+            await pipe.watch(sum_key, notes_key)
+            stored = Stored(_text(await pipe.get(sum_key)), _text(await pipe.get(notes_key)))
+            dropped = drop(stored)
+            if not dropped.changed:
+                await pipe.unwatch()  # type: ignore[no-untyped-call]
+                return dropped
+            pipe.multi()  # type: ignore[no-untyped-call]
+            _queue_keep_ttl(pipe, sum_key, dropped.summaries)
+            _queue_keep_ttl(pipe, notes_key, dropped.notes)
+            pipe.delete(keys.summary("vec", conv))
+            await pipe.execute()
+            return dropped
+
+        return await watched(self.redis, drop_them, f"summaries of {conv}")
 
 
 def _queue_write(
