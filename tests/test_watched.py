@@ -9,7 +9,7 @@ from typing import cast
 import pytest
 
 from bot.state import connect
-from bot.state.client import WATCH_TRIES, Pipeline, unraced, watched
+from bot.state.client import WATCH_TRIES, KeptChanging, Pipeline, unraced, watched
 
 
 @pytest.mark.redis
@@ -60,7 +60,7 @@ async def test_a_step_raced_every_time_gives_up_naming_what_kept_changing(
             await pipe.execute()
 
         with pytest.raises(
-            RuntimeError, match=f"the busy key kept changing; gave up after {WATCH_TRIES}"
+            KeptChanging, match=f"the busy key kept changing; gave up after {WATCH_TRIES}"
         ):
             await watched(redis, always_raced, "the busy key")
         assert tries == WATCH_TRIES and await redis.get(key) == str(WATCH_TRIES)

@@ -36,6 +36,7 @@ __all__ = [
     "StoreTimeoutError",
     "WatchError",
     "WATCH_TRIES",
+    "KeptChanging",
     "is_cluster",
     "read_on_slot",
     "slot_of",
@@ -47,6 +48,10 @@ T = TypeVar("T")
 # How often an optimistic transaction is tried while the keys it watched keep changing: enough
 # for a few writers racing on one key; past it something writes that key in a loop.
 WATCH_TRIES = 8
+
+
+class KeptChanging(RuntimeError):
+    """An optimistic transaction lost its race ``WATCH_TRIES`` times in a row."""
 
 
 def is_cluster(client: object) -> bool:
@@ -76,13 +81,13 @@ async def read_on_slot(
 async def unraced(attempt: Callable[[], Awaitable[T]], what: str) -> T:
     """``attempt()`` again while a key it watched changed before its ``EXEC`` (``WatchError``:
     it read a value that is gone, so it reads again), at most ``WATCH_TRIES`` times; past that
-    a ``RuntimeError`` saying that ``what`` kept changing."""
+    ``KeptChanging``, saying that ``what`` kept changing."""
     for _ in range(WATCH_TRIES):
         try:
             return await attempt()
         except WatchError:
             continue
-    raise RuntimeError(f"{what} kept changing; gave up after {WATCH_TRIES} tries")
+    raise KeptChanging(f"{what} kept changing; gave up after {WATCH_TRIES} tries")
 
 
 async def watched(client: Redis, step: Callable[[Pipeline], Awaitable[T]], what: str) -> T:

@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bot.events import AwareDatetime, ConversationKey
 from bot.state import keys
-from bot.state.client import Pipeline, Redis, watched
+from bot.state.client import KeptChanging, Pipeline, Redis, watched
 
 log = logging.getLogger("chorus.insights.jobs")
 
@@ -273,9 +273,7 @@ class JobQueue:
             pipe.delete(lease)
             await pipe.execute()
 
-        with contextlib.suppress(
-            RuntimeError
-        ):  # a lease that keeps changing is another worker's now
+        with contextlib.suppress(KeptChanging):  # a lease that keeps changing is not ours now
             await watched(self._redis, release, f"insights lease {lease}")
 
     async def _forget_member(self, member: str) -> None:
