@@ -38,8 +38,8 @@ CHORUS_MEMORY_TTL loses its alias like any inactive user loses their memory; the
 its other identities) keeps what it knows.
 
 They live in ``bot.state`` beside the people store (``bot.state.people``) that sends them
-outside a turn, and because the embedded store (``bot.state.embedded``) recognises ``LOAD`` --
-on every answered message's read -- by its exact text and runs it natively.
+outside a turn and the turn store (``bot.state.redis_turn``) that sends ``LOAD`` in every
+answered message's read.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ one enabled shard. Several gateway processes share one conduit, so who holds a s
   dashboard change them without a restart; a counter of joins and leaves tells the gateways
   that something was asked even when the sets stay the same (a refused channel joined again).
 
-``RedisConduitStore`` runs on Redis (or the embedded store, which runs ``GUARDED`` natively) and
+``RedisConduitStore`` runs on Redis (or the embedded store, which speaks the same commands) and
 ``MemoryConduitStore`` is its in-memory twin; tests/test_conduit_store.py holds both to one
 contract. The adapter's use of it: adapters/twitch/conduit.py.
 """

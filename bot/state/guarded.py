@@ -1,8 +1,7 @@
 """The guarded-commit script: run some commands only while a key still holds a token.
 
-It lives in ``bot.state`` (not with the claims that use it) because the embedded store
-(``bot.state.embedded``) recognises this exact script and runs it natively, and ``bot.state``
-may not import ``bot.bus``.
+Its users are the claims' commit, renewal and release (``bot.state.redis_turn``) and the Twitch
+conduits' records (``bot.state.conduits``), so it is a module of its own beside them.
 """
 
 from __future__ import annotations

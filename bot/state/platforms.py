@@ -5,9 +5,9 @@ shares, and the refreshed tokens of an app's bot user.
 messages per 30 seconds, or 100 where the bot moderates; going over gets messages dropped and
 repeated abuse gets the account locked out of chat). Several Chorus processes may send as the
 same bot, so the budget lives in Redis, not in memory. The window is a sliding log: a sorted set
-per bucket, one member per granted send, scored by its time. Without Lua (the embedded store
-runs no script natively here) a check-then-add would race between processes, so each attempt
-*adds first* and counts after, in one ``MULTI``/``EXEC``:
+per bucket, one member per granted send, scored by its time. Without a script (each ``EVAL``
+costs the embedded store a compile of its text, BENCHMARKS.md) a check-then-add would race
+between processes, so each attempt *adds first* and counts after, in one ``MULTI``/``EXEC``:
 
     trim entries older than the window; ZADD me; ZCARD; oldest; PEXPIRE
 
