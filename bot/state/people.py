@@ -13,9 +13,9 @@ A function handed in may be called more than once (each retry after a race re-re
 it again) and must not write anywhere itself.
 
 Every multi-key change is one ``WATCH``/``MULTI`` transaction over what it read, retried on a
-race up to ``bot.state.client.WATCH_TRIES`` times, so a concurrent ``/link``, ``/unlink``, ``/forget`` or insights
-write is never lost or half applied. Why the reply path follows an alias with a script rather
-than a second read: ``bot.state.alias_scripts``. On a Redis Cluster an identity's keys and its
+race as ``bot.state.client.watched`` does, so a concurrent ``/link``, ``/unlink``, ``/forget``
+or insights write is never lost or half applied. Why the reply path follows an alias with a
+script rather than a second read: ``bot.state.alias_scripts``. On a Redis Cluster an identity's keys and its
 person's hash to different slots: the changes that span both go in per-slot steps there
 (``bot.state.people_cluster``, which says what that gives up).
 """
