@@ -162,13 +162,20 @@ def slack_settings(server: SlackServer, **overrides: Any) -> SlackSettings:
     return SlackSettings(**values)
 
 
-async def running_rig(server: SlackServer, **overrides: Any) -> AsyncIterator[Rig]:
+async def running_rig(
+    server: SlackServer, *, ping_interval: float = 0.5, **overrides: Any
+) -> AsyncIterator[Rig]:
+    """The adapter on ``server``. ``ping_interval``: the Socket Mode client's (aiohttp's
+    heartbeat drops a socket whose pong is half of it late); short, so a dead socket is seen
+    within seconds."""
     settings = slack_settings(server, **overrides)
     fake = FakeTime()
     client = build_client(settings)
     sender = SlackSender(client, sleep=fake.sleep, clock=fake.clock)
     bus = InProcessBus()
-    adapter = SlackAdapter(bus, settings, client=client, sender=sender, socket_ping_interval=0.5)
+    adapter = SlackAdapter(
+        bus, settings, client=client, sender=sender, socket_ping_interval=ping_interval
+    )
     rig = Rig(server=server, bus=bus, adapter=adapter, time=fake)
     await adapter.start()
     tasks = [asyncio.create_task(_router(rig)), asyncio.create_task(_deletions(rig))]
