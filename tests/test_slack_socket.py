@@ -90,8 +90,9 @@ async def test_socket_mode_acks_answers_and_reconnects(socket_rig: Rig) -> None:
     assert [p["thread_ts"] for p in server.posts] == ["1595926230.009600"]
 
     await server.drop_socket()  # Slack closes sockets now and then; the SDK reconnects
-    await server.wait_for(lambda: server.socket_connections == 2 and bool(server._sockets))
-    assert len(server.calls("/api/apps.connections.open")) == 2
+    # (at least once: on a starved machine the rig's 0.5 s heartbeat may drop one more socket)
+    await server.wait_for(lambda: server.socket_connections >= 2 and bool(server._sockets))
+    assert len(server.calls("/api/apps.connections.open")) == server.socket_connections
     again = await server.send_envelope("events_api", mention(event_id="Ev2", text="still?"))
     await server.wait_acked(again)
     await rig.settle()
