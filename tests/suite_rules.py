@@ -74,7 +74,9 @@ def describe(event: str, args: tuple[Any, ...]) -> str:
 
 
 def _short(text: str, limit: int = 40) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """``text`` in at most ``limit`` characters, keeping its end: a program's path ends with
+    its name, whatever directory the checkout lives in."""
+    return text if len(text) <= limit else "…" + text[-(limit - 1) :]
 
 
 def is_e2e_file(path: Path) -> bool:
