@@ -31,7 +31,7 @@ from bot.state import insight_jobs, keys, people_cluster, turnlog
 from bot.state.alias_scripts import LOAD, SAVE
 from bot.state.client import Pipeline, is_cluster, watched
 from bot.state.connect import Client
-from bot.state.people_cluster import Parting
+from bot.state.people_cluster import Parting, put
 from bot.state.redis_turn import parse_alias_read
 
 Identity = tuple[str, str]
@@ -142,21 +142,13 @@ class PeopleStore:
             # the alias is watched too: a /link or /unlink meanwhile retries
             await pipe.watch(alias, tomb)
             person, forgot = await _read_two(self.redis, pipe, alias, tomb)
-            key = memory_key(platform, user_id, person)
-            await pipe.watch(key)
-            raw = cast("str | None", await pipe.get(key))
             since = unless_forgotten_since_ms
             if since is not None and forgot is not None and int(forgot) >= since:
                 await pipe.unwatch()  # type: ignore[no-untyped-call]
                 return False
-            value = edit(raw, person)
-            if value is None:
-                await pipe.unwatch()  # type: ignore[no-untyped-call]
-                return True
-            pipe.multi()  # type: ignore[no-untyped-call]
-            _put(pipe, key, value, ttl_seconds)
-            await pipe.execute()
-            return True
+            key = memory_key(platform, user_id, person)
+            await pipe.watch(key)
+            return await people_cluster.write_buffer(pipe, key, edit, person, ttl_seconds)
 
         return await watched(self.redis, save, f"the memory of {platform}:{user_id}")
 
@@ -304,14 +296,14 @@ class PeopleStore:
             pipe.multi()  # type: ignore[no-untyped-call]
             for identity in [me, *others] if dissolve else [me]:
                 pipe.delete(keys.person_of(*identity))
-                _put(pipe, keys.memory(*identity), parting.own.get(identity, ""), ttl_seconds)
+                put(pipe, keys.memory(*identity), parting.own.get(identity, ""), ttl_seconds)
             for identity in [me, *others]:  # they held vectors of entries now elsewhere
                 pipe.delete(keys.user_vectors(*identity))
             if dissolve:
                 pipe.delete(members_key, buffer_key, keys.person_forget(person))
             else:
                 pipe.srem(members_key, keys.identity_member(*me))
-                _put(pipe, buffer_key, parting.rest, ttl_seconds)
+                put(pipe, buffer_key, parting.rest, ttl_seconds)
             await pipe.execute()
             return others
 
@@ -425,7 +417,7 @@ async def _link(
         pipe.delete(key)
     for person in {p for p in (p1, p2) if p and p != target}:
         pipe.delete(keys.person_members(person))
-    _put(pipe, keys.person_memory(target), merged, ttl)
+    put(pipe, keys.person_memory(target), merged, ttl)
     members_key = keys.person_members(target)
     pipe.sadd(members_key, *sorted(keys.identity_member(*m) for m in members))
     pipe.expire(members_key, ttl)
@@ -449,13 +441,6 @@ async def _members(
         return []
     names = await client.mget([keys.person_of(*m) for m in listed])
     return [m for m, named in zip(listed, names, strict=True) if named == person]
-
-
-def _put(pipe: Pipeline, key: str, value: str, ttl: int) -> None:
-    if value:
-        pipe.set(key, value, ex=ttl)
-    else:
-        pipe.delete(key)
 
 
 async def _read_two(client: Client, pipe: Pipeline, first: str, second: str) -> list[str | None]:

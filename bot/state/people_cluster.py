@@ -119,13 +119,13 @@ async def update(
                 await pipe.unwatch()  # type: ignore[no-untyped-call]
                 return False
             if person is None:
-                return await _write(pipe, own, edit, None, ttl_seconds)
+                return await write_buffer(pipe, own, edit, None, ttl_seconds)
             await pipe.unwatch()  # type: ignore[no-untyped-call]
         async with redis.pipeline(transaction=True) as pipe:
             members, buffer = keys.person_members(person), keys.person_memory(person)
             await pipe.watch(members, buffer)
             if await pipe.sismember(members, me):
-                return await _write(pipe, buffer, edit, person, ttl_seconds)
+                return await write_buffer(pipe, buffer, edit, person, ttl_seconds)
             await pipe.unwatch()  # type: ignore[no-untyped-call]
         await drop_stale_alias(redis, alias, person)
         raise WatchError("the alias named a person who no longer holds the identity")
@@ -133,8 +133,9 @@ async def update(
     return await unraced(attempt, f"memory of {me}")
 
 
-async def _write(pipe: Pipeline, key: str, edit: Edit, person: str | None, ttl: int) -> bool:
-    """The watched buffer at ``key`` edited and written (``edit`` None: left as it is)."""
+async def write_buffer(pipe: Pipeline, key: str, edit: Edit, person: str | None, ttl: int) -> bool:
+    """The watched buffer at ``key`` edited and written (``edit`` returns None: left as it
+    is), on either backend."""
     value = edit(cast("str | None", await pipe.get(key)), person)
     if value is None:
         await pipe.unwatch()  # type: ignore[no-untyped-call]
