@@ -1,6 +1,7 @@
-"""bot.state.client's optimistic transactions (``watched``, ``unraced``): a step whose watched
-key another client changes before its ``EXEC`` reads again and writes what it read the second
-time; one raced every time gives up after ``WATCH_TRIES`` naming what kept changing."""
+"""bot.state.client's optimistic transactions (``watched``, ``unraced``, ``delete_if_holds``):
+a step whose watched key another client changes before its ``EXEC`` reads again and writes
+what it read the second time; one raced every time gives up after ``WATCH_TRIES`` naming what
+kept changing; a key is deleted only while it holds the value."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from typing import cast
 import pytest
 
 from bot.state import connect
-from bot.state.client import WATCH_TRIES, KeptChanging, Pipeline, unraced, watched
+from bot.state.client import (
+    WATCH_TRIES,
+    KeptChanging,
+    Pipeline,
+    delete_if_holds,
+    unraced,
+    watched,
+)
 
 
 @pytest.mark.redis
@@ -79,3 +87,19 @@ async def test_other_errors_are_not_retried() -> None:
     with pytest.raises(ValueError, match="not a race"):
         await unraced(broken, "anything")
     assert tries == 1
+
+
+@pytest.mark.redis
+async def test_a_key_is_deleted_only_while_it_holds_the_value(redis_url: str, key_tag: str) -> None:
+    redis = await connect.open_redis(redis_url)
+    key = f"lease:{key_tag}"
+    try:
+        await redis.set(key, "someone-else")
+        assert not await delete_if_holds(redis, key, "mine")
+        assert await redis.get(key) == "someone-else"
+        await redis.set(key, "mine")
+        assert await delete_if_holds(redis, key, "mine")
+        assert await redis.exists(key) == 0
+        assert not await delete_if_holds(redis, key, "mine")  # gone already
+    finally:
+        await redis.aclose()

@@ -36,6 +36,7 @@ __all__ = [
     "StoreTimeoutError",
     "WatchError",
     "WATCH_TRIES",
+    "delete_if_holds",
     "KeptChanging",
     "is_cluster",
     "read_on_slot",
@@ -95,3 +96,20 @@ async def watched(client: Redis, step: Callable[[Pipeline], Awaitable[T]], what:
     writes, ``EXEC``), tried as ``unraced`` tries it."""
     async with client.pipeline(transaction=True) as pipe:
         return await unraced(lambda: step(pipe), what)
+
+
+async def delete_if_holds(client: Redis, key: str, value: str) -> bool:
+    """Delete ``key`` if it still holds ``value`` (a lease or an alias let go only by its
+    holder), checked and deleted in one watched transaction; whether it was deleted."""
+
+    async def delete(pipe: Pipeline) -> bool:
+        await pipe.watch(key)
+        if await pipe.get(key) != value:
+            await pipe.unwatch()  # type: ignore[no-untyped-call]
+            return False
+        pipe.multi()  # type: ignore[no-untyped-call]
+        pipe.delete(key)
+        await pipe.execute()
+        return True
+
+    return await watched(client, delete, key)

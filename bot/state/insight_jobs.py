@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bot.events import AwareDatetime, ConversationKey
 from bot.state import keys
-from bot.state.client import KeptChanging, Pipeline, Redis, watched
+from bot.state.client import KeptChanging, Pipeline, Redis, delete_if_holds, watched
 
 log = logging.getLogger("chorus.insights.jobs")
 
@@ -264,17 +264,8 @@ class JobQueue:
         return datetime.fromtimestamp(min(scores) / 1000, UTC)
 
     async def _release(self, lease: str, token: str) -> None:
-        async def release(pipe: Pipeline) -> None:
-            await pipe.watch(lease)
-            if await pipe.get(lease) != token:
-                await pipe.unwatch()  # type: ignore[no-untyped-call]
-                return
-            pipe.multi()  # type: ignore[no-untyped-call]
-            pipe.delete(lease)
-            await pipe.execute()
-
         with contextlib.suppress(KeptChanging):  # a lease that keeps changing is not ours now
-            await watched(self._redis, release, f"insights lease {lease}")
+            await delete_if_holds(self._redis, lease, token)
 
     async def _forget_member(self, member: str) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:

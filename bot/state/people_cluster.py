@@ -39,7 +39,7 @@ from typing import cast
 
 from bot.state import keys
 from bot.state.alias_scripts import SAVE_OWN
-from bot.state.client import Pipeline, WatchError, unraced
+from bot.state.client import Pipeline, WatchError, delete_if_holds, unraced
 from bot.state.connect import Client
 
 Identity = tuple[str, str]
@@ -148,14 +148,7 @@ async def write_buffer(pipe: Pipeline, key: str, edit: Edit, person: str | None,
 
 async def drop_stale_alias(redis: Client, alias: str, person: str) -> None:
     """Delete ``alias`` if it still names ``person`` (whose member set no longer holds it)."""
-    async with redis.pipeline(transaction=True) as pipe:
-        await pipe.watch(alias)
-        if await pipe.get(alias) != person:
-            await pipe.unwatch()  # type: ignore[no-untyped-call]
-            return
-        pipe.multi()  # type: ignore[no-untyped-call]
-        pipe.delete(alias)
-        await pipe.execute()
+    await delete_if_holds(redis, alias, person)
 
 
 async def link(
